@@ -1,1 +1,24 @@
-pub fn placeholder() {}
+//! Switchyard: an xDS management server for Envoy fleets, driven by snapshot files.
+//!
+//! ```text
+//!   snapshot files ──watch──▶ config ──load+validate──▶ cache ──per node group──▶ Snapshot
+//!   (YAML / JSON)              (descriptor pool,         (Generation,              │
+//!                               content hashes)           watch channel)           ▼
+//!   Envoy ◀──gRPC── server (tonic adapters) ◀──poll_response── protocol (pure state machine)
+//!         ──req───▶                         ──handle_request─▶
+//! ```
+//!
+//! - [`config`] reads and validates files into a whole [`config::Config`], or reports every
+//!   error; a failed load changes nothing.
+//! - [`cache`] publishes each good config as a generation and builds one [`cache::Snapshot`]
+//!   per node group, each resource encoded once and shared.
+//! - [`protocol`] decides, per stream and type, what to send (subscriptions, nonces, ACK/NACK);
+//!   no IO.
+//! - [`server`] runs the tonic services that feed the protocol and write what it returns.
+//! - [`watch`] reloads on file changes; [`cli`] is the command line.
+#![forbid(unsafe_code)]
+
+pub mod cache;
+pub mod config;
+pub mod protocol;
+pub mod resource;

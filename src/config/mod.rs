@@ -1,0 +1,485 @@
+//! Loading and validating snapshot files.
+//!
+//! Owns: finding the files under each `--config` path, parsing YAML/JSON, mapping each item
+//! to its Envoy protobuf through the descriptor pool (proto3 canonical JSON, `Any` by
+//! `"@type"`), encoding each resource once and giving it a content-hash version, node
+//! selectors, duplicate and reference checks. A load either yields a whole new [`Config`] or
+//! every error found, never a partial result.
+//!
+//! Must not: serve, cache per node, or keep state between loads; swapping configs is the
+//! cache's job, watching files is `watch`'s.
+
+pub mod descriptors;
+mod references;
+pub mod selector;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost_reflect::{DeserializeOptions, DynamicMessage};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::resource::{Resource, ResourceType};
+pub use selector::{NodeMatch, Selector};
+
+/// Options of a load.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Reference problems (a route naming a missing cluster, ...) are errors, not warnings.
+    pub strict: bool,
+}
+
+/// A whole, valid configuration: every file read, in path order.
+#[derive(Debug, Default)]
+pub struct Config {
+    pub files: Vec<SnapshotFile>,
+    /// Problems that do not stop the load (reference checks without `--strict`).
+    pub warnings: Vec<ConfigError>,
+}
+
+/// One snapshot file after loading.
+#[derive(Debug)]
+pub struct SnapshotFile {
+    pub path: PathBuf,
+    pub selector: Selector,
+    pub resources: Vec<Arc<Resource>>,
+}
+
+impl Config {
+    /// How many resources all files hold.
+    pub fn resource_count(&self) -> usize {
+        self.files.iter().map(|f| f.resources.len()).sum()
+    }
+}
+
+/// Why a load failed: every error found, and the warnings seen on the way.
+#[derive(Debug)]
+pub struct LoadFailure {
+    pub errors: Vec<ConfigError>,
+    pub warnings: Vec<ConfigError>,
+}
+
+impl fmt::Display for LoadFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.errors.len();
+        write!(f, "{n} error{}", if n == 1 { "" } else { "s" })?;
+        for e in &self.errors {
+            write!(f, "\n  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LoadFailure {}
+
+/// One problem in the configuration, naming the file and, where there is one, the resource
+/// and the field path.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: {message}", .path.display())]
+    Read { path: PathBuf, message: String },
+    #[error("{}: {message}", .path.display())]
+    Syntax { path: PathBuf, message: String },
+    #[error("{}: {at}: {message}", .path.display())]
+    Structure {
+        path: PathBuf,
+        at: String,
+        message: String,
+    },
+    #[error("{}: {resource}: {field}: {message}", .path.display())]
+    Resource {
+        path: PathBuf,
+        /// `clusters[2]`, with the name where it could be read: `clusters[2] "backend"`.
+        resource: String,
+        /// Field path inside the resource (`load_assignment.endpoints[0]`), `.` for the
+        /// resource itself.
+        field: String,
+        message: String,
+    },
+    #[error("{kind} {name:?} is defined twice: in {} and in {}{why}", .first.display(), .second.display())]
+    Duplicate {
+        kind: ResourceType,
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+        why: String,
+    },
+    #[error("{}: {kind} {name:?}: {message}", .path.display())]
+    Reference {
+        path: PathBuf,
+        kind: ResourceType,
+        name: String,
+        message: String,
+    },
+}
+
+/// Load every snapshot file under `paths`. Either the whole configuration, or every error.
+pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, LoadFailure> {
+    let mut errors = Vec::new();
+    let mut files = Vec::new();
+    for root in paths {
+        match discover(root) {
+            Ok(found) => files.extend(found),
+            Err(e) => errors.push(e),
+        }
+    }
+    files.sort();
+    files.dedup();
+
+    let mut loaded = Vec::new();
+    let mut checks = references::Checker::default();
+    for path in files {
+        match load_file(&path) {
+            Ok((file, jsons)) => {
+                for (resource, json) in file.resources.iter().zip(jsons) {
+                    checks.add(loaded.len(), resource, json);
+                }
+                loaded.push(file);
+            }
+            Err(mut file_errors) => errors.append(&mut file_errors),
+        }
+    }
+    errors.extend(duplicates(&loaded));
+
+    let mut warnings = Vec::new();
+    for problem in checks.run(&loaded) {
+        if options.strict {
+            errors.push(problem);
+        } else {
+            warnings.push(problem);
+        }
+    }
+    if errors.is_empty() {
+        Ok(Config {
+            files: loaded,
+            warnings,
+        })
+    } else {
+        Err(LoadFailure { errors, warnings })
+    }
+}
+
+/// The snapshot files a `--config` path names: the file itself, or every `*.yaml`, `*.yml`
+/// and `*.json` below a directory, skipping hidden entries (so a Kubernetes ConfigMap mount's
+/// `..data` and `..2024_...` entries are read once, through the visible links).
+fn discover(root: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let meta = std::fs::metadata(root).map_err(|e| ConfigError::Read {
+        path: root.to_path_buf(),
+        message: format!("cannot read config path: {e}"),
+    })?;
+    if meta.is_file() {
+        return Ok(vec![root.to_path_buf()]);
+    }
+    let mut out = Vec::new();
+    walk(root, 0, &mut out)?;
+    Ok(out)
+}
+
+/// Directory depth past which we stop (symlink loops).
+const MAX_DEPTH: usize = 16;
+
+fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), ConfigError> {
+    let read_err = |e: std::io::Error| ConfigError::Read {
+        path: dir.to_path_buf(),
+        message: format!("cannot list directory: {e}"),
+    };
+    if depth > MAX_DEPTH {
+        return Err(ConfigError::Read {
+            path: dir.to_path_buf(),
+            message: format!("directories nested deeper than {MAX_DEPTH} (a symlink loop?)"),
+        });
+    }
+    for entry in std::fs::read_dir(dir).map_err(read_err)? {
+        let entry = entry.map_err(read_err)?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        // Follow symlinks: ConfigMap files are links into `..data`.
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue; // a dangling link, e.g. mid-swap; the next event reloads
+        };
+        if meta.is_dir() {
+            walk(&path, depth + 1, out)?;
+        } else if is_snapshot_file(&path) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn is_snapshot_file(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// The top level of a snapshot file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    nodes: Option<Vec<NodeMatch>>,
+    #[serde(default)]
+    clusters: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    endpoints: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    listeners: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    routes: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    scoped_routes: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    virtual_hosts: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    secrets: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    runtimes: Option<Vec<serde_yaml::Value>>,
+    #[serde(default)]
+    extension_configs: Option<Vec<serde_yaml::Value>>,
+}
+
+impl RawFile {
+    fn take(&mut self, kind: ResourceType) -> Vec<serde_yaml::Value> {
+        let list = match kind {
+            ResourceType::Cluster => &mut self.clusters,
+            ResourceType::Endpoint => &mut self.endpoints,
+            ResourceType::Listener => &mut self.listeners,
+            ResourceType::Route => &mut self.routes,
+            ResourceType::ScopedRoute => &mut self.scoped_routes,
+            ResourceType::VirtualHost => &mut self.virtual_hosts,
+            ResourceType::Secret => &mut self.secrets,
+            ResourceType::Runtime => &mut self.runtimes,
+            ResourceType::ExtensionConfig => &mut self.extension_configs,
+        };
+        list.take().unwrap_or_default()
+    }
+}
+
+/// Parse one file's text (YAML, or JSON when the name ends in `.json`) into its top level.
+fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
+    let is_json = path.extension().and_then(|e| e.to_str()) == Some("json");
+    let value: serde_yaml::Value = if is_json {
+        serde_json::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: format!("invalid JSON: {e}"),
+        })?
+    } else {
+        serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: format!("invalid YAML: {e}"),
+        })?
+    };
+    if value.is_null() {
+        return Ok(RawFile::default()); // an empty file (or only comments) defines nothing
+    }
+    if !value.is_mapping() {
+        return Err(ConfigError::Structure {
+            path: path.to_path_buf(),
+            at: "top level".into(),
+            message:
+                "expected a mapping with `nodes` and resource lists (clusters, listeners, ...)"
+                    .into(),
+        });
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let at = e.path().to_string();
+        ConfigError::Structure {
+            path: path.to_path_buf(),
+            at: if at == "." { "top level".into() } else { at },
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
+/// Load one file: its selector and its resources, with their canonical JSON for the
+/// reference checks. Collects every error in the file.
+fn load_file(path: &Path) -> Result<(SnapshotFile, Vec<serde_json::Value>), Vec<ConfigError>> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        vec![ConfigError::Read {
+            path: path.to_path_buf(),
+            message: format!("cannot read file: {e}"),
+        }]
+    })?;
+    let mut raw = parse_file(path, &text).map_err(|e| vec![e])?;
+    let mut errors = Vec::new();
+    let selector = match raw.nodes.take() {
+        None => Selector::all(),
+        Some(entries) => Selector::new(entries).unwrap_or_else(|message| {
+            errors.push(ConfigError::Structure {
+                path: path.to_path_buf(),
+                at: "nodes".into(),
+                message,
+            });
+            Selector::all()
+        }),
+    };
+    let mut resources = Vec::new();
+    let mut jsons = Vec::new();
+    for kind in ResourceType::ALL {
+        for (index, item) in raw.take(kind).into_iter().enumerate() {
+            match decode_resource(path, kind, index, &item) {
+                Ok((resource, json)) => {
+                    resources.push(Arc::new(resource));
+                    jsons.push(json);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok((
+            SnapshotFile {
+                path: path.to_path_buf(),
+                selector,
+                resources,
+            },
+            jsons,
+        ))
+    } else {
+        Err(errors)
+    }
+}
+
+/// Map one list item to its protobuf, encode it once and hash it.
+fn decode_resource(
+    path: &Path,
+    kind: ResourceType,
+    index: usize,
+    item: &serde_yaml::Value,
+) -> Result<(Resource, serde_json::Value), ConfigError> {
+    // Name the resource in errors by the name the item gives, even when it does not decode.
+    let claimed = item
+        .get(kind.name_field())
+        .or_else(|| item.get(camel_case(kind.name_field())))
+        .and_then(|v| v.as_str());
+    let label = match claimed {
+        Some(name) => format!("{}[{index}] {name:?}", kind.file_key()),
+        None => format!("{}[{index}]", kind.file_key()),
+    };
+    let error = |field: String, message: String| ConfigError::Resource {
+        path: path.to_path_buf(),
+        resource: label.clone(),
+        field,
+        message,
+    };
+
+    let mut track = serde_path_to_error::Track::new();
+    let message = DynamicMessage::deserialize_with_options(
+        descriptors::message(kind),
+        serde_path_to_error::Deserializer::new(item, &mut track),
+        &DeserializeOptions::new(),
+    )
+    .map_err(|e| error(track.path().to_string(), e.to_string()))?;
+
+    let name = message
+        .get_field_by_name(kind.name_field())
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    if name.is_empty() {
+        return Err(error(
+            kind.name_field().into(),
+            format!(
+                "missing `{}`: every resource needs a name",
+                kind.name_field()
+            ),
+        ));
+    }
+    // Versions hash the canonical JSON, not the bytes: map fields (Struct metadata, runtime
+    // layers) encode in HashMap order, which differs between processes, while serde_json's
+    // map is sorted. So the same files give the same versions in every process.
+    let json = serde_json::to_value(&message)
+        .map_err(|e| error(".".into(), format!("cannot be represented as JSON: {e}")))?;
+    let canonical = serde_json::to_vec(&json).map_err(|e| error(".".into(), e.to_string()))?;
+    let version = content_hash([canonical.as_slice()]);
+    let warms_with = match kind {
+        ResourceType::Cluster => references::eds_service_name(&name, &json),
+        _ => None,
+    };
+    let body = Bytes::from(prost::Message::encode_to_vec(&message));
+    Ok((
+        Resource {
+            kind,
+            name,
+            version,
+            body,
+            warms_with,
+        },
+        json,
+    ))
+}
+
+/// `cluster_name` -> `clusterName`.
+fn camel_case(snake: &str) -> String {
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A short, stable hex digest of byte strings (fed in order, each length-prefixed).
+pub fn content_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    let digest = hasher.finalize();
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The same type and name in two files that a node could both match (or twice in one file).
+fn duplicates(files: &[SnapshotFile]) -> Vec<ConfigError> {
+    let mut seen: BTreeMap<(ResourceType, &str), Vec<usize>> = BTreeMap::new();
+    for (i, file) in files.iter().enumerate() {
+        for r in &file.resources {
+            seen.entry((r.kind, r.name.as_str())).or_default().push(i);
+        }
+    }
+    let mut errors = Vec::new();
+    for ((kind, name), places) in seen {
+        for (n, &a) in places.iter().enumerate() {
+            for &b in &places[n + 1..] {
+                let (fa, fb) = (&files[a], &files[b]);
+                if a == b || !fa.selector.is_disjoint(&fb.selector) {
+                    let why = if a == b {
+                        String::new()
+                    } else {
+                        format!(
+                            " (their node selectors can match the same node: {} / {})",
+                            fa.selector.describe(),
+                            fb.selector.describe()
+                        )
+                    };
+                    errors.push(ConfigError::Duplicate {
+                        kind,
+                        name: name.to_string(),
+                        first: fa.path.clone(),
+                        second: fb.path.clone(),
+                        why,
+                    });
+                }
+            }
+        }
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Reference checks between resources: a route naming a cluster no file defines, an RDS
+//! listener naming a missing route configuration, an EDS cluster without endpoints, a TLS
+//! transport socket naming a missing SDS secret.
+//!
+//! They read each resource's canonical JSON (lowerCamelCase keys, `Any` expanded with its
+//! `"@type"`), so they see inside typed_config without per-filter code. The checks are
+//! global: a name defined in any file counts, whatever the node selectors.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::{ConfigError, SnapshotFile};
+use crate::resource::{Resource, ResourceType};
+
+/// A reference from one resource to another.
+struct Reference {
+    file: usize,
+    from_kind: ResourceType,
+    from_name: String,
+    to_kind: ResourceType,
+    to_name: String,
+}
+
+#[derive(Default)]
+pub(super) struct Checker {
+    defined: BTreeSet<(ResourceType, String)>,
+    references: Vec<Reference>,
+}
+
+impl Checker {
+    /// Record a loaded resource (from file number `file`) and what it refers to.
+    pub(super) fn add(&mut self, file: usize, resource: &Resource, json: Value) {
+        self.defined.insert((resource.kind, resource.name.clone()));
+        let mut refer = |to_kind, to_name: &str| {
+            self.references.push(Reference {
+                file,
+                from_kind: resource.kind,
+                from_name: resource.name.clone(),
+                to_kind,
+                to_name: to_name.to_string(),
+            })
+        };
+        if let Some(eds) = &resource.warms_with {
+            refer(ResourceType::Endpoint, eds);
+        }
+        visit(&json, &mut |key, value| match key {
+            // RouteAction.cluster, TcpProxy.cluster
+            "route" | "tcpProxy" => {
+                if let Some(c) = value.get("cluster").and_then(Value::as_str) {
+                    refer(ResourceType::Cluster, c);
+                }
+            }
+            "weightedClusters" => {
+                for c in value
+                    .get("clusters")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(name) = c.get("name").and_then(Value::as_str) {
+                        refer(ResourceType::Cluster, name);
+                    }
+                }
+            }
+            "rds" => {
+                if let Some(r) = value.get("routeConfigName").and_then(Value::as_str) {
+                    refer(ResourceType::Route, r);
+                }
+            }
+            "tlsCertificateSdsSecretConfigs" => {
+                for s in value.as_array().into_iter().flatten() {
+                    if let Some(name) = s.get("name").and_then(Value::as_str) {
+                        refer(ResourceType::Secret, name);
+                    }
+                }
+            }
+            "validationContextSdsSecretConfig" => {
+                if let Some(name) = value.get("name").and_then(Value::as_str) {
+                    refer(ResourceType::Secret, name);
+                }
+            }
+            _ => {}
+        });
+        // A TcpProxy typed_config is the object itself, with its "@type".
+        visit_objects(&json, &mut |object| {
+            let is_tcp_proxy = object
+                .get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with(".TcpProxy"));
+            if is_tcp_proxy {
+                if let Some(c) = object.get("cluster").and_then(Value::as_str) {
+                    refer(ResourceType::Cluster, c);
+                }
+            }
+        });
+    }
+
+    /// Every reference to something no file defines.
+    pub(super) fn run(self, files: &[SnapshotFile]) -> Vec<ConfigError> {
+        let mut seen = BTreeSet::new();
+        self.references
+            .into_iter()
+            .filter(|r| !self.defined.contains(&(r.to_kind, r.to_name.clone())))
+            .filter(|r| {
+                seen.insert((
+                    r.file,
+                    r.from_kind,
+                    r.from_name.clone(),
+                    r.to_kind,
+                    r.to_name.clone(),
+                ))
+            })
+            .map(|r| ConfigError::Reference {
+                path: files[r.file].path.clone(),
+                kind: r.from_kind,
+                name: r.from_name,
+                message: match r.to_kind {
+                    ResourceType::Endpoint => format!(
+                        "is an EDS cluster, but no file defines endpoints (a \
+                         ClusterLoadAssignment) named {:?}",
+                        r.to_name
+                    ),
+                    other => format!(
+                        "refers to {} {:?}, which no file defines",
+                        noun(other),
+                        r.to_name
+                    ),
+                },
+            })
+            .collect()
+    }
+}
+
+fn noun(kind: ResourceType) -> &'static str {
+    match kind {
+        ResourceType::Cluster => "cluster",
+        ResourceType::Route => "route configuration",
+        ResourceType::Secret => "secret",
+        _ => kind.file_key(),
+    }
+}
+
+/// For an EDS cluster, the name of the ClusterLoadAssignment it takes.
+pub(super) fn eds_service_name(cluster_name: &str, json: &Value) -> Option<String> {
+    if json.get("type").and_then(Value::as_str) != Some("EDS") {
+        return None;
+    }
+    let service = json
+        .get("edsClusterConfig")
+        .and_then(|c| c.get("serviceName"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
+    Some(service.unwrap_or(cluster_name).to_string())
+}
+
+/// Call `f` with every (key, value) of every object in the tree.
+fn visit(value: &Value, f: &mut impl FnMut(&str, &Value)) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                f(k, v);
+                visit(v, f);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| visit(v, f)),
+        _ => {}
+    }
+}
+
+/// Call `f` with every object in the tree.
+fn visit_objects(value: &Value, f: &mut impl FnMut(&serde_json::Map<String, Value>)) {
+    match value {
+        Value::Object(map) => {
+            f(map);
+            map.values().for_each(|v| visit_objects(v, f));
+        }
+        Value::Array(items) => items.iter().for_each(|v| visit_objects(v, f)),
+        _ => {}
+    }
+}

@@ -1,0 +1,292 @@
+//! State of the World streams: ADS (`StreamAggregatedResources`) and the per-type
+//! `Stream*` methods.
+//!
+//! Per type the stream keeps at most one response in flight: a response goes out only while
+//! the client has a request pending (its first request, or its ACK/NACK of the last
+//! response), so every decision is taken by `poll_response`, which sees every ACK and NACK.
+//! That is the one place a later make-before-break plan (P30) gates on.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::{ControlPlane, Node};
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::protobuf::Any;
+
+use super::{Event, ProtocolError, Subscription, SyncState, Variant};
+use crate::cache::Snapshot;
+use crate::resource::ResourceType;
+
+/// One SotW stream. See the module docs of `protocol` for the call order.
+#[derive(Debug)]
+pub struct SotwStream {
+    variant: Variant,
+    control_plane: String,
+    node: Option<Node>,
+    snapshot: Option<Arc<Snapshot>>,
+    types: [TypeState; ResourceType::ALL.len()],
+    /// Nonces are unique on the stream, so a nonce of one type never matches another's (P2).
+    nonces: u64,
+    events: VecDeque<Event>,
+}
+
+/// One type's sub-stream.
+#[derive(Debug, Default)]
+struct TypeState {
+    /// The client sent at least one request for this type.
+    requested: bool,
+    subscription: Subscription,
+    /// A request awaits a response: responses go out only then (P7).
+    pending: bool,
+    /// `version_info` of the first request: what the client had before this stream (P13).
+    initial_version: Option<String>,
+    /// The nonce of the latest response (P2).
+    latest_nonce: Option<String>,
+    /// Name -> version of what the client was last given; `None` before anything was.
+    given: Option<BTreeMap<String, String>>,
+    /// Names to send on the next response even if unchanged: the ClusterLoadAssignments of
+    /// clusters just sent anew, without which Envoy keeps them warming (P28).
+    rewarm: BTreeSet<String>,
+    state: SyncState,
+}
+
+impl SotwStream {
+    /// A new stream on `variant`. `control_plane` identifies this server in responses.
+    pub fn new(variant: Variant, control_plane: impl Into<String>) -> SotwStream {
+        SotwStream {
+            variant,
+            control_plane: control_plane.into(),
+            node: None,
+            snapshot: None,
+            types: Default::default(),
+            nonces: 0,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The node that opened the stream (P1), once the first request arrived.
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// What the client has of `kind`.
+    pub fn state(&self, kind: ResourceType) -> &SyncState {
+        &self.types[kind.index()].state
+    }
+
+    /// The client's subscription to `kind`.
+    pub fn subscription(&self, kind: ResourceType) -> &Subscription {
+        &self.types[kind.index()].subscription
+    }
+
+    /// The types the client has asked for on this stream.
+    pub fn requested_types(&self) -> impl Iterator<Item = ResourceType> + '_ {
+        ResourceType::ALL
+            .into_iter()
+            .filter(|t| self.types[t.index()].requested)
+    }
+
+    /// Take in one request from the client. An error ends the stream.
+    pub fn handle_request(&mut self, request: DiscoveryRequest) -> Result<(), ProtocolError> {
+        let kind = self.request_type(&request.type_url)?;
+        match (&self.node, request.node) {
+            (None, None) => return Err(ProtocolError::MissingNode),
+            (None, Some(node)) => self.node = Some(node),
+            (Some(first), Some(now)) if *first != now => {
+                return Err(ProtocolError::NodeChanged {
+                    first: first.id.clone(),
+                    now: now.id,
+                })
+            }
+            (Some(_), _) => {}
+        }
+
+        let st = &mut self.types[kind.index()];
+        let nonce = request.response_nonce;
+        if let Some(latest) = &st.latest_nonce {
+            if !nonce.is_empty() && nonce != *latest {
+                // P6: an answer to an older response; a newer request will follow.
+                self.events.push_back(Event::Stale { kind, nonce });
+                return Ok(());
+            }
+            if nonce == *latest {
+                let version = request.version_info.clone();
+                let sent_version = match &st.state {
+                    SyncState::Sent { version, .. } => version.clone(),
+                    SyncState::Nacked {
+                        rejected_version, ..
+                    } => rejected_version.clone(),
+                    SyncState::Acked { version } => version.clone(),
+                    SyncState::NotSent => String::new(),
+                };
+                match request.error_detail {
+                    // P5: a NACK names the last accepted version, not the rejected one.
+                    Some(status) => {
+                        st.state = SyncState::Nacked {
+                            nonce: nonce.clone(),
+                            rejected_version: sent_version.clone(),
+                            accepted_version: version,
+                            error: status.message.clone(),
+                        };
+                        self.events.push_back(Event::Nacked {
+                            kind,
+                            rejected_version: sent_version,
+                            error: status.message,
+                        });
+                    }
+                    // P4: an ACK of the latest response.
+                    None => {
+                        st.state = SyncState::Acked {
+                            version: version.clone(),
+                        };
+                        self.events.push_back(Event::Acked { kind, version });
+                    }
+                }
+            }
+        }
+        if !st.requested {
+            st.requested = true;
+            st.initial_version = Some(request.version_info);
+        }
+        st.subscription.apply_sotw(&request.resource_names);
+        st.pending = true;
+        Ok(())
+    }
+
+    /// Take in the snapshot this stream's node should now have.
+    pub fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        self.snapshot = Some(snapshot);
+    }
+
+    /// The next response to send, if any. Call until `None` after every input. On an
+    /// aggregated stream, types come out in the order CDS, EDS, LDS, RDS, SRDS, VHDS, then
+    /// the others.
+    pub fn poll_response(&mut self) -> Option<DiscoveryResponse> {
+        let snapshot = Arc::clone(self.snapshot.as_ref()?);
+        let kinds: &[ResourceType] = match self.variant {
+            Variant::Aggregated => &ResourceType::ALL,
+            Variant::Single(kind) => &[kind][..],
+        };
+        for &kind in kinds {
+            if let Some(response) = self.respond(kind, &snapshot) {
+                return Some(response);
+            }
+        }
+        None
+    }
+
+    /// The next event (ACK, NACK, stale request), if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn request_type(&self, type_url: &str) -> Result<ResourceType, ProtocolError> {
+        match self.variant {
+            // A per-type request may leave type_url empty: the service names the type.
+            Variant::Single(kind) if type_url.is_empty() || type_url == kind.type_url() => Ok(kind),
+            Variant::Single(kind) => Err(ProtocolError::WrongType {
+                expected: kind.type_url(),
+                got: type_url.to_string(),
+            }),
+            Variant::Aggregated => ResourceType::from_type_url(type_url)
+                .ok_or_else(|| ProtocolError::UnknownType(type_url.to_string())),
+        }
+    }
+
+    /// Decide whether `kind` has something to send now, and build it.
+    fn respond(&mut self, kind: ResourceType, snapshot: &Snapshot) -> Option<DiscoveryResponse> {
+        let st = &mut self.types[kind.index()];
+        if !st.pending {
+            return None;
+        }
+        let current = snapshot.get(kind);
+        let selected = st.subscription.select(current);
+        let versions: BTreeMap<String, String> = selected
+            .iter()
+            .map(|(n, r)| (n.to_string(), r.version.clone()))
+            .collect();
+        let full_state = kind.is_full_state();
+        let rewarm = selected.keys().any(|n| st.rewarm.contains(*n));
+
+        let send = match &mut st.given {
+            None => {
+                // P13: a client back on a new stream with the current version of a wildcard
+                // LDS/CDS has everything already.
+                if full_state
+                    && st.subscription.is_wildcard()
+                    && st.initial_version.as_deref() == Some(current.version.as_str())
+                {
+                    st.given = Some(versions);
+                    st.state = SyncState::Acked {
+                        version: current.version.clone(),
+                    };
+                    return None;
+                }
+                // P10: an empty LDS/CDS answer to a wildcard means "none"; for other types an
+                // empty answer says nothing, so wait for the names to exist (P11).
+                (full_state && st.subscription.is_wildcard()) || !versions.is_empty()
+            }
+            Some(given) if full_state => *given != versions || rewarm,
+            Some(given) => {
+                // P8/P9: send when a subscribed resource is new to the client or changed.
+                let news = versions.iter().any(|(n, v)| given.get(n) != Some(v));
+                if !news && !rewarm {
+                    // Forget what the client no longer subscribes to (or what was deleted),
+                    // so that asking again sends it again (P9).
+                    given.retain(|n, _| versions.contains_key(n));
+                }
+                news || rewarm
+            }
+        };
+        if !send {
+            return None;
+        }
+
+        // P28: clusters this response adds or changes need their endpoints re-sent.
+        let rewarm_next: Vec<String> = if kind == ResourceType::Cluster {
+            selected
+                .iter()
+                .filter(|(n, r)| st.given.as_ref().and_then(|g| g.get(**n)) != Some(&r.version))
+                .filter_map(|(_, r)| r.warms_with.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+
+        self.nonces += 1;
+        let nonce = self.nonces.to_string();
+        // P12: names are map keys, so never twice.
+        let resources = selected
+            .values()
+            .map(|r| Any {
+                type_url: kind.type_url().to_string(),
+                value: r.body.to_vec(),
+            })
+            .collect();
+        let response = DiscoveryResponse {
+            version_info: current.version.clone(),
+            resources,
+            type_url: kind.type_url().to_string(),
+            nonce: nonce.clone(),
+            control_plane: Some(ControlPlane {
+                identifier: self.control_plane.clone(),
+            }),
+            ..Default::default()
+        };
+        st.given = Some(versions);
+        st.latest_nonce = Some(nonce.clone());
+        st.state = SyncState::Sent {
+            nonce,
+            version: current.version.clone(),
+        };
+        st.pending = false;
+        st.rewarm.clear();
+        self.types[ResourceType::Endpoint.index()]
+            .rewarm
+            .extend(rewarm_next);
+        Some(response)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,597 @@
+//! Unit tests of the SotW state machine, one or more per rule (P1..P16, P28, P30).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::rpc::Status;
+
+use super::SotwStream;
+use crate::cache::Snapshot;
+use crate::config::content_hash;
+use crate::protocol::{Event, ProtocolError, SyncState, Variant};
+use crate::resource::{Resource, ResourceType};
+
+use ResourceType::{Cluster, Endpoint, Listener, Route};
+
+fn node(id: &str) -> Node {
+    Node {
+        id: id.into(),
+        cluster: "test".into(),
+        ..Default::default()
+    }
+}
+
+/// A resource whose content is `content` (so equal content, equal version).
+fn res(kind: ResourceType, name: &str, content: &str) -> Arc<Resource> {
+    Arc::new(Resource {
+        kind,
+        name: name.into(),
+        version: content_hash([name.as_bytes(), content.as_bytes()]),
+        body: Bytes::from(format!("{name}:{content}")),
+        warms_with: (kind == Cluster).then(|| name.to_string()),
+    })
+}
+
+fn snap(items: &[(ResourceType, &str, &str)]) -> Arc<Snapshot> {
+    let items: Vec<_> = items.iter().map(|(k, n, c)| res(*k, n, c)).collect();
+    Arc::new(Snapshot::from_resources(&items))
+}
+
+fn req(kind: ResourceType, names: &[&str], version: &str, nonce: &str) -> DiscoveryRequest {
+    DiscoveryRequest {
+        version_info: version.into(),
+        node: Some(node("n1")),
+        resource_names: names.iter().map(|s| s.to_string()).collect(),
+        type_url: kind.type_url().into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    }
+}
+
+fn nack(kind: ResourceType, version: &str, nonce: &str, error: &str) -> DiscoveryRequest {
+    DiscoveryRequest {
+        error_detail: Some(Status {
+            code: 3,
+            message: error.into(),
+            details: vec![],
+        }),
+        ..req(kind, &[], version, nonce)
+    }
+}
+
+/// Names in a response, decoded from the test bodies (`name:content`).
+fn names(r: &DiscoveryResponse) -> Vec<String> {
+    r.resources
+        .iter()
+        .map(|a| {
+            let body = String::from_utf8(a.value.clone()).expect("utf8 test body");
+            body.split(':').next().unwrap_or_default().to_string()
+        })
+        .collect()
+}
+
+fn drain(s: &mut SotwStream) -> Vec<DiscoveryResponse> {
+    std::iter::from_fn(|| s.poll_response()).collect()
+}
+
+/// An ADS stream that has been sent wildcard CDS and ACKed it.
+fn ads_with_acked_cds(snapshot: Arc<Snapshot>) -> (SotwStream, DiscoveryResponse) {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snapshot);
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    let r = s.poll_response().expect("CDS response");
+    s.handle_request(req(Cluster, &[], &r.version_info, &r.nonce))
+        .expect("ok");
+    (s, r)
+}
+
+// === P1: the node ===
+
+#[test]
+fn p1_first_request_must_carry_node() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut r = req(Cluster, &[], "", "");
+    r.node = None;
+    assert_eq!(s.handle_request(r), Err(ProtocolError::MissingNode));
+}
+
+#[test]
+fn p1_later_requests_may_omit_node_but_not_change_it() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_request(req(Cluster, &[], "", "")).expect("first");
+    let mut omitted = req(Listener, &[], "", "");
+    omitted.node = None;
+    s.handle_request(omitted)
+        .expect("omitting node later is fine");
+    let mut other = req(Route, &["r"], "", "");
+    other.node = Some(node("n2"));
+    assert!(matches!(
+        s.handle_request(other),
+        Err(ProtocolError::NodeChanged { .. })
+    ));
+    assert_eq!(s.node().map(|n| n.id.as_str()), Some("n1"));
+}
+
+// === P2: nonces ===
+
+#[test]
+fn p2_every_response_has_a_fresh_nonce_per_type() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]));
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    s.handle_request(req(Listener, &[], "", "")).expect("ok");
+    let first = drain(&mut s);
+    assert_eq!(first.len(), 2);
+    assert_ne!(first[0].nonce, first[1].nonce);
+    // ACK CDS and change it: the new CDS response has yet another nonce.
+    s.handle_request(req(Cluster, &[], &first[0].version_info, &first[0].nonce))
+        .expect("ok");
+    s.handle_snapshot(snap(&[(Cluster, "c", "2"), (Listener, "l", "1")]));
+    let second = drain(&mut s);
+    assert_eq!(second.len(), 1);
+    assert!(!first.iter().any(|r| r.nonce == second[0].nonce));
+}
+
+// === P3: types ===
+
+#[test]
+fn p3_unknown_type_on_ads_is_an_error() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut r = req(Cluster, &[], "", "");
+    r.type_url = "type.googleapis.com/not.a.Type".into();
+    assert!(matches!(
+        s.handle_request(r),
+        Err(ProtocolError::UnknownType(_))
+    ));
+}
+
+#[test]
+fn p3_per_type_service_serves_only_its_type() {
+    let mut s = SotwStream::new(Variant::Single(Cluster), "test");
+    assert!(matches!(
+        s.handle_request(req(Listener, &[], "", "")),
+        Err(ProtocolError::WrongType { .. })
+    ));
+    let mut s = SotwStream::new(Variant::Single(Cluster), "test");
+    let mut r = req(Cluster, &[], "", "");
+    r.type_url.clear();
+    s.handle_request(r)
+        .expect("empty type_url means the service's type");
+    s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]));
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].type_url, Cluster.type_url());
+}
+
+// === P4, P5: ACK and NACK ===
+
+#[test]
+fn p4_ack_records_the_version() {
+    let (s, r) = ads_with_acked_cds(snap(&[(Cluster, "c", "1")]));
+    assert_eq!(
+        s.state(Cluster),
+        &SyncState::Acked {
+            version: r.version_info.clone()
+        }
+    );
+}
+
+#[test]
+fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    let v1 = s.poll_response().expect("v1");
+    s.handle_request(req(Cluster, &[], &v1.version_info, &v1.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[(Cluster, "c", "bad")]));
+    let v2 = s.poll_response().expect("v2");
+    s.handle_request(nack(Cluster, &v1.version_info, &v2.nonce, "bad cluster"))
+        .expect("nack");
+    assert_eq!(
+        s.state(Cluster),
+        &SyncState::Nacked {
+            nonce: v2.nonce.clone(),
+            rejected_version: v2.version_info.clone(),
+            accepted_version: v1.version_info.clone(),
+            error: "bad cluster".into(),
+        }
+    );
+    let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(events.contains(&Event::Nacked {
+        kind: Cluster,
+        rejected_version: v2.version_info.clone(),
+        error: "bad cluster".into()
+    }));
+    // Same content again (a reload that changed nothing): nothing is sent.
+    s.handle_snapshot(snap(&[(Cluster, "c", "bad")]));
+    assert!(s.poll_response().is_none());
+    // A change of that type is sent.
+    s.handle_snapshot(snap(&[(Cluster, "c", "fixed")]));
+    let v3 = s.poll_response().expect("v3 after a fix");
+    assert_ne!(v3.version_info, v2.version_info);
+}
+
+// === P6, P7: stale nonces, superseded requests ===
+
+#[test]
+fn p6_a_request_with_a_stale_nonce_gets_no_response() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    let v1 = s.poll_response().expect("v1");
+    s.handle_request(req(Cluster, &[], &v1.version_info, &v1.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[(Cluster, "c", "2")]));
+    let v2 = s.poll_response().expect("v2");
+    // A late request carrying v1's nonce: ignored, no ACK recorded, nothing sent.
+    s.handle_request(req(Cluster, &[], &v1.version_info, &v1.nonce))
+        .expect("stale is not an error");
+    assert!(s.poll_response().is_none());
+    assert!(matches!(s.state(Cluster), SyncState::Sent { .. }));
+    assert!(std::iter::from_fn(|| s.poll_event()).any(|e| matches!(e, Event::Stale { .. })));
+    s.handle_request(req(Cluster, &[], &v2.version_info, &v2.nonce))
+        .expect("ack");
+    assert!(matches!(s.state(Cluster), SyncState::Acked { .. }));
+}
+
+#[test]
+fn p7_the_latest_request_supersedes_earlier_ones() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "1")]));
+    s.handle_request(req(Endpoint, &["a"], "", "")).expect("ok");
+    s.handle_request(req(Endpoint, &["b"], "", "")).expect("ok");
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 1, "one answer, to the latest request");
+    assert_eq!(names(&out[0]), ["b"]);
+}
+
+// === P8, P9: when to send ===
+
+#[test]
+fn p8_no_unprompted_resend_of_an_identical_set() {
+    let (mut s, _) = ads_with_acked_cds(snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]));
+    s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]));
+    assert!(s.poll_response().is_none());
+    // A change to a type the client does not subscribe to: nothing.
+    s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Listener, "l", "2")]));
+    assert!(s.poll_response().is_none());
+}
+
+#[test]
+fn p8_named_subscription_ignores_changes_to_other_names() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "1")]));
+    s.handle_request(req(Endpoint, &["a"], "", "")).expect("ok");
+    let r = s.poll_response().expect("a");
+    s.handle_request(req(Endpoint, &["a"], &r.version_info, &r.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "2")]));
+    assert!(s.poll_response().is_none());
+}
+
+#[test]
+fn p9_a_grown_name_set_gets_the_new_names_even_if_sent_before() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "1")]));
+    s.handle_request(req(Endpoint, &["a"], "", "")).expect("ok");
+    let r1 = s.poll_response().expect("a");
+    s.handle_request(req(Endpoint, &["a", "b"], &r1.version_info, &r1.nonce))
+        .expect("grow");
+    let r2 = s.poll_response().expect("b is new");
+    assert_eq!(names(&r2), ["a", "b"]);
+    // Drop b, then ask for it again: it is sent again though unchanged.
+    s.handle_request(req(Endpoint, &["a"], &r2.version_info, &r2.nonce))
+        .expect("shrink");
+    assert!(s.poll_response().is_none(), "shrinking needs no response");
+    s.handle_request(req(Endpoint, &["a", "b"], &r2.version_info, &r2.nonce))
+        .expect("grow again");
+    let r3 = s.poll_response().expect("b again");
+    assert_eq!(names(&r3), ["a", "b"]);
+}
+
+// === P10, P11, P12: contents ===
+
+#[test]
+fn p10_lds_and_cds_carry_the_full_set_and_absence_deletes() {
+    let (mut s, r1) = ads_with_acked_cds(snap(&[(Cluster, "a", "1"), (Cluster, "b", "1")]));
+    assert_eq!(names(&r1), ["a", "b"]);
+    s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
+    let r2 = s.poll_response().expect("deletion is a change");
+    assert_eq!(names(&r2), ["a"]);
+    s.handle_request(req(Cluster, &[], &r2.version_info, &r2.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[]));
+    let r3 = s.poll_response().expect("empty set deletes all");
+    assert!(r3.resources.is_empty());
+}
+
+#[test]
+fn p10_other_types_deletion_needs_no_response() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Route, "r1", "1"), (Route, "r2", "1")]));
+    s.handle_request(req(Route, &["r1", "r2"], "", ""))
+        .expect("ok");
+    let r = s.poll_response().expect("routes");
+    s.handle_request(req(Route, &["r1", "r2"], &r.version_info, &r.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[(Route, "r1", "1")]));
+    assert!(s.poll_response().is_none());
+    // ... and when r2 comes back it is sent (the client may have dropped it).
+    s.handle_snapshot(snap(&[(Route, "r1", "1"), (Route, "r2", "1")]));
+    let back = s.poll_response().expect("r2 back");
+    assert_eq!(names(&back), ["r1", "r2"]);
+}
+
+#[test]
+fn p11_a_missing_name_is_remembered_and_sent_when_it_appears() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[]));
+    s.handle_request(req(Endpoint, &["later"], "", ""))
+        .expect("ok");
+    assert!(s.poll_response().is_none());
+    s.handle_snapshot(snap(&[(Endpoint, "later", "1")]));
+    let r = s.poll_response().expect("sent when it appears");
+    assert_eq!(names(&r), ["later"]);
+}
+
+#[test]
+fn p12_a_name_is_never_twice_in_one_response() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
+    s.handle_request(req(Cluster, &["a", "a", "*", "a"], "", ""))
+        .expect("ok");
+    let r = s.poll_response().expect("a");
+    assert_eq!(names(&r), ["a"]);
+}
+
+// === P13: reconnecting ===
+
+#[test]
+fn p13_reconnect_with_current_version_resends_nothing_until_a_change() {
+    let (_, r) = ads_with_acked_cds(snap(&[(Cluster, "a", "1")]));
+    // A new stream, the client says it has r's version.
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
+    s.handle_request(req(Cluster, &[], &r.version_info, ""))
+        .expect("ok");
+    assert!(s.poll_response().is_none());
+    assert_eq!(
+        s.state(Cluster),
+        &SyncState::Acked {
+            version: r.version_info.clone()
+        }
+    );
+    s.handle_snapshot(snap(&[(Cluster, "a", "2")]));
+    assert!(s.poll_response().is_some(), "a change is sent");
+}
+
+#[test]
+fn p13_reconnect_with_an_old_version_gets_the_current_set() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Cluster, "a", "2")]));
+    s.handle_request(req(Cluster, &[], "some-old-version", ""))
+        .expect("ok");
+    assert!(s.poll_response().is_some());
+}
+
+#[test]
+fn p13_named_types_are_resent_on_a_new_stream() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let snapshot = snap(&[(Endpoint, "a", "1")]);
+    let version = snapshot.get(Endpoint).version.clone();
+    s.handle_snapshot(snapshot);
+    s.handle_request(req(Endpoint, &["a"], &version, ""))
+        .expect("ok");
+    assert!(s.poll_response().is_some());
+}
+
+// === P14..P16: wildcards ===
+
+#[test]
+fn p14_p15_legacy_wildcard_gets_everything_and_empty_cds_is_sent() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[]));
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    let r = s
+        .poll_response()
+        .expect("an empty CDS answer tells there are none");
+    assert!(r.resources.is_empty());
+    s.handle_request(req(Cluster, &[], &r.version_info, &r.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[(Cluster, "x", "1"), (Cluster, "y", "1")]));
+    assert_eq!(names(&s.poll_response().expect("all")), ["x", "y"]);
+}
+
+#[test]
+fn p16_sotw_wildcard_sequence_on_a_stream() {
+    let all = snap(&[(Cluster, "a", "1"), (Cluster, "b", "1")]);
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(all);
+    s.handle_request(req(Cluster, &[], "", "")).expect("[]");
+    let r1 = s.poll_response().expect("wildcard");
+    assert_eq!(names(&r1), ["a", "b"]);
+    s.handle_request(req(Cluster, &["*", "a"], &r1.version_info, &r1.nonce))
+        .expect("[*, a]");
+    assert!(s.poll_response().is_none(), "same set");
+    let last = r1;
+    s.handle_request(req(Cluster, &["a"], &last.version_info, &last.nonce))
+        .expect("[a]");
+    let r2 = s.poll_response().expect("CDS shrinks to a: full state");
+    assert_eq!(names(&r2), ["a"]);
+    s.handle_request(req(Cluster, &[], &r2.version_info, &r2.nonce))
+        .expect("[] now means nothing");
+    let r3 = s.poll_response().expect("nothing");
+    assert!(r3.resources.is_empty());
+}
+
+// === P28, P30: warming and order ===
+
+#[test]
+fn p30_ads_sends_types_in_make_before_break_order() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    // Requests arrive in the "wrong" order; responses still come out CDS, EDS, LDS, RDS.
+    s.handle_request(req(Route, &["r"], "", "")).expect("ok");
+    s.handle_request(req(Listener, &[], "", "")).expect("ok");
+    s.handle_request(req(Endpoint, &["c"], "", "")).expect("ok");
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    s.handle_snapshot(snap(&[
+        (Route, "r", "1"),
+        (Listener, "l", "1"),
+        (Endpoint, "c", "1"),
+        (Cluster, "c", "1"),
+    ]));
+    let order: Vec<_> = drain(&mut s).into_iter().map(|r| r.type_url).collect();
+    assert_eq!(
+        order,
+        [
+            Cluster.type_url(),
+            Endpoint.type_url(),
+            Listener.type_url(),
+            Route.type_url()
+        ]
+    );
+}
+
+#[test]
+fn p28_a_changed_cluster_is_followed_by_its_unchanged_endpoints() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[
+        (Cluster, "c", "1"),
+        (Cluster, "d", "1"),
+        (Endpoint, "c", "e"),
+        (Endpoint, "d", "e"),
+    ]));
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    s.handle_request(req(Endpoint, &["c", "d"], "", ""))
+        .expect("ok");
+    for r in drain(&mut s) {
+        let kind = ResourceType::from_type_url(&r.type_url).expect("known");
+        s.handle_request(req(
+            kind,
+            if kind == Cluster { &[] } else { &["c", "d"] },
+            &r.version_info,
+            &r.nonce,
+        ))
+        .expect("ack");
+    }
+    // Only cluster c's content changes (say, its connect_timeout); endpoints do not.
+    s.handle_snapshot(snap(&[
+        (Cluster, "c", "2"),
+        (Cluster, "d", "1"),
+        (Endpoint, "c", "e"),
+        (Endpoint, "d", "e"),
+    ]));
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 2, "CDS, then EDS right after");
+    assert_eq!(out[0].type_url, Cluster.type_url());
+    assert_eq!(out[1].type_url, Endpoint.type_url());
+    assert!(names(&out[1]).contains(&"c".to_string()));
+    // Once sent, no further re-send.
+    s.handle_request(req(
+        Endpoint,
+        &["c", "d"],
+        &out[1].version_info,
+        &out[1].nonce,
+    ))
+    .expect("ack");
+    assert!(s.poll_response().is_none());
+}
+
+#[test]
+fn p28_endpoints_wait_for_the_pending_request_then_go() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Endpoint, "c", "e")]));
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    s.handle_request(req(Endpoint, &["c"], "", "")).expect("ok");
+    let first = drain(&mut s);
+    let (cds, eds) = (&first[0], &first[1]);
+    s.handle_request(req(Cluster, &[], &cds.version_info, &cds.nonce))
+        .expect("ack cds");
+    // EDS not ACKed yet; the cluster changes.
+    s.handle_snapshot(snap(&[(Cluster, "c", "2"), (Endpoint, "c", "e")]));
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 1, "only CDS: EDS has a response in flight");
+    s.handle_request(req(Endpoint, &["c"], &eds.version_info, &eds.nonce))
+        .expect("ack eds");
+    let eds2 = s
+        .poll_response()
+        .expect("endpoints re-sent once EDS may send");
+    assert_eq!(eds2.type_url, Endpoint.type_url());
+}
+
+// === Random sequences ===
+
+/// Random sequences of requests (ACK, NACK, stale nonce, new names, garbage types) and
+/// snapshots: never a panic, never a response without a pending request, never a
+/// duplicate name or nonce.
+#[test]
+fn random_sequences_keep_the_invariants() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut rand = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for _ in 0..300 {
+        let variant = if rand(2) == 0 {
+            Variant::Aggregated
+        } else {
+            Variant::Single(ResourceType::ALL[rand(4) as usize])
+        };
+        let mut s = SotwStream::new(variant, "test");
+        let mut nonces = std::collections::HashSet::new();
+        let mut sent: Vec<DiscoveryResponse> = Vec::new();
+        for _ in 0..40 {
+            match rand(4) {
+                0 => {
+                    let items: Vec<_> = (0..rand(6))
+                        .map(|_| {
+                            let kind = ResourceType::ALL[rand(4) as usize];
+                            (
+                                kind,
+                                ["a", "b", "c"][rand(3) as usize],
+                                ["1", "2"][rand(2) as usize],
+                            )
+                        })
+                        .collect();
+                    s.handle_snapshot(snap(&items));
+                }
+                _ => {
+                    let kind = ResourceType::ALL[rand(4) as usize];
+                    let names: Vec<&str> = (0..rand(3))
+                        .map(|_| ["a", "b", "c", "*"][rand(4) as usize])
+                        .collect();
+                    let nonce = match rand(3) {
+                        0 => String::new(),
+                        _ if sent.is_empty() => "nope".into(),
+                        _ => sent[rand(sent.len() as u64) as usize].nonce.clone(),
+                    };
+                    let mut r = req(kind, &names, "v", &nonce);
+                    if rand(5) == 0 {
+                        r.error_detail = Some(Status::default());
+                    }
+                    if rand(20) == 0 {
+                        r.type_url = "type.googleapis.com/garbage".into();
+                    }
+                    let _ = s.handle_request(r);
+                }
+            }
+            for r in drain(&mut s) {
+                assert!(nonces.insert(r.nonce.clone()), "duplicate nonce");
+                let mut n = names(&r);
+                let len = n.len();
+                n.dedup();
+                assert_eq!(n.len(), len, "duplicate name");
+                if let Variant::Single(kind) = variant {
+                    assert_eq!(r.type_url, kind.type_url());
+                }
+                sent.push(r);
+            }
+            assert!(s.poll_response().is_none(), "drained means drained");
+        }
+    }
+}

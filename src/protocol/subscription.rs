@@ -1,0 +1,100 @@
+//! What a client subscribes to, for one type on one stream: names and the wildcard.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::cache::TypeSnapshot;
+use crate::resource::Resource;
+
+/// The wildcard name (P14).
+pub const WILDCARD: &str = "*";
+
+/// One type's subscription on one stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Subscription {
+    wildcard: bool,
+    names: BTreeSet<String>,
+    /// Whether any name (including `*`) was ever subscribed on this stream (P15).
+    named: bool,
+}
+
+impl Subscription {
+    /// Apply a State-of-the-World request's `resource_names`, which replace the set (P7).
+    /// P15/P16: `[]` before any name means wildcard (legacy); `[*, A]` is wildcard plus A;
+    /// `[A]` is A alone; `[]` after names means nothing.
+    pub fn apply_sotw(&mut self, resource_names: &[String]) {
+        if resource_names.is_empty() {
+            self.wildcard = !self.named;
+            self.names.clear();
+            return;
+        }
+        self.named = true;
+        self.wildcard = resource_names.iter().any(|n| n == WILDCARD);
+        self.names = resource_names
+            .iter()
+            .filter(|n| *n != WILDCARD)
+            .cloned()
+            .collect();
+    }
+
+    /// Whether the client takes every resource of the type (P14).
+    pub fn is_wildcard(&self) -> bool {
+        self.wildcard
+    }
+
+    /// The explicitly named resources.
+    pub fn names(&self) -> &BTreeSet<String> {
+        &self.names
+    }
+
+    /// The resources of `snapshot` this subscription covers.
+    pub fn select<'a>(&self, snapshot: &'a TypeSnapshot) -> BTreeMap<&'a str, &'a Arc<Resource>> {
+        if self.wildcard {
+            snapshot
+                .resources
+                .iter()
+                .map(|(n, r)| (n.as_str(), r))
+                .collect()
+        } else {
+            self.names
+                .iter()
+                .filter_map(|n| snapshot.resources.get_key_value(n))
+                .map(|(n, r)| (n.as_str(), r))
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn p15_p16_sotw_wildcard_sequence() {
+        let mut s = Subscription::default();
+        s.apply_sotw(&[]);
+        assert!(s.is_wildcard(), "[] first is the legacy wildcard");
+        s.apply_sotw(&names(&["*", "A"]));
+        assert!(s.is_wildcard());
+        assert_eq!(s.names().iter().collect::<Vec<_>>(), ["A"]);
+        s.apply_sotw(&names(&["A"]));
+        assert!(!s.is_wildcard());
+        assert_eq!(s.names().len(), 1);
+        s.apply_sotw(&[]);
+        assert!(!s.is_wildcard(), "[] after a name is nothing, not wildcard");
+        assert!(s.names().is_empty());
+    }
+
+    #[test]
+    fn p15_explicit_star_first_then_empty_is_nothing() {
+        let mut s = Subscription::default();
+        s.apply_sotw(&names(&["*"]));
+        assert!(s.is_wildcard());
+        s.apply_sotw(&[]);
+        assert!(!s.is_wildcard());
+    }
+}

@@ -1,0 +1,185 @@
+//! The xDS resource types Switchyard serves, and the one table of their facts: type URL,
+//! protobuf message, snapshot-file key, and protocol properties.
+//!
+//! Owns: the mapping between type URLs, file keys and message names. Must not: know about
+//! files, streams or sockets.
+
+use std::fmt;
+
+use bytes::Bytes;
+
+/// Prefix of every type URL.
+pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
+
+/// An xDS resource type. The declaration order is the order in which an aggregated stream
+/// sends types that changed together (make-before-break, rule P30): CDS, EDS, LDS, RDS, SRDS,
+/// VHDS, then the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceType {
+    Cluster,
+    Endpoint,
+    Listener,
+    Route,
+    ScopedRoute,
+    VirtualHost,
+    Secret,
+    Runtime,
+    ExtensionConfig,
+}
+
+impl ResourceType {
+    /// Every type, in send order.
+    pub const ALL: [ResourceType; 9] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+        ResourceType::Route,
+        ResourceType::ScopedRoute,
+        ResourceType::VirtualHost,
+        ResourceType::Secret,
+        ResourceType::Runtime,
+        ResourceType::ExtensionConfig,
+    ];
+
+    /// Position in [`ResourceType::ALL`]; used to index per-type arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Fully qualified protobuf message name.
+    pub fn message_name(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "envoy.config.cluster.v3.Cluster",
+            ResourceType::Endpoint => "envoy.config.endpoint.v3.ClusterLoadAssignment",
+            ResourceType::Listener => "envoy.config.listener.v3.Listener",
+            ResourceType::Route => "envoy.config.route.v3.RouteConfiguration",
+            ResourceType::ScopedRoute => "envoy.config.route.v3.ScopedRouteConfiguration",
+            ResourceType::VirtualHost => "envoy.config.route.v3.VirtualHost",
+            ResourceType::Secret => "envoy.extensions.transport_sockets.tls.v3.Secret",
+            ResourceType::Runtime => "envoy.service.runtime.v3.Runtime",
+            ResourceType::ExtensionConfig => "envoy.config.core.v3.TypedExtensionConfig",
+        }
+    }
+
+    /// The type URL on the wire.
+    pub fn type_url(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            ResourceType::Endpoint => {
+                "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+            }
+            ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
+            ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            ResourceType::ScopedRoute => {
+                "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration"
+            }
+            ResourceType::VirtualHost => "type.googleapis.com/envoy.config.route.v3.VirtualHost",
+            ResourceType::Secret => {
+                "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+            }
+            ResourceType::Runtime => "type.googleapis.com/envoy.service.runtime.v3.Runtime",
+            ResourceType::ExtensionConfig => {
+                "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
+            }
+        }
+    }
+
+    /// The type a type URL names, if Switchyard serves it.
+    pub fn from_type_url(url: &str) -> Option<ResourceType> {
+        ResourceType::ALL.into_iter().find(|t| t.type_url() == url)
+    }
+
+    /// The key of this type's list in a snapshot file.
+    pub fn file_key(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "clusters",
+            ResourceType::Endpoint => "endpoints",
+            ResourceType::Listener => "listeners",
+            ResourceType::Route => "routes",
+            ResourceType::ScopedRoute => "scoped_routes",
+            ResourceType::VirtualHost => "virtual_hosts",
+            ResourceType::Secret => "secrets",
+            ResourceType::Runtime => "runtimes",
+            ResourceType::ExtensionConfig => "extension_configs",
+        }
+    }
+
+    /// The conventional short name (CDS, EDS, ...), for logs and tables.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "CDS",
+            ResourceType::Endpoint => "EDS",
+            ResourceType::Listener => "LDS",
+            ResourceType::Route => "RDS",
+            ResourceType::ScopedRoute => "SRDS",
+            ResourceType::VirtualHost => "VHDS",
+            ResourceType::Secret => "SDS",
+            ResourceType::Runtime => "RTDS",
+            ResourceType::ExtensionConfig => "ECDS",
+        }
+    }
+
+    /// The message field that names a resource of this type.
+    pub fn name_field(self) -> &'static str {
+        match self {
+            ResourceType::Endpoint => "cluster_name",
+            _ => "name",
+        }
+    }
+
+    /// Rule P10: LDS and CDS responses carry the client's whole set of that type, so a
+    /// resource left out of a response is deleted.
+    pub fn is_full_state(self) -> bool {
+        matches!(self, ResourceType::Listener | ResourceType::Cluster)
+    }
+}
+
+impl fmt::Display for ResourceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short_name())
+    }
+}
+
+/// One resource as loaded from a snapshot file: encoded to protobuf once, and shared (by
+/// `Arc`) by every snapshot and stream that sends it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resource {
+    pub kind: ResourceType,
+    pub name: String,
+    /// Content hash of the resource; equal content, equal version, in every process.
+    pub version: String,
+    /// The protobuf encoding of the resource message.
+    pub body: Bytes,
+    /// For an EDS cluster: the ClusterLoadAssignment it needs to finish warming (rule P28).
+    pub warms_with: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_urls_round_trip_and_match_message_names() {
+        for t in ResourceType::ALL {
+            assert_eq!(ResourceType::from_type_url(t.type_url()), Some(t));
+            assert_eq!(
+                t.type_url(),
+                format!("{TYPE_URL_PREFIX}{}", t.message_name())
+            );
+            assert_eq!(ResourceType::ALL[t.index()], t);
+        }
+        assert_eq!(
+            ResourceType::from_type_url("type.googleapis.com/foo.Bar"),
+            None
+        );
+    }
+
+    #[test]
+    fn p30_send_order_starts_cds_eds_lds_rds() {
+        let order: Vec<_> = ResourceType::ALL.iter().map(|t| t.short_name()).collect();
+        assert_eq!(&order[..6], ["CDS", "EDS", "LDS", "RDS", "SRDS", "VHDS"]);
+        let mut sorted = ResourceType::ALL;
+        sorted.sort();
+        assert_eq!(sorted, ResourceType::ALL);
+    }
+}
