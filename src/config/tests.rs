@@ -1,1 +1,380 @@
+//! Tests of loading snapshot files.
 
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use super::*;
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).expect("mkdir");
+    }
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+fn load_dir(dir: &Path) -> Result<Config, LoadFailure> {
+    load(&[dir.to_path_buf()], &LoadOptions::default())
+}
+
+fn errors(dir: &Path) -> Vec<String> {
+    match load_dir(dir) {
+        Ok(_) => panic!("expected the load to fail"),
+        Err(f) => f.errors.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+const FULL: &str = r#"
+clusters:
+  - name: backend
+    connect_timeout: 1s
+    type: EDS
+    eds_cluster_config: { eds_config: { ads: {} } }
+endpoints:
+  - cluster_name: backend
+    endpoints:
+      - lb_endpoints:
+          - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 8080 } } }
+listeners:
+  - name: http
+    address: { socket_address: { address: 0.0.0.0, port_value: 10000 } }
+    filter_chains:
+      - filters:
+          - name: envoy.filters.network.http_connection_manager
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+              stat_prefix: ingress
+              rds: { route_config_name: main, config_source: { ads: {} } }
+              http_filters:
+                - name: envoy.filters.http.router
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+routes:
+  - name: main
+    virtual_hosts:
+      - name: all
+        domains: ["*"]
+        routes:
+          - match: { prefix: / }
+            route: { cluster: backend }
+runtimes:
+  - name: rt
+    layer: { a: 1, b: "two", c: { d: true }, e: [1, 2], f: 3, g: 4 }
+"#;
+
+#[test]
+fn loads_every_kind_with_typed_config_any() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "all.yaml", FULL);
+    let config = load_dir(dir.path()).expect("loads");
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let file = &config.files[0];
+    let kinds: Vec<_> = file
+        .resources
+        .iter()
+        .map(|r| (r.kind, r.name.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (ResourceType::Cluster, "backend"),
+            (ResourceType::Endpoint, "backend"),
+            (ResourceType::Listener, "http"),
+            (ResourceType::Route, "main"),
+            (ResourceType::Runtime, "rt"),
+        ]
+    );
+    // The bytes are real Envoy protobufs.
+    let cluster = Cluster::decode(file.resources[0].body.clone()).expect("cluster");
+    assert_eq!(cluster.connect_timeout.map(|d| d.seconds), Some(1));
+    assert_eq!(file.resources[0].warms_with.as_deref(), Some("backend"));
+    let listener = Listener::decode(file.resources[2].body.clone()).expect("listener");
+    let any = listener.filter_chains[0].filters[0]
+        .config_type
+        .as_ref()
+        .expect("typed_config");
+    let envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any) = any
+    else {
+        panic!("typed config expected");
+    };
+    assert!(any.type_url.ends_with("HttpConnectionManager"));
+    assert!(!any.value.is_empty());
+}
+
+#[test]
+fn versions_are_stable_across_loads_even_with_map_fields() {
+    // The runtime layer is a Struct (a map): its encoded bytes may differ between loads, its
+    // version must not.
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "all.yaml", FULL);
+    let versions = |c: &Config| -> Vec<String> {
+        c.files[0]
+            .resources
+            .iter()
+            .map(|r| r.version.clone())
+            .collect()
+    };
+    let first = versions(&load_dir(dir.path()).expect("loads"));
+    for _ in 0..5 {
+        assert_eq!(versions(&load_dir(dir.path()).expect("loads")), first);
+    }
+    // camelCase spelling of the same content: same versions.
+    write(
+        dir.path(),
+        "all.yaml",
+        &FULL
+            .replace("connect_timeout", "connectTimeout")
+            .replace("cluster_name", "clusterName"),
+    );
+    assert_eq!(versions(&load_dir(dir.path()).expect("loads")), first);
+    // A real change: a new version for that resource only.
+    write(
+        dir.path(),
+        "all.yaml",
+        &FULL.replace("connect_timeout: 1s", "connect_timeout: 2s"),
+    );
+    let changed = versions(&load_dir(dir.path()).expect("loads"));
+    assert_ne!(changed[0], first[0]);
+    assert_eq!(changed[1..], first[1..]);
+}
+
+#[test]
+fn unknown_field_names_file_resource_and_field_path() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = write(
+        dir.path(),
+        "bad.yaml",
+        "clusters:\n  - name: c1\n    load_assignment:\n      cluster_name: c1\n      endpoints:\n        - lb_endpoints:\n            - endpoint: { adress: {} }\n",
+    );
+    let errs = errors(dir.path());
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    let e = &errs[0];
+    assert!(e.starts_with(&path.display().to_string()), "{e}");
+    assert!(e.contains("clusters[0] \"c1\""), "{e}");
+    assert!(
+        e.contains("load_assignment.endpoints[0].lb_endpoints[0].endpoint"),
+        "{e}"
+    );
+    assert!(e.contains("adress"), "{e}");
+}
+
+#[test]
+fn wrong_value_type_and_unknown_any_type_are_errors() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "a.yaml",
+        "clusters:\n  - name: c1\n    connect_timeout: soon\n",
+    );
+    write(
+        dir.path(),
+        "b.yaml",
+        "listeners:\n  - name: l1\n    filter_chains:\n      - filters:\n          - name: x\n            typed_config:\n              \"@type\": type.googleapis.com/no.such.Filter\n",
+    );
+    let errs = errors(dir.path());
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0].contains("a.yaml") && errs[0].contains("connect_timeout"),
+        "{}",
+        errs[0]
+    );
+    assert!(
+        errs[1].contains("b.yaml") && errs[1].contains("no.such.Filter"),
+        "{}",
+        errs[1]
+    );
+}
+
+#[test]
+fn missing_name_is_an_error() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "a.yaml", "endpoints:\n  - endpoints: []\n");
+    let errs = errors(dir.path());
+    assert!(
+        errs[0].contains("endpoints[0]") && errs[0].contains("missing `cluster_name`"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn syntax_errors_give_the_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "a.yaml", "clusters:\n  - name: c1\n   bad: [\n");
+    write(
+        dir.path(),
+        "b.json",
+        "{\"clusters\": [\n  {\"name\": \"x\",}\n]}",
+    );
+    let errs = errors(dir.path());
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0].contains("invalid YAML") && errs[0].contains("line 3"),
+        "{}",
+        errs[0]
+    );
+    assert!(
+        errs[1].contains("invalid JSON") && errs[1].contains("line 2"),
+        "{}",
+        errs[1]
+    );
+}
+
+#[test]
+fn unknown_top_level_key_is_an_error() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "a.yaml", "clusterz: []\n");
+    let errs = errors(dir.path());
+    assert!(errs[0].contains("unknown field `clusterz`"), "{errs:?}");
+    write(dir.path(), "a.yaml", "- just a list\n");
+    assert!(errors(dir.path())[0].contains("expected a mapping"));
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "a.yaml",
+        "clusters:\n  - name: a\n    nope: 1\n  - name: b\n    nope: 2\nroutes:\n  - {}\n",
+    );
+    write(dir.path(), "b.yaml", "nodes: []\n");
+    let errs = errors(dir.path());
+    assert_eq!(errs.len(), 4, "{errs:?}");
+}
+
+#[test]
+fn duplicates_name_both_files_unless_selectors_are_disjoint() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "a.yaml",
+        "clusters: [{name: c, connect_timeout: 1s}]\n",
+    );
+    write(
+        dir.path(),
+        "b.yaml",
+        "clusters: [{name: c, connect_timeout: 2s}]\n",
+    );
+    let errs = errors(dir.path());
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].contains("a.yaml") && errs[0].contains("b.yaml"),
+        "{}",
+        errs[0]
+    );
+    // Disjoint selectors: the same name for two node groups is fine.
+    write(
+        dir.path(),
+        "a.yaml",
+        "nodes: [{id: edge-*}]\nclusters: [{name: c, connect_timeout: 1s}]\n",
+    );
+    write(
+        dir.path(),
+        "b.yaml",
+        "nodes: [{id: core-*}]\nclusters: [{name: c, connect_timeout: 2s}]\n",
+    );
+    load_dir(dir.path()).expect("disjoint selectors");
+    // Twice in one file.
+    write(
+        dir.path(),
+        "a.yaml",
+        "nodes: [{id: edge-*}]\nclusters: [{name: d}, {name: d}]\n",
+    );
+    assert!(errors(dir.path())[0].contains("defined twice"));
+}
+
+#[test]
+fn reference_problems_are_warnings_or_errors_under_strict() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "a.yaml",
+        &FULL
+            .replace("route: { cluster: backend }", "route: { cluster: nowhere }")
+            .replace("route_config_name: main", "route_config_name: missing")
+            .replace("  - cluster_name: backend", "  - cluster_name: other"),
+    );
+    let config = load_dir(dir.path()).expect("warnings do not fail");
+    let warnings: Vec<_> = config.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("cluster \"nowhere\"")));
+    assert!(warnings
+        .iter()
+        .any(|w| w.contains("route configuration \"missing\"")));
+    assert!(warnings
+        .iter()
+        .any(|w| w.contains("EDS cluster") && w.contains("\"backend\"")));
+    let strict = load(&[dir.path().to_path_buf()], &LoadOptions { strict: true });
+    assert_eq!(strict.expect_err("strict").errors.len(), 3);
+}
+
+#[test]
+fn secrets_referenced_by_transport_sockets_are_checked() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "a.yaml",
+        r#"
+clusters:
+  - name: tls
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          tls_certificate_sds_secret_configs: [{ name: cert, sds_config: { ads: {} } }]
+"#,
+    );
+    let config = load_dir(dir.path()).expect("loads");
+    assert!(config.warnings[0].to_string().contains("secret \"cert\""));
+    write(
+        dir.path(),
+        "b.yaml",
+        "secrets:\n  - name: cert\n    generic_secret: { secret: { inline_string: x } }\n",
+    );
+    assert!(load_dir(dir.path()).expect("loads").warnings.is_empty());
+}
+
+#[test]
+fn directories_skip_hidden_entries_and_other_extensions_and_follow_links() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // A Kubernetes ConfigMap mount: files live in a hidden timestamped directory, `..data`
+    // links to it, and the visible names link through `..data`.
+    write(dir.path(), "..2026_11_30/c.yaml", "clusters: [{name: c}]\n");
+    std::os::unix::fs::symlink("..2026_11_30", dir.path().join("..data")).expect("link");
+    std::os::unix::fs::symlink("..data/c.yaml", dir.path().join("c.yaml")).expect("link");
+    write(dir.path(), "sub/l.yml", "listeners: [{name: l}]\n");
+    write(
+        dir.path(),
+        "sub/e.json",
+        "{\"endpoints\": [{\"cluster_name\": \"c\"}]}",
+    );
+    write(dir.path(), ".hidden.yaml", "this is: [not loaded\n");
+    write(dir.path(), "README.md", "not a snapshot\n");
+    let config = load_dir(dir.path()).expect("loads");
+    let names: Vec<_> = config
+        .files
+        .iter()
+        .flat_map(|f| f.resources.iter().map(|r| r.name.clone()))
+        .collect();
+    // c.yaml (through the links), sub/e.json (endpoints "c"), sub/l.yml.
+    assert_eq!(names, ["c", "c", "l"]);
+    assert_eq!(config.files.len(), 3);
+}
+
+#[test]
+fn a_missing_path_and_an_empty_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let errs = match load(&[dir.path().join("nope")], &LoadOptions::default()) {
+        Ok(_) => panic!("missing path must fail"),
+        Err(f) => f.errors,
+    };
+    assert!(errs[0].to_string().contains("nope"));
+    write(dir.path(), "empty.yaml", "# nothing yet\n");
+    let config = load_dir(dir.path()).expect("an empty file is an empty snapshot");
+    assert_eq!(config.resource_count(), 0);
+}
