@@ -19,6 +19,9 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod cli;
 pub mod config;
 pub mod protocol;
 pub mod resource;
+pub mod server;
+pub mod watch;

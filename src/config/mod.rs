@@ -54,6 +54,23 @@ impl Config {
     pub fn resource_count(&self) -> usize {
         self.files.iter().map(|f| f.resources.len()).sum()
     }
+
+    /// A digest of everything loaded (files, selectors, every resource's kind, name and
+    /// version): equal exactly when two loads would serve the same.
+    pub fn version(&self) -> String {
+        let parts: Vec<String> = self
+            .files
+            .iter()
+            .flat_map(|f| {
+                std::iter::once(format!("file {} {:?}", f.path.display(), f.selector)).chain(
+                    f.resources
+                        .iter()
+                        .map(|r| format!("{} {} {}", r.kind, r.name, r.version)),
+                )
+            })
+            .collect();
+        content_hash(parts.iter().map(|s| s.as_bytes()))
+    }
 }
 
 /// Why a load failed: every error found, and the warnings seen on the way.

@@ -1,0 +1,107 @@
+//! The gRPC server: tonic services that adapt streams to the `protocol` state machine.
+//!
+//! Owns: binding the services (ADS and every per-type service) on a listener, keepalive and
+//! message-size limits, one task per stream that feeds requests and cache generations into a
+//! [`crate::protocol::SotwStream`] and writes out what it returns, graceful shutdown.
+//!
+//! Must not: decide what to send (that is `protocol`) or read files (`config`).
+
+mod services;
+mod status;
+mod stream;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_server::ClusterDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_server::EndpointDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::extension::v3::extension_config_discovery_service_server::ExtensionConfigDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::listener::v3::listener_discovery_service_server::ListenerDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::route::v3::route_discovery_service_server::RouteDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::route::v3::scoped_routes_discovery_service_server::ScopedRoutesDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::route::v3::virtual_host_discovery_service_server::VirtualHostDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::runtime::v3::runtime_discovery_service_server::RuntimeDiscoveryServiceServer;
+use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_server::SecretDiscoveryServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::cache::Cache;
+
+/// Largest request accepted (a delta reconnect can list every resource it has).
+pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+/// Largest response sent (a full CDS of a large mesh).
+pub const MAX_RESPONSE_BYTES: usize = 128 * 1024 * 1024;
+/// HTTP/2 PING interval, to find dead peers behind idle connections.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a PING may go unanswered before the connection is closed.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for connections to close.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Identifies this server in every response's `control_plane`.
+pub fn control_plane_id() -> String {
+    format!("switchyard/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The server failed to run (not a client's fault: those end only their stream).
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("gRPC transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serve xDS on `listener` from `cache` until `shutdown` completes; then end every stream
+/// and wait (up to [`DRAIN_TIMEOUT`]) for connections to close.
+pub async fn serve(
+    listener: TcpListener,
+    cache: Arc<Cache>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServerError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let xds = services::XdsServer::new(cache, stop_rx);
+    macro_rules! limits {
+        ($server:ident) => {
+            $server::new(xds.clone())
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
+                .max_encoding_message_size(MAX_RESPONSE_BYTES)
+        };
+    }
+    let router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .tcp_keepalive(Some(Duration::from_secs(60)))
+        .tcp_nodelay(true)
+        .add_service(limits!(AggregatedDiscoveryServiceServer))
+        .add_service(limits!(ListenerDiscoveryServiceServer))
+        .add_service(limits!(RouteDiscoveryServiceServer))
+        .add_service(limits!(ScopedRoutesDiscoveryServiceServer))
+        .add_service(limits!(VirtualHostDiscoveryServiceServer))
+        .add_service(limits!(ClusterDiscoveryServiceServer))
+        .add_service(limits!(EndpointDiscoveryServiceServer))
+        .add_service(limits!(SecretDiscoveryServiceServer))
+        .add_service(limits!(RuntimeDiscoveryServiceServer))
+        .add_service(limits!(ExtensionConfigDiscoveryServiceServer));
+
+    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
+        shutdown.await;
+        tracing::info!("Shutting down: ending every xDS stream.");
+        let _ = stop_tx.send(true);
+        let _ = drained_tx.send(());
+    };
+    let served = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop);
+    tokio::pin!(served);
+    tokio::select! {
+        result = &mut served => result?,
+        _ = async {
+            let _ = drained_rx.await;
+            tokio::time::sleep(DRAIN_TIMEOUT).await;
+        } => {
+            tracing::warn!("Connections did not close within {DRAIN_TIMEOUT:?}; closing them.");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! Where errors become gRPC statuses: the one mapping from this crate's errors to what goes
+//! on the wire.
+
+use tonic::Status;
+
+use crate::protocol::ProtocolError;
+
+/// A client's protocol error ends its stream with INVALID_ARGUMENT (P3).
+pub fn from_protocol(error: &ProtocolError) -> Status {
+    Status::invalid_argument(error.to_string())
+}
+
+/// Delta xDS methods, until they are implemented.
+pub fn delta_unimplemented() -> Status {
+    Status::unimplemented(
+        "incremental (delta) xDS is not implemented yet by this server; use State of the World \
+         (api_type: GRPC)",
+    )
+}
+
+/// The unary Fetch* methods (REST-style polling over gRPC).
+pub fn fetch_unimplemented() -> Status {
+    Status::unimplemented("Fetch* (polling) is not implemented; use the streaming methods")
+}

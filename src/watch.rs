@@ -1,0 +1,340 @@
+//! Reloading on file changes.
+//!
+//! Owns: watching the `--config` paths (notify), debouncing bursts of events, loading in a
+//! blocking task, publishing a good load to the cache, and keeping the result of the last
+//! load. A failed load publishes nothing: the last good generation keeps serving.
+//!
+//! Editors and Kubernetes replace files rather than write them in place (rename-over,
+//! symlink swaps, a whole directory renamed over another), which kills inotify watches on
+//! the old inodes. So each round watches the paths and their parent directories anew.
+//!
+//! Must not: parse files itself (that is `config`) or know about streams.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+
+use crate::cache::Cache;
+use crate::config::{self, Config, LoadFailure, LoadOptions};
+
+/// Quiet time after the last file event before reloading.
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+/// How often to look again when no path can be watched (all of them missing).
+const RETRY: Duration = Duration::from_secs(1);
+
+/// The outcome of the latest load attempt.
+#[derive(Clone, Debug)]
+pub struct LoadReport {
+    pub at: SystemTime,
+    /// Empty when the load succeeded.
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+    /// The generation serving after this load.
+    pub generation: u64,
+}
+
+impl LoadReport {
+    pub fn ok(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// Loads the configured paths and publishes good loads.
+#[derive(Debug)]
+pub struct Reloader {
+    paths: Vec<PathBuf>,
+    options: LoadOptions,
+    cache: Arc<Cache>,
+    last: Mutex<Option<LoadReport>>,
+}
+
+impl Reloader {
+    pub fn new(paths: Vec<PathBuf>, options: LoadOptions, cache: Arc<Cache>) -> Reloader {
+        Reloader {
+            paths,
+            options,
+            cache,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// The outcome of the latest load, if any.
+    pub fn last_report(&self) -> Option<LoadReport> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Load now; publish when good and different from what is serving. Logs one line.
+    pub fn reload(&self) -> Result<(), LoadFailure> {
+        let result = config::load(&self.paths, &self.options);
+        let report = match &result {
+            Ok(config) => {
+                for w in &config.warnings {
+                    tracing::warn!(warning = %w, "Configuration warning.");
+                }
+                let warnings = config.warnings.iter().map(|w| w.to_string()).collect();
+                LoadReport {
+                    at: SystemTime::now(),
+                    errors: Vec::new(),
+                    warnings,
+                    generation: 0,
+                }
+            }
+            Err(failure) => {
+                let current = self.cache.current().number;
+                tracing::error!(
+                    errors = failure.errors.len(),
+                    serving_generation = current,
+                    "Configuration load failed; the last good snapshot keeps serving. {failure}"
+                );
+                LoadReport {
+                    at: SystemTime::now(),
+                    errors: failure.errors.iter().map(|e| e.to_string()).collect(),
+                    warnings: failure.warnings.iter().map(|e| e.to_string()).collect(),
+                    generation: current,
+                }
+            }
+        };
+        let report = match result {
+            Ok(config) => {
+                let generation = self.publish(config);
+                LoadReport {
+                    generation,
+                    ..report
+                }
+            }
+            Err(failure) => {
+                self.store(report);
+                return Err(failure);
+            }
+        };
+        self.store(report);
+        Ok(())
+    }
+
+    fn publish(&self, config: Config) -> u64 {
+        let current = self.cache.current();
+        let version = config.version();
+        if current.number > 0 && current.config.version() == version {
+            tracing::debug!(generation = current.number, "Reloaded; nothing changed.");
+            return current.number;
+        }
+        let (files, resources) = (config.files.len(), config.resource_count());
+        let generation = self.cache.publish(config);
+        tracing::info!(
+            generation = generation.number,
+            files,
+            resources,
+            config_version = %version,
+            "Loaded snapshot files."
+        );
+        generation.number
+    }
+
+    fn store(&self, report: LoadReport) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
+    }
+
+    /// Watch the paths and reload after each burst of changes, until `shutdown` completes.
+    pub async fn watch(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let relevant = self.paths.clone();
+            let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                let wanted = match &event {
+                    Ok(e) => is_change(&e.kind) && touches(&relevant, &e.paths),
+                    Err(_) => true, // e.g. a queue overflow: reload to be sure
+                };
+                if wanted {
+                    let _ = tx.send(());
+                }
+            });
+            let _watcher = match watcher {
+                Ok(mut w) => {
+                    let watched = self.watch_paths(&mut w);
+                    if watched == 0 {
+                        tracing::warn!("None of the config paths can be watched; retrying.");
+                        tokio::select! {
+                            _ = &mut shutdown => return,
+                            _ = tokio::time::sleep(RETRY) => continue,
+                        }
+                    }
+                    w
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "Cannot watch files; changes will not be picked up.");
+                    shutdown.await;
+                    return;
+                }
+            };
+            // Wait for a change, then for quiet.
+            tokio::select! {
+                _ = &mut shutdown => return,
+                got = rx.recv() => if got.is_none() { return },
+            }
+            loop {
+                tokio::select! {
+                    _ = &mut shutdown => return,
+                    got = rx.recv() => if got.is_none() { return },
+                    _ = tokio::time::sleep(DEBOUNCE) => break,
+                }
+            }
+            let this = Arc::clone(&self);
+            // A failed load is logged and kept in the report; a half-written file that
+            // fails to parse is loaded again on its next event.
+            let _ = tokio::task::spawn_blocking(move || this.reload()).await;
+        }
+    }
+
+    /// Watch each path (recursively) and its parent; returns how many watches were set.
+    fn watch_paths(&self, watcher: &mut impl Watcher) -> usize {
+        let mut count = 0;
+        for path in &self.paths {
+            if watcher.watch(path, RecursiveMode::Recursive).is_ok() {
+                count += 1;
+            }
+            if let Some(parent) = parent_dir(path) {
+                if watcher.watch(&parent, RecursiveMode::NonRecursive).is_ok() {
+                    count += 1;
+                }
+            }
+        }
+        count
+    }
+}
+
+fn parent_dir(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    absolute.parent().map(Path::to_path_buf)
+}
+
+/// Reading a file (ours included) is not a change.
+fn is_change(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+/// Whether an event is about one of the config paths (events on their parents are about
+/// siblings too).
+fn touches(paths: &[PathBuf], event_paths: &[PathBuf]) -> bool {
+    if event_paths.is_empty() {
+        return true;
+    }
+    event_paths.iter().any(|p| {
+        paths.iter().any(|root| {
+            let root = std::path::absolute(root).unwrap_or_else(|_| root.clone());
+            p.starts_with(&root)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait_until(mut done: impl FnMut() -> bool) -> bool {
+        for _ in 0..100 {
+            if done() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    const GOOD: &str = "clusters: [{name: a, connect_timeout: 1s}]\n";
+    const CHANGED: &str = "clusters: [{name: a, connect_timeout: 2s}]\n";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn edits_reload_and_broken_files_keep_the_last_good_config() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, GOOD).expect("write");
+        let cache = Arc::new(Cache::new());
+        let reloader = Arc::new(Reloader::new(
+            vec![dir.path().to_path_buf()],
+            LoadOptions::default(),
+            Arc::clone(&cache),
+        ));
+        reloader.reload().expect("first load");
+        assert_eq!(cache.current().number, 1);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(Arc::clone(&reloader).watch(async {
+            let _ = stop_rx.await;
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+
+        // An edit in place.
+        std::fs::write(&file, CHANGED).expect("write");
+        let c = Arc::clone(&cache);
+        assert!(tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 2))
+            .await
+            .expect("join"));
+
+        // A broken edit: reported, not served.
+        std::fs::write(&file, "clusters: [{name: a, connect_timeout: ").expect("write");
+        let r = Arc::clone(&reloader);
+        assert!(tokio::task::spawn_blocking(move || wait_until(|| r
+            .last_report()
+            .is_some_and(|r| !r.ok())))
+        .await
+        .expect("join"));
+        assert_eq!(cache.current().number, 2, "the last good config keeps serving");
+
+        // An editor's atomic rename-over fixes it.
+        let tmp = dir.path().join(".a.yaml.swp");
+        std::fs::write(&tmp, GOOD).expect("write");
+        std::fs::rename(&tmp, &file).expect("rename");
+        let c = Arc::clone(&cache);
+        assert!(tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 3))
+            .await
+            .expect("join"));
+        assert!(reloader.last_report().expect("report").ok());
+
+        let _ = stop_tx.send(());
+        task.await.expect("watch task ends on shutdown");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_swapped_directory_is_followed() {
+        let parent = tempfile::tempdir().expect("tmp");
+        let dir = parent.path().join("snap");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(dir.join("a.yaml"), GOOD).expect("write");
+        let cache = Arc::new(Cache::new());
+        let reloader = Arc::new(Reloader::new(vec![dir.clone()], LoadOptions::default(), Arc::clone(&cache)));
+        reloader.reload().expect("first load");
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(Arc::clone(&reloader).watch(async {
+            let _ = stop_rx.await;
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for (round, content) in [CHANGED, GOOD].into_iter().enumerate() {
+            // Build a new directory beside it and rename it over the old one.
+            let next = parent.path().join(format!("snap.new{round}"));
+            std::fs::create_dir(&next).expect("mkdir");
+            std::fs::write(next.join("a.yaml"), content).expect("write");
+            let old = parent.path().join(format!("snap.old{round}"));
+            std::fs::rename(&dir, &old).expect("move old away");
+            std::fs::rename(&next, &dir).expect("move new in");
+            let want = round as u64 + 2;
+            let c = Arc::clone(&cache);
+            assert!(
+                tokio::task::spawn_blocking(move || wait_until(|| c.current().number == want))
+                    .await
+                    .expect("join"),
+                "round {round}: generation {want} expected, have {}",
+                cache.current().number
+            );
+        }
+        let _ = stop_tx.send(());
+        task.await.expect("ends");
+    }
+}
