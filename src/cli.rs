@@ -178,7 +178,9 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
                 args.xds_addr
             ))
         })?;
-    let local = listener.local_addr().map_err(|e| Failure::Runtime(e.into()))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Failure::Runtime(e.into()))?;
     tracing::info!(xds_addr = %local, "Serving xDS.");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

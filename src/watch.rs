@@ -144,15 +144,16 @@ impl Reloader {
         loop {
             let (tx, mut rx) = mpsc::unbounded_channel();
             let relevant = self.paths.clone();
-            let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                let wanted = match &event {
-                    Ok(e) => is_change(&e.kind) && touches(&relevant, &e.paths),
-                    Err(_) => true, // e.g. a queue overflow: reload to be sure
-                };
-                if wanted {
-                    let _ = tx.send(());
-                }
-            });
+            let watcher =
+                notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                    let wanted = match &event {
+                        Ok(e) => is_change(&e.kind) && touches(&relevant, &e.paths),
+                        Err(_) => true, // e.g. a queue overflow: reload to be sure
+                    };
+                    if wanted {
+                        let _ = tx.send(());
+                    }
+                });
             let _watcher = match watcher {
                 Ok(mut w) => {
                     let watched = self.watch_paths(&mut w);
@@ -274,9 +275,11 @@ mod tests {
         // An edit in place.
         std::fs::write(&file, CHANGED).expect("write");
         let c = Arc::clone(&cache);
-        assert!(tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 2))
-            .await
-            .expect("join"));
+        assert!(
+            tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 2))
+                .await
+                .expect("join")
+        );
 
         // A broken edit: reported, not served.
         std::fs::write(&file, "clusters: [{name: a, connect_timeout: ").expect("write");
@@ -286,16 +289,22 @@ mod tests {
             .is_some_and(|r| !r.ok())))
         .await
         .expect("join"));
-        assert_eq!(cache.current().number, 2, "the last good config keeps serving");
+        assert_eq!(
+            cache.current().number,
+            2,
+            "the last good config keeps serving"
+        );
 
         // An editor's atomic rename-over fixes it.
         let tmp = dir.path().join(".a.yaml.swp");
         std::fs::write(&tmp, GOOD).expect("write");
         std::fs::rename(&tmp, &file).expect("rename");
         let c = Arc::clone(&cache);
-        assert!(tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 3))
-            .await
-            .expect("join"));
+        assert!(
+            tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 3))
+                .await
+                .expect("join")
+        );
         assert!(reloader.last_report().expect("report").ok());
 
         let _ = stop_tx.send(());
@@ -309,7 +318,11 @@ mod tests {
         std::fs::create_dir(&dir).expect("mkdir");
         std::fs::write(dir.join("a.yaml"), GOOD).expect("write");
         let cache = Arc::new(Cache::new());
-        let reloader = Arc::new(Reloader::new(vec![dir.clone()], LoadOptions::default(), Arc::clone(&cache)));
+        let reloader = Arc::new(Reloader::new(
+            vec![dir.clone()],
+            LoadOptions::default(),
+            Arc::clone(&cache),
+        ));
         reloader.reload().expect("first load");
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(Arc::clone(&reloader).watch(async {

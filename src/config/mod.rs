@@ -162,8 +162,15 @@ pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, LoadFail
     }
     errors.extend(duplicates(&loaded));
 
+    // References are checked only across a complete set of files: with a file missing, its
+    // resources would look undefined.
     let mut warnings = Vec::new();
-    for problem in checks.run(&loaded) {
+    let problems = if errors.is_empty() {
+        checks.run(&loaded)
+    } else {
+        Vec::new()
+    };
+    for problem in problems {
         if options.strict {
             errors.push(problem);
         } else {

@@ -111,25 +111,78 @@ macro_rules! per_type_service {
     };
 }
 
-per_type_service!(ListenerDiscoveryService, ResourceType::Listener,
-    StreamListenersStream, stream_listeners, DeltaListenersStream, delta_listeners, fetch_listeners);
-per_type_service!(RouteDiscoveryService, ResourceType::Route,
-    StreamRoutesStream, stream_routes, DeltaRoutesStream, delta_routes, fetch_routes);
-per_type_service!(ScopedRoutesDiscoveryService, ResourceType::ScopedRoute,
-    StreamScopedRoutesStream, stream_scoped_routes, DeltaScopedRoutesStream, delta_scoped_routes,
-    fetch_scoped_routes);
-per_type_service!(ClusterDiscoveryService, ResourceType::Cluster,
-    StreamClustersStream, stream_clusters, DeltaClustersStream, delta_clusters, fetch_clusters);
-per_type_service!(EndpointDiscoveryService, ResourceType::Endpoint,
-    StreamEndpointsStream, stream_endpoints, DeltaEndpointsStream, delta_endpoints,
-    fetch_endpoints);
-per_type_service!(SecretDiscoveryService, ResourceType::Secret,
-    StreamSecretsStream, stream_secrets, DeltaSecretsStream, delta_secrets, fetch_secrets);
-per_type_service!(RuntimeDiscoveryService, ResourceType::Runtime,
-    StreamRuntimeStream, stream_runtime, DeltaRuntimeStream, delta_runtime, fetch_runtime);
-per_type_service!(ExtensionConfigDiscoveryService, ResourceType::ExtensionConfig,
-    StreamExtensionConfigsStream, stream_extension_configs, DeltaExtensionConfigsStream,
-    delta_extension_configs, fetch_extension_configs);
+per_type_service!(
+    ListenerDiscoveryService,
+    ResourceType::Listener,
+    StreamListenersStream,
+    stream_listeners,
+    DeltaListenersStream,
+    delta_listeners,
+    fetch_listeners
+);
+per_type_service!(
+    RouteDiscoveryService,
+    ResourceType::Route,
+    StreamRoutesStream,
+    stream_routes,
+    DeltaRoutesStream,
+    delta_routes,
+    fetch_routes
+);
+per_type_service!(
+    ScopedRoutesDiscoveryService,
+    ResourceType::ScopedRoute,
+    StreamScopedRoutesStream,
+    stream_scoped_routes,
+    DeltaScopedRoutesStream,
+    delta_scoped_routes,
+    fetch_scoped_routes
+);
+per_type_service!(
+    ClusterDiscoveryService,
+    ResourceType::Cluster,
+    StreamClustersStream,
+    stream_clusters,
+    DeltaClustersStream,
+    delta_clusters,
+    fetch_clusters
+);
+per_type_service!(
+    EndpointDiscoveryService,
+    ResourceType::Endpoint,
+    StreamEndpointsStream,
+    stream_endpoints,
+    DeltaEndpointsStream,
+    delta_endpoints,
+    fetch_endpoints
+);
+per_type_service!(
+    SecretDiscoveryService,
+    ResourceType::Secret,
+    StreamSecretsStream,
+    stream_secrets,
+    DeltaSecretsStream,
+    delta_secrets,
+    fetch_secrets
+);
+per_type_service!(
+    RuntimeDiscoveryService,
+    ResourceType::Runtime,
+    StreamRuntimeStream,
+    stream_runtime,
+    DeltaRuntimeStream,
+    delta_runtime,
+    fetch_runtime
+);
+per_type_service!(
+    ExtensionConfigDiscoveryService,
+    ResourceType::ExtensionConfig,
+    StreamExtensionConfigsStream,
+    stream_extension_configs,
+    DeltaExtensionConfigsStream,
+    delta_extension_configs,
+    fetch_extension_configs
+);
 
 /// VHDS exists only as a Delta service (P24); it answers UNIMPLEMENTED until delta lands.
 #[tonic::async_trait]

@@ -1,0 +1,388 @@
+//! Integration tests: a real tonic client against the real server on 127.0.0.1, over
+//! snapshot files in a temp directory. Each names the protocol rule it covers.
+
+mod support;
+
+use support::{eds_cluster, names, node, rds_listener, request, route_to, TestServer, XdsClient};
+use switchyard::resource::ResourceType::{self, Cluster, Endpoint, Listener, Route};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Envoy's start-up on ADS: wildcard CDS, EDS for the clusters, wildcard LDS, RDS for the
+/// listeners; every response ACKed.
+async fn envoy_like_start(server: &TestServer, id: &str) -> XdsClient {
+    let mut c = server.ads(id).await;
+    c.subscribe(Cluster, &[]).await;
+    let cds = c.recv_type(Cluster).await;
+    assert_eq!(names(&cds), ["backend"]);
+    c.subscribe(Endpoint, &["backend"]).await;
+    c.ack(&cds, &[]).await;
+    let eds = c.recv_type(Endpoint).await;
+    assert_eq!(names(&eds), ["backend"]);
+    c.subscribe(Listener, &[]).await;
+    c.ack(&eds, &["backend"]).await;
+    let lds = c.recv_type(Listener).await;
+    assert_eq!(names(&lds), ["http"]);
+    c.subscribe(Route, &["main"]).await;
+    c.ack(&lds, &[]).await;
+    let rds = c.recv_type(Route).await;
+    assert_eq!(names(&rds), ["main"]);
+    c.ack(&rds, &["main"]).await;
+    c
+}
+
+async fn standard_server() -> TestServer {
+    TestServer::start(&[
+        ("clusters.yaml", &eds_cluster("backend", "1s", 8080)),
+        ("listeners.yaml", &rds_listener("http", 10000, "main")),
+        ("routes.yaml", &route_to("main", "backend")),
+    ])
+    .await
+}
+
+#[tokio::test]
+async fn p4_p14_p28_envoy_like_start_gets_every_type() {
+    let server = standard_server().await;
+    envoy_like_start(&server, "n1").await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn p2_nonces_differ_per_response_and_version_follows_content() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    let a = c.recv_type(Cluster).await;
+    c.ack(&a, &[]).await;
+    server.set_file("clusters.yaml", &eds_cluster("backend", "2s", 8080));
+    let b = c.recv_type(Cluster).await;
+    assert_ne!(a.nonce, b.nonce);
+    assert_ne!(a.version_info, b.version_info);
+    assert!(b
+        .control_plane
+        .is_some_and(|cp| cp.identifier.starts_with("switchyard/")));
+}
+
+#[tokio::test]
+async fn p3_unknown_type_on_ads_ends_only_that_stream_with_invalid_argument() {
+    let server = standard_server().await;
+    let mut healthy = server.ads("n1").await;
+    let mut bad = server.ads("n2").await;
+    let mut r = request(Cluster, &[], "", "");
+    r.type_url = "type.googleapis.com/not.a.Type".into();
+    bad.send(r).await;
+    let status = bad.recv_error().await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("not.a.Type"),
+        "{}",
+        status.message()
+    );
+    // The server and other streams carry on.
+    healthy.subscribe(Cluster, &[]).await;
+    assert_eq!(names(&healthy.recv_type(Cluster).await), ["backend"]);
+}
+
+#[tokio::test]
+async fn p1_first_request_without_node_is_rejected() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    let mut r = request(Cluster, &[], "", "");
+    r.node = None;
+    c.send_raw(r).await;
+    let status = c.recv_error().await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("node"));
+}
+
+#[tokio::test]
+async fn p5_nack_is_recorded_not_resent_and_a_fix_is_sent() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    let v1 = c.recv_type(Cluster).await;
+    c.ack(&v1, &[]).await;
+    server.set_file("clusters.yaml", &eds_cluster("backend", "0s", 8080));
+    let bad = c.recv_type(Cluster).await;
+    c.nack(
+        &bad,
+        &[],
+        &v1.version_info,
+        "Proto constraint validation failed",
+    )
+    .await;
+    // Touch an unrelated type: the next thing on the stream is that, not the rejected CDS.
+    server.set_file("clusters.yaml", &eds_cluster("backend", "0s", 8080));
+    c.subscribe(Listener, &[]).await;
+    assert_eq!(names(&c.recv_type(Listener).await), ["http"]);
+    // A fix is sent.
+    server.set_file("clusters.yaml", &eds_cluster("backend", "3s", 8080));
+    let fixed = c.recv_type(Cluster).await;
+    assert_ne!(fixed.version_info, bad.version_info);
+}
+
+#[tokio::test]
+async fn p6_stale_nonce_gets_no_response() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    let v1 = c.recv_type(Cluster).await;
+    c.ack(&v1, &[]).await;
+    server.set_file("clusters.yaml", &eds_cluster("backend", "2s", 8080));
+    let v2 = c.recv_type(Cluster).await;
+    // A request naming v1's nonce is stale: no answer. Then a wildcard LDS request: its
+    // answer must be the very next message.
+    c.ack(&v1, &[]).await;
+    c.subscribe(Listener, &[]).await;
+    c.recv_type(Listener).await;
+    c.ack(&v2, &[]).await;
+}
+
+#[tokio::test]
+async fn p8_identical_reload_sends_nothing() {
+    let server = standard_server().await;
+    let mut c = envoy_like_start(&server, "n1").await;
+    // Rewrite every file with the same content, then change only the listener.
+    server.set_file("clusters.yaml", &eds_cluster("backend", "1s", 8080));
+    server.set_file("routes.yaml", &route_to("main", "backend"));
+    server.set_file("listeners.yaml", &rds_listener("http", 10001, "main"));
+    // The next (and only) response is LDS.
+    let lds = c.recv_type(Listener).await;
+    assert_eq!(names(&lds), ["http"]);
+}
+
+#[tokio::test]
+async fn p9_p11_a_missing_name_is_sent_when_a_file_adds_it() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Endpoint, &["backend", "later"]).await;
+    let first = c.recv_type(Endpoint).await;
+    assert_eq!(names(&first), ["backend"]);
+    c.ack(&first, &["backend", "later"]).await;
+    server.set_file("later.yaml", &eds_cluster("later", "1s", 9090));
+    let second = c.recv_type(Endpoint).await;
+    assert_eq!(names(&second), ["backend", "later"]);
+}
+
+#[tokio::test]
+async fn p10_deleting_a_cluster_file_sends_the_smaller_full_set() {
+    let server = TestServer::start(&[
+        ("a.yaml", &eds_cluster("a", "1s", 8080)),
+        ("b.yaml", &eds_cluster("b", "1s", 8081)),
+    ])
+    .await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    let both = c.recv_type(Cluster).await;
+    assert_eq!(names(&both), ["a", "b"]);
+    c.ack(&both, &[]).await;
+    std::fs::remove_file(server.dir.path().join("b.yaml")).expect("rm");
+    server.reloader.reload().expect("reload");
+    assert_eq!(names(&c.recv_type(Cluster).await), ["a"]);
+}
+
+#[tokio::test]
+async fn p13_reconnect_with_current_version_gets_nothing_until_a_change() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    let v1 = c.recv_type(Cluster).await;
+    drop(c);
+    let mut again = server.ads("n1").await;
+    again
+        .send(request(Cluster, &[], &v1.version_info, ""))
+        .await;
+    again.subscribe(Listener, &[]).await;
+    // LDS is answered; CDS is not (the client has it).
+    again.recv_type(Listener).await;
+    server.set_file("clusters.yaml", &eds_cluster("backend", "5s", 8080));
+    let changed = again.recv_type(Cluster).await;
+    assert_ne!(changed.version_info, v1.version_info);
+}
+
+#[tokio::test]
+async fn p16_explicit_names_on_cds_and_back_to_nothing() {
+    let server = TestServer::start(&[
+        ("a.yaml", &eds_cluster("a", "1s", 8080)),
+        ("b.yaml", &eds_cluster("b", "1s", 8081)),
+    ])
+    .await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &["*", "a"]).await;
+    let all = c.recv_type(Cluster).await;
+    assert_eq!(names(&all), ["a", "b"]);
+    c.ack(&all, &["a"]).await;
+    let only_a = c.recv_type(Cluster).await;
+    assert_eq!(names(&only_a), ["a"]);
+    c.ack(&only_a, &[]).await;
+    assert!(c.recv_type(Cluster).await.resources.is_empty());
+}
+
+#[tokio::test]
+async fn p28_p30_cluster_change_is_followed_by_its_endpoints_on_ads() {
+    let server = standard_server().await;
+    let mut c = envoy_like_start(&server, "n1").await;
+    server.set_file("clusters.yaml", &eds_cluster("backend", "4s", 8080));
+    let cds = c.recv_type(Cluster).await;
+    let eds = c.recv_type(Endpoint).await;
+    assert_eq!(names(&eds), ["backend"]);
+    c.ack(&cds, &[]).await;
+    c.ack(&eds, &["backend"]).await;
+}
+
+#[tokio::test]
+async fn broken_yaml_changes_nothing_on_the_wire() {
+    let server = standard_server().await;
+    let mut c = envoy_like_start(&server, "n1").await;
+    let errors = server.set_bad_file("routes.yaml", "routes: [ {name: main, virtual_hosts: [");
+    assert!(errors[0].contains("routes.yaml"), "{errors:?}");
+    assert_eq!(
+        server.cache.current().number,
+        1,
+        "the last good generation serves"
+    );
+    // The fix (same routes as before) sends nothing; a listener edit is the next message.
+    server.set_file("routes.yaml", &route_to("main", "backend"));
+    server.set_file("listeners.yaml", &rds_listener("http", 10002, "main"));
+    c.recv_type(Listener).await;
+}
+
+#[tokio::test]
+async fn node_selectors_give_each_node_its_group() {
+    let edge = format!(
+        "nodes: [{{id: edge-*}}]\n{}",
+        eds_cluster("edge-only", "1s", 8080)
+    );
+    let server = TestServer::start(&[
+        ("shared.yaml", &eds_cluster("shared", "1s", 8081)),
+        ("edge.yaml", &edge),
+    ])
+    .await;
+    let mut e = server.ads("edge-1").await;
+    let mut o = server.ads("core-1").await;
+    e.subscribe(Cluster, &[]).await;
+    o.subscribe(Cluster, &[]).await;
+    assert_eq!(names(&e.recv_type(Cluster).await), ["edge-only", "shared"]);
+    assert_eq!(names(&o.recv_type(Cluster).await), ["shared"]);
+}
+
+/// Open a SotW stream on the per-type service of `kind`.
+async fn per_type(server: &TestServer, kind: ResourceType) -> XdsClient {
+    use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_client::EndpointDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::extension::v3::extension_config_discovery_service_client::ExtensionConfigDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::listener::v3::listener_discovery_service_client::ListenerDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::route::v3::route_discovery_service_client::RouteDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::route::v3::scoped_routes_discovery_service_client::ScopedRoutesDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::runtime::v3::runtime_discovery_service_client::RuntimeDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_client::SecretDiscoveryServiceClient;
+    let ch = server.channel().await;
+    let (tx, rx) = mpsc::channel(16);
+    let rx = ReceiverStream::new(rx);
+    let responses = match kind {
+        Cluster => {
+            ClusterDiscoveryServiceClient::new(ch)
+                .stream_clusters(rx)
+                .await
+        }
+        Endpoint => {
+            EndpointDiscoveryServiceClient::new(ch)
+                .stream_endpoints(rx)
+                .await
+        }
+        Listener => {
+            ListenerDiscoveryServiceClient::new(ch)
+                .stream_listeners(rx)
+                .await
+        }
+        Route => RouteDiscoveryServiceClient::new(ch).stream_routes(rx).await,
+        ResourceType::ScopedRoute => {
+            ScopedRoutesDiscoveryServiceClient::new(ch)
+                .stream_scoped_routes(rx)
+                .await
+        }
+        ResourceType::Secret => {
+            SecretDiscoveryServiceClient::new(ch)
+                .stream_secrets(rx)
+                .await
+        }
+        ResourceType::Runtime => {
+            RuntimeDiscoveryServiceClient::new(ch)
+                .stream_runtime(rx)
+                .await
+        }
+        ResourceType::ExtensionConfig => {
+            ExtensionConfigDiscoveryServiceClient::new(ch)
+                .stream_extension_configs(rx)
+                .await
+        }
+        ResourceType::VirtualHost => unreachable!("VHDS has no SotW method"),
+    }
+    .expect("stream opens")
+    .into_inner();
+    XdsClient::from_parts(node("n1", "test"), tx, responses)
+}
+
+const EVERY_KIND: &str = r#"
+clusters: [{ name: c, connect_timeout: 1s }]
+endpoints: [{ cluster_name: c }]
+listeners: [{ name: l, address: { socket_address: { address: 127.0.0.1, port_value: 1 } } }]
+routes: [{ name: r }]
+scoped_routes: [{ name: s, route_configuration_name: r, key: { fragments: [{ string_key: k }] } }]
+secrets: [{ name: x, generic_secret: { secret: { inline_string: hush } } }]
+runtimes: [{ name: rt, layer: { flag: true } }]
+extension_configs:
+  - name: e
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#;
+
+#[tokio::test]
+async fn p3_every_per_type_sotw_service_serves_its_type_only() {
+    let server = TestServer::start(&[("all.yaml", EVERY_KIND)]).await;
+    let cases = [
+        (Cluster, "c"),
+        (Endpoint, "c"),
+        (Listener, "l"),
+        (Route, "r"),
+        (ResourceType::ScopedRoute, "s"),
+        (ResourceType::Secret, "x"),
+        (ResourceType::Runtime, "rt"),
+        (ResourceType::ExtensionConfig, "e"),
+    ];
+    for (kind, name) in cases {
+        let mut c = per_type(&server, kind).await;
+        c.subscribe(kind, &[name]).await;
+        let r = c.recv_type(kind).await;
+        assert_eq!(names(&r), [name], "{kind}");
+        // Another type on this service: INVALID_ARGUMENT.
+        let other = if kind == Cluster { Listener } else { Cluster };
+        c.send(request(other, &[], "", "")).await;
+        assert_eq!(
+            c.recv_error().await.code(),
+            tonic::Code::InvalidArgument,
+            "{kind}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn delta_methods_answer_unimplemented_for_now() {
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    let server = standard_server().await;
+    let (_tx, rx) = mpsc::channel(1);
+    let err = AggregatedDiscoveryServiceClient::new(server.channel().await)
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .expect_err("delta is not served yet");
+    assert_eq!(err.code(), tonic::Code::Unimplemented);
+}
+
+#[tokio::test]
+async fn shutdown_ends_open_streams() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    c.recv_type(Cluster).await;
+    server.shutdown().await;
+}

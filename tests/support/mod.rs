@@ -1,0 +1,365 @@
+//! Test support: the whole server in-process on 127.0.0.1:0, and a scriptable xDS client
+//! that speaks like Envoy (a fake Envoy) over a real socket.
+#![allow(dead_code)]
+
+pub mod envoy;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use switchyard::cache::Cache;
+use switchyard::config::LoadOptions;
+use switchyard::resource::ResourceType;
+use switchyard::watch::Reloader;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+/// How long to wait for something that should happen.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// The server, in-process, on a free port, over a temp config directory. Tests change files
+/// and call [`TestServer::reload`] (the watcher has its own tests), so nothing here depends
+/// on timing.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+    pub cache: Arc<Cache>,
+    pub reloader: Arc<Reloader>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Start with these files (name, content) in the config directory.
+    pub async fn start(files: &[(&str, &str)]) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (name, text) in files {
+            write(dir.path(), name, text);
+        }
+        let cache = Arc::new(Cache::new());
+        let reloader = Arc::new(Reloader::new(
+            vec![dir.path().to_path_buf()],
+            LoadOptions::default(),
+            Arc::clone(&cache),
+        ));
+        reloader.reload().expect("the initial config loads");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server_cache = Arc::clone(&cache);
+        let task = tokio::spawn(async move {
+            switchyard::server::serve(listener, server_cache, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        TestServer {
+            addr,
+            dir,
+            cache,
+            reloader,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Write a config file (replacing it) and reload; panics if the load fails.
+    pub fn set_file(&self, name: &str, text: &str) {
+        write(self.dir.path(), name, text);
+        self.reloader.reload().expect("config loads");
+    }
+
+    /// Write a config file that must fail to load; returns the load errors.
+    pub fn set_bad_file(&self, name: &str, text: &str) -> Vec<String> {
+        write(self.dir.path(), name, text);
+        match self.reloader.reload() {
+            Ok(()) => panic!("{name} was expected not to load"),
+            Err(f) => f.errors.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    /// An ADS client for node `id` (node.cluster "test").
+    pub async fn ads(&self, id: &str) -> XdsClient {
+        XdsClient::ads(self.channel().await, node(id, "test")).await
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(WAIT, task)
+                .await
+                .expect("server stops in time")
+                .expect("server task");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write config file");
+    path
+}
+
+pub fn node(id: &str, cluster: &str) -> Node {
+    Node {
+        id: id.into(),
+        cluster: cluster.into(),
+        user_agent_name: "switchyard-tests".into(),
+        ..Default::default()
+    }
+}
+
+/// A scriptable SotW client: send requests, read responses, ACK/NACK like Envoy does.
+pub struct XdsClient {
+    node: Node,
+    tx: mpsc::Sender<DiscoveryRequest>,
+    responses: Streaming<DiscoveryResponse>,
+    sent_node: bool,
+}
+
+impl XdsClient {
+    /// Open an ADS stream.
+    pub async fn ads(channel: Channel, node: Node) -> XdsClient {
+        let (tx, rx) = mpsc::channel(64);
+        let responses = AggregatedDiscoveryServiceClient::new(channel)
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .expect("ADS stream opens")
+            .into_inner();
+        XdsClient {
+            node,
+            tx,
+            responses,
+            sent_node: false,
+        }
+    }
+
+    /// Wrap a stream opened on another service.
+    pub fn from_parts(
+        node: Node,
+        tx: mpsc::Sender<DiscoveryRequest>,
+        responses: Streaming<DiscoveryResponse>,
+    ) -> XdsClient {
+        XdsClient {
+            node,
+            tx,
+            responses,
+            sent_node: false,
+        }
+    }
+
+    /// Send a raw request (node added on the first, as Envoy does).
+    pub async fn send(&mut self, mut request: DiscoveryRequest) {
+        if !self.sent_node && request.node.is_none() {
+            request.node = Some(self.node.clone());
+        }
+        self.sent_node = true;
+        self.tx.send(request).await.expect("request stream open");
+    }
+
+    /// Send a request exactly as given (no node added).
+    pub async fn send_raw(&mut self, request: DiscoveryRequest) {
+        self.sent_node = true;
+        self.tx.send(request).await.expect("request stream open");
+    }
+
+    /// Subscribe to `kind` with `names` (empty: wildcard), as a first request.
+    pub async fn subscribe(&mut self, kind: ResourceType, names: &[&str]) {
+        self.send(request(kind, names, "", "")).await;
+    }
+
+    /// ACK `response`, keeping subscription `names`.
+    pub async fn ack(&mut self, response: &DiscoveryResponse, names: &[&str]) {
+        let kind = ResourceType::from_type_url(&response.type_url).expect("known type");
+        self.send(request(
+            kind,
+            names,
+            &response.version_info,
+            &response.nonce,
+        ))
+        .await;
+    }
+
+    /// NACK `response`, saying the client still runs `accepted_version`.
+    pub async fn nack(
+        &mut self,
+        response: &DiscoveryResponse,
+        names: &[&str],
+        accepted_version: &str,
+        error: &str,
+    ) {
+        let kind = ResourceType::from_type_url(&response.type_url).expect("known type");
+        let mut r = request(kind, names, accepted_version, &response.nonce);
+        r.error_detail = Some(RpcStatus {
+            code: 3,
+            message: error.into(),
+            details: vec![],
+        });
+        self.send(r).await;
+    }
+
+    /// The next response; panics after [`WAIT`] or if the stream ends.
+    pub async fn recv(&mut self) -> DiscoveryResponse {
+        match tokio::time::timeout(WAIT, self.responses.message()).await {
+            Ok(Ok(Some(r))) => r,
+            Ok(Ok(None)) => panic!("stream ended"),
+            Ok(Err(status)) => panic!("stream failed: {status:?}"),
+            Err(_) => panic!("no response within {WAIT:?}"),
+        }
+    }
+
+    /// The next response, which must be of `kind`.
+    pub async fn recv_type(&mut self, kind: ResourceType) -> DiscoveryResponse {
+        let r = self.recv().await;
+        assert_eq!(
+            r.type_url,
+            kind.type_url(),
+            "expected {kind}, got {}",
+            r.type_url
+        );
+        r
+    }
+
+    /// The status the stream ends with.
+    pub async fn recv_error(&mut self) -> tonic::Status {
+        match tokio::time::timeout(WAIT, self.responses.message()).await {
+            Ok(Err(status)) => status,
+            Ok(Ok(other)) => panic!("expected an error status, got {other:?}"),
+            Err(_) => panic!("no status within {WAIT:?}"),
+        }
+    }
+}
+
+pub fn request(kind: ResourceType, names: &[&str], version: &str, nonce: &str) -> DiscoveryRequest {
+    DiscoveryRequest {
+        version_info: version.into(),
+        resource_names: names.iter().map(|s| s.to_string()).collect(),
+        type_url: kind.type_url().into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    }
+}
+
+/// Resource names in a response (decoded by type).
+pub fn names(response: &DiscoveryResponse) -> Vec<String> {
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, ScopedRouteConfiguration};
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+    use envoy_types::pb::envoy::service::runtime::v3::Runtime;
+    use prost::Message;
+    let kind = ResourceType::from_type_url(&response.type_url).expect("known type");
+    response
+        .resources
+        .iter()
+        .map(|any| {
+            assert_eq!(
+                any.type_url, response.type_url,
+                "Any type matches response type"
+            );
+            let v = any.value.as_slice();
+            match kind {
+                ResourceType::Cluster => Cluster::decode(v).map(|m| m.name),
+                ResourceType::Endpoint => ClusterLoadAssignment::decode(v).map(|m| m.cluster_name),
+                ResourceType::Listener => Listener::decode(v).map(|m| m.name),
+                ResourceType::Route => RouteConfiguration::decode(v).map(|m| m.name),
+                ResourceType::ScopedRoute => ScopedRouteConfiguration::decode(v).map(|m| m.name),
+                ResourceType::Secret => Secret::decode(v).map(|m| m.name),
+                ResourceType::Runtime => Runtime::decode(v).map(|m| m.name),
+                ResourceType::ExtensionConfig => TypedExtensionConfig::decode(v).map(|m| m.name),
+                ResourceType::VirtualHost => {
+                    envoy_types::pb::envoy::config::route::v3::VirtualHost::decode(v)
+                        .map(|m| m.name)
+                }
+            }
+            .expect("resource decodes as its type")
+        })
+        .collect()
+}
+
+/// A cluster of `name` (EDS) with `timeout` as connect_timeout, and its endpoints on `port`.
+pub fn eds_cluster(name: &str, timeout: &str, port: u16) -> String {
+    format!(
+        r#"
+clusters:
+  - name: {name}
+    connect_timeout: {timeout}
+    type: EDS
+    eds_cluster_config: {{ eds_config: {{ ads: {{}}, resource_api_version: V3 }} }}
+endpoints:
+  - cluster_name: {name}
+    endpoints:
+      - lb_endpoints:
+          - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
+"#
+    )
+}
+
+/// An HTTP listener `name` on `port` whose routes come from RDS `route`.
+pub fn rds_listener(name: &str, port: u16, route: &str) -> String {
+    format!(
+        r#"
+listeners:
+  - name: {name}
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+      - filters:
+          - name: envoy.filters.network.http_connection_manager
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+              stat_prefix: {name}
+              rds: {{ route_config_name: {route}, config_source: {{ ads: {{}}, resource_api_version: V3 }} }}
+              http_filters:
+                - name: envoy.filters.http.router
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#
+    )
+}
+
+/// Route configuration `name` sending everything to `cluster`.
+pub fn route_to(name: &str, cluster: &str) -> String {
+    format!(
+        r#"
+routes:
+  - name: {name}
+    virtual_hosts:
+      - name: all
+        domains: ["*"]
+        routes:
+          - match: {{ prefix: / }}
+            route: {{ cluster: {cluster} }}
+"#
+    )
+}
