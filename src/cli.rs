@@ -232,6 +232,7 @@ fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("invalid --log-level {filter:?}: {e}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let result = match format {
         LogFormat::Text => builder.try_init(),

