@@ -268,7 +268,9 @@ mod tests {
             seed ^= seed << 17;
             seed % n
         };
-        let mut previous: Option<(BTreeMap<(usize, String), String>, Snapshot)> = None;
+        /// (type index, name) -> content
+        type Model = BTreeMap<(usize, String), String>;
+        let mut previous: Option<(Model, Snapshot)> = None;
         for _ in 0..200 {
             let mut model = BTreeMap::new();
             let mut items = Vec::new();

@@ -1,0 +1,146 @@
+//! The command line: exit codes and messages.
+
+use std::process::{Command, Output};
+
+fn switchyard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .output()
+        .expect("runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn examples() -> String {
+    format!("{}/examples/config", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn validate_accepts_the_shipped_examples() {
+    let o = switchyard(&["validate", "--config", &examples()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("OK: 3 file(s), 4 resource(s)"), "{out}");
+}
+
+#[test]
+fn validate_reports_every_error_with_exit_1() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        "clusters: [{name: a, nope: 1}]\n",
+    )
+    .expect("w");
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        "listeners: [{name: l, port: 2}]\n",
+    )
+    .expect("w");
+    let o = switchyard(&["validate", "-c", dir.path().to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("a.yaml") && err.contains("nope"), "{err}");
+    assert!(err.contains("b.yaml") && err.contains("port"), "{err}");
+    assert!(err.contains("invalid: 2 error(s)"), "{err}");
+}
+
+#[test]
+fn validate_prints_warnings_and_strict_makes_them_errors() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        dir.path().join("r.yaml"),
+        "routes: [{name: r, virtual_hosts: [{name: v, domains: ['*'], routes: [{match: {prefix: /}, route: {cluster: ghost}}]}]}]\n",
+    )
+    .expect("w");
+    let path = dir.path().to_str().expect("utf8");
+    let o = switchyard(&["validate", "-c", path]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("warning:") && stderr(&o).contains("\"ghost\""));
+    let strict = switchyard(&["validate", "--strict", "-c", path]);
+    assert_eq!(strict.status.code(), Some(1));
+}
+
+#[test]
+fn bad_flags_exit_64() {
+    for args in [
+        &["serve"][..],
+        &["serve", "--config", "x", "--xds-addr", "not-an-address"],
+        &["serve", "--config", "x", "--log-format", "xml"],
+        &["frobnicate"],
+        &[],
+    ] {
+        let o = switchyard(args);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn serve_with_a_config_that_cannot_load_exits_64_and_says_why() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("a.yaml"), "clusters: [ {name: \n").expect("w");
+    let o = switchyard(&[
+        "serve",
+        "--xds-addr",
+        "127.0.0.1:0",
+        "--config",
+        dir.path().to_str().expect("utf8"),
+    ]);
+    assert_eq!(o.status.code(), Some(64));
+    let err = stderr(&o);
+    assert!(
+        err.contains("cannot be loaded") && err.contains("a.yaml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let o = switchyard(&["--version"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("switchyard "));
+    let o = switchyard(&["serve", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&o.stdout);
+    for flag in [
+        "--config",
+        "--xds-addr",
+        "--strict",
+        "--log-level",
+        "--log-format",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from help");
+    }
+}
+
+#[test]
+fn the_kubernetes_example_configmap_validates() {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(format!(
+        "{}/deploy/kubernetes.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("deploy/kubernetes.yaml");
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut files = 0;
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let doc = serde_yaml::Value::deserialize(doc).expect("valid YAML");
+        if doc["kind"] == "ConfigMap" {
+            for (name, content) in doc["data"].as_mapping().expect("data") {
+                let name = name.as_str().expect("file name");
+                std::fs::write(dir.path().join(name), content.as_str().expect("text"))
+                    .expect("write");
+                files += 1;
+            }
+        }
+    }
+    assert!(files > 0);
+    let o = switchyard(&[
+        "validate",
+        "--strict",
+        "-c",
+        dir.path().to_str().expect("utf8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
