@@ -386,3 +386,35 @@ async fn shutdown_ends_open_streams() {
     c.recv_type(Cluster).await;
     server.shutdown().await;
 }
+
+/// Field 4 of DiscoveryRequest is `type_url`, a string; sent as a varint it cannot decode.
+#[derive(Clone, PartialEq, prost::Message)]
+struct NotARequest {
+    #[prost(uint64, tag = "4")]
+    type_url: u64,
+}
+
+#[tokio::test]
+async fn a_request_that_does_not_decode_gets_an_error_status_on_that_stream_only() {
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+    let server = standard_server().await;
+    let mut grpc = tonic::client::Grpc::new(server.channel().await);
+    grpc.ready().await.expect("ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+    );
+    let codec = tonic_prost::ProstCodec::<NotARequest, DiscoveryResponse>::default();
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(NotARequest { type_url: 7 }).await.expect("send");
+    let mut responses = grpc
+        .streaming(tonic::Request::new(ReceiverStream::new(rx)), path, codec)
+        .await
+        .expect("stream opens")
+        .into_inner();
+    let status = responses.message().await.expect_err("an error status");
+    assert!(status.message().contains("decode"), "{status:?}");
+    // The server is fine.
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    assert_eq!(names(&c.recv_type(Cluster).await), ["backend"]);
+}

@@ -63,7 +63,13 @@ async fn run_sotw(
                     }
                 }
                 Ok(None) => break "closed by the client".into(),
-                Err(status) => break format!("transport: {}", status.message()),
+                // A request that does not decode (or a broken transport): tell the client
+                // why, if it is still there, and end this stream only.
+                Err(status) => {
+                    let reason = format!("bad request: {}", status.message());
+                    let _ = tx.send(Err(status)).await;
+                    break reason;
+                }
             },
             changed = generations.changed(), if node_id.is_some() => {
                 if changed.is_err() {
