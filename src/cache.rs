@@ -261,13 +261,7 @@ mod tests {
     /// model's content does.
     #[test]
     fn snapshot_matches_btreemap_model() {
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::testing::rng(0x2545_f491_4f6c_dd1d);
         /// (type index, name) -> content
         type Model = BTreeMap<(usize, String), String>;
         let mut previous: Option<(Model, Snapshot)> = None;

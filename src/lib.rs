@@ -24,4 +24,6 @@ pub mod config;
 pub mod protocol;
 pub mod resource;
 pub mod server;
+#[cfg(test)]
+mod testing;
 pub mod watch;

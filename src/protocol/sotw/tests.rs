@@ -180,12 +180,7 @@ fn p4_ack_records_the_version() {
 
 #[test]
 fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
-    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
-    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
-    let v1 = s.poll_response().expect("v1");
-    s.handle_request(req(Cluster, &[], &v1.version_info, &v1.nonce))
-        .expect("ack");
+    let (mut s, v1) = ads_with_acked_cds(snap(&[(Cluster, "c", "1")]));
     s.handle_snapshot(snap(&[(Cluster, "c", "bad")]));
     let v2 = s.poll_response().expect("v2");
     s.handle_request(nack(Cluster, &v1.version_info, &v2.nonce, "bad cluster"))
@@ -218,12 +213,7 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
 
 #[test]
 fn p6_a_request_with_a_stale_nonce_gets_no_response() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
-    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
-    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
-    let v1 = s.poll_response().expect("v1");
-    s.handle_request(req(Cluster, &[], &v1.version_info, &v1.nonce))
-        .expect("ack");
+    let (mut s, v1) = ads_with_acked_cds(snap(&[(Cluster, "c", "1")]));
     s.handle_snapshot(snap(&[(Cluster, "c", "2")]));
     let v2 = s.poll_response().expect("v2");
     // A late request carrying v1's nonce: ignored, no ACK recorded, nothing sent.
@@ -529,13 +519,7 @@ fn p28_endpoints_wait_for_the_pending_request_then_go() {
 /// duplicate name or nonce.
 #[test]
 fn random_sequences_keep_the_invariants() {
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut rand = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rand = crate::testing::rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..300 {
         let variant = if rand(2) == 0 {
             Variant::Aggregated
