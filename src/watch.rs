@@ -139,55 +139,73 @@ impl Reloader {
     }
 
     /// Watch the paths and reload after each burst of changes, until `shutdown` completes.
+    ///
+    /// The watcher for the next round is armed before the files are read, so a write that
+    /// lands during a reload triggers another one instead of being missed.
     pub async fn watch(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let mut armed = self.arm();
         loop {
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let relevant = self.paths.clone();
-            let watcher =
-                notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                    let wanted = match &event {
-                        Ok(e) => is_change(&e.kind) && touches(&relevant, &e.paths),
-                        Err(_) => true, // e.g. a queue overflow: reload to be sure
-                    };
-                    if wanted {
-                        let _ = tx.send(());
+            match &mut armed {
+                Some((_watcher, rx)) => {
+                    // Wait for a change, then for quiet.
+                    tokio::select! {
+                        _ = &mut shutdown => return,
+                        got = rx.recv() => if got.is_none() { return },
                     }
-                });
-            let _watcher = match watcher {
-                Ok(mut w) => {
-                    let watched = self.watch_paths(&mut w);
-                    if watched == 0 {
-                        tracing::warn!("None of the config paths can be watched; retrying.");
+                    loop {
                         tokio::select! {
                             _ = &mut shutdown => return,
-                            _ = tokio::time::sleep(RETRY) => continue,
+                            got = rx.recv() => if got.is_none() { return },
+                            _ = tokio::time::sleep(DEBOUNCE) => break,
                         }
                     }
-                    w
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "Cannot watch files; changes will not be picked up.");
-                    shutdown.await;
-                    return;
-                }
-            };
-            // Wait for a change, then for quiet.
-            tokio::select! {
-                _ = &mut shutdown => return,
-                got = rx.recv() => if got.is_none() { return },
-            }
-            loop {
-                tokio::select! {
-                    _ = &mut shutdown => return,
-                    got = rx.recv() => if got.is_none() { return },
-                    _ = tokio::time::sleep(DEBOUNCE) => break,
+                None => {
+                    // Nothing could be watched (every path and parent missing): look again
+                    // later, and reload then, since anything may have changed meanwhile.
+                    tokio::select! {
+                        _ = &mut shutdown => return,
+                        _ = tokio::time::sleep(RETRY) => {}
+                    }
                 }
             }
+            armed = self.arm();
             let this = Arc::clone(&self);
             // A failed load is logged and kept in the report; a half-written file that
             // fails to parse is loaded again on its next event.
             let _ = tokio::task::spawn_blocking(move || this.reload()).await;
+        }
+    }
+
+    /// A fresh watcher on the paths (new inodes after a swap) and the channel of its change
+    /// events; `None` when nothing can be watched.
+    fn arm(&self) -> Option<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let relevant = self.paths.clone();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let wanted = match &event {
+                Ok(e) => is_change(&e.kind) && touches(&relevant, &e.paths),
+                Err(_) => true, // e.g. a queue overflow: reload to be sure
+            };
+            if wanted {
+                let _ = tx.send(());
+            }
+        });
+        match watcher {
+            Ok(mut w) => {
+                if self.watch_paths(&mut w) == 0 {
+                    tracing::warn!(
+                        "None of the config paths can be watched; looking again shortly."
+                    );
+                    return None;
+                }
+                Some((w, rx))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "Cannot watch files; looking again shortly.");
+                None
+            }
         }
     }
 
