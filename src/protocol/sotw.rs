@@ -5,6 +5,10 @@
 //! the client has a request pending (its first request, or its ACK/NACK of the last
 //! response), so every decision is taken by `poll_response`, which sees every ACK and NACK.
 //! That is the one place a later make-before-break plan (P30) gates on.
+//!
+//! LDS and CDS responses carry the client's whole set (P10). Other types carry only what the
+//! client lacks: resources new to it or changed, plus ClusterLoadAssignments due again for
+//! warming (P28); so one changed endpoint set sends one ClusterLoadAssignment, not all.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::{Event, ProtocolError, Subscription, SyncState, Variant};
 use crate::cache::Snapshot;
-use crate::resource::ResourceType;
+use crate::resource::{Resource, ResourceType};
 
 /// One SotW stream. See the module docs of `protocol` for the call order.
 #[derive(Debug)]
@@ -206,9 +210,9 @@ impl SotwStream {
             .map(|(n, r)| (n.to_string(), r.version.clone()))
             .collect();
         let full_state = kind.is_full_state();
-        let rewarm = selected.keys().any(|n| st.rewarm.contains(*n));
 
-        let send = match &mut st.given {
+        // What to send, if anything.
+        let payload: Vec<&Arc<Resource>> = match &mut st.given {
             None => {
                 // P13: a client back on a new stream with the current version of a wildcard
                 // LDS/CDS has everything already.
@@ -224,23 +228,36 @@ impl SotwStream {
                 }
                 // P10: an empty LDS/CDS answer to a wildcard means "none"; for other types an
                 // empty answer says nothing, so wait for the names to exist (P11).
-                (full_state && st.subscription.is_wildcard()) || !versions.is_empty()
+                if !(full_state && st.subscription.is_wildcard()) && selected.is_empty() {
+                    return None;
+                }
+                selected.values().copied().collect()
             }
-            Some(given) if full_state => *given != versions || rewarm,
+            Some(given) if full_state => {
+                // P10: LDS/CDS carry the whole set, so any change (a deletion too) resends it.
+                let rewarm = selected.keys().any(|n| st.rewarm.contains(*n));
+                if *given == versions && !rewarm {
+                    return None;
+                }
+                selected.values().copied().collect()
+            }
             Some(given) => {
-                // P8/P9: send when a subscribed resource is new to the client or changed.
-                let news = versions.iter().any(|(n, v)| given.get(n) != Some(v));
-                if !news && !rewarm {
+                // P8/P9/P10: other types carry only what is new to the client, changed, or
+                // due again for warming (P28); what the client has stays.
+                let fresh: Vec<&Arc<Resource>> = selected
+                    .iter()
+                    .filter(|(n, r)| given.get(**n) != Some(&r.version) || st.rewarm.contains(**n))
+                    .map(|(_, r)| *r)
+                    .collect();
+                if fresh.is_empty() {
                     // Forget what the client no longer subscribes to (or what was deleted),
                     // so that asking again sends it again (P9).
                     given.retain(|n, _| versions.contains_key(n));
+                    return None;
                 }
-                news || rewarm
+                fresh
             }
         };
-        if !send {
-            return None;
-        }
 
         // P28: clusters this response adds or changes need their endpoints re-sent.
         let rewarm_next: Vec<String> = if kind == ResourceType::Cluster {
@@ -255,9 +272,9 @@ impl SotwStream {
 
         self.nonces += 1;
         let nonce = self.nonces.to_string();
-        // P12: names are map keys, so never twice.
-        let resources = selected
-            .values()
+        // P12: names come from map keys, so never twice.
+        let resources = payload
+            .into_iter()
             .map(|r| Any {
                 type_url: kind.type_url().to_string(),
                 value: r.body.to_vec(),

@@ -271,7 +271,7 @@ fn p9_a_grown_name_set_gets_the_new_names_even_if_sent_before() {
     s.handle_request(req(Endpoint, &["a", "b"], &r1.version_info, &r1.nonce))
         .expect("grow");
     let r2 = s.poll_response().expect("b is new");
-    assert_eq!(names(&r2), ["a", "b"]);
+    assert_eq!(names(&r2), ["b"], "EDS carries what the client lacks (P10)");
     // Drop b, then ask for it again: it is sent again though unchanged.
     s.handle_request(req(Endpoint, &["a"], &r2.version_info, &r2.nonce))
         .expect("shrink");
@@ -279,7 +279,7 @@ fn p9_a_grown_name_set_gets_the_new_names_even_if_sent_before() {
     s.handle_request(req(Endpoint, &["a", "b"], &r2.version_info, &r2.nonce))
         .expect("grow again");
     let r3 = s.poll_response().expect("b again");
-    assert_eq!(names(&r3), ["a", "b"]);
+    assert_eq!(names(&r3), ["b"]);
 }
 
 // === P10, P11, P12: contents ===
@@ -312,7 +312,33 @@ fn p10_other_types_deletion_needs_no_response() {
     // ... and when r2 comes back it is sent (the client may have dropped it).
     s.handle_snapshot(snap(&[(Route, "r1", "1"), (Route, "r2", "1")]));
     let back = s.poll_response().expect("r2 back");
-    assert_eq!(names(&back), ["r1", "r2"]);
+    assert_eq!(names(&back), ["r2"]);
+}
+
+#[test]
+fn p10_other_types_carry_only_what_changed() {
+    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let many: Vec<_> = (0..50).map(|i| format!("e{i}")).collect();
+    fn items<'a>(names: &'a [String], e7: &'a str) -> Vec<(ResourceType, &'a str, &'a str)> {
+        names
+            .iter()
+            .map(|n| (Endpoint, n.as_str(), if n == "e7" { e7 } else { "1" }))
+            .collect()
+    }
+    let wanted: Vec<&str> = many.iter().map(String::as_str).collect();
+    s.handle_snapshot(snap(&items(&many, "1")));
+    s.handle_request(req(Endpoint, &wanted, "", ""))
+        .expect("ok");
+    let all = s
+        .poll_response()
+        .expect("first response: everything subscribed");
+    assert_eq!(all.resources.len(), 50);
+    s.handle_request(req(Endpoint, &wanted, &all.version_info, &all.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&items(&many, "2")));
+    let one = s.poll_response().expect("e7 changed");
+    assert_eq!(names(&one), ["e7"]);
+    assert_ne!(one.version_info, all.version_info);
 }
 
 #[test]

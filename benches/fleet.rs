@@ -1,0 +1,191 @@
+//! Fleet-scale figures: `cargo bench --bench fleet`.
+//!
+//! What it measures, on generated snapshot files (N EDS clusters with their endpoints, split
+//! into files of 1,000):
+//! 1. `config::load` of all files (parse, map to protobuf, encode once, hash);
+//! 2. building a node group's snapshot from a loaded config, and the memoized lookup;
+//! 3. S SotW streams each answered a wildcard CDS of N clusters (the per-stream cost of
+//!    sending shared, already-encoded resources), and resident memory before and after;
+//! 4. one cluster changed: the cost, per stream, to decide and build the new CDS + EDS.
+//!
+//! Each timing is the median of 5 runs. Bounded: N and S are fixed below; it runs in well
+//! under a minute on the 2-core machine. Results and method: docs/benchmarks.md.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use switchyard::cache::Cache;
+use switchyard::config::{self, LoadOptions};
+use switchyard::protocol::{SotwStream, Variant};
+use switchyard::resource::ResourceType;
+
+const CLUSTERS: usize = 10_000;
+const STREAMS: usize = 1_000;
+const RUNS: usize = 5;
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn write_files(dir: &std::path::Path, timeout: impl Fn(usize) -> &'static str) {
+    for file in 0..CLUSTERS / 1000 {
+        let mut text = String::from("clusters:\n");
+        for i in file * 1000..(file + 1) * 1000 {
+            text.push_str(&format!(
+                "  - name: c{i}\n    connect_timeout: {}\n    type: EDS\n    eds_cluster_config: {{ eds_config: {{ ads: {{}} }} }}\n",
+                timeout(i)
+            ));
+        }
+        text.push_str("endpoints:\n");
+        for i in file * 1000..(file + 1) * 1000 {
+            text.push_str(&format!(
+                "  - cluster_name: c{i}\n    endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 10.0.{}.{}, port_value: 8080 }} }} }} }}] }}]\n",
+                (i / 250) % 256,
+                i % 250
+            ));
+        }
+        std::fs::write(dir.join(format!("f{file:02}.yaml")), text).expect("write");
+    }
+}
+
+fn request(
+    kind: ResourceType,
+    names: &[String],
+    version: &str,
+    nonce: &str,
+    node: bool,
+) -> DiscoveryRequest {
+    DiscoveryRequest {
+        version_info: version.into(),
+        node: node.then(|| Node {
+            id: "bench".into(),
+            ..Default::default()
+        }),
+        resource_names: names.to_vec(),
+        type_url: kind.type_url().into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    }
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write_files(dir.path(), |_| "1s");
+    let paths = vec![dir.path().to_path_buf()];
+    let options = LoadOptions::default();
+
+    // 1. Load.
+    let load = median(
+        (0..RUNS)
+            .map(|_| {
+                let t = Instant::now();
+                let c = config::load(&paths, &options).expect("loads");
+                assert_eq!(c.resource_count(), 2 * CLUSTERS);
+                t.elapsed()
+            })
+            .collect(),
+    );
+    println!("load {CLUSTERS} clusters + {CLUSTERS} endpoints: {load:?}");
+
+    // 2. Snapshot build and lookup.
+    let cache = Cache::new();
+    let build = median(
+        (0..RUNS)
+            .map(|_| {
+                cache.publish(config::load(&paths, &options).expect("loads"));
+                let g = cache.current();
+                let t = Instant::now();
+                let s = g.snapshot_for("bench", "");
+                let took = t.elapsed();
+                assert_eq!(s.get(ResourceType::Cluster).resources.len(), CLUSTERS);
+                took
+            })
+            .collect(),
+    );
+    let g = cache.current();
+    let t = Instant::now();
+    for _ in 0..1000 {
+        g.snapshot_for("bench", "");
+    }
+    println!(
+        "build a node group's snapshot: {build:?}; memoized lookup: {:?}",
+        t.elapsed() / 1000
+    );
+
+    // 3. S streams, wildcard CDS each.
+    let snapshot = g.snapshot_for("bench", "");
+    let rss_before = rss_kib();
+    let mut streams: Vec<SotwStream> = Vec::with_capacity(STREAMS);
+    let names: Vec<String> = (0..CLUSTERS).map(|i| format!("c{i}")).collect();
+    let t = Instant::now();
+    let mut bytes = 0usize;
+    for _ in 0..STREAMS {
+        let mut s = SotwStream::new(Variant::Aggregated, "bench");
+        s.handle_request(request(ResourceType::Cluster, &[], "", "", true))
+            .expect("ok");
+        s.handle_snapshot(Arc::clone(&snapshot));
+        let r = s.poll_response().expect("cds");
+        bytes += r.resources.iter().map(|a| a.value.len()).sum::<usize>();
+        s.handle_request(request(
+            ResourceType::Cluster,
+            &[],
+            &r.version_info,
+            &r.nonce,
+            false,
+        ))
+        .expect("ack");
+        s.handle_request(request(ResourceType::Endpoint, &names, "", "", false))
+            .expect("eds");
+        let e = s.poll_response().expect("eds");
+        s.handle_request(request(
+            ResourceType::Endpoint,
+            &names,
+            &e.version_info,
+            &e.nonce,
+            false,
+        ))
+        .expect("ack");
+        streams.push(s);
+    }
+    let per_stream = t.elapsed() / STREAMS as u32;
+    let rss_after = rss_kib();
+    println!(
+        "{STREAMS} streams, each sent CDS + EDS of {CLUSTERS}: {per_stream:?} per stream ({} MiB of resource bytes copied into responses in all); RSS {} MiB -> {} MiB ({} KiB per stream of state)",
+        bytes / (1024 * 1024),
+        rss_before / 1024,
+        rss_after / 1024,
+        (rss_after.saturating_sub(rss_before)) / STREAMS as u64
+    );
+
+    // 4. One cluster changes.
+    write_files(dir.path(), |i| if i == 0 { "2s" } else { "1s" });
+    cache.publish(config::load(&paths, &options).expect("loads"));
+    let changed = cache.current().snapshot_for("bench", "");
+    let t = Instant::now();
+    for s in &mut streams {
+        s.handle_snapshot(Arc::clone(&changed));
+        let cds = s.poll_response().expect("cds");
+        assert_eq!(cds.resources.len(), CLUSTERS, "SotW CDS is the full set");
+        let eds = s.poll_response().expect("eds re-sent for warming (P28)");
+        assert_eq!(eds.type_url, ResourceType::Endpoint.type_url());
+    }
+    println!(
+        "one cluster changed: {:?} per stream to decide and build CDS + EDS",
+        t.elapsed() / STREAMS as u32
+    );
+}
