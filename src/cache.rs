@@ -40,7 +40,8 @@ impl TypeSnapshot {
 /// Everything one node group gets, every type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
-    types: [TypeSnapshot; ResourceType::ALL.len()],
+    /// Shared by `Arc` so a stream can remember what it sent as a pointer, not a copy.
+    types: [Arc<TypeSnapshot>; ResourceType::ALL.len()],
 }
 
 impl Default for Snapshot {
@@ -59,12 +60,12 @@ impl Snapshot {
             by_type[r.kind.index()].insert(r.name.clone(), Arc::clone(r));
         }
         Snapshot {
-            types: by_type.map(TypeSnapshot::new),
+            types: by_type.map(|resources| Arc::new(TypeSnapshot::new(resources))),
         }
     }
 
     /// The resources of one type.
-    pub fn get(&self, kind: ResourceType) -> &TypeSnapshot {
+    pub fn get(&self, kind: ResourceType) -> &Arc<TypeSnapshot> {
         &self.types[kind.index()]
     }
 }

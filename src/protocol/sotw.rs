@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use envoy_types::pb::google::protobuf::Any;
 
 use super::{Event, ProtocolError, Subscription, SyncState, Variant};
-use crate::cache::Snapshot;
+use crate::cache::{Snapshot, TypeSnapshot};
 use crate::resource::{Resource, ResourceType};
 
 /// One SotW stream. See the module docs of `protocol` for the call order.
@@ -46,12 +46,53 @@ struct TypeState {
     initial_version: Option<String>,
     /// The nonce of the latest response (P2).
     latest_nonce: Option<String>,
-    /// Name -> version of what the client was last given; `None` before anything was.
-    given: Option<BTreeMap<String, String>>,
+    /// What the client has of this type; `None` before anything was sent.
+    given: Option<Given>,
     /// Names to send on the next response even if unchanged: the ClusterLoadAssignments of
     /// clusters just sent anew, without which Envoy keeps them warming (P28).
     rewarm: BTreeSet<String>,
     state: SyncState,
+}
+
+/// What a client has of one type: exactly what `subscription` selects from `snapshot`.
+///
+/// After every decision (a response sent, or nothing to send because nothing it covers
+/// changed) the client has the current selection, so this is two pointers' worth of state per
+/// type instead of a copy of every name and version.
+#[derive(Debug)]
+struct Given {
+    snapshot: Arc<TypeSnapshot>,
+    subscription: Subscription,
+}
+
+impl Given {
+    fn new(snapshot: &Arc<TypeSnapshot>, subscription: &Subscription) -> Given {
+        Given {
+            snapshot: Arc::clone(snapshot),
+            subscription: subscription.clone(),
+        }
+    }
+
+    /// The version of `name` the client has, if any.
+    fn version_of(&self, name: &str) -> Option<&str> {
+        if !self.subscription.covers(name) {
+            return None;
+        }
+        self.snapshot
+            .resources
+            .get(name)
+            .map(|r| r.version.as_str())
+    }
+
+    /// Whether the client has exactly `selected`.
+    fn has_exactly(&self, selected: &BTreeMap<&str, &Arc<Resource>>) -> bool {
+        let before = self.subscription.select(&self.snapshot);
+        before.len() == selected.len()
+            && before
+                .iter()
+                .zip(selected)
+                .all(|((n1, r1), (n2, r2))| n1 == n2 && r1.version == r2.version)
+    }
 }
 
 impl SotwStream {
@@ -205,14 +246,11 @@ impl SotwStream {
         }
         let current = snapshot.get(kind);
         let selected = st.subscription.select(current);
-        let versions: BTreeMap<String, String> = selected
-            .iter()
-            .map(|(n, r)| (n.to_string(), r.version.clone()))
-            .collect();
         let full_state = kind.is_full_state();
+        let rewarm = selected.keys().any(|n| st.rewarm.contains(*n));
 
         // What to send, if anything.
-        let payload: Vec<&Arc<Resource>> = match &mut st.given {
+        let payload: Vec<&Arc<Resource>> = match &st.given {
             None => {
                 // P13: a client back on a new stream with the current version of a wildcard
                 // LDS/CDS has everything already.
@@ -220,7 +258,7 @@ impl SotwStream {
                     && st.subscription.is_wildcard()
                     && st.initial_version.as_deref() == Some(current.version.as_str())
                 {
-                    st.given = Some(versions);
+                    st.given = Some(Given::new(current, &st.subscription));
                     st.state = SyncState::Acked {
                         version: current.version.clone(),
                     };
@@ -233,26 +271,35 @@ impl SotwStream {
                 }
                 selected.values().copied().collect()
             }
+            // Nothing changed on either side since the last decision.
+            Some(given)
+                if !rewarm
+                    && Arc::ptr_eq(&given.snapshot, current)
+                    && given.subscription == st.subscription =>
+            {
+                return None;
+            }
             Some(given) if full_state => {
                 // P10: LDS/CDS carry the whole set, so any change (a deletion too) resends it.
-                let rewarm = selected.keys().any(|n| st.rewarm.contains(*n));
-                if *given == versions && !rewarm {
+                if !rewarm && given.has_exactly(&selected) {
+                    st.given = Some(Given::new(current, &st.subscription));
                     return None;
                 }
                 selected.values().copied().collect()
             }
             Some(given) => {
                 // P8/P9/P10: other types carry only what is new to the client, changed, or
-                // due again for warming (P28); what the client has stays.
+                // due again for warming (P28). What it no longer subscribes to (or what was
+                // deleted) is forgotten, so asking again sends it again (P9).
                 let fresh: Vec<&Arc<Resource>> = selected
                     .iter()
-                    .filter(|(n, r)| given.get(**n) != Some(&r.version) || st.rewarm.contains(**n))
+                    .filter(|(n, r)| {
+                        given.version_of(n) != Some(r.version.as_str()) || st.rewarm.contains(**n)
+                    })
                     .map(|(_, r)| *r)
                     .collect();
                 if fresh.is_empty() {
-                    // Forget what the client no longer subscribes to (or what was deleted),
-                    // so that asking again sends it again (P9).
-                    given.retain(|n, _| versions.contains_key(n));
+                    st.given = Some(Given::new(current, &st.subscription));
                     return None;
                 }
                 fresh
@@ -263,7 +310,9 @@ impl SotwStream {
         let rewarm_next: Vec<String> = if kind == ResourceType::Cluster {
             selected
                 .iter()
-                .filter(|(n, r)| st.given.as_ref().and_then(|g| g.get(**n)) != Some(&r.version))
+                .filter(|(n, r)| {
+                    st.given.as_ref().and_then(|g| g.version_of(n)) != Some(r.version.as_str())
+                })
                 .filter_map(|(_, r)| r.warms_with.clone())
                 .collect()
         } else {
@@ -290,7 +339,7 @@ impl SotwStream {
             }),
             ..Default::default()
         };
-        st.given = Some(versions);
+        st.given = Some(Given::new(current, &st.subscription));
         st.latest_nonce = Some(nonce.clone());
         st.state = SyncState::Sent {
             nonce,

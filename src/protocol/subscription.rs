@@ -13,7 +13,8 @@ pub const WILDCARD: &str = "*";
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Subscription {
     wildcard: bool,
-    names: BTreeSet<String>,
+    /// Shared, so that remembering a subscription (what a response was built for) is cheap.
+    names: Arc<BTreeSet<String>>,
     /// Whether any name (including `*`) was ever subscribed on this stream (P15).
     named: bool,
 }
@@ -25,16 +26,18 @@ impl Subscription {
     pub fn apply_sotw(&mut self, resource_names: &[String]) {
         if resource_names.is_empty() {
             self.wildcard = !self.named;
-            self.names.clear();
+            self.names = Arc::default();
             return;
         }
         self.named = true;
         self.wildcard = resource_names.iter().any(|n| n == WILDCARD);
-        self.names = resource_names
-            .iter()
-            .filter(|n| *n != WILDCARD)
-            .cloned()
-            .collect();
+        self.names = Arc::new(
+            resource_names
+                .iter()
+                .filter(|n| *n != WILDCARD)
+                .cloned()
+                .collect(),
+        );
     }
 
     /// Whether the client takes every resource of the type (P14).
@@ -45,6 +48,11 @@ impl Subscription {
     /// The explicitly named resources.
     pub fn names(&self) -> &BTreeSet<String> {
         &self.names
+    }
+
+    /// Whether this subscription covers `name`.
+    pub fn covers(&self, name: &str) -> bool {
+        self.wildcard || self.names.contains(name)
     }
 
     /// The resources of `snapshot` this subscription covers.
