@@ -10,7 +10,7 @@
 //! client lacks: resources new to it or changed, plus ClusterLoadAssignments due again for
 //! warming (P28); so one changed endpoint set sends one ClusterLoadAssignment, not all.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{ControlPlane, Node};
@@ -73,25 +73,51 @@ impl Given {
         }
     }
 
-    /// The version of `name` the client has, if any.
-    fn version_of(&self, name: &str) -> Option<&str> {
-        if !self.subscription.covers(name) {
-            return None;
-        }
-        self.snapshot
-            .resources
-            .get(name)
-            .map(|r| r.version.as_str())
+    /// Those of `selected` (in name order) that the client lacks or has at another
+    /// version, plus those for which `also` holds. Linear: a merge with what it has.
+    fn lacks<'a>(
+        &self,
+        selected: &[&'a Arc<Resource>],
+        also: impl Fn(&str) -> bool,
+    ) -> Vec<&'a Arc<Resource>> {
+        let before = self.subscription.select(&self.snapshot);
+        let mut before = before.iter().peekable();
+        selected
+            .iter()
+            .filter(|r| {
+                while before.next_if(|b| b.name < r.name).is_some() {}
+                let has = before
+                    .peek()
+                    .is_some_and(|b| b.name == r.name && b.version == r.version);
+                !has || also(&r.name)
+            })
+            .copied()
+            .collect()
     }
 
-    /// Whether the client has exactly `selected`.
-    fn has_exactly(&self, selected: &BTreeMap<&str, &Arc<Resource>>) -> bool {
+    /// Whether the client has a resource of this name.
+    fn has(&self, name: &str) -> bool {
+        self.subscription.covers(name) && self.snapshot.resources.contains_key(name)
+    }
+
+    /// Whether the client has exactly `selected`, which `subscription` selects from
+    /// `current`.
+    fn has_exactly(
+        &self,
+        selected: &[&Arc<Resource>],
+        current: &TypeSnapshot,
+        subscription: &Subscription,
+    ) -> bool {
+        // A wildcard selects the whole type, and a type's version hashes all of it.
+        if self.subscription.is_wildcard() && subscription.is_wildcard() {
+            return self.snapshot.version == current.version;
+        }
         let before = self.subscription.select(&self.snapshot);
         before.len() == selected.len()
             && before
                 .iter()
                 .zip(selected)
-                .all(|((n1, r1), (n2, r2))| n1 == n2 && r1.version == r2.version)
+                .all(|(a, b)| a.name == b.name && a.version == b.version)
     }
 }
 
@@ -247,7 +273,7 @@ impl SotwStream {
         let current = snapshot.get(kind);
         let selected = st.subscription.select(current);
         let full_state = kind.is_full_state();
-        let rewarm = selected.keys().any(|n| st.rewarm.contains(*n));
+        let rewarm = !st.rewarm.is_empty() && selected.iter().any(|r| st.rewarm.contains(&r.name));
 
         // What to send, if anything.
         let payload: Vec<&Arc<Resource>> = match &st.given {
@@ -269,7 +295,7 @@ impl SotwStream {
                 if !(full_state && st.subscription.is_wildcard()) && selected.is_empty() {
                     return None;
                 }
-                selected.values().copied().collect()
+                selected
             }
             // Nothing changed on either side since the last decision.
             Some(given)
@@ -281,23 +307,17 @@ impl SotwStream {
             }
             Some(given) if full_state => {
                 // P10: LDS/CDS carry the whole set, so any change (a deletion too) resends it.
-                if !rewarm && given.has_exactly(&selected) {
+                if !rewarm && given.has_exactly(&selected, current, &st.subscription) {
                     st.given = Some(Given::new(current, &st.subscription));
                     return None;
                 }
-                selected.values().copied().collect()
+                selected
             }
             Some(given) => {
                 // P8/P9/P10: other types carry only what is new to the client, changed, or
                 // due again for warming (P28). What it no longer subscribes to (or what was
                 // deleted) is forgotten, so asking again sends it again (P9).
-                let fresh: Vec<&Arc<Resource>> = selected
-                    .iter()
-                    .filter(|(n, r)| {
-                        given.version_of(n) != Some(r.version.as_str()) || st.rewarm.contains(**n)
-                    })
-                    .map(|(_, r)| *r)
-                    .collect();
+                let fresh = given.lacks(&selected, |n| st.rewarm.contains(n));
                 if fresh.is_empty() {
                     st.given = Some(Given::new(current, &st.subscription));
                     return None;
@@ -306,14 +326,16 @@ impl SotwStream {
             }
         };
 
-        // P28: clusters this response adds or changes need their endpoints re-sent.
-        let rewarm_next: Vec<String> = if kind == ResourceType::Cluster {
-            selected
+        // P28: a cluster this response adds or changes warms until its ClusterLoadAssignment
+        // arrives anew; collected here, queued on EDS below.
+        let warming: Vec<&str> = if kind == ResourceType::Cluster {
+            let changed = match &st.given {
+                Some(given) => given.lacks(&payload, |_| false),
+                None => payload.clone(),
+            };
+            changed
                 .iter()
-                .filter(|(n, r)| {
-                    st.given.as_ref().and_then(|g| g.version_of(n)) != Some(r.version.as_str())
-                })
-                .filter_map(|(_, r)| r.warms_with.clone())
+                .filter_map(|r| r.warms_with.as_deref())
                 .collect()
         } else {
             Vec::new()
@@ -347,9 +369,15 @@ impl SotwStream {
         };
         st.pending = false;
         st.rewarm.clear();
-        self.types[ResourceType::Endpoint.index()]
-            .rewarm
-            .extend(rewarm_next);
+        // A ClusterLoadAssignment the client does not have yet goes out anyway (it is new to
+        // it); one it has must be sent again though unchanged.
+        let eds = &mut self.types[ResourceType::Endpoint.index()];
+        let due: Vec<String> = warming
+            .into_iter()
+            .filter(|cla| eds.given.as_ref().is_some_and(|g| g.has(cla)))
+            .map(str::to_string)
+            .collect();
+        eds.rewarm.extend(due);
         Some(response)
     }
 }

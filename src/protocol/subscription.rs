@@ -1,6 +1,6 @@
 //! What a client subscribes to, for one type on one stream: names and the wildcard.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::cache::TypeSnapshot;
@@ -55,21 +55,21 @@ impl Subscription {
         self.wildcard || self.names.contains(name)
     }
 
-    /// The resources of `snapshot` this subscription covers.
-    pub fn select<'a>(&self, snapshot: &'a TypeSnapshot) -> BTreeMap<&'a str, &'a Arc<Resource>> {
+    /// The resources of `snapshot` this subscription covers, in name order. Linear in the
+    /// sizes of the snapshot and the name set (a merge of two sorted sequences).
+    pub fn select<'a>(&self, snapshot: &'a TypeSnapshot) -> Vec<&'a Arc<Resource>> {
         if self.wildcard {
-            snapshot
-                .resources
-                .iter()
-                .map(|(n, r)| (n.as_str(), r))
-                .collect()
-        } else {
-            self.names
-                .iter()
-                .filter_map(|n| snapshot.resources.get_key_value(n))
-                .map(|(n, r)| (n.as_str(), r))
-                .collect()
+            return snapshot.resources.values().collect();
         }
+        let mut out = Vec::with_capacity(self.names.len().min(snapshot.resources.len()));
+        let mut resources = snapshot.resources.iter().peekable();
+        for name in self.names.iter() {
+            while resources.next_if(|(n, _)| *n < name).is_some() {}
+            if let Some((_, r)) = resources.next_if(|(n, _)| *n == name) {
+                out.push(r);
+            }
+        }
+        out
     }
 }
 
@@ -95,6 +95,34 @@ mod tests {
         s.apply_sotw(&[]);
         assert!(!s.is_wildcard(), "[] after a name is nothing, not wildcard");
         assert!(s.names().is_empty());
+    }
+
+    #[test]
+    fn select_merges_names_with_the_snapshot() {
+        use crate::cache::Snapshot;
+        use crate::resource::ResourceType;
+        let items: Vec<_> = ["a", "c", "d", "f"]
+            .iter()
+            .map(|n| {
+                Arc::new(Resource {
+                    kind: ResourceType::Endpoint,
+                    name: n.to_string(),
+                    version: "1".into(),
+                    body: bytes::Bytes::new(),
+                    warms_with: None,
+                })
+            })
+            .collect();
+        let snap = Snapshot::from_resources(&items);
+        let eds = snap.get(ResourceType::Endpoint);
+        let mut s = Subscription::default();
+        s.apply_sotw(&names(&["b", "c", "f", "z", "a"]));
+        let got: Vec<_> = s.select(eds).iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(got, ["a", "c", "f"]);
+        s.apply_sotw(&names(&["*", "zz"]));
+        assert_eq!(s.select(eds).len(), 4);
+        s.apply_sotw(&names(&["zz"]));
+        assert!(s.select(eds).is_empty());
     }
 
     #[test]
