@@ -165,13 +165,13 @@ mod tests {
     use bytes::Bytes;
 
     fn res(kind: ResourceType, name: &str, content: &str) -> Arc<Resource> {
-        Arc::new(Resource {
+        Arc::new(Resource::new(
             kind,
-            name: name.into(),
-            version: content_hash([content.as_bytes()]),
-            body: Bytes::from(content.to_string()),
-            warms_with: None,
-        })
+            name,
+            content_hash([content.as_bytes()]),
+            content.as_bytes().to_vec(),
+            None,
+        ))
     }
 
     fn file(selector: Selector, resources: Vec<Arc<Resource>>) -> SnapshotFile {

@@ -7,6 +7,7 @@
 use std::fmt;
 
 use bytes::Bytes;
+use envoy_types::pb::google::protobuf::Any;
 
 /// Prefix of every type URL.
 pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
@@ -148,10 +149,40 @@ pub struct Resource {
     pub name: String,
     /// Content hash of the resource; equal content, equal version, in every process.
     pub version: String,
-    /// The protobuf encoding of the resource message.
+    /// The resource wrapped in a `google.protobuf.Any`, encoded: what a response carries,
+    /// written to the wire as is.
+    pub any: Bytes,
+    /// The protobuf encoding of the resource message itself (a view into `any`).
     pub body: Bytes,
     /// For an EDS cluster: the ClusterLoadAssignment it needs to finish warming (rule P28).
     pub warms_with: Option<String>,
+}
+
+impl Resource {
+    /// A resource of `kind` whose message encodes to `body`.
+    pub fn new(
+        kind: ResourceType,
+        name: impl Into<String>,
+        version: impl Into<String>,
+        body: Vec<u8>,
+        warms_with: Option<String>,
+    ) -> Resource {
+        let body_len = body.len();
+        let any = Bytes::from(prost::Message::encode_to_vec(&Any {
+            type_url: kind.type_url().to_string(),
+            value: body,
+        }));
+        // `value` is the last field of an Any, so the body is the tail of its encoding.
+        let body = any.slice(any.len() - body_len..);
+        Resource {
+            kind,
+            name: name.into(),
+            version: version.into(),
+            any,
+            body,
+            warms_with,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -172,6 +203,18 @@ mod tests {
             ResourceType::from_type_url("type.googleapis.com/foo.Bar"),
             None
         );
+    }
+
+    #[test]
+    fn any_wraps_the_body_and_body_is_a_view_of_it() {
+        use prost::Message;
+        for body in [vec![], vec![1, 2, 3], vec![7; 300]] {
+            let r = Resource::new(ResourceType::Cluster, "c", "v", body.clone(), None);
+            let any = Any::decode(r.any.clone()).expect("an Any");
+            assert_eq!(any.type_url, ResourceType::Cluster.type_url());
+            assert_eq!(any.value, body);
+            assert_eq!(&r.body[..], &body[..]);
+        }
     }
 
     #[test]

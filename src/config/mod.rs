@@ -18,7 +18,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use prost_reflect::{DeserializeOptions, DynamicMessage};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -427,17 +426,8 @@ fn decode_resource(
         ResourceType::Cluster => references::eds_service_name(&name, &json),
         _ => None,
     };
-    let body = Bytes::from(prost::Message::encode_to_vec(&message));
-    Ok((
-        Resource {
-            kind,
-            name,
-            version,
-            body,
-            warms_with,
-        },
-        json,
-    ))
+    let body = prost::Message::encode_to_vec(&message);
+    Ok((Resource::new(kind, name, version, body, warms_with), json))
 }
 
 /// `cluster_name` -> `clusterName`.

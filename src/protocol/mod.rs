@@ -15,11 +15,24 @@ mod sotw;
 mod subscription;
 
 use std::fmt;
+use std::sync::Arc;
 
 pub use sotw::SotwStream;
 pub use subscription::Subscription;
 
-use crate::resource::ResourceType;
+use crate::resource::{Resource, ResourceType};
+
+/// A response to send: the server writes it to the wire (each resource's bytes as they are,
+/// encoded once per snapshot, never per client).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub kind: ResourceType,
+    /// `version_info`: the version of the type's resources for this node (P13).
+    pub version: String,
+    /// Fresh per response (P2).
+    pub nonce: String,
+    pub resources: Vec<Arc<Resource>>,
+}
 
 /// Which service a stream arrived on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

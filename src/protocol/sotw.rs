@@ -13,11 +13,10 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::{ControlPlane, Node};
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
-use super::{Event, ProtocolError, Subscription, SyncState, Variant};
+use super::{Event, ProtocolError, Response, Subscription, SyncState, Variant};
 use crate::cache::{Snapshot, TypeSnapshot};
 use crate::resource::{Resource, ResourceType};
 
@@ -25,7 +24,6 @@ use crate::resource::{Resource, ResourceType};
 #[derive(Debug)]
 pub struct SotwStream {
     variant: Variant,
-    control_plane: String,
     node: Option<Node>,
     snapshot: Option<Arc<Snapshot>>,
     types: [TypeState; ResourceType::ALL.len()],
@@ -122,11 +120,10 @@ impl Given {
 }
 
 impl SotwStream {
-    /// A new stream on `variant`. `control_plane` identifies this server in responses.
-    pub fn new(variant: Variant, control_plane: impl Into<String>) -> SotwStream {
+    /// A new stream on `variant`.
+    pub fn new(variant: Variant) -> SotwStream {
         SotwStream {
             variant,
-            control_plane: control_plane.into(),
             node: None,
             snapshot: None,
             types: Default::default(),
@@ -232,7 +229,7 @@ impl SotwStream {
     /// The next response to send, if any. Call until `None` after every input. On an
     /// aggregated stream, types come out in the order CDS, EDS, LDS, RDS, SRDS, VHDS, then
     /// the others.
-    pub fn poll_response(&mut self) -> Option<DiscoveryResponse> {
+    pub fn poll_response(&mut self) -> Option<Response> {
         let snapshot = Arc::clone(self.snapshot.as_ref()?);
         let kinds: &[ResourceType] = match self.variant {
             Variant::Aggregated => &ResourceType::ALL,
@@ -265,7 +262,7 @@ impl SotwStream {
     }
 
     /// Decide whether `kind` has something to send now, and build it.
-    fn respond(&mut self, kind: ResourceType, snapshot: &Snapshot) -> Option<DiscoveryResponse> {
+    fn respond(&mut self, kind: ResourceType, snapshot: &Snapshot) -> Option<Response> {
         let st = &mut self.types[kind.index()];
         if !st.pending {
             return None;
@@ -343,23 +340,12 @@ impl SotwStream {
 
         self.nonces += 1;
         let nonce = self.nonces.to_string();
-        // P12: names come from map keys, so never twice.
-        let resources = payload
-            .into_iter()
-            .map(|r| Any {
-                type_url: kind.type_url().to_string(),
-                value: r.body.to_vec(),
-            })
-            .collect();
-        let response = DiscoveryResponse {
-            version_info: current.version.clone(),
-            resources,
-            type_url: kind.type_url().to_string(),
+        // P12: the snapshot's names are map keys, so never twice.
+        let response = Response {
+            kind,
+            version: current.version.clone(),
             nonce: nonce.clone(),
-            control_plane: Some(ControlPlane {
-                identifier: self.control_plane.clone(),
-            }),
-            ..Default::default()
+            resources: payload.into_iter().cloned().collect(),
         };
         st.given = Some(Given::new(current, &st.subscription));
         st.latest_nonce = Some(nonce.clone());

@@ -103,15 +103,7 @@ mod tests {
         use crate::resource::ResourceType;
         let items: Vec<_> = ["a", "c", "d", "f"]
             .iter()
-            .map(|n| {
-                Arc::new(Resource {
-                    kind: ResourceType::Endpoint,
-                    name: n.to_string(),
-                    version: "1".into(),
-                    body: bytes::Bytes::new(),
-                    warms_with: None,
-                })
-            })
+            .map(|n| Arc::new(Resource::new(ResourceType::Endpoint, *n, "1", vec![], None)))
             .collect();
         let snap = Snapshot::from_resources(&items);
         let eds = snap.get(ResourceType::Endpoint);

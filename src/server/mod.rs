@@ -6,24 +6,17 @@
 //!
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
-mod services;
+mod grpc;
 mod status;
 mod stream;
+mod wire;
+
+pub use wire::WireResponse;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_server::ClusterDiscoveryServiceServer;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
-use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_server::EndpointDiscoveryServiceServer;
-use envoy_types::pb::envoy::service::extension::v3::extension_config_discovery_service_server::ExtensionConfigDiscoveryServiceServer;
-use envoy_types::pb::envoy::service::listener::v3::listener_discovery_service_server::ListenerDiscoveryServiceServer;
-use envoy_types::pb::envoy::service::route::v3::route_discovery_service_server::RouteDiscoveryServiceServer;
-use envoy_types::pb::envoy::service::route::v3::scoped_routes_discovery_service_server::ScopedRoutesDiscoveryServiceServer;
-use envoy_types::pb::envoy::service::route::v3::virtual_host_discovery_service_server::VirtualHostDiscoveryServiceServer;
-use envoy_types::pb::envoy::service::runtime::v3::runtime_discovery_service_server::RuntimeDiscoveryServiceServer;
-use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_server::SecretDiscoveryServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -61,29 +54,22 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let xds = services::XdsServer::new(cache, stop_rx);
-    macro_rules! limits {
-        ($server:ident) => {
-            $server::new(xds.clone())
-                .max_decoding_message_size(MAX_REQUEST_BYTES)
-                .max_encoding_message_size(MAX_RESPONSE_BYTES)
-        };
-    }
+    let xds = grpc::XdsServer::new(cache, stop_rx);
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .tcp_keepalive(Some(Duration::from_secs(60)))
         .tcp_nodelay(true)
-        .add_service(limits!(AggregatedDiscoveryServiceServer))
-        .add_service(limits!(ListenerDiscoveryServiceServer))
-        .add_service(limits!(RouteDiscoveryServiceServer))
-        .add_service(limits!(ScopedRoutesDiscoveryServiceServer))
-        .add_service(limits!(VirtualHostDiscoveryServiceServer))
-        .add_service(limits!(ClusterDiscoveryServiceServer))
-        .add_service(limits!(EndpointDiscoveryServiceServer))
-        .add_service(limits!(SecretDiscoveryServiceServer))
-        .add_service(limits!(RuntimeDiscoveryServiceServer))
-        .add_service(limits!(ExtensionConfigDiscoveryServiceServer));
+        .add_service(grpc::Grpc::<grpc::Ads>::new(xds.clone()))
+        .add_service(grpc::Grpc::<grpc::Lds>::new(xds.clone()))
+        .add_service(grpc::Grpc::<grpc::Rds>::new(xds.clone()))
+        .add_service(grpc::Grpc::<grpc::Srds>::new(xds.clone()))
+        .add_service(grpc::Grpc::<grpc::Vhds>::new(xds.clone()))
+        .add_service(grpc::Grpc::<grpc::Cds>::new(xds.clone()))
+        .add_service(grpc::Grpc::<grpc::Eds>::new(xds.clone()))
+        .add_service(grpc::Grpc::<grpc::Sds>::new(xds.clone()))
+        .add_service(grpc::Grpc::<grpc::Rtds>::new(xds.clone()))
+        .add_service(grpc::Grpc::<grpc::Ecds>::new(xds));
 
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
     let stop = async move {

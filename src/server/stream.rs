@@ -1,21 +1,18 @@
 //! One task per SotW stream: requests and cache generations in, responses out.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use futures::Stream;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
+use super::grpc::SotwResponses;
 use super::status;
+use super::wire::WireResponse;
 use crate::cache::{Cache, Generation};
 use crate::protocol::{Event, SotwStream, Variant};
-
-/// The response stream of a SotW method.
-pub type SotwResponses = Pin<Box<dyn Stream<Item = Result<DiscoveryResponse, Status>> + Send>>;
 
 /// Responses buffered per stream before the task waits for the client to read.
 const RESPONSE_BUFFER: usize = 16;
@@ -39,10 +36,11 @@ async fn run_sotw(
     mut requests: Streaming<DiscoveryRequest>,
     peer: Option<SocketAddr>,
     mut stop: watch::Receiver<bool>,
-    tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
+    tx: mpsc::Sender<Result<WireResponse, Status>>,
 ) {
     let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
-    let mut machine = SotwStream::new(variant, super::control_plane_id());
+    let mut machine = SotwStream::new(variant);
+    let control_plane: Arc<str> = super::control_plane_id().into();
     let mut generations = cache.subscribe();
     let mut node_id: Option<String> = None;
     let reason: String = loop {
@@ -88,8 +86,9 @@ async fn run_sotw(
         }
         let mut gone = false;
         while let Some(response) = machine.poll_response() {
-            tracing::debug!(node, type_url = %response.type_url, version = %response.version_info, nonce = %response.nonce, resources = response.resources.len(), "Sending response.");
-            if tx.send(Ok(response)).await.is_err() {
+            tracing::debug!(node, r#type = %response.kind, version = %response.version, nonce = %response.nonce, resources = response.resources.len(), "Sending response.");
+            let wire = WireResponse::new(response, Arc::clone(&control_plane));
+            if tx.send(Ok(wire)).await.is_err() {
                 gone = true;
                 break;
             }

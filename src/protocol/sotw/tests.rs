@@ -2,15 +2,14 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::google::rpc::Status;
 
 use super::SotwStream;
 use crate::cache::Snapshot;
 use crate::config::content_hash;
-use crate::protocol::{Event, ProtocolError, SyncState, Variant};
+use crate::protocol::{Event, ProtocolError, Response, SyncState, Variant};
 use crate::resource::{Resource, ResourceType};
 
 use ResourceType::{Cluster, Endpoint, Listener, Route};
@@ -25,13 +24,13 @@ fn node(id: &str) -> Node {
 
 /// A resource whose content is `content` (so equal content, equal version).
 fn res(kind: ResourceType, name: &str, content: &str) -> Arc<Resource> {
-    Arc::new(Resource {
+    Arc::new(Resource::new(
         kind,
-        name: name.into(),
-        version: content_hash([name.as_bytes(), content.as_bytes()]),
-        body: Bytes::from(format!("{name}:{content}")),
-        warms_with: (kind == Cluster).then(|| name.to_string()),
-    })
+        name,
+        content_hash([name.as_bytes(), content.as_bytes()]),
+        format!("{name}:{content}").into_bytes(),
+        (kind == Cluster).then(|| name.to_string()),
+    ))
 }
 
 fn snap(items: &[(ResourceType, &str, &str)]) -> Arc<Snapshot> {
@@ -61,28 +60,22 @@ fn nack(kind: ResourceType, version: &str, nonce: &str, error: &str) -> Discover
     }
 }
 
-/// Names in a response, decoded from the test bodies (`name:content`).
-fn names(r: &DiscoveryResponse) -> Vec<String> {
-    r.resources
-        .iter()
-        .map(|a| {
-            let body = String::from_utf8(a.value.clone()).expect("utf8 test body");
-            body.split(':').next().unwrap_or_default().to_string()
-        })
-        .collect()
+/// Names in a response.
+fn names(r: &Response) -> Vec<String> {
+    r.resources.iter().map(|r| r.name.clone()).collect()
 }
 
-fn drain(s: &mut SotwStream) -> Vec<DiscoveryResponse> {
+fn drain(s: &mut SotwStream) -> Vec<Response> {
     std::iter::from_fn(|| s.poll_response()).collect()
 }
 
 /// An ADS stream that has been sent wildcard CDS and ACKed it.
-fn ads_with_acked_cds(snapshot: Arc<Snapshot>) -> (SotwStream, DiscoveryResponse) {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+fn ads_with_acked_cds(snapshot: Arc<Snapshot>) -> (SotwStream, Response) {
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snapshot);
     s.handle_request(req(Cluster, &[], "", "")).expect("ok");
     let r = s.poll_response().expect("CDS response");
-    s.handle_request(req(Cluster, &[], &r.version_info, &r.nonce))
+    s.handle_request(req(Cluster, &[], &r.version, &r.nonce))
         .expect("ok");
     (s, r)
 }
@@ -91,7 +84,7 @@ fn ads_with_acked_cds(snapshot: Arc<Snapshot>) -> (SotwStream, DiscoveryResponse
 
 #[test]
 fn p1_first_request_must_carry_node() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     let mut r = req(Cluster, &[], "", "");
     r.node = None;
     assert_eq!(s.handle_request(r), Err(ProtocolError::MissingNode));
@@ -99,7 +92,7 @@ fn p1_first_request_must_carry_node() {
 
 #[test]
 fn p1_later_requests_may_omit_node_but_not_change_it() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_request(req(Cluster, &[], "", "")).expect("first");
     let mut omitted = req(Listener, &[], "", "");
     omitted.node = None;
@@ -118,7 +111,7 @@ fn p1_later_requests_may_omit_node_but_not_change_it() {
 
 #[test]
 fn p2_every_response_has_a_fresh_nonce_per_type() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]));
     s.handle_request(req(Cluster, &[], "", "")).expect("ok");
     s.handle_request(req(Listener, &[], "", "")).expect("ok");
@@ -126,7 +119,7 @@ fn p2_every_response_has_a_fresh_nonce_per_type() {
     assert_eq!(first.len(), 2);
     assert_ne!(first[0].nonce, first[1].nonce);
     // ACK CDS and change it: the new CDS response has yet another nonce.
-    s.handle_request(req(Cluster, &[], &first[0].version_info, &first[0].nonce))
+    s.handle_request(req(Cluster, &[], &first[0].version, &first[0].nonce))
         .expect("ok");
     s.handle_snapshot(snap(&[(Cluster, "c", "2"), (Listener, "l", "1")]));
     let second = drain(&mut s);
@@ -138,7 +131,7 @@ fn p2_every_response_has_a_fresh_nonce_per_type() {
 
 #[test]
 fn p3_unknown_type_on_ads_is_an_error() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     let mut r = req(Cluster, &[], "", "");
     r.type_url = "type.googleapis.com/not.a.Type".into();
     assert!(matches!(
@@ -149,12 +142,12 @@ fn p3_unknown_type_on_ads_is_an_error() {
 
 #[test]
 fn p3_per_type_service_serves_only_its_type() {
-    let mut s = SotwStream::new(Variant::Single(Cluster), "test");
+    let mut s = SotwStream::new(Variant::Single(Cluster));
     assert!(matches!(
         s.handle_request(req(Listener, &[], "", "")),
         Err(ProtocolError::WrongType { .. })
     ));
-    let mut s = SotwStream::new(Variant::Single(Cluster), "test");
+    let mut s = SotwStream::new(Variant::Single(Cluster));
     let mut r = req(Cluster, &[], "", "");
     r.type_url.clear();
     s.handle_request(r)
@@ -162,7 +155,7 @@ fn p3_per_type_service_serves_only_its_type() {
     s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]));
     let out = drain(&mut s);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].type_url, Cluster.type_url());
+    assert_eq!(out[0].kind, Cluster);
 }
 
 // === P4, P5: ACK and NACK ===
@@ -173,7 +166,7 @@ fn p4_ack_records_the_version() {
     assert_eq!(
         s.state(Cluster),
         &SyncState::Acked {
-            version: r.version_info.clone()
+            version: r.version.clone()
         }
     );
 }
@@ -183,21 +176,21 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
     let (mut s, v1) = ads_with_acked_cds(snap(&[(Cluster, "c", "1")]));
     s.handle_snapshot(snap(&[(Cluster, "c", "bad")]));
     let v2 = s.poll_response().expect("v2");
-    s.handle_request(nack(Cluster, &v1.version_info, &v2.nonce, "bad cluster"))
+    s.handle_request(nack(Cluster, &v1.version, &v2.nonce, "bad cluster"))
         .expect("nack");
     assert_eq!(
         s.state(Cluster),
         &SyncState::Nacked {
             nonce: v2.nonce.clone(),
-            rejected_version: v2.version_info.clone(),
-            accepted_version: v1.version_info.clone(),
+            rejected_version: v2.version.clone(),
+            accepted_version: v1.version.clone(),
             error: "bad cluster".into(),
         }
     );
     let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
     assert!(events.contains(&Event::Nacked {
         kind: Cluster,
-        rejected_version: v2.version_info.clone(),
+        rejected_version: v2.version.clone(),
         error: "bad cluster".into()
     }));
     // Same content again (a reload that changed nothing): nothing is sent.
@@ -206,7 +199,7 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
     // A change of that type is sent.
     s.handle_snapshot(snap(&[(Cluster, "c", "fixed")]));
     let v3 = s.poll_response().expect("v3 after a fix");
-    assert_ne!(v3.version_info, v2.version_info);
+    assert_ne!(v3.version, v2.version);
 }
 
 // === P6, P7: stale nonces, superseded requests ===
@@ -217,19 +210,19 @@ fn p6_a_request_with_a_stale_nonce_gets_no_response() {
     s.handle_snapshot(snap(&[(Cluster, "c", "2")]));
     let v2 = s.poll_response().expect("v2");
     // A late request carrying v1's nonce: ignored, no ACK recorded, nothing sent.
-    s.handle_request(req(Cluster, &[], &v1.version_info, &v1.nonce))
+    s.handle_request(req(Cluster, &[], &v1.version, &v1.nonce))
         .expect("stale is not an error");
     assert!(s.poll_response().is_none());
     assert!(matches!(s.state(Cluster), SyncState::Sent { .. }));
     assert!(std::iter::from_fn(|| s.poll_event()).any(|e| matches!(e, Event::Stale { .. })));
-    s.handle_request(req(Cluster, &[], &v2.version_info, &v2.nonce))
+    s.handle_request(req(Cluster, &[], &v2.version, &v2.nonce))
         .expect("ack");
     assert!(matches!(s.state(Cluster), SyncState::Acked { .. }));
 }
 
 #[test]
 fn p7_the_latest_request_supersedes_earlier_ones() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "1")]));
     s.handle_request(req(Endpoint, &["a"], "", "")).expect("ok");
     s.handle_request(req(Endpoint, &["b"], "", "")).expect("ok");
@@ -252,11 +245,11 @@ fn p8_no_unprompted_resend_of_an_identical_set() {
 
 #[test]
 fn p8_named_subscription_ignores_changes_to_other_names() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "1")]));
     s.handle_request(req(Endpoint, &["a"], "", "")).expect("ok");
     let r = s.poll_response().expect("a");
-    s.handle_request(req(Endpoint, &["a"], &r.version_info, &r.nonce))
+    s.handle_request(req(Endpoint, &["a"], &r.version, &r.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "2")]));
     assert!(s.poll_response().is_none());
@@ -264,19 +257,19 @@ fn p8_named_subscription_ignores_changes_to_other_names() {
 
 #[test]
 fn p9_a_grown_name_set_gets_the_new_names_even_if_sent_before() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "1")]));
     s.handle_request(req(Endpoint, &["a"], "", "")).expect("ok");
     let r1 = s.poll_response().expect("a");
-    s.handle_request(req(Endpoint, &["a", "b"], &r1.version_info, &r1.nonce))
+    s.handle_request(req(Endpoint, &["a", "b"], &r1.version, &r1.nonce))
         .expect("grow");
     let r2 = s.poll_response().expect("b is new");
     assert_eq!(names(&r2), ["b"], "EDS carries what the client lacks (P10)");
     // Drop b, then ask for it again: it is sent again though unchanged.
-    s.handle_request(req(Endpoint, &["a"], &r2.version_info, &r2.nonce))
+    s.handle_request(req(Endpoint, &["a"], &r2.version, &r2.nonce))
         .expect("shrink");
     assert!(s.poll_response().is_none(), "shrinking needs no response");
-    s.handle_request(req(Endpoint, &["a", "b"], &r2.version_info, &r2.nonce))
+    s.handle_request(req(Endpoint, &["a", "b"], &r2.version, &r2.nonce))
         .expect("grow again");
     let r3 = s.poll_response().expect("b again");
     assert_eq!(names(&r3), ["b"]);
@@ -291,7 +284,7 @@ fn p10_lds_and_cds_carry_the_full_set_and_absence_deletes() {
     s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
     let r2 = s.poll_response().expect("deletion is a change");
     assert_eq!(names(&r2), ["a"]);
-    s.handle_request(req(Cluster, &[], &r2.version_info, &r2.nonce))
+    s.handle_request(req(Cluster, &[], &r2.version, &r2.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&[]));
     let r3 = s.poll_response().expect("empty set deletes all");
@@ -300,12 +293,12 @@ fn p10_lds_and_cds_carry_the_full_set_and_absence_deletes() {
 
 #[test]
 fn p10_other_types_deletion_needs_no_response() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Route, "r1", "1"), (Route, "r2", "1")]));
     s.handle_request(req(Route, &["r1", "r2"], "", ""))
         .expect("ok");
     let r = s.poll_response().expect("routes");
-    s.handle_request(req(Route, &["r1", "r2"], &r.version_info, &r.nonce))
+    s.handle_request(req(Route, &["r1", "r2"], &r.version, &r.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&[(Route, "r1", "1")]));
     assert!(s.poll_response().is_none());
@@ -317,7 +310,7 @@ fn p10_other_types_deletion_needs_no_response() {
 
 #[test]
 fn p10_other_types_carry_only_what_changed() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     let many: Vec<_> = (0..50).map(|i| format!("e{i}")).collect();
     fn items<'a>(names: &'a [String], e7: &'a str) -> Vec<(ResourceType, &'a str, &'a str)> {
         names
@@ -333,17 +326,17 @@ fn p10_other_types_carry_only_what_changed() {
         .poll_response()
         .expect("first response: everything subscribed");
     assert_eq!(all.resources.len(), 50);
-    s.handle_request(req(Endpoint, &wanted, &all.version_info, &all.nonce))
+    s.handle_request(req(Endpoint, &wanted, &all.version, &all.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&items(&many, "2")));
     let one = s.poll_response().expect("e7 changed");
     assert_eq!(names(&one), ["e7"]);
-    assert_ne!(one.version_info, all.version_info);
+    assert_ne!(one.version, all.version);
 }
 
 #[test]
 fn p11_a_missing_name_is_remembered_and_sent_when_it_appears() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[]));
     s.handle_request(req(Endpoint, &["later"], "", ""))
         .expect("ok");
@@ -355,7 +348,7 @@ fn p11_a_missing_name_is_remembered_and_sent_when_it_appears() {
 
 #[test]
 fn p12_a_name_is_never_twice_in_one_response() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
     s.handle_request(req(Cluster, &["a", "a", "*", "a"], "", ""))
         .expect("ok");
@@ -369,15 +362,15 @@ fn p12_a_name_is_never_twice_in_one_response() {
 fn p13_reconnect_with_current_version_resends_nothing_until_a_change() {
     let (_, r) = ads_with_acked_cds(snap(&[(Cluster, "a", "1")]));
     // A new stream, the client says it has r's version.
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
-    s.handle_request(req(Cluster, &[], &r.version_info, ""))
+    s.handle_request(req(Cluster, &[], &r.version, ""))
         .expect("ok");
     assert!(s.poll_response().is_none());
     assert_eq!(
         s.state(Cluster),
         &SyncState::Acked {
-            version: r.version_info.clone()
+            version: r.version.clone()
         }
     );
     s.handle_snapshot(snap(&[(Cluster, "a", "2")]));
@@ -386,7 +379,7 @@ fn p13_reconnect_with_current_version_resends_nothing_until_a_change() {
 
 #[test]
 fn p13_reconnect_with_an_old_version_gets_the_current_set() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Cluster, "a", "2")]));
     s.handle_request(req(Cluster, &[], "some-old-version", ""))
         .expect("ok");
@@ -395,7 +388,7 @@ fn p13_reconnect_with_an_old_version_gets_the_current_set() {
 
 #[test]
 fn p13_named_types_are_resent_on_a_new_stream() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     let snapshot = snap(&[(Endpoint, "a", "1")]);
     let version = snapshot.get(Endpoint).version.clone();
     s.handle_snapshot(snapshot);
@@ -408,14 +401,14 @@ fn p13_named_types_are_resent_on_a_new_stream() {
 
 #[test]
 fn p14_p15_legacy_wildcard_gets_everything_and_empty_cds_is_sent() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[]));
     s.handle_request(req(Cluster, &[], "", "")).expect("ok");
     let r = s
         .poll_response()
         .expect("an empty CDS answer tells there are none");
     assert!(r.resources.is_empty());
-    s.handle_request(req(Cluster, &[], &r.version_info, &r.nonce))
+    s.handle_request(req(Cluster, &[], &r.version, &r.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&[(Cluster, "x", "1"), (Cluster, "y", "1")]));
     assert_eq!(names(&s.poll_response().expect("all")), ["x", "y"]);
@@ -424,20 +417,20 @@ fn p14_p15_legacy_wildcard_gets_everything_and_empty_cds_is_sent() {
 #[test]
 fn p16_sotw_wildcard_sequence_on_a_stream() {
     let all = snap(&[(Cluster, "a", "1"), (Cluster, "b", "1")]);
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(all);
     s.handle_request(req(Cluster, &[], "", "")).expect("[]");
     let r1 = s.poll_response().expect("wildcard");
     assert_eq!(names(&r1), ["a", "b"]);
-    s.handle_request(req(Cluster, &["*", "a"], &r1.version_info, &r1.nonce))
+    s.handle_request(req(Cluster, &["*", "a"], &r1.version, &r1.nonce))
         .expect("[*, a]");
     assert!(s.poll_response().is_none(), "same set");
     let last = r1;
-    s.handle_request(req(Cluster, &["a"], &last.version_info, &last.nonce))
+    s.handle_request(req(Cluster, &["a"], &last.version, &last.nonce))
         .expect("[a]");
     let r2 = s.poll_response().expect("CDS shrinks to a: full state");
     assert_eq!(names(&r2), ["a"]);
-    s.handle_request(req(Cluster, &[], &r2.version_info, &r2.nonce))
+    s.handle_request(req(Cluster, &[], &r2.version, &r2.nonce))
         .expect("[] now means nothing");
     let r3 = s.poll_response().expect("nothing");
     assert!(r3.resources.is_empty());
@@ -447,7 +440,7 @@ fn p16_sotw_wildcard_sequence_on_a_stream() {
 
 #[test]
 fn p30_ads_sends_types_in_make_before_break_order() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     // Requests arrive in the "wrong" order; responses still come out CDS, EDS, LDS, RDS.
     s.handle_request(req(Route, &["r"], "", "")).expect("ok");
     s.handle_request(req(Listener, &[], "", "")).expect("ok");
@@ -459,21 +452,13 @@ fn p30_ads_sends_types_in_make_before_break_order() {
         (Endpoint, "c", "1"),
         (Cluster, "c", "1"),
     ]));
-    let order: Vec<_> = drain(&mut s).into_iter().map(|r| r.type_url).collect();
-    assert_eq!(
-        order,
-        [
-            Cluster.type_url(),
-            Endpoint.type_url(),
-            Listener.type_url(),
-            Route.type_url()
-        ]
-    );
+    let order: Vec<_> = drain(&mut s).into_iter().map(|r| r.kind).collect();
+    assert_eq!(order, [Cluster, Endpoint, Listener, Route]);
 }
 
 #[test]
 fn p28_a_changed_cluster_is_followed_by_its_unchanged_endpoints() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[
         (Cluster, "c", "1"),
         (Cluster, "d", "1"),
@@ -484,11 +469,11 @@ fn p28_a_changed_cluster_is_followed_by_its_unchanged_endpoints() {
     s.handle_request(req(Endpoint, &["c", "d"], "", ""))
         .expect("ok");
     for r in drain(&mut s) {
-        let kind = ResourceType::from_type_url(&r.type_url).expect("known");
+        let kind = r.kind;
         s.handle_request(req(
             kind,
             if kind == Cluster { &[] } else { &["c", "d"] },
-            &r.version_info,
+            &r.version,
             &r.nonce,
         ))
         .expect("ack");
@@ -502,40 +487,35 @@ fn p28_a_changed_cluster_is_followed_by_its_unchanged_endpoints() {
     ]));
     let out = drain(&mut s);
     assert_eq!(out.len(), 2, "CDS, then EDS right after");
-    assert_eq!(out[0].type_url, Cluster.type_url());
-    assert_eq!(out[1].type_url, Endpoint.type_url());
+    assert_eq!(out[0].kind, Cluster);
+    assert_eq!(out[1].kind, Endpoint);
     assert!(names(&out[1]).contains(&"c".to_string()));
     // Once sent, no further re-send.
-    s.handle_request(req(
-        Endpoint,
-        &["c", "d"],
-        &out[1].version_info,
-        &out[1].nonce,
-    ))
-    .expect("ack");
+    s.handle_request(req(Endpoint, &["c", "d"], &out[1].version, &out[1].nonce))
+        .expect("ack");
     assert!(s.poll_response().is_none());
 }
 
 #[test]
 fn p28_endpoints_wait_for_the_pending_request_then_go() {
-    let mut s = SotwStream::new(Variant::Aggregated, "test");
+    let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Endpoint, "c", "e")]));
     s.handle_request(req(Cluster, &[], "", "")).expect("ok");
     s.handle_request(req(Endpoint, &["c"], "", "")).expect("ok");
     let first = drain(&mut s);
     let (cds, eds) = (&first[0], &first[1]);
-    s.handle_request(req(Cluster, &[], &cds.version_info, &cds.nonce))
+    s.handle_request(req(Cluster, &[], &cds.version, &cds.nonce))
         .expect("ack cds");
     // EDS not ACKed yet; the cluster changes.
     s.handle_snapshot(snap(&[(Cluster, "c", "2"), (Endpoint, "c", "e")]));
     let out = drain(&mut s);
     assert_eq!(out.len(), 1, "only CDS: EDS has a response in flight");
-    s.handle_request(req(Endpoint, &["c"], &eds.version_info, &eds.nonce))
+    s.handle_request(req(Endpoint, &["c"], &eds.version, &eds.nonce))
         .expect("ack eds");
     let eds2 = s
         .poll_response()
         .expect("endpoints re-sent once EDS may send");
-    assert_eq!(eds2.type_url, Endpoint.type_url());
+    assert_eq!(eds2.kind, Endpoint);
 }
 
 // === Random sequences ===
@@ -552,9 +532,9 @@ fn random_sequences_keep_the_invariants() {
         } else {
             Variant::Single(ResourceType::ALL[rand(4) as usize])
         };
-        let mut s = SotwStream::new(variant, "test");
+        let mut s = SotwStream::new(variant);
         let mut nonces = std::collections::HashSet::new();
-        let mut sent: Vec<DiscoveryResponse> = Vec::new();
+        let mut sent: Vec<Response> = Vec::new();
         for _ in 0..40 {
             match rand(4) {
                 0 => {
@@ -597,7 +577,7 @@ fn random_sequences_keep_the_invariants() {
                 n.dedup();
                 assert_eq!(n.len(), len, "duplicate name");
                 if let Variant::Single(kind) = variant {
-                    assert_eq!(r.type_url, kind.type_url());
+                    assert_eq!(r.kind, kind);
                 }
                 sent.push(r);
             }

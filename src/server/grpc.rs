@@ -1,0 +1,224 @@
+//! The gRPC services, as tower services routing each method path to a stream task.
+//!
+//! Not the generated `*Server` wrappers: those fix the response type to the prost
+//! `DiscoveryResponse`, which would mean copying every resource into a fresh `Any` per client.
+//! Here the SotW methods answer with [`WireResponse`], written from bytes encoded once per
+//! snapshot. Paths, codec and limits are otherwise what the generated code does.
+
+use std::convert::Infallible;
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use futures::Stream;
+use tokio::sync::watch;
+use tonic::body::Body;
+use tonic::codegen::{http, Body as HttpBody, BoxFuture, Service, StdError};
+use tonic::server::{NamedService, StreamingService};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::status;
+use super::stream::spawn_sotw;
+use super::wire::WireResponse;
+use super::{MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
+use crate::cache::Cache;
+use crate::protocol::Variant;
+use crate::resource::ResourceType;
+
+/// What every xDS service shares: the cache, and the signal that ends streams on shutdown.
+#[derive(Clone, Debug)]
+pub struct XdsServer {
+    cache: Arc<Cache>,
+    stop: watch::Receiver<bool>,
+}
+
+impl XdsServer {
+    pub fn new(cache: Arc<Cache>, stop: watch::Receiver<bool>) -> XdsServer {
+        XdsServer { cache, stop }
+    }
+}
+
+/// One gRPC service: its full name, its SotW streaming method (if any) and what that
+/// stream serves. Every other method of the service (Delta*, Fetch*) answers UNIMPLEMENTED.
+pub trait Spec: Send + Sync + 'static {
+    const NAME: &'static str;
+    const SOTW_METHOD: Option<&'static str>;
+    const VARIANT: Variant;
+}
+
+macro_rules! spec {
+    ($marker:ident, $name:literal, $method:expr, $variant:expr) => {
+        #[derive(Debug)]
+        pub struct $marker;
+        impl Spec for $marker {
+            const NAME: &'static str = $name;
+            const SOTW_METHOD: Option<&'static str> = $method;
+            const VARIANT: Variant = $variant;
+        }
+    };
+}
+
+spec!(
+    Ads,
+    "envoy.service.discovery.v3.AggregatedDiscoveryService",
+    Some("StreamAggregatedResources"),
+    Variant::Aggregated
+);
+spec!(
+    Lds,
+    "envoy.service.listener.v3.ListenerDiscoveryService",
+    Some("StreamListeners"),
+    Variant::Single(ResourceType::Listener)
+);
+spec!(
+    Rds,
+    "envoy.service.route.v3.RouteDiscoveryService",
+    Some("StreamRoutes"),
+    Variant::Single(ResourceType::Route)
+);
+spec!(
+    Srds,
+    "envoy.service.route.v3.ScopedRoutesDiscoveryService",
+    Some("StreamScopedRoutes"),
+    Variant::Single(ResourceType::ScopedRoute)
+);
+// VHDS exists only as a Delta service (P24).
+spec!(
+    Vhds,
+    "envoy.service.route.v3.VirtualHostDiscoveryService",
+    None,
+    Variant::Single(ResourceType::VirtualHost)
+);
+spec!(
+    Cds,
+    "envoy.service.cluster.v3.ClusterDiscoveryService",
+    Some("StreamClusters"),
+    Variant::Single(ResourceType::Cluster)
+);
+spec!(
+    Eds,
+    "envoy.service.endpoint.v3.EndpointDiscoveryService",
+    Some("StreamEndpoints"),
+    Variant::Single(ResourceType::Endpoint)
+);
+spec!(
+    Sds,
+    "envoy.service.secret.v3.SecretDiscoveryService",
+    Some("StreamSecrets"),
+    Variant::Single(ResourceType::Secret)
+);
+spec!(
+    Rtds,
+    "envoy.service.runtime.v3.RuntimeDiscoveryService",
+    Some("StreamRuntime"),
+    Variant::Single(ResourceType::Runtime)
+);
+spec!(
+    Ecds,
+    "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
+    Some("StreamExtensionConfigs"),
+    Variant::Single(ResourceType::ExtensionConfig)
+);
+
+/// The tower service of one gRPC service.
+#[derive(Debug)]
+pub struct Grpc<S> {
+    server: XdsServer,
+    spec: PhantomData<fn() -> S>,
+}
+
+impl<S> Grpc<S> {
+    pub fn new(server: XdsServer) -> Grpc<S> {
+        Grpc {
+            server,
+            spec: PhantomData,
+        }
+    }
+}
+
+impl<S> Clone for Grpc<S> {
+    fn clone(&self) -> Self {
+        Grpc::new(self.server.clone())
+    }
+}
+
+impl<S: Spec> NamedService for Grpc<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> Service<http::Request<B>> for Grpc<S>
+where
+    S: Spec,
+    B: HttpBody + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let method = request
+            .uri()
+            .path()
+            .strip_prefix('/')
+            .and_then(|p| p.strip_prefix(S::NAME))
+            .and_then(|p| p.strip_prefix('/'))
+            .unwrap_or_default()
+            .to_string();
+        if S::SOTW_METHOD == Some(method.as_str()) {
+            let handler = SotwHandler {
+                server: self.server.clone(),
+                variant: S::VARIANT,
+            };
+            return Box::pin(async move {
+                let codec = tonic_prost::ProstCodec::<WireResponse, DiscoveryRequest>::default();
+                let mut grpc = tonic::server::Grpc::new(codec).apply_max_message_size_config(
+                    Some(MAX_REQUEST_BYTES),
+                    Some(MAX_RESPONSE_BYTES),
+                );
+                Ok(grpc.streaming(handler, request).await)
+            });
+        }
+        let status = if method.starts_with("Delta") {
+            status::delta_unimplemented()
+        } else if method.starts_with("Fetch") {
+            status::fetch_unimplemented()
+        } else {
+            Status::unimplemented(format!("{} has no method {method:?}", S::NAME))
+        };
+        Box::pin(async move { Ok(status.into_http()) })
+    }
+}
+
+/// The response stream of a SotW method.
+pub type SotwResponses = Pin<Box<dyn Stream<Item = Result<WireResponse, Status>> + Send>>;
+
+struct SotwHandler {
+    server: XdsServer,
+    variant: Variant,
+}
+
+impl StreamingService<DiscoveryRequest> for SotwHandler {
+    type Response = WireResponse;
+    type ResponseStream = SotwResponses;
+    type Future = BoxFuture<Response<SotwResponses>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<DiscoveryRequest>>) -> Self::Future {
+        let peer: Option<SocketAddr> = request.remote_addr();
+        let responses = spawn_sotw(
+            self.variant,
+            Arc::clone(&self.server.cache),
+            request.into_inner(),
+            peer,
+            self.server.stop.clone(),
+        );
+        Box::pin(async move { Ok(Response::new(responses)) })
+    }
+}
