@@ -329,6 +329,32 @@ mod tests {
         task.await.expect("watch task ends on shutdown");
     }
 
+    #[test]
+    fn a_reload_that_changes_nothing_publishes_nothing() {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::write(dir.path().join("a.yaml"), GOOD).expect("write");
+        let cache = Arc::new(Cache::new());
+        let reloader = Reloader::new(
+            vec![dir.path().to_path_buf()],
+            LoadOptions::default(),
+            Arc::clone(&cache),
+        );
+        reloader.reload().expect("loads");
+        // Same content, rewritten (and with keys in another order).
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            "clusters: [{connect_timeout: 1s, name: a}]\n",
+        )
+        .expect("write");
+        reloader.reload().expect("loads");
+        assert_eq!(cache.current().number, 1);
+        std::fs::write(dir.path().join("a.yaml"), CHANGED).expect("write");
+        reloader.reload().expect("loads");
+        assert_eq!(cache.current().number, 2);
+        let report = reloader.last_report().expect("report");
+        assert!(report.ok() && report.generation == 2);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_swapped_directory_is_followed() {
         let parent = tempfile::tempdir().expect("tmp");

@@ -64,10 +64,13 @@ fn validate_prints_warnings_and_strict_makes_them_errors() {
 
 #[test]
 fn bad_flags_exit_64() {
+    let examples = examples();
+    let examples = examples.as_str();
     for args in [
         &["serve"][..],
         &["serve", "--config", "x", "--xds-addr", "not-an-address"],
         &["serve", "--config", "x", "--log-format", "xml"],
+        &["serve", "--config", examples, "--log-level", "foo=[["],
         &["frobnicate"],
         &[],
     ] {
