@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
-use futures::Stream;
+use tokio_stream::Stream;
 use tokio::sync::watch;
 use tonic::body::Body;
 use tonic::codegen::{http, Body as HttpBody, BoxFuture, Service, StdError};
