@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
-use tokio_stream::Stream;
 use tokio::sync::watch;
+use tokio_stream::Stream;
 use tonic::body::Body;
 use tonic::codegen::{http, Body as HttpBody, BoxFuture, Service, StdError};
 use tonic::server::{NamedService, StreamingService};

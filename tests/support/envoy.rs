@@ -31,6 +31,39 @@ pub fn envoy_binary() -> Option<PathBuf> {
     );
 }
 
+/// A Python with `grpcio` (for the gRPC xDS client test), or `None` when the test should
+/// skip (as for Envoy: only outside CI, and only when asked to).
+pub fn grpc_python() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("SWITCHYARD_PYTHON").map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")),
+    ];
+    let has_grpc = |python: &PathBuf| {
+        Command::new(python)
+            .args(["-c", "import grpc"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if let Some(found) = candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file() && has_grpc(p))
+    {
+        return Some(found);
+    }
+    let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
+    if !in_ci && std::env::var_os("SWITCHYARD_SKIP_E2E").is_some() {
+        eprintln!("SWITCHYARD_SKIP_E2E is set and no Python with grpcio was found: skipping.");
+        return None;
+    }
+    panic!(
+        "no Python with grpcio: set SWITCHYARD_PYTHON, or run scripts/test, which installs \
+         grpcio into .venv"
+    );
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -47,7 +80,7 @@ pub struct Process {
 }
 
 impl Process {
-    fn spawn(name: &'static str, mut cmd: Command, log: PathBuf) -> Process {
+    pub fn spawn(name: &'static str, mut cmd: Command, log: PathBuf) -> Process {
         let file = std::fs::File::create(&log).expect("log file");
         let err = file.try_clone().expect("log file");
         let child = cmd
