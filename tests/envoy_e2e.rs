@@ -208,10 +208,11 @@ async fn e2e_p28_cluster_only_change_leaves_warming_at_once() {
     })
     .await
     .expect("the updated cluster never became active (stuck warming?)");
-    // The file watcher's debounce plus one round trip: well under Envoy's 15 s warming
-    // timeout. "About a second", with room for a loaded machine.
+    // The file watcher's debounce plus one round trip: typically well under a second. The
+    // bound leaves room for a loaded CI machine running several Envoys at once while staying
+    // far from the 15 s warming timeout this guards against.
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(5),
         "cluster warmed after {took:?}"
     );
     assert_eq!(
