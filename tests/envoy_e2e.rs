@@ -220,3 +220,99 @@ async fn e2e_p28_cluster_only_change_leaves_warming_at_once() {
         Some("upstream-a")
     );
 }
+
+/// The config source of a per-type gRPC stream to Switchyard (no ADS).
+const PER_TYPE_SOURCE: &str = "{ resource_api_version: V3, api_config_source: { api_type: GRPC, transport_api_version: V3, grpc_services: [{ envoy_grpc: { cluster_name: switchyard } }] } }";
+
+/// The ADS fixtures, with each `ads: {}` config source made a per-type gRPC stream.
+fn per_type(ads_config: &str) -> String {
+    ads_config.replace("{ ads: {}, resource_api_version: V3 }", PER_TYPE_SOURCE)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_per_type_services_serve_envoy_without_ads() {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let (a, b) = (
+        Upstream::start("upstream-a").await,
+        Upstream::start("upstream-b").await,
+    );
+    let listener = free_port();
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    let cluster = eds_cluster("a", "1s", a.port);
+    assert!(
+        per_type(&cluster).contains("api_config_source"),
+        "fixture changed shape"
+    );
+    write(&config, "a.yaml", &per_type(&cluster));
+    write(
+        &config,
+        "b.yaml",
+        &per_type(&eds_cluster("b", "1s", b.port)),
+    );
+    write(
+        &config,
+        "listener.yaml",
+        &per_type(&rds_listener("http", listener, "main")),
+    );
+    write(&config, "routes.yaml", &route_to("main", "a"));
+    let switchyard = Switchyard::start(&config, dir.path()).await;
+    let envoy = Envoy::start_from(
+        "bootstrap-per-type.yaml",
+        &envoy_bin,
+        switchyard.port,
+        "e2e-per-type",
+        dir.path(),
+    )
+    .await;
+    let get = |want: &'static str| async move {
+        eventually(ARRIVE, || async move {
+            http_get(listener).await.as_deref() == Some(want)
+        })
+        .await
+        .is_some()
+    };
+    assert!(
+        get("upstream-a").await,
+        "config never arrived over the per-type services"
+    );
+    // CDS, EDS, LDS and RDS each came over their own service.
+    for stream in ["CDS", "EDS", "LDS", "RDS"] {
+        assert!(
+            switchyard.logged(
+                "xDS stream opened.",
+                &[("node", "e2e-per-type"), ("stream", stream)]
+            ),
+            "no {stream} stream"
+        );
+    }
+    write(&config, "routes.yaml", &route_to("main", "b"));
+    assert!(
+        get("upstream-b").await,
+        "the route edit did not arrive over RDS"
+    );
+    // P28 without ADS: Envoy opens a new EDS stream for a re-created cluster, so a
+    // cluster-only change leaves warming at once here too.
+    write(
+        &config,
+        "a.yaml",
+        &per_type(&eds_cluster("a", "2s", a.port)),
+    );
+    let warmed = eventually(Duration::from_secs(12), || async {
+        envoy.active_cluster_timeout("a").await.as_deref() == Some("2s")
+            && envoy.stat("cluster_manager.warming_clusters").await == Some(0)
+    })
+    .await
+    .expect("the updated cluster never became active");
+    assert!(
+        warmed < Duration::from_secs(5),
+        "cluster warmed after {warmed:?}"
+    );
+    assert_eq!(
+        envoy.stat("cluster_manager.cds.update_rejected").await,
+        Some(0)
+    );
+}

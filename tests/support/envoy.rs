@@ -240,7 +240,8 @@ impl Switchyard {
     }
 }
 
-/// A real Envoy started from `examples/envoy/bootstrap-ads.yaml`, pointed at `xds_port`.
+/// A real Envoy started from one of the bootstraps in `examples/envoy/`, pointed at
+/// `xds_port`.
 pub struct Envoy {
     pub process: Process,
     pub admin_port: u16,
@@ -248,9 +249,21 @@ pub struct Envoy {
 
 impl Envoy {
     pub async fn start(binary: &Path, xds_port: u16, node_id: &str, dir: &Path) -> Envoy {
+        Envoy::start_from("bootstrap-ads.yaml", binary, xds_port, node_id, dir).await
+    }
+
+    /// Start from `examples/envoy/<bootstrap>`, its ports and node id replaced.
+    pub async fn start_from(
+        bootstrap: &str,
+        binary: &Path,
+        xds_port: u16,
+        node_id: &str,
+        dir: &Path,
+    ) -> Envoy {
         let admin_port = free_port();
-        let example =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envoy/bootstrap-ads.yaml");
+        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/envoy")
+            .join(bootstrap);
         let bootstrap = std::fs::read_to_string(&example)
             .expect("example bootstrap")
             .replace("port_value: 9901", &format!("port_value: {admin_port}"))
