@@ -10,7 +10,7 @@
 //! Must not: parse files (that is `config`), or decide what a stream sends (`protocol`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::watch;
 
@@ -70,13 +70,19 @@ impl Snapshot {
     }
 }
 
+/// A node group's snapshot, built by the first stream that needs it.
+type SnapshotCell = Arc<OnceLock<Arc<Snapshot>>>;
+
 /// One published configuration, and the snapshots built from it so far.
 #[derive(Debug)]
 pub struct Generation {
     /// Counts publications from 1; 0 is the empty cache before the first load.
     pub number: u64,
     pub config: Arc<Config>,
-    groups: Mutex<HashMap<Vec<usize>, Arc<Snapshot>>>,
+    /// Node group (the indices of its files) -> its snapshot, built at most once. The lock
+    /// guards only the map; building happens outside it, so one group's build does not hold
+    /// up lookups of the others.
+    groups: Mutex<HashMap<Vec<usize>, SnapshotCell>>,
 }
 
 impl Generation {
@@ -101,8 +107,11 @@ impl Generation {
             .collect();
         // A poisoned lock only means another thread panicked while inserting; the map is
         // still a valid memo, so keep using it.
-        let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-        let snapshot = groups.entry(group).or_insert_with_key(|group| {
+        let cell = {
+            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(groups.entry(group.clone()).or_default())
+        };
+        let snapshot = cell.get_or_init(|| {
             Arc::new(Snapshot::from_resources(
                 group
                     .iter()
