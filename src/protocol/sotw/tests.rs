@@ -585,3 +585,95 @@ fn random_sequences_keep_the_invariants() {
         }
     }
 }
+
+// === Model-based: a simulated client converges to the snapshot ===
+
+/// A client that applies responses the way the protocol says (P10: LDS/CDS replace the
+/// whole set, other types add and update) and ACKs each with its current names. After any
+/// random sequence of snapshot and subscription changes, once nothing more is sent, its view
+/// of every type must be exactly what its names select from the snapshot (computed here
+/// independently of `Subscription`), for full-state types, and contain it, for the others.
+#[test]
+fn model_client_view_converges_to_the_selection() {
+    use std::collections::BTreeMap;
+    let kinds = [Cluster, Endpoint, Listener, Route];
+    let mut rand = crate::testing::rng(0x51ed_2701_d00d_f00d);
+    for _round in 0..200 {
+        let mut s = SotwStream::new(Variant::Aggregated);
+        let mut view: BTreeMap<ResourceType, BTreeMap<String, String>> = BTreeMap::new();
+        let mut names: BTreeMap<ResourceType, Vec<&str>> = BTreeMap::new();
+        let mut named_ever: BTreeMap<ResourceType, bool> = BTreeMap::new();
+        let mut last: BTreeMap<ResourceType, (String, String)> = BTreeMap::new();
+        let mut current = snap(&[]);
+        s.handle_snapshot(Arc::clone(&current));
+        for _step in 0..30 {
+            if rand(3) == 0 {
+                let items: Vec<_> = (0..rand(8))
+                    .map(|_| {
+                        (
+                            kinds[rand(4) as usize],
+                            ["a", "b", "c", "d"][rand(4) as usize],
+                            ["1", "2", "3"][rand(3) as usize],
+                        )
+                    })
+                    .collect();
+                current = snap(&items);
+                s.handle_snapshot(Arc::clone(&current));
+            } else {
+                let kind = kinds[rand(4) as usize];
+                let list: Vec<&str> = (0..rand(4))
+                    .map(|_| ["a", "b", "c", "d", "*"][rand(5) as usize])
+                    .collect();
+                if !list.is_empty() {
+                    named_ever.insert(kind, true);
+                }
+                names.insert(kind, list.clone());
+                let (version, nonce) = last.get(&kind).cloned().unwrap_or_default();
+                s.handle_request(req(kind, &list, &version, &nonce))
+                    .expect("valid");
+            }
+            // Run to quiescence: apply and ACK every response.
+            let mut steps = 0;
+            while let Some(r) = s.poll_response() {
+                steps += 1;
+                assert!(steps < 50, "never quiesces");
+                let v = view.entry(r.kind).or_default();
+                if r.kind.is_full_state() {
+                    v.clear();
+                }
+                for res in &r.resources {
+                    v.insert(res.name.clone(), res.version.clone());
+                }
+                last.insert(r.kind, (r.version.clone(), r.nonce.clone()));
+                let list = names.get(&r.kind).cloned().unwrap_or_default();
+                s.handle_request(req(r.kind, &list, &r.version, &r.nonce))
+                    .expect("ack");
+            }
+            // Compare with the model's selection.
+            for kind in kinds {
+                let Some(list) = names.get(&kind) else {
+                    continue; // never requested
+                };
+                let wildcard = list.contains(&"*")
+                    || (list.is_empty() && !named_ever.get(&kind).copied().unwrap_or(false));
+                let expected: BTreeMap<String, String> = current
+                    .get(kind)
+                    .resources
+                    .iter()
+                    .filter(|(n, _)| wildcard || list.contains(&n.as_str()))
+                    .map(|(n, r)| (n.clone(), r.version.clone()))
+                    .collect();
+                let have = view.get(&kind).cloned().unwrap_or_default();
+                if kind.is_full_state() {
+                    // Before any response, a client with a named subscription to nothing
+                    // that exists has an empty view, which is also right.
+                    assert_eq!(have, expected, "{kind}: full state must match exactly");
+                } else {
+                    for (n, v) in &expected {
+                        assert_eq!(have.get(n), Some(v), "{kind}: {n} missing or stale");
+                    }
+                }
+            }
+        }
+    }
+}
