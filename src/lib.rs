@@ -8,13 +8,16 @@
 //!         ──req───▶                         ──handle_request─▶
 //! ```
 //!
+//! - [`resource`] is the shared vocabulary: the resource types and a loaded
+//!   [`resource::Resource`] (encoded once, with its `Any` wrapping).
 //! - [`config`] reads and validates files into a whole [`config::Config`], or reports every
 //!   error; a failed load changes nothing.
 //! - [`cache`] publishes each good config as a generation and builds one [`cache::Snapshot`]
-//!   per node group, each resource encoded once and shared.
+//!   per node group, sharing the loaded resources by `Arc`.
 //! - [`protocol`] decides, per stream and type, what to send (subscriptions, nonces, ACK/NACK);
 //!   no IO.
-//! - [`server`] runs the tonic services that feed the protocol and write what it returns.
+//! - [`server`] runs the gRPC services that feed the protocol and write what it returns,
+//!   straight from the resources' shared bytes.
 //! - [`watch`] reloads on file changes; [`cli`] is the command line.
 #![forbid(unsafe_code)]
 
