@@ -142,18 +142,6 @@ impl SotwStream {
         &self.types[kind.index()].state
     }
 
-    /// The client's subscription to `kind`.
-    pub fn subscription(&self, kind: ResourceType) -> &Subscription {
-        &self.types[kind.index()].subscription
-    }
-
-    /// The types the client has asked for on this stream.
-    pub fn requested_types(&self) -> impl Iterator<Item = ResourceType> + '_ {
-        ResourceType::ALL
-            .into_iter()
-            .filter(|t| self.types[t.index()].requested)
-    }
-
     /// Take in one request from the client. An error ends the stream.
     pub fn handle_request(&mut self, request: DiscoveryRequest) -> Result<(), ProtocolError> {
         let kind = self.request_type(&request.type_url)?;
