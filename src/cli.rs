@@ -156,6 +156,8 @@ enum Failure {
 }
 
 async fn run_server(args: ServeArgs) -> Result<(), Failure> {
+    let signalled = shutdown_signal()
+        .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
     let cache = Arc::new(Cache::new());
     let reloader = Arc::new(Reloader::new(
         args.config.paths.clone(),
@@ -189,7 +191,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     };
     let watcher = tokio::spawn(Arc::clone(&reloader).watch(stopped(stop_rx.clone())));
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signalled.await;
         let _ = stop_tx.send(true);
     });
     let served = crate::server::serve(listener, cache, stopped(stop_rx)).await;
@@ -197,27 +199,28 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     served.map_err(|e| Failure::Runtime(e.into()))
 }
 
-/// SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
+/// A future that completes on SIGINT or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled, so a signal that arrives right after start-up
+/// is not lost (or left to the default action, which kills the process without draining).
+#[cfg(unix)]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, std::io::Error> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
+    })
+}
+
+/// Ctrl-C, elsewhere.
+#[cfg(not(unix))]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, std::io::Error> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
