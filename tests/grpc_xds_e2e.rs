@@ -93,23 +93,25 @@ async fn e2e_grpc_xds_client_finds_its_upstream_by_name_and_follows_an_eds_edit(
 
     write(&config, "grpc.yaml", &grpc_config(ports[0]));
     std::fs::write(dir.path().join("go"), "").expect("go");
-    let reached_a = eventually(WAIT, || async {
-        answers(&client).last().map(String::as_str) == Some("a")
-    })
-    .await;
+    let reaches = |want: &'static str| {
+        let client = &client;
+        async move {
+            eventually(WAIT, || async move {
+                answers(client).last().map(String::as_str) == Some(want)
+            })
+            .await
+            .is_some()
+        }
+    };
     assert!(
-        reached_a.is_some(),
+        reaches("a").await,
         "gRPC never reached upstream a: {:?}",
         answers(&client)
     );
 
     write(&config, "grpc.yaml", &grpc_config(ports[1]));
-    let reached_b = eventually(WAIT, || async {
-        answers(&client).last().map(String::as_str) == Some("b")
-    })
-    .await;
     assert!(
-        reached_b.is_some(),
+        reaches("b").await,
         "gRPC did not follow the EDS edit: {:?}",
         answers(&client)
     );

