@@ -5,6 +5,7 @@
 //! files, streams or sockets.
 
 use std::fmt;
+use std::time::Duration;
 
 use bytes::Bytes;
 use envoy_types::pb::google::protobuf::Any;
@@ -156,6 +157,13 @@ pub struct Resource {
     pub body: Bytes,
     /// For an EDS cluster: the ClusterLoadAssignment it needs to finish warming (rule P28).
     pub warms_with: Option<String>,
+    /// How long a client that supports TTLs keeps the resource without hearing from the
+    /// server (P25); `None`: for ever.
+    pub ttl: Option<Duration>,
+    /// Other names a client may subscribe to it by (P24): a VHDS virtual host
+    /// `<route-config>/<vhost>` is also `<route-config>/<domain>` for each of its domains.
+    /// Sorted, without duplicates.
+    pub aliases: Vec<String>,
 }
 
 impl Resource {
@@ -181,7 +189,38 @@ impl Resource {
             any,
             body,
             warms_with,
+            ttl: None,
+            aliases: Vec::new(),
         }
+    }
+
+    /// The same resource with a TTL (P25).
+    pub fn with_ttl(mut self, ttl: Option<Duration>) -> Resource {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The same resource, also known by these names (P24).
+    pub fn with_aliases(mut self, mut aliases: Vec<String>) -> Resource {
+        aliases.sort();
+        aliases.dedup();
+        self.aliases = aliases;
+        self
+    }
+
+    /// For a VHDS virtual host named `<route-config>/<vhost>`: the route configuration it
+    /// belongs to (the namespace Envoy subscribes to). Names split at the last `/`, since a
+    /// host never contains one.
+    pub fn namespace(&self) -> Option<&str> {
+        namespace_of(self.kind, &self.name)
+    }
+}
+
+/// The namespace of a name of `kind` (see [`Resource::namespace`]): only VHDS has them.
+pub fn namespace_of(kind: ResourceType, name: &str) -> Option<&str> {
+    match kind {
+        ResourceType::VirtualHost => name.rsplit_once('/').map(|(ns, _)| ns),
+        _ => None,
     }
 }
 

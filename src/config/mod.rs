@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use prost_reflect::{DeserializeOptions, DynamicMessage};
 use serde::Deserialize;
@@ -394,10 +395,18 @@ fn decode_resource(
         message,
     };
 
+    // `ttl` sits beside the resource's own fields (no resource type has a field of that
+    // name; a test checks): take it out before the item is decoded as the message.
+    let mut item = item.clone();
+    let ttl = match item.as_mapping_mut().and_then(|m| m.remove(TTL_KEY)) {
+        None => None,
+        Some(value) => Some(parse_ttl(&value).map_err(|message| error(TTL_KEY.into(), message))?),
+    };
+
     let mut track = serde_path_to_error::Track::new();
     let message = DynamicMessage::deserialize_with_options(
         descriptors::message(kind),
-        serde_path_to_error::Deserializer::new(item, &mut track),
+        serde_path_to_error::Deserializer::new(&item, &mut track),
         &DeserializeOptions::new(),
     )
     .map_err(|e| error(track.path().to_string(), e.to_string()))?;
@@ -421,13 +430,85 @@ fn decode_resource(
     let json = serde_json::to_value(&message)
         .map_err(|e| error(".".into(), format!("cannot be represented as JSON: {e}")))?;
     let canonical = serde_json::to_vec(&json).map_err(|e| error(".".into(), e.to_string()))?;
-    let version = content_hash([canonical.as_slice()]);
+    // The TTL is part of the version: changing it re-sends the resource (P25).
+    let ttl_text = ttl.map(|t| t.as_millis().to_string()).unwrap_or_default();
+    let version = content_hash([canonical.as_slice(), ttl_text.as_bytes()]);
     let warms_with = match kind {
         ResourceType::Cluster => references::eds_service_name(&name, &json),
         _ => None,
     };
+    let aliases = match kind {
+        ResourceType::VirtualHost => {
+            vhds_aliases(&name, &json).map_err(|m| error("name".into(), m))?
+        }
+        _ => Vec::new(),
+    };
     let body = prost::Message::encode_to_vec(&message);
-    Ok((Resource::new(kind, name, version, body, warms_with), json))
+    let resource = Resource::new(kind, name, version, body, warms_with)
+        .with_ttl(ttl)
+        .with_aliases(aliases);
+    Ok((resource, json))
+}
+
+/// The key beside a resource's fields that gives its TTL (P25).
+pub const TTL_KEY: &str = "ttl";
+/// The shortest TTL accepted: heartbeats go out at a third of it, to every client.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// A TTL: a number with a unit, `ms`, `s`, `m` or `h` (`30s`, `1.5s`, `2m`).
+fn parse_ttl(value: &serde_yaml::Value) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "expected a duration such as \"30s\", \"1.5s\", \"500ms\" or \"2m\", got {}",
+            serde_yaml::to_string(value).unwrap_or_default().trim()
+        )
+    };
+    let text = value.as_str().ok_or_else(bad)?.trim();
+    let (number, unit) = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map(|i| text.split_at(i))
+        .ok_or_else(bad)?;
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(bad()),
+    };
+    let number: f64 = number.trim().parse().map_err(|_| bad())?;
+    let ttl = Duration::try_from_secs_f64(number * scale).map_err(|_| bad())?;
+    if ttl < MIN_TTL {
+        return Err(format!(
+            "a TTL must be at least {}s, got {text:?}",
+            MIN_TTL.as_secs()
+        ));
+    }
+    Ok(ttl)
+}
+
+/// A VHDS virtual host is named `<route-config>/<vhost>` and is also known as
+/// `<route-config>/<domain>` for each of its domains: Envoy subscribes to the route
+/// configuration's name as a namespace, and asks on demand by `<route-config>/<host>` (P24).
+fn vhds_aliases(name: &str, json: &serde_json::Value) -> Result<Vec<String>, String> {
+    let Some((route_config, vhost)) = name.rsplit_once('/') else {
+        return Err(format!(
+            "a VHDS virtual host is named `<route-config-name>/<virtual-host-name>`, got {name:?}"
+        ));
+    };
+    if route_config.is_empty() || vhost.is_empty() {
+        return Err(format!(
+            "a VHDS virtual host is named `<route-config-name>/<virtual-host-name>`, got {name:?}"
+        ));
+    }
+    Ok(json
+        .get("domains")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .map(|domain| format!("{route_config}/{domain}"))
+        .filter(|alias| alias != name)
+        .collect())
 }
 
 /// `cluster_name` -> `clusterName`.
@@ -460,10 +541,13 @@ pub fn content_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
 
 /// The same type and name in two files that a node could both match (or twice in one file).
 fn duplicates(files: &[SnapshotFile]) -> Vec<ConfigError> {
+    // A VHDS alias (`<route-config>/<domain>`) must name one virtual host too (P24).
     let mut seen: BTreeMap<(ResourceType, &str), Vec<usize>> = BTreeMap::new();
     for (i, file) in files.iter().enumerate() {
         for r in &file.resources {
-            seen.entry((r.kind, r.name.as_str())).or_default().push(i);
+            for name in std::iter::once(&r.name).chain(&r.aliases) {
+                seen.entry((r.kind, name.as_str())).or_default().push(i);
+            }
         }
     }
     let mut errors = Vec::new();

@@ -1,5 +1,6 @@
 //! Tests of loading snapshot files.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -377,4 +378,104 @@ fn a_missing_path_and_an_empty_file() {
     write(dir.path(), "empty.yaml", "# nothing yet\n");
     let config = load_dir(dir.path()).expect("an empty file is an empty snapshot");
     assert_eq!(config.resource_count(), 0);
+}
+
+#[test]
+fn p25_ttl_key_beside_the_resource_sets_its_ttl_and_version() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let with = |ttl: &str| {
+        format!("clusters:\n  - name: c\n    connect_timeout: 1s\n{ttl}    type: STATIC\n")
+    };
+    write(dir.path(), "a.yaml", &with("    ttl: 30s\n"));
+    let thirty = load_dir(dir.path()).expect("loads");
+    let c = &thirty.files[0].resources[0];
+    assert_eq!(c.ttl, Some(Duration::from_secs(30)));
+    // The TTL is not a field of the Cluster on the wire.
+    let decoded = Cluster::decode(c.body.clone()).expect("a Cluster");
+    assert_eq!(decoded.name, "c");
+
+    write(dir.path(), "a.yaml", &with("    ttl: 1.5m\n"));
+    let ninety = load_dir(dir.path()).expect("loads");
+    assert_eq!(
+        ninety.files[0].resources[0].ttl,
+        Some(Duration::from_secs(90))
+    );
+    write(dir.path(), "a.yaml", &with(""));
+    let none = load_dir(dir.path()).expect("loads");
+    assert_eq!(none.files[0].resources[0].ttl, None);
+    // Changing only the TTL changes the version, so the resource is sent again (P25).
+    let versions: BTreeSet<_> = [&thirty, &ninety, &none]
+        .iter()
+        .map(|c| c.files[0].resources[0].version.clone())
+        .collect();
+    assert_eq!(versions.len(), 3);
+
+    for (bad, why) in [
+        ("ttl: 30", "expected a duration"),
+        ("ttl: 30x", "expected a duration"),
+        ("ttl: fast", "expected a duration"),
+        ("ttl: 200ms", "at least 1s"),
+        ("ttl: -5s", "expected a duration"),
+    ] {
+        write(dir.path(), "a.yaml", &with(&format!("    {bad}\n")));
+        let errs = errors(dir.path());
+        assert_eq!(errs.len(), 1, "{bad}: {errs:?}");
+        assert!(
+            errs[0].contains("a.yaml: clusters[0] \"c\": ttl:") && errs[0].contains(why),
+            "{bad}: {}",
+            errs[0]
+        );
+    }
+}
+
+#[test]
+fn no_resource_type_has_a_field_named_ttl() {
+    for kind in crate::resource::ResourceType::ALL {
+        assert!(
+            descriptors::message(kind)
+                .get_field_by_name(TTL_KEY)
+                .is_none(),
+            "{kind} has a `ttl` field: the TTL key would shadow it"
+        );
+    }
+}
+
+#[test]
+fn p24_vhds_virtual_hosts_get_domain_aliases_and_need_a_namespaced_name() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "v.yaml",
+        "virtual_hosts:\n  - name: main/shop\n    domains: [shop.example.com, \"*.shop.example.com\"]\n    routes: []\n",
+    );
+    let config = load_dir(dir.path()).expect("loads");
+    let vh = &config.files[0].resources[0];
+    assert_eq!(vh.namespace(), Some("main"));
+    assert_eq!(
+        vh.aliases,
+        ["main/*.shop.example.com", "main/shop.example.com"]
+    );
+
+    write(
+        dir.path(),
+        "v.yaml",
+        "virtual_hosts:\n  - name: shop\n    domains: [shop.example.com]\n",
+    );
+    let errs = errors(dir.path());
+    assert!(
+        errs[0].contains("virtual_hosts[0] \"shop\": name: a VHDS virtual host is named"),
+        "{errs:?}"
+    );
+
+    // Two virtual hosts of one route configuration claiming one domain.
+    write(
+        dir.path(),
+        "v.yaml",
+        "virtual_hosts:\n  - name: main/a\n    domains: [x.com]\n  - name: main/b\n    domains: [x.com]\n",
+    );
+    let errs = errors(dir.path());
+    assert!(
+        errs[0].contains("\"main/x.com\" is defined twice"),
+        "{errs:?}"
+    );
 }
