@@ -10,7 +10,7 @@
 //! Must not: parse files (that is `config`), or decide what a stream sends (`protocol`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use tokio::sync::watch;
 
@@ -23,6 +23,9 @@ pub struct TypeSnapshot {
     /// Hash of every (name, version) of this type: changes exactly when the set does.
     pub version: String,
     pub resources: BTreeMap<String, Arc<Resource>>,
+    /// Alias -> name (P24; VHDS only).
+    pub aliases: HashMap<String, String>,
+    changes: ChangeMemo,
 }
 
 impl TypeSnapshot {
@@ -33,7 +36,111 @@ impl TypeSnapshot {
                 .values()
                 .flat_map(|r| [r.name.as_bytes(), r.version.as_bytes()]),
         );
-        TypeSnapshot { version, resources }
+        let aliases = resources
+            .values()
+            .flat_map(|r| r.aliases.iter().map(|a| (a.clone(), r.name.clone())))
+            .collect();
+        TypeSnapshot {
+            version,
+            resources,
+            aliases,
+            changes: ChangeMemo::default(),
+        }
+    }
+
+    /// What a subscription to `name` gets: the resource of that name, or the one it is an
+    /// alias of (P24), or, for a VHDS namespace (a route configuration's name), every virtual
+    /// host in it.
+    pub fn resolve<'a>(&'a self, kind: ResourceType, name: &str) -> Vec<&'a Arc<Resource>> {
+        if let Some(r) = self.resources.get(name) {
+            return vec![r];
+        }
+        if let Some(r) = self.aliases.get(name).and_then(|n| self.resources.get(n)) {
+            return vec![r];
+        }
+        if kind != ResourceType::VirtualHost {
+            return Vec::new();
+        }
+        let prefix = format!("{name}/");
+        self.resources
+            .range(prefix.clone()..)
+            .take_while(|(n, _)| n.starts_with(&prefix))
+            .filter(|(_, r)| r.namespace() == Some(name))
+            .map(|(_, r)| r)
+            .collect()
+    }
+
+    /// The names whose resource differs between `older` and this snapshot: added, changed
+    /// (another version) or removed, in name order. Computed once per pair and shared, so
+    /// the streams of a node group each pay only for what changed, not for the whole type.
+    pub fn changes_since(self: &Arc<Self>, older: &Arc<TypeSnapshot>) -> Arc<[String]> {
+        if Arc::ptr_eq(self, older) || self.version == older.version {
+            return Arc::from(Vec::new());
+        }
+        if let Some(found) = self.changes.get(older) {
+            return found;
+        }
+        let mut changed = Vec::new();
+        let mut old = older.resources.iter().peekable();
+        for (name, r) in &self.resources {
+            while let Some((gone, _)) = old.next_if(|(o, _)| *o < name) {
+                changed.push(gone.clone());
+            }
+            match old.next_if(|(o, _)| *o == name) {
+                Some((_, o)) if o.version == r.version => {}
+                _ => changed.push(name.clone()),
+            }
+        }
+        changed.extend(old.map(|(gone, _)| gone.clone()));
+        let changed: Arc<[String]> = changed.into();
+        self.changes.put(older, Arc::clone(&changed));
+        changed
+    }
+}
+
+/// Recent [`TypeSnapshot::changes_since`] answers, by the older snapshot. Not part of the
+/// snapshot's value: clones start empty and it never affects equality.
+#[derive(Default)]
+struct ChangeMemo(Mutex<Vec<(Weak<TypeSnapshot>, Arc<[String]>)>>);
+
+/// How many older snapshots a snapshot remembers its changes from.
+const CHANGE_MEMO: usize = 4;
+
+impl ChangeMemo {
+    fn get(&self, older: &Arc<TypeSnapshot>) -> Option<Arc<[String]>> {
+        let memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        memo.iter()
+            .find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(older)) && w.strong_count() > 0)
+            .map(|(_, c)| Arc::clone(c))
+    }
+
+    fn put(&self, older: &Arc<TypeSnapshot>, changes: Arc<[String]>) {
+        let mut memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        memo.retain(|(w, _)| w.strong_count() > 0);
+        if memo.len() >= CHANGE_MEMO {
+            memo.remove(0);
+        }
+        memo.push((Arc::downgrade(older), changes));
+    }
+}
+
+impl Clone for ChangeMemo {
+    fn clone(&self) -> Self {
+        ChangeMemo::default()
+    }
+}
+
+impl PartialEq for ChangeMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ChangeMemo {}
+
+impl std::fmt::Debug for ChangeMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChangeMemo")
     }
 }
 
@@ -314,5 +421,100 @@ mod tests {
             }
             previous = Some((model, snap));
         }
+    }
+}
+
+#[cfg(test)]
+mod change_tests {
+    use super::*;
+
+    fn snap(items: &[(&str, &str)]) -> Arc<TypeSnapshot> {
+        Arc::new(TypeSnapshot::new(
+            items
+                .iter()
+                .map(|(n, v)| {
+                    let r = Resource::new(ResourceType::Cluster, *n, *v, vec![], None);
+                    (n.to_string(), Arc::new(r))
+                })
+                .collect(),
+        ))
+    }
+
+    #[test]
+    fn changes_since_lists_added_changed_and_removed_and_is_shared() {
+        let old = snap(&[("a", "1"), ("b", "1"), ("c", "1"), ("e", "1")]);
+        let new = snap(&[("a", "1"), ("b", "2"), ("d", "1"), ("e", "1")]);
+        let changes = new.changes_since(&old);
+        assert_eq!(&changes[..], ["b", "c", "d"]);
+        // The second stream to ask gets the same answer without recomputing it.
+        assert!(Arc::ptr_eq(&changes, &new.changes_since(&old)));
+        assert!(new.changes_since(&new).is_empty());
+        assert_eq!(&old.changes_since(&new)[..], ["b", "c", "d"]);
+        assert_eq!(&snap(&[]).changes_since(&old)[..], ["a", "b", "c", "e"]);
+    }
+
+    #[test]
+    fn changes_since_matches_a_model_on_random_snapshots() {
+        let mut next = crate::testing::rng(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..300 {
+            let mut make = || {
+                let items: Vec<(String, String)> = (0..next(8))
+                    .map(|_| (format!("r{}", next(10)), format!("{}", next(3))))
+                    .collect();
+                let map: BTreeMap<String, String> = items.into_iter().collect();
+                map
+            };
+            let (a, b) = (make(), make());
+            let sa = snap(
+                &a.iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect::<Vec<_>>(),
+            );
+            let sb = snap(
+                &b.iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect::<Vec<_>>(),
+            );
+            let want: Vec<String> = a
+                .keys()
+                .chain(b.keys())
+                .filter(|n| a.get(*n) != b.get(*n))
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            assert_eq!(&sb.changes_since(&sa)[..], &want[..]);
+        }
+    }
+
+    #[test]
+    fn resolve_by_name_alias_and_vhds_namespace() {
+        let vh = |name: &str, aliases: &[&str]| {
+            Arc::new(
+                Resource::new(ResourceType::VirtualHost, name, "1", vec![], None)
+                    .with_aliases(aliases.iter().map(|a| a.to_string()).collect()),
+            )
+        };
+        let items = [
+            vh("main/shop", &["main/shop.example.com"]),
+            vh("main/blog", &["main/blog.example.com"]),
+            vh("main/x/y", &[]),
+            vh("mainly/other", &[]),
+        ];
+        let s = Snapshot::from_resources(&items);
+        let t = s.get(ResourceType::VirtualHost);
+        let names = |found: Vec<&Arc<Resource>>| -> Vec<String> {
+            found.iter().map(|r| r.name.clone()).collect()
+        };
+        let kind = ResourceType::VirtualHost;
+        assert_eq!(names(t.resolve(kind, "main/shop")), ["main/shop"]);
+        assert_eq!(
+            names(t.resolve(kind, "main/shop.example.com")),
+            ["main/shop"]
+        );
+        assert_eq!(names(t.resolve(kind, "main")), ["main/blog", "main/shop"]);
+        assert_eq!(names(t.resolve(kind, "main/x")), ["main/x/y"]);
+        assert!(t.resolve(kind, "main/none.example.com").is_empty());
+        assert!(t.resolve(kind, "nothing").is_empty());
     }
 }
