@@ -11,14 +11,19 @@
 //!
 //! Rules are cited by number from `shared/xds-protocol.md` (P1..P31).
 
+mod delta;
 mod sotw;
 mod subscription;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
+
+pub use delta::{DeltaResource, DeltaResponse, DeltaStream};
 pub use sotw::SotwStream;
-pub use subscription::Subscription;
+pub use subscription::{DeltaChange, Subscription};
 
 use crate::resource::{Resource, ResourceType};
 
@@ -32,6 +37,37 @@ pub struct Response {
     /// Fresh per response (P2).
     pub nonce: String,
     pub resources: Vec<Arc<Resource>>,
+}
+
+/// The client features (`node.client_features`) the server acts on (P25, P26, P27).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientFeatures {
+    /// `xds.config.supports-resource-ttl`: accepts `Resource.ttl` and heartbeats (P25).
+    pub resource_ttl: bool,
+    /// `xds.config.resource-in-sotw`: accepts resources wrapped in `Resource` in SotW (P26).
+    pub resource_in_sotw: bool,
+}
+
+/// The feature a client announces when it accepts TTLs (P25).
+pub const FEATURE_RESOURCE_TTL: &str = "xds.config.supports-resource-ttl";
+/// The feature a client announces when it accepts `Resource` wrapping in SotW (P26).
+pub const FEATURE_RESOURCE_IN_SOTW: &str = "xds.config.resource-in-sotw";
+
+impl ClientFeatures {
+    /// The features `node` announces.
+    pub fn of(node: &Node) -> ClientFeatures {
+        let has = |f: &str| node.client_features.iter().any(|c| c == f);
+        ClientFeatures {
+            resource_ttl: has(FEATURE_RESOURCE_TTL),
+            resource_in_sotw: has(FEATURE_RESOURCE_IN_SOTW),
+        }
+    }
+}
+
+/// When a heartbeat for a resource with this TTL is due after it was last sent: a third of
+/// the TTL, so two heartbeats may be late before the client drops the resource.
+pub fn heartbeat_interval(ttl: Duration) -> Duration {
+    ttl / 3
 }
 
 /// Which service a stream arrived on.
@@ -106,4 +142,43 @@ pub enum Event {
         kind: ResourceType,
         nonce: String,
     },
+}
+
+/// P1: keep the first request's node; a later one may omit it but not change it.
+fn check_node(first: &mut Option<Node>, now: Option<Node>) -> Result<(), ProtocolError> {
+    match (&*first, now) {
+        (None, None) => Err(ProtocolError::MissingNode),
+        (None, Some(node)) => {
+            *first = Some(node);
+            Ok(())
+        }
+        (Some(first), Some(now)) if *first != now => Err(ProtocolError::NodeChanged {
+            first: first.id.clone(),
+            now: now.id,
+        }),
+        (Some(_), _) => Ok(()),
+    }
+}
+
+/// P3: the type a request on `variant` names.
+fn request_type(variant: Variant, type_url: &str) -> Result<ResourceType, ProtocolError> {
+    match variant {
+        // A per-type request may leave type_url empty: the service names the type.
+        Variant::Single(kind) if type_url.is_empty() || type_url == kind.type_url() => Ok(kind),
+        Variant::Single(kind) => Err(ProtocolError::WrongType {
+            expected: kind.type_url(),
+            got: type_url.to_string(),
+        }),
+        Variant::Aggregated => ResourceType::from_type_url(type_url)
+            .ok_or_else(|| ProtocolError::UnknownType(type_url.to_string())),
+    }
+}
+
+/// The types a stream on `variant` serves, in send order (P30).
+fn served(variant: Variant) -> &'static [ResourceType] {
+    let all: &'static [ResourceType] = &ResourceType::ALL;
+    match variant {
+        Variant::Aggregated => all,
+        Variant::Single(kind) => &all[kind.index()..=kind.index()],
+    }
 }

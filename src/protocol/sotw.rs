@@ -144,18 +144,8 @@ impl SotwStream {
 
     /// Take in one request from the client. An error ends the stream.
     pub fn handle_request(&mut self, request: DiscoveryRequest) -> Result<(), ProtocolError> {
-        let kind = self.request_type(&request.type_url)?;
-        match (&self.node, request.node) {
-            (None, None) => return Err(ProtocolError::MissingNode),
-            (None, Some(node)) => self.node = Some(node),
-            (Some(first), Some(now)) if *first != now => {
-                return Err(ProtocolError::NodeChanged {
-                    first: first.id.clone(),
-                    now: now.id,
-                })
-            }
-            (Some(_), _) => {}
-        }
+        let kind = super::request_type(self.variant, &request.type_url)?;
+        super::check_node(&mut self.node, request.node)?;
 
         let st = &mut self.types[kind.index()];
         let nonce = request.response_nonce;
@@ -219,11 +209,7 @@ impl SotwStream {
     /// the others.
     pub fn poll_response(&mut self) -> Option<Response> {
         let snapshot = Arc::clone(self.snapshot.as_ref()?);
-        let kinds: &[ResourceType] = match self.variant {
-            Variant::Aggregated => &ResourceType::ALL,
-            Variant::Single(kind) => &[kind][..],
-        };
-        for &kind in kinds {
+        for &kind in super::served(self.variant) {
             if let Some(response) = self.respond(kind, &snapshot) {
                 return Some(response);
             }
@@ -234,19 +220,6 @@ impl SotwStream {
     /// The next event (ACK, NACK, stale request), if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
-    }
-
-    fn request_type(&self, type_url: &str) -> Result<ResourceType, ProtocolError> {
-        match self.variant {
-            // A per-type request may leave type_url empty: the service names the type.
-            Variant::Single(kind) if type_url.is_empty() || type_url == kind.type_url() => Ok(kind),
-            Variant::Single(kind) => Err(ProtocolError::WrongType {
-                expected: kind.type_url(),
-                got: type_url.to_string(),
-            }),
-            Variant::Aggregated => ResourceType::from_type_url(type_url)
-                .ok_or_else(|| ProtocolError::UnknownType(type_url.to_string())),
-        }
     }
 
     /// Decide whether `kind` has something to send now, and build it.

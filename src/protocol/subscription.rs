@@ -40,6 +40,46 @@ impl Subscription {
         );
     }
 
+    /// Apply a delta request's subscribe and unsubscribe lists (P15, P16, P22). `first`: the
+    /// first request for this type on the stream, where an empty subscribe list is the legacy
+    /// wildcard. Returns what actually changed; phantom unsubscribes change nothing (P22).
+    pub fn apply_delta(
+        &mut self,
+        first: bool,
+        subscribe: &[String],
+        unsubscribe: &[String],
+    ) -> DeltaChange {
+        let mut change = DeltaChange::default();
+        let was_wildcard = self.wildcard;
+        if first && subscribe.is_empty() {
+            self.wildcard = true;
+        }
+        if !subscribe.is_empty() {
+            self.named = true;
+        }
+        let names = Arc::make_mut(&mut self.names);
+        for name in subscribe {
+            if name == WILDCARD {
+                self.wildcard = true;
+            } else if names.insert(name.clone()) {
+                change.subscribed.push(name.clone());
+            } else {
+                // Already subscribed: still sent again (P21).
+                change.resubscribed.push(name.clone());
+            }
+        }
+        for name in unsubscribe {
+            if name == WILDCARD {
+                self.wildcard = false;
+            } else if names.remove(name) {
+                change.unsubscribed.push(name.clone());
+            }
+        }
+        change.wildcard_added = self.wildcard && !was_wildcard;
+        change.wildcard_dropped = was_wildcard && !self.wildcard;
+        change
+    }
+
     /// Whether the client takes every resource of the type (P14).
     pub fn is_wildcard(&self) -> bool {
         self.wildcard
@@ -53,6 +93,29 @@ impl Subscription {
     /// Whether this subscription covers `name`.
     pub fn covers(&self, name: &str) -> bool {
         self.wildcard || self.names.contains(name)
+    }
+
+    /// Whether this subscription covers `resource`: by wildcard, by name, by one of its
+    /// aliases (P24), or by its VHDS namespace (Envoy subscribes to a route configuration's
+    /// name to get its virtual hosts).
+    pub fn covers_resource(&self, resource: &Resource) -> bool {
+        self.wildcard
+            || self.names.contains(&resource.name)
+            || resource.aliases.iter().any(|a| self.names.contains(a))
+            || resource
+                .namespace()
+                .is_some_and(|ns| self.names.contains(ns))
+    }
+
+    /// The aliases of `resource` this subscription names: a response lists them beside the
+    /// resource's name so the client can match it to what it asked for (P24).
+    pub fn aliases_of(&self, resource: &Resource) -> Vec<String> {
+        resource
+            .aliases
+            .iter()
+            .filter(|a| self.names.contains(*a))
+            .cloned()
+            .collect()
     }
 
     /// The resources of `snapshot` this subscription covers, in name order. Linear in the
@@ -71,6 +134,19 @@ impl Subscription {
         }
         out
     }
+}
+
+/// What one delta request changed in a subscription.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeltaChange {
+    pub wildcard_added: bool,
+    pub wildcard_dropped: bool,
+    /// Names newly subscribed.
+    pub subscribed: Vec<String>,
+    /// Names subscribed again while already subscribed.
+    pub resubscribed: Vec<String>,
+    /// Names that were subscribed and no longer are (phantoms left out).
+    pub unsubscribed: Vec<String>,
 }
 
 #[cfg(test)]
@@ -115,6 +191,60 @@ mod tests {
         assert_eq!(s.select(eds).len(), 4);
         s.apply_sotw(&names(&["zz"]));
         assert!(s.select(eds).is_empty());
+    }
+
+    #[test]
+    fn p16_delta_wildcard_sequence() {
+        let mut s = Subscription::default();
+        let c = s.apply_delta(true, &[], &[]);
+        assert!(
+            s.is_wildcard() && c.wildcard_added,
+            "subscribe [] first: legacy wildcard"
+        );
+        s.apply_delta(false, &names(&["A"]), &[]);
+        assert!(s.is_wildcard(), "subscribe [A]: wildcard plus A");
+        assert!(s.covers("A") && s.covers("B"));
+        let c = s.apply_delta(false, &[], &names(&["*"]));
+        assert!(
+            !s.is_wildcard() && c.wildcard_dropped,
+            "unsubscribe [*]: A only"
+        );
+        assert!(s.covers("A") && !s.covers("B"));
+        let c = s.apply_delta(false, &[], &names(&["A"]));
+        assert_eq!(c.unsubscribed, ["A"]);
+        assert!(!s.covers("A"), "unsubscribe [A]: nothing");
+        // P15: an empty later request is not a wildcard again.
+        s.apply_delta(false, &[], &[]);
+        assert!(!s.is_wildcard());
+    }
+
+    #[test]
+    fn p22_phantom_unsubscribes_change_nothing() {
+        let mut s = Subscription::default();
+        s.apply_delta(true, &names(&["A"]), &[]);
+        let c = s.apply_delta(false, &[], &names(&["never", "B"]));
+        assert_eq!(c, DeltaChange::default());
+        assert!(s.covers("A") && !s.is_wildcard());
+        let c = s.apply_delta(false, &names(&["A"]), &[]);
+        assert_eq!(c.resubscribed, ["A"], "P21: a repeated name is noted");
+    }
+
+    #[test]
+    fn p24_covers_by_alias_and_namespace() {
+        use crate::resource::ResourceType;
+        let vh = Resource::new(ResourceType::VirtualHost, "rc/shop", "1", vec![], None)
+            .with_aliases(names(&["rc/shop.example.com", "rc/www.shop.example.com"]));
+        let mut s = Subscription::default();
+        s.apply_delta(true, &names(&["rc/shop.example.com"]), &[]);
+        assert!(s.covers_resource(&vh));
+        assert_eq!(s.aliases_of(&vh), ["rc/shop.example.com"]);
+        let mut ns = Subscription::default();
+        ns.apply_delta(true, &names(&["rc"]), &[]);
+        assert!(ns.covers_resource(&vh));
+        assert!(ns.aliases_of(&vh).is_empty());
+        let mut other = Subscription::default();
+        other.apply_delta(true, &names(&["rc/blog.example.com"]), &[]);
+        assert!(!other.covers_resource(&vh));
     }
 
     #[test]

@@ -1,0 +1,658 @@
+//! Unit tests of the delta state machine, named by rule (P1..P3, P12, P15..P25, P28).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+use envoy_types::pb::google::rpc::Status;
+
+use super::{DeltaResponse, DeltaStream};
+use crate::cache::Snapshot;
+use crate::config::content_hash;
+use crate::protocol::{Event, ProtocolError, SyncState, Variant, FEATURE_RESOURCE_TTL};
+use crate::resource::{Resource, ResourceType};
+
+use ResourceType::{Cluster, Endpoint, Listener, VirtualHost};
+
+fn node(features: &[&str]) -> Node {
+    Node {
+        id: "n1".into(),
+        cluster: "test".into(),
+        client_features: features.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn res(kind: ResourceType, name: &str, content: &str) -> Resource {
+    Resource::new(
+        kind,
+        name,
+        content_hash([name.as_bytes(), content.as_bytes()]),
+        format!("{name}:{content}").into_bytes(),
+        (kind == Cluster).then(|| name.to_string()),
+    )
+}
+
+fn snap(items: &[(ResourceType, &str, &str)]) -> Arc<Snapshot> {
+    let items: Vec<_> = items
+        .iter()
+        .map(|(k, n, c)| Arc::new(res(*k, n, c)))
+        .collect();
+    Arc::new(Snapshot::from_resources(&items))
+}
+
+fn version(kind: ResourceType, name: &str, content: &str) -> String {
+    res(kind, name, content).version
+}
+
+fn strings(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn req(
+    kind: ResourceType,
+    subscribe: &[&str],
+    unsubscribe: &[&str],
+    nonce: &str,
+) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        node: Some(node(&[])),
+        type_url: kind.type_url().into(),
+        resource_names_subscribe: strings(subscribe),
+        resource_names_unsubscribe: strings(unsubscribe),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    }
+}
+
+fn nack(kind: ResourceType, nonce: &str, error: &str) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        error_detail: Some(Status {
+            code: 3,
+            message: error.into(),
+            details: vec![],
+        }),
+        ..req(kind, &[], &[], nonce)
+    }
+}
+
+/// Drain every response.
+fn drain(s: &mut DeltaStream, now: Instant) -> Vec<DeltaResponse> {
+    std::iter::from_fn(|| s.poll_response(now)).collect()
+}
+
+fn one(s: &mut DeltaStream) -> DeltaResponse {
+    let mut all = drain(s, Instant::now());
+    assert_eq!(all.len(), 1, "expected one response, got {all:#?}");
+    all.remove(0)
+}
+
+fn none(s: &mut DeltaStream) {
+    let all = drain(s, Instant::now());
+    assert!(all.is_empty(), "expected no response, got {all:#?}");
+}
+
+fn names(r: &DeltaResponse) -> Vec<&str> {
+    r.resources
+        .iter()
+        .map(|d| d.resource.name.as_str())
+        .collect()
+}
+
+fn ack(s: &mut DeltaStream, r: &DeltaResponse) {
+    let mut request = req(r.kind, &[], &[], &r.nonce);
+    request.node = None; // later requests may omit the node (P1)
+    s.handle_request(request).expect("ack");
+}
+
+fn ads() -> DeltaStream {
+    DeltaStream::new(Variant::Aggregated)
+}
+
+const ABC: &[(ResourceType, &str, &str)] = &[
+    (Cluster, "a", "1"),
+    (Cluster, "b", "1"),
+    (Cluster, "c", "1"),
+];
+
+#[test]
+fn p1_first_request_needs_a_node_and_it_may_not_change() {
+    let mut s = ads();
+    let mut r = req(Cluster, &[], &[], "");
+    r.node = None;
+    assert_eq!(s.handle_request(r), Err(ProtocolError::MissingNode));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("first");
+    let mut later = req(Cluster, &["x"], &[], "");
+    later.node = None;
+    s.handle_request(later)
+        .expect("a later request may omit the node");
+    let mut other = req(Cluster, &[], &[], "");
+    other.node = Some(Node {
+        id: "n2".into(),
+        ..Default::default()
+    });
+    assert!(matches!(
+        s.handle_request(other),
+        Err(ProtocolError::NodeChanged { .. })
+    ));
+}
+
+#[test]
+fn p3_unknown_and_wrong_types_are_errors() {
+    let mut s = ads();
+    let mut r = req(Cluster, &[], &[], "");
+    r.type_url = "type.googleapis.com/foo.Bar".into();
+    assert!(matches!(
+        s.handle_request(r),
+        Err(ProtocolError::UnknownType(_))
+    ));
+    let mut s = DeltaStream::new(Variant::Single(Endpoint));
+    assert!(matches!(
+        s.handle_request(req(Cluster, &[], &[], "")),
+        Err(ProtocolError::WrongType { .. })
+    ));
+}
+
+#[test]
+fn p15_legacy_wildcard_sends_everything_with_versions_and_system_version() {
+    let mut s = ads();
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    let snapshot = snap(ABC);
+    s.handle_snapshot(Arc::clone(&snapshot));
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["a", "b", "c"]);
+    assert_eq!(r.resources[0].resource.version, version(Cluster, "a", "1"));
+    assert_eq!(r.system_version, snapshot.get(Cluster).version);
+    assert!(r.removed.is_empty());
+    assert_eq!(
+        s.state(Cluster),
+        &SyncState::Sent {
+            nonce: r.nonce.clone(),
+            version: r.system_version.clone()
+        }
+    );
+    ack(&mut s, &r);
+    assert_eq!(
+        s.state(Cluster),
+        &SyncState::Acked {
+            version: r.system_version.clone()
+        }
+    );
+    assert_eq!(
+        s.poll_event(),
+        Some(Event::Acked {
+            kind: Cluster,
+            version: r.system_version
+        })
+    );
+    none(&mut s);
+}
+
+#[test]
+fn p15_wildcard_with_an_empty_snapshot_still_answers_once() {
+    let mut s = ads();
+    s.handle_request(req(Listener, &[], &[], "")).expect("ok");
+    s.handle_snapshot(snap(&[]));
+    let r = one(&mut s);
+    assert!(r.resources.is_empty() && r.removed.is_empty());
+    ack(&mut s, &r);
+    none(&mut s);
+}
+
+#[test]
+fn p16_delta_wildcard_then_explicit_then_unsubscribe_star_then_name() {
+    let mut s = ads();
+    s.handle_snapshot(snap(ABC));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    let r = one(&mut s);
+    ack(&mut s, &r);
+    // [A] on top of the wildcard: P21 sends it again.
+    s.handle_request(req(Cluster, &["a"], &[], "")).expect("ok");
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["a"]);
+    ack(&mut s, &r);
+    // Unsubscribe [*]: a only; the client drops b and c itself, nothing to send.
+    s.handle_request(req(Cluster, &[], &["*"], "")).expect("ok");
+    none(&mut s);
+    assert_eq!(s.held(Cluster).keys().copied().collect::<Vec<_>>(), ["a"]);
+    // A change to b is not for this client any more.
+    s.handle_snapshot(snap(&[
+        (Cluster, "a", "1"),
+        (Cluster, "b", "2"),
+        (Cluster, "c", "1"),
+    ]));
+    none(&mut s);
+    s.handle_request(req(Cluster, &[], &["a"], "")).expect("ok");
+    none(&mut s);
+    assert!(s.held(Cluster).is_empty());
+}
+
+#[test]
+fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
+    let mut s = ads();
+    s.handle_snapshot(snap(ABC));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    let first = one(&mut s);
+    ack(&mut s, &first);
+    s.poll_event();
+    s.handle_snapshot(snap(&[(Cluster, "a", "2"), (Cluster, "b", "1")]));
+    let bad = one(&mut s);
+    assert_eq!(names(&bad), ["a"]);
+    assert_eq!(bad.removed, ["c"]);
+    s.handle_request(nack(Cluster, &bad.nonce, "a is broken"))
+        .expect("nack");
+    assert_eq!(
+        s.state(Cluster),
+        &SyncState::Nacked {
+            nonce: bad.nonce.clone(),
+            rejected_version: bad.system_version.clone(),
+            accepted_version: first.system_version.clone(),
+            error: "a is broken".into(),
+        }
+    );
+    assert_eq!(
+        s.poll_event(),
+        Some(Event::Nacked {
+            kind: Cluster,
+            rejected_version: bad.system_version.clone(),
+            error: "a is broken".into()
+        })
+    );
+    // It still runs a, b and c at their first versions.
+    let want: BTreeMap<&str, String> = [("a", "1"), ("b", "1"), ("c", "1")]
+        .iter()
+        .map(|(n, c)| (*n, version(Cluster, n, c)))
+        .collect();
+    let held: BTreeMap<&str, String> = s
+        .held(Cluster)
+        .into_iter()
+        .map(|(n, v)| (n, v.to_string()))
+        .collect();
+    assert_eq!(held, want);
+    // P5 in spirit: the rejected content is not pushed again until it changes.
+    none(&mut s);
+    s.handle_snapshot(snap(&[(Cluster, "a", "3"), (Cluster, "b", "1")]));
+    let fixed = one(&mut s);
+    assert_eq!(names(&fixed), ["a"]);
+}
+
+#[test]
+fn p18_subscription_changes_with_a_stale_nonce_are_honoured() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Endpoint, "x", "1"), (Endpoint, "y", "1")]));
+    s.handle_request(req(Endpoint, &["x"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    ack(&mut s, &r);
+    s.poll_event();
+    s.handle_request(req(Endpoint, &["y"], &[], "old-nonce"))
+        .expect("not rejected");
+    assert_eq!(
+        s.poll_event(),
+        Some(Event::Stale {
+            kind: Endpoint,
+            nonce: "old-nonce".into()
+        })
+    );
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["y"]);
+}
+
+#[test]
+fn p19_only_changes_go_out_and_deletions_are_removed_resources() {
+    let mut s = ads();
+    s.handle_snapshot(snap(ABC));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    let r = one(&mut s);
+    ack(&mut s, &r);
+    s.handle_snapshot(snap(&[
+        (Cluster, "a", "1"),
+        (Cluster, "b", "2"),
+        (Cluster, "d", "1"),
+    ]));
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["b", "d"]);
+    assert_eq!(r.removed, ["c"]);
+    ack(&mut s, &r);
+    // The same content again: nothing.
+    s.handle_snapshot(snap(&[
+        (Cluster, "a", "1"),
+        (Cluster, "b", "2"),
+        (Cluster, "d", "1"),
+    ]));
+    none(&mut s);
+}
+
+#[test]
+fn p20_missing_names_are_removed_at_once_and_sent_when_they_appear() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Endpoint, "x", "1")]));
+    s.handle_request(req(Endpoint, &["x", "ghost"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["x"]);
+    assert_eq!(r.removed, ["ghost"]);
+    ack(&mut s, &r);
+    s.handle_snapshot(snap(&[(Endpoint, "x", "1"), (Endpoint, "ghost", "1")]));
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["ghost"]);
+    assert!(r.removed.is_empty());
+}
+
+#[test]
+fn p21_resubscribed_names_are_sent_even_if_unchanged() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Endpoint, "x", "1")]));
+    s.handle_request(req(Endpoint, &["x"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    ack(&mut s, &r);
+    s.handle_request(req(Endpoint, &["x"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["x"]);
+}
+
+#[test]
+fn p22_unsubscribe_only_needs_no_response_and_phantoms_are_ignored() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Endpoint, "x", "1"), (Endpoint, "y", "1")]));
+    s.handle_request(req(Endpoint, &["x", "y"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    ack(&mut s, &r);
+    s.handle_request(req(Endpoint, &[], &["y", "never-subscribed"], ""))
+        .expect("ok");
+    none(&mut s);
+    // y is no longer the client's: its change is not sent.
+    s.handle_snapshot(snap(&[(Endpoint, "x", "1"), (Endpoint, "y", "2")]));
+    none(&mut s);
+}
+
+#[test]
+fn p22_wildcard_plus_explicit_unsubscribe_answers_with_resource_or_removal() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
+    s.handle_request(req(Cluster, &["*", "a", "ghost"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["a"]);
+    assert_eq!(r.removed, ["ghost"]);
+    ack(&mut s, &r);
+    s.handle_request(req(Cluster, &[], &["a", "ghost"], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["a"], "still covered by the wildcard");
+    assert_eq!(r.removed, ["ghost"], "not covered: not there");
+}
+
+#[test]
+fn p23_initial_resource_versions_are_not_sent_again() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[
+        (Cluster, "a", "1"),
+        (Cluster, "b", "2"),
+        (Cluster, "d", "1"),
+    ]));
+    let mut r = req(Cluster, &["*"], &[], "");
+    r.initial_resource_versions = HashMap::from([
+        ("a".to_string(), version(Cluster, "a", "1")),
+        ("b".to_string(), version(Cluster, "b", "1")),
+        ("c".to_string(), version(Cluster, "c", "1")),
+    ]);
+    s.handle_request(r).expect("ok");
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["b", "d"], "a unchanged is not re-sent");
+    assert_eq!(r.removed, ["c"], "c was deleted meanwhile");
+
+    // By name: the restated names it already holds are not forced (P23 over P21).
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Endpoint, "x", "1")]));
+    let mut r = req(Endpoint, &["x"], &[], "");
+    r.initial_resource_versions = HashMap::from([("x".to_string(), version(Endpoint, "x", "1"))]);
+    s.handle_request(r).expect("ok");
+    none(&mut s);
+}
+
+#[test]
+fn p24_virtual_hosts_by_alias_and_by_route_config_namespace() {
+    let vh = |name: &str, content: &str, aliases: &[&str]| {
+        Arc::new(res(VirtualHost, name, content).with_aliases(strings(aliases)))
+    };
+    let items = [
+        vh("rc/shop", "1", &["rc/shop.example.com"]),
+        vh("rc/blog", "1", &["rc/blog.example.com"]),
+    ];
+    let mut s = ads();
+    s.handle_snapshot(Arc::new(Snapshot::from_resources(&items)));
+    s.handle_request(req(
+        VirtualHost,
+        &["rc/shop.example.com", "rc/none.example.com"],
+        &[],
+        "",
+    ))
+    .expect("ok");
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["rc/shop"]);
+    assert_eq!(r.resources[0].aliases, ["rc/shop.example.com"]);
+    assert_eq!(r.removed, ["rc/none.example.com"]);
+    ack(&mut s, &r);
+    s.handle_request(req(VirtualHost, &["rc"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    assert_eq!(
+        names(&r),
+        ["rc/blog", "rc/shop"],
+        "the namespace covers both"
+    );
+}
+
+#[test]
+fn p25_ttl_and_heartbeats_only_for_clients_that_support_them() {
+    let ttl = Duration::from_secs(3);
+    let items = [
+        Arc::new(res(Cluster, "a", "1").with_ttl(Some(ttl))),
+        Arc::new(res(Cluster, "b", "1")),
+    ];
+    let snapshot = Arc::new(Snapshot::from_resources(&items));
+    let t0 = Instant::now();
+
+    let mut s = ads();
+    let mut first = req(Cluster, &[], &[], "");
+    first.node = Some(node(&[FEATURE_RESOURCE_TTL]));
+    s.handle_request(first).expect("ok");
+    s.handle_snapshot(Arc::clone(&snapshot));
+    let r = s.poll_response(t0).expect("a response");
+    assert_eq!(r.resources[0].ttl, Some(ttl));
+    assert_eq!(r.resources[1].ttl, None);
+    ack(&mut s, &r);
+    let due = s.poll_timeout().expect("a heartbeat is scheduled");
+    assert_eq!(due, t0 + ttl / 3);
+    assert!(
+        s.poll_response(due - Duration::from_millis(1)).is_none(),
+        "not before it is due"
+    );
+    let hb = s.poll_response(due).expect("a heartbeat");
+    assert_eq!(names(&hb), ["a"]);
+    assert!(hb.resources[0].heartbeat);
+    assert_eq!(hb.resources[0].ttl, Some(ttl));
+    assert!(hb.removed.is_empty());
+    ack(&mut s, &hb);
+    assert_eq!(s.poll_timeout(), Some(due + ttl / 3));
+
+    // P27: a client without the feature never sees a TTL or a heartbeat.
+    let mut s = ads();
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    s.handle_snapshot(snapshot);
+    let r = s.poll_response(t0).expect("a response");
+    assert!(r.resources.iter().all(|d| d.ttl.is_none()));
+    ack(&mut s, &r);
+    assert_eq!(s.poll_timeout(), None);
+    assert!(s.poll_response(t0 + Duration::from_secs(3600)).is_none());
+}
+
+#[test]
+fn p25_removing_a_ttl_sends_the_resource_without_one() {
+    let t0 = Instant::now();
+    let with = Arc::new(Snapshot::from_resources(&[Arc::new(
+        res(Cluster, "a", "1").with_ttl(Some(Duration::from_secs(3))),
+    )]));
+    let mut without_res = res(Cluster, "a", "1");
+    without_res.version = "other".into(); // the loader puts the TTL in the version
+    let without = Arc::new(Snapshot::from_resources(&[Arc::new(without_res)]));
+    let mut s = ads();
+    let mut first = req(Cluster, &[], &[], "");
+    first.node = Some(node(&[FEATURE_RESOURCE_TTL]));
+    s.handle_request(first).expect("ok");
+    s.handle_snapshot(with);
+    let r = s.poll_response(t0).expect("sent");
+    ack(&mut s, &r);
+    s.handle_snapshot(without);
+    let r = s.poll_response(t0).expect("sent again");
+    assert_eq!(r.resources[0].ttl, None);
+    assert!(!r.resources[0].heartbeat);
+    ack(&mut s, &r);
+    assert_eq!(s.poll_timeout(), None, "no more heartbeats");
+}
+
+#[test]
+fn one_response_in_flight_per_type_and_changes_accumulate() {
+    let mut s = ads();
+    s.handle_snapshot(snap(ABC));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    let r = one(&mut s);
+    s.handle_snapshot(snap(&[
+        (Cluster, "a", "2"),
+        (Cluster, "b", "1"),
+        (Cluster, "c", "1"),
+    ]));
+    none(&mut s);
+    s.handle_snapshot(snap(&[
+        (Cluster, "a", "2"),
+        (Cluster, "b", "2"),
+        (Cluster, "c", "1"),
+    ]));
+    none(&mut s);
+    ack(&mut s, &r);
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["a", "b"]);
+}
+
+#[test]
+fn p28_a_changed_cluster_is_followed_by_its_load_assignment() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Cluster, "a", "1"), (Endpoint, "a", "1")]));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    s.handle_request(req(Endpoint, &["a"], &[], ""))
+        .expect("ok");
+    let all = drain(&mut s, Instant::now());
+    assert_eq!(
+        all.iter().map(|r| r.kind).collect::<Vec<_>>(),
+        [Cluster, Endpoint]
+    );
+    for r in &all {
+        ack(&mut s, r);
+    }
+    s.handle_snapshot(snap(&[(Cluster, "a", "2"), (Endpoint, "a", "1")]));
+    let all = drain(&mut s, Instant::now());
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert_eq!((all[0].kind, names(&all[0])), (Cluster, vec!["a"]));
+    assert_eq!(
+        (all[1].kind, names(&all[1])),
+        (Endpoint, vec!["a"]),
+        "unchanged, re-sent for warming"
+    );
+}
+
+#[test]
+fn per_type_streams_serve_only_their_type() {
+    let mut s = DeltaStream::new(Variant::Single(Endpoint));
+    s.handle_snapshot(snap(&[(Cluster, "a", "1"), (Endpoint, "a", "1")]));
+    let mut r = req(Endpoint, &["a"], &[], "");
+    r.type_url = String::new();
+    s.handle_request(r)
+        .expect("an empty type_url names the service's type");
+    let r = one(&mut s);
+    assert_eq!((r.kind, names(&r)), (Endpoint, vec!["a"]));
+}
+
+/// Model-based check: a simulated client applies every response (resources replace,
+/// removals delete) and ACKs; after each random step it must hold exactly what its
+/// subscription covers, at current versions.
+#[test]
+fn model_client_converges_to_its_subscription() {
+    let mut next = crate::testing::rng(0xdead_beef_cafe_f00d);
+    for _ in 0..150 {
+        let mut s = ads();
+        let mut client: BTreeMap<String, String> = BTreeMap::new();
+        let mut wildcard = next(2) == 0;
+        let mut subscribed: std::collections::BTreeSet<String> = Default::default();
+        let first = if wildcard {
+            vec![]
+        } else {
+            vec!["r0".to_string()]
+        };
+        subscribed.extend(first.iter().cloned());
+        let mut current = snap(&[]);
+        s.handle_snapshot(Arc::clone(&current));
+        let mut request = req(Cluster, &[], &[], "");
+        request.resource_names_subscribe = first;
+        s.handle_request(request).expect("ok");
+        for _ in 0..20 {
+            match next(4) {
+                0 | 1 => {
+                    let items: Vec<(ResourceType, String, String)> = (0..next(6))
+                        .map(|_| (Cluster, format!("r{}", next(6)), format!("{}", next(3))))
+                        .collect();
+                    let items: Vec<_> = items
+                        .iter()
+                        .map(|(k, n, c)| (*k, n.as_str(), c.as_str()))
+                        .collect();
+                    current = snap(&items);
+                    s.handle_snapshot(Arc::clone(&current));
+                }
+                2 => {
+                    let name = format!("r{}", next(6));
+                    subscribed.insert(name.clone());
+                    s.handle_request(req(Cluster, &[&name], &[], ""))
+                        .expect("ok");
+                }
+                _ => {
+                    let name = if next(3) == 0 {
+                        "*".to_string()
+                    } else {
+                        format!("r{}", next(6))
+                    };
+                    if name == "*" {
+                        wildcard = false;
+                    } else {
+                        subscribed.remove(&name);
+                    }
+                    s.handle_request(req(Cluster, &[], &[&name], ""))
+                        .expect("ok");
+                    // The client forgets what it no longer subscribes to.
+                    client.retain(|n, _| wildcard || subscribed.contains(n));
+                }
+            }
+            while let Some(r) = s.poll_response(Instant::now()) {
+                for d in &r.resources {
+                    client.insert(d.resource.name.clone(), d.resource.version.clone());
+                }
+                for n in &r.removed {
+                    client.remove(n);
+                }
+                ack(&mut s, &r);
+            }
+            let want: BTreeMap<String, String> = current
+                .get(Cluster)
+                .resources
+                .values()
+                .filter(|r| wildcard || subscribed.contains(&r.name))
+                .map(|r| (r.name.clone(), r.version.clone()))
+                .collect();
+            assert_eq!(client, want);
+        }
+    }
+}
