@@ -142,7 +142,7 @@ fn main() {
         s.handle_request(request(ResourceType::Cluster, &[], "", "", true))
             .expect("ok");
         s.handle_snapshot(Arc::clone(&snapshot));
-        let r = s.poll_response().expect("cds");
+        let r = s.poll_response(Instant::now()).expect("cds");
         bytes += WireResponse::new(r.clone(), Arc::clone(&control_plane)).encoded_len();
         s.handle_request(request(
             ResourceType::Cluster,
@@ -154,7 +154,7 @@ fn main() {
         .expect("ack");
         s.handle_request(request(ResourceType::Endpoint, &names, "", "", false))
             .expect("eds");
-        let e = s.poll_response().expect("eds");
+        let e = s.poll_response(Instant::now()).expect("eds");
         s.handle_request(request(
             ResourceType::Endpoint,
             &names,
@@ -182,9 +182,11 @@ fn main() {
     let t = Instant::now();
     for s in &mut streams {
         s.handle_snapshot(Arc::clone(&changed));
-        let cds = s.poll_response().expect("cds");
+        let cds = s.poll_response(Instant::now()).expect("cds");
         assert_eq!(cds.resources.len(), CLUSTERS, "SotW CDS is the full set");
-        let eds = s.poll_response().expect("eds re-sent for warming (P28)");
+        let eds = s
+            .poll_response(Instant::now())
+            .expect("eds re-sent for warming (P28)");
         assert_eq!(eds.kind, ResourceType::Endpoint);
         // What the server then does with each: encode to the wire, from the shared bytes.
         for response in [cds, eds] {

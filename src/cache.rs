@@ -101,7 +101,10 @@ impl TypeSnapshot {
 /// Recent [`TypeSnapshot::changes_since`] answers, by the older snapshot. Not part of the
 /// snapshot's value: clones start empty and it never affects equality.
 #[derive(Default)]
-struct ChangeMemo(Mutex<Vec<(Weak<TypeSnapshot>, Arc<[String]>)>>);
+struct ChangeMemo(Mutex<Vec<MemoEntry>>);
+
+/// An older snapshot (not kept alive by the memo) and the names changed since it.
+type MemoEntry = (Weak<TypeSnapshot>, Arc<[String]>);
 
 /// How many older snapshots a snapshot remembers its changes from.
 const CHANGE_MEMO: usize = 4;

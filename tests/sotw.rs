@@ -371,18 +371,6 @@ async fn p3_every_per_type_sotw_service_serves_its_type_only() {
 }
 
 #[tokio::test]
-async fn delta_methods_answer_unimplemented_for_now() {
-    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-    let server = standard_server().await;
-    let (_tx, rx) = mpsc::channel(1);
-    let err = AggregatedDiscoveryServiceClient::new(server.channel().await)
-        .delta_aggregated_resources(ReceiverStream::new(rx))
-        .await
-        .expect_err("delta is not served yet");
-    assert_eq!(err.code(), tonic::Code::Unimplemented);
-}
-
-#[tokio::test]
 async fn shutdown_ends_open_streams() {
     let server = standard_server().await;
     let mut c = server.ads("n1").await;

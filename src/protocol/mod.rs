@@ -37,6 +37,9 @@ pub struct Response {
     /// Fresh per response (P2).
     pub nonce: String,
     pub resources: Vec<Arc<Resource>>,
+    /// Put each resource that has a TTL in a `Resource` wrapper carrying it (P26): only for
+    /// clients announcing both `xds.config.resource-in-sotw` and TTL support.
+    pub wrap_ttl: bool,
 }
 
 /// The client features (`node.client_features`) the server acts on (P25, P26, P27).

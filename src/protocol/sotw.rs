@@ -6,17 +6,24 @@
 //! response), so every decision is taken by `poll_response`, which sees every ACK and NACK.
 //! That is the one place a later make-before-break plan (P30) gates on.
 //!
+//! TTLs (P26): for a client announcing `xds.config.resource-in-sotw` and TTL support,
+//! resources with a TTL go out wrapped in `Resource` with it, and are refreshed by sending
+//! them again (the whole set for LDS/CDS, where leaving one out would delete it) every third
+//! of the shortest TTL, on the client's pending request. Time enters only as `now`.
+//!
 //! LDS and CDS responses carry the client's whole set (P10). Other types carry only what the
 //! client lacks: resources new to it or changed, plus ClusterLoadAssignments due again for
 //! warming (P28); so one changed endpoint set sends one ClusterLoadAssignment, not all.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
-use super::{Event, ProtocolError, Response, Subscription, SyncState, Variant};
+use super::{heartbeat_interval, ClientFeatures, Event, ProtocolError, Response, Subscription};
+use super::{SyncState, Variant};
 use crate::cache::{Snapshot, TypeSnapshot};
 use crate::resource::{Resource, ResourceType};
 
@@ -25,6 +32,8 @@ use crate::resource::{Resource, ResourceType};
 pub struct SotwStream {
     variant: Variant,
     node: Option<Node>,
+    /// TTLs go out wrapped (P26).
+    wrap_ttl: bool,
     snapshot: Option<Arc<Snapshot>>,
     types: [TypeState; ResourceType::ALL.len()],
     /// Nonces are unique on the stream, so a nonce of one type never matches another's (P2).
@@ -49,6 +58,8 @@ struct TypeState {
     /// Names to send on the next response even if unchanged: the ClusterLoadAssignments of
     /// clusters just sent anew, without which Envoy keeps them warming (P28).
     rewarm: BTreeSet<String>,
+    /// When the TTL'd resources the client has are due to be sent again (P25, P26).
+    refresh_at: Option<Instant>,
     state: SyncState,
 }
 
@@ -125,6 +136,7 @@ impl SotwStream {
         SotwStream {
             variant,
             node: None,
+            wrap_ttl: false,
             snapshot: None,
             types: Default::default(),
             nonces: 0,
@@ -145,7 +157,12 @@ impl SotwStream {
     /// Take in one request from the client. An error ends the stream.
     pub fn handle_request(&mut self, request: DiscoveryRequest) -> Result<(), ProtocolError> {
         let kind = super::request_type(self.variant, &request.type_url)?;
+        let first_on_stream = self.node.is_none();
         super::check_node(&mut self.node, request.node)?;
+        if let (true, Some(node)) = (first_on_stream, &self.node) {
+            let features = ClientFeatures::of(node);
+            self.wrap_ttl = features.resource_ttl && features.resource_in_sotw;
+        }
 
         let st = &mut self.types[kind.index()];
         let nonce = request.response_nonce;
@@ -204,17 +221,22 @@ impl SotwStream {
         self.snapshot = Some(snapshot);
     }
 
-    /// The next response to send, if any. Call until `None` after every input. On an
-    /// aggregated stream, types come out in the order CDS, EDS, LDS, RDS, SRDS, VHDS, then
-    /// the others.
-    pub fn poll_response(&mut self) -> Option<Response> {
+    /// The next response to send, if any. Call until `None` after every input, and when
+    /// [`SotwStream::poll_timeout`] passes. On an aggregated stream, types come out in the
+    /// order CDS, EDS, LDS, RDS, SRDS, VHDS, then the others.
+    pub fn poll_response(&mut self, now: Instant) -> Option<Response> {
         let snapshot = Arc::clone(self.snapshot.as_ref()?);
         for &kind in super::served(self.variant) {
-            if let Some(response) = self.respond(kind, &snapshot) {
+            if let Some(response) = self.respond(kind, &snapshot, now) {
                 return Some(response);
             }
         }
         None
+    }
+
+    /// When TTL'd resources are next due to be refreshed, if any: call `poll_response` then.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.types.iter().filter_map(|st| st.refresh_at).min()
     }
 
     /// The next event (ACK, NACK, stale request), if any.
@@ -223,7 +245,13 @@ impl SotwStream {
     }
 
     /// Decide whether `kind` has something to send now, and build it.
-    fn respond(&mut self, kind: ResourceType, snapshot: &Snapshot) -> Option<Response> {
+    fn respond(
+        &mut self,
+        kind: ResourceType,
+        snapshot: &Snapshot,
+        now: Instant,
+    ) -> Option<Response> {
+        let wrap_ttl = self.wrap_ttl;
         let st = &mut self.types[kind.index()];
         if !st.pending {
             return None;
@@ -232,6 +260,14 @@ impl SotwStream {
         let selected = st.subscription.select(current);
         let full_state = kind.is_full_state();
         let rewarm = !st.rewarm.is_empty() && selected.iter().any(|r| st.rewarm.contains(&r.name));
+        let refresh = st.refresh_at.is_some_and(|at| at <= now);
+        // The next refresh: a third of the shortest TTL among what the client will have.
+        let next_refresh = selected
+            .iter()
+            .filter_map(|r| r.ttl)
+            .min()
+            .filter(|_| wrap_ttl)
+            .map(|ttl| now + heartbeat_interval(ttl));
 
         // What to send, if anything.
         let payload: Vec<&Arc<Resource>> = match &st.given {
@@ -246,6 +282,7 @@ impl SotwStream {
                     st.state = SyncState::Acked {
                         version: current.version.clone(),
                     };
+                    st.refresh_at = next_refresh;
                     return None;
                 }
                 // P10: an empty LDS/CDS answer to a wildcard means "none"; for other types an
@@ -258,24 +295,30 @@ impl SotwStream {
             // Nothing changed on either side since the last decision.
             Some(given)
                 if !rewarm
+                    && !refresh
                     && Arc::ptr_eq(&given.snapshot, current)
                     && given.subscription == st.subscription =>
             {
                 return None;
             }
             Some(given) if full_state => {
-                // P10: LDS/CDS carry the whole set, so any change (a deletion too) resends it.
-                if !rewarm && given.has_exactly(&selected, current, &st.subscription) {
+                // P10: LDS/CDS carry the whole set, so any change (a deletion too) resends it;
+                // so does a TTL refresh (P26).
+                if !rewarm && !refresh && given.has_exactly(&selected, current, &st.subscription) {
                     st.given = Some(Given::new(current, &st.subscription));
                     return None;
                 }
                 selected
             }
             Some(given) => {
-                // P8/P9/P10: other types carry only what is new to the client, changed, or
-                // due again for warming (P28). What it no longer subscribes to (or what was
-                // deleted) is forgotten, so asking again sends it again (P9).
-                let fresh = given.lacks(&selected, |n| st.rewarm.contains(n));
+                // P8/P9/P10: other types carry only what is new to the client, changed, due
+                // again for warming (P28), or due for a TTL refresh (P26). What it no longer
+                // subscribes to (or what was deleted) is forgotten, so asking again sends it
+                // again (P9).
+                let fresh = given.lacks(&selected, |n| {
+                    st.rewarm.contains(n)
+                        || (refresh && current.resources.get(n).is_some_and(|r| r.ttl.is_some()))
+                });
                 if fresh.is_empty() {
                     st.given = Some(Given::new(current, &st.subscription));
                     return None;
@@ -302,11 +345,13 @@ impl SotwStream {
         self.nonces += 1;
         let nonce = self.nonces.to_string();
         // P12: the snapshot's names are map keys, so never twice.
+        st.refresh_at = next_refresh;
         let response = Response {
             kind,
             version: current.version.clone(),
             nonce: nonce.clone(),
             resources: payload.into_iter().cloned().collect(),
+            wrap_ttl,
         };
         st.given = Some(Given::new(current, &st.subscription));
         st.latest_nonce = Some(nonce.clone());

@@ -2,30 +2,27 @@
 //!
 //! Not the generated `*Server` wrappers: those fix the response type to the prost
 //! `DiscoveryResponse`, which would mean copying every resource into a fresh `Any` per client.
-//! Here the SotW methods answer with [`WireResponse`], written from bytes encoded once per
-//! snapshot. Paths, codec and limits are otherwise what the generated code does.
+//! Here the SotW methods answer with [`WireResponse`] and the Delta methods with
+//! [`WireDeltaResponse`], written from bytes encoded once per snapshot. Paths, codec and
+//! limits are otherwise what the generated code does.
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tokio::sync::watch;
-use tokio_stream::Stream;
 use tonic::body::Body;
 use tonic::codegen::{http, Body as HttpBody, BoxFuture, Service, StdError};
 use tonic::server::{NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::status;
-use super::stream::spawn_sotw;
-use super::wire::WireResponse;
+use super::stream::{spawn, Machine, Responses};
 use super::{MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
 use crate::cache::Cache;
-use crate::protocol::Variant;
+use crate::protocol::{DeltaStream, SotwStream, Variant};
 use crate::resource::ResourceType;
 
 /// What every xDS service shares: the cache, and the signal that ends streams on shutdown.
@@ -41,21 +38,23 @@ impl XdsServer {
     }
 }
 
-/// One gRPC service: its full name, its SotW streaming method (if any) and what that
-/// stream serves. Every other method of the service (Delta*, Fetch*) answers UNIMPLEMENTED.
+/// One gRPC service: its full name, its SotW and Delta streaming methods and what they
+/// serve. Every other method of the service (Fetch*) answers UNIMPLEMENTED.
 pub trait Spec: Send + Sync + 'static {
     const NAME: &'static str;
     const SOTW_METHOD: Option<&'static str>;
+    const DELTA_METHOD: &'static str;
     const VARIANT: Variant;
 }
 
 macro_rules! spec {
-    ($marker:ident, $name:literal, $method:expr, $variant:expr) => {
+    ($marker:ident, $name:literal, $method:expr, $delta:literal, $variant:expr) => {
         #[derive(Debug)]
         pub struct $marker;
         impl Spec for $marker {
             const NAME: &'static str = $name;
             const SOTW_METHOD: Option<&'static str> = $method;
+            const DELTA_METHOD: &'static str = $delta;
             const VARIANT: Variant = $variant;
         }
     };
@@ -65,24 +64,28 @@ spec!(
     Ads,
     "envoy.service.discovery.v3.AggregatedDiscoveryService",
     Some("StreamAggregatedResources"),
+    "DeltaAggregatedResources",
     Variant::Aggregated
 );
 spec!(
     Lds,
     "envoy.service.listener.v3.ListenerDiscoveryService",
     Some("StreamListeners"),
+    "DeltaListeners",
     Variant::Single(ResourceType::Listener)
 );
 spec!(
     Rds,
     "envoy.service.route.v3.RouteDiscoveryService",
     Some("StreamRoutes"),
+    "DeltaRoutes",
     Variant::Single(ResourceType::Route)
 );
 spec!(
     Srds,
     "envoy.service.route.v3.ScopedRoutesDiscoveryService",
     Some("StreamScopedRoutes"),
+    "DeltaScopedRoutes",
     Variant::Single(ResourceType::ScopedRoute)
 );
 // VHDS exists only as a Delta service (P24).
@@ -90,36 +93,42 @@ spec!(
     Vhds,
     "envoy.service.route.v3.VirtualHostDiscoveryService",
     None,
+    "DeltaVirtualHosts",
     Variant::Single(ResourceType::VirtualHost)
 );
 spec!(
     Cds,
     "envoy.service.cluster.v3.ClusterDiscoveryService",
     Some("StreamClusters"),
+    "DeltaClusters",
     Variant::Single(ResourceType::Cluster)
 );
 spec!(
     Eds,
     "envoy.service.endpoint.v3.EndpointDiscoveryService",
     Some("StreamEndpoints"),
+    "DeltaEndpoints",
     Variant::Single(ResourceType::Endpoint)
 );
 spec!(
     Sds,
     "envoy.service.secret.v3.SecretDiscoveryService",
     Some("StreamSecrets"),
+    "DeltaSecrets",
     Variant::Single(ResourceType::Secret)
 );
 spec!(
     Rtds,
     "envoy.service.runtime.v3.RuntimeDiscoveryService",
     Some("StreamRuntime"),
+    "DeltaRuntime",
     Variant::Single(ResourceType::Runtime)
 );
 spec!(
     Ecds,
     "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
     Some("StreamExtensionConfigs"),
+    "DeltaExtensionConfigs",
     Variant::Single(ResourceType::ExtensionConfig)
 );
 
@@ -173,22 +182,12 @@ where
             .unwrap_or_default()
             .to_string();
         if S::SOTW_METHOD == Some(method.as_str()) {
-            let handler = SotwHandler {
-                server: self.server.clone(),
-                variant: S::VARIANT,
-            };
-            return Box::pin(async move {
-                let codec = tonic_prost::ProstCodec::<WireResponse, DiscoveryRequest>::default();
-                let mut grpc = tonic::server::Grpc::new(codec).apply_max_message_size_config(
-                    Some(MAX_REQUEST_BYTES),
-                    Some(MAX_RESPONSE_BYTES),
-                );
-                Ok(grpc.streaming(handler, request).await)
-            });
+            return stream_method::<SotwStream, B>(self.server.clone(), S::VARIANT, request);
         }
-        let status = if method.starts_with("Delta") {
-            status::delta_unimplemented()
-        } else if method.starts_with("Fetch") {
+        if S::DELTA_METHOD == method {
+            return stream_method::<DeltaStream, B>(self.server.clone(), S::VARIANT, request);
+        }
+        let status = if method.starts_with("Fetch") {
             status::fetch_unimplemented()
         } else {
             Status::unimplemented(format!("{} has no method {method:?}", S::NAME))
@@ -197,22 +196,44 @@ where
     }
 }
 
-/// The response stream of a SotW method.
-pub type SotwResponses = Pin<Box<dyn Stream<Item = Result<WireResponse, Status>> + Send>>;
-
-struct SotwHandler {
+/// Serve one streaming call with state machine `M`.
+fn stream_method<M, B>(
     server: XdsServer,
     variant: Variant,
+    request: http::Request<B>,
+) -> BoxFuture<http::Response<Body>, Infallible>
+where
+    M: Machine,
+    B: HttpBody + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    let handler = Handler::<M> {
+        server,
+        variant,
+        machine: PhantomData,
+    };
+    Box::pin(async move {
+        let codec = tonic_prost::ProstCodec::<M::Wire, M::Request>::default();
+        let mut grpc = tonic::server::Grpc::new(codec)
+            .apply_max_message_size_config(Some(MAX_REQUEST_BYTES), Some(MAX_RESPONSE_BYTES));
+        Ok(grpc.streaming(handler, request).await)
+    })
 }
 
-impl StreamingService<DiscoveryRequest> for SotwHandler {
-    type Response = WireResponse;
-    type ResponseStream = SotwResponses;
-    type Future = BoxFuture<Response<SotwResponses>, Status>;
+struct Handler<M> {
+    server: XdsServer,
+    variant: Variant,
+    machine: PhantomData<fn() -> M>,
+}
 
-    fn call(&mut self, request: Request<Streaming<DiscoveryRequest>>) -> Self::Future {
+impl<M: Machine> StreamingService<M::Request> for Handler<M> {
+    type Response = M::Wire;
+    type ResponseStream = Responses<M::Wire>;
+    type Future = BoxFuture<Response<Responses<M::Wire>>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<M::Request>>) -> Self::Future {
         let peer: Option<SocketAddr> = request.remote_addr();
-        let responses = spawn_sotw(
+        let responses = spawn::<M>(
             self.variant,
             Arc::clone(&self.server.cache),
             request.into_inner(),

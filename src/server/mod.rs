@@ -11,7 +11,7 @@ mod status;
 mod stream;
 mod wire;
 
-pub use wire::WireResponse;
+pub use wire::{WireDeltaResponse, WireResponse};
 
 use std::future::Future;
 use std::sync::Arc;

@@ -10,14 +10,6 @@ pub fn from_protocol(error: &ProtocolError) -> Status {
     Status::invalid_argument(error.to_string())
 }
 
-/// Delta xDS methods, until they are implemented.
-pub fn delta_unimplemented() -> Status {
-    Status::unimplemented(
-        "incremental (delta) xDS is not implemented yet by this server; use State of the World \
-         (api_type: GRPC)",
-    )
-}
-
 /// The unary Fetch* methods (REST-style polling over gRPC).
 pub fn fetch_unimplemented() -> Status {
     Status::unimplemented("Fetch* (polling) is not implemented; use the streaming methods")

@@ -1,49 +1,160 @@
-//! One task per SotW stream: requests and cache generations in, responses out.
+//! One task per xDS stream (SotW or delta): requests, cache generations and heartbeat
+//! timers in; responses out. The same loop drives both state machines through [`Machine`].
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
 use tonic::{Status, Streaming};
 
-use super::grpc::SotwResponses;
 use super::status;
-use super::wire::WireResponse;
-use crate::cache::{Cache, Generation};
-use crate::protocol::{Event, SotwStream, Variant};
+use super::wire::{WireDeltaResponse, WireResponse};
+use crate::cache::{Cache, Generation, Snapshot};
+use crate::protocol::{DeltaStream, Event, ProtocolError, SotwStream, Variant};
+use crate::resource::ResourceType;
 
 /// Responses buffered per stream before the task waits for the client to read.
 const RESPONSE_BUFFER: usize = 16;
 
-/// Start the task that runs one SotW stream, and return its response stream.
-pub fn spawn_sotw(
+/// The response stream of a stream method.
+pub type Responses<W> = Pin<Box<dyn Stream<Item = Result<W, Status>> + Send>>;
+
+/// A protocol state machine, as the stream task sees it.
+pub trait Machine: Send + 'static {
+    type Request: prost::Message + Default + Send + 'static;
+    type Wire: prost::Message + Send + 'static;
+    /// For logs: `sotw` or `delta`.
+    const PROTOCOL: &'static str;
+
+    fn new(variant: Variant) -> Self;
+    fn handle_request(&mut self, request: Self::Request) -> Result<(), ProtocolError>;
+    fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>);
+    fn node(&self) -> Option<&Node>;
+    /// The next response on the wire, with what to log of it: type, version, resource count.
+    fn poll_wire(
+        &mut self,
+        now: Instant,
+        control_plane: &Arc<str>,
+    ) -> Option<(Self::Wire, ResourceType, String, usize)>;
+    fn poll_event(&mut self) -> Option<Event>;
+    /// When to call `poll_wire` again without any input (heartbeats).
+    fn poll_timeout(&self) -> Option<Instant>;
+}
+
+impl Machine for SotwStream {
+    type Request = DiscoveryRequest;
+    type Wire = WireResponse;
+    const PROTOCOL: &'static str = "sotw";
+
+    fn new(variant: Variant) -> Self {
+        SotwStream::new(variant)
+    }
+    fn handle_request(&mut self, request: DiscoveryRequest) -> Result<(), ProtocolError> {
+        SotwStream::handle_request(self, request)
+    }
+    fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        SotwStream::handle_snapshot(self, snapshot)
+    }
+    fn node(&self) -> Option<&Node> {
+        SotwStream::node(self)
+    }
+    fn poll_wire(
+        &mut self,
+        now: Instant,
+        control_plane: &Arc<str>,
+    ) -> Option<(WireResponse, ResourceType, String, usize)> {
+        let r = self.poll_response(now)?;
+        let (kind, version, count) = (r.kind, r.version.clone(), r.resources.len());
+        Some((
+            WireResponse::new(r, Arc::clone(control_plane)),
+            kind,
+            version,
+            count,
+        ))
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        SotwStream::poll_event(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        SotwStream::poll_timeout(self)
+    }
+}
+
+impl Machine for DeltaStream {
+    type Request = DeltaDiscoveryRequest;
+    type Wire = WireDeltaResponse;
+    const PROTOCOL: &'static str = "delta";
+
+    fn new(variant: Variant) -> Self {
+        DeltaStream::new(variant)
+    }
+    fn handle_request(&mut self, request: DeltaDiscoveryRequest) -> Result<(), ProtocolError> {
+        DeltaStream::handle_request(self, request)
+    }
+    fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        DeltaStream::handle_snapshot(self, snapshot)
+    }
+    fn node(&self) -> Option<&Node> {
+        DeltaStream::node(self)
+    }
+    fn poll_wire(
+        &mut self,
+        now: Instant,
+        control_plane: &Arc<str>,
+    ) -> Option<(WireDeltaResponse, ResourceType, String, usize)> {
+        let r = self.poll_response(now)?;
+        let (kind, version) = (r.kind, r.system_version.clone());
+        let count = r.resources.len() + r.removed.len();
+        Some((
+            WireDeltaResponse::new(r, Arc::clone(control_plane)),
+            kind,
+            version,
+            count,
+        ))
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        DeltaStream::poll_event(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        DeltaStream::poll_timeout(self)
+    }
+}
+
+/// Start the task that runs one stream, and return its response stream.
+pub fn spawn<M: Machine>(
     variant: Variant,
     cache: Arc<Cache>,
-    requests: Streaming<DiscoveryRequest>,
+    requests: Streaming<M::Request>,
     peer: Option<SocketAddr>,
     stop: watch::Receiver<bool>,
-) -> SotwResponses {
+) -> Responses<M::Wire> {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-    tokio::spawn(run_sotw(variant, cache, requests, peer, stop, tx));
+    tokio::spawn(run::<M>(variant, cache, requests, peer, stop, tx));
     Box::pin(ReceiverStream::new(rx))
 }
 
-async fn run_sotw(
+async fn run<M: Machine>(
     variant: Variant,
     cache: Arc<Cache>,
-    mut requests: Streaming<DiscoveryRequest>,
+    mut requests: Streaming<M::Request>,
     peer: Option<SocketAddr>,
     mut stop: watch::Receiver<bool>,
-    tx: mpsc::Sender<Result<WireResponse, Status>>,
+    tx: mpsc::Sender<Result<M::Wire, Status>>,
 ) {
     let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
-    let mut machine = SotwStream::new(variant);
+    let protocol = M::PROTOCOL;
+    let mut machine = M::new(variant);
     let control_plane: Arc<str> = super::control_plane_id().into();
     let mut generations = cache.subscribe();
     let mut node_id: Option<String> = None;
     let reason: String = loop {
+        let timeout = machine.poll_timeout();
         tokio::select! {
             message = requests.message() => match message {
                 Ok(Some(request)) => {
@@ -53,7 +164,7 @@ async fn run_sotw(
                     }
                     if node_id.is_none() {
                         if let Some(node) = machine.node() {
-                            tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, "xDS stream opened.");
+                            tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, "xDS stream opened.");
                             node_id = Some(node.id.clone());
                             let generation = Arc::clone(&generations.borrow_and_update());
                             attach(&mut machine, &generation);
@@ -76,6 +187,8 @@ async fn run_sotw(
                 let generation = Arc::clone(&generations.borrow_and_update());
                 attach(&mut machine, &generation);
             }
+            // A heartbeat is due (P25): fall through to poll.
+            _ = sleep_until(timeout), if timeout.is_some() => {}
             // The flag only ever goes from false to true (or its sender is gone): both mean stop.
             _ = stop.changed() => break "server shutting down".into(),
             _ = tx.closed() => break "closed by the client".into(),
@@ -85,9 +198,10 @@ async fn run_sotw(
             log_event(node, &event);
         }
         let mut gone = false;
-        while let Some(response) = machine.poll_response() {
-            tracing::debug!(node, r#type = %response.kind, version = %response.version, nonce = %response.nonce, resources = response.resources.len(), "Sending response.");
-            let wire = WireResponse::new(response, Arc::clone(&control_plane));
+        while let Some((wire, kind, version, resources)) =
+            machine.poll_wire(Instant::now(), &control_plane)
+        {
+            tracing::debug!(node, r#type = %kind, version, resources, protocol, "Sending response.");
             if tx.send(Ok(wire)).await.is_err() {
                 gone = true;
                 break;
@@ -97,11 +211,17 @@ async fn run_sotw(
             break "closed by the client".into();
         }
     };
-    tracing::info!(node = node_id.as_deref().unwrap_or(""), %peer, stream = %variant, %reason, "xDS stream closed.");
+    tracing::info!(node = node_id.as_deref().unwrap_or(""), %peer, stream = %variant, protocol, %reason, "xDS stream closed.");
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at.into()).await;
+    }
 }
 
 /// Give the machine the snapshot of its node in `generation`.
-fn attach(machine: &mut SotwStream, generation: &Generation) {
+fn attach<M: Machine>(machine: &mut M, generation: &Generation) {
     if let Some(node) = machine.node() {
         let snapshot = generation.snapshot_for(&node.id, &node.cluster);
         machine.handle_snapshot(snapshot);

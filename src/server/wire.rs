@@ -3,8 +3,10 @@
 //! encoding a prost `DiscoveryResponse` per client.
 //!
 //! [`WireResponse`] encodes exactly as `envoy.service.discovery.v3.DiscoveryResponse` does
-//! (fields 1, 2, 4, 5, 6; `canary` and `resource_errors` are never set); a test checks that
-//! the generated type decodes it to the same message. It is encode-only.
+//! (fields 1, 2, 4, 5, 6; `canary` and `resource_errors` are never set), and
+//! [`WireDeltaResponse`] as `DeltaDiscoveryResponse` (fields 1, 2, 4, 5, 6, 7) with each
+//! `Resource` (fields 1, 2, 3, 4, 6); tests check that the generated types decode them to the
+//! same messages, byte for byte. Both are encode-only.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use bytes::{Buf, BufMut};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::DecodeError;
 
-use crate::protocol::Response;
+use crate::protocol::{DeltaResource, DeltaResponse, Response};
 use crate::resource::Resource;
 
 /// A `DiscoveryResponse` whose resources are written from shared, pre-encoded bytes.
@@ -24,6 +26,8 @@ pub struct WireResponse {
     pub nonce: String,
     /// `control_plane.identifier`.
     pub control_plane: Arc<str>,
+    /// Wrap resources with a TTL in `Resource` (P26).
+    pub wrap_ttl: bool,
 }
 
 const VERSION_INFO: u32 = 1;
@@ -42,7 +46,19 @@ impl WireResponse {
             type_url: response.kind.type_url(),
             nonce: response.nonce,
             control_plane,
+            wrap_ttl: response.wrap_ttl,
         }
+    }
+
+    /// The resource wrapped with its TTL, if it goes out that way (P26).
+    fn wrapped<'a>(&self, r: &'a Resource) -> Option<Wrapped<'a>> {
+        let ttl = r.ttl.filter(|_| self.wrap_ttl)?;
+        Some(Wrapped {
+            resource: r,
+            aliases: &[],
+            ttl: Some(ttl),
+            heartbeat: false,
+        })
     }
 
     fn control_plane_len(&self) -> usize {
@@ -70,9 +86,16 @@ impl prost::Message for WireResponse {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         put_string(VERSION_INFO, &self.version_info, buf);
         for r in &self.resources {
-            encoding::encode_key(RESOURCES, WireType::LengthDelimited, buf);
-            encoding::encode_varint(r.any.len() as u64, buf);
-            buf.put_slice(&r.any);
+            match self.wrapped(r) {
+                Some(w) => {
+                    put_message_header(RESOURCES, w.any_len(), buf);
+                    w.put_any(buf);
+                }
+                None => {
+                    put_message_header(RESOURCES, r.any.len(), buf);
+                    buf.put_slice(&r.any);
+                }
+            }
         }
         put_string(TYPE_URL, self.type_url, buf);
         put_string(NONCE, &self.nonce, buf);
@@ -98,10 +121,9 @@ impl prost::Message for WireResponse {
         let resources: usize = self
             .resources
             .iter()
-            .map(|r| {
-                encoding::key_len(RESOURCES)
-                    + encoding::encoded_len_varint(r.any.len() as u64)
-                    + r.any.len()
+            .map(|r| match self.wrapped(r) {
+                Some(w) => message_len(RESOURCES, w.any_len()),
+                None => message_len(RESOURCES, r.any.len()),
             })
             .sum();
         let control_plane = if self.control_plane.is_empty() {
@@ -119,6 +141,230 @@ impl prost::Message for WireResponse {
 
     fn clear(&mut self) {
         *self = WireResponse::default();
+    }
+}
+
+/// A `DeltaDiscoveryResponse` whose resources are written from shared, pre-encoded bytes.
+#[derive(Clone, Debug, Default)]
+pub struct WireDeltaResponse {
+    pub system_version_info: String,
+    pub resources: Vec<DeltaResource>,
+    pub type_url: &'static str,
+    pub nonce: String,
+    pub removed_resources: Vec<String>,
+    pub control_plane: Arc<str>,
+}
+
+/// `DeltaDiscoveryResponse` fields.
+mod delta_field {
+    pub const SYSTEM_VERSION_INFO: u32 = 1;
+    pub const RESOURCES: u32 = 2;
+    pub const TYPE_URL: u32 = 4;
+    pub const NONCE: u32 = 5;
+    pub const REMOVED_RESOURCES: u32 = 6;
+    pub const CONTROL_PLANE: u32 = 7;
+}
+
+/// `envoy.service.discovery.v3.Resource` fields.
+mod resource_field {
+    pub const VERSION: u32 = 1;
+    pub const RESOURCE: u32 = 2;
+    pub const NAME: u32 = 3;
+    pub const ALIASES: u32 = 4;
+    pub const TTL: u32 = 6;
+}
+
+impl WireDeltaResponse {
+    pub fn new(response: DeltaResponse, control_plane: Arc<str>) -> WireDeltaResponse {
+        WireDeltaResponse {
+            system_version_info: response.system_version,
+            resources: response.resources,
+            type_url: response.kind.type_url(),
+            nonce: response.nonce,
+            removed_resources: response.removed,
+            control_plane,
+        }
+    }
+}
+
+/// Length of a message field with this tag and body length.
+fn message_len(tag: u32, body: usize) -> usize {
+    encoding::key_len(tag) + encoding::encoded_len_varint(body as u64) + body
+}
+
+fn put_message_header(tag: u32, body: usize, buf: &mut impl BufMut) {
+    encoding::encode_key(tag, WireType::LengthDelimited, buf);
+    encoding::encode_varint(body as u64, buf);
+}
+
+/// `google.protobuf.Duration` body length.
+fn duration_len(d: std::time::Duration) -> usize {
+    let (secs, nanos) = (d.as_secs() as i64, d.subsec_nanos() as i32);
+    (if secs != 0 {
+        encoding::int64::encoded_len(1, &secs)
+    } else {
+        0
+    }) + (if nanos != 0 {
+        encoding::int32::encoded_len(2, &nanos)
+    } else {
+        0
+    })
+}
+
+fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
+    let (secs, nanos) = (d.as_secs() as i64, d.subsec_nanos() as i32);
+    put_message_header(tag, duration_len(d), buf);
+    if secs != 0 {
+        encoding::int64::encode(1, &secs, buf);
+    }
+    if nanos != 0 {
+        encoding::int32::encode(2, &nanos, buf);
+    }
+}
+
+/// One `Resource` message: the resource, the aliases it was asked for by, its TTL, and
+/// whether it is a heartbeat (name and version only).
+#[derive(Clone, Copy)]
+struct Wrapped<'a> {
+    resource: &'a Resource,
+    aliases: &'a [String],
+    ttl: Option<std::time::Duration>,
+    heartbeat: bool,
+}
+
+impl<'a> From<&'a DeltaResource> for Wrapped<'a> {
+    fn from(d: &'a DeltaResource) -> Self {
+        Wrapped {
+            resource: &d.resource,
+            aliases: &d.aliases,
+            ttl: d.ttl,
+            heartbeat: d.heartbeat,
+        }
+    }
+}
+
+impl Wrapped<'_> {
+    /// Body length of the `Resource` message.
+    fn len(&self) -> usize {
+        let r = self.resource;
+        string_len(resource_field::VERSION, &r.version)
+            + if self.heartbeat {
+                0
+            } else {
+                message_len(resource_field::RESOURCE, r.any.len())
+            }
+            + string_len(resource_field::NAME, &r.name)
+            + self
+                .aliases
+                .iter()
+                .map(|a| message_len(resource_field::ALIASES, a.len()))
+                .sum::<usize>()
+            + self
+                .ttl
+                .map_or(0, |t| message_len(resource_field::TTL, duration_len(t)))
+    }
+
+    /// The `Resource` message body: version, the `Any` (unless a heartbeat), name, aliases,
+    /// TTL (in field order, as prost writes them).
+    fn put(&self, buf: &mut impl BufMut) {
+        let r = self.resource;
+        put_string(resource_field::VERSION, &r.version, buf);
+        if !self.heartbeat {
+            put_message_header(resource_field::RESOURCE, r.any.len(), buf);
+            buf.put_slice(&r.any);
+        }
+        put_string(resource_field::NAME, &r.name, buf);
+        for alias in self.aliases {
+            put_message_header(resource_field::ALIASES, alias.len(), buf);
+            buf.put_slice(alias.as_bytes());
+        }
+        if let Some(ttl) = self.ttl {
+            put_duration(resource_field::TTL, ttl, buf);
+        }
+    }
+
+    /// As a SotW resource (P26): `Any { type_url: ...Resource, value: <Resource> }`.
+    fn any_len(&self) -> usize {
+        string_len(ANY_TYPE_URL, RESOURCE_TYPE_URL) + message_len(ANY_VALUE, self.len())
+    }
+
+    fn put_any(&self, buf: &mut impl BufMut) {
+        put_string(ANY_TYPE_URL, RESOURCE_TYPE_URL, buf);
+        put_message_header(ANY_VALUE, self.len(), buf);
+        self.put(buf);
+    }
+}
+
+/// The type URL of the `Resource` wrapper in SotW (P26).
+pub const RESOURCE_TYPE_URL: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
+/// `google.protobuf.Any` fields.
+const ANY_TYPE_URL: u32 = 1;
+const ANY_VALUE: u32 = 2;
+
+fn control_plane_field_len(tag: u32, control_plane: &str) -> usize {
+    if control_plane.is_empty() {
+        0
+    } else {
+        message_len(tag, string_len(IDENTIFIER, control_plane))
+    }
+}
+
+fn put_control_plane(tag: u32, control_plane: &str, buf: &mut impl BufMut) {
+    if !control_plane.is_empty() {
+        put_message_header(tag, string_len(IDENTIFIER, control_plane), buf);
+        put_string(IDENTIFIER, control_plane, buf);
+    }
+}
+
+impl prost::Message for WireDeltaResponse {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        use delta_field::*;
+        put_string(SYSTEM_VERSION_INFO, &self.system_version_info, buf);
+        for d in &self.resources {
+            let w = Wrapped::from(d);
+            put_message_header(RESOURCES, w.len(), buf);
+            w.put(buf);
+        }
+        put_string(TYPE_URL, self.type_url, buf);
+        put_string(NONCE, &self.nonce, buf);
+        for name in &self.removed_resources {
+            put_message_header(REMOVED_RESOURCES, name.len(), buf);
+            buf.put_slice(name.as_bytes());
+        }
+        put_control_plane(CONTROL_PLANE, &self.control_plane, buf);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        // Encode-only: never decoded by the server.
+        encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        use delta_field::*;
+        string_len(SYSTEM_VERSION_INFO, &self.system_version_info)
+            + self
+                .resources
+                .iter()
+                .map(|d| message_len(RESOURCES, Wrapped::from(d).len()))
+                .sum::<usize>()
+            + string_len(TYPE_URL, self.type_url)
+            + string_len(NONCE, &self.nonce)
+            + self
+                .removed_resources
+                .iter()
+                .map(|n| message_len(REMOVED_RESOURCES, n.len()))
+                .sum::<usize>()
+            + control_plane_field_len(CONTROL_PLANE, &self.control_plane)
+    }
+
+    fn clear(&mut self) {
+        *self = WireDeltaResponse::default();
     }
 }
 
@@ -154,6 +400,7 @@ mod tests {
                 type_url: ResourceType::Cluster.type_url(),
                 nonce: nonce.into(),
                 control_plane: control_plane.into(),
+                wrap_ttl: false,
             };
             let expected = DiscoveryResponse {
                 version_info: version.into(),
@@ -175,6 +422,124 @@ mod tests {
             assert_eq!(bytes.len(), wire.encoded_len());
             assert_eq!(
                 DiscoveryResponse::decode(bytes.as_slice()).expect("decodes"),
+                expected
+            );
+            assert_eq!(bytes, expected.encode_to_vec(), "byte for byte");
+        }
+    }
+}
+
+#[cfg(test)]
+mod delta_tests {
+    use super::*;
+    use crate::resource::ResourceType;
+    use envoy_types::pb::envoy::config::core::v3::ControlPlane;
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryResponse, Resource as PbResource,
+    };
+    use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
+    use prost::Message;
+    use std::time::Duration;
+
+    #[test]
+    fn delta_encodes_exactly_like_the_generated_delta_discovery_response() {
+        let big = Arc::new(Resource::new(
+            ResourceType::Cluster,
+            "big",
+            "v9",
+            vec![7u8; 70_000],
+            None,
+        ));
+        let small = Arc::new(Resource::new(
+            ResourceType::Cluster,
+            "small",
+            "v1",
+            vec![1, 2],
+            None,
+        ));
+        let items = vec![
+            DeltaResource {
+                resource: Arc::clone(&big),
+                aliases: vec![],
+                ttl: None,
+                heartbeat: false,
+            },
+            DeltaResource {
+                resource: Arc::clone(&small),
+                aliases: vec!["a1".into(), "a2".into()],
+                ttl: Some(Duration::from_millis(2500)),
+                heartbeat: false,
+            },
+            DeltaResource {
+                resource: Arc::clone(&small),
+                aliases: vec![],
+                ttl: Some(Duration::from_secs(30)),
+                heartbeat: true,
+            },
+        ];
+        for (version, nonce, cp, removed) in [
+            (
+                "sv",
+                "3",
+                "switchyard/1",
+                vec!["gone".to_string(), "x".into()],
+            ),
+            ("", "", "", vec![]),
+        ] {
+            let wire = WireDeltaResponse {
+                system_version_info: version.into(),
+                resources: items.clone(),
+                type_url: ResourceType::Cluster.type_url(),
+                nonce: nonce.into(),
+                removed_resources: removed.clone(),
+                control_plane: cp.into(),
+            };
+            let any = |r: &Resource| Any {
+                type_url: ResourceType::Cluster.type_url().into(),
+                value: r.body.to_vec(),
+            };
+            let expected = DeltaDiscoveryResponse {
+                system_version_info: version.into(),
+                resources: vec![
+                    PbResource {
+                        name: "big".into(),
+                        version: "v9".into(),
+                        resource: Some(any(&big)),
+                        ..Default::default()
+                    },
+                    PbResource {
+                        name: "small".into(),
+                        version: "v1".into(),
+                        aliases: vec!["a1".into(), "a2".into()],
+                        resource: Some(any(&small)),
+                        ttl: Some(PbDuration {
+                            seconds: 2,
+                            nanos: 500_000_000,
+                        }),
+                        ..Default::default()
+                    },
+                    PbResource {
+                        name: "small".into(),
+                        version: "v1".into(),
+                        ttl: Some(PbDuration {
+                            seconds: 30,
+                            nanos: 0,
+                        }),
+                        ..Default::default()
+                    },
+                ],
+                type_url: ResourceType::Cluster.type_url().into(),
+                nonce: nonce.into(),
+                removed_resources: removed,
+                control_plane: (!cp.is_empty()).then(|| ControlPlane {
+                    identifier: cp.into(),
+                }),
+                ..Default::default()
+            };
+            let bytes = wire.encode_to_vec();
+            assert_eq!(bytes.len(), wire.encoded_len());
+            assert_eq!(
+                DeltaDiscoveryResponse::decode(bytes.as_slice()).expect("decodes"),
                 expected
             );
             assert_eq!(bytes, expected.encode_to_vec(), "byte for byte");

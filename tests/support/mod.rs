@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use switchyard::cache::Cache;
 use switchyard::config::LoadOptions;
@@ -100,6 +102,11 @@ impl TestServer {
     /// An ADS client for node `id` (node.cluster "test").
     pub async fn ads(&self, id: &str) -> XdsClient {
         XdsClient::ads(self.channel().await, node(id, "test")).await
+    }
+
+    /// An Incremental ADS client for node `id` (node.cluster "test").
+    pub async fn delta(&self, id: &str) -> DeltaClient {
+        DeltaClient::ads(self.channel().await, node(id, "test")).await
     }
 
     pub async fn shutdown(mut self) {
@@ -257,6 +264,119 @@ impl XdsClient {
             Err(_) => panic!("no status within {WAIT:?}"),
         }
     }
+}
+
+/// A scriptable delta client: subscribe, unsubscribe, read responses, ACK/NACK.
+pub struct DeltaClient {
+    node: Node,
+    tx: mpsc::Sender<DeltaDiscoveryRequest>,
+    responses: Streaming<DeltaDiscoveryResponse>,
+    sent_node: bool,
+}
+
+impl DeltaClient {
+    /// Open an Incremental ADS stream.
+    pub async fn ads(channel: Channel, node: Node) -> DeltaClient {
+        let (tx, rx) = mpsc::channel(64);
+        let responses = AggregatedDiscoveryServiceClient::new(channel)
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .expect("Incremental ADS stream opens")
+            .into_inner();
+        DeltaClient::from_parts(node, tx, responses)
+    }
+
+    /// Wrap a stream opened on another service.
+    pub fn from_parts(
+        node: Node,
+        tx: mpsc::Sender<DeltaDiscoveryRequest>,
+        responses: Streaming<DeltaDiscoveryResponse>,
+    ) -> DeltaClient {
+        DeltaClient {
+            node,
+            tx,
+            responses,
+            sent_node: false,
+        }
+    }
+
+    /// Send a request (node added on the first, as Envoy does).
+    pub async fn send(&mut self, mut request: DeltaDiscoveryRequest) {
+        if !self.sent_node && request.node.is_none() {
+            request.node = Some(self.node.clone());
+        }
+        self.sent_node = true;
+        self.tx.send(request).await.expect("request stream open");
+    }
+
+    /// Subscribe to and unsubscribe from names of `kind` (no nonce: a spontaneous change).
+    pub async fn subscribe(
+        &mut self,
+        kind: ResourceType,
+        subscribe: &[&str],
+        unsubscribe: &[&str],
+    ) {
+        self.send(delta_request(kind, subscribe, unsubscribe, ""))
+            .await;
+    }
+
+    /// ACK `response`.
+    pub async fn ack(&mut self, response: &DeltaDiscoveryResponse) {
+        let kind = ResourceType::from_type_url(&response.type_url).expect("known type");
+        self.send(delta_request(kind, &[], &[], &response.nonce))
+            .await;
+    }
+
+    /// NACK `response`.
+    pub async fn nack(&mut self, response: &DeltaDiscoveryResponse, error: &str) {
+        let kind = ResourceType::from_type_url(&response.type_url).expect("known type");
+        let mut r = delta_request(kind, &[], &[], &response.nonce);
+        r.error_detail = Some(RpcStatus {
+            code: 3,
+            message: error.into(),
+            details: vec![],
+        });
+        self.send(r).await;
+    }
+
+    /// The next response; panics after [`WAIT`] or if the stream ends.
+    pub async fn recv(&mut self) -> DeltaDiscoveryResponse {
+        match tokio::time::timeout(WAIT, self.responses.message()).await {
+            Ok(Ok(Some(r))) => r,
+            Ok(Ok(None)) => panic!("stream ended"),
+            Ok(Err(status)) => panic!("stream failed: {status:?}"),
+            Err(_) => panic!("no response within {WAIT:?}"),
+        }
+    }
+
+    /// The status the stream ends with.
+    pub async fn recv_error(&mut self) -> tonic::Status {
+        match tokio::time::timeout(WAIT, self.responses.message()).await {
+            Ok(Err(status)) => status,
+            Ok(Ok(other)) => panic!("expected an error status, got {other:?}"),
+            Err(_) => panic!("no status within {WAIT:?}"),
+        }
+    }
+}
+
+pub fn delta_request(
+    kind: ResourceType,
+    subscribe: &[&str],
+    unsubscribe: &[&str],
+    nonce: &str,
+) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        type_url: kind.type_url().into(),
+        resource_names_subscribe: subscribe.iter().map(|s| s.to_string()).collect(),
+        resource_names_unsubscribe: unsubscribe.iter().map(|s| s.to_string()).collect(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    }
+}
+
+/// The names of the resources in a delta response.
+pub fn delta_names(response: &DeltaDiscoveryResponse) -> Vec<String> {
+    response.resources.iter().map(|r| r.name.clone()).collect()
 }
 
 pub fn request(kind: ResourceType, names: &[&str], version: &str, nonce: &str) -> DiscoveryRequest {

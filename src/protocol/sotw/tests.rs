@@ -1,6 +1,7 @@
 //! Unit tests of the SotW state machine, one or more per rule (P1..P16, P28, P30).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
@@ -66,7 +67,7 @@ fn names(r: &Response) -> Vec<String> {
 }
 
 fn drain(s: &mut SotwStream) -> Vec<Response> {
-    std::iter::from_fn(|| s.poll_response()).collect()
+    std::iter::from_fn(|| s.poll_response(Instant::now())).collect()
 }
 
 /// An ADS stream that has been sent wildcard CDS and ACKed it.
@@ -74,7 +75,7 @@ fn ads_with_acked_cds(snapshot: Arc<Snapshot>) -> (SotwStream, Response) {
     let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snapshot);
     s.handle_request(req(Cluster, &[], "", "")).expect("ok");
-    let r = s.poll_response().expect("CDS response");
+    let r = s.poll_response(Instant::now()).expect("CDS response");
     s.handle_request(req(Cluster, &[], &r.version, &r.nonce))
         .expect("ok");
     (s, r)
@@ -175,7 +176,7 @@ fn p4_ack_records_the_version() {
 fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
     let (mut s, v1) = ads_with_acked_cds(snap(&[(Cluster, "c", "1")]));
     s.handle_snapshot(snap(&[(Cluster, "c", "bad")]));
-    let v2 = s.poll_response().expect("v2");
+    let v2 = s.poll_response(Instant::now()).expect("v2");
     s.handle_request(nack(Cluster, &v1.version, &v2.nonce, "bad cluster"))
         .expect("nack");
     assert_eq!(
@@ -195,10 +196,10 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
     }));
     // Same content again (a reload that changed nothing): nothing is sent.
     s.handle_snapshot(snap(&[(Cluster, "c", "bad")]));
-    assert!(s.poll_response().is_none());
+    assert!(s.poll_response(Instant::now()).is_none());
     // A change of that type is sent.
     s.handle_snapshot(snap(&[(Cluster, "c", "fixed")]));
-    let v3 = s.poll_response().expect("v3 after a fix");
+    let v3 = s.poll_response(Instant::now()).expect("v3 after a fix");
     assert_ne!(v3.version, v2.version);
 }
 
@@ -208,11 +209,11 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
 fn p6_a_request_with_a_stale_nonce_gets_no_response() {
     let (mut s, v1) = ads_with_acked_cds(snap(&[(Cluster, "c", "1")]));
     s.handle_snapshot(snap(&[(Cluster, "c", "2")]));
-    let v2 = s.poll_response().expect("v2");
+    let v2 = s.poll_response(Instant::now()).expect("v2");
     // A late request carrying v1's nonce: ignored, no ACK recorded, nothing sent.
     s.handle_request(req(Cluster, &[], &v1.version, &v1.nonce))
         .expect("stale is not an error");
-    assert!(s.poll_response().is_none());
+    assert!(s.poll_response(Instant::now()).is_none());
     assert!(matches!(s.state(Cluster), SyncState::Sent { .. }));
     assert!(std::iter::from_fn(|| s.poll_event()).any(|e| matches!(e, Event::Stale { .. })));
     s.handle_request(req(Cluster, &[], &v2.version, &v2.nonce))
@@ -237,10 +238,10 @@ fn p7_the_latest_request_supersedes_earlier_ones() {
 fn p8_no_unprompted_resend_of_an_identical_set() {
     let (mut s, _) = ads_with_acked_cds(snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]));
     s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]));
-    assert!(s.poll_response().is_none());
+    assert!(s.poll_response(Instant::now()).is_none());
     // A change to a type the client does not subscribe to: nothing.
     s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Listener, "l", "2")]));
-    assert!(s.poll_response().is_none());
+    assert!(s.poll_response(Instant::now()).is_none());
 }
 
 #[test]
@@ -248,11 +249,11 @@ fn p8_named_subscription_ignores_changes_to_other_names() {
     let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "1")]));
     s.handle_request(req(Endpoint, &["a"], "", "")).expect("ok");
-    let r = s.poll_response().expect("a");
+    let r = s.poll_response(Instant::now()).expect("a");
     s.handle_request(req(Endpoint, &["a"], &r.version, &r.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "2")]));
-    assert!(s.poll_response().is_none());
+    assert!(s.poll_response(Instant::now()).is_none());
 }
 
 #[test]
@@ -260,18 +261,21 @@ fn p9_a_grown_name_set_gets_the_new_names_even_if_sent_before() {
     let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "1")]));
     s.handle_request(req(Endpoint, &["a"], "", "")).expect("ok");
-    let r1 = s.poll_response().expect("a");
+    let r1 = s.poll_response(Instant::now()).expect("a");
     s.handle_request(req(Endpoint, &["a", "b"], &r1.version, &r1.nonce))
         .expect("grow");
-    let r2 = s.poll_response().expect("b is new");
+    let r2 = s.poll_response(Instant::now()).expect("b is new");
     assert_eq!(names(&r2), ["b"], "EDS carries what the client lacks (P10)");
     // Drop b, then ask for it again: it is sent again though unchanged.
     s.handle_request(req(Endpoint, &["a"], &r2.version, &r2.nonce))
         .expect("shrink");
-    assert!(s.poll_response().is_none(), "shrinking needs no response");
+    assert!(
+        s.poll_response(Instant::now()).is_none(),
+        "shrinking needs no response"
+    );
     s.handle_request(req(Endpoint, &["a", "b"], &r2.version, &r2.nonce))
         .expect("grow again");
-    let r3 = s.poll_response().expect("b again");
+    let r3 = s.poll_response(Instant::now()).expect("b again");
     assert_eq!(names(&r3), ["b"]);
 }
 
@@ -282,12 +286,16 @@ fn p10_lds_and_cds_carry_the_full_set_and_absence_deletes() {
     let (mut s, r1) = ads_with_acked_cds(snap(&[(Cluster, "a", "1"), (Cluster, "b", "1")]));
     assert_eq!(names(&r1), ["a", "b"]);
     s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
-    let r2 = s.poll_response().expect("deletion is a change");
+    let r2 = s
+        .poll_response(Instant::now())
+        .expect("deletion is a change");
     assert_eq!(names(&r2), ["a"]);
     s.handle_request(req(Cluster, &[], &r2.version, &r2.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&[]));
-    let r3 = s.poll_response().expect("empty set deletes all");
+    let r3 = s
+        .poll_response(Instant::now())
+        .expect("empty set deletes all");
     assert!(r3.resources.is_empty());
 }
 
@@ -297,14 +305,14 @@ fn p10_other_types_deletion_needs_no_response() {
     s.handle_snapshot(snap(&[(Route, "r1", "1"), (Route, "r2", "1")]));
     s.handle_request(req(Route, &["r1", "r2"], "", ""))
         .expect("ok");
-    let r = s.poll_response().expect("routes");
+    let r = s.poll_response(Instant::now()).expect("routes");
     s.handle_request(req(Route, &["r1", "r2"], &r.version, &r.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&[(Route, "r1", "1")]));
-    assert!(s.poll_response().is_none());
+    assert!(s.poll_response(Instant::now()).is_none());
     // ... and when r2 comes back it is sent (the client may have dropped it).
     s.handle_snapshot(snap(&[(Route, "r1", "1"), (Route, "r2", "1")]));
-    let back = s.poll_response().expect("r2 back");
+    let back = s.poll_response(Instant::now()).expect("r2 back");
     assert_eq!(names(&back), ["r2"]);
 }
 
@@ -329,7 +337,7 @@ fn p10_other_types_carry_only_what_changed() {
     s.handle_request(req(Endpoint, &wanted, &all.version, &all.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&items(&many, "2")));
-    let one = s.poll_response().expect("e7 changed");
+    let one = s.poll_response(Instant::now()).expect("e7 changed");
     assert_eq!(names(&one), ["e7"]);
     assert_ne!(one.version, all.version);
 }
@@ -340,9 +348,11 @@ fn p11_a_missing_name_is_remembered_and_sent_when_it_appears() {
     s.handle_snapshot(snap(&[]));
     s.handle_request(req(Endpoint, &["later"], "", ""))
         .expect("ok");
-    assert!(s.poll_response().is_none());
+    assert!(s.poll_response(Instant::now()).is_none());
     s.handle_snapshot(snap(&[(Endpoint, "later", "1")]));
-    let r = s.poll_response().expect("sent when it appears");
+    let r = s
+        .poll_response(Instant::now())
+        .expect("sent when it appears");
     assert_eq!(names(&r), ["later"]);
 }
 
@@ -352,7 +362,7 @@ fn p12_a_name_is_never_twice_in_one_response() {
     s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
     s.handle_request(req(Cluster, &["a", "a", "*", "a"], "", ""))
         .expect("ok");
-    let r = s.poll_response().expect("a");
+    let r = s.poll_response(Instant::now()).expect("a");
     assert_eq!(names(&r), ["a"]);
 }
 
@@ -366,7 +376,7 @@ fn p13_reconnect_with_current_version_resends_nothing_until_a_change() {
     s.handle_snapshot(snap(&[(Cluster, "a", "1")]));
     s.handle_request(req(Cluster, &[], &r.version, ""))
         .expect("ok");
-    assert!(s.poll_response().is_none());
+    assert!(s.poll_response(Instant::now()).is_none());
     assert_eq!(
         s.state(Cluster),
         &SyncState::Acked {
@@ -374,7 +384,10 @@ fn p13_reconnect_with_current_version_resends_nothing_until_a_change() {
         }
     );
     s.handle_snapshot(snap(&[(Cluster, "a", "2")]));
-    assert!(s.poll_response().is_some(), "a change is sent");
+    assert!(
+        s.poll_response(Instant::now()).is_some(),
+        "a change is sent"
+    );
 }
 
 #[test]
@@ -383,7 +396,7 @@ fn p13_reconnect_with_an_old_version_gets_the_current_set() {
     s.handle_snapshot(snap(&[(Cluster, "a", "2")]));
     s.handle_request(req(Cluster, &[], "some-old-version", ""))
         .expect("ok");
-    assert!(s.poll_response().is_some());
+    assert!(s.poll_response(Instant::now()).is_some());
 }
 
 #[test]
@@ -394,7 +407,7 @@ fn p13_named_types_are_resent_on_a_new_stream() {
     s.handle_snapshot(snapshot);
     s.handle_request(req(Endpoint, &["a"], &version, ""))
         .expect("ok");
-    assert!(s.poll_response().is_some());
+    assert!(s.poll_response(Instant::now()).is_some());
 }
 
 // === P14..P16: wildcards ===
@@ -411,7 +424,10 @@ fn p14_p15_legacy_wildcard_gets_everything_and_empty_cds_is_sent() {
     s.handle_request(req(Cluster, &[], &r.version, &r.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&[(Cluster, "x", "1"), (Cluster, "y", "1")]));
-    assert_eq!(names(&s.poll_response().expect("all")), ["x", "y"]);
+    assert_eq!(
+        names(&s.poll_response(Instant::now()).expect("all")),
+        ["x", "y"]
+    );
 }
 
 #[test]
@@ -420,19 +436,21 @@ fn p16_sotw_wildcard_sequence_on_a_stream() {
     let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(all);
     s.handle_request(req(Cluster, &[], "", "")).expect("[]");
-    let r1 = s.poll_response().expect("wildcard");
+    let r1 = s.poll_response(Instant::now()).expect("wildcard");
     assert_eq!(names(&r1), ["a", "b"]);
     s.handle_request(req(Cluster, &["*", "a"], &r1.version, &r1.nonce))
         .expect("[*, a]");
-    assert!(s.poll_response().is_none(), "same set");
+    assert!(s.poll_response(Instant::now()).is_none(), "same set");
     let last = r1;
     s.handle_request(req(Cluster, &["a"], &last.version, &last.nonce))
         .expect("[a]");
-    let r2 = s.poll_response().expect("CDS shrinks to a: full state");
+    let r2 = s
+        .poll_response(Instant::now())
+        .expect("CDS shrinks to a: full state");
     assert_eq!(names(&r2), ["a"]);
     s.handle_request(req(Cluster, &[], &r2.version, &r2.nonce))
         .expect("[] now means nothing");
-    let r3 = s.poll_response().expect("nothing");
+    let r3 = s.poll_response(Instant::now()).expect("nothing");
     assert!(r3.resources.is_empty());
 }
 
@@ -493,7 +511,7 @@ fn p28_a_changed_cluster_is_followed_by_its_unchanged_endpoints() {
     // Once sent, no further re-send.
     s.handle_request(req(Endpoint, &["c", "d"], &out[1].version, &out[1].nonce))
         .expect("ack");
-    assert!(s.poll_response().is_none());
+    assert!(s.poll_response(Instant::now()).is_none());
 }
 
 #[test]
@@ -581,7 +599,10 @@ fn random_sequences_keep_the_invariants() {
                 }
                 sent.push(r);
             }
-            assert!(s.poll_response().is_none(), "drained means drained");
+            assert!(
+                s.poll_response(Instant::now()).is_none(),
+                "drained means drained"
+            );
         }
     }
 }
@@ -634,7 +655,7 @@ fn model_client_view_converges_to_the_selection() {
             }
             // Run to quiescence: apply and ACK every response.
             let mut steps = 0;
-            while let Some(r) = s.poll_response() {
+            while let Some(r) = s.poll_response(Instant::now()) {
                 steps += 1;
                 assert!(steps < 50, "never quiesces");
                 let v = view.entry(r.kind).or_default();

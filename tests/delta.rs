@@ -1,0 +1,304 @@
+//! Integration tests of Incremental xDS: a tonic delta client over a real socket against the
+//! whole server in-process. Rules are cited from shared/xds-protocol.md.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster as ClusterMsg;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+use envoy_types::pb::envoy::service::discovery::v3::Resource as PbResource;
+use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_client::EndpointDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::route::v3::virtual_host_discovery_service_client::VirtualHostDiscoveryServiceClient;
+use prost::Message;
+use support::*;
+use switchyard::resource::ResourceType::{Cluster, Endpoint, Listener, VirtualHost};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// `n` static clusters `c0..`, cluster `c{changed}` with another connect_timeout, without
+/// the ones in `skip`.
+fn clusters(n: usize, changed: Option<usize>, skip: &[usize]) -> String {
+    let mut out = String::from("clusters:\n");
+    for i in (0..n).filter(|i| !skip.contains(i)) {
+        let timeout = if Some(i) == changed { "2s" } else { "1s" };
+        out.push_str(&format!(
+            "  - {{ name: c{i}, connect_timeout: {timeout}, type: STATIC }}\n"
+        ));
+    }
+    out
+}
+
+async fn wildcard_client(server: &TestServer) -> (DeltaClient, HashMap<String, String>) {
+    let mut c = server.delta("n1").await;
+    c.subscribe(Cluster, &[], &[]).await;
+    let r = c.recv().await;
+    c.ack(&r).await;
+    let versions = r
+        .resources
+        .iter()
+        .map(|x| (x.name.clone(), x.version.clone()))
+        .collect();
+    (c, versions)
+}
+
+#[tokio::test]
+async fn p19_one_change_among_1000_clusters_sends_exactly_that_one() {
+    let server = TestServer::start(&[("c.yaml", &clusters(1000, None, &[]))]).await;
+    let (mut c, first) = wildcard_client(&server).await;
+    assert_eq!(first.len(), 1000);
+
+    server.set_file("c.yaml", &clusters(1000, Some(417), &[]));
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), ["c417"]);
+    assert!(r.removed_resources.is_empty());
+    assert_ne!(
+        r.resources[0].version, first["c417"],
+        "a new per-resource version"
+    );
+    assert!(
+        !r.system_version_info.is_empty(),
+        "system_version_info is set"
+    );
+    let cluster = ClusterMsg::decode(
+        r.resources[0]
+            .resource
+            .as_ref()
+            .expect("a body")
+            .value
+            .as_slice(),
+    )
+    .expect("a Cluster");
+    assert_eq!(cluster.connect_timeout.expect("timeout").seconds, 2);
+    c.ack(&r).await;
+
+    // Delete one: only its name, in removed_resources.
+    server.set_file("c.yaml", &clusters(1000, Some(417), &[5]));
+    let r = c.recv().await;
+    assert!(r.resources.is_empty(), "{:?}", delta_names(&r));
+    assert_eq!(r.removed_resources, ["c5"]);
+}
+
+#[tokio::test]
+async fn p23_reconnect_with_initial_resource_versions_resends_nothing_unchanged() {
+    let server = TestServer::start(&[("c.yaml", &clusters(1000, None, &[]))]).await;
+    let (c, versions) = wildcard_client(&server).await;
+    drop(c);
+    // The client comes back claiming everything, one of them at an old version.
+    let mut claimed = versions.clone();
+    claimed.insert("c9".into(), "stale".into());
+    let mut c = server.delta("n1").await;
+    let mut r = delta_request(Cluster, &["*"], &[], "");
+    r.initial_resource_versions = claimed;
+    c.send(r).await;
+    let r = c.recv().await;
+    assert_eq!(
+        delta_names(&r),
+        ["c9"],
+        "only the one it has at another version"
+    );
+    assert_eq!(r.resources[0].version, versions["c9"]);
+    assert!(r.removed_resources.is_empty());
+}
+
+#[tokio::test]
+async fn p20_a_missing_name_is_removed_at_once_then_sent_when_a_file_adds_it() {
+    let server = TestServer::start(&[("c.yaml", &clusters(3, None, &[]))]).await;
+    let mut c = server.delta("n1").await;
+    c.subscribe(Cluster, &["c1", "later"], &[]).await;
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), ["c1"]);
+    assert_eq!(r.removed_resources, ["later"]);
+    c.ack(&r).await;
+    server.set_file(
+        "later.yaml",
+        "clusters:\n  - { name: later, connect_timeout: 1s, type: STATIC }\n",
+    );
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), ["later"]);
+    assert!(r.removed_resources.is_empty());
+}
+
+#[tokio::test]
+async fn p17_p18_nack_then_subscription_change_with_a_stale_nonce() {
+    let server = TestServer::start(&[("c.yaml", &clusters(3, None, &[]))]).await;
+    let mut c = server.delta("n1").await;
+    c.subscribe(Cluster, &["c0"], &[]).await;
+    let r = c.recv().await;
+    c.nack(&r, "rejected for the test").await;
+    // A subscription change carrying an old nonce is still honoured (P18).
+    c.send(delta_request(Cluster, &["c2"], &[], "no-such-nonce"))
+        .await;
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), ["c2"]);
+}
+
+#[tokio::test]
+async fn per_type_delta_service_and_wrong_type() {
+    let server = TestServer::start(&[("e.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let (tx, rx) = mpsc::channel(8);
+    let responses = EndpointDiscoveryServiceClient::new(server.channel().await)
+        .delta_endpoints(ReceiverStream::new(rx))
+        .await
+        .expect("DeltaEndpoints opens")
+        .into_inner();
+    let mut c = DeltaClient::from_parts(node("n1", "test"), tx, responses);
+    c.subscribe(Endpoint, &["backend"], &[]).await;
+    let r = c.recv().await;
+    assert_eq!(r.type_url, Endpoint.type_url());
+    assert_eq!(delta_names(&r), ["backend"]);
+    c.subscribe(Listener, &[], &[]).await;
+    assert_eq!(c.recv_error().await.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn p24_vhds_on_demand_by_alias_and_by_route_config_namespace() {
+    let vhosts = r#"
+virtual_hosts:
+  - name: main/shop
+    domains: [shop.example.com]
+    routes: [{ match: { prefix: / }, direct_response: { status: 200 } }]
+  - name: main/blog
+    domains: [blog.example.com]
+    routes: [{ match: { prefix: / }, direct_response: { status: 200 } }]
+"#;
+    let server = TestServer::start(&[("v.yaml", vhosts)]).await;
+    let (tx, rx) = mpsc::channel(8);
+    let responses = VirtualHostDiscoveryServiceClient::new(server.channel().await)
+        .delta_virtual_hosts(ReceiverStream::new(rx))
+        .await
+        .expect("DeltaVirtualHosts opens")
+        .into_inner();
+    let mut c = DeltaClient::from_parts(node("n1", "test"), tx, responses);
+    c.subscribe(
+        VirtualHost,
+        &["main/shop.example.com", "main/nope.example.com"],
+        &[],
+    )
+    .await;
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), ["main/shop"]);
+    assert_eq!(r.resources[0].aliases, ["main/shop.example.com"]);
+    assert_eq!(r.removed_resources, ["main/nope.example.com"]);
+    c.ack(&r).await;
+    c.subscribe(VirtualHost, &["main"], &[]).await;
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), ["main/blog", "main/shop"]);
+}
+
+/// A cluster with a 1 s TTL (the shortest allowed), heartbeats every third of it.
+const TTL_CLUSTER: &str =
+    "clusters:\n  - { name: t, connect_timeout: 1s, type: STATIC, ttl: 1s }\n  - { name: plain, connect_timeout: 1s, type: STATIC }\n";
+
+#[tokio::test]
+async fn p25_ttl_and_heartbeats_for_clients_that_announce_support() {
+    let server = TestServer::start(&[("t.yaml", TTL_CLUSTER)]).await;
+    let mut n = node("n1", "test");
+    n.client_features = vec!["xds.config.supports-resource-ttl".into()];
+    let mut c = DeltaClient::ads(server.channel().await, n).await;
+    c.subscribe(Cluster, &[], &[]).await;
+    let r = c.recv().await;
+    let by_name: HashMap<_, _> = r.resources.iter().map(|x| (x.name.as_str(), x)).collect();
+    let ttl = by_name["t"].ttl.expect("t carries its TTL");
+    assert_eq!((ttl.seconds, ttl.nanos), (1, 0));
+    assert!(by_name["plain"].ttl.is_none());
+    let version = by_name["t"].version.clone();
+    c.ack(&r).await;
+    // Heartbeats: same version, no body, the TTL again; only for `t`.
+    for _ in 0..3 {
+        let hb = c.recv().await;
+        assert_eq!(delta_names(&hb), ["t"]);
+        assert_eq!(hb.resources[0].version, version);
+        assert!(
+            hb.resources[0].resource.is_none(),
+            "a heartbeat has no body"
+        );
+        assert!(hb.resources[0].ttl.is_some());
+        c.ack(&hb).await;
+    }
+}
+
+#[tokio::test]
+async fn p27_clients_without_the_feature_never_see_ttls() {
+    let server = TestServer::start(&[("t.yaml", TTL_CLUSTER)]).await;
+    let mut c = server.delta("n1").await;
+    c.subscribe(Cluster, &[], &[]).await;
+    let r = c.recv().await;
+    assert!(r
+        .resources
+        .iter()
+        .all(|x| x.ttl.is_none() && x.resource.is_some()));
+    c.ack(&r).await;
+    // No heartbeat follows: the next thing is the answer to a new subscription.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    c.subscribe(Listener, &[], &[]).await;
+    let r = c.recv().await;
+    assert_eq!(r.type_url, Listener.type_url());
+
+    // SotW without resource-in-sotw: plain resources.
+    let mut s = server.ads("n2").await;
+    s.subscribe(Cluster, &[]).await;
+    let r = s.recv_type(Cluster).await;
+    assert!(r.resources.iter().all(|a| a.type_url == Cluster.type_url()));
+}
+
+#[tokio::test]
+async fn p26_sotw_wraps_ttl_resources_only_for_resource_in_sotw_clients() {
+    let server = TestServer::start(&[("t.yaml", TTL_CLUSTER)]).await;
+    let mut n = node("n1", "test");
+    n.client_features = vec![
+        "xds.config.supports-resource-ttl".into(),
+        "xds.config.resource-in-sotw".into(),
+    ];
+    let mut c = XdsClient::ads(server.channel().await, n).await;
+    c.subscribe(Cluster, &[]).await;
+    let r: DiscoveryResponse = c.recv_type(Cluster).await;
+    let wrapped: Vec<_> = r
+        .resources
+        .iter()
+        .filter(|a| a.type_url == "type.googleapis.com/envoy.service.discovery.v3.Resource")
+        .map(|a| PbResource::decode(a.value.as_slice()).expect("a Resource"))
+        .collect();
+    assert_eq!(wrapped.len(), 1, "only the TTL'd cluster is wrapped");
+    assert_eq!(wrapped[0].name, "t");
+    assert_eq!(wrapped[0].ttl.expect("ttl").seconds, 1);
+    let inner = wrapped[0].resource.as_ref().expect("the cluster inside");
+    assert_eq!(
+        ClusterMsg::decode(inner.value.as_slice())
+            .expect("Cluster")
+            .name,
+        "t"
+    );
+    assert_eq!(r.resources.len(), 2);
+    // Refreshed: CDS is full state, so the whole set comes again with the same version.
+    c.ack(&r, &[]).await;
+    let again = c.recv_type(Cluster).await;
+    assert_eq!(again.version_info, r.version_info);
+    assert_eq!(again.resources.len(), 2);
+}
+
+#[tokio::test]
+async fn p28_a_changed_cluster_brings_its_unchanged_load_assignment_again() {
+    let server = TestServer::start(&[("e.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let mut c = server.delta("n1").await;
+    c.subscribe(Cluster, &[], &[]).await;
+    let r = c.recv().await;
+    assert_eq!(r.type_url, Cluster.type_url());
+    c.ack(&r).await;
+    c.subscribe(Endpoint, &["backend"], &[]).await;
+    let r = c.recv().await;
+    assert_eq!(r.type_url, Endpoint.type_url());
+    c.ack(&r).await;
+    server.set_file("e.yaml", &eds_cluster("backend", "3s", 8080));
+    let cds = c.recv().await;
+    assert_eq!(
+        (cds.type_url.as_str(), delta_names(&cds)),
+        (Cluster.type_url(), vec!["backend".to_string()])
+    );
+    let eds = c.recv().await;
+    assert_eq!(
+        (eds.type_url.as_str(), delta_names(&eds)),
+        (Endpoint.type_url(), vec!["backend".to_string()])
+    );
+}
