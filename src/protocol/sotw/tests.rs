@@ -331,7 +331,7 @@ fn p10_other_types_carry_only_what_changed() {
     s.handle_request(req(Endpoint, &wanted, "", ""))
         .expect("ok");
     let all = s
-        .poll_response()
+        .poll_response(Instant::now())
         .expect("first response: everything subscribed");
     assert_eq!(all.resources.len(), 50);
     s.handle_request(req(Endpoint, &wanted, &all.version, &all.nonce))
@@ -418,7 +418,7 @@ fn p14_p15_legacy_wildcard_gets_everything_and_empty_cds_is_sent() {
     s.handle_snapshot(snap(&[]));
     s.handle_request(req(Cluster, &[], "", "")).expect("ok");
     let r = s
-        .poll_response()
+        .poll_response(Instant::now())
         .expect("an empty CDS answer tells there are none");
     assert!(r.resources.is_empty());
     s.handle_request(req(Cluster, &[], &r.version, &r.nonce))
@@ -531,7 +531,7 @@ fn p28_endpoints_wait_for_the_pending_request_then_go() {
     s.handle_request(req(Endpoint, &["c"], &eds.version, &eds.nonce))
         .expect("ack eds");
     let eds2 = s
-        .poll_response()
+        .poll_response(Instant::now())
         .expect("endpoints re-sent once EDS may send");
     assert_eq!(eds2.kind, Endpoint);
 }
@@ -695,6 +695,50 @@ fn model_client_view_converges_to_the_selection() {
                     }
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn p26_ttl_wrapping_and_refresh_only_for_resource_in_sotw_clients() {
+    use crate::protocol::{FEATURE_RESOURCE_IN_SOTW, FEATURE_RESOURCE_TTL};
+    use std::time::Duration;
+    let ttl = Duration::from_secs(3);
+    let items = [
+        Arc::new(Resource::new(Endpoint, "a", "1", vec![], None).with_ttl(Some(ttl))),
+        Arc::new(Resource::new(Endpoint, "b", "1", vec![], None)),
+    ];
+    let snapshot = Arc::new(Snapshot::from_resources(&items));
+    let t0 = Instant::now();
+    for (features, wraps) in [
+        (vec![FEATURE_RESOURCE_TTL, FEATURE_RESOURCE_IN_SOTW], true),
+        (vec![FEATURE_RESOURCE_TTL], false),
+        (vec![], false),
+    ] {
+        let mut s = SotwStream::new(Variant::Aggregated);
+        let mut first = req(Endpoint, &["a", "b"], "", "");
+        first.node = Some(Node {
+            client_features: features.iter().map(|f| f.to_string()).collect(),
+            ..node("n1")
+        });
+        s.handle_request(first).expect("ok");
+        s.handle_snapshot(Arc::clone(&snapshot));
+        let r = s.poll_response(t0).expect("a response");
+        assert_eq!(r.wrap_ttl, wraps, "{features:?}");
+        let mut ack = req(Endpoint, &["a", "b"], &r.version, &r.nonce);
+        ack.node = None;
+        s.handle_request(ack).expect("ack");
+        if wraps {
+            let due = s.poll_timeout().expect("a refresh is scheduled");
+            assert_eq!(due, t0 + ttl / 3);
+            assert!(s.poll_response(t0).is_none(), "not before it is due");
+            let refresh = s.poll_response(due).expect("refresh");
+            let names: Vec<_> = refresh.resources.iter().map(|r| r.name.as_str()).collect();
+            assert_eq!(names, ["a"], "EDS: only the TTL'd resource, same version");
+            assert_eq!(refresh.version, r.version);
+        } else {
+            assert_eq!(s.poll_timeout(), None, "{features:?}");
+            assert!(s.poll_response(t0 + Duration::from_secs(3600)).is_none());
         }
     }
 }
