@@ -1,5 +1,6 @@
-//! End-to-end: the real `switchyard` binary serving a real Envoy 1.40 over ADS (State of the
-//! World), with config from files in a temp directory and traffic to local upstreams.
+//! End-to-end: the real `switchyard` binary serving a real Envoy 1.40 over ADS, both State of
+//! the World (`api_type: GRPC`) and Incremental (`api_type: DELTA_GRPC`), with config from
+//! files in a temp directory and traffic to local upstreams. Every scenario runs over both;
 //! Envoy is asserted through its admin API (/config_dump, /stats).
 
 mod support;
@@ -11,6 +12,36 @@ use support::{eds_cluster, rds_listener, route_to, write};
 
 /// How long config may take to reach Envoy.
 const ARRIVE: Duration = Duration::from_secs(20);
+
+/// How Envoy talks to Switchyard.
+#[derive(Clone, Copy, Debug)]
+enum Api {
+    /// `api_type: GRPC`, examples/envoy/bootstrap-ads.yaml.
+    Sotw,
+    /// `api_type: DELTA_GRPC`, examples/envoy/bootstrap-delta.yaml.
+    Delta,
+}
+
+impl Api {
+    fn bootstrap(self) -> &'static str {
+        match self {
+            Api::Sotw => "bootstrap-ads.yaml",
+            Api::Delta => "bootstrap-delta.yaml",
+        }
+    }
+
+    fn protocol(self) -> &'static str {
+        match self {
+            Api::Sotw => "sotw",
+            Api::Delta => "delta",
+        }
+    }
+
+    /// A node id unique to the scenario and the API.
+    fn node(self, scenario: &str) -> String {
+        format!("{scenario}-{}", self.protocol())
+    }
+}
 
 /// Two upstreams, clusters `a` and `b` to them, a listener, and a route to `a`.
 struct Fleet {
@@ -24,7 +55,7 @@ struct Fleet {
 }
 
 impl Fleet {
-    async fn start(node: &str) -> Option<Fleet> {
+    async fn start(api: Api, node: &str) -> Option<Fleet> {
         let envoy_bin = envoy_binary()?;
         let (a, b) = (
             Upstream::start("upstream-a").await,
@@ -43,7 +74,14 @@ impl Fleet {
         );
         write(&config, "routes.yaml", &route_to("main", "a"));
         let switchyard = Switchyard::start(&config, dir.path()).await;
-        let envoy = Envoy::start(&envoy_bin, switchyard.port, node, dir.path()).await;
+        let envoy = Envoy::start_from(
+            api.bootstrap(),
+            &envoy_bin,
+            switchyard.port,
+            node,
+            dir.path(),
+        )
+        .await;
         let fleet = Fleet {
             a_port: a.port,
             _a: a,
@@ -54,6 +92,17 @@ impl Fleet {
             envoy,
         };
         fleet.expect_traffic_to("upstream-a").await;
+        assert!(
+            fleet.switchyard.logged(
+                "xDS stream opened.",
+                &[
+                    ("node", node),
+                    ("stream", "ADS"),
+                    ("protocol", api.protocol())
+                ]
+            ),
+            "Envoy did not use {api:?}"
+        );
         Some(fleet)
     }
 
@@ -76,8 +125,18 @@ impl Fleet {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_config_arrives_and_a_route_edit_moves_traffic() {
-    let Some(fleet) = Fleet::start("e2e-route").await else {
+async fn e2e_sotw_config_arrives_and_a_route_edit_moves_traffic() {
+    config_arrives_and_a_route_edit_moves_traffic(Api::Sotw).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_config_arrives_and_a_route_edit_moves_traffic() {
+    config_arrives_and_a_route_edit_moves_traffic(Api::Delta).await;
+}
+
+async fn config_arrives_and_a_route_edit_moves_traffic(api: Api) {
+    let node = api.node("e2e-route");
+    let Some(fleet) = Fleet::start(api, &node).await else {
         return;
     };
     // Listener, route, both clusters and endpoints all came from the files.
@@ -108,8 +167,18 @@ async fn e2e_config_arrives_and_a_route_edit_moves_traffic() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_broken_yaml_leaves_the_last_good_snapshot_serving() {
-    let Some(fleet) = Fleet::start("e2e-broken").await else {
+async fn e2e_sotw_broken_yaml_leaves_the_last_good_snapshot_serving() {
+    broken_yaml_leaves_the_last_good_snapshot_serving(Api::Sotw).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_broken_yaml_leaves_the_last_good_snapshot_serving() {
+    broken_yaml_leaves_the_last_good_snapshot_serving(Api::Delta).await;
+}
+
+async fn broken_yaml_leaves_the_last_good_snapshot_serving(api: Api) {
+    let node = api.node("e2e-broken");
+    let Some(fleet) = Fleet::start(api, &node).await else {
         return;
     };
     let rds_updates = fleet
@@ -144,8 +213,18 @@ async fn e2e_broken_yaml_leaves_the_last_good_snapshot_serving() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_p5_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one() {
-    let Some(fleet) = Fleet::start("e2e-nack").await else {
+async fn e2e_sotw_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one() {
+    p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(Api::Sotw).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one() {
+    p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(Api::Delta).await;
+}
+
+async fn p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(api: Api) {
+    let node = api.node("e2e-nack");
+    let Some(fleet) = Fleet::start(api, &node).await else {
         return;
     };
     // Valid protobuf, but Envoy's validation requires connect_timeout > 0.
@@ -164,7 +243,7 @@ async fn e2e_p5_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(
         fleet.switchyard.logged(
             "NACK",
             &[
-                ("node", "e2e-nack"),
+                ("node", node.as_str()),
                 ("type", "CDS"),
                 ("error", "ConnectTimeout"),
             ],
@@ -194,8 +273,18 @@ async fn e2e_p5_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_p28_cluster_only_change_leaves_warming_at_once() {
-    let Some(fleet) = Fleet::start("e2e-warm").await else {
+async fn e2e_sotw_p28_cluster_only_change_leaves_warming_at_once() {
+    p28_cluster_only_change_leaves_warming_at_once(Api::Sotw).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_p28_cluster_only_change_leaves_warming_at_once() {
+    p28_cluster_only_change_leaves_warming_at_once(Api::Delta).await;
+}
+
+async fn p28_cluster_only_change_leaves_warming_at_once(api: Api) {
+    let node = api.node("e2e-warm");
+    let Some(fleet) = Fleet::start(api, &node).await else {
         return;
     };
     // Only connect_timeout changes; the endpoints are the same. Envoy re-creates the
@@ -294,4 +383,107 @@ async fn e2e_per_type_services_serve_envoy_without_ads() {
         envoy.stat("cluster_manager.cds.update_rejected").await,
         Some(0)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_sotw_endpoint_removal_reaches_envoy() {
+    endpoint_removal_reaches_envoy(Api::Sotw).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_endpoint_removal_reaches_envoy() {
+    endpoint_removal_reaches_envoy(Api::Delta).await;
+}
+
+/// Cluster `a`'s endpoints grow to both upstreams, then lose upstream-a: Envoy must stop
+/// sending to it.
+async fn endpoint_removal_reaches_envoy(api: Api) {
+    let node = api.node("e2e-endpoints");
+    let Some(fleet) = Fleet::start(api, &node).await else {
+        return;
+    };
+    let b_port = fleet._b.port;
+    let with_ports = |ports: &[u16]| {
+        let endpoints: String = ports
+            .iter()
+            .map(|p| format!("          - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {p} }} }} }}\n"))
+            .collect();
+        format!(
+            "clusters:\n  - name: a\n    connect_timeout: 1s\n    type: EDS\n    eds_cluster_config: {{ eds_config: {{ ads: {{}}, resource_api_version: V3 }} }}\nendpoints:\n  - cluster_name: a\n    endpoints:\n      - lb_endpoints:\n{endpoints}"
+        )
+    };
+    fleet.edit("a.yaml", &with_ports(&[fleet.a_port, b_port]));
+    fleet.expect_traffic_to("upstream-b").await;
+    fleet.edit("a.yaml", &with_ports(&[b_port]));
+    // Once the removal arrived, every request goes to b.
+    let removed = eventually(ARRIVE, || async {
+        let mut all_b = true;
+        for _ in 0..10 {
+            all_b &= http_get(fleet.listener).await.as_deref() == Some("upstream-b");
+        }
+        all_b
+    })
+    .await;
+    assert!(
+        removed.is_some(),
+        "Envoy kept sending to the removed endpoint"
+    );
+    assert_eq!(
+        fleet.envoy.stat("cluster.a.membership_total").await,
+        Some(1),
+        "one endpoint left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_sotw_p25_ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops() {
+    ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops(Api::Sotw).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_p25_ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops() {
+    ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops(Api::Delta).await;
+}
+
+/// A cluster with a 2 s TTL stays while Switchyard refreshes it, and goes once Switchyard is
+/// gone; a cluster without a TTL stays.
+async fn ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops(api: Api) {
+    let node = api.node("e2e-ttl");
+    let Some(mut fleet) = Fleet::start(api, &node).await else {
+        return;
+    };
+    fleet.edit(
+        "ttl.yaml",
+        "clusters:\n  - name: short-lived\n    ttl: 2s\n    connect_timeout: 1s\n    type: STATIC\n    load_assignment: { cluster_name: short-lived, endpoints: [] }\n",
+    );
+    assert!(
+        eventually(ARRIVE, || has_cluster(&fleet.envoy, "short-lived"))
+            .await
+            .is_some(),
+        "the TTL'd cluster never arrived"
+    );
+    // Three TTLs later it is still there: refreshes keep it.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        has_cluster(&fleet.envoy, "short-lived").await,
+        "Envoy dropped the cluster while refreshes flowed"
+    );
+    fleet.switchyard.process.kill();
+    let dropped = eventually(ARRIVE, || async {
+        !has_cluster(&fleet.envoy, "short-lived").await
+    })
+    .await;
+    assert!(
+        dropped.is_some(),
+        "Envoy kept the TTL'd cluster after Switchyard stopped"
+    );
+    assert_eq!(
+        fleet.envoy.active_cluster_timeout("a").await.as_deref(),
+        Some("1s"),
+        "a cluster without a TTL stays"
+    );
+}
+
+async fn has_cluster(envoy: &Envoy, name: &str) -> bool {
+    envoy.active_cluster_timeout(name).await.is_some()
 }

@@ -164,7 +164,7 @@ async fn run<M: Machine>(
                     }
                     if node_id.is_none() {
                         if let Some(node) = machine.node() {
-                            tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, "xDS stream opened.");
+                            tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, features = ?node.client_features, "xDS stream opened.");
                             node_id = Some(node.id.clone());
                             let generation = Arc::clone(&generations.borrow_and_update());
                             attach(&mut machine, &generation);
