@@ -1,8 +1,9 @@
 //! The gRPC server: tonic services that adapt streams to the `protocol` state machine.
 //!
 //! Owns: binding the services (ADS and every per-type service) on a listener, keepalive and
-//! message-size limits, one task per stream that feeds requests and cache generations into a
-//! [`crate::protocol::SotwStream`] and writes out what it returns, graceful shutdown.
+//! message-size limits, one task per stream that feeds requests, cache generations and timers
+//! into a [`crate::protocol::SotwStream`] or [`crate::protocol::DeltaStream`] and writes out what
+//! it returns, graceful shutdown.
 //!
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
