@@ -178,9 +178,13 @@ virtual_hosts:
     )
     .await;
     let r = c.recv().await;
-    assert_eq!(delta_names(&r), ["main/shop"]);
+    assert_eq!(delta_names(&r), ["main/shop", "main/nope.example.com"]);
     assert_eq!(r.resources[0].aliases, ["main/shop.example.com"]);
-    assert_eq!(r.removed_resources, ["main/nope.example.com"]);
+    assert!(r.resources[0].resource.is_some());
+    // Unresolved alias: named by itself, listed in aliases, no body (Envoy's on-demand form).
+    assert_eq!(r.resources[1].aliases, ["main/nope.example.com"]);
+    assert!(r.resources[1].resource.is_none());
+    assert!(r.removed_resources.is_empty());
     c.ack(&r).await;
     c.subscribe(VirtualHost, &["main"], &[]).await;
     let r = c.recv().await;

@@ -487,3 +487,92 @@ async fn ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops(api: 
 async fn has_cluster(envoy: &Envoy, name: &str) -> bool {
     envoy.active_cluster_timeout(name).await.is_some()
 }
+
+/// VHDS (delta only): the route configuration has no virtual hosts of its own; Envoy
+/// subscribes to its name as a namespace and gets `main/*` from `virtual_hosts` files (P24).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_p24_vhds_virtual_hosts_reach_envoy() {
+    let api = Api::Delta;
+    let node = api.node("e2e-vhds");
+    let Some(fleet) = Fleet::start(api, &node).await else {
+        return;
+    };
+    let vhost = |domain: &str, cluster: &str| {
+        format!(
+            "  - name: main/{cluster}\n    domains: [\"{domain}\"]\n    routes: [{{ match: {{ prefix: / }}, route: {{ cluster: {cluster} }} }}]\n"
+        )
+    };
+    // The on-demand filter asks VHDS for `main/<host>` when no virtual host matches.
+    let listener = rds_listener("http", fleet.listener, "main").replace(
+        "                - name: envoy.filters.http.router",
+        "                - name: envoy.filters.http.on_demand\n                  typed_config:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.on_demand.v3.OnDemand\n                - name: envoy.filters.http.router",
+    );
+    assert!(listener.contains("on_demand"), "fixture changed shape");
+    fleet.edit("listener.yaml", &listener);
+    fleet.edit(
+        "routes.yaml",
+        "routes:\n  - name: main\n    vhds: { config_source: { ads: {}, resource_api_version: V3 } }\n",
+    );
+    fleet.edit(
+        "vhosts.yaml",
+        &format!("virtual_hosts:\n{}", vhost("x.example.com", "b")),
+    );
+    let get = |host: &'static str| {
+        let port = fleet.listener;
+        async move {
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(2))
+                .build()
+                .ok()?;
+            let r = client
+                .get(format!("http://127.0.0.1:{port}/"))
+                .header("host", host)
+                .send()
+                .await
+                .ok()?;
+            if !r.status().is_success() {
+                return None;
+            }
+            r.text().await.ok()
+        }
+    };
+    let arrived = eventually(ARRIVE, || async {
+        get("x.example.com").await.as_deref() == Some("upstream-b")
+    })
+    .await;
+    assert!(arrived.is_some(), "the VHDS virtual host never routed");
+    // The route configuration's former catch-all virtual host is gone.
+    assert_eq!(http_get(fleet.listener).await, None);
+    // Another virtual host added to the namespace reaches Envoy incrementally.
+    fleet.edit(
+        "vhosts.yaml",
+        &format!(
+            "virtual_hosts:\n{}{}",
+            vhost("x.example.com", "b"),
+            vhost("y.example.com", "a")
+        ),
+    );
+    let arrived = eventually(ARRIVE, || async {
+        get("y.example.com").await.as_deref() == Some("upstream-a")
+    })
+    .await;
+    assert!(arrived.is_some(), "the second virtual host never routed");
+    assert_eq!(get("x.example.com").await.as_deref(), Some("upstream-b"));
+    // On demand: a host nothing names is asked for by alias and answered at once with the
+    // unresolved alias, so Envoy answers 404 instead of holding the request.
+    let started = std::time::Instant::now();
+    assert_eq!(get("nowhere.example.com").await, None);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(eventually(ARRIVE, || async {
+        fleet.switchyard.logged(
+            "Sending response.",
+            &[("type", "VHDS"), ("node", node.as_str())],
+        )
+    })
+    .await
+    .is_some());
+    assert!(fleet.switchyard.logged(
+        "xDS stream opened.",
+        &[("node", node.as_str()), ("protocol", "delta")]
+    ));
+}

@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use super::Variant;
 use super::{heartbeat_interval, ClientFeatures, Event, ProtocolError, Subscription, SyncState};
 use crate::cache::{Snapshot, TypeSnapshot};
-use crate::resource::{Resource, ResourceType};
+use crate::resource::{namespace_of, Resource, ResourceType};
 
 /// One resource in a delta response.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,8 +34,25 @@ pub struct DeltaResource {
     pub aliases: Vec<String>,
     /// `Resource.ttl`, only for clients that support TTLs (P25, P27).
     pub ttl: Option<Duration>,
-    /// A heartbeat: the same version, no body; refreshes the TTL only (P25).
-    pub heartbeat: bool,
+    /// Whether the resource's body goes out. Without it: a heartbeat (same version, refreshes
+    /// the TTL only, P25), or a VHDS alias nothing answers to (see [`unresolved_alias`]).
+    pub body: bool,
+}
+
+/// How a VHDS alias that names no virtual host is answered: a `Resource` named by the alias,
+/// listing it in `aliases`, without a body. Envoy's on-demand VHDS waits for exactly that (it
+/// then answers the request with a 404); a name in `removed_resources` would leave the request
+/// hanging. The upstream protocol, not the P20 digest, governs here.
+pub fn unresolved_alias(alias: &str, version: &str) -> DeltaResource {
+    DeltaResource {
+        resource: Arc::new(
+            Resource::new(ResourceType::VirtualHost, alias, version, Vec::new(), None)
+                .with_aliases(vec![alias.to_string()]),
+        ),
+        aliases: vec![alias.to_string()],
+        ttl: None,
+        body: false,
+    }
 }
 
 /// A delta response to send.
@@ -342,6 +359,7 @@ impl DeltaStream {
         let current = snapshot.get(kind);
         let mut send: BTreeMap<&str, (&Arc<Resource>, bool)> = BTreeMap::new();
         let mut removed: BTreeSet<String> = BTreeSet::new();
+        let mut unresolved: Vec<String> = Vec::new();
 
         // Changes to the snapshot since the last look (P19).
         if let Some(basis) = &st.basis {
@@ -374,8 +392,15 @@ impl DeltaStream {
             let forced = st.force.remove(&name);
             let found = current.resolve(kind, &name);
             if found.is_empty() {
-                // P20: subscribed and not there; P19: the client claimed a deleted one.
-                removed.insert(name);
+                if kind == ResourceType::VirtualHost
+                    && namespace_of(kind, &name).is_some()
+                    && !st.held.contains_key(&name)
+                {
+                    unresolved.push(name);
+                } else {
+                    // P20: subscribed and not there; P19: the client claimed a deleted one.
+                    removed.insert(name);
+                }
                 continue;
             }
             for r in found {
@@ -410,7 +435,7 @@ impl DeltaStream {
         }
         st.basis = Some(Arc::clone(current));
         let announce = std::mem::take(&mut st.announce);
-        if send.is_empty() && removed.is_empty() && !announce {
+        if send.is_empty() && removed.is_empty() && unresolved.is_empty() && !announce {
             return None;
         }
 
@@ -439,9 +464,14 @@ impl DeltaStream {
                 resource: Arc::clone(r),
                 aliases: st.subscription.aliases_of(r),
                 ttl,
-                heartbeat,
+                body: !heartbeat,
             });
         }
+        resources.extend(
+            unresolved
+                .iter()
+                .map(|alias| unresolved_alias(alias, &current.version)),
+        );
         for name in &removed {
             st.heartbeats.remove(name);
             st.set_held(name, None, &mut before);

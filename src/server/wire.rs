@@ -238,7 +238,7 @@ impl<'a> From<&'a DeltaResource> for Wrapped<'a> {
             resource: &d.resource,
             aliases: &d.aliases,
             ttl: d.ttl,
-            heartbeat: d.heartbeat,
+            heartbeat: !d.body,
         }
     }
 }
@@ -462,19 +462,19 @@ mod delta_tests {
                 resource: Arc::clone(&big),
                 aliases: vec![],
                 ttl: None,
-                heartbeat: false,
+                body: true,
             },
             DeltaResource {
                 resource: Arc::clone(&small),
                 aliases: vec!["a1".into(), "a2".into()],
                 ttl: Some(Duration::from_millis(2500)),
-                heartbeat: false,
+                body: true,
             },
             DeltaResource {
                 resource: Arc::clone(&small),
                 aliases: vec![],
                 ttl: Some(Duration::from_secs(30)),
-                heartbeat: true,
+                body: false,
             },
         ];
         for (version, nonce, cp, removed) in [

@@ -435,9 +435,14 @@ fn p24_virtual_hosts_by_alias_and_by_route_config_namespace() {
     ))
     .expect("ok");
     let r = one(&mut s);
-    assert_eq!(names(&r), ["rc/shop"]);
+    assert_eq!(names(&r), ["rc/shop", "rc/none.example.com"]);
     assert_eq!(r.resources[0].aliases, ["rc/shop.example.com"]);
-    assert_eq!(r.removed, ["rc/none.example.com"]);
+    assert!(r.resources[0].body);
+    // An alias nothing answers to: a bodiless Resource listing it, as Envoy's on-demand VHDS
+    // expects (not removed_resources, which would leave Envoy's request waiting).
+    assert_eq!(r.resources[1].aliases, ["rc/none.example.com"]);
+    assert!(!r.resources[1].body);
+    assert!(r.removed.is_empty());
     ack(&mut s, &r);
     s.handle_request(req(VirtualHost, &["rc"], &[], ""))
         .expect("ok");
@@ -476,7 +481,7 @@ fn p25_ttl_and_heartbeats_only_for_clients_that_support_them() {
     );
     let hb = s.poll_response(due).expect("a heartbeat");
     assert_eq!(names(&hb), ["a"]);
-    assert!(hb.resources[0].heartbeat);
+    assert!(!hb.resources[0].body, "a heartbeat has no body");
     assert_eq!(hb.resources[0].ttl, Some(ttl));
     assert!(hb.removed.is_empty());
     ack(&mut s, &hb);
@@ -512,7 +517,7 @@ fn p25_removing_a_ttl_sends_the_resource_without_one() {
     s.handle_snapshot(without);
     let r = s.poll_response(t0).expect("sent again");
     assert_eq!(r.resources[0].ttl, None);
-    assert!(!r.resources[0].heartbeat);
+    assert!(r.resources[0].body);
     ack(&mut s, &r);
     assert_eq!(s.poll_timeout(), None, "no more heartbeats");
 }
