@@ -576,3 +576,54 @@ async fn e2e_delta_p24_vhds_virtual_hosts_reach_envoy() {
         &[("node", node.as_str()), ("protocol", "delta")]
     ));
 }
+
+/// On-demand CDS (delta only): Envoy's on-demand filter asks for a cluster it lacks by name on
+/// top of its wildcard CDS subscription. A name no file defines is answered at once (P20),
+/// so the request fails fast; once a file adds the cluster, traffic flows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_on_demand_cds_asks_by_name() {
+    let api = Api::Delta;
+    let node = api.node("e2e-odcds");
+    let Some(fleet) = Fleet::start(api, &node).await else {
+        return;
+    };
+    let listener = rds_listener("http", fleet.listener, "main").replace(
+        "                - name: envoy.filters.http.router",
+        "                - name: envoy.filters.http.on_demand\n                  typed_config:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.on_demand.v3.OnDemand\n                    odcds: { source: { ads: {}, resource_api_version: V3 }, timeout: 10s }\n                - name: envoy.filters.http.router",
+    );
+    assert!(listener.contains("odcds"), "fixture changed shape");
+    fleet.edit("listener.yaml", &listener);
+    fleet.edit("routes.yaml", &route_to("main", "late"));
+    // Wait for the route to `late` (a cluster no file defines) to be in place.
+    let routed = eventually(ARRIVE, || async {
+        fleet
+            .envoy
+            .config_dump("dynamic_route_configs")
+            .await
+            .to_string()
+            .contains("\"late\"")
+    })
+    .await;
+    assert!(routed.is_some(), "the route to `late` never arrived");
+    let started = std::time::Instant::now();
+    assert_eq!(http_get(fleet.listener).await, None);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the on-demand request for a missing cluster was not answered at once"
+    );
+    let late = format!(
+        "clusters:\n  - name: late\n    connect_timeout: 1s\n    type: STATIC\n    load_assignment: {{ cluster_name: late, endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }} }}] }}] }}\n",
+        fleet._b.port
+    );
+    // Envoy asked for `late` by name on its CDS subscription.
+    assert!(fleet.switchyard.logged(
+        "Subscription changed.",
+        &[
+            ("node", node.as_str()),
+            ("type", "CDS"),
+            ("subscribed", "late")
+        ]
+    ));
+    fleet.edit("late.yaml", &late);
+    fleet.expect_traffic_to("upstream-b").await;
+}

@@ -276,6 +276,18 @@ impl DeltaStream {
             &request.resource_names_subscribe,
             &request.resource_names_unsubscribe,
         );
+        if change.wildcard_added
+            || change.wildcard_dropped
+            || !change.subscribed.is_empty()
+            || !change.unsubscribed.is_empty()
+        {
+            self.events.push_back(Event::Subscribed {
+                kind,
+                wildcard: st.subscription.is_wildcard(),
+                subscribed: change.subscribed.clone(),
+                unsubscribed: change.unsubscribed.clone(),
+            });
+        }
         if change.wildcard_added {
             st.full = true;
             st.announce |= first;

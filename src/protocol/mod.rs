@@ -140,6 +140,14 @@ pub enum Event {
         rejected_version: String,
         error: String,
     },
+    /// A delta client changed its subscription (names newly subscribed and unsubscribed;
+    /// phantoms left out).
+    Subscribed {
+        kind: ResourceType,
+        wildcard: bool,
+        subscribed: Vec<String>,
+        unsubscribed: Vec<String>,
+    },
     /// P6: a request with an old nonce, ignored.
     Stale {
         kind: ResourceType,

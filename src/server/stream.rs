@@ -240,6 +240,14 @@ fn log_event(node: &str, event: &Event) {
         } => {
             tracing::warn!(node, r#type = %kind, rejected_version, error, "NACK: the proxy rejected the configuration and keeps its previous one.");
         }
+        Event::Subscribed {
+            kind,
+            wildcard,
+            subscribed,
+            unsubscribed,
+        } => {
+            tracing::debug!(node, r#type = %kind, wildcard, subscribed = ?subscribed, unsubscribed = ?unsubscribed, "Subscription changed.");
+        }
         Event::Stale { kind, nonce } => {
             tracing::debug!(node, r#type = %kind, nonce, "Ignored a request with a stale nonce.");
         }
