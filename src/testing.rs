@@ -10,3 +10,30 @@ pub fn rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
         seed % n
     }
 }
+
+use std::sync::Arc;
+
+use crate::cache::Snapshot;
+use crate::config::content_hash;
+use crate::resource::{Resource, ResourceType};
+
+/// A resource whose content is `content` (equal content, equal version). A cluster warms with
+/// the ClusterLoadAssignment of its own name (P28).
+pub fn resource(kind: ResourceType, name: &str, content: &str) -> Resource {
+    Resource::new(
+        kind,
+        name,
+        content_hash([name.as_bytes(), content.as_bytes()]),
+        format!("{name}:{content}").into_bytes(),
+        (kind == ResourceType::Cluster).then(|| name.to_string()),
+    )
+}
+
+/// A snapshot of `(type, name, content)` resources.
+pub fn snapshot(items: &[(ResourceType, &str, &str)]) -> Arc<Snapshot> {
+    let items: Vec<_> = items
+        .iter()
+        .map(|(k, n, c)| Arc::new(resource(*k, n, c)))
+        .collect();
+    Arc::new(Snapshot::from_resources(&items))
+}

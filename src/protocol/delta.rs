@@ -334,12 +334,9 @@ impl DeltaStream {
     /// order CDS, EDS, LDS, RDS, SRDS, VHDS, then the others (P30).
     pub fn poll_response(&mut self, now: Instant) -> Option<DeltaResponse> {
         let snapshot = Arc::clone(self.snapshot.as_ref()?);
-        for &kind in super::served(self.variant) {
-            if let Some(response) = self.respond(kind, &snapshot, now) {
-                return Some(response);
-            }
-        }
-        None
+        super::served(self.variant)
+            .iter()
+            .find_map(|&kind| self.respond(kind, &snapshot, now))
     }
 
     /// When the next heartbeat is due, if any: call `poll_response` then.

@@ -226,12 +226,9 @@ impl SotwStream {
     /// order CDS, EDS, LDS, RDS, SRDS, VHDS, then the others.
     pub fn poll_response(&mut self, now: Instant) -> Option<Response> {
         let snapshot = Arc::clone(self.snapshot.as_ref()?);
-        for &kind in super::served(self.variant) {
-            if let Some(response) = self.respond(kind, &snapshot, now) {
-                return Some(response);
-            }
-        }
-        None
+        super::served(self.variant)
+            .iter()
+            .find_map(|&kind| self.respond(kind, &snapshot, now))
     }
 
     /// When TTL'd resources are next due to be refreshed, if any: call `poll_response` then.

@@ -60,10 +60,6 @@ impl WireResponse {
             heartbeat: false,
         })
     }
-
-    fn control_plane_len(&self) -> usize {
-        string_len(IDENTIFIER, &self.control_plane)
-    }
 }
 
 fn string_len(tag: u32, value: &str) -> usize {
@@ -99,11 +95,7 @@ impl prost::Message for WireResponse {
         }
         put_string(TYPE_URL, self.type_url, buf);
         put_string(NONCE, &self.nonce, buf);
-        if !self.control_plane.is_empty() {
-            encoding::encode_key(CONTROL_PLANE, WireType::LengthDelimited, buf);
-            encoding::encode_varint(self.control_plane_len() as u64, buf);
-            put_string(IDENTIFIER, &self.control_plane, buf);
-        }
+        put_control_plane(CONTROL_PLANE, &self.control_plane, buf);
     }
 
     fn merge_field(
@@ -126,17 +118,11 @@ impl prost::Message for WireResponse {
                 None => message_len(RESOURCES, r.any.len()),
             })
             .sum();
-        let control_plane = if self.control_plane.is_empty() {
-            0
-        } else {
-            let inner = self.control_plane_len();
-            encoding::key_len(CONTROL_PLANE) + encoding::encoded_len_varint(inner as u64) + inner
-        };
         string_len(VERSION_INFO, &self.version_info)
             + resources
             + string_len(TYPE_URL, self.type_url)
             + string_len(NONCE, &self.nonce)
-            + control_plane
+            + control_plane_field_len(CONTROL_PLANE, &self.control_plane)
     }
 
     fn clear(&mut self) {

@@ -10,9 +10,8 @@ use envoy_types::pb::google::rpc::Status;
 
 use super::{DeltaResponse, DeltaStream};
 use crate::cache::Snapshot;
-use crate::config::content_hash;
 use crate::protocol::{Event, ProtocolError, SyncState, Variant, FEATURE_RESOURCE_TTL};
-use crate::resource::{Resource, ResourceType};
+use crate::resource::ResourceType;
 
 use ResourceType::{Cluster, Endpoint, Listener, VirtualHost};
 
@@ -25,22 +24,11 @@ fn node(features: &[&str]) -> Node {
     }
 }
 
-fn res(kind: ResourceType, name: &str, content: &str) -> Resource {
-    Resource::new(
-        kind,
-        name,
-        content_hash([name.as_bytes(), content.as_bytes()]),
-        format!("{name}:{content}").into_bytes(),
-        (kind == Cluster).then(|| name.to_string()),
-    )
-}
+use crate::testing::{resource as res, snapshot as snap};
 
-fn snap(items: &[(ResourceType, &str, &str)]) -> Arc<Snapshot> {
-    let items: Vec<_> = items
-        .iter()
-        .map(|(k, n, c)| Arc::new(res(*k, n, c)))
-        .collect();
-    Arc::new(Snapshot::from_resources(&items))
+/// The next event other than a subscription change.
+fn event(s: &mut DeltaStream) -> Option<Event> {
+    std::iter::from_fn(|| s.poll_event()).find(|e| !matches!(e, Event::Subscribed { .. }))
 }
 
 fn version(kind: ResourceType, name: &str, content: &str) -> String {
@@ -181,7 +169,7 @@ fn p15_legacy_wildcard_sends_everything_with_versions_and_system_version() {
         }
     );
     assert_eq!(
-        s.poll_event(),
+        event(&mut s),
         Some(Event::Acked {
             kind: Cluster,
             version: r.system_version
@@ -236,7 +224,7 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
     s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
     let first = one(&mut s);
     ack(&mut s, &first);
-    s.poll_event();
+    event(&mut s);
     s.handle_snapshot(snap(&[(Cluster, "a", "2"), (Cluster, "b", "1")]));
     let bad = one(&mut s);
     assert_eq!(names(&bad), ["a"]);
@@ -253,7 +241,7 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
         }
     );
     assert_eq!(
-        s.poll_event(),
+        event(&mut s),
         Some(Event::Nacked {
             kind: Cluster,
             rejected_version: bad.system_version.clone(),
@@ -286,11 +274,11 @@ fn p18_subscription_changes_with_a_stale_nonce_are_honoured() {
         .expect("ok");
     let r = one(&mut s);
     ack(&mut s, &r);
-    s.poll_event();
+    event(&mut s);
     s.handle_request(req(Endpoint, &["y"], &[], "old-nonce"))
         .expect("not rejected");
     assert_eq!(
-        s.poll_event(),
+        event(&mut s),
         Some(Event::Stale {
             kind: Endpoint,
             nonce: "old-nonce".into()
@@ -353,6 +341,34 @@ fn p21_resubscribed_names_are_sent_even_if_unchanged() {
         .expect("ok");
     let r = one(&mut s);
     assert_eq!(names(&r), ["x"]);
+}
+
+#[test]
+fn subscription_changes_are_events_without_phantoms() {
+    let mut s = ads();
+    s.handle_request(req(Endpoint, &["x", "y"], &[], ""))
+        .expect("ok");
+    s.handle_request(req(Endpoint, &["x"], &["y", "never"], ""))
+        .expect("ok");
+    let all: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert_eq!(
+        all,
+        [
+            Event::Subscribed {
+                kind: Endpoint,
+                wildcard: false,
+                subscribed: strings(&["x", "y"]),
+                unsubscribed: vec![],
+            },
+            // x again is not a change; `never` was never subscribed (P22).
+            Event::Subscribed {
+                kind: Endpoint,
+                wildcard: false,
+                subscribed: vec![],
+                unsubscribed: strings(&["y"]),
+            },
+        ]
+    );
 }
 
 #[test]

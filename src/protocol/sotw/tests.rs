@@ -9,7 +9,6 @@ use envoy_types::pb::google::rpc::Status;
 
 use super::SotwStream;
 use crate::cache::Snapshot;
-use crate::config::content_hash;
 use crate::protocol::{Event, ProtocolError, Response, SyncState, Variant};
 use crate::resource::{Resource, ResourceType};
 
@@ -23,21 +22,7 @@ fn node(id: &str) -> Node {
     }
 }
 
-/// A resource whose content is `content` (so equal content, equal version).
-fn res(kind: ResourceType, name: &str, content: &str) -> Arc<Resource> {
-    Arc::new(Resource::new(
-        kind,
-        name,
-        content_hash([name.as_bytes(), content.as_bytes()]),
-        format!("{name}:{content}").into_bytes(),
-        (kind == Cluster).then(|| name.to_string()),
-    ))
-}
-
-fn snap(items: &[(ResourceType, &str, &str)]) -> Arc<Snapshot> {
-    let items: Vec<_> = items.iter().map(|(k, n, c)| res(*k, n, c)).collect();
-    Arc::new(Snapshot::from_resources(&items))
-}
+use crate::testing::snapshot as snap;
 
 fn req(kind: ResourceType, names: &[&str], version: &str, nonce: &str) -> DiscoveryRequest {
     DiscoveryRequest {
