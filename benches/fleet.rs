@@ -7,6 +7,9 @@
 //! 3. S SotW streams each answered a wildcard CDS of N clusters (the per-stream cost of
 //!    sending shared, already-encoded resources), and resident memory before and after;
 //! 4. one cluster changed: the cost, per stream, to decide and build the new CDS + EDS.
+//! 5. the same over delta: D delta streams take wildcard CDS and all EDS names; then one
+//!    cluster changes and each stream decides, builds and encodes its CDS (1 cluster) and EDS
+//!    (the 1 ClusterLoadAssignment re-sent for warming); the cost must follow what changed.
 //!
 //! Each timing is the median of 5 runs. Bounded: N and S are fixed below; it runs in well
 //! under a minute on the 2-core machine. Results and method: docs/benchmarks.md.
@@ -15,21 +18,48 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use prost::Message;
 use switchyard::cache::Cache;
 use switchyard::config::{self, LoadOptions};
-use switchyard::protocol::{SotwStream, Variant};
+use switchyard::protocol::{DeltaStream, SotwStream, Variant};
 use switchyard::resource::ResourceType;
-use switchyard::server::WireResponse;
+use switchyard::server::{WireDeltaResponse, WireResponse};
 
 const CLUSTERS: usize = 10_000;
 const STREAMS: usize = 1_000;
+/// Delta streams hold a name -> version map each (~2 MiB at 20,000 resources): fewer of them.
+const DELTA_STREAMS: usize = 200;
 const RUNS: usize = 5;
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
+}
+
+/// Counts live heap bytes, so per-stream state is measured exactly (RSS does not shrink when
+/// earlier sections free memory, and reuses it).
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged and only counts bytes.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live_kib() -> usize {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed) / 1024
 }
 
 fn rss_kib() -> u64 {
@@ -133,6 +163,7 @@ fn main() {
     let snapshot = g.snapshot_for("bench", "");
     let control_plane: Arc<str> = "bench".into();
     let rss_before = rss_kib();
+    let live_before = live_kib();
     let mut streams: Vec<SotwStream> = Vec::with_capacity(STREAMS);
     let names: Vec<String> = (0..CLUSTERS).map(|i| format!("c{i}")).collect();
     let t = Instant::now();
@@ -168,11 +199,11 @@ fn main() {
     let per_stream = t.elapsed() / STREAMS as u32;
     let rss_after = rss_kib();
     println!(
-        "{STREAMS} streams, each sent CDS + EDS of {CLUSTERS}: {per_stream:?} per stream ({} MiB of CDS responses on the wire in all); RSS {} MiB -> {} MiB ({} KiB per stream of state)",
+        "{STREAMS} streams, each sent CDS + EDS of {CLUSTERS}: {per_stream:?} per stream ({} MiB of CDS responses on the wire in all); RSS {} MiB -> {} MiB; {} KiB live heap per stream of state",
         bytes / (1024 * 1024),
         rss_before / 1024,
         rss_after / 1024,
-        (rss_after.saturating_sub(rss_before)) / STREAMS as u64
+        live_kib().saturating_sub(live_before) / STREAMS
     );
 
     // 4. One cluster changes.
@@ -199,5 +230,63 @@ fn main() {
     println!(
         "one cluster changed: {:?} per stream to decide, build and encode CDS + EDS",
         t.elapsed() / STREAMS as u32
+    );
+    drop(streams);
+
+    // 5. Delta streams, then one cluster changes (back to 1s everywhere).
+    let delta_request =
+        |kind: ResourceType, subscribe: &[String], nonce: &str, node: bool| DeltaDiscoveryRequest {
+            node: node.then(|| Node {
+                id: "bench".into(),
+                ..Default::default()
+            }),
+            type_url: kind.type_url().into(),
+            resource_names_subscribe: subscribe.to_vec(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        };
+    let live_before = live_kib();
+    let mut deltas: Vec<DeltaStream> = Vec::with_capacity(DELTA_STREAMS);
+    let t = Instant::now();
+    for _ in 0..DELTA_STREAMS {
+        let mut s = DeltaStream::new(Variant::Aggregated);
+        s.handle_request(delta_request(ResourceType::Cluster, &[], "", true))
+            .expect("ok");
+        s.handle_request(delta_request(ResourceType::Endpoint, &names, "", false))
+            .expect("ok");
+        s.handle_snapshot(Arc::clone(&changed));
+        while let Some(r) = s.poll_response(Instant::now()) {
+            assert_eq!(r.resources.len(), CLUSTERS);
+            s.handle_request(delta_request(r.kind, &[], &r.nonce, false))
+                .expect("ack");
+        }
+        deltas.push(s);
+    }
+    let per_stream = t.elapsed() / DELTA_STREAMS as u32;
+    let live_after = live_kib();
+    write_files(dir.path(), |_| "1s");
+    cache.publish(config::load(&paths, &options).expect("loads"));
+    let back = cache.current().snapshot_for("bench", "");
+    let t = Instant::now();
+    for s in &mut deltas {
+        s.handle_snapshot(Arc::clone(&back));
+        let mut sent = 0;
+        while let Some(r) = s.poll_response(Instant::now()) {
+            assert_eq!(r.resources.len(), 1, "delta sends what changed");
+            sent += 1;
+            let nonce = r.nonce.clone();
+            let kind = r.kind;
+            let wire = WireDeltaResponse::new(r, Arc::clone(&control_plane));
+            let mut buf = Vec::with_capacity(wire.encoded_len());
+            wire.encode(&mut buf).expect("buffer sized by encoded_len");
+            s.handle_request(delta_request(kind, &[], &nonce, false))
+                .expect("ack");
+        }
+        assert_eq!(sent, 2, "CDS, then EDS for warming (P28)");
+    }
+    println!(
+        "{DELTA_STREAMS} delta streams, each sent CDS + EDS of {CLUSTERS}: {per_stream:?} per stream; {} KiB live heap per stream of state; one cluster changed: {:?} per stream to decide, build and encode CDS (1) + EDS (1)",
+        live_after.saturating_sub(live_before) / DELTA_STREAMS,
+        t.elapsed() / DELTA_STREAMS as u32
     );
 }

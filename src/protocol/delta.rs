@@ -13,7 +13,7 @@
 //! an argument (`now`), for heartbeats: [`DeltaStream::poll_timeout`] says when to call
 //! [`DeltaStream::poll_response`] again.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,30 +82,68 @@ pub struct DeltaStream {
     events: VecDeque<Event>,
 }
 
-/// What the client holds of one resource.
+/// What the client holds of one resource. A set of these, keyed by name through `Borrow<str>`,
+/// is the stream's name -> version map; a resource sent shares its name with the snapshot
+/// instead of copying it, which keeps large delta subscriptions small per stream.
 #[derive(Clone, Debug)]
 enum Held {
     /// Sent on this stream.
     Sent(Arc<Resource>),
-    /// Listed in `initial_resource_versions` (P23).
-    Claimed(String),
+    /// Listed in `initial_resource_versions` (P23): name and version.
+    Claimed(Box<(String, String)>),
 }
 
 impl Held {
+    fn name(&self) -> &str {
+        match self {
+            Held::Sent(r) => &r.name,
+            Held::Claimed(c) => &c.0,
+        }
+    }
+
     fn version(&self) -> &str {
         match self {
             Held::Sent(r) => &r.version,
-            Held::Claimed(v) => v,
+            Held::Claimed(c) => &c.1,
         }
     }
 }
+
+impl std::borrow::Borrow<str> for Held {
+    fn borrow(&self) -> &str {
+        self.name()
+    }
+}
+
+impl std::hash::Hash for Held {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state)
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Held) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Held {}
 
 /// The response in flight, and what the client held before it, to restore on a NACK.
 #[derive(Debug)]
 struct InFlight {
     nonce: String,
     version: String,
-    before: Vec<(String, Option<Held>)>,
+    before: Vec<Before>,
+}
+
+/// What the client held of one name before a response changed it.
+#[derive(Debug)]
+enum Before {
+    /// Nothing: the response added this resource (the common case, so no name is copied).
+    Nothing(Arc<Resource>),
+    /// This.
+    Held(Held),
 }
 
 /// One type's sub-stream.
@@ -114,15 +152,14 @@ struct TypeState {
     requested: bool,
     subscription: Subscription,
     /// Name -> what the client holds (as far as the server knows).
-    held: HashMap<String, Held>,
+    held: HashSet<Held>,
     /// The snapshot `held` was last reconciled with; names changed since then are looked at
     /// on the next response.
     basis: Option<Arc<TypeSnapshot>>,
     /// Names (as subscribed: resource names, aliases, VHDS namespaces) to look at on the next
-    /// response.
-    dirty: BTreeSet<String>,
-    /// Of `dirty`, those to send even when the client holds their version (P21, P22, P28).
-    force: HashSet<String>,
+    /// response, each with whether to send it even when the client holds its version (P21,
+    /// P22, P28).
+    dirty: BTreeMap<String, bool>,
     /// Look at every resource: the wildcard was just added.
     full: bool,
     /// The first response for a wildcard goes out even when empty, so the client knows the
@@ -137,33 +174,51 @@ struct TypeState {
 }
 
 impl TypeState {
-    /// Record what the client holds of `name`, remembering the former value for a NACK.
-    fn set_held(
-        &mut self,
-        name: &str,
-        now: Option<Held>,
-        before: &mut Vec<(String, Option<Held>)>,
-    ) {
-        let old = match now {
-            Some(h) => self.held.insert(name.to_string(), h),
-            None => self.held.remove(name),
-        };
-        before.push((name.to_string(), old));
+    /// Record that the client now holds `resource`, remembering the former value for a NACK.
+    fn hold(&mut self, resource: &Arc<Resource>, before: &mut Vec<Before>) {
+        before.push(match self.held.replace(Held::Sent(Arc::clone(resource))) {
+            None => Before::Nothing(Arc::clone(resource)),
+            Some(old) => Before::Held(old),
+        });
+    }
+
+    /// Record that the client no longer holds `name`, remembering the former value.
+    fn release(&mut self, name: &str, before: &mut Vec<Before>) {
+        self.heartbeats.remove(name);
+        if let Some(old) = self.held.take(name) {
+            before.push(Before::Held(old));
+        }
+    }
+
+    /// A NACK: the client keeps what it had before the rejected response.
+    fn restore(&mut self, before: Vec<Before>) {
+        for b in before.into_iter().rev() {
+            match b {
+                Before::Nothing(r) => {
+                    self.heartbeats.remove(&r.name);
+                    self.held.remove(r.name.as_str());
+                }
+                Before::Held(old) => {
+                    self.held.replace(old);
+                }
+            }
+        }
     }
 
     /// Forget resources the subscription no longer covers (the client drops them itself).
     fn forget_uncovered(&mut self, current: &TypeSnapshot) {
         let subscription = &self.subscription;
         self.held
-            .retain(|name, held| match current.resources.get(name) {
+            .retain(|held| match current.resources.get(held.name()) {
                 Some(r) => subscription.covers_resource(r),
                 None => match held {
                     Held::Sent(r) => subscription.covers_resource(r),
-                    Held::Claimed(_) => subscription.covers(name),
+                    Held::Claimed(c) => subscription.covers(&c.0),
                 },
             });
         let held = &self.held;
-        self.heartbeats.retain(|name, _| held.contains_key(name));
+        self.heartbeats
+            .retain(|name, _| held.contains(name.as_str()));
     }
 }
 
@@ -197,7 +252,7 @@ impl DeltaStream {
         self.types[kind.index()]
             .held
             .iter()
-            .map(|(n, h)| (n.as_str(), h.version()))
+            .map(|h| (h.name(), h.version()))
             .collect()
     }
 
@@ -220,16 +275,7 @@ impl DeltaStream {
             match st.in_flight.take() {
                 Some(flight) if flight.nonce == nonce => match request.error_detail {
                     Some(status) => {
-                        // The client keeps what it had before the rejected response.
-                        for (name, before) in flight.before.into_iter().rev() {
-                            match before {
-                                Some(h) => st.held.insert(name, h),
-                                None => {
-                                    st.heartbeats.remove(&name);
-                                    st.held.remove(&name)
-                                }
-                            };
-                        }
+                        st.restore(flight.before);
                         st.state = SyncState::Nacked {
                             nonce,
                             rejected_version: flight.version.clone(),
@@ -266,9 +312,9 @@ impl DeltaStream {
         let mut claimed = HashSet::new();
         if first {
             for (name, version) in request.initial_resource_versions {
-                st.dirty.insert(name.clone());
+                st.dirty.entry(name.clone()).or_insert(false);
                 claimed.insert(name.clone());
-                st.held.insert(name, Held::Claimed(version));
+                st.held.replace(Held::Claimed(Box::new((name, version))));
             }
         }
         let change = st.subscription.apply_delta(
@@ -276,18 +322,6 @@ impl DeltaStream {
             &request.resource_names_subscribe,
             &request.resource_names_unsubscribe,
         );
-        if change.wildcard_added
-            || change.wildcard_dropped
-            || !change.subscribed.is_empty()
-            || !change.unsubscribed.is_empty()
-        {
-            self.events.push_back(Event::Subscribed {
-                kind,
-                wildcard: st.subscription.is_wildcard(),
-                subscribed: change.subscribed.clone(),
-                unsubscribed: change.unsubscribed.clone(),
-            });
-        }
         if change.wildcard_added {
             st.full = true;
             st.announce |= first;
@@ -295,10 +329,8 @@ impl DeltaStream {
         // P21: named in subscribe, so sent even if the client seems to have it; except what
         // it has just told us it holds (P23).
         for name in change.subscribed.iter().chain(&change.resubscribed) {
-            st.dirty.insert(name.clone());
-            if !claimed.contains(name) {
-                st.force.insert(name.clone());
-            }
+            let forced = !claimed.contains(name);
+            *st.dirty.entry(name.clone()).or_default() |= forced;
         }
         let empty = TypeSnapshot::default();
         let current = current.as_deref().unwrap_or(&empty);
@@ -310,16 +342,26 @@ impl DeltaStream {
             if st.subscription.is_wildcard() {
                 // P22: still covered by the wildcard, or reported removed; either way the
                 // client hears about it again.
-                st.held.remove(name);
-                st.dirty.insert(name.clone());
-                st.force.insert(name.clone());
+                st.held.remove(name.as_str());
+                st.dirty.insert(name.clone(), true);
             } else {
                 st.dirty.remove(name);
-                st.force.remove(name);
             }
         }
         if !change.unsubscribed.is_empty() && !st.subscription.is_wildcard() {
             st.forget_uncovered(current);
+        }
+        if change.wildcard_added
+            || change.wildcard_dropped
+            || !change.subscribed.is_empty()
+            || !change.unsubscribed.is_empty()
+        {
+            self.events.push_back(Event::Subscribed {
+                kind,
+                wildcard: st.subscription.is_wildcard(),
+                subscribed: change.subscribed,
+                unsubscribed: change.unsubscribed,
+            });
         }
         Ok(())
     }
@@ -375,13 +417,14 @@ impl DeltaStream {
             for name in current.changes_since(basis).iter() {
                 match current.resources.get(name) {
                     Some(r) if st.subscription.covers_resource(r) => {
-                        if st.held.get(name).map(Held::version) != Some(r.version.as_str()) {
+                        if st.held.get(name.as_str()).map(Held::version) != Some(r.version.as_str())
+                        {
                             send.insert(&r.name, (r, false));
                         }
                     }
                     Some(_) => {}
                     None => {
-                        if st.held.contains_key(name) {
+                        if st.held.contains(name.as_str()) {
                             removed.insert(name.clone());
                         }
                     }
@@ -391,19 +434,18 @@ impl DeltaStream {
         // A wildcard just added: everything the client lacks.
         if std::mem::take(&mut st.full) {
             for r in current.resources.values() {
-                if st.held.get(&r.name).map(Held::version) != Some(r.version.as_str()) {
+                if st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str()) {
                     send.insert(&r.name, (r, false));
                 }
             }
         }
         // Names subscribed, re-subscribed, unsubscribed under a wildcard, or claimed (P20..P23).
-        for name in std::mem::take(&mut st.dirty) {
-            let forced = st.force.remove(&name);
+        for (name, forced) in std::mem::take(&mut st.dirty) {
             let found = current.resolve(kind, &name);
             if found.is_empty() {
                 if kind == ResourceType::VirtualHost
                     && namespace_of(kind, &name).is_some()
-                    && !st.held.contains_key(&name)
+                    && !st.held.contains(name.as_str())
                 {
                     unresolved.push(name);
                 } else {
@@ -414,16 +456,15 @@ impl DeltaStream {
             }
             for r in found {
                 if !st.subscription.covers_resource(r) {
-                    st.held.remove(&r.name);
+                    st.held.remove(r.name.as_str());
                     st.heartbeats.remove(&r.name);
                 } else if forced
-                    || st.held.get(&r.name).map(Held::version) != Some(r.version.as_str())
+                    || st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str())
                 {
                     send.insert(&r.name, (r, false));
                 }
             }
         }
-        st.force.clear();
         // Heartbeats due, for TTL'd resources the client holds unchanged (P25).
         let due: Vec<String> = st
             .heartbeats
@@ -433,7 +474,10 @@ impl DeltaStream {
             .collect();
         for name in due {
             match current.resources.get(&name) {
-                Some(r) if st.held.get(&name).map(Held::version) == Some(r.version.as_str()) => {
+                Some(r)
+                    if st.held.get(name.as_str()).map(Held::version)
+                        == Some(r.version.as_str()) =>
+                {
                     send.entry(&r.name).or_insert((r, true));
                 }
                 // Changed or gone: the diff above sends or removes it.
@@ -464,7 +508,7 @@ impl DeltaStream {
                 }
             }
             if !heartbeat {
-                st.set_held(&r.name, Some(Held::Sent(Arc::clone(r))), &mut before);
+                st.hold(r, &mut before);
                 if let Some(cla) = &r.warms_with {
                     warming.push(cla.clone());
                 }
@@ -482,8 +526,7 @@ impl DeltaStream {
                 .map(|alias| unresolved_alias(alias, &current.version)),
         );
         for name in &removed {
-            st.heartbeats.remove(name);
-            st.set_held(name, None, &mut before);
+            st.release(name, &mut before);
         }
         self.nonces += 1;
         let nonce = self.nonces.to_string();
@@ -501,9 +544,8 @@ impl DeltaStream {
         if kind == ResourceType::Cluster {
             let eds = &mut self.types[ResourceType::Endpoint.index()];
             for cla in warming {
-                if eds.held.contains_key(&cla) {
-                    eds.dirty.insert(cla.clone());
-                    eds.force.insert(cla);
+                if eds.held.contains(cla.as_str()) {
+                    eds.dirty.insert(cla, true);
                 }
             }
         }
