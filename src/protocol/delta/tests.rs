@@ -617,6 +617,8 @@ fn model_client_converges_to_its_subscription() {
         };
         subscribed.extend(first.iter().cloned());
         let mut current = snap(&[]);
+        // Names unsubscribed under the wildcard, which the server answers for (P22).
+        let mut told: std::collections::BTreeSet<String> = Default::default();
         s.handle_snapshot(Arc::clone(&current));
         let mut request = req(Cluster, &[], &[], "");
         request.resource_names_subscribe = first;
@@ -648,8 +650,9 @@ fn model_client_converges_to_its_subscription() {
                     };
                     if name == "*" {
                         wildcard = false;
-                    } else {
-                        subscribed.remove(&name);
+                    } else if subscribed.remove(&name) && wildcard {
+                        // P22: answered even though only unsubscribed.
+                        told.insert(name.clone());
                     }
                     s.handle_request(req(Cluster, &[], &[&name], ""))
                         .expect("ok");
@@ -659,13 +662,21 @@ fn model_client_converges_to_its_subscription() {
             }
             while let Some(r) = s.poll_response(Instant::now()) {
                 for d in &r.resources {
+                    // Only what the client subscribes to (P14, P15).
+                    assert!(wildcard || subscribed.contains(&d.resource.name));
                     client.insert(d.resource.name.clone(), d.resource.version.clone());
                 }
                 for n in &r.removed {
+                    // Only what it holds, or a name it asked for that is not there (P19, P20).
+                    assert!(
+                        client.contains_key(n) || subscribed.contains(n) || told.contains(n),
+                        "removed {n}"
+                    );
                     client.remove(n);
                 }
                 ack(&mut s, &r);
             }
+            told.clear();
             let want: BTreeMap<String, String> = current
                 .get(Cluster)
                 .resources
