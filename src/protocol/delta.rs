@@ -174,6 +174,15 @@ struct TypeState {
 }
 
 impl TypeState {
+    /// The client holds `resource` unchanged from before this stream (P23), so it is not sent
+    /// again; if it has a TTL, the client's clock for it has been running since then, so a
+    /// heartbeat goes out now rather than a third of the TTL from now (P25).
+    fn refresh_soon(&mut self, resource: &Resource, now: Instant) {
+        if resource.ttl.is_some() && !self.heartbeats.contains_key(&resource.name) {
+            self.heartbeats.insert(resource.name.clone(), now);
+        }
+    }
+
     /// Record that the client now holds `resource`, remembering the former value for a NACK.
     fn hold(&mut self, resource: &Arc<Resource>, before: &mut Vec<Before>) {
         before.push(match self.held.replace(Held::Sent(Arc::clone(resource))) {
@@ -436,6 +445,8 @@ impl DeltaStream {
             for r in current.resources.values() {
                 if st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str()) {
                     send.insert(&r.name, (r, false));
+                } else if ttl_ok {
+                    st.refresh_soon(r, now);
                 }
             }
         }
@@ -462,6 +473,8 @@ impl DeltaStream {
                     || st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str())
                 {
                     send.insert(&r.name, (r, false));
+                } else if ttl_ok {
+                    st.refresh_soon(r, now);
                 }
             }
         }

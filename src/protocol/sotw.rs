@@ -279,7 +279,8 @@ impl SotwStream {
                     st.state = SyncState::Acked {
                         version: current.version.clone(),
                     };
-                    st.refresh_at = next_refresh;
+                    // Its TTLs have been running since the last stream: refresh now.
+                    st.refresh_at = next_refresh.map(|_| now);
                     return None;
                 }
                 // P10: an empty LDS/CDS answer to a wildcard means "none"; for other types an

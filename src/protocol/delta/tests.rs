@@ -515,6 +515,25 @@ fn p25_ttl_and_heartbeats_only_for_clients_that_support_them() {
 }
 
 #[test]
+fn p23_p25_a_ttl_resource_claimed_on_reconnect_gets_a_heartbeat_at_once() {
+    let ttl = Duration::from_secs(3);
+    let a = Arc::new(res(Cluster, "a", "1").with_ttl(Some(ttl)));
+    let mut s = ads();
+    s.handle_snapshot(Arc::new(Snapshot::from_resources(&[Arc::clone(&a)])));
+    let mut first = req(Cluster, &["*"], &[], "");
+    first.node = Some(node(&[FEATURE_RESOURCE_TTL]));
+    first.initial_resource_versions = HashMap::from([("a".to_string(), a.version.clone())]);
+    s.handle_request(first).expect("ok");
+    let t0 = Instant::now();
+    let r = s.poll_response(t0).expect("a heartbeat, not the resource");
+    assert_eq!(names(&r), ["a"]);
+    assert!(!r.resources[0].body);
+    assert_eq!(r.resources[0].ttl, Some(ttl));
+    ack(&mut s, &r);
+    assert_eq!(s.poll_timeout(), Some(t0 + ttl / 3));
+}
+
+#[test]
 fn p25_removing_a_ttl_sends_the_resource_without_one() {
     let t0 = Instant::now();
     let with = Arc::new(Snapshot::from_resources(&[Arc::new(

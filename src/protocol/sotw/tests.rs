@@ -727,3 +727,32 @@ fn p26_ttl_wrapping_and_refresh_only_for_resource_in_sotw_clients() {
         }
     }
 }
+
+#[test]
+fn p13_p26_a_reconnecting_client_with_the_current_version_gets_its_ttls_refreshed_at_once() {
+    use crate::protocol::{FEATURE_RESOURCE_IN_SOTW, FEATURE_RESOURCE_TTL};
+    use std::time::Duration;
+    let items = [Arc::new(
+        Resource::new(Cluster, "a", "1", vec![], None).with_ttl(Some(Duration::from_secs(3))),
+    )];
+    let snapshot = Arc::new(Snapshot::from_resources(&items));
+    let version = snapshot.get(Cluster).version.clone();
+    let mut s = SotwStream::new(Variant::Aggregated);
+    let mut first = req(Cluster, &[], &version, "");
+    first.node = Some(Node {
+        client_features: vec![FEATURE_RESOURCE_TTL.into(), FEATURE_RESOURCE_IN_SOTW.into()],
+        ..node("n1")
+    });
+    s.handle_request(first).expect("ok");
+    s.handle_snapshot(snapshot);
+    let t0 = Instant::now();
+    assert!(s.poll_response(t0).is_none(), "P13: nothing new to send");
+    assert_eq!(
+        s.poll_timeout(),
+        Some(t0),
+        "but the TTL is refreshed at once"
+    );
+    let r = s.poll_response(t0).expect("the refresh");
+    assert_eq!(r.version, version);
+    assert!(r.wrap_ttl);
+}
