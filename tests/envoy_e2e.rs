@@ -301,15 +301,37 @@ async fn p28_cluster_only_change_leaves_warming_at_once(api: Api) {
 /// The config source of a per-type gRPC stream to Switchyard (no ADS).
 const PER_TYPE_SOURCE: &str = "{ resource_api_version: V3, api_config_source: { api_type: GRPC, transport_api_version: V3, grpc_services: [{ envoy_grpc: { cluster_name: switchyard } }] } }";
 
-/// The ADS fixtures, with each `ads: {}` config source made a per-type gRPC stream.
-fn per_type(ads_config: &str) -> String {
-    ads_config.replace("{ ads: {}, resource_api_version: V3 }", PER_TYPE_SOURCE)
+impl Api {
+    /// `api_type: GRPC` made this API's.
+    fn api_type(self, text: &str) -> String {
+        match self {
+            Api::Sotw => text.to_string(),
+            Api::Delta => text.replace("api_type: GRPC", "api_type: DELTA_GRPC"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_per_type_services_serve_envoy_without_ads() {
+async fn e2e_sotw_per_type_services_serve_envoy_without_ads() {
+    per_type_services_serve_envoy_without_ads(Api::Sotw).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_per_type_services_serve_envoy_without_ads() {
+    per_type_services_serve_envoy_without_ads(Api::Delta).await;
+}
+
+async fn per_type_services_serve_envoy_without_ads(api: Api) {
     let Some(envoy_bin) = envoy_binary() else {
         return;
+    };
+    let node = api.node("e2e-per-type");
+    // The ADS fixtures, with each `ads: {}` config source made a per-type stream.
+    let per_type = |ads_config: &str| {
+        ads_config.replace(
+            "{ ads: {}, resource_api_version: V3 }",
+            &api.api_type(PER_TYPE_SOURCE),
+        )
     };
     let (a, b) = (
         Upstream::start("upstream-a").await,
@@ -337,11 +359,20 @@ async fn e2e_per_type_services_serve_envoy_without_ads() {
     );
     write(&config, "routes.yaml", &route_to("main", "a"));
     let switchyard = Switchyard::start(&config, dir.path()).await;
-    let envoy = Envoy::start_from(
-        "bootstrap-per-type.yaml",
+    let bootstrap = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/envoy/bootstrap-per-type.yaml"),
+    )
+    .expect("example bootstrap");
+    assert!(
+        bootstrap.contains("api_type: GRPC"),
+        "fixture changed shape"
+    );
+    let envoy = Envoy::start_from_text(
+        &api.api_type(&bootstrap),
         &envoy_bin,
         switchyard.port,
-        "e2e-per-type",
+        &node,
         dir.path(),
     )
     .await;
@@ -361,7 +392,11 @@ async fn e2e_per_type_services_serve_envoy_without_ads() {
         assert!(
             switchyard.logged(
                 "xDS stream opened.",
-                &[("node", "e2e-per-type"), ("stream", stream)]
+                &[
+                    ("node", node.as_str()),
+                    ("stream", stream),
+                    ("protocol", api.protocol())
+                ]
             ),
             "no {stream} stream"
         );

@@ -268,12 +268,23 @@ impl Envoy {
         node_id: &str,
         dir: &Path,
     ) -> Envoy {
-        let admin_port = free_port();
         let example = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("examples/envoy")
             .join(bootstrap);
-        let bootstrap = std::fs::read_to_string(&example)
-            .expect("example bootstrap")
+        let text = std::fs::read_to_string(&example).expect("example bootstrap");
+        Envoy::start_from_text(&text, binary, xds_port, node_id, dir).await
+    }
+
+    /// Start from a bootstrap's text, its ports and node id replaced as in `start_from`.
+    pub async fn start_from_text(
+        text: &str,
+        binary: &Path,
+        xds_port: u16,
+        node_id: &str,
+        dir: &Path,
+    ) -> Envoy {
+        let admin_port = free_port();
+        let bootstrap = text
             .replace("port_value: 9901", &format!("port_value: {admin_port}"))
             .replace("port_value: 18000", &format!("port_value: {xds_port}"))
             .replace("id: edge-1", &format!("id: {node_id}"));
