@@ -471,6 +471,30 @@ fn p24_virtual_hosts_by_alias_and_by_route_config_namespace() {
 }
 
 #[test]
+fn p24_unsubscribe_by_alias_forgets_the_resource() {
+    let items = [Arc::new(
+        res(VirtualHost, "rc/shop", "1").with_aliases(strings(&["rc/shop.example.com"])),
+    )];
+    let mut s = ads();
+    s.handle_snapshot(Arc::new(Snapshot::from_resources(&items)));
+    s.handle_request(req(VirtualHost, &["rc/shop.example.com"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    ack(&mut s, &r);
+    assert_eq!(s.held(VirtualHost).len(), 1);
+    s.handle_request(req(VirtualHost, &[], &["rc/shop.example.com"], ""))
+        .expect("ok");
+    none(&mut s);
+    assert!(s.held(VirtualHost).is_empty(), "no longer the client's");
+    // A change to it is not sent.
+    let changed = [Arc::new(
+        res(VirtualHost, "rc/shop", "2").with_aliases(strings(&["rc/shop.example.com"])),
+    )];
+    s.handle_snapshot(Arc::new(Snapshot::from_resources(&changed)));
+    none(&mut s);
+}
+
+#[test]
 fn p25_ttl_and_heartbeats_only_for_clients_that_support_them() {
     let ttl = Duration::from_secs(3);
     let items = [
