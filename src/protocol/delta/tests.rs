@@ -643,12 +643,15 @@ fn per_type_streams_serve_only_their_type() {
 }
 
 /// Model-based check: a simulated client applies every response (resources replace,
-/// removals delete) and ACKs; after each random step it must hold exactly what its
-/// subscription covers, at current versions.
+/// removals delete) and ACKs, or in some runs NACKs at random (keeping what it had); random
+/// steps change the snapshot and subscribe or unsubscribe. After each step the server's view
+/// of what the client runs must be exactly what it runs (P17), and, in runs without NACKs,
+/// that must be what its subscription covers at current versions.
 #[test]
 fn model_client_converges_to_its_subscription() {
     let mut next = crate::testing::rng(0xdead_beef_cafe_f00d);
-    for _ in 0..150 {
+    for _ in 0..300 {
+        let nacks = next(2) == 0;
         let mut s = ads();
         let mut client: BTreeMap<String, String> = BTreeMap::new();
         let mut wildcard = next(2) == 0;
@@ -694,8 +697,10 @@ fn model_client_converges_to_its_subscription() {
                     if name == "*" {
                         wildcard = false;
                     } else if subscribed.remove(&name) && wildcard {
-                        // P22: answered even though only unsubscribed.
+                        // P22: the client drops it and is told again, though it only
+                        // unsubscribed.
                         told.insert(name.clone());
+                        client.remove(&name);
                     }
                     s.handle_request(req(Cluster, &[], &[&name], ""))
                         .expect("ok");
@@ -704,6 +709,11 @@ fn model_client_converges_to_its_subscription() {
                 }
             }
             while let Some(r) = s.poll_response(Instant::now()) {
+                if nacks && next(3) == 0 {
+                    s.handle_request(nack(Cluster, &r.nonce, "no"))
+                        .expect("nack");
+                    continue;
+                }
                 for d in &r.resources {
                     // Only what the client subscribes to (P14, P15).
                     assert!(wildcard || subscribed.contains(&d.resource.name));
@@ -720,6 +730,15 @@ fn model_client_converges_to_its_subscription() {
                 ack(&mut s, &r);
             }
             told.clear();
+            let held: BTreeMap<String, String> = s
+                .held(Cluster)
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect();
+            assert_eq!(held, client, "the server knows what the client runs (P17)");
+            if nacks {
+                continue;
+            }
             let want: BTreeMap<String, String> = current
                 .get(Cluster)
                 .resources
