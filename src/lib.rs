@@ -14,8 +14,9 @@
 //!   error; a failed load changes nothing.
 //! - [`cache`] publishes each good config as a generation and builds one [`cache::Snapshot`]
 //!   per node group, sharing the loaded resources by `Arc`.
-//! - [`protocol`] decides, per stream and type, what to send (subscriptions, nonces, ACK/NACK);
-//!   no IO.
+//! - [`protocol`] decides, per stream and type, what to send (subscriptions, nonces, ACK/NACK,
+//!   TTL heartbeats), as two state machines, State of the World and delta; no IO, and time
+//!   only as an argument.
 //! - [`server`] runs the gRPC services that feed the protocol and write what it returns,
 //!   straight from the resources' shared bytes.
 //! - [`watch`] reloads on file changes; [`cli`] is the command line.

@@ -4,10 +4,15 @@
 //! versions, ACK/NACK bookkeeping, and the decision of what may be sent next. The tonic
 //! services (`server`) are thin adapters around it.
 //!
+//! Two machines share this vocabulary: [`SotwStream`] (State of the World) and [`DeltaStream`]
+//! (incremental), with the subscription logic ([`Subscription`]), node and type checks shared.
+//!
 //! Call order (in the vocabulary of quinn-proto): feed inputs with `handle_request` (each
 //! message from the client) and `handle_snapshot` (each new snapshot of the cache for this
-//! stream's node); then drain outputs with `poll_response` until it returns `None`, and
-//! `poll_event` for what happened (ACKs, NACKs), for logs and metrics.
+//! stream's node); then drain outputs with `poll_response(now)` until it returns `None`, and
+//! `poll_event` for what happened (ACKs, NACKs, subscription changes), for logs and metrics.
+//! `poll_timeout` says when to call `poll_response` again with no new input (TTL refreshes);
+//! time comes in only as that `now` argument.
 //!
 //! Rules are cited by number from `shared/xds-protocol.md` (P1..P31).
 
