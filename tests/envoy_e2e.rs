@@ -43,6 +43,34 @@ impl Api {
     }
 }
 
+/// One `#[tokio::test]` per API for each `async fn(Api)` scenario: `<scenario>::sotw` and
+/// `<scenario>::delta`.
+macro_rules! over_both_apis {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sotw() {
+                super::$scenario(super::Api::Sotw).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn delta() {
+                super::$scenario(super::Api::Delta).await;
+            }
+        }
+    )*};
+}
+
+over_both_apis!(
+    e2e_config_arrives_and_a_route_edit_moves_traffic,
+    e2e_broken_yaml_leaves_the_last_good_snapshot_serving,
+    e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one,
+    e2e_p28_cluster_only_change_leaves_warming_at_once,
+    e2e_per_type_services_serve_envoy_without_ads,
+    e2e_p19_endpoint_removal_reaches_envoy,
+    e2e_p25_ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops,
+);
+
 /// Two upstreams, clusters `a` and `b` to them, a listener, and a route to `a`.
 struct Fleet {
     _a: Upstream,
@@ -124,17 +152,7 @@ impl Fleet {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_sotw_config_arrives_and_a_route_edit_moves_traffic() {
-    config_arrives_and_a_route_edit_moves_traffic(Api::Sotw).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_delta_config_arrives_and_a_route_edit_moves_traffic() {
-    config_arrives_and_a_route_edit_moves_traffic(Api::Delta).await;
-}
-
-async fn config_arrives_and_a_route_edit_moves_traffic(api: Api) {
+async fn e2e_config_arrives_and_a_route_edit_moves_traffic(api: Api) {
     let node = api.node("e2e-route");
     let Some(fleet) = Fleet::start(api, &node).await else {
         return;
@@ -166,17 +184,7 @@ async fn config_arrives_and_a_route_edit_moves_traffic(api: Api) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_sotw_broken_yaml_leaves_the_last_good_snapshot_serving() {
-    broken_yaml_leaves_the_last_good_snapshot_serving(Api::Sotw).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_delta_broken_yaml_leaves_the_last_good_snapshot_serving() {
-    broken_yaml_leaves_the_last_good_snapshot_serving(Api::Delta).await;
-}
-
-async fn broken_yaml_leaves_the_last_good_snapshot_serving(api: Api) {
+async fn e2e_broken_yaml_leaves_the_last_good_snapshot_serving(api: Api) {
     let node = api.node("e2e-broken");
     let Some(fleet) = Fleet::start(api, &node).await else {
         return;
@@ -212,17 +220,7 @@ async fn broken_yaml_leaves_the_last_good_snapshot_serving(api: Api) {
     fleet.expect_traffic_to("upstream-b").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_sotw_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one() {
-    p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(Api::Sotw).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_delta_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one() {
-    p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(Api::Delta).await;
-}
-
-async fn p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(api: Api) {
+async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(api: Api) {
     let node = api.node("e2e-nack");
     let Some(fleet) = Fleet::start(api, &node).await else {
         return;
@@ -272,17 +270,7 @@ async fn p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one(
     assert!(fixed.is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_sotw_p28_cluster_only_change_leaves_warming_at_once() {
-    p28_cluster_only_change_leaves_warming_at_once(Api::Sotw).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_delta_p28_cluster_only_change_leaves_warming_at_once() {
-    p28_cluster_only_change_leaves_warming_at_once(Api::Delta).await;
-}
-
-async fn p28_cluster_only_change_leaves_warming_at_once(api: Api) {
+async fn e2e_p28_cluster_only_change_leaves_warming_at_once(api: Api) {
     let node = api.node("e2e-warm");
     let Some(fleet) = Fleet::start(api, &node).await else {
         return;
@@ -311,17 +299,7 @@ impl Api {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_sotw_per_type_services_serve_envoy_without_ads() {
-    per_type_services_serve_envoy_without_ads(Api::Sotw).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_delta_per_type_services_serve_envoy_without_ads() {
-    per_type_services_serve_envoy_without_ads(Api::Delta).await;
-}
-
-async fn per_type_services_serve_envoy_without_ads(api: Api) {
+async fn e2e_per_type_services_serve_envoy_without_ads(api: Api) {
     let Some(envoy_bin) = envoy_binary() else {
         return;
     };
@@ -420,19 +398,9 @@ async fn per_type_services_serve_envoy_without_ads(api: Api) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_sotw_endpoint_removal_reaches_envoy() {
-    endpoint_removal_reaches_envoy(Api::Sotw).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_delta_endpoint_removal_reaches_envoy() {
-    endpoint_removal_reaches_envoy(Api::Delta).await;
-}
-
 /// Cluster `a`'s endpoints grow to both upstreams, then lose upstream-a: Envoy must stop
 /// sending to it.
-async fn endpoint_removal_reaches_envoy(api: Api) {
+async fn e2e_p19_endpoint_removal_reaches_envoy(api: Api) {
     let node = api.node("e2e-endpoints");
     let Some(fleet) = Fleet::start(api, &node).await else {
         return;
@@ -470,19 +438,9 @@ async fn endpoint_removal_reaches_envoy(api: Api) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_sotw_p25_ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops() {
-    ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops(Api::Sotw).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_delta_p25_ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops() {
-    ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops(Api::Delta).await;
-}
-
 /// A cluster with a 2 s TTL stays while Switchyard refreshes it, and goes once Switchyard is
 /// gone; a cluster without a TTL stays.
-async fn ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops(api: Api) {
+async fn e2e_p25_ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops(api: Api) {
     let node = api.node("e2e-ttl");
     let Some(mut fleet) = Fleet::start(api, &node).await else {
         return;
