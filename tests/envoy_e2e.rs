@@ -7,7 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use support::envoy::{envoy_binary, eventually, free_port, http_get, Envoy, Switchyard, Upstream};
+use support::envoy::{
+    envoy_binary, eventually, free_port, http_get, http_get_host, Envoy, Switchyard, Upstream,
+};
 use support::{eds_cluster, rds_listener, route_to, write};
 
 /// How long config may take to reach Envoy.
@@ -510,25 +512,7 @@ async fn e2e_delta_p24_vhds_virtual_hosts_reach_envoy() {
         "vhosts.yaml",
         &format!("virtual_hosts:\n{}", vhost("x.example.com", "b")),
     );
-    let get = |host: &'static str| {
-        let port = fleet.listener;
-        async move {
-            let client = reqwest::Client::builder()
-                .timeout(Duration::from_secs(2))
-                .build()
-                .ok()?;
-            let r = client
-                .get(format!("http://127.0.0.1:{port}/"))
-                .header("host", host)
-                .send()
-                .await
-                .ok()?;
-            if !r.status().is_success() {
-                return None;
-            }
-            r.text().await.ok()
-        }
-    };
+    let get = |host: &'static str| http_get_host(fleet.listener, Some(host));
     let arrived = eventually(ARRIVE, || async {
         get("x.example.com").await.as_deref() == Some("upstream-b")
     })

@@ -177,17 +177,22 @@ impl Drop for Upstream {
     }
 }
 
-/// The body of GET http://127.0.0.1:port/, if any.
+/// The body of a successful GET http://127.0.0.1:port/, if any.
 pub async fn http_get(port: u16) -> Option<String> {
+    http_get_host(port, None).await
+}
+
+/// The body of a successful GET http://127.0.0.1:port/ with this Host header, if any.
+pub async fn http_get_host(port: u16, host: Option<&str>) -> Option<String> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
         .ok()?;
-    let response = client
-        .get(format!("http://127.0.0.1:{port}/"))
-        .send()
-        .await
-        .ok()?;
+    let mut request = client.get(format!("http://127.0.0.1:{port}/"));
+    if let Some(host) = host {
+        request = request.header("host", host);
+    }
+    let response = request.send().await.ok()?;
     if !response.status().is_success() {
         return None;
     }

@@ -236,12 +236,7 @@ impl XdsClient {
 
     /// The next response; panics after [`WAIT`] or if the stream ends.
     pub async fn recv(&mut self) -> DiscoveryResponse {
-        match tokio::time::timeout(WAIT, self.responses.message()).await {
-            Ok(Ok(Some(r))) => r,
-            Ok(Ok(None)) => panic!("stream ended"),
-            Ok(Err(status)) => panic!("stream failed: {status:?}"),
-            Err(_) => panic!("no response within {WAIT:?}"),
-        }
+        next_message(&mut self.responses).await
     }
 
     /// The next response, which must be of `kind`.
@@ -258,11 +253,26 @@ impl XdsClient {
 
     /// The status the stream ends with.
     pub async fn recv_error(&mut self) -> tonic::Status {
-        match tokio::time::timeout(WAIT, self.responses.message()).await {
-            Ok(Err(status)) => status,
-            Ok(Ok(other)) => panic!("expected an error status, got {other:?}"),
-            Err(_) => panic!("no status within {WAIT:?}"),
-        }
+        end_status(&mut self.responses).await
+    }
+}
+
+/// The next message of a response stream; panics after [`WAIT`] or if the stream ends.
+async fn next_message<T>(responses: &mut Streaming<T>) -> T {
+    match tokio::time::timeout(WAIT, responses.message()).await {
+        Ok(Ok(Some(r))) => r,
+        Ok(Ok(None)) => panic!("stream ended"),
+        Ok(Err(status)) => panic!("stream failed: {status:?}"),
+        Err(_) => panic!("no response within {WAIT:?}"),
+    }
+}
+
+/// The status a response stream ends with; panics on a message or after [`WAIT`].
+async fn end_status<T: std::fmt::Debug>(responses: &mut Streaming<T>) -> tonic::Status {
+    match tokio::time::timeout(WAIT, responses.message()).await {
+        Ok(Err(status)) => status,
+        Ok(Ok(other)) => panic!("expected an error status, got {other:?}"),
+        Err(_) => panic!("no status within {WAIT:?}"),
     }
 }
 
@@ -341,21 +351,12 @@ impl DeltaClient {
 
     /// The next response; panics after [`WAIT`] or if the stream ends.
     pub async fn recv(&mut self) -> DeltaDiscoveryResponse {
-        match tokio::time::timeout(WAIT, self.responses.message()).await {
-            Ok(Ok(Some(r))) => r,
-            Ok(Ok(None)) => panic!("stream ended"),
-            Ok(Err(status)) => panic!("stream failed: {status:?}"),
-            Err(_) => panic!("no response within {WAIT:?}"),
-        }
+        next_message(&mut self.responses).await
     }
 
     /// The status the stream ends with.
     pub async fn recv_error(&mut self) -> tonic::Status {
-        match tokio::time::timeout(WAIT, self.responses.message()).await {
-            Ok(Err(status)) => status,
-            Ok(Ok(other)) => panic!("expected an error status, got {other:?}"),
-            Err(_) => panic!("no status within {WAIT:?}"),
-        }
+        end_status(&mut self.responses).await
     }
 }
 
