@@ -390,10 +390,13 @@ impl DeltaStream {
             .find_map(|&kind| self.respond(kind, &snapshot, now))
     }
 
-    /// When the next heartbeat is due, if any: call `poll_response` then.
+    /// When the next heartbeat is due, if any: call `poll_response` then. A type with a
+    /// response in flight has none: its ACK or NACK is the next input anyway (and a timeout
+    /// already past would otherwise wake the caller in a loop).
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.types
             .iter()
+            .filter(|st| st.in_flight.is_none())
             .filter_map(|st| st.heartbeats.values().min())
             .min()
             .copied()

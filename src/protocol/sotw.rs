@@ -232,8 +232,14 @@ impl SotwStream {
     }
 
     /// When TTL'd resources are next due to be refreshed, if any: call `poll_response` then.
+    /// A type without a pending request has none: a refresh needs one, and the request is the
+    /// next input anyway (a timeout already past would otherwise wake the caller in a loop).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.types.iter().filter_map(|st| st.refresh_at).min()
+        self.types
+            .iter()
+            .filter(|st| st.pending)
+            .filter_map(|st| st.refresh_at)
+            .min()
     }
 
     /// The next event (ACK, NACK, stale request), if any.
@@ -259,12 +265,15 @@ impl SotwStream {
         let rewarm = !st.rewarm.is_empty() && selected.iter().any(|r| st.rewarm.contains(&r.name));
         let refresh = st.refresh_at.is_some_and(|at| at <= now);
         // The next refresh: a third of the shortest TTL among what the client will have.
-        let next_refresh = selected
-            .iter()
-            .filter_map(|r| r.ttl)
-            .min()
-            .filter(|_| wrap_ttl)
+        let next_refresh = wrap_ttl
+            .then(|| selected.iter().filter_map(|r| r.ttl).min())
+            .flatten()
             .map(|ttl| now + heartbeat_interval(ttl));
+        if refresh {
+            // This refresh is being handled: whatever happens below, the next one is due from
+            // now (never left in the past, which would wake the stream in a loop).
+            st.refresh_at = next_refresh;
+        }
 
         // What to send, if anything.
         let payload: Vec<&Arc<Resource>> = match &st.given {

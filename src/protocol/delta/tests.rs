@@ -520,6 +520,15 @@ fn p25_ttl_and_heartbeats_only_for_clients_that_support_them() {
         "not before it is due"
     );
     let hb = s.poll_response(due).expect("a heartbeat");
+    assert_eq!(
+        s.poll_timeout(),
+        None,
+        "nothing to wake for until the heartbeat's ACK"
+    );
+    assert!(
+        s.poll_response(due + ttl).is_none(),
+        "one response in flight"
+    );
     assert_eq!(names(&hb), ["a"]);
     assert!(!hb.resources[0].body, "a heartbeat has no body");
     assert_eq!(hb.resources[0].ttl, Some(ttl));

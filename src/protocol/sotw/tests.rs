@@ -718,6 +718,11 @@ fn p26_ttl_wrapping_and_refresh_only_for_resource_in_sotw_clients() {
             assert_eq!(due, t0 + ttl / 3);
             assert!(s.poll_response(t0).is_none(), "not before it is due");
             let refresh = s.poll_response(due).expect("refresh");
+            assert_eq!(
+                s.poll_timeout(),
+                None,
+                "nothing to wake for until the next request"
+            );
             let names: Vec<_> = refresh.resources.iter().map(|r| r.name.as_str()).collect();
             assert_eq!(names, ["a"], "EDS: only the TTL'd resource, same version");
             assert_eq!(refresh.version, r.version);
@@ -755,4 +760,37 @@ fn p13_p26_a_reconnecting_client_with_the_current_version_gets_its_ttls_refreshe
     let r = s.poll_response(t0).expect("the refresh");
     assert_eq!(r.version, version);
     assert!(r.wrap_ttl);
+}
+
+#[test]
+fn p26_a_due_refresh_with_nothing_ttld_left_is_not_left_in_the_past() {
+    use crate::protocol::{FEATURE_RESOURCE_IN_SOTW, FEATURE_RESOURCE_TTL};
+    use std::time::Duration;
+    let ttl = Duration::from_secs(3);
+    let with = Arc::new(Snapshot::from_resources(&[Arc::new(
+        Resource::new(Endpoint, "a", "1", vec![], None).with_ttl(Some(ttl)),
+    )]));
+    let mut s = SotwStream::new(Variant::Aggregated);
+    let mut first = req(Endpoint, &["a"], "", "");
+    first.node = Some(Node {
+        client_features: vec![FEATURE_RESOURCE_TTL.into(), FEATURE_RESOURCE_IN_SOTW.into()],
+        ..node("n1")
+    });
+    s.handle_request(first).expect("ok");
+    s.handle_snapshot(with);
+    let t0 = Instant::now();
+    let r = s.poll_response(t0).expect("sent");
+    let mut ack = req(Endpoint, &["a"], &r.version, &r.nonce);
+    ack.node = None;
+    s.handle_request(ack).expect("ack");
+    // The client now asks for nothing; the refresh falls due with nothing to send.
+    let mut other = req(Endpoint, &[], &r.version, &r.nonce);
+    other.node = None;
+    s.handle_request(other).expect("ok");
+    let later = t0 + ttl;
+    while s.poll_response(later).is_some() {}
+    assert!(
+        s.poll_timeout().is_none_or(|at| at > later),
+        "a refresh time in the past would wake the stream in a loop"
+    );
 }
