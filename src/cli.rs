@@ -31,8 +31,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the snapshot files to Envoy over xDS (ADS and per-type State of the World),
-    /// reloading them when they change.
+    /// Serve the snapshot files to Envoy over xDS (State of the World and incremental, ADS
+    /// and per-type), reloading them when they change.
     Serve(ServeArgs),
     /// Load the snapshot files and report every problem; exit 0 when they load, 1 when not.
     Validate(ConfigArgs),
