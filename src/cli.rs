@@ -1,9 +1,10 @@
-//! The command line: `switchyard serve` and `switchyard validate`.
+//! The command line: `switchyard serve`, `switchyard validate` and `switchyard status`.
 //!
-//! Owns: flags, logging setup, exit codes, and wiring config -> cache -> server -> watcher.
-//! This is the binary's edge, so errors here are `anyhow` and end in an exit code:
-//! 0 success, 1 a failure at run time or an invalid config under `validate`,
-//! 64 (EX_USAGE) bad flags or a config that cannot load at start.
+//! Owns: flags, logging setup, exit codes, wiring config -> cache -> server -> watcher and the
+//! admin server, and printing `/status` as a table. This is the binary's edge, so errors here
+//! are `anyhow` and end in an exit code: 0 success, 1 a failure at run time or an invalid
+//! config under `validate`, 2 `status` found a node NACKing, 64 (EX_USAGE) bad flags or a
+//! config that cannot load at start.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,10 +16,15 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cache::Cache;
 use crate::config::{self, LoadOptions};
+use crate::fleet::Fleet;
 use crate::watch::Reloader;
 
 /// Exit code for bad flags or a config that cannot load at start (sysexits EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
+/// Exit code of `switchyard status` when a node rejected its latest configuration.
+pub const EXIT_NACKED: u8 = 2;
+/// The admin server's default address.
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:19000";
 
 /// Switchyard: an xDS management server for Envoy fleets, driven by YAML/JSON snapshot
 /// files.
@@ -36,6 +42,27 @@ pub enum Command {
     Serve(ServeArgs),
     /// Load the snapshot files and report every problem; exit 0 when they load, 1 when not.
     Validate(ConfigArgs),
+    /// Show every connected proxy's sync state per type, from a running server's admin API;
+    /// exit 2 when any proxy is NACKing, 1 when the server cannot be asked.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The running server's admin address.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADMIN_ADDR)]
+    pub admin_addr: SocketAddr,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// One row per node, a column per type.
+    Table,
+    /// The admin API's /status JSON.
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -56,6 +83,9 @@ pub struct ServeArgs {
     /// Address for the xDS gRPC server.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:18000")]
     pub xds_addr: SocketAddr,
+    /// Address for the admin HTTP server (/healthz, /readyz, /status).
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADMIN_ADDR)]
+    pub admin_addr: SocketAddr,
     /// Log filter: a level for Switchyard's own logs (error, warn, info, debug, trace; other
     /// libraries stay at warn), or a full tracing directive such as `info,h2=debug`.
     #[arg(long, value_name = "FILTER", default_value = "info")]
@@ -90,6 +120,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate(&args),
         Command::Serve(args) => serve(args),
+        Command::Status(args) => status(&args),
     }
 }
 
@@ -172,31 +203,181 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             "the configuration cannot be loaded, not starting: {failure}"
         ))
     })?;
-    let listener = tokio::net::TcpListener::bind(args.xds_addr)
-        .await
-        .map_err(|e| {
-            Failure::Runtime(anyhow::anyhow!(
-                "cannot listen on --xds-addr {}: {e}",
-                args.xds_addr
-            ))
-        })?;
+    let bind = |addr: SocketAddr, flag: &'static str| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot listen on {flag} {addr}: {e}")))
+    };
+    let admin_listener = bind(args.admin_addr, "--admin-addr").await?;
+    let listener = bind(args.xds_addr, "--xds-addr").await?;
     let local = listener
         .local_addr()
         .map_err(|e| Failure::Runtime(e.into()))?;
-    tracing::info!(xds_addr = %local, "Serving xDS.");
+    let admin_local = admin_listener
+        .local_addr()
+        .map_err(|e| Failure::Runtime(e.into()))?;
+    let fleet = Arc::new(Fleet::default());
+    tracing::info!(xds_addr = %local, admin_addr = %admin_local, "Serving xDS.");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let watcher = tokio::spawn(Arc::clone(&reloader).watch(stopped(stop_rx.clone())));
+    let admin = crate::admin::Admin {
+        fleet: Arc::clone(&fleet),
+        cache: Arc::clone(&cache),
+        reloader,
+    };
+    // Started once the xDS listener is bound, so /readyz needs only a loaded config.
+    let admin_task = tokio::spawn(crate::admin::serve(
+        admin_listener,
+        admin,
+        stopped(stop_rx.clone()),
+    ));
     tokio::spawn(async move {
         signalled.await;
         let _ = stop_tx.send(true);
     });
-    let served = crate::server::serve(listener, cache, stopped(stop_rx)).await;
+    let served = crate::server::serve(listener, cache, fleet, stopped(stop_rx)).await;
     let _ = watcher.await;
+    match admin_task.await {
+        Ok(Err(e)) => tracing::error!("{e}"),
+        Err(e) => tracing::error!("admin server task: {e}"),
+        Ok(Ok(())) => {}
+    }
     served.map_err(|e| Failure::Runtime(e.into()))
+}
+
+/// `switchyard status`: ask a running server's admin API and print what every proxy has.
+fn status(args: &StatusArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let fetched = runtime.block_on(fetch_status(args.admin_addr));
+    let (status, body) = match fetched {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match args.output {
+        Output::Json => println!("{body}"),
+        Output::Table => print!("{}", status_table(&status)),
+    }
+    if status.any_nacked() {
+        ExitCode::from(EXIT_NACKED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+async fn fetch_status(addr: SocketAddr) -> anyhow::Result<(crate::admin::Status, String)> {
+    let url = format!("http://{addr}/status");
+    let response = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()?
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach the admin API at {url}: {e}"))?;
+    let code = response.status();
+    let body = response.text().await?;
+    if !code.is_success() {
+        anyhow::bail!("{url} answered {code}: {}", body.trim());
+    }
+    let status = serde_json::from_str(&body)
+        .map_err(|e| anyhow::anyhow!("{url} did not answer with a Switchyard status: {e}"))?;
+    Ok((status, body))
+}
+
+/// The table `switchyard status` prints: one row per node, a column per type any node asked
+/// for, then the NACK texts and the last config load.
+pub fn status_table(status: &crate::admin::Status) -> String {
+    use crate::resource::ResourceType;
+    let kinds: Vec<&str> = ResourceType::ALL
+        .iter()
+        .map(|k| k.short_name())
+        .filter(|k| status.nodes.iter().any(|n| n.types.contains_key(*k)))
+        .collect();
+    let mut rows: Vec<Vec<String>> = vec![["NODE", "CLUSTER", "STREAMS", "AGENT"]
+        .iter()
+        .map(|h| h.to_string())
+        .chain(kinds.iter().map(|k| k.to_string()))
+        .collect()];
+    for n in &status.nodes {
+        let streams: Vec<String> = n
+            .streams
+            .iter()
+            .map(|s| format!("{}/{}", s.stream, s.protocol))
+            .collect();
+        let agent = format!("{} {}", n.user_agent, n.user_agent_version)
+            .trim()
+            .to_string();
+        let mut row = vec![
+            n.node_id.clone(),
+            n.node_cluster.clone(),
+            streams.join(","),
+            agent,
+        ];
+        row.extend(kinds.iter().map(|k| {
+            n.types
+                .get(*k)
+                .map_or_else(|| "-".to_string(), |t| t.state.replace('_', " "))
+        }));
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    for n in &status.nodes {
+        for (kind, t) in &n.types {
+            if let Some(error) = &t.error {
+                out.push_str(&format!(
+                    "\nNACKED {} {kind} (rejected version {}): {error}\n",
+                    n.node_id,
+                    t.rejected_version.as_deref().unwrap_or("?")
+                ));
+            }
+        }
+    }
+    match &status.config {
+        Some(c) if c.ok => out.push_str(&format!(
+            "\nconfig: generation {} loaded at {}, {} warning(s)\n",
+            c.generation,
+            c.at,
+            c.warnings.len()
+        )),
+        Some(c) => {
+            out.push_str(&format!(
+                "\nconfig: the last load at {} FAILED (still serving generation {}):\n",
+                c.at, c.generation
+            ));
+            for e in &c.errors {
+                out.push_str(&format!("  {e}\n"));
+            }
+        }
+        None => out.push_str("\nconfig: nothing loaded yet\n"),
+    }
+    out
 }
 
 /// A future that completes on SIGINT or SIGTERM. The handlers are installed when this is

@@ -22,9 +22,11 @@
 //! - [`watch`] reloads on file changes; [`cli`] is the command line.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod fleet;
 pub mod protocol;
 pub mod resource;
 pub mod server;

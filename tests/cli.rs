@@ -158,6 +158,8 @@ fn serve_stops_cleanly_on_sigterm() {
             "serve",
             "--xds-addr",
             "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
             "--config",
             &examples(),
         ])

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
-use super::Variant;
 use super::{heartbeat_interval, ClientFeatures, Event, ProtocolError, Subscription, SyncState};
+use super::{TypeStatus, Variant};
 use crate::cache::{Snapshot, TypeSnapshot};
 use crate::resource::{namespace_of, Resource, ResourceType};
 
@@ -253,6 +253,15 @@ impl DeltaStream {
     /// What the client has of `kind`: the last response's ACK/NACK state.
     pub fn state(&self, kind: ResourceType) -> &SyncState {
         &self.types[kind.index()].state
+    }
+
+    /// What the server knows of `kind` on this stream, if the client asked for it.
+    pub fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
+        let st = &self.types[kind.index()];
+        st.requested.then(|| TypeStatus {
+            state: st.state.clone(),
+            acked_version: st.acked_version.clone(),
+        })
     }
 
     /// The resources of `kind` the client runs, as name -> version, in name order. After a

@@ -133,6 +133,35 @@ pub enum SyncState {
     },
 }
 
+impl SyncState {
+    /// The version of the latest response, if any was sent.
+    pub fn sent_version(&self) -> Option<&str> {
+        match self {
+            SyncState::NotSent => None,
+            SyncState::Sent { version, .. } | SyncState::Acked { version } => Some(version),
+            SyncState::Nacked {
+                rejected_version, ..
+            } => Some(rejected_version),
+        }
+    }
+
+    /// The nonce of the latest response the state names, if any.
+    pub fn nonce(&self) -> Option<&str> {
+        match self {
+            SyncState::Sent { nonce, .. } | SyncState::Nacked { nonce, .. } => Some(nonce),
+            SyncState::NotSent | SyncState::Acked { .. } => None,
+        }
+    }
+}
+
+/// What the server knows of one type on one stream, for operators (`/status`, CSDS).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TypeStatus {
+    pub state: SyncState,
+    /// The version the client last ACKed; empty before its first ACK.
+    pub acked_version: String,
+}
+
 /// Something that happened on a stream, for logs and metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {

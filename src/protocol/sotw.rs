@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
 use super::{heartbeat_interval, ClientFeatures, Event, ProtocolError, Response, Subscription};
-use super::{SyncState, Variant};
+use super::{SyncState, TypeStatus, Variant};
 use crate::cache::{Snapshot, TypeSnapshot};
 use crate::resource::{Resource, ResourceType};
 
@@ -61,6 +61,8 @@ struct TypeState {
     /// When the TTL'd resources the client has are due to be sent again (P25, P26).
     refresh_at: Option<Instant>,
     state: SyncState,
+    /// The version the client last ACKed (or had, by P13, when the stream opened).
+    acked_version: String,
 }
 
 /// What a client has of one type: exactly what `subscription` selects from `snapshot`.
@@ -154,6 +156,15 @@ impl SotwStream {
         &self.types[kind.index()].state
     }
 
+    /// What the server knows of `kind` on this stream, if the client asked for it.
+    pub fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
+        let st = &self.types[kind.index()];
+        st.requested.then(|| TypeStatus {
+            state: st.state.clone(),
+            acked_version: st.acked_version.clone(),
+        })
+    }
+
     /// Take in one request from the client. An error ends the stream.
     pub fn handle_request(&mut self, request: DiscoveryRequest) -> Result<(), ProtocolError> {
         let kind = super::request_type(self.variant, &request.type_url)?;
@@ -199,6 +210,7 @@ impl SotwStream {
                     }
                     // P4: an ACK of the latest response.
                     None => {
+                        st.acked_version.clone_from(&version);
                         st.state = SyncState::Acked {
                             version: version.clone(),
                         };
@@ -285,6 +297,7 @@ impl SotwStream {
                     && st.initial_version.as_deref() == Some(current.version.as_str())
                 {
                     st.given = Some(Given::new(current, &st.subscription));
+                    st.acked_version.clone_from(&current.version);
                     st.state = SyncState::Acked {
                         version: current.version.clone(),
                     };

@@ -22,6 +22,7 @@ use super::status;
 use super::stream::{spawn, Machine, Responses};
 use super::{MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
 use crate::cache::Cache;
+use crate::fleet::Fleet;
 use crate::protocol::{DeltaStream, SotwStream, Variant};
 use crate::resource::ResourceType;
 
@@ -29,12 +30,13 @@ use crate::resource::ResourceType;
 #[derive(Clone, Debug)]
 pub struct XdsServer {
     cache: Arc<Cache>,
+    fleet: Arc<Fleet>,
     stop: watch::Receiver<bool>,
 }
 
 impl XdsServer {
-    pub fn new(cache: Arc<Cache>, stop: watch::Receiver<bool>) -> XdsServer {
-        XdsServer { cache, stop }
+    pub fn new(cache: Arc<Cache>, fleet: Arc<Fleet>, stop: watch::Receiver<bool>) -> XdsServer {
+        XdsServer { cache, fleet, stop }
     }
 }
 
@@ -236,6 +238,7 @@ impl<M: Machine> StreamingService<M::Request> for Handler<M> {
         let responses = spawn::<M>(
             self.variant,
             Arc::clone(&self.server.cache),
+            Arc::clone(&self.server.fleet),
             request.into_inner(),
             peer,
             self.server.stop.clone(),

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::cache::Cache;
+use crate::fleet::Fleet;
 
 /// Largest request accepted (a delta reconnect can list every resource it has).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
@@ -47,15 +48,17 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Serve xDS on `listener` from `cache` until `shutdown` completes; then end every stream
-/// and wait (up to [`DRAIN_TIMEOUT`]) for connections to close.
+/// Serve xDS on `listener` from `cache`, reporting every stream in `fleet`, until `shutdown`
+/// completes; then end every stream and wait (up to [`DRAIN_TIMEOUT`]) for connections to
+/// close.
 pub async fn serve(
     listener: TcpListener,
     cache: Arc<Cache>,
+    fleet: Arc<Fleet>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let xds = grpc::XdsServer::new(cache, stop_rx);
+    let xds = grpc::XdsServer::new(cache, fleet, stop_rx);
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))

@@ -16,7 +16,8 @@ use tonic::{Status, Streaming};
 use super::status;
 use super::wire::{WireDeltaResponse, WireResponse};
 use crate::cache::{Cache, Generation, Snapshot};
-use crate::protocol::{DeltaStream, Event, ProtocolError, SotwStream, Variant};
+use crate::fleet::{Fleet, StreamHandle, StreamReport};
+use crate::protocol::{DeltaStream, Event, ProtocolError, SotwStream, TypeStatus, Variant};
 use crate::resource::ResourceType;
 
 /// Responses buffered per stream before the task waits for the client to read.
@@ -45,6 +46,8 @@ pub trait Machine: Send + 'static {
     fn poll_event(&mut self) -> Option<Event>;
     /// When to call `poll_wire` again without any input (heartbeats).
     fn poll_timeout(&self) -> Option<Instant>;
+    /// What the server knows of `kind`, if the client asked for it.
+    fn status(&self, kind: ResourceType) -> Option<TypeStatus>;
 }
 
 impl Machine for SotwStream {
@@ -83,6 +86,9 @@ impl Machine for SotwStream {
     }
     fn poll_timeout(&self) -> Option<Instant> {
         SotwStream::poll_timeout(self)
+    }
+    fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
+        SotwStream::status(self, kind)
     }
 }
 
@@ -124,24 +130,29 @@ impl Machine for DeltaStream {
     fn poll_timeout(&self) -> Option<Instant> {
         DeltaStream::poll_timeout(self)
     }
+    fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
+        DeltaStream::status(self, kind)
+    }
 }
 
 /// Start the task that runs one stream, and return its response stream.
 pub fn spawn<M: Machine>(
     variant: Variant,
     cache: Arc<Cache>,
+    fleet: Arc<Fleet>,
     requests: Streaming<M::Request>,
     peer: Option<SocketAddr>,
     stop: watch::Receiver<bool>,
 ) -> Responses<M::Wire> {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-    tokio::spawn(run::<M>(variant, cache, requests, peer, stop, tx));
+    tokio::spawn(run::<M>(variant, cache, fleet, requests, peer, stop, tx));
     Box::pin(ReceiverStream::new(rx))
 }
 
 async fn run<M: Machine>(
     variant: Variant,
     cache: Arc<Cache>,
+    fleet: Arc<Fleet>,
     mut requests: Streaming<M::Request>,
     peer: Option<SocketAddr>,
     mut stop: watch::Receiver<bool>,
@@ -153,6 +164,8 @@ async fn run<M: Machine>(
     let control_plane: Arc<str> = super::control_plane_id().into();
     let mut generations = cache.subscribe();
     let mut node_id: Option<String> = None;
+    // Listed in the fleet from the first request (which names the node) until the end.
+    let mut listed: Option<StreamHandle> = None;
     let reason: String = loop {
         let timeout = machine.poll_timeout();
         tokio::select! {
@@ -166,6 +179,18 @@ async fn run<M: Machine>(
                         if let Some(node) = machine.node() {
                             tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, features = ?node.client_features, "xDS stream opened.");
                             node_id = Some(node.id.clone());
+                            listed = Some(fleet.open(StreamReport {
+                                node_id: node.id.clone(),
+                                node_cluster: node.cluster.clone(),
+                                user_agent: node.user_agent_name.clone(),
+                                user_agent_version: user_agent_version(node),
+                                client_features: node.client_features.clone(),
+                                peer: peer.clone(),
+                                stream: variant.to_string(),
+                                protocol,
+                                connected_since: std::time::SystemTime::now(),
+                                types: Default::default(),
+                            }));
                             let generation = Arc::clone(&generations.borrow_and_update());
                             attach(&mut machine, &generation);
                         }
@@ -207,11 +232,33 @@ async fn run<M: Machine>(
                 break;
             }
         }
+        if let Some(listed) = &listed {
+            listed.update(
+                ResourceType::ALL
+                    .iter()
+                    .filter_map(|&kind| machine.status(kind).map(|s| (kind, s))),
+            );
+        }
         if gone {
             break "closed by the client".into();
         }
     };
+    drop(listed);
     tracing::info!(node = node_id.as_deref().unwrap_or(""), %peer, stream = %variant, protocol, %reason, "xDS stream closed.");
+}
+
+/// `node.user_agent_version`, or the build version's `major.minor.patch` (Envoy sends that).
+fn user_agent_version(node: &Node) -> String {
+    use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
+    match &node.user_agent_version_type {
+        Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),
+        Some(UserAgentVersionType::UserAgentBuildVersion(b)) => b
+            .version
+            .as_ref()
+            .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
+            .unwrap_or_default(),
+        None => String::new(),
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

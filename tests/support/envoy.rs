@@ -199,15 +199,17 @@ pub async fn http_get_host(port: u16, host: Option<&str>) -> Option<String> {
     response.text().await.ok()
 }
 
-/// The `switchyard serve` binary on a free port, logging JSON.
+/// The `switchyard serve` binary on free ports (xDS and admin), logging JSON.
 pub struct Switchyard {
     pub process: Process,
     pub port: u16,
+    pub admin_port: u16,
 }
 
 impl Switchyard {
     pub async fn start(config: &Path, log_dir: &Path) -> Switchyard {
         let port = free_port();
+        let admin_port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
         cmd.args([
             "serve",
@@ -219,7 +221,9 @@ impl Switchyard {
         ])
         .arg(config)
         .arg("--xds-addr")
-        .arg(format!("127.0.0.1:{port}"));
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--admin-addr")
+        .arg(format!("127.0.0.1:{admin_port}"));
         let process = Process::spawn("switchyard", cmd, log_dir.join("switchyard.log"));
         let up = eventually(Duration::from_secs(10), || async move {
             tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -228,7 +232,36 @@ impl Switchyard {
         })
         .await;
         assert!(up.is_some(), "switchyard did not listen on {port}");
-        Switchyard { process, port }
+        Switchyard {
+            process,
+            port,
+            admin_port,
+        }
+    }
+
+    /// `GET /status` from the admin API, parsed.
+    pub async fn status(&self) -> Option<switchyard::admin::Status> {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/status", self.admin_port))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// `switchyard status --admin-addr <this server's>` with `args`: (exit code, stdout).
+    pub fn status_command(&self, args: &[&str]) -> (Option<i32>, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["status", "--admin-addr"])
+            .arg(format!("127.0.0.1:{}", self.admin_port))
+            .args(args)
+            .output()
+            .expect("switchyard status runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     }
 
     /// The JSON log lines so far.

@@ -17,6 +17,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use switchyard::cache::Cache;
 use switchyard::config::LoadOptions;
+use switchyard::fleet::Fleet;
 use switchyard::resource::ResourceType;
 use switchyard::watch::Reloader;
 use tokio::sync::{mpsc, oneshot};
@@ -32,6 +33,9 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// on timing.
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The admin HTTP server (/healthz, /readyz, /status).
+    pub admin_addr: SocketAddr,
+    admin_task: tokio::task::JoinHandle<()>,
     pub dir: tempfile::TempDir,
     pub cache: Arc<Cache>,
     pub reloader: Arc<Reloader>,
@@ -59,15 +63,33 @@ impl TestServer {
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();
         let server_cache = Arc::clone(&cache);
+        let fleet = Arc::new(Fleet::default());
+        let server_fleet = Arc::clone(&fleet);
         let task = tokio::spawn(async move {
-            switchyard::server::serve(listener, server_cache, async {
+            switchyard::server::serve(listener, server_cache, server_fleet, async {
                 let _ = stopped.await;
             })
             .await
             .expect("server runs");
         });
+        let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind admin");
+        let admin_addr = admin_listener.local_addr().expect("admin addr");
+        let admin = switchyard::admin::Admin {
+            fleet,
+            cache: Arc::clone(&cache),
+            reloader: Arc::clone(&reloader),
+        };
+        let admin_task = tokio::spawn(async move {
+            switchyard::admin::serve(admin_listener, admin, std::future::pending())
+                .await
+                .expect("admin server runs");
+        });
         TestServer {
             addr,
+            admin_addr,
+            admin_task,
             dir,
             cache,
             reloader,
@@ -104,6 +126,22 @@ impl TestServer {
         XdsClient::ads(self.channel().await, node(id, "test")).await
     }
 
+    /// `GET path` on the admin server: (status code, body).
+    pub async fn admin_get(&self, path: &str) -> (u16, String) {
+        let r = reqwest::get(format!("http://{}{path}", self.admin_addr))
+            .await
+            .expect("admin answers");
+        let code = r.status().as_u16();
+        (code, r.text().await.expect("body"))
+    }
+
+    /// `GET /status`, parsed.
+    pub async fn status(&self) -> switchyard::admin::Status {
+        let (code, body) = self.admin_get("/status").await;
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).expect("status JSON")
+    }
+
     /// An Incremental ADS client for node `id` (node.cluster "test").
     pub async fn delta(&self, id: &str) -> DeltaClient {
         DeltaClient::ads(self.channel().await, node(id, "test")).await
@@ -124,6 +162,7 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
+        self.admin_task.abort();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

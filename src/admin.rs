@@ -1,0 +1,199 @@
+//! The admin HTTP server (`--admin-addr`, default 127.0.0.1:19000): what operators and
+//! orchestrators ask of a running Switchyard.
+//!
+//! Owns: the routes `/healthz` (alive), `/readyz` (a good snapshot is loaded; the admin
+//! server is started only once the xDS listener is bound) and `/status` (every connected node's sync state per type, and the last
+//! config load), their JSON shapes, and serving them until shutdown. Must not: change the
+//! cache or any stream; it only reads the [`Fleet`], the [`Cache`] and the [`Reloader`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+use crate::cache::Cache;
+use crate::fleet::{format_time, Fleet, StreamReport, TypeReport};
+use crate::watch::Reloader;
+
+/// What the admin routes read.
+#[derive(Clone, Debug)]
+pub struct Admin {
+    pub fleet: Arc<Fleet>,
+    pub cache: Arc<Cache>,
+    pub reloader: Arc<Reloader>,
+}
+
+/// The admin server failed (binding is the caller's; this is serving).
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("admin HTTP server: {0}")]
+    Serve(#[from] std::io::Error),
+}
+
+/// `GET /status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Status {
+    /// One entry per connected node (by node id), in node id order.
+    pub nodes: Vec<NodeStatus>,
+    /// The last config load, or `None` before the first.
+    pub config: Option<ConfigStatus>,
+}
+
+/// One connected node: who it is, its streams, and per type what it has.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node_id: String,
+    pub node_cluster: String,
+    pub user_agent: String,
+    pub user_agent_version: String,
+    pub client_features: Vec<String>,
+    pub streams: Vec<StreamStatus>,
+    /// By type (`CDS`, `EDS`, ...), from whichever of its streams serves that type.
+    pub types: BTreeMap<String, TypeStatusJson>,
+}
+
+/// One open stream of a node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StreamStatus {
+    pub peer: String,
+    /// `ADS` or a type (`CDS`, ...) for a per-type service.
+    pub stream: String,
+    /// `sotw` or `delta`.
+    pub protocol: String,
+    pub connected_since: String,
+}
+
+/// One type of one node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TypeStatusJson {
+    /// `SYNCED`, `NOT_SENT`, `STALE` (sent, not yet ACKed) or `NACKED`.
+    pub state: String,
+    pub version_sent: String,
+    pub version_acked: String,
+    pub nonce: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected_version: Option<String>,
+    pub last_change: String,
+}
+
+/// The last config load.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ConfigStatus {
+    pub ok: bool,
+    pub at: String,
+    /// The generation serving (0: nothing loaded yet).
+    pub generation: u64,
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+impl From<&TypeReport> for TypeStatusJson {
+    fn from(t: &TypeReport) -> Self {
+        TypeStatusJson {
+            state: t.state.to_string(),
+            version_sent: t.version_sent.clone(),
+            version_acked: t.version_acked.clone(),
+            nonce: t.nonce.clone(),
+            error: t.error.clone(),
+            rejected_version: t.rejected_version.clone(),
+            last_change: format_time(t.last_change),
+        }
+    }
+}
+
+impl Status {
+    /// Group stream reports by node.
+    pub fn from_reports(reports: Vec<StreamReport>, config: Option<ConfigStatus>) -> Status {
+        let mut nodes: BTreeMap<String, NodeStatus> = BTreeMap::new();
+        for r in reports {
+            let node = nodes
+                .entry(r.node_id.clone())
+                .or_insert_with(|| NodeStatus {
+                    node_id: r.node_id.clone(),
+                    node_cluster: r.node_cluster.clone(),
+                    user_agent: r.user_agent.clone(),
+                    user_agent_version: r.user_agent_version.clone(),
+                    client_features: r.client_features.clone(),
+                    streams: Vec::new(),
+                    types: BTreeMap::new(),
+                });
+            node.streams.push(StreamStatus {
+                peer: r.peer.clone(),
+                stream: r.stream.clone(),
+                protocol: r.protocol.to_string(),
+                connected_since: format_time(r.connected_since),
+            });
+            for (kind, t) in &r.types {
+                node.types.insert(kind.to_string(), t.into());
+            }
+        }
+        Status {
+            nodes: nodes.into_values().collect(),
+            config,
+        }
+    }
+
+    /// Whether any node rejected any type's latest response.
+    pub fn any_nacked(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.types.values().any(|t| t.state == "NACKED"))
+    }
+}
+
+/// The admin routes.
+pub fn router(admin: Admin) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/status", get(status))
+        .with_state(admin)
+}
+
+/// Serve `router(admin)` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    admin: Admin,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AdminError> {
+    axum::serve(listener, router(admin))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(admin): State<Admin>) -> Response {
+    if admin.cache.current().number > 0 {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no configuration loaded yet\n",
+        )
+            .into_response()
+    }
+}
+
+async fn status(State(admin): State<Admin>) -> Json<Status> {
+    let config = admin.reloader.last_report().map(|r| ConfigStatus {
+        ok: r.ok(),
+        at: format_time(r.at),
+        generation: r.generation,
+        errors: r.errors.clone(),
+        warnings: r.warnings.clone(),
+    });
+    Json(Status::from_reports(admin.fleet.reports(), config))
+}

@@ -1,0 +1,254 @@
+//! What every connected proxy has: one report per open xDS stream, kept up to date by the
+//! stream's task and read by the admin API (`/status`) and the metrics.
+//!
+//! Owns: the registry of open streams and, per stream, the node's identity and, per type, the
+//! version sent, the version ACKed, the latest nonce, the sync state (with the proxy's NACK
+//! text) and when it last changed. Must not: decide anything about the protocol (it copies
+//! what `protocol` reports) or serve HTTP (`admin`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use crate::protocol::{SyncState, TypeStatus};
+use crate::resource::ResourceType;
+
+/// Every open stream's report.
+#[derive(Debug, Default)]
+pub struct Fleet {
+    next_id: AtomicU64,
+    streams: Mutex<BTreeMap<u64, StreamReport>>,
+}
+
+/// Who is on a stream, and how.
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamReport {
+    pub node_id: String,
+    pub node_cluster: String,
+    pub user_agent: String,
+    pub user_agent_version: String,
+    pub client_features: Vec<String>,
+    pub peer: String,
+    /// `ADS` or the type of a per-type service (`CDS`, ...).
+    pub stream: String,
+    /// `sotw` or `delta`.
+    pub protocol: &'static str,
+    #[serde(serialize_with = "rfc3339")]
+    pub connected_since: SystemTime,
+    /// By type short name (`CDS`, `EDS`, ...): only the types the client asked for.
+    pub types: BTreeMap<&'static str, TypeReport>,
+}
+
+/// One type on one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TypeReport {
+    /// `SYNCED` (the latest response ACKed), `NOT_SENT`, `STALE` (sent, not yet ACKed) or
+    /// `NACKED`.
+    pub state: &'static str,
+    pub version_sent: String,
+    pub version_acked: String,
+    pub nonce: String,
+    /// For `NACKED`: the proxy's error text and the version it rejected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected_version: Option<String>,
+    #[serde(serialize_with = "rfc3339")]
+    pub last_change: SystemTime,
+}
+
+impl TypeReport {
+    fn new(status: &TypeStatus, now: SystemTime) -> TypeReport {
+        let (error, rejected_version) = match &status.state {
+            SyncState::Nacked {
+                error,
+                rejected_version,
+                ..
+            } => (Some(error.clone()), Some(rejected_version.clone())),
+            _ => (None, None),
+        };
+        TypeReport {
+            state: state_name(&status.state),
+            version_sent: status.state.sent_version().unwrap_or_default().to_string(),
+            version_acked: status.acked_version.clone(),
+            nonce: status.state.nonce().unwrap_or_default().to_string(),
+            error,
+            rejected_version,
+            last_change: now,
+        }
+    }
+
+    /// Equal apart from when it changed.
+    fn same(&self, other: &TypeReport) -> bool {
+        TypeReport {
+            last_change: other.last_change,
+            ..self.clone()
+        } == *other
+    }
+}
+
+/// The name of a state in `/status` and `switchyard status`.
+pub fn state_name(state: &SyncState) -> &'static str {
+    match state {
+        SyncState::NotSent => "NOT_SENT",
+        SyncState::Sent { .. } => "STALE",
+        SyncState::Acked { .. } => "SYNCED",
+        SyncState::Nacked { .. } => "NACKED",
+    }
+}
+
+impl Fleet {
+    /// Register a stream; it stays listed until the returned handle is dropped.
+    pub fn open(self: &Arc<Self>, report: StreamReport) -> StreamHandle {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, report);
+        StreamHandle {
+            fleet: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// Every open stream's report, in the order they opened.
+    pub fn reports(&self) -> Vec<StreamReport> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, StreamReport>> {
+        // A poisoned lock only means a panic elsewhere mid-update; the map is still usable.
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A stream's place in the [`Fleet`]; removes it when dropped (the stream ended).
+#[derive(Debug)]
+pub struct StreamHandle {
+    fleet: Arc<Fleet>,
+    id: u64,
+}
+
+impl StreamHandle {
+    /// Bring the stream's types up to date; `last_change` moves only for types whose report
+    /// changed.
+    pub fn update(&self, statuses: impl IntoIterator<Item = (ResourceType, TypeStatus)>) {
+        let now = SystemTime::now();
+        let mut streams = self.fleet.lock();
+        let Some(report) = streams.get_mut(&self.id) else {
+            return;
+        };
+        for (kind, status) in statuses {
+            let fresh = TypeReport::new(&status, now);
+            match report.types.get_mut(kind.short_name()) {
+                Some(old) if old.same(&fresh) => {}
+                Some(old) => *old = fresh,
+                None => {
+                    report.types.insert(kind.short_name(), fresh);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        self.fleet.lock().remove(&self.id);
+    }
+}
+
+/// RFC 3339 UTC timestamps with milliseconds, as in the JSON logs.
+fn rfc3339<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_time(*t))
+}
+
+/// `2026-11-30T09:19:02.123Z`.
+pub fn format_time(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn report() -> StreamReport {
+        StreamReport {
+            node_id: "n1".into(),
+            node_cluster: "c".into(),
+            user_agent: "envoy".into(),
+            user_agent_version: String::new(),
+            client_features: vec![],
+            peer: "127.0.0.1:1".into(),
+            stream: "ADS".into(),
+            protocol: "sotw",
+            connected_since: SystemTime::UNIX_EPOCH,
+            types: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn streams_are_listed_while_open_and_types_follow_the_protocol_state() {
+        let fleet = Arc::new(Fleet::default());
+        let handle = fleet.open(report());
+        assert_eq!(fleet.reports().len(), 1);
+        handle.update([(
+            ResourceType::Cluster,
+            TypeStatus {
+                state: SyncState::Sent {
+                    nonce: "1".into(),
+                    version: "v1".into(),
+                },
+                acked_version: String::new(),
+            },
+        )]);
+        let cds = fleet.reports()[0].types["CDS"].clone();
+        assert_eq!(
+            (cds.state, cds.version_sent.as_str(), cds.nonce.as_str()),
+            ("STALE", "v1", "1")
+        );
+        // An unchanged state keeps its last_change.
+        std::thread::sleep(Duration::from_millis(5));
+        handle.update([(
+            ResourceType::Cluster,
+            TypeStatus {
+                state: SyncState::Sent {
+                    nonce: "1".into(),
+                    version: "v1".into(),
+                },
+                acked_version: String::new(),
+            },
+        )]);
+        assert_eq!(fleet.reports()[0].types["CDS"].last_change, cds.last_change);
+        handle.update([(
+            ResourceType::Cluster,
+            TypeStatus {
+                state: SyncState::Nacked {
+                    nonce: "1".into(),
+                    rejected_version: "v1".into(),
+                    accepted_version: "v0".into(),
+                    error: "bad".into(),
+                },
+                acked_version: "v0".into(),
+            },
+        )]);
+        let cds = fleet.reports()[0].types["CDS"].clone();
+        assert_eq!(cds.state, "NACKED");
+        assert_eq!(cds.error.as_deref(), Some("bad"));
+        assert_eq!(cds.rejected_version.as_deref(), Some("v1"));
+        assert_eq!(cds.version_acked, "v0");
+        assert!(cds.last_change > SystemTime::UNIX_EPOCH);
+        drop(handle);
+        assert!(fleet.reports().is_empty(), "gone with its stream");
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(
+            format_time(SystemTime::UNIX_EPOCH),
+            "1970-01-01T00:00:00.000Z"
+        );
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_029_169_039);
+        assert_eq!(format_time(t), "2026-11-30T08:59:29.039Z");
+    }
+}

@@ -1,0 +1,232 @@
+//! Integration tests of the admin HTTP server and `switchyard status`, against the whole
+//! server in-process with scripted xDS clients over real sockets.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+use switchyard::admin::{NodeStatus, Status};
+use switchyard::resource::ResourceType::{Cluster, Endpoint};
+
+async fn server() -> TestServer {
+    TestServer::start(&[("clusters.yaml", &eds_cluster("backend", "1s", 8080))]).await
+}
+
+/// Poll `/status` until `check` holds (the stream task updates it after each step).
+async fn status_until(server: &TestServer, check: impl Fn(&Status) -> bool) -> Status {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let status = server.status().await;
+        if check(&status) {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "status never matched: {status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn node<'a>(status: &'a Status, id: &str) -> Option<&'a NodeStatus> {
+    status.nodes.iter().find(|n| n.node_id == id)
+}
+
+fn state(status: &Status, id: &str, kind: &str) -> Option<String> {
+    node(status, id)
+        .and_then(|n| n.types.get(kind))
+        .map(|t| t.state.clone())
+}
+
+/// `switchyard status --admin-addr <server's>` with `args`: (exit code, stdout, stderr).
+async fn status_command(server: &TestServer, args: &[&str]) -> (Option<i32>, String, String) {
+    let addr = server.admin_addr.to_string();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    blocking(move || {
+        let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["status", "--admin-addr", &addr])
+            .args(&args)
+            .output()
+            .expect("runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("joins")
+}
+
+#[tokio::test]
+async fn healthz_and_readyz() {
+    let server = server().await;
+    assert_eq!(
+        server.admin_get("/healthz").await,
+        (200, "ok\n".to_string())
+    );
+    assert_eq!(
+        server.admin_get("/readyz").await,
+        (200, "ready\n".to_string())
+    );
+    assert_eq!(server.admin_get("/nope").await.0, 404);
+}
+
+#[tokio::test]
+async fn status_follows_a_node_through_sent_acked_nacked_and_gone() {
+    let server = server().await;
+    let empty = server.status().await;
+    assert!(empty.nodes.is_empty());
+    let config = empty.config.expect("the initial load is reported");
+    assert!(config.ok && config.generation == 1 && config.errors.is_empty());
+
+    let mut c = server.ads("edge-1").await;
+    c.subscribe(Cluster, &[]).await;
+    let cds = c.recv_type(Cluster).await;
+    let s = status_until(&server, |s| {
+        state(s, "edge-1", "CDS").as_deref() == Some("STALE")
+    })
+    .await;
+    let n = node(&s, "edge-1").expect("listed");
+    assert_eq!(n.node_cluster, "test");
+    assert_eq!(n.user_agent, "switchyard-tests");
+    assert_eq!(
+        (n.streams[0].stream.as_str(), n.streams[0].protocol.as_str()),
+        ("ADS", "sotw")
+    );
+    let t = &n.types["CDS"];
+    assert_eq!(
+        (
+            t.version_sent.as_str(),
+            t.nonce.as_str(),
+            t.version_acked.as_str()
+        ),
+        (cds.version_info.as_str(), cds.nonce.as_str(), "")
+    );
+
+    c.ack(&cds, &[]).await;
+    let s = status_until(&server, |s| {
+        state(s, "edge-1", "CDS").as_deref() == Some("SYNCED")
+    })
+    .await;
+    assert_eq!(
+        node(&s, "edge-1").expect("listed").types["CDS"].version_acked,
+        cds.version_info
+    );
+
+    // A change the proxy rejects.
+    server.set_file("clusters.yaml", &eds_cluster("backend", "5s", 8080));
+    let bad = c.recv_type(Cluster).await;
+    c.nack(&bad, &[], &cds.version_info, "ConnectTimeout is silly")
+        .await;
+    let s = status_until(&server, |s| {
+        state(s, "edge-1", "CDS").as_deref() == Some("NACKED")
+    })
+    .await;
+    let t = &node(&s, "edge-1").expect("listed").types["CDS"];
+    assert_eq!(t.error.as_deref(), Some("ConnectTimeout is silly"));
+    assert_eq!(
+        t.rejected_version.as_deref(),
+        Some(bad.version_info.as_str())
+    );
+    assert_eq!(
+        t.version_acked, cds.version_info,
+        "it still runs the old version"
+    );
+    assert!(s.any_nacked());
+
+    drop(c);
+    status_until(&server, |s| s.nodes.is_empty()).await;
+}
+
+#[tokio::test]
+async fn status_lists_delta_streams_and_the_last_failed_load() {
+    let server = server().await;
+    let mut d = server.delta("edge-2").await;
+    d.subscribe(Endpoint, &["backend"], &[]).await;
+    let r = d.recv().await;
+    d.ack(&r).await;
+    let s = status_until(&server, |s| {
+        state(s, "edge-2", "EDS").as_deref() == Some("SYNCED")
+    })
+    .await;
+    let n = node(&s, "edge-2").expect("listed");
+    assert_eq!(n.streams[0].protocol, "delta");
+    assert_eq!(n.types["EDS"].version_acked, r.system_version_info);
+
+    let errors = server.set_bad_file("broken.yaml", "clusters: [ {name: x, bogus: 1} ]\n");
+    let s = server.status().await;
+    let config = s.config.expect("reported");
+    assert!(!config.ok);
+    assert_eq!(config.generation, 1, "still serving the last good load");
+    assert_eq!(config.errors, errors);
+}
+
+#[tokio::test]
+async fn status_command_prints_a_table_and_exits_2_while_a_node_nacks() {
+    let server = server().await;
+    let mut c = server.ads("edge-1").await;
+    c.subscribe(Cluster, &[]).await;
+    let cds = c.recv_type(Cluster).await;
+    c.ack(&cds, &[]).await;
+    status_until(&server, |s| {
+        state(s, "edge-1", "CDS").as_deref() == Some("SYNCED")
+    })
+    .await;
+
+    let (code, out, err) = status_command(&server, &[]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("NODE") && lines[0].contains("CDS"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("edge-1")
+            && lines[1].contains("ADS/sotw")
+            && lines[1].contains("SYNCED"),
+        "{out}"
+    );
+    assert!(out.contains("config: generation 1"), "{out}");
+
+    server.set_file("clusters.yaml", &eds_cluster("backend", "5s", 8080));
+    let bad = c.recv_type(Cluster).await;
+    c.nack(&bad, &[], &cds.version_info, "no thanks").await;
+    status_until(&server, |s| s.any_nacked()).await;
+    let (code, out, _) = status_command(&server, &[]).await;
+    assert_eq!(code, Some(2), "NACKing: exit 2\n{out}");
+    assert!(out.contains("NACKED"), "{out}");
+    assert!(
+        out.contains("no thanks"),
+        "the proxy's error text is shown\n{out}"
+    );
+
+    let (code, out, _) = status_command(&server, &["--output", "json"]).await;
+    assert_eq!(code, Some(2));
+    let parsed: Status = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(state(&parsed, "edge-1", "CDS").as_deref(), Some("NACKED"));
+}
+
+#[tokio::test]
+async fn status_command_exits_1_when_the_server_cannot_be_asked() {
+    let port = support::envoy::free_port();
+    let (code, _, err) = blocking(move || {
+        let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["status", "--admin-addr", &format!("127.0.0.1:{port}")])
+            .output()
+            .expect("runs");
+        (
+            out.status.code(),
+            (),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot reach the admin API"), "{err}");
+}
