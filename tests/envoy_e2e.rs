@@ -254,6 +254,27 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
         recorded.is_some(),
         "no NACK with Envoy's error text in the log"
     );
+    // ... and in /status and `switchyard status`, which exits non-zero.
+    let cds_state = |status: Option<switchyard::admin::Status>| {
+        status
+            .and_then(|s| s.nodes.into_iter().find(|n| n.node_id == node))
+            .and_then(|mut n| n.types.remove("CDS"))
+    };
+    let nacked = cds_state(fleet.switchyard.status().await).expect("CDS of the node listed");
+    assert_eq!(nacked.state, "NACKED");
+    assert!(
+        nacked
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("ConnectTimeout")),
+        "{nacked:?}"
+    );
+    let (code, table) = fleet.switchyard.status_command(&[]);
+    assert_eq!(code, Some(2), "{table}");
+    assert!(
+        table.contains("NACKED") && table.contains("ConnectTimeout"),
+        "{table}"
+    );
     // Envoy keeps the previous cluster and keeps serving.
     assert_eq!(
         fleet.envoy.active_cluster_timeout("a").await.as_deref(),
@@ -263,13 +284,20 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
         http_get(fleet.listener).await.as_deref(),
         Some("upstream-a")
     );
-    // A fix is accepted.
+    // A fix is accepted, and the node is SYNCED again.
     fleet.edit("a.yaml", &eds_cluster("a", "3s", fleet.a_port));
     let fixed = eventually(ARRIVE, || async {
         fleet.envoy.active_cluster_timeout("a").await.as_deref() == Some("3s")
     })
     .await;
     assert!(fixed.is_some());
+    let synced = eventually(ARRIVE, || async {
+        cds_state(fleet.switchyard.status().await).is_some_and(|t| t.state == "SYNCED")
+    })
+    .await;
+    assert!(synced.is_some(), "CDS never showed SYNCED after the fix");
+    let (code, table) = fleet.switchyard.status_command(&[]);
+    assert_eq!(code, Some(0), "{table}");
 }
 
 async fn e2e_p28_cluster_only_change_leaves_warming_at_once(api: Api) {
