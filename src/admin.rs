@@ -2,9 +2,10 @@
 //! orchestrators ask of a running Switchyard.
 //!
 //! Owns: the routes `/healthz` (alive), `/readyz` (a good snapshot is loaded; the admin
-//! server is started only once the xDS listener is bound) and `/status` (every connected node's sync state per type, and the last
-//! config load), their JSON shapes, and serving them until shutdown. Must not: change the
-//! cache or any stream; it only reads the [`Fleet`], the [`Cache`] and the [`Reloader`].
+//! server is started only once the xDS listener is bound), `/status` (every connected node's
+//! sync state per type, and the last config load) and `/metrics` (Prometheus, see
+//! `metrics`), their JSON shapes, and serving them until shutdown. Must not: change the cache
+//! or any stream; it only reads the [`Fleet`], the [`Cache`] and the [`Reloader`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -156,6 +157,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
+        .route("/metrics", get(metrics))
         .with_state(admin)
 }
 
@@ -185,6 +187,18 @@ async fn readyz(State(admin): State<Admin>) -> Response {
         )
             .into_response()
     }
+}
+
+async fn metrics(State(admin): State<Admin>) -> Response {
+    let text = crate::metrics::encode(&admin.fleet, &admin.cache, &admin.reloader);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        text,
+    )
+        .into_response()
 }
 
 async fn status(State(admin): State<Admin>) -> Json<Status> {

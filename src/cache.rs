@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Instant;
 
 use tokio::sync::watch;
 
@@ -188,6 +189,8 @@ type SnapshotCell = Arc<OnceLock<Arc<Snapshot>>>;
 pub struct Generation {
     /// Counts publications from 1; 0 is the empty cache before the first load.
     pub number: u64,
+    /// When it was published (for push and convergence latencies).
+    pub published: Instant,
     pub config: Arc<Config>,
     /// Node group (the indices of its files) -> its snapshot, built at most once. The lock
     /// guards only the map; building happens outside it, so one group's build does not hold
@@ -199,6 +202,7 @@ impl Generation {
     fn new(number: u64, config: Arc<Config>) -> Generation {
         Generation {
             number,
+            published: Instant::now(),
             config,
             groups: Mutex::new(HashMap::new()),
         }
@@ -229,6 +233,17 @@ impl Generation {
             ))
         });
         Arc::clone(snapshot)
+    }
+
+    /// The node groups built so far (their files' indices) and their snapshots.
+    pub fn groups(&self) -> Vec<(Vec<usize>, Arc<Snapshot>)> {
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        let mut built: Vec<_> = groups
+            .iter()
+            .filter_map(|(files, cell)| cell.get().map(|s| (files.clone(), Arc::clone(s))))
+            .collect();
+        built.sort_by(|a, b| a.0.cmp(&b.0));
+        built
     }
 
     /// How many node groups have been built.

@@ -9,18 +9,22 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
 
+use crate::metrics::{StreamLabels, StreamMetrics};
 use crate::protocol::{SyncState, TypeStatus};
 use crate::resource::ResourceType;
 
-/// Every open stream's report.
+/// Every open stream's report, and the stream metrics.
 #[derive(Debug, Default)]
 pub struct Fleet {
     next_id: AtomicU64,
     streams: Mutex<BTreeMap<u64, StreamReport>>,
+    /// The generation whose convergence is being timed: its number and publication time.
+    converging: Mutex<Option<(u64, Instant)>>,
+    pub metrics: StreamMetrics,
 }
 
 /// Who is on a stream, and how.
@@ -40,6 +44,18 @@ pub struct StreamReport {
     pub connected_since: SystemTime,
     /// By type short name (`CDS`, `EDS`, ...): only the types the client asked for.
     pub types: BTreeMap<&'static str, TypeReport>,
+    /// The generation the stream's last response decisions were made on.
+    #[serde(skip)]
+    pub generation: u64,
+}
+
+impl StreamReport {
+    /// Every type the client asked for is ACKed (or has nothing to send).
+    fn synced(&self) -> bool {
+        self.types
+            .values()
+            .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
+    }
 }
 
 /// One type on one stream.
@@ -101,19 +117,56 @@ pub fn state_name(state: &SyncState) -> &'static str {
 }
 
 impl Fleet {
-    /// Register a stream; it stays listed until the returned handle is dropped.
-    pub fn open(self: &Arc<Self>, report: StreamReport) -> StreamHandle {
+    /// Register a stream (and count it in `switchyard_streams`); it stays listed until the
+    /// returned handle is dropped.
+    pub fn open(self: &Arc<Self>, report: StreamReport, labels: StreamLabels) -> StreamHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.lock().insert(id, report);
+        self.metrics.streams.get_or_create(&labels).inc();
         StreamHandle {
             fleet: Arc::clone(self),
             id,
+            labels,
         }
     }
 
     /// Every open stream's report, in the order they opened.
     pub fn reports(&self) -> Vec<StreamReport> {
         self.lock().values().cloned().collect()
+    }
+
+    /// How many nodes have a type whose latest response was NACKed.
+    pub fn nodes_nacking(&self) -> usize {
+        let streams = self.lock();
+        let nacking: std::collections::BTreeSet<&str> = streams
+            .values()
+            .filter(|r| r.types.values().any(|t| t.state == "NACKED"))
+            .map(|r| r.node_id.as_str())
+            .collect();
+        nacking.len()
+    }
+
+    /// A stream took in generation `number`, published at `published`: time how long until
+    /// every stream has ACKed what it got from it (a newer generation restarts the clock).
+    pub fn generation_arrived(&self, number: u64, published: Instant) {
+        let mut converging = self.converging.lock().unwrap_or_else(|p| p.into_inner());
+        if converging.is_none_or(|(n, _)| n < number) {
+            *converging = Some((number, published));
+        }
+    }
+
+    /// Observe convergence if every stream is synced on the generation being timed.
+    fn check_convergence(&self, streams: &BTreeMap<u64, StreamReport>) {
+        let mut converging = self.converging.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((number, published)) = *converging {
+            if streams
+                .values()
+                .all(|r| r.generation >= number && r.synced())
+            {
+                crate::metrics::observe(&self.metrics.convergence, published.elapsed());
+                *converging = None;
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, StreamReport>> {
@@ -127,17 +180,23 @@ impl Fleet {
 pub struct StreamHandle {
     fleet: Arc<Fleet>,
     id: u64,
+    labels: StreamLabels,
 }
 
 impl StreamHandle {
-    /// Bring the stream's types up to date; `last_change` moves only for types whose report
-    /// changed.
-    pub fn update(&self, statuses: impl IntoIterator<Item = (ResourceType, TypeStatus)>) {
+    /// Bring the stream's types up to date, as decided on `generation`; `last_change` moves
+    /// only for types whose report changed.
+    pub fn update(
+        &self,
+        generation: u64,
+        statuses: impl IntoIterator<Item = (ResourceType, TypeStatus)>,
+    ) {
         let now = SystemTime::now();
         let mut streams = self.fleet.lock();
         let Some(report) = streams.get_mut(&self.id) else {
             return;
         };
+        report.generation = generation;
         for (kind, status) in statuses {
             let fresh = TypeReport::new(&status, now);
             match report.types.get_mut(kind.short_name()) {
@@ -148,12 +207,17 @@ impl StreamHandle {
                 }
             }
         }
+        self.fleet.check_convergence(&streams);
     }
 }
 
 impl Drop for StreamHandle {
     fn drop(&mut self) {
-        self.fleet.lock().remove(&self.id);
+        let mut streams = self.fleet.lock();
+        streams.remove(&self.id);
+        self.fleet.metrics.streams.get_or_create(&self.labels).dec();
+        // The stream that held convergence back may be the one leaving.
+        self.fleet.check_convergence(&streams);
     }
 }
 
@@ -184,24 +248,29 @@ mod tests {
             protocol: "sotw",
             connected_since: SystemTime::UNIX_EPOCH,
             types: BTreeMap::new(),
+            generation: 0,
         }
     }
 
     #[test]
     fn streams_are_listed_while_open_and_types_follow_the_protocol_state() {
         let fleet = Arc::new(Fleet::default());
-        let handle = fleet.open(report());
+        let labels = StreamLabels::new("sotw", crate::protocol::Variant::Aggregated);
+        let handle = fleet.open(report(), labels);
         assert_eq!(fleet.reports().len(), 1);
-        handle.update([(
-            ResourceType::Cluster,
-            TypeStatus {
-                state: SyncState::Sent {
-                    nonce: "1".into(),
-                    version: "v1".into(),
+        handle.update(
+            1,
+            [(
+                ResourceType::Cluster,
+                TypeStatus {
+                    state: SyncState::Sent {
+                        nonce: "1".into(),
+                        version: "v1".into(),
+                    },
+                    acked_version: String::new(),
                 },
-                acked_version: String::new(),
-            },
-        )]);
+            )],
+        );
         let cds = fleet.reports()[0].types["CDS"].clone();
         assert_eq!(
             (cds.state, cds.version_sent.as_str(), cds.nonce.as_str()),
@@ -209,29 +278,35 @@ mod tests {
         );
         // An unchanged state keeps its last_change.
         std::thread::sleep(Duration::from_millis(5));
-        handle.update([(
-            ResourceType::Cluster,
-            TypeStatus {
-                state: SyncState::Sent {
-                    nonce: "1".into(),
-                    version: "v1".into(),
+        handle.update(
+            1,
+            [(
+                ResourceType::Cluster,
+                TypeStatus {
+                    state: SyncState::Sent {
+                        nonce: "1".into(),
+                        version: "v1".into(),
+                    },
+                    acked_version: String::new(),
                 },
-                acked_version: String::new(),
-            },
-        )]);
+            )],
+        );
         assert_eq!(fleet.reports()[0].types["CDS"].last_change, cds.last_change);
-        handle.update([(
-            ResourceType::Cluster,
-            TypeStatus {
-                state: SyncState::Nacked {
-                    nonce: "1".into(),
-                    rejected_version: "v1".into(),
-                    accepted_version: "v0".into(),
-                    error: "bad".into(),
+        handle.update(
+            1,
+            [(
+                ResourceType::Cluster,
+                TypeStatus {
+                    state: SyncState::Nacked {
+                        nonce: "1".into(),
+                        rejected_version: "v1".into(),
+                        accepted_version: "v0".into(),
+                        error: "bad".into(),
+                    },
+                    acked_version: "v0".into(),
                 },
-                acked_version: "v0".into(),
-            },
-        )]);
+            )],
+        );
         let cds = fleet.reports()[0].types["CDS"].clone();
         assert_eq!(cds.state, "NACKED");
         assert_eq!(cds.error.as_deref(), Some("bad"));

@@ -27,6 +27,7 @@ pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod fleet;
+pub mod metrics;
 pub mod protocol;
 pub mod resource;
 pub mod server;

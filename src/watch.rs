@@ -11,6 +11,7 @@
 //! Must not: parse files itself (that is `config`) or know about streams.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -50,6 +51,19 @@ pub struct Reloader {
     options: LoadOptions,
     cache: Arc<Cache>,
     last: Mutex<Option<LoadReport>>,
+    loads_ok: AtomicU64,
+    loads_failed: AtomicU64,
+    /// Shared with the watcher's callback thread.
+    watch_events: Arc<AtomicU64>,
+}
+
+/// Counts since start, for the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReloadStats {
+    pub loads_ok: u64,
+    pub loads_failed: u64,
+    /// File-system events on the config paths (before debouncing).
+    pub watch_events: u64,
 }
 
 impl Reloader {
@@ -59,12 +73,24 @@ impl Reloader {
             options,
             cache,
             last: Mutex::new(None),
+            loads_ok: AtomicU64::new(0),
+            loads_failed: AtomicU64::new(0),
+            watch_events: Arc::new(AtomicU64::new(0)),
         }
     }
 
     /// The outcome of the latest load, if any.
     pub fn last_report(&self) -> Option<LoadReport> {
         self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Loads and file events so far.
+    pub fn stats(&self) -> ReloadStats {
+        ReloadStats {
+            loads_ok: self.loads_ok.load(Ordering::Relaxed),
+            loads_failed: self.loads_failed.load(Ordering::Relaxed),
+            watch_events: self.watch_events.load(Ordering::Relaxed),
+        }
     }
 
     /// Load now; publish when good and different from what is serving. Logs one line.
@@ -107,10 +133,12 @@ impl Reloader {
                 }
             }
             Err(failure) => {
+                self.loads_failed.fetch_add(1, Ordering::Relaxed);
                 self.store(report);
                 return Err(failure);
             }
         };
+        self.loads_ok.fetch_add(1, Ordering::Relaxed);
         self.store(report);
         Ok(())
     }
@@ -183,12 +211,14 @@ impl Reloader {
     fn arm(&self) -> Option<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
         let (tx, rx) = mpsc::unbounded_channel();
         let relevant = self.paths.clone();
+        let events = Arc::clone(&self.watch_events);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let wanted = match &event {
                 Ok(e) => is_change(&e.kind) && touches(&relevant, &e.paths),
                 Err(_) => true, // e.g. a queue overflow: reload to be sure
             };
             if wanted {
+                events.fetch_add(1, Ordering::Relaxed);
                 let _ = tx.send(());
             }
         });

@@ -230,3 +230,102 @@ async fn status_command_exits_1_when_the_server_cannot_be_asked() {
     assert_eq!(code, Some(1));
     assert!(err.contains("cannot reach the admin API"), "{err}");
 }
+
+/// The value of one sample line of `/metrics` (`name{labels} value`), 0 when absent.
+fn sample(metrics: &str, line_start: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_move_with_streams_responses_acks_nacks_and_loads() {
+    let server = server().await;
+    let cds = "type_url=\"type.googleapis.com/envoy.config.cluster.v3.Cluster\"";
+    let (code, before) = server.admin_get("/metrics").await;
+    assert_eq!(code, 200);
+    assert!(before.ends_with("# EOF\n"), "OpenMetrics text");
+    assert_eq!(
+        sample(&before, "switchyard_config_loads_total{result=\"ok\"}"),
+        1.0
+    );
+    assert_eq!(sample(&before, "switchyard_config_last_load_ok"), 1.0);
+    assert_eq!(
+        sample(&before, &format!("switchyard_nacks_total{{{cds}}}")),
+        0.0
+    );
+
+    let mut c = server.ads("edge-1").await;
+    c.subscribe(Cluster, &[]).await;
+    let first = c.recv_type(Cluster).await;
+    c.ack(&first, &[]).await;
+    status_until(&server, |s| {
+        state(s, "edge-1", "CDS").as_deref() == Some("SYNCED")
+    })
+    .await;
+    let (_, m) = server.admin_get("/metrics").await;
+    assert_eq!(
+        sample(&m, "switchyard_streams{protocol=\"sotw\",stream=\"ads\"}"),
+        1.0
+    );
+    assert_eq!(
+        sample(&m, &format!("switchyard_responses_total{{{cds}}}")),
+        1.0
+    );
+    assert_eq!(
+        sample(&m, &format!("switchyard_resources_sent_total{{{cds}}}")),
+        1.0
+    );
+    assert!(sample(&m, &format!("switchyard_bytes_sent_total{{{cds}}}")) > 0.0);
+    assert_eq!(sample(&m, &format!("switchyard_acks_total{{{cds}}}")), 1.0);
+    assert_eq!(sample(&m, "switchyard_ack_latency_seconds_count"), 1.0);
+    assert!(
+        m.contains("switchyard_snapshot_version{group=\"clusters.yaml\""),
+        "{m}"
+    );
+
+    // A push records a latency sample; a NACK bumps the NACK counter for its type.
+    server.set_file("clusters.yaml", &eds_cluster("backend", "5s", 8080));
+    let bad = c.recv_type(Cluster).await;
+    c.nack(&bad, &[], &first.version_info, "no").await;
+    status_until(&server, |s| s.any_nacked()).await;
+    let (_, m) = server.admin_get("/metrics").await;
+    assert_eq!(sample(&m, "switchyard_push_latency_seconds_count"), 1.0);
+    assert_eq!(sample(&m, &format!("switchyard_nacks_total{{{cds}}}")), 1.0);
+    assert_eq!(sample(&m, "switchyard_nodes_nacking"), 1.0);
+    assert_eq!(
+        sample(&m, "switchyard_config_loads_total{result=\"ok\"}"),
+        2.0
+    );
+    // The NACKed generation never converges; a fix that the node ACKs does.
+    assert_eq!(sample(&m, "switchyard_convergence_seconds_count"), 0.0);
+    server.set_file("clusters.yaml", &eds_cluster("backend", "3s", 8080));
+    let good = c.recv_type(Cluster).await;
+    c.ack(&good, &[]).await;
+    status_until(&server, |s| !s.any_nacked()).await;
+    let (_, m) = server.admin_get("/metrics").await;
+    assert_eq!(
+        sample(&m, "switchyard_convergence_seconds_count"),
+        1.0,
+        "{m}"
+    );
+
+    server.set_bad_file("broken.yaml", "clusters: [\n");
+    let (_, m) = server.admin_get("/metrics").await;
+    assert_eq!(
+        sample(&m, "switchyard_config_loads_total{result=\"failed\"}"),
+        1.0
+    );
+    assert_eq!(sample(&m, "switchyard_config_last_load_ok"), 0.0);
+
+    drop(c);
+    status_until(&server, |s| s.nodes.is_empty()).await;
+    let (_, m) = server.admin_get("/metrics").await;
+    assert_eq!(
+        sample(&m, "switchyard_streams{protocol=\"sotw\",stream=\"ads\"}"),
+        0.0
+    );
+}

@@ -17,6 +17,7 @@ use super::status;
 use super::wire::{WireDeltaResponse, WireResponse};
 use crate::cache::{Cache, Generation, Snapshot};
 use crate::fleet::{Fleet, StreamHandle, StreamReport};
+use crate::metrics::{observe, StreamLabels, StreamMetrics, TypeLabels};
 use crate::protocol::{DeltaStream, Event, ProtocolError, SotwStream, TypeStatus, Variant};
 use crate::resource::ResourceType;
 
@@ -166,6 +167,13 @@ async fn run<M: Machine>(
     let mut node_id: Option<String> = None;
     // Listed in the fleet from the first request (which names the node) until the end.
     let mut listed: Option<StreamHandle> = None;
+    // The generation the machine has, and when the newest one was published (until its
+    // first response is written: the push latency).
+    let mut attached = 0;
+    let mut push_from: Option<Instant> = None;
+    // When each type's latest response was written (for the ACK latency).
+    let mut sent_at: [Option<Instant>; ResourceType::ALL.len()] = Default::default();
+    let metrics = &fleet.metrics;
     let reason: String = loop {
         let timeout = machine.poll_timeout();
         tokio::select! {
@@ -190,9 +198,11 @@ async fn run<M: Machine>(
                                 protocol,
                                 connected_since: std::time::SystemTime::now(),
                                 types: Default::default(),
-                            }));
+                                generation: 0,
+                            }, StreamLabels::new(protocol, variant)));
                             let generation = Arc::clone(&generations.borrow_and_update());
                             attach(&mut machine, &generation);
+                            attached = generation.number;
                         }
                     }
                 }
@@ -211,6 +221,9 @@ async fn run<M: Machine>(
                 }
                 let generation = Arc::clone(&generations.borrow_and_update());
                 attach(&mut machine, &generation);
+                attached = generation.number;
+                fleet.generation_arrived(generation.number, generation.published);
+                push_from = Some(generation.published);
             }
             // A heartbeat is due (P25): fall through to poll.
             _ = sleep_until(timeout), if timeout.is_some() => {}
@@ -221,19 +234,27 @@ async fn run<M: Machine>(
         let node = node_id.as_deref().unwrap_or("");
         while let Some(event) = machine.poll_event() {
             log_event(node, &event);
+            count_event(metrics, &event, &mut sent_at);
         }
         let mut gone = false;
         while let Some((wire, kind, version, resources)) =
             machine.poll_wire(Instant::now(), &control_plane)
         {
             tracing::debug!(node, r#type = %kind, version, resources, protocol, "Sending response.");
+            let bytes = prost::Message::encoded_len(&wire);
             if tx.send(Ok(wire)).await.is_err() {
                 gone = true;
                 break;
             }
+            metrics.sent(kind, resources, bytes);
+            sent_at[kind.index()] = Some(Instant::now());
+            if let Some(published) = push_from.take() {
+                observe(&metrics.push_latency, published.elapsed());
+            }
         }
         if let Some(listed) = &listed {
             listed.update(
+                attached,
                 ResourceType::ALL
                     .iter()
                     .filter_map(|&kind| machine.status(kind).map(|s| (kind, s))),
@@ -272,6 +293,27 @@ fn attach<M: Machine>(machine: &mut M, generation: &Generation) {
     if let Some(node) = machine.node() {
         let snapshot = generation.snapshot_for(&node.id, &node.cluster);
         machine.handle_snapshot(snapshot);
+    }
+}
+
+/// Count ACKs and NACKs, and time ACKs from their response.
+fn count_event(
+    metrics: &StreamMetrics,
+    event: &Event,
+    sent_at: &mut [Option<Instant>; ResourceType::ALL.len()],
+) {
+    match event {
+        Event::Acked { kind, .. } => {
+            metrics.acks.get_or_create(&TypeLabels::new(*kind)).inc();
+            if let Some(at) = sent_at[kind.index()].take() {
+                observe(&metrics.ack_latency, at.elapsed());
+            }
+        }
+        Event::Nacked { kind, .. } => {
+            metrics.nacks.get_or_create(&TypeLabels::new(*kind)).inc();
+            sent_at[kind.index()] = None;
+        }
+        Event::Subscribed { .. } | Event::Stale { .. } => {}
     }
 }
 

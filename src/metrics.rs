@@ -1,0 +1,275 @@
+//! Prometheus metrics (OpenMetrics text, through the `prometheus-client` crate).
+//!
+//! Owns: the metric names, types, labels and help texts, the handles stream tasks update
+//! ([`StreamMetrics`]), and the values read at scrape time from the fleet, the cache and the
+//! reloader ([`encode`]). Labels stay bounded: protocol and stream kind, type URL, load result,
+//! node group; never node ids. Must not: serve HTTP (`admin`) or decide anything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::cache::Cache;
+use crate::fleet::Fleet;
+use crate::protocol::Variant;
+use crate::resource::ResourceType;
+use crate::watch::Reloader;
+
+/// The content type of [`encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StreamLabels {
+    /// `sotw` or `delta`.
+    pub protocol: &'static str,
+    /// `ads` or `per_type`.
+    pub stream: &'static str,
+}
+
+impl StreamLabels {
+    pub fn new(protocol: &'static str, variant: Variant) -> StreamLabels {
+        StreamLabels {
+            protocol,
+            stream: match variant {
+                Variant::Aggregated => "ads",
+                Variant::Single(_) => "per_type",
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    pub type_url: &'static str,
+}
+
+impl TypeLabels {
+    pub fn new(kind: ResourceType) -> TypeLabels {
+        TypeLabels {
+            type_url: kind.type_url(),
+        }
+    }
+}
+
+/// What stream tasks count. Cheap to clone (shared handles).
+#[derive(Clone, Debug)]
+pub struct StreamMetrics {
+    pub streams: Family<StreamLabels, Gauge>,
+    pub responses: Family<TypeLabels, Counter>,
+    pub acks: Family<TypeLabels, Counter>,
+    pub nacks: Family<TypeLabels, Counter>,
+    pub resources_sent: Family<TypeLabels, Counter>,
+    pub bytes_sent: Family<TypeLabels, Counter>,
+    /// From a snapshot's publication to the first response written for it on a stream.
+    pub push_latency: Histogram,
+    /// From a response written to its ACK.
+    pub ack_latency: Histogram,
+    /// From a snapshot's publication until every connected node has ACKed what it got.
+    pub convergence: Histogram,
+}
+
+/// 1 ms to ~65 s, doubling.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.001, 2.0, 17)
+}
+
+impl Default for StreamMetrics {
+    fn default() -> Self {
+        StreamMetrics {
+            streams: Family::default(),
+            responses: Family::default(),
+            acks: Family::default(),
+            nacks: Family::default(),
+            resources_sent: Family::default(),
+            bytes_sent: Family::default(),
+            push_latency: Histogram::new(latency_buckets()),
+            ack_latency: Histogram::new(latency_buckets()),
+            convergence: Histogram::new(latency_buckets()),
+        }
+    }
+}
+
+impl StreamMetrics {
+    /// Count a response written to a stream.
+    pub fn sent(&self, kind: ResourceType, resources: usize, bytes: usize) {
+        let labels = TypeLabels::new(kind);
+        self.responses.get_or_create(&labels).inc();
+        self.resources_sent
+            .get_or_create(&labels)
+            .inc_by(resources as u64);
+        self.bytes_sent.get_or_create(&labels).inc_by(bytes as u64);
+    }
+}
+
+/// The whole exposition: the stream metrics, and what is read at scrape time.
+pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) -> String {
+    let m = &fleet.metrics;
+    let mut registry = Registry::with_prefix("switchyard");
+    registry.register(
+        "streams",
+        "Connected xDS streams, by protocol (sotw, delta) and stream kind (ads, per_type)",
+        m.streams.clone(),
+    );
+    registry.register(
+        "responses",
+        "Responses written, by type URL",
+        m.responses.clone(),
+    );
+    registry.register("acks", "ACKs received, by type URL", m.acks.clone());
+    registry.register("nacks", "NACKs received, by type URL", m.nacks.clone());
+    registry.register(
+        "resources_sent",
+        "Resources written in responses (delta: also removals), by type URL",
+        m.resources_sent.clone(),
+    );
+    registry.register(
+        "bytes_sent",
+        "Encoded response bytes written, by type URL",
+        m.bytes_sent.clone(),
+    );
+    registry.register(
+        "push_latency_seconds",
+        "From a snapshot's publication to the first response written for it, per stream",
+        m.push_latency.clone(),
+    );
+    registry.register(
+        "ack_latency_seconds",
+        "From a response written to its ACK",
+        m.ack_latency.clone(),
+    );
+    registry.register(
+        "convergence_seconds",
+        "From a snapshot's publication until every connected node ACKed what it got",
+        m.convergence.clone(),
+    );
+    registry.register_collector(Box::new(ScrapeTime {
+        fleet: Arc::clone(fleet),
+        cache: Arc::clone(cache),
+        reloader: Arc::clone(reloader),
+    }));
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+/// Values read when scraped.
+#[derive(Debug)]
+struct ScrapeTime {
+    fleet: Arc<Fleet>,
+    cache: Arc<Cache>,
+    reloader: Arc<Reloader>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SnapshotLabels {
+    /// The node group: the names of its files, joined by `+`.
+    group: String,
+    type_url: &'static str,
+    version: String,
+}
+
+impl Collector for ScrapeTime {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = self.reloader.stats();
+        {
+            let mut family = encoder.encode_descriptor(
+                "config_loads",
+                "Config loads, by result (ok, failed)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (result, n) in [("ok", stats.loads_ok), ("failed", stats.loads_failed)] {
+                ConstCounter::new(n).encode(family.encode_family(&ResultLabels { result })?)?;
+            }
+        }
+        let last = self
+            .reloader
+            .last_report()
+            .map(|r| unix_seconds(r.at))
+            .unwrap_or_default();
+        let gauge = ConstGauge::new(last);
+        gauge.encode(encoder.encode_descriptor(
+            "config_last_load_timestamp_seconds",
+            "When the last config load (good or bad) happened, Unix time",
+            None,
+            gauge.metric_type(),
+        )?)?;
+        let gauge = ConstGauge::new(i64::from(
+            self.reloader.last_report().is_some_and(|r| r.ok()),
+        ));
+        gauge.encode(encoder.encode_descriptor(
+            "config_last_load_ok",
+            "1 when the last config load succeeded, 0 when it failed (the last good one serves)",
+            None,
+            gauge.metric_type(),
+        )?)?;
+        let counter = ConstCounter::new(stats.watch_events);
+        counter.encode(encoder.encode_descriptor(
+            "file_watch_events",
+            "File-system events seen on the watched config paths",
+            None,
+            counter.metric_type(),
+        )?)?;
+        let nacking = ConstGauge::new(self.fleet.nodes_nacking() as i64);
+        nacking.encode(encoder.encode_descriptor(
+            "nodes_nacking",
+            "Connected nodes whose latest response of some type was NACKed",
+            None,
+            nacking.metric_type(),
+        )?)?;
+        let generation = self.cache.current();
+        let mut family = encoder.encode_descriptor(
+            "snapshot_version",
+            "The version served per node group and type (1 per current version)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (files, snapshot) in generation.groups() {
+            let group = files
+                .iter()
+                .filter_map(|&i| generation.config.files.get(i))
+                .map(|f| {
+                    f.path.file_name().map_or_else(
+                        || f.path.display().to_string(),
+                        |n| n.to_string_lossy().into(),
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("+");
+            for kind in ResourceType::ALL {
+                let labels = SnapshotLabels {
+                    group: group.clone(),
+                    type_url: kind.type_url(),
+                    version: snapshot.get(kind).version.clone(),
+                };
+                ConstGauge::new(1).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unix_seconds(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs_f64()
+}
+
+/// Write `value` as seconds into a histogram.
+pub fn observe(histogram: &Histogram, value: Duration) {
+    histogram.observe(value.as_secs_f64());
+}
