@@ -3,8 +3,8 @@
 //!
 //! Owns: the routes `/healthz` (alive), `/readyz` (a good snapshot is loaded; the admin
 //! server is started only once the xDS listener is bound), `/status` (every connected node's
-//! sync state per type, and the last config load) and `/metrics` (Prometheus, see
-//! `metrics`), their JSON shapes, and serving them until shutdown. Must not: change the cache
+//! sync state per type, and the last config load), `/config_dump` (the snapshot a node gets,
+//! as proto3 JSON) and `/metrics` (Prometheus, see `metrics`), their JSON shapes, and serving them until shutdown. Must not: change the cache
 //! or any stream; it only reads the [`Fleet`], the [`Cache`] and the [`Reloader`].
 
 use std::collections::BTreeMap;
@@ -158,6 +158,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route("/config_dump", get(config_dump))
         .with_state(admin)
 }
 
@@ -199,6 +200,94 @@ async fn metrics(State(admin): State<Admin>) -> Response {
         text,
     )
         .into_response()
+}
+
+/// `GET /config_dump?node=ID` or `?cluster=NAME` (or both).
+#[derive(Debug, Deserialize)]
+struct DumpQuery {
+    node: Option<String>,
+    cluster: Option<String>,
+}
+
+/// The snapshot a node gets, every type, each resource as proto3 JSON.
+async fn config_dump(
+    State(admin): State<Admin>,
+    axum::extract::Query(query): axum::extract::Query<DumpQuery>,
+) -> Response {
+    if query.node.is_none() && query.cluster.is_none() {
+        return (
+            StatusCode::BAD_REQUEST,
+            "give ?node=<node id> or ?cluster=<node cluster> (or both)\n",
+        )
+            .into_response();
+    }
+    let node = query.node.unwrap_or_default();
+    // A connected node's cluster, unless the query names one.
+    let cluster = query.cluster.unwrap_or_else(|| {
+        admin
+            .fleet
+            .reports()
+            .into_iter()
+            .find(|r| r.node_id == node)
+            .map(|r| r.node_cluster)
+            .unwrap_or_default()
+    });
+    let generation = admin.cache.current();
+    let snapshot = generation.snapshot_for(&node, &cluster);
+    let mut types = serde_json::Map::new();
+    for kind in crate::resource::ResourceType::ALL {
+        let t = snapshot.get(kind);
+        if t.resources.is_empty() {
+            continue;
+        }
+        let resources: Vec<serde_json::Value> = t
+            .resources
+            .values()
+            .map(|r| {
+                let mut entry = serde_json::json!({
+                    "name": r.name,
+                    "version": r.version,
+                    "resource": resource_json(r),
+                });
+                if let Some(ttl) = r.ttl {
+                    entry["ttl"] = format!("{}s", ttl.as_secs_f64()).into();
+                }
+                if !r.aliases.is_empty() {
+                    entry["aliases"] = r.aliases.clone().into();
+                }
+                entry
+            })
+            .collect();
+        types.insert(
+            kind.short_name().to_string(),
+            serde_json::json!({
+                "type_url": kind.type_url(),
+                "version": t.version,
+                "resources": resources,
+            }),
+        );
+    }
+    Json(serde_json::json!({
+        "node": node,
+        "cluster": cluster,
+        "generation": generation.number,
+        "types": types,
+    }))
+    .into_response()
+}
+
+/// A resource's proto3 JSON, decoded from its encoded bytes through the descriptor pool.
+fn resource_json(r: &crate::resource::Resource) -> serde_json::Value {
+    let decoded = prost_reflect::DynamicMessage::decode(
+        crate::config::descriptors::message(r.kind),
+        r.body.clone(),
+    );
+    match decoded.map(|m| serde_json::to_value(&m)) {
+        Ok(Ok(json)) => json,
+        // Cannot happen for what the loader encoded from this same pool; say so if it does.
+        Ok(Err(e)) => serde_json::json!({ "error": format!("not representable as JSON: {e}") }),
+        Err(e) => serde_json::json!({ "error": format!("does not decode: {e}") }),
+    }
 }
 
 async fn status(State(admin): State<Admin>) -> Json<Status> {

@@ -329,3 +329,42 @@ async fn metrics_move_with_streams_responses_acks_nacks_and_loads() {
         0.0
     );
 }
+
+#[tokio::test]
+async fn config_dump_shows_what_a_node_gets_as_proto3_json() {
+    let server = TestServer::start(&[
+        ("clusters.yaml", &eds_cluster("backend", "1s", 8080)),
+        (
+            "edge.yaml",
+            "nodes: [{ id: \"edge-*\" }]\nclusters:\n  - { name: edge-only, connect_timeout: 2s, type: STATIC, ttl: 30s }\n",
+        ),
+    ])
+    .await;
+    let (code, body) = server.admin_get("/config_dump?node=edge-1").await;
+    assert_eq!(code, 200, "{body}");
+    let dump: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let clusters = dump["types"]["CDS"]["resources"].as_array().expect("CDS");
+    let names: Vec<&str> = clusters.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["backend", "edge-only"]);
+    // Proto3 canonical JSON: lowerCamelCase, durations as strings, enums by name.
+    assert_eq!(clusters[1]["resource"]["connectTimeout"], "2s");
+    assert_eq!(clusters[1]["resource"]["type"], "STATIC");
+    assert_eq!(clusters[1]["ttl"], "30s");
+    assert_eq!(
+        dump["types"]["EDS"]["resources"][0]["resource"]["clusterName"],
+        "backend"
+    );
+    assert_eq!(dump["generation"], 1);
+
+    // Another node group.
+    let (_, body) = server.admin_get("/config_dump?node=core-1").await;
+    let dump: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        dump["types"]["CDS"]["resources"].as_array().map(Vec::len),
+        Some(1)
+    );
+
+    let (code, body) = server.admin_get("/config_dump").await;
+    assert_eq!(code, 400);
+    assert!(body.contains("?node="), "{body}");
+}
