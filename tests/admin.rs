@@ -368,3 +368,87 @@ async fn config_dump_shows_what_a_node_gets_as_proto3_json() {
     assert_eq!(code, 400);
     assert!(body.contains("?node="), "{body}");
 }
+
+#[tokio::test]
+async fn csds_answers_per_node_from_acks_and_nacks() {
+    use envoy_types::pb::envoy::r#type::matcher::v3::NodeMatcher;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        string_matcher::MatchPattern, StringMatcher,
+    };
+    use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ConfigStatus};
+    let server = server().await;
+    let mut a = server.ads("edge-1").await;
+    a.subscribe(Cluster, &[]).await;
+    let r = a.recv_type(Cluster).await;
+    a.ack(&r, &[]).await;
+    let mut b = server.ads("edge-2").await;
+    b.subscribe(Cluster, &[]).await;
+    let r = b.recv_type(Cluster).await;
+    b.nack(&r, &[], "", "bad cluster").await;
+    status_until(&server, |s| {
+        state(s, "edge-1", "CDS").as_deref() == Some("SYNCED")
+            && state(s, "edge-2", "CDS").as_deref() == Some("NACKED")
+    })
+    .await;
+
+    let mut client = ClientStatusDiscoveryServiceClient::new(server.channel().await);
+    let all = client
+        .fetch_client_status(ClientStatusRequest::default())
+        .await
+        .expect("CSDS answers")
+        .into_inner();
+    let ids: Vec<&str> = all
+        .config
+        .iter()
+        .filter_map(|c| c.node.as_ref())
+        .map(|n| n.id.as_str())
+        .collect();
+    assert_eq!(ids, ["edge-1", "edge-2"]);
+    let edge1 = &all.config[0].generic_xds_configs;
+    assert_eq!(edge1.len(), 1);
+    assert_eq!(edge1[0].name, "backend");
+    assert_eq!(edge1[0].type_url, Cluster.type_url());
+    assert_eq!(edge1[0].config_status, ConfigStatus::Synced as i32);
+    assert!(edge1[0].xds_config.is_some());
+    let edge2 = &all.config[1].generic_xds_configs[0];
+    assert_eq!(edge2.config_status, ConfigStatus::Error as i32);
+    assert_eq!(
+        edge2.error_state.as_ref().map(|e| e.details.as_str()),
+        Some("bad cluster")
+    );
+
+    // A node-id matcher, contents left out.
+    let one = client
+        .fetch_client_status(ClientStatusRequest {
+            node_matchers: vec![NodeMatcher {
+                node_id: Some(StringMatcher {
+                    match_pattern: Some(MatchPattern::Suffix("-2".into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            exclude_resource_contents: true,
+            ..Default::default()
+        })
+        .await
+        .expect("CSDS answers")
+        .into_inner();
+    assert_eq!(one.config.len(), 1);
+    assert_eq!(
+        one.config[0].node.as_ref().map(|n| n.id.as_str()),
+        Some("edge-2")
+    );
+    assert!(one.config[0].generic_xds_configs[0].xds_config.is_none());
+
+    // The streaming method answers each request.
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tx.send(ClientStatusRequest::default()).await.expect("send");
+    let mut answers = client
+        .stream_client_status(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("stream opens")
+        .into_inner();
+    let first = answers.message().await.expect("ok").expect("an answer");
+    assert_eq!(first.config.len(), 2);
+}

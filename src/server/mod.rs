@@ -1,12 +1,13 @@
 //! The gRPC server: tonic services that adapt streams to the `protocol` state machine.
 //!
-//! Owns: binding the services (ADS and every per-type service) on a listener, keepalive and
-//! message-size limits, one task per stream that feeds requests, cache generations and timers
-//! into a [`crate::protocol::SotwStream`] or [`crate::protocol::DeltaStream`] and writes out what
-//! it returns, graceful shutdown.
+//! Owns: binding the services (ADS, every per-type service, and CSDS) on a listener,
+//! keepalive and message-size limits, one task per stream that feeds requests, cache
+//! generations and timers into a [`crate::protocol::SotwStream`] or
+//! [`crate::protocol::DeltaStream`] and writes out what it returns, graceful shutdown.
 //!
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
+mod csds;
 mod grpc;
 mod status;
 mod stream;
@@ -21,6 +22,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+
+use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_server::ClientStatusDiscoveryServiceServer;
 
 use crate::cache::Cache;
 use crate::fleet::Fleet;
@@ -58,6 +61,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    let csds = ClientStatusDiscoveryServiceServer::new(csds::Csds {
+        fleet: Arc::clone(&fleet),
+        cache: Arc::clone(&cache),
+    });
     let xds = grpc::XdsServer::new(cache, fleet, stop_rx);
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
@@ -73,7 +80,8 @@ pub async fn serve(
         .add_service(grpc::Grpc::<grpc::Eds>::new(xds.clone()))
         .add_service(grpc::Grpc::<grpc::Sds>::new(xds.clone()))
         .add_service(grpc::Grpc::<grpc::Rtds>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Ecds>::new(xds));
+        .add_service(grpc::Grpc::<grpc::Ecds>::new(xds))
+        .add_service(csds);
 
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
     let stop = async move {

@@ -1,0 +1,177 @@
+//! CSDS: `envoy.service.status.v3.ClientStatusDiscoveryService` on the xDS port, so standard
+//! tooling (grpcdebug, Envoy's CSDS clients) can ask what each connected client has.
+//!
+//! Answers from the [`Fleet`] (what each node ACKed or NACKed, per type) and the node's
+//! current snapshot (the resources of each type it asked for). For a type subscribed by name
+//! (EDS, RDS) the listing is every resource of that type in the node's group, which may be
+//! more than it asked for.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+use envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher;
+use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_server::ClientStatusDiscoveryService;
+use envoy_types::pb::envoy::service::status::v3::{
+    ClientConfig, ClientStatusRequest, ClientStatusResponse, ConfigStatus,
+};
+use envoy_types::pb::google::protobuf::{Any, Timestamp};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::cache::Cache;
+use crate::fleet::{Fleet, StreamReport, TypeReport};
+use crate::resource::ResourceType;
+
+/// The CSDS service.
+#[derive(Clone, Debug)]
+pub struct Csds {
+    pub fleet: Arc<Fleet>,
+    pub cache: Arc<Cache>,
+}
+
+type StatusStream = Pin<Box<dyn Stream<Item = Result<ClientStatusResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ClientStatusDiscoveryService for Csds {
+    type StreamClientStatusStream = StatusStream;
+
+    async fn stream_client_status(
+        &self,
+        request: Request<Streaming<ClientStatusRequest>>,
+    ) -> Result<Response<StatusStream>, Status> {
+        let csds = self.clone();
+        let answers = request
+            .into_inner()
+            .map(move |r| r.and_then(|r| csds.answer(&r)));
+        Ok(Response::new(Box::pin(answers)))
+    }
+
+    async fn fetch_client_status(
+        &self,
+        request: Request<ClientStatusRequest>,
+    ) -> Result<Response<ClientStatusResponse>, Status> {
+        self.answer(request.get_ref()).map(Response::new)
+    }
+}
+
+impl Csds {
+    /// One answer: a `ClientConfig` per connected node the request's matchers select.
+    fn answer(&self, request: &ClientStatusRequest) -> Result<ClientStatusResponse, Status> {
+        let mut matchers = Vec::new();
+        for m in &request.node_matchers {
+            if !m.node_metadatas.is_empty() {
+                return Err(Status::unimplemented(
+                    "node_metadatas matchers are not supported; match on node_id",
+                ));
+            }
+            matchers.push(m.node_id.clone());
+        }
+        let generation = self.cache.current();
+        let mut nodes: std::collections::BTreeMap<String, Vec<StreamReport>> = Default::default();
+        for r in self.fleet.reports() {
+            nodes.entry(r.node_id.clone()).or_default().push(r);
+        }
+        let mut config = Vec::new();
+        for (id, streams) in nodes {
+            if !matchers.is_empty()
+                && !matchers
+                    .iter()
+                    .any(|m| m.as_ref().is_some_and(|m| string_matches(m, &id)))
+            {
+                continue;
+            }
+            let first = &streams[0];
+            let snapshot = generation.snapshot_for(&first.node_id, &first.node_cluster);
+            let mut generic = Vec::new();
+            for kind in ResourceType::ALL {
+                let Some(t) = streams.iter().find_map(|s| s.types.get(kind.short_name())) else {
+                    continue;
+                };
+                for r in snapshot.get(kind).resources.values() {
+                    generic.push(resource_config(
+                        kind,
+                        r,
+                        t,
+                        request.exclude_resource_contents,
+                    ));
+                }
+            }
+            config.push(ClientConfig {
+                node: Some(Node {
+                    id,
+                    cluster: first.node_cluster.clone(),
+                    user_agent_name: first.user_agent.clone(),
+                    client_features: first.client_features.clone(),
+                    ..Default::default()
+                }),
+                generic_xds_configs: generic,
+                ..Default::default()
+            });
+        }
+        Ok(ClientStatusResponse { config })
+    }
+}
+
+fn resource_config(
+    kind: ResourceType,
+    r: &crate::resource::Resource,
+    t: &TypeReport,
+    exclude_contents: bool,
+) -> GenericXdsConfig {
+    let (config_status, client_status) = match t.state {
+        "SYNCED" => (ConfigStatus::Synced, ClientResourceStatus::Acked),
+        "STALE" => (ConfigStatus::Stale, ClientResourceStatus::Requested),
+        "NACKED" => (ConfigStatus::Error, ClientResourceStatus::Nacked),
+        _ => (ConfigStatus::NotSent, ClientResourceStatus::Requested),
+    };
+    let last_updated = t
+        .last_change
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| Timestamp {
+            seconds: d.as_secs() as i64,
+            nanos: d.subsec_nanos() as i32,
+        });
+    GenericXdsConfig {
+        type_url: kind.type_url().to_string(),
+        name: r.name.clone(),
+        version_info: r.version.clone(),
+        xds_config: (!exclude_contents).then(|| Any {
+            type_url: kind.type_url().to_string(),
+            value: r.body.to_vec(),
+        }),
+        last_updated,
+        config_status: config_status as i32,
+        client_status: client_status as i32,
+        error_state: t.error.as_ref().map(|e| UpdateFailureState {
+            details: e.clone(),
+            version_info: t.rejected_version.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Whether `value` matches an Envoy `StringMatcher` (exact, prefix, suffix, contains; regex
+/// is not supported and matches nothing).
+fn string_matches(m: &StringMatcher, value: &str) -> bool {
+    let fold = |s: &str| {
+        if m.ignore_case {
+            s.to_lowercase()
+        } else {
+            s.to_string()
+        }
+    };
+    let value = fold(value);
+    match &m.match_pattern {
+        Some(MatchPattern::Exact(e)) => value == fold(e),
+        Some(MatchPattern::Prefix(p)) => value.starts_with(&fold(p)),
+        Some(MatchPattern::Suffix(p)) => value.ends_with(&fold(p)),
+        Some(MatchPattern::Contains(p)) => value.contains(&fold(p)),
+        _ => false,
+    }
+}
