@@ -276,18 +276,9 @@ async fn config_dump(
     .into_response()
 }
 
-/// A resource's proto3 JSON, decoded from its encoded bytes through the descriptor pool.
 fn resource_json(r: &crate::resource::Resource) -> serde_json::Value {
-    let decoded = prost_reflect::DynamicMessage::decode(
-        crate::config::descriptors::message(r.kind),
-        r.body.clone(),
-    );
-    match decoded.map(|m| serde_json::to_value(&m)) {
-        Ok(Ok(json)) => json,
-        // Cannot happen for what the loader encoded from this same pool; say so if it does.
-        Ok(Err(e)) => serde_json::json!({ "error": format!("not representable as JSON: {e}") }),
-        Err(e) => serde_json::json!({ "error": format!("does not decode: {e}") }),
-    }
+    crate::config::descriptors::resource_json(r)
+        .unwrap_or_else(|| serde_json::json!({ "error": "does not decode as its type" }))
 }
 
 async fn status(State(admin): State<Admin>) -> Json<Status> {

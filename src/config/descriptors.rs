@@ -32,6 +32,20 @@ pub fn message(kind: ResourceType) -> MessageDescriptor {
         .expect("every served resource type is in the descriptor set (tested)")
 }
 
+/// A resource's proto3 canonical JSON, decoded from its encoded bytes. `None` only if the
+/// bytes do not decode as their type (never for what the loader encoded from this pool).
+pub fn resource_json(resource: &crate::resource::Resource) -> Option<serde_json::Value> {
+    let message =
+        prost_reflect::DynamicMessage::decode(message(resource.kind), resource.body.clone())
+            .ok()?;
+    serde_json::to_value(&message).ok()
+}
+
+/// The descriptor of a message by full name (`envoy.service.discovery.v3.DiscoveryRequest`).
+pub fn message_named(name: &str) -> Option<MessageDescriptor> {
+    pool().get_message_by_name(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,6 +53,16 @@ mod tests {
     use envoy_types::pb::google::protobuf::Duration;
     use prost::Message;
     use prost_reflect::DynamicMessage;
+
+    #[test]
+    fn the_discovery_messages_are_in_the_pool() {
+        for name in [
+            "envoy.service.discovery.v3.DiscoveryRequest",
+            "envoy.service.discovery.v3.DiscoveryResponse",
+        ] {
+            assert!(message_named(name).is_some(), "{name}");
+        }
+    }
 
     #[test]
     fn every_resource_type_is_in_the_pool() {

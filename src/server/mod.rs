@@ -1,6 +1,7 @@
 //! The gRPC server: tonic services that adapt streams to the `protocol` state machine.
 //!
-//! Owns: binding the services (ADS, every per-type service, and CSDS) on a listener,
+//! Owns: binding the services (ADS, every per-type service, CSDS, and REST-JSON polling) on a
+//! listener,
 //! keepalive and message-size limits, one task per stream that feeds requests, cache
 //! generations and timers into a [`crate::protocol::SotwStream`] or
 //! [`crate::protocol::DeltaStream`] and writes out what it returns, graceful shutdown.
@@ -9,6 +10,7 @@
 
 mod csds;
 mod grpc;
+pub mod rest;
 mod status;
 mod stream;
 mod wire;
@@ -65,12 +67,21 @@ pub async fn serve(
         fleet: Arc::clone(&fleet),
         cache: Arc::clone(&cache),
     });
+    let rest = rest::router(rest::Rest {
+        cache: Arc::clone(&cache),
+        fleet: Arc::clone(&fleet),
+        stop: stop_rx.clone(),
+    });
     let xds = grpc::XdsServer::new(cache, fleet, stop_rx);
-    let router = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
+        // REST-JSON polling comes over HTTP/1.1 too.
+        .accept_http1(true)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .tcp_keepalive(Some(Duration::from_secs(60)))
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    let router = builder
+        .add_routes(tonic::service::Routes::from(rest))
         .add_service(grpc::Grpc::<grpc::Ads>::new(xds.clone()))
         .add_service(grpc::Grpc::<grpc::Lds>::new(xds.clone()))
         .add_service(grpc::Grpc::<grpc::Rds>::new(xds.clone()))

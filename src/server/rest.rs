@@ -1,0 +1,186 @@
+//! REST-JSON polling (`api_type: REST`): `POST /v3/discovery:<type>` on the xDS port, beside
+//! gRPC, over HTTP/1.1 and HTTP/2.
+//!
+//! Each request is a `DiscoveryRequest` in proto3 JSON; the answer is the `DiscoveryResponse`
+//! for the node's snapshot and the requested names, in proto3 JSON. A request whose
+//! `version_info` is the current version is held until the type changes for that node or
+//! [`REST_HOLD`] passes, then answered `304 Not Modified` (Envoy's "no update"), so a client
+//! polling with a short refresh delay never gets a loop of unchanged answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use prost_reflect::DynamicMessage;
+use tokio::sync::watch;
+
+use crate::cache::{Cache, TypeSnapshot};
+use crate::config::descriptors;
+use crate::fleet::Fleet;
+use crate::protocol::Subscription;
+use crate::resource::ResourceType;
+
+/// How long a request for the version the client already has is held before `304`. Below
+/// Envoy's default REST `request_timeout` (1 s), so the answer arrives before Envoy gives up.
+pub const REST_HOLD: Duration = Duration::from_millis(500);
+
+/// What the REST routes read.
+#[derive(Clone, Debug)]
+pub struct Rest {
+    pub cache: Arc<Cache>,
+    pub fleet: Arc<Fleet>,
+    pub stop: watch::Receiver<bool>,
+}
+
+/// `POST /v3/discovery:{type}`.
+pub fn router(rest: Rest) -> Router {
+    Router::new()
+        .route("/v3/{discovery}", post(discovery))
+        .with_state(rest)
+}
+
+/// The type a `discovery:<name>` path segment names.
+fn path_type(segment: &str) -> Option<ResourceType> {
+    Some(match segment.strip_prefix("discovery:")? {
+        "clusters" => ResourceType::Cluster,
+        "endpoints" => ResourceType::Endpoint,
+        "listeners" => ResourceType::Listener,
+        "routes" => ResourceType::Route,
+        "scoped-routes" => ResourceType::ScopedRoute,
+        "secrets" => ResourceType::Secret,
+        "runtime" => ResourceType::Runtime,
+        "extension_configs" => ResourceType::ExtensionConfig,
+        _ => return None,
+    })
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, message + "\n").into_response()
+}
+
+async fn discovery(State(rest): State<Rest>, Path(segment): Path<String>, body: Bytes) -> Response {
+    let Some(kind) = path_type(&segment) else {
+        return (
+            StatusCode::NOT_FOUND,
+            format!(
+                "no REST discovery endpoint {segment:?}; use discovery:clusters, :endpoints, \
+                 :listeners, :routes, :scoped-routes, :secrets, :runtime or :extension_configs\n"
+            ),
+        )
+            .into_response();
+    };
+    let request = match parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(format!("invalid DiscoveryRequest JSON: {e}")),
+    };
+    if !request.type_url.is_empty() && request.type_url != kind.type_url() {
+        return bad_request(format!(
+            "{segment} serves {}, not type_url {:?}",
+            kind.type_url(),
+            request.type_url
+        ));
+    }
+    let Some(node) = request.node.clone() else {
+        return bad_request("a REST DiscoveryRequest must carry `node`".into());
+    };
+    let mut subscription = Subscription::default();
+    subscription.apply_sotw(&request.resource_names);
+
+    let mut generations = rest.cache.subscribe();
+    let mut stop = rest.stop.clone();
+    let deadline = tokio::time::Instant::now() + REST_HOLD;
+    loop {
+        let generation = std::sync::Arc::clone(&generations.borrow_and_update());
+        let snapshot = generation.snapshot_for(&node.id, &node.cluster);
+        let current = snapshot.get(kind);
+        if current.version != request.version_info {
+            return answer(&rest, kind, current, &subscription);
+        }
+        tokio::select! {
+            changed = generations.changed() => if changed.is_err() { break },
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = stop.changed() => break,
+        }
+    }
+    StatusCode::NOT_MODIFIED.into_response()
+}
+
+/// proto3 JSON -> `DiscoveryRequest`, through the descriptor pool.
+fn parse_request(body: &[u8]) -> Result<DiscoveryRequest, String> {
+    let descriptor = descriptors::message_named("envoy.service.discovery.v3.DiscoveryRequest")
+        .ok_or("the DiscoveryRequest descriptor is missing")?;
+    let mut json = serde_json::Deserializer::from_slice(body);
+    let message = DynamicMessage::deserialize(descriptor, &mut json).map_err(|e| e.to_string())?;
+    json.end().map_err(|e| e.to_string())?;
+    message.transcode_to().map_err(|e| e.to_string())
+}
+
+/// The `DiscoveryResponse` JSON for what `subscription` selects of `current`.
+fn answer(
+    rest: &Rest,
+    kind: ResourceType,
+    current: &TypeSnapshot,
+    subscription: &Subscription,
+) -> Response {
+    let resources: Vec<serde_json::Value> = subscription
+        .select(current)
+        .into_iter()
+        .map(|r| {
+            let mut json = descriptors::resource_json(r).unwrap_or_default();
+            if let Some(fields) = json.as_object_mut() {
+                fields.insert("@type".into(), kind.type_url().into());
+            }
+            json
+        })
+        .collect();
+    let count = resources.len();
+    let body = serde_json::json!({
+        "version_info": current.version,
+        "resources": resources,
+        "type_url": kind.type_url(),
+        "control_plane": { "identifier": super::control_plane_id() },
+    })
+    .to_string();
+    rest.fleet.metrics.sent(kind, count, body.len());
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_every_rest_type() {
+        assert_eq!(path_type("discovery:clusters"), Some(ResourceType::Cluster));
+        assert_eq!(
+            path_type("discovery:scoped-routes"),
+            Some(ResourceType::ScopedRoute)
+        );
+        assert_eq!(
+            path_type("discovery:extension_configs"),
+            Some(ResourceType::ExtensionConfig)
+        );
+        assert_eq!(path_type("discovery:virtual_hosts"), None);
+        assert_eq!(path_type("clusters"), None);
+    }
+
+    #[test]
+    fn requests_parse_from_proto3_json() {
+        let r = parse_request(
+            br#"{"version_info":"v1","node":{"id":"n1","cluster":"c"},"resource_names":["a"],"typeUrl":"t"}"#,
+        )
+        .expect("parses");
+        assert_eq!(r.version_info, "v1");
+        assert_eq!(r.node.map(|n| n.id), Some("n1".to_string()));
+        assert_eq!(r.resource_names, ["a"]);
+        assert_eq!(r.type_url, "t");
+        assert!(parse_request(b"{\"bogus\": 1}").is_err());
+        assert!(parse_request(b"not json").is_err());
+    }
+}

@@ -1,0 +1,129 @@
+//! Integration tests of REST-JSON polling (`POST /v3/discovery:<type>`) on the xDS port,
+//! over HTTP/1.1, beside gRPC.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+use switchyard::resource::ResourceType::Cluster;
+
+async fn poll(server: &TestServer, path: &str, body: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .post(format!("http://{}{path}", server.addr))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("answers");
+    let code = r.status().as_u16();
+    (code, r.text().await.expect("body"))
+}
+
+fn request(version: &str, names: &[&str]) -> String {
+    serde_json::json!({
+        "version_info": version,
+        "node": { "id": "rest-1", "cluster": "test" },
+        "resource_names": names,
+        "type_url": Cluster.type_url(),
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn rest_answers_json_then_holds_an_unchanged_version_and_answers_304() {
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let (code, body) = poll(&server, "/v3/discovery:clusters", &request("", &[])).await;
+    assert_eq!(code, 200, "{body}");
+    let r: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(r["type_url"], Cluster.type_url());
+    assert_eq!(r["resources"][0]["@type"], Cluster.type_url());
+    assert_eq!(r["resources"][0]["name"], "backend");
+    assert_eq!(r["resources"][0]["connectTimeout"], "1s");
+    let version = r["version_info"].as_str().expect("version").to_string();
+
+    // The same version: held, then 304 (never an unchanged answer).
+    let started = Instant::now();
+    let (code, body) = poll(&server, "/v3/discovery:clusters", &request(&version, &[])).await;
+    assert_eq!(code, 304, "{body}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "held before answering"
+    );
+
+    // A change while held is answered at once with the new version.
+    let poller = {
+        let addr = server.addr;
+        let body = request(&version, &[]);
+        tokio::spawn(async move {
+            let r = reqwest::Client::new()
+                .post(format!("http://{addr}/v3/discovery:clusters"))
+                .body(body)
+                .send()
+                .await
+                .expect("answers");
+            (r.status().as_u16(), r.text().await.expect("body"))
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.set_file("c.yaml", &eds_cluster("backend", "3s", 8080));
+    let (code, body) = poller.await.expect("joins");
+    assert_eq!(code, 200, "{body}");
+    let r: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_ne!(r["version_info"], version);
+    assert_eq!(r["resources"][0]["connectTimeout"], "3s");
+}
+
+#[tokio::test]
+async fn rest_serves_named_resources_and_every_documented_path() {
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let body = serde_json::json!({
+        "node": { "id": "rest-1" },
+        "resource_names": ["backend", "missing"],
+    })
+    .to_string();
+    let (code, text) = poll(&server, "/v3/discovery:endpoints", &body).await;
+    assert_eq!(code, 200, "{text}");
+    let r: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(r["resources"].as_array().map(Vec::len), Some(1));
+    assert_eq!(r["resources"][0]["clusterName"], "backend");
+    for path in [
+        "listeners",
+        "routes",
+        "scoped-routes",
+        "secrets",
+        "runtime",
+        "extension_configs",
+    ] {
+        let (code, text) = poll(
+            &server,
+            &format!("/v3/discovery:{path}"),
+            "{\"node\":{\"id\":\"n\"}}",
+        )
+        .await;
+        assert_eq!(code, 200, "{path}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn rest_rejects_bad_requests_clearly() {
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let (code, text) = poll(&server, "/v3/discovery:clusters", "{not json").await;
+    assert_eq!(code, 400);
+    assert!(text.contains("invalid DiscoveryRequest JSON"), "{text}");
+    let (code, text) = poll(&server, "/v3/discovery:clusters", "{\"bogus\": 1}").await;
+    assert_eq!(code, 400, "{text}");
+    let (code, text) = poll(&server, "/v3/discovery:clusters", "{}").await;
+    assert_eq!(code, 400);
+    assert!(text.contains("node"), "{text}");
+    let (code, text) = poll(&server, "/v3/discovery:nope", "{}").await;
+    assert_eq!(code, 404);
+    assert!(text.contains("discovery:clusters"), "{text}");
+    let wrong = serde_json::json!({"node": {"id": "n"}, "type_url": "type.googleapis.com/envoy.config.listener.v3.Listener"});
+    let (code, text) = poll(&server, "/v3/discovery:clusters", &wrong.to_string()).await;
+    assert_eq!(code, 400, "{text}");
+    // gRPC on the same port is unaffected.
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    assert_eq!(names(&c.recv_type(Cluster).await), ["backend"]);
+}
