@@ -47,6 +47,13 @@ impl StreamLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PollLabels {
+    pub type_url: &'static str,
+    /// `changed` (answered with resources) or `not_modified` (held, then 304).
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TypeLabels {
     pub type_url: &'static str,
 }
@@ -74,6 +81,8 @@ pub struct StreamMetrics {
     pub ack_latency: Histogram,
     /// From a snapshot's publication until every connected node has ACKed what it got.
     pub convergence: Histogram,
+    /// REST-JSON polls answered.
+    pub rest_polls: Family<PollLabels, Counter>,
 }
 
 /// 1 ms to ~65 s, doubling.
@@ -93,6 +102,7 @@ impl Default for StreamMetrics {
             push_latency: Histogram::new(latency_buckets()),
             ack_latency: Histogram::new(latency_buckets()),
             convergence: Histogram::new(latency_buckets()),
+            rest_polls: Family::default(),
         }
     }
 }
@@ -149,6 +159,11 @@ pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) 
         "convergence_seconds",
         "From a snapshot's publication until every connected node ACKed what it got",
         m.convergence.clone(),
+    );
+    registry.register(
+        "rest_polls",
+        "REST-JSON polls answered, by type URL and result (changed, not_modified)",
+        m.rest_polls.clone(),
     );
     registry.register_collector(Box::new(ScrapeTime {
         fleet: Arc::clone(fleet),

@@ -632,3 +632,110 @@ async fn e2e_delta_on_demand_cds_asks_by_name() {
     fleet.edit("late.yaml", &late);
     fleet.expect_traffic_to("upstream-b").await;
 }
+
+/// A static cluster `name` to 127.0.0.1:`port`.
+fn static_cluster(name: &str, port: u16) -> String {
+    format!(
+        "clusters:\n  - name: {name}\n    connect_timeout: 1s\n    type: STATIC\n    load_assignment: {{ cluster_name: {name}, endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}] }}] }}\n"
+    )
+}
+
+/// An HTTP listener on `port` with an inline route to `cluster` (no RDS).
+fn inline_listener(port: u16, cluster: &str) -> String {
+    rds_listener("http", port, "main").replace(
+        "              rds: { route_config_name: main, config_source: { ads: {}, resource_api_version: V3 } }",
+        &format!("              route_config: {{ name: main, virtual_hosts: [{{ name: all, domains: [\"*\"], routes: [{{ match: {{ prefix: / }}, route: {{ cluster: {cluster} }} }}] }}] }}"),
+    )
+}
+
+/// REST-JSON polling: a real Envoy with `api_type: REST` for CDS and LDS gets its config,
+/// follows an edit, and while nothing changes the server answers only 304s, at a bounded rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_rest_polling_envoy_gets_config_follows_edits_and_idles() {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let (a, b) = (
+        Upstream::start("upstream-a").await,
+        Upstream::start("upstream-b").await,
+    );
+    let listener = free_port();
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    write(&config, "a.yaml", &static_cluster("a", a.port));
+    write(&config, "b.yaml", &static_cluster("b", b.port));
+    let route = inline_listener(listener, "a");
+    assert!(route.contains("route_config"), "fixture changed shape");
+    write(&config, "listener.yaml", &route);
+    let switchyard = Switchyard::start(&config, dir.path()).await;
+    let bootstrap = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envoy/bootstrap-rest.yaml"),
+    )
+    .expect("example bootstrap");
+    assert!(
+        bootstrap.contains("refresh_delay: 1s"),
+        "fixture changed shape"
+    );
+    let envoy = Envoy::start_from_text(
+        &bootstrap.replace("refresh_delay: 1s", "refresh_delay: 0.2s"),
+        &envoy_bin,
+        switchyard.port,
+        "e2e-rest",
+        dir.path(),
+    )
+    .await;
+    let get = |want: &'static str| async move {
+        eventually(ARRIVE, || async move {
+            http_get(listener).await.as_deref() == Some(want)
+        })
+        .await
+        .is_some()
+    };
+    assert!(get("upstream-a").await, "config never arrived over REST");
+    write(&config, "listener.yaml", &inline_listener(listener, "b"));
+    assert!(get("upstream-b").await, "the edit never arrived over REST");
+    assert_eq!(
+        envoy.stat("listener_manager.lds.update_rejected").await,
+        Some(0)
+    );
+
+    // Idle: no answer with content, and polls bounded by the hold (0.5 s) + refresh (0.2 s).
+    let polls = |metrics: &str, result: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("switchyard_rest_polls_total{")
+                    && l.contains(&format!("result=\"{result}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let metrics = || async {
+        reqwest::get(format!(
+            "http://127.0.0.1:{}/metrics",
+            switchyard.admin_port
+        ))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+    };
+    // Let the last edit settle: both types polled at their current version.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = metrics().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = metrics().await;
+    assert_eq!(
+        polls(&after, "changed"),
+        polls(&before, "changed"),
+        "an unchanged config was answered with content while idle"
+    );
+    let idle_polls = polls(&after, "not_modified") - polls(&before, "not_modified");
+    eprintln!("REST: {idle_polls} polls answered 304 in 3 s of idle (CDS + LDS)");
+    assert!(
+        (2.0..=2.0 * 3.0 / 0.7 + 2.0).contains(&idle_polls),
+        "{idle_polls} polls in 3 s for 2 types: not held, or not polling"
+    );
+}

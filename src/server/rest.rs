@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use crate::cache::{Cache, TypeSnapshot};
 use crate::config::descriptors;
 use crate::fleet::Fleet;
+use crate::metrics::PollLabels;
 use crate::protocol::Subscription;
 use crate::resource::ResourceType;
 
@@ -108,7 +109,19 @@ async fn discovery(State(rest): State<Rest>, Path(segment): Path<String>, body: 
             _ = stop.changed() => break,
         }
     }
+    poll_counted(&rest, kind, "not_modified");
     StatusCode::NOT_MODIFIED.into_response()
+}
+
+fn poll_counted(rest: &Rest, kind: ResourceType, result: &'static str) {
+    rest.fleet
+        .metrics
+        .rest_polls
+        .get_or_create(&PollLabels {
+            type_url: kind.type_url(),
+            result,
+        })
+        .inc();
 }
 
 /// proto3 JSON -> `DiscoveryRequest`, through the descriptor pool.
@@ -148,6 +161,7 @@ fn answer(
     })
     .to_string();
     rest.fleet.metrics.sent(kind, count, body.len());
+    poll_counted(rest, kind, "changed");
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
