@@ -1,7 +1,7 @@
 //! The admin HTTP server (`--admin-addr`, default 127.0.0.1:19000): what operators and
 //! orchestrators ask of a running Switchyard.
 //!
-//! Owns: the routes `/healthz` (alive), `/readyz` (a good snapshot is loaded; the admin
+//! Owns: the routes `/` (an HTML page for a person, see `page`), `/healthz` (alive), `/readyz` (a good snapshot is loaded; the admin
 //! server is started only once the xDS listener is bound), `/status` (every connected node's
 //! sync state per type, and the last config load), `/config_dump` (the snapshot a node gets,
 //! as proto3 JSON) and `/metrics` (Prometheus, see `metrics`), their JSON shapes, and serving them until shutdown. Must not: change the cache
@@ -18,6 +18,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
+
+mod page;
 
 use crate::cache::Cache;
 use crate::fleet::{format_time, Fleet, StreamReport, TypeReport};
@@ -154,6 +156,7 @@ impl Status {
 /// The admin routes.
 pub fn router(admin: Admin) -> Router {
     Router::new()
+        .route("/", get(index))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
@@ -281,7 +284,19 @@ fn resource_json(r: &crate::resource::Resource) -> serde_json::Value {
         .unwrap_or_else(|| serde_json::json!({ "error": "does not decode as its type" }))
 }
 
+/// `GET /`: the HTML page.
+async fn index(
+    State(admin): State<Admin>,
+    axum::extract::Query(query): axum::extract::Query<page::PageQuery>,
+) -> axum::response::Html<String> {
+    axum::response::Html(page::render(&current_status(&admin), &query))
+}
+
 async fn status(State(admin): State<Admin>) -> Json<Status> {
+    Json(current_status(&admin))
+}
+
+fn current_status(admin: &Admin) -> Status {
     let config = admin.reloader.last_report().map(|r| ConfigStatus {
         ok: r.ok(),
         at: format_time(r.at),
@@ -289,5 +304,5 @@ async fn status(State(admin): State<Admin>) -> Json<Status> {
         errors: r.errors.clone(),
         warnings: r.warnings.clone(),
     });
-    Json(Status::from_reports(admin.fleet.reports(), config))
+    Status::from_reports(admin.fleet.reports(), config)
 }

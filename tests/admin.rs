@@ -452,3 +452,32 @@ async fn csds_answers_per_node_from_acks_and_nacks() {
     let first = answers.message().await.expect("ok").expect("an answer");
     assert_eq!(first.config.len(), 2);
 }
+
+#[tokio::test]
+async fn the_html_page_shows_each_node_with_its_state_and_nack_text() {
+    let server = server().await;
+    let mut c = server.ads("edge-<1>").await;
+    c.subscribe(Cluster, &[]).await;
+    let r = c.recv_type(Cluster).await;
+    c.nack(&r, &[], "", "bad & broken").await;
+    status_until(&server, |s| s.any_nacked()).await;
+    let (code, html) = server.admin_get("/").await;
+    assert_eq!(code, 200);
+    assert!(html.starts_with("<!doctype html>"), "{html}");
+    assert!(html.contains("<b>1</b> NACKing"), "{html}");
+    assert!(
+        html.contains("edge-&lt;1&gt;"),
+        "node ids are escaped: {html}"
+    );
+    assert!(html.contains("class=\"NACKED\""), "{html}");
+    assert!(
+        html.contains("bad &amp; broken"),
+        "the NACK text, inline: {html}"
+    );
+    assert!(html.contains("href=\"/status\"") && html.contains("href=\"/metrics\""));
+    assert!(html.contains("/config_dump?node=edge-%3C1%3E"), "{html}");
+    let (_, filtered) = server.admin_get("/?state=SYNCED").await;
+    assert!(filtered.contains("0 node(s) match"), "{filtered}");
+    let (code, _) = server.admin_get("/?page=abc").await;
+    assert_eq!(code, 400, "a bad query is refused, not a panic");
+}

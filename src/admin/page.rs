@@ -1,0 +1,328 @@
+//! `GET /`: the fleet at a glance, for a person. Server-rendered HTML with inline CSS, no
+//! JavaScript and no external assets. Summary counts first, then a table of nodes filtered and
+//! paged on the server (`?q=` matches node id or cluster, `?state=` keeps nodes with a type in
+//! that state, `?page=`), so it stays usable at 10,000 nodes.
+
+use std::fmt::Write;
+
+use serde::Deserialize;
+
+use super::{NodeStatus, Status};
+use crate::resource::ResourceType;
+
+/// Rows per page.
+pub const PAGE_SIZE: usize = 100;
+
+/// The page's query.
+#[derive(Debug, Default, Deserialize)]
+pub struct PageQuery {
+    /// Substring of node id or cluster.
+    #[serde(default)]
+    pub q: String,
+    /// `SYNCED`, `STALE`, `NACKED` or `NOT_SENT`: nodes with some type in that state.
+    #[serde(default)]
+    pub state: String,
+    /// 1-based.
+    #[serde(default)]
+    pub page: Option<usize>,
+}
+
+/// Escape text for HTML content and attribute values.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A URL query value (only what the page's own links carry).
+fn query_value(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn matches(node: &NodeStatus, query: &PageQuery) -> bool {
+    let q = query.q.trim().to_lowercase();
+    (q.is_empty()
+        || node.node_id.to_lowercase().contains(&q)
+        || node.node_cluster.to_lowercase().contains(&q))
+        && (query.state.is_empty() || node.types.values().any(|t| t.state == query.state))
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
+table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}\
+.SYNCED{background:#d4f4d4}.STALE{background:#fff2b3}.NACKED{background:#f8c6c6}\
+.NOT_SENT{background:#eee}.err{color:#a00;font-size:12px}.sum span{margin-right:1.5em}\
+.bad{color:#a00}.ok{color:#070}";
+
+/// Render the page.
+pub fn render(status: &Status, query: &PageQuery) -> String {
+    let kinds: Vec<&str> = ResourceType::ALL
+        .iter()
+        .map(|k| k.short_name())
+        .filter(|k| status.nodes.iter().any(|n| n.types.contains_key(*k)))
+        .collect();
+    let count = |state: &str| {
+        status
+            .nodes
+            .iter()
+            .filter(|n| n.types.values().any(|t| t.state == state))
+            .count()
+    };
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Switchyard</title>\
+         <style>{STYLE}</style></head><body><h1>Switchyard</h1>"
+    );
+    let _ = write!(
+        html,
+        "<p class=\"sum\"><span><b>{}</b> nodes</span><span class=\"bad\"><b>{}</b> NACKing</span>\
+         <span><b>{}</b> with a response not yet ACKed</span><span><b>{}</b> with every type SYNCED</span></p>",
+        status.nodes.len(),
+        count("NACKED"),
+        count("STALE"),
+        status
+            .nodes
+            .iter()
+            .filter(|n| n.types.values().all(|t| t.state == "SYNCED"))
+            .count()
+    );
+    match &status.config {
+        Some(c) if c.ok => {
+            let _ = write!(
+                html,
+                "<p class=\"ok\">Config: generation {} loaded at {}, {} warning(s).</p>",
+                c.generation,
+                esc(&c.at),
+                c.warnings.len()
+            );
+        }
+        Some(c) => {
+            let _ = write!(
+                html,
+                "<p class=\"bad\">Config: the last load at {} FAILED; generation {} keeps serving.</p><ul>",
+                esc(&c.at),
+                c.generation
+            );
+            for e in &c.errors {
+                let _ = write!(html, "<li class=\"err\">{}</li>", esc(e));
+            }
+            html.push_str("</ul>");
+        }
+        None => html.push_str("<p>Config: nothing loaded yet.</p>"),
+    }
+    html.push_str(
+        "<p><a href=\"/status\">/status</a> · <a href=\"/metrics\">/metrics</a> · \
+         <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>",
+    );
+    let _ = write!(
+        html,
+        "<form method=\"get\">Filter: <input name=\"q\" value=\"{}\" placeholder=\"node id or cluster\"> \
+         <select name=\"state\"><option value=\"\">any state</option>",
+        esc(&query.q)
+    );
+    for s in ["NACKED", "STALE", "SYNCED", "NOT_SENT"] {
+        let selected = if query.state == s { " selected" } else { "" };
+        let _ = write!(html, "<option{selected}>{s}</option>");
+    }
+    html.push_str("</select> <button>Show</button></form>");
+
+    let shown: Vec<&NodeStatus> = status.nodes.iter().filter(|n| matches(n, query)).collect();
+    let pages = shown.len().div_ceil(PAGE_SIZE).max(1);
+    let page = query.page.unwrap_or(1).clamp(1, pages);
+    let _ = write!(
+        html,
+        "<p>{} node(s) match; page {page} of {pages}.</p><table><tr><th>Node</th><th>Cluster</th>\
+         <th>Streams</th><th>Agent</th>",
+        shown.len()
+    );
+    for k in &kinds {
+        let _ = write!(html, "<th>{k}</th>");
+    }
+    html.push_str("</tr>");
+    for n in shown.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE) {
+        let streams: Vec<String> = n
+            .streams
+            .iter()
+            .map(|s| format!("{}/{}", s.stream, s.protocol))
+            .collect();
+        let _ = write!(
+            html,
+            "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td><td>{}</td><td>{} {}</td>",
+            query_value(&n.node_id),
+            esc(&n.node_id),
+            esc(&n.node_cluster),
+            esc(&streams.join(", ")),
+            esc(&n.user_agent),
+            esc(&n.user_agent_version)
+        );
+        for k in &kinds {
+            match n.types.get(*k) {
+                Some(t) => {
+                    let title = format!(
+                        "sent {} / ACKed {} · since {}",
+                        t.version_sent, t.version_acked, t.last_change
+                    );
+                    let _ = write!(
+                        html,
+                        "<td class=\"{}\" title=\"{}\">{}",
+                        esc(&t.state),
+                        esc(&title),
+                        esc(&t.state.replace('_', " "))
+                    );
+                    if let Some(e) = &t.error {
+                        let _ = write!(html, "<div class=\"err\">{}</div>", esc(e));
+                    }
+                    html.push_str("</td>");
+                }
+                None => html.push_str("<td>-</td>"),
+            }
+        }
+        html.push_str("</tr>");
+    }
+    html.push_str("</table><p>");
+    let link = |p: usize| {
+        format!(
+            "/?q={}&amp;state={}&amp;page={p}",
+            query_value(&query.q),
+            query_value(&query.state)
+        )
+    };
+    if page > 1 {
+        let _ = write!(html, "<a href=\"{}\">previous</a> ", link(page - 1));
+    }
+    if page < pages {
+        let _ = write!(html, "<a href=\"{}\">next</a>", link(page + 1));
+    }
+    html.push_str("</p></body></html>\n");
+    html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::{ConfigStatus, StreamStatus, TypeStatusJson};
+
+    fn node(id: &str, cds: &str, error: Option<&str>) -> NodeStatus {
+        NodeStatus {
+            node_id: id.into(),
+            node_cluster: "frontend".into(),
+            user_agent: "envoy".into(),
+            user_agent_version: "1.40.0".into(),
+            client_features: vec![],
+            streams: vec![StreamStatus {
+                peer: "p".into(),
+                stream: "ADS".into(),
+                protocol: "delta".into(),
+                connected_since: "t".into(),
+            }],
+            types: [(
+                "CDS".to_string(),
+                TypeStatusJson {
+                    state: cds.into(),
+                    version_sent: "v2".into(),
+                    version_acked: "v1".into(),
+                    nonce: "1".into(),
+                    error: error.map(str::to_string),
+                    rejected_version: None,
+                    last_change: "t".into(),
+                },
+            )]
+            .into(),
+        }
+    }
+
+    fn fleet(n: usize) -> Status {
+        Status {
+            nodes: (0..n)
+                .map(|i| {
+                    if i == 7 {
+                        node(
+                            &format!("edge-{i:05}"),
+                            "NACKED",
+                            Some("<b>bad</b> cluster"),
+                        )
+                    } else {
+                        node(&format!("edge-{i:05}"), "SYNCED", None)
+                    }
+                })
+                .collect(),
+            config: Some(ConfigStatus {
+                ok: true,
+                at: "t".into(),
+                generation: 3,
+                errors: vec![],
+                warnings: vec![],
+            }),
+        }
+    }
+
+    #[test]
+    fn summary_first_then_one_page_of_rows_at_10000_nodes() {
+        let status = fleet(10_000);
+        let html = render(&status, &PageQuery::default());
+        let summary = html.find("10000</b> nodes").expect("count of nodes");
+        assert!(summary < html.find("<table>").expect("a table"));
+        assert!(html.contains("<b>1</b> NACKing"));
+        assert_eq!(html.matches("<tr><td>").count(), PAGE_SIZE);
+        assert!(html.contains("page 1 of 100"));
+        assert!(html.contains("next</a>") && !html.contains("previous</a>"));
+        assert!(html.contains("generation 3"));
+        assert!(!html.contains("<script"), "no JavaScript");
+        assert!(
+            !html.contains("http://") && !html.contains("https://"),
+            "no external assets"
+        );
+    }
+
+    #[test]
+    fn filters_by_state_and_text_and_escapes_what_proxies_send() {
+        let status = fleet(300);
+        let html = render(
+            &status,
+            &PageQuery {
+                state: "NACKED".into(),
+                ..Default::default()
+            },
+        );
+        assert_eq!(html.matches("<tr><td>").count(), 1);
+        assert!(html.contains("edge-00007"));
+        // The NACK text is shown inline, escaped.
+        assert!(html.contains("&lt;b&gt;bad&lt;/b&gt; cluster"));
+        assert!(!html.contains("<b>bad</b>"));
+        let html = render(
+            &status,
+            &PageQuery {
+                q: "EDGE-0029".into(),
+                ..Default::default()
+            },
+        );
+        assert_eq!(html.matches("<tr><td>").count(), 10, "edge-00290..299");
+        let last = render(
+            &status,
+            &PageQuery {
+                page: Some(99),
+                ..Default::default()
+            },
+        );
+        assert!(
+            last.contains("page 3 of 3"),
+            "a page past the end shows the last"
+        );
+    }
+}
