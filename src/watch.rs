@@ -342,6 +342,9 @@ mod tests {
             2,
             "the last good config keeps serving"
         );
+        let stats = reloader.stats();
+        assert!(stats.watch_events >= 2, "{stats:?}");
+        assert!(stats.loads_ok >= 2 && stats.loads_failed >= 1, "{stats:?}");
 
         // An editor's atomic rename-over fixes it.
         let tmp = dir.path().join(".a.yaml.swp");

@@ -481,3 +481,42 @@ async fn the_html_page_shows_each_node_with_its_state_and_nack_text() {
     let (code, _) = server.admin_get("/?page=abc").await;
     assert_eq!(code, 400, "a bad query is refused, not a panic");
 }
+
+#[tokio::test]
+async fn readyz_is_503_until_a_config_is_loaded() {
+    use std::sync::Arc;
+    let cache = Arc::new(switchyard::cache::Cache::new());
+    let dir = tempfile::tempdir().expect("tmp");
+    let reloader = Arc::new(switchyard::watch::Reloader::new(
+        vec![dir.path().to_path_buf()],
+        switchyard::config::LoadOptions::default(),
+        Arc::clone(&cache),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let admin = switchyard::admin::Admin {
+        fleet: Arc::new(switchyard::fleet::Fleet::default()),
+        cache: Arc::clone(&cache),
+        reloader: Arc::clone(&reloader),
+    };
+    let task = tokio::spawn(switchyard::admin::serve(
+        listener,
+        admin,
+        std::future::pending(),
+    ));
+    let get = |path: &'static str| async move {
+        let r = reqwest::get(format!("http://{addr}{path}"))
+            .await
+            .expect("answers");
+        (r.status().as_u16(), r.text().await.expect("body"))
+    };
+    let (code, body) = get("/readyz").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("no configuration loaded"), "{body}");
+    assert_eq!(get("/healthz").await.0, 200, "alive all the same");
+    reloader.reload().expect("an empty directory loads");
+    assert_eq!(get("/readyz").await, (200, "ready\n".to_string()));
+    task.abort();
+}
