@@ -22,9 +22,20 @@ use crate::resource::ResourceType;
 pub struct Fleet {
     next_id: AtomicU64,
     streams: Mutex<BTreeMap<u64, StreamReport>>,
-    /// The generation whose convergence is being timed: its number and publication time.
-    converging: Mutex<Option<(u64, Instant)>>,
+    /// The generation whose convergence is being timed. Locked after `streams`, never
+    /// before.
+    converging: Mutex<Option<Converging>>,
     pub metrics: StreamMetrics,
+}
+
+/// A generation being timed until every stream has ACKed what it got from it.
+#[derive(Debug)]
+struct Converging {
+    number: u64,
+    published: Instant,
+    /// Streams not yet synced on it: kept up to date on each report, so each update costs
+    /// O(1) however large the fleet.
+    unsynced: std::collections::HashSet<u64>,
 }
 
 /// Who is on a stream, and how.
@@ -149,23 +160,35 @@ impl Fleet {
     /// A stream took in generation `number`, published at `published`: time how long until
     /// every stream has ACKed what it got from it (a newer generation restarts the clock).
     pub fn generation_arrived(&self, number: u64, published: Instant) {
+        let streams = self.lock();
         let mut converging = self.converging.lock().unwrap_or_else(|p| p.into_inner());
-        if converging.is_none_or(|(n, _)| n < number) {
-            *converging = Some((number, published));
+        if converging.as_ref().is_none_or(|c| c.number < number) {
+            *converging = Some(Converging {
+                number,
+                published,
+                unsynced: streams.keys().copied().collect(),
+            });
         }
     }
 
-    /// Observe convergence if every stream is synced on the generation being timed.
-    fn check_convergence(&self, streams: &BTreeMap<u64, StreamReport>) {
+    /// Stream `id` reported (`Some`) or left (`None`): update the generation being timed, and
+    /// observe its convergence once no stream is behind.
+    fn track_convergence(&self, id: u64, report: Option<&StreamReport>) {
         let mut converging = self.converging.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((number, published)) = *converging {
-            if streams
-                .values()
-                .all(|r| r.generation >= number && r.synced())
-            {
-                crate::metrics::observe(&self.metrics.convergence, published.elapsed());
-                *converging = None;
+        let Some(c) = converging.as_mut() else {
+            return;
+        };
+        match report {
+            Some(r) if !(r.generation >= c.number && r.synced()) => {
+                c.unsynced.insert(id);
             }
+            _ => {
+                c.unsynced.remove(&id);
+            }
+        }
+        if c.unsynced.is_empty() {
+            crate::metrics::observe(&self.metrics.convergence, c.published.elapsed());
+            *converging = None;
         }
     }
 
@@ -207,7 +230,7 @@ impl StreamHandle {
                 }
             }
         }
-        self.fleet.check_convergence(&streams);
+        self.fleet.track_convergence(self.id, Some(report));
     }
 }
 
@@ -217,7 +240,7 @@ impl Drop for StreamHandle {
         streams.remove(&self.id);
         self.fleet.metrics.streams.get_or_create(&self.labels).dec();
         // The stream that held convergence back may be the one leaving.
-        self.fleet.check_convergence(&streams);
+        self.fleet.track_convergence(self.id, None);
     }
 }
 
@@ -315,6 +338,61 @@ mod tests {
         assert!(cds.last_change > SystemTime::UNIX_EPOCH);
         drop(handle);
         assert!(fleet.reports().is_empty(), "gone with its stream");
+    }
+
+    fn status(state: SyncState) -> TypeStatus {
+        TypeStatus {
+            state,
+            acked_version: String::new(),
+        }
+    }
+
+    fn convergences(fleet: &Fleet) -> u64 {
+        let text = {
+            let mut registry = prometheus_client::registry::Registry::default();
+            registry.register("c", "", fleet.metrics.convergence.clone());
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &registry).expect("encodes");
+            out
+        };
+        text.lines()
+            .find(|l| l.starts_with("c_count"))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn convergence_is_observed_once_every_stream_acked_or_left() {
+        let fleet = Arc::new(Fleet::default());
+        let labels = || StreamLabels::new("sotw", crate::protocol::Variant::Aggregated);
+        let (a, b) = (
+            fleet.open(report(), labels()),
+            fleet.open(report(), labels()),
+        );
+        let acked = || {
+            status(SyncState::Acked {
+                version: "v2".into(),
+            })
+        };
+        let sent = || {
+            status(SyncState::Sent {
+                nonce: "1".into(),
+                version: "v2".into(),
+            })
+        };
+        fleet.generation_arrived(2, Instant::now());
+        a.update(2, [(ResourceType::Cluster, acked())]);
+        b.update(2, [(ResourceType::Cluster, sent())]);
+        assert_eq!(convergences(&fleet), 0, "b has not ACKed");
+        b.update(2, [(ResourceType::Cluster, acked())]);
+        assert_eq!(convergences(&fleet), 1);
+        // The next generation: one stream never ACKs, then leaves.
+        fleet.generation_arrived(3, Instant::now());
+        a.update(3, [(ResourceType::Cluster, acked())]);
+        b.update(3, [(ResourceType::Cluster, sent())]);
+        assert_eq!(convergences(&fleet), 1);
+        drop(b);
+        assert_eq!(convergences(&fleet), 2);
     }
 
     #[test]
