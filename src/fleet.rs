@@ -285,13 +285,10 @@ mod tests {
             1,
             [(
                 ResourceType::Cluster,
-                TypeStatus {
-                    state: SyncState::Sent {
-                        nonce: "1".into(),
-                        version: "v1".into(),
-                    },
-                    acked_version: String::new(),
-                },
+                status(SyncState::Sent {
+                    nonce: "1".into(),
+                    version: "v1".into(),
+                }),
             )],
         );
         let cds = fleet.reports()[0].types["CDS"].clone();
@@ -305,13 +302,10 @@ mod tests {
             1,
             [(
                 ResourceType::Cluster,
-                TypeStatus {
-                    state: SyncState::Sent {
-                        nonce: "1".into(),
-                        version: "v1".into(),
-                    },
-                    acked_version: String::new(),
-                },
+                status(SyncState::Sent {
+                    nonce: "1".into(),
+                    version: "v1".into(),
+                }),
             )],
         );
         assert_eq!(fleet.reports()[0].types["CDS"].last_change, cds.last_change);

@@ -15,6 +15,15 @@ use support::{eds_cluster, rds_listener, route_to, write};
 /// How long config may take to reach Envoy.
 const ARRIVE: Duration = Duration::from_secs(20);
 
+/// Whether requests to the listener on `port` come to answer `body` within [`ARRIVE`].
+async fn traffic_reaches(port: u16, body: &str) -> bool {
+    eventually(ARRIVE, || async move {
+        http_get(port).await.as_deref() == Some(body)
+    })
+    .await
+    .is_some()
+}
+
 /// How Envoy talks to Switchyard.
 #[derive(Clone, Copy, Debug)]
 enum Api {
@@ -146,11 +155,10 @@ impl Fleet {
 
     async fn expect_traffic_to(&self, body: &str) {
         let port = self.listener;
-        let took = eventually(ARRIVE, || async move {
-            http_get(port).await.as_deref() == Some(body)
-        })
-        .await;
-        assert!(took.is_some(), "traffic on :{port} never reached {body}");
+        assert!(
+            traffic_reaches(port, body).await,
+            "traffic on :{port} never reached {body}"
+        );
     }
 }
 
@@ -384,13 +392,7 @@ async fn e2e_per_type_services_serve_envoy_without_ads(api: Api) {
         dir.path(),
     )
     .await;
-    let get = |want: &'static str| async move {
-        eventually(ARRIVE, || async move {
-            http_get(listener).await.as_deref() == Some(want)
-        })
-        .await
-        .is_some()
-    };
+    let get = |want: &'static str| traffic_reaches(listener, want);
     assert!(
         get("upstream-a").await,
         "config never arrived over the per-type services"
@@ -685,13 +687,7 @@ async fn e2e_rest_polling_envoy_gets_config_follows_edits_and_idles() {
         dir.path(),
     )
     .await;
-    let get = |want: &'static str| async move {
-        eventually(ARRIVE, || async move {
-            http_get(listener).await.as_deref() == Some(want)
-        })
-        .await
-        .is_some()
-    };
+    let get = |want: &'static str| traffic_reaches(listener, want);
     assert!(get("upstream-a").await, "config never arrived over REST");
     write(&config, "listener.yaml", &inline_listener(listener, "b"));
     assert!(get("upstream-b").await, "the edit never arrived over REST");
