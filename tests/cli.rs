@@ -127,8 +127,32 @@ fn the_kubernetes_example_configmap_validates() {
     .expect("deploy/kubernetes.yaml");
     let dir = tempfile::tempdir().expect("tmp");
     let mut files = 0;
+    let mut deployments = 0;
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let doc = serde_yaml::Value::deserialize(doc).expect("valid YAML");
+        if doc["kind"] == "Deployment" {
+            // The container's flags parse, and the admin server the probes use is reachable.
+            use clap::Parser;
+            let args: Vec<&str> = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+                .as_sequence()
+                .expect("args")
+                .iter()
+                .filter_map(|a| a.as_str())
+                .collect();
+            let cli =
+                switchyard::cli::Cli::try_parse_from(std::iter::once("switchyard").chain(args))
+                    .expect("the Deployment's args parse");
+            match cli.command {
+                switchyard::cli::Command::Serve(serve) => {
+                    assert!(
+                        !serve.admin_addr.ip().is_loopback(),
+                        "probes need the pod IP"
+                    );
+                }
+                other => panic!("the Deployment should serve, not {other:?}"),
+            }
+            deployments += 1;
+        }
         if doc["kind"] == "ConfigMap" {
             for (name, content) in doc["data"].as_mapping().expect("data") {
                 let name = name.as_str().expect("file name");
@@ -138,7 +162,7 @@ fn the_kubernetes_example_configmap_validates() {
             }
         }
     }
-    assert!(files > 0);
+    assert!(files > 0 && deployments == 1);
     let o = switchyard(&[
         "validate",
         "--strict",
