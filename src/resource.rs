@@ -164,7 +164,23 @@ pub struct Resource {
     /// `<route-config>/<vhost>` is also `<route-config>/<domain>` for each of its domains.
     /// Sorted, without duplicates.
     pub aliases: Vec<String>,
+    /// The resource as a proto3 JSON `Any` (with `"@type"`), for REST-JSON polling: rendered
+    /// on first use and shared by every poll, like `any` is for gRPC. `None` inside if it
+    /// cannot be rendered.
+    any_json: Rendered,
 }
+
+/// A rendering cache: not part of the resource's value (it never affects equality).
+#[derive(Clone, Debug, Default)]
+struct Rendered(std::sync::OnceLock<Option<String>>);
+
+impl PartialEq for Rendered {
+    fn eq(&self, _: &Rendered) -> bool {
+        true
+    }
+}
+
+impl Eq for Rendered {}
 
 impl Resource {
     /// A resource of `kind` whose message encodes to `body`.
@@ -191,7 +207,14 @@ impl Resource {
             warms_with,
             ttl: None,
             aliases: Vec::new(),
+            any_json: Rendered::default(),
         }
+    }
+
+    /// The resource as proto3 JSON of its `Any`, rendered by `render` the first time and
+    /// shared afterwards.
+    pub fn any_json(&self, render: impl FnOnce(&Resource) -> Option<String>) -> Option<&str> {
+        self.any_json.0.get_or_init(|| render(self)).as_deref()
     }
 
     /// The same resource with a TTL (P25).

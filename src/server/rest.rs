@@ -124,6 +124,14 @@ fn poll_counted(rest: &Rest, kind: ResourceType, result: &'static str) {
         .inc();
 }
 
+/// A resource as the proto3 JSON of an `Any`: its fields plus `"@type"`.
+fn render_any(r: &crate::resource::Resource) -> Option<String> {
+    let mut json = descriptors::resource_json(r)?;
+    json.as_object_mut()?
+        .insert("@type".into(), r.kind.type_url().into());
+    Some(json.to_string())
+}
+
 /// proto3 JSON -> `DiscoveryRequest`, through the descriptor pool.
 fn parse_request(body: &[u8]) -> Result<DiscoveryRequest, String> {
     let descriptor = descriptors::message_named("envoy.service.discovery.v3.DiscoveryRequest")
@@ -141,25 +149,24 @@ fn answer(
     current: &TypeSnapshot,
     subscription: &Subscription,
 ) -> Response {
-    let resources: Vec<serde_json::Value> = subscription
-        .select(current)
-        .into_iter()
-        .map(|r| {
-            let mut json = descriptors::resource_json(r).unwrap_or_default();
-            if let Some(fields) = json.as_object_mut() {
-                fields.insert("@type".into(), kind.type_url().into());
-            }
-            json
-        })
-        .collect();
-    let count = resources.len();
-    let body = serde_json::json!({
-        "version_info": current.version,
-        "resources": resources,
-        "type_url": kind.type_url(),
-        "control_plane": { "identifier": super::control_plane_id() },
-    })
-    .to_string();
+    // Each resource's JSON is rendered once and shared by every poll (as gRPC shares the
+    // encoded bytes); the answer is assembled around it.
+    let selected = subscription.select(current);
+    let count = selected.len();
+    let mut body = String::from("{\"version_info\":");
+    body.push_str(&serde_json::Value::from(current.version.as_str()).to_string());
+    body.push_str(",\"resources\":[");
+    for (i, r) in selected.into_iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(r.any_json(render_any).unwrap_or("{}"));
+    }
+    body.push_str("],\"type_url\":");
+    body.push_str(&serde_json::Value::from(kind.type_url()).to_string());
+    body.push_str(",\"control_plane\":{\"identifier\":");
+    body.push_str(&serde_json::Value::from(super::control_plane_id()).to_string());
+    body.push_str("}}");
     rest.fleet.metrics.sent(kind, count, body.len());
     poll_counted(rest, kind, "changed");
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
