@@ -15,6 +15,35 @@ use support::{eds_cluster, rds_listener, route_to, write};
 /// How long config may take to reach Envoy.
 const ARRIVE: Duration = Duration::from_secs(20);
 
+/// What every Envoy scenario starts from: two upstreams answering `upstream-a` and
+/// `upstream-b`, a free port for Envoy's listener, and an empty config directory.
+struct Stage {
+    a: Upstream,
+    b: Upstream,
+    listener: u16,
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+}
+
+impl Stage {
+    async fn new() -> Stage {
+        let (a, b) = (
+            Upstream::start("upstream-a").await,
+            Upstream::start("upstream-b").await,
+        );
+        let dir = tempfile::tempdir().expect("tmp");
+        let config = dir.path().join("config");
+        std::fs::create_dir(&config).expect("mkdir");
+        Stage {
+            a,
+            b,
+            listener: free_port(),
+            dir,
+            config,
+        }
+    }
+}
+
 /// Whether requests to the listener on `port` come to answer `body` within [`ARRIVE`].
 async fn traffic_reaches(port: u16, body: &str) -> bool {
     eventually(ARRIVE, || async move {
@@ -96,14 +125,13 @@ struct Fleet {
 impl Fleet {
     async fn start(api: Api, node: &str) -> Option<Fleet> {
         let envoy_bin = envoy_binary()?;
-        let (a, b) = (
-            Upstream::start("upstream-a").await,
-            Upstream::start("upstream-b").await,
-        );
-        let listener = free_port();
-        let dir = tempfile::tempdir().expect("tmp");
-        let config = dir.path().join("config");
-        std::fs::create_dir(&config).expect("mkdir");
+        let Stage {
+            a,
+            b,
+            listener,
+            dir,
+            config,
+        } = Stage::new().await;
         write(&config, "a.yaml", &eds_cluster("a", "1s", a.port));
         write(&config, "b.yaml", &eds_cluster("b", "1s", b.port));
         write(
@@ -349,14 +377,13 @@ async fn e2e_per_type_services_serve_envoy_without_ads(api: Api) {
             &api.api_type(PER_TYPE_SOURCE),
         )
     };
-    let (a, b) = (
-        Upstream::start("upstream-a").await,
-        Upstream::start("upstream-b").await,
-    );
-    let listener = free_port();
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = dir.path().join("config");
-    std::fs::create_dir(&config).expect("mkdir");
+    let Stage {
+        a,
+        b,
+        listener,
+        dir,
+        config,
+    } = Stage::new().await;
     let cluster = eds_cluster("a", "1s", a.port);
     assert!(
         per_type(&cluster).contains("api_config_source"),
@@ -657,14 +684,13 @@ async fn e2e_rest_polling_envoy_gets_config_follows_edits_and_idles() {
     let Some(envoy_bin) = envoy_binary() else {
         return;
     };
-    let (a, b) = (
-        Upstream::start("upstream-a").await,
-        Upstream::start("upstream-b").await,
-    );
-    let listener = free_port();
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = dir.path().join("config");
-    std::fs::create_dir(&config).expect("mkdir");
+    let Stage {
+        a,
+        b,
+        listener,
+        dir,
+        config,
+    } = Stage::new().await;
     write(&config, "a.yaml", &static_cluster("a", a.port));
     write(&config, "b.yaml", &static_cluster("b", b.port));
     let route = inline_listener(listener, "a");
