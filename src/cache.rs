@@ -26,7 +26,7 @@ pub struct TypeSnapshot {
     pub resources: BTreeMap<String, Arc<Resource>>,
     /// Alias -> name (P24; VHDS only).
     pub aliases: HashMap<String, String>,
-    changes: ChangeMemo,
+    changes: Memo<TypeSnapshot, Arc<[String]>>,
 }
 
 impl TypeSnapshot {
@@ -45,7 +45,7 @@ impl TypeSnapshot {
             version,
             resources,
             aliases,
-            changes: ChangeMemo::default(),
+            changes: Memo::default(),
         }
     }
 
@@ -99,52 +99,58 @@ impl TypeSnapshot {
     }
 }
 
-/// Recent [`TypeSnapshot::changes_since`] answers, by the older snapshot. Not part of the
-/// snapshot's value: clones start empty and it never affects equality.
-#[derive(Default)]
-struct ChangeMemo(Mutex<Vec<MemoEntry>>);
+/// Recent answers of a function of (an older value, this one), by the older value: what
+/// [`TypeSnapshot::changes_since`] and the update plans of `protocol` compute once and share
+/// between the streams of a node group. Not part of the value: clones start empty and it
+/// never affects equality.
+pub struct Memo<K, V>(Mutex<Vec<(Weak<K>, V)>>);
 
-/// An older snapshot (not kept alive by the memo) and the names changed since it.
-type MemoEntry = (Weak<TypeSnapshot>, Arc<[String]>);
+/// How many older values a value remembers answers for.
+const MEMO_ENTRIES: usize = 4;
 
-/// How many older snapshots a snapshot remembers its changes from.
-const CHANGE_MEMO: usize = 4;
-
-impl ChangeMemo {
-    fn get(&self, older: &Arc<TypeSnapshot>) -> Option<Arc<[String]>> {
+impl<K, V: Clone> Memo<K, V> {
+    /// The answer remembered for `older`, if any.
+    pub fn get(&self, older: &Arc<K>) -> Option<V> {
         let memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
         memo.iter()
             .find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(older)) && w.strong_count() > 0)
-            .map(|(_, c)| Arc::clone(c))
+            .map(|(_, v)| v.clone())
     }
 
-    fn put(&self, older: &Arc<TypeSnapshot>, changes: Arc<[String]>) {
+    /// Remember `value` as the answer for `older` (which the memo does not keep alive).
+    pub fn put(&self, older: &Arc<K>, value: V) {
         let mut memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
         memo.retain(|(w, _)| w.strong_count() > 0);
-        if memo.len() >= CHANGE_MEMO {
+        if memo.len() >= MEMO_ENTRIES {
             memo.remove(0);
         }
-        memo.push((Arc::downgrade(older), changes));
+        memo.push((Arc::downgrade(older), value));
     }
 }
 
-impl Clone for ChangeMemo {
+impl<K, V> Default for Memo<K, V> {
+    fn default() -> Self {
+        Memo(Mutex::new(Vec::new()))
+    }
+}
+
+impl<K, V> Clone for Memo<K, V> {
     fn clone(&self) -> Self {
-        ChangeMemo::default()
+        Memo::default()
     }
 }
 
-impl PartialEq for ChangeMemo {
+impl<K, V> PartialEq for Memo<K, V> {
     fn eq(&self, _: &Self) -> bool {
         true
     }
 }
 
-impl Eq for ChangeMemo {}
+impl<K, V> Eq for Memo<K, V> {}
 
-impl std::fmt::Debug for ChangeMemo {
+impl<K, V> std::fmt::Debug for Memo<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ChangeMemo")
+        f.write_str("Memo")
     }
 }
 
@@ -153,6 +159,9 @@ impl std::fmt::Debug for ChangeMemo {
 pub struct Snapshot {
     /// Shared by `Arc` so a stream can remember what it sent as a pointer, not a copy.
     types: [Arc<TypeSnapshot>; ResourceType::ALL.len()],
+    /// The make-before-break steps from an older snapshot to this one, computed by
+    /// `protocol::plan` once per pair and shared by the streams of a node group.
+    pub plans: Memo<Snapshot, Arc<[Arc<Snapshot>]>>,
 }
 
 impl Default for Snapshot {
@@ -170,9 +179,23 @@ impl Snapshot {
         for r in resources {
             by_type[r.kind.index()].insert(r.name.clone(), Arc::clone(r));
         }
+        Snapshot::from_types(by_type.map(|resources| Arc::new(TypeSnapshot::new(resources))))
+    }
+
+    /// A snapshot of these type snapshots (shared, not copied).
+    pub fn from_types(types: [Arc<TypeSnapshot>; ResourceType::ALL.len()]) -> Snapshot {
         Snapshot {
-            types: by_type.map(|resources| Arc::new(TypeSnapshot::new(resources))),
+            types,
+            plans: Memo::default(),
         }
+    }
+
+    /// Whether every type has the same version in both (the same resources).
+    pub fn same_as(&self, other: &Snapshot) -> bool {
+        self.types
+            .iter()
+            .zip(&other.types)
+            .all(|(a, b)| Arc::ptr_eq(a, b) || a.version == b.version)
     }
 
     /// The resources of one type.

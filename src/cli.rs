@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -17,6 +18,7 @@ use tracing_subscriber::EnvFilter;
 use crate::cache::Cache;
 use crate::config::{self, LoadOptions};
 use crate::fleet::Fleet;
+use crate::protocol::Ordering;
 use crate::watch::Reloader;
 
 /// Exit code for bad flags or a config that cannot load at start (sysexits EX_USAGE).
@@ -93,6 +95,33 @@ pub struct ServeArgs {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Make-before-break ordering on aggregated streams (ADS, Incremental ADS): `on` sends a
+    /// change in steps, each after the proxy ACKed the one before (clusters and endpoints,
+    /// then listeners and routes, then removals); `off` sends every change at once.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub ordering: Switch,
+    /// How long a step of an ordered update waits for the proxy's ACKs before the next step
+    /// goes out anyway (and the time-out is logged and counted), e.g. `5s`, `1500ms`.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_step_timeout)]
+    pub ordering_timeout: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+/// A step time-out: a duration such as `5s`, from 100 ms to 10 minutes.
+fn parse_step_timeout(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text)
+        .map_err(|e| format!("expected a duration such as 5s or 1500ms: {e}"))?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(600) {
+        return Err(format!(
+            "{text} is out of range: give between 100ms and 10m"
+        ));
+    }
+    Ok(d)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -239,7 +268,11 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         signalled.await;
         let _ = stop_tx.send(true);
     });
-    let served = crate::server::serve(listener, cache, fleet, stopped(stop_rx)).await;
+    let ordering = Ordering {
+        enabled: args.ordering == Switch::On,
+        step_timeout: args.ordering_timeout,
+    };
+    let served = crate::server::serve(listener, cache, fleet, ordering, stopped(stop_rx)).await;
     let _ = watcher.await;
     match admin_task.await {
         Ok(Err(e)) => tracing::error!("{e}"),

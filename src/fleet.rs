@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 
 use crate::metrics::{StreamLabels, StreamMetrics};
-use crate::protocol::{SyncState, TypeStatus};
+use crate::protocol::{PlanStatus, SyncState, TypeStatus};
 use crate::resource::ResourceType;
 
 /// Every open stream's report, and the stream metrics.
@@ -58,14 +58,61 @@ pub struct StreamReport {
     /// The generation the stream's last response decisions were made on.
     #[serde(skip)]
     pub generation: u64,
+    /// A make-before-break plan in progress on this stream, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanReport>,
 }
 
 impl StreamReport {
-    /// Every type the client asked for is ACKed (or has nothing to send).
+    /// Every type the client asked for is ACKed (or has nothing to send), and no plan is
+    /// still in progress.
     fn synced(&self) -> bool {
-        self.types
-            .values()
-            .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
+        self.plan.is_none()
+            && self
+                .types
+                .values()
+                .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
+    }
+}
+
+/// A make-before-break plan in progress on a stream (see `protocol::plan`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlanReport {
+    /// The step being served, from 1, of `steps`.
+    pub step: usize,
+    pub steps: usize,
+    /// `IN_PROGRESS` (waiting for the client's ACKs of this step) or `STOPPED` (the client
+    /// NACKed during this step; the rest waits for the next snapshot).
+    pub state: &'static str,
+    /// For `STOPPED`: the type NACKed (`CDS`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<&'static str>,
+    #[serde(serialize_with = "rfc3339")]
+    pub since: SystemTime,
+    /// `since` on the monotonic clock: tells one plan from the next.
+    #[serde(skip)]
+    began: Option<Instant>,
+}
+
+impl PlanReport {
+    /// The report of `status`, its instant placed on the wall clock by `now` (both clocks
+    /// read at once).
+    pub fn new(status: &PlanStatus, now: (Instant, SystemTime)) -> PlanReport {
+        let since = status
+            .since
+            .map_or(now.1, |at| now.1 - now.0.saturating_duration_since(at));
+        PlanReport {
+            step: status.step,
+            steps: status.steps,
+            state: if status.stopped_by.is_some() {
+                "STOPPED"
+            } else {
+                "IN_PROGRESS"
+            },
+            stopped_by: status.stopped_by.map(ResourceType::short_name),
+            since,
+            began: status.since,
+        }
     }
 }
 
@@ -213,13 +260,24 @@ impl StreamHandle {
         &self,
         generation: u64,
         statuses: impl IntoIterator<Item = (ResourceType, TypeStatus)>,
+        plan: Option<PlanStatus>,
     ) {
         let now = SystemTime::now();
+        let plan = plan.map(|p| PlanReport::new(&p, (Instant::now(), now)));
         let mut streams = self.fleet.lock();
         let Some(report) = streams.get_mut(&self.id) else {
             return;
         };
         report.generation = generation;
+        // `since` is placed on the wall clock anew each time: keep the first placing while
+        // the plan is the same one.
+        report.plan = match (report.plan.take(), plan) {
+            (Some(old), Some(new)) if old.began == new.began => Some(PlanReport {
+                since: old.since,
+                ..new
+            }),
+            (_, new) => new,
+        };
         for (kind, status) in statuses {
             let fresh = TypeReport::new(&status, now);
             match report.types.get_mut(kind.short_name()) {
@@ -272,6 +330,7 @@ mod tests {
             connected_since: SystemTime::UNIX_EPOCH,
             types: BTreeMap::new(),
             generation: 0,
+            plan: None,
         }
     }
 
@@ -290,6 +349,7 @@ mod tests {
                     version: "v1".into(),
                 }),
             )],
+            None,
         );
         let cds = fleet.reports()[0].types["CDS"].clone();
         assert_eq!(
@@ -307,6 +367,7 @@ mod tests {
                     version: "v1".into(),
                 }),
             )],
+            None,
         );
         assert_eq!(fleet.reports()[0].types["CDS"].last_change, cds.last_change);
         handle.update(
@@ -323,6 +384,7 @@ mod tests {
                     acked_version: "v0".into(),
                 },
             )],
+            None,
         );
         let cds = fleet.reports()[0].types["CDS"].clone();
         assert_eq!(cds.state, "NACKED");
@@ -375,15 +437,15 @@ mod tests {
             })
         };
         fleet.generation_arrived(2, Instant::now());
-        a.update(2, [(ResourceType::Cluster, acked())]);
-        b.update(2, [(ResourceType::Cluster, sent())]);
+        a.update(2, [(ResourceType::Cluster, acked())], None);
+        b.update(2, [(ResourceType::Cluster, sent())], None);
         assert_eq!(convergences(&fleet), 0, "b has not ACKed");
-        b.update(2, [(ResourceType::Cluster, acked())]);
+        b.update(2, [(ResourceType::Cluster, acked())], None);
         assert_eq!(convergences(&fleet), 1);
         // The next generation: one stream never ACKs, then leaves.
         fleet.generation_arrived(3, Instant::now());
-        a.update(3, [(ResourceType::Cluster, acked())]);
-        b.update(3, [(ResourceType::Cluster, sent())]);
+        a.update(3, [(ResourceType::Cluster, acked())], None);
+        b.update(3, [(ResourceType::Cluster, sent())], None);
         assert_eq!(convergences(&fleet), 1);
         drop(b);
         assert_eq!(convergences(&fleet), 2);

@@ -54,6 +54,13 @@ pub struct PollLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlanLabels {
+    /// `started`, `completed`, `timed_out` (a step's ACKs did not come in time), `stopped`
+    /// (by a NACK) or `replaced` (a newer snapshot arrived mid-plan).
+    pub event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TypeLabels {
     pub type_url: &'static str,
 }
@@ -83,6 +90,8 @@ pub struct StreamMetrics {
     pub convergence: Histogram,
     /// REST-JSON polls answered.
     pub rest_polls: Family<PollLabels, Counter>,
+    /// Make-before-break plans, by what happened to them.
+    pub plans: Family<PlanLabels, Counter>,
 }
 
 /// 1 ms to ~65 s, doubling.
@@ -103,6 +112,7 @@ impl Default for StreamMetrics {
             ack_latency: Histogram::new(latency_buckets()),
             convergence: Histogram::new(latency_buckets()),
             rest_polls: Family::default(),
+            plans: Family::default(),
         }
     }
 }
@@ -134,6 +144,13 @@ pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) 
         m.responses.clone(),
     );
     registry.register("acks", "ACKs received, by type URL", m.acks.clone());
+    registry.register(
+        "update_plans",
+        "Make-before-break update plans on aggregated streams, by event: started, completed, \
+         timed_out (a step not ACKed in time, the next sent anyway), stopped (by a NACK), \
+         replaced (a newer snapshot arrived mid-plan)",
+        m.plans.clone(),
+    );
     registry.register("nacks", "NACKs received, by type URL", m.nacks.clone());
     registry.register(
         "resources_sent",

@@ -13,9 +13,7 @@ use envoy_types::pb::google::protobuf::Any;
 /// Prefix of every type URL.
 pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 
-/// An xDS resource type. The declaration order is the order in which an aggregated stream
-/// sends types that changed together (make-before-break, rule P30): CDS, EDS, LDS, RDS, SRDS,
-/// VHDS, then the others.
+/// An xDS resource type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ResourceType {
     Cluster,
@@ -30,7 +28,7 @@ pub enum ResourceType {
 }
 
 impl ResourceType {
-    /// Every type, in send order.
+    /// Every type (the order of per-type arrays and tables).
     pub const ALL: [ResourceType; 9] = [
         ResourceType::Cluster,
         ResourceType::Endpoint,
@@ -41,6 +39,22 @@ impl ResourceType {
         ResourceType::Secret,
         ResourceType::Runtime,
         ResourceType::ExtensionConfig,
+    ];
+
+    /// The order in which an aggregated stream sends types that have something to send at
+    /// once (make-before-break, P30): what others refer to first, secrets, clusters and their
+    /// endpoints, then listeners, their routes, scoped routes, virtual hosts, extension
+    /// configs, runtimes.
+    pub const SEND_ORDER: [ResourceType; 9] = [
+        ResourceType::Secret,
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+        ResourceType::Route,
+        ResourceType::ScopedRoute,
+        ResourceType::VirtualHost,
+        ResourceType::ExtensionConfig,
+        ResourceType::Runtime,
     ];
 
     /// Position in [`ResourceType::ALL`]; used to index per-type arrays.
@@ -164,6 +178,13 @@ pub struct Resource {
     /// `<route-config>/<vhost>` is also `<route-config>/<domain>` for each of its domains.
     /// Sorted, without duplicates.
     pub aliases: Vec<String>,
+    /// What this resource names by type and name (the dependency graph the make-before-break
+    /// plan and the reference checks read): a route's clusters (weighted ones too), a TCP
+    /// proxy's cluster, a listener's RDS route configuration and ECDS filter configs, a
+    /// scoped route's route configuration, an EDS cluster's ClusterLoadAssignment, a TLS
+    /// context's SDS secrets; a route configuration with VHDS names its own virtual-host
+    /// namespace. Sorted, without duplicates.
+    pub references: Vec<(ResourceType, String)>,
     /// The resource as a proto3 JSON `Any` (with `"@type"`), for REST-JSON polling: rendered
     /// on first use and shared by every poll, like `any` is for gRPC. `None` inside if it
     /// cannot be rendered.
@@ -207,6 +228,7 @@ impl Resource {
             warms_with,
             ttl: None,
             aliases: Vec::new(),
+            references: Vec::new(),
             any_json: Rendered::default(),
         }
     }
@@ -229,6 +251,22 @@ impl Resource {
         aliases.dedup();
         self.aliases = aliases;
         self
+    }
+
+    /// The same resource, naming these others (see [`Resource::references`]).
+    pub fn with_references(mut self, mut references: Vec<(ResourceType, String)>) -> Resource {
+        references.sort();
+        references.dedup();
+        self.references = references;
+        self
+    }
+
+    /// The names of `kind` this resource refers to.
+    pub fn refers_to(&self, kind: ResourceType) -> impl Iterator<Item = &str> {
+        self.references
+            .iter()
+            .filter(move |(k, _)| *k == kind)
+            .map(|(_, n)| n.as_str())
     }
 
     /// For a VHDS virtual host named `<route-config>/<vhost>`: the route configuration it
@@ -280,10 +318,16 @@ mod tests {
     }
 
     #[test]
-    fn p30_send_order_starts_cds_eds_lds_rds() {
-        let order: Vec<_> = ResourceType::ALL.iter().map(|t| t.short_name()).collect();
-        assert_eq!(&order[..6], ["CDS", "EDS", "LDS", "RDS", "SRDS", "VHDS"]);
-        let mut sorted = ResourceType::ALL;
+    fn p30_send_order_is_sds_cds_eds_lds_rds_and_has_every_type_once() {
+        let order: Vec<_> = ResourceType::SEND_ORDER
+            .iter()
+            .map(|t| t.short_name())
+            .collect();
+        assert_eq!(
+            &order[..7],
+            ["SDS", "CDS", "EDS", "LDS", "RDS", "SRDS", "VHDS"]
+        );
+        let mut sorted = ResourceType::SEND_ORDER;
         sorted.sort();
         assert_eq!(sorted, ResourceType::ALL);
     }

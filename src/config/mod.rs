@@ -151,9 +151,9 @@ pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, LoadFail
     let mut checks = references::Checker::default();
     for path in files {
         match load_file(&path) {
-            Ok((file, jsons)) => {
-                for (resource, json) in file.resources.iter().zip(jsons) {
-                    checks.add(loaded.len(), resource, json);
+            Ok(file) => {
+                for resource in &file.resources {
+                    checks.add(loaded.len(), resource);
                 }
                 loaded.push(file);
             }
@@ -323,9 +323,8 @@ fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
     })
 }
 
-/// Load one file: its selector and its resources, with their canonical JSON for the
-/// reference checks. Collects every error in the file.
-fn load_file(path: &Path) -> Result<(SnapshotFile, Vec<serde_json::Value>), Vec<ConfigError>> {
+/// Load one file: its selector and its resources. Collects every error in the file.
+fn load_file(path: &Path) -> Result<SnapshotFile, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         vec![ConfigError::Read {
             path: path.to_path_buf(),
@@ -346,27 +345,20 @@ fn load_file(path: &Path) -> Result<(SnapshotFile, Vec<serde_json::Value>), Vec<
         }),
     };
     let mut resources = Vec::new();
-    let mut jsons = Vec::new();
     for kind in ResourceType::ALL {
         for (index, item) in raw.take(kind).into_iter().enumerate() {
             match decode_resource(path, kind, index, &item) {
-                Ok((resource, json)) => {
-                    resources.push(Arc::new(resource));
-                    jsons.push(json);
-                }
+                Ok(resource) => resources.push(Arc::new(resource)),
                 Err(e) => errors.push(e),
             }
         }
     }
     if errors.is_empty() {
-        Ok((
-            SnapshotFile {
-                path: path.to_path_buf(),
-                selector,
-                resources,
-            },
-            jsons,
-        ))
+        Ok(SnapshotFile {
+            path: path.to_path_buf(),
+            selector,
+            resources,
+        })
     } else {
         Err(errors)
     }
@@ -378,7 +370,7 @@ fn decode_resource(
     kind: ResourceType,
     index: usize,
     item: &serde_yaml::Value,
-) -> Result<(Resource, serde_json::Value), ConfigError> {
+) -> Result<Resource, ConfigError> {
     // Name the resource in errors by the name the item gives, even when it does not decode.
     let claimed = item
         .get(kind.name_field())
@@ -443,11 +435,13 @@ fn decode_resource(
         }
         _ => Vec::new(),
     };
+    let references = references::of(kind, &name, &json, warms_with.as_deref());
     let body = prost::Message::encode_to_vec(&message);
     let resource = Resource::new(kind, name, version, body, warms_with)
         .with_ttl(ttl)
-        .with_aliases(aliases);
-    Ok((resource, json))
+        .with_aliases(aliases)
+        .with_references(references);
+    Ok(resource)
 }
 
 /// The key beside a resource's fields that gives its TTL (P25).

@@ -1,8 +1,10 @@
-//! Reference checks between resources: a route naming a cluster no file defines, an RDS
-//! listener naming a missing route configuration, an EDS cluster without endpoints, a TLS
-//! transport socket naming a missing SDS secret.
+//! The references between resources (the dependency graph, kept on each
+//! [`Resource::references`] for the make-before-break plan), and the checks on them: a route
+//! naming a cluster no file defines, an RDS listener naming a missing route configuration, an
+//! EDS cluster without endpoints, a TLS transport socket naming a missing SDS secret, an ECDS
+//! filter or a scoped route naming a missing extension config or route configuration.
 //!
-//! They read each resource's canonical JSON (lowerCamelCase keys, `Any` expanded with its
+//! References are read from each resource's canonical JSON (lowerCamelCase keys, `Any` expanded with its
 //! `"@type"`), so they see inside typed_config without per-filter code. The checks are
 //! global: a name defined in any file counts, whatever the node selectors.
 
@@ -28,72 +30,111 @@ pub(super) struct Checker {
     references: Vec<Reference>,
 }
 
+/// What a resource of `kind` refers to (see [`Resource::references`]), read from its
+/// canonical JSON; `eds` is the ClusterLoadAssignment an EDS cluster takes.
+pub(super) fn of(
+    kind: ResourceType,
+    name: &str,
+    json: &Value,
+    eds: Option<&str>,
+) -> Vec<(ResourceType, String)> {
+    let mut found = Vec::new();
+    let mut refer = |to_kind, to_name: &str| {
+        if !to_name.is_empty() {
+            found.push((to_kind, to_name.to_string()));
+        }
+    };
+    if let Some(eds) = eds {
+        refer(ResourceType::Endpoint, eds);
+    }
+    visit(json, &mut |key, value| match key {
+        // RouteAction.cluster, TcpProxy.cluster
+        "route" | "tcpProxy" => {
+            if let Some(c) = value.get("cluster").and_then(Value::as_str) {
+                refer(ResourceType::Cluster, c);
+            }
+        }
+        "weightedClusters" => {
+            for c in value
+                .get("clusters")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(name) = c.get("name").and_then(Value::as_str) {
+                    refer(ResourceType::Cluster, name);
+                }
+            }
+        }
+        "rds" => {
+            if let Some(r) = value.get("routeConfigName").and_then(Value::as_str) {
+                refer(ResourceType::Route, r);
+            }
+        }
+        "tlsCertificateSdsSecretConfigs" => {
+            for s in value.as_array().into_iter().flatten() {
+                if let Some(name) = s.get("name").and_then(Value::as_str) {
+                    refer(ResourceType::Secret, name);
+                }
+            }
+        }
+        "validationContextSdsSecretConfig" => {
+            if let Some(name) = value.get("name").and_then(Value::as_str) {
+                refer(ResourceType::Secret, name);
+            }
+        }
+        _ => {}
+    });
+    visit_objects(json, &mut |object| {
+        // A TcpProxy typed_config is the object itself, with its "@type".
+        let is_tcp_proxy = object
+            .get("@type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.ends_with(".TcpProxy"));
+        if is_tcp_proxy {
+            if let Some(c) = object.get("cluster").and_then(Value::as_str) {
+                refer(ResourceType::Cluster, c);
+            }
+        }
+        // A filter whose config comes from ECDS is named by the extension config's name.
+        if object.contains_key("configDiscovery") {
+            if let Some(n) = object.get("name").and_then(Value::as_str) {
+                refer(ResourceType::ExtensionConfig, n);
+            }
+        }
+    });
+    match kind {
+        ResourceType::ScopedRoute => {
+            if let Some(r) = json.get("routeConfigurationName").and_then(Value::as_str) {
+                refer(ResourceType::Route, r);
+            }
+        }
+        // A route configuration with VHDS takes the virtual hosts of its own namespace.
+        ResourceType::Route if json.get("vhds").is_some() => {
+            refer(ResourceType::VirtualHost, name);
+        }
+        _ => {}
+    }
+    found
+}
+
 impl Checker {
     /// Record a loaded resource (from file number `file`) and what it refers to.
-    pub(super) fn add(&mut self, file: usize, resource: &Resource, json: Value) {
+    pub(super) fn add(&mut self, file: usize, resource: &Resource) {
         self.defined.insert((resource.kind, resource.name.clone()));
-        let mut refer = |to_kind, to_name: &str| {
+        for (to_kind, to_name) in &resource.references {
+            // A VHDS namespace is filled by whatever virtual hosts exist: nothing to check.
+            if *to_kind == ResourceType::VirtualHost {
+                continue;
+            }
             self.references.push(Reference {
                 file,
                 from_kind: resource.kind,
                 from_name: resource.name.clone(),
-                to_kind,
-                to_name: to_name.to_string(),
-            })
-        };
-        if let Some(eds) = &resource.warms_with {
-            refer(ResourceType::Endpoint, eds);
+                to_kind: *to_kind,
+                to_name: to_name.clone(),
+            });
         }
-        visit(&json, &mut |key, value| match key {
-            // RouteAction.cluster, TcpProxy.cluster
-            "route" | "tcpProxy" => {
-                if let Some(c) = value.get("cluster").and_then(Value::as_str) {
-                    refer(ResourceType::Cluster, c);
-                }
-            }
-            "weightedClusters" => {
-                for c in value
-                    .get("clusters")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(name) = c.get("name").and_then(Value::as_str) {
-                        refer(ResourceType::Cluster, name);
-                    }
-                }
-            }
-            "rds" => {
-                if let Some(r) = value.get("routeConfigName").and_then(Value::as_str) {
-                    refer(ResourceType::Route, r);
-                }
-            }
-            "tlsCertificateSdsSecretConfigs" => {
-                for s in value.as_array().into_iter().flatten() {
-                    if let Some(name) = s.get("name").and_then(Value::as_str) {
-                        refer(ResourceType::Secret, name);
-                    }
-                }
-            }
-            "validationContextSdsSecretConfig" => {
-                if let Some(name) = value.get("name").and_then(Value::as_str) {
-                    refer(ResourceType::Secret, name);
-                }
-            }
-            _ => {}
-        });
-        // A TcpProxy typed_config is the object itself, with its "@type".
-        visit_objects(&json, &mut |object| {
-            let is_tcp_proxy = object
-                .get("@type")
-                .and_then(Value::as_str)
-                .is_some_and(|t| t.ends_with(".TcpProxy"));
-            if is_tcp_proxy {
-                if let Some(c) = object.get("cluster").and_then(Value::as_str) {
-                    refer(ResourceType::Cluster, c);
-                }
-            }
-        });
     }
 
     /// Every reference to something no file defines.

@@ -8,21 +8,25 @@
 //! the type. Subscription changes mark names `dirty`; only a newly added wildcard looks at
 //! the whole type.
 //!
+//! The delta flavor of the stream core (`protocol::stream`): the core keeps nonces, ACK/NACK
+//! and the make-before-break plan; responses are built from the snapshot the plan says to
+//! serve.
+//!
 //! As in SotW, at most one response per type is in flight: the next goes out once the client
 //! ACKs or NACKs it. Changes meanwhile accumulate and go out together. Time enters only as
 //! an argument (`now`), for heartbeats: [`DeltaStream::poll_timeout`] says when to call
 //! [`DeltaStream::poll_response`] again.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
-use super::{heartbeat_interval, ClientFeatures, Event, ProtocolError, Subscription, SyncState};
-use super::{TypeStatus, Variant};
-use crate::cache::{Snapshot, TypeSnapshot};
+use super::stream::{Core, Flavor, Stream};
+use super::{heartbeat_interval, Event, Subscription};
+use crate::cache::TypeSnapshot;
 use crate::resource::{namespace_of, Resource, ResourceType};
 
 /// One resource in a delta response.
@@ -69,17 +73,15 @@ pub struct DeltaResponse {
     pub removed: Vec<String>,
 }
 
-/// One delta stream. See the module docs of `protocol` for the call order; `poll_response`
-/// takes the current time, for heartbeats.
-#[derive(Debug)]
-pub struct DeltaStream {
-    variant: Variant,
-    node: Option<Node>,
-    features: ClientFeatures,
-    snapshot: Option<Arc<Snapshot>>,
+/// One delta stream: the shared core with the delta flavor. See `protocol::stream` for the
+/// call order.
+pub type DeltaStream = Stream<Delta>;
+
+/// What a delta stream adds to the core: per type, the subscription and what the client
+/// holds (name -> version).
+#[derive(Debug, Default)]
+pub struct Delta {
     types: [TypeState; ResourceType::ALL.len()],
-    nonces: u64,
-    events: VecDeque<Event>,
 }
 
 /// What the client holds of one resource. A set of these, keyed by name through `Borrow<str>`,
@@ -129,14 +131,6 @@ impl PartialEq for Held {
 
 impl Eq for Held {}
 
-/// The response in flight, and what the client held before it, to restore on a NACK.
-#[derive(Debug)]
-struct InFlight {
-    nonce: String,
-    version: String,
-    before: Vec<Before>,
-}
-
 /// What the client held of one name before a response changed it.
 #[derive(Debug)]
 enum Before {
@@ -149,7 +143,6 @@ enum Before {
 /// One type's sub-stream.
 #[derive(Debug, Default)]
 struct TypeState {
-    requested: bool,
     subscription: Subscription,
     /// Name -> what the client holds (as far as the server knows).
     held: HashSet<Held>,
@@ -165,12 +158,10 @@ struct TypeState {
     /// The first response for a wildcard goes out even when empty, so the client knows the
     /// server has nothing (rather than waiting for its initial fetch to time out).
     announce: bool,
-    in_flight: Option<InFlight>,
-    /// The version the client last ACKed.
-    acked_version: String,
+    /// What the client held before the response in flight changed it, to restore on a NACK.
+    before: Vec<Before>,
     /// TTL'd resources the client holds: name -> when their next heartbeat is due (P25).
     heartbeats: BTreeMap<String, Instant>,
-    state: SyncState,
 }
 
 impl TypeState {
@@ -232,100 +223,58 @@ impl TypeState {
 }
 
 impl DeltaStream {
-    /// A new stream on `variant`.
-    pub fn new(variant: Variant) -> DeltaStream {
-        DeltaStream {
-            variant,
-            node: None,
-            features: ClientFeatures::default(),
-            snapshot: None,
-            types: Default::default(),
-            nonces: 0,
-            events: VecDeque::new(),
-        }
-    }
-
-    /// The node that opened the stream (P1), once the first request arrived.
-    pub fn node(&self) -> Option<&Node> {
-        self.node.as_ref()
-    }
-
-    /// What the client has of `kind`: the last response's ACK/NACK state.
-    pub fn state(&self, kind: ResourceType) -> &SyncState {
-        &self.types[kind.index()].state
-    }
-
-    /// What the server knows of `kind` on this stream, if the client asked for it.
-    pub fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
-        let st = &self.types[kind.index()];
-        st.requested.then(|| TypeStatus {
-            state: st.state.clone(),
-            acked_version: st.acked_version.clone(),
-        })
-    }
-
     /// The resources of `kind` the client runs, as name -> version, in name order. After a
     /// NACK these are the versions it kept, not the rejected ones (P17).
     pub fn held(&self, kind: ResourceType) -> BTreeMap<&str, &str> {
-        self.types[kind.index()]
+        self.flavor().types[kind.index()]
             .held
             .iter()
             .map(|h| (h.name(), h.version()))
             .collect()
     }
+}
 
-    /// Take in one request from the client. An error ends the stream.
-    pub fn handle_request(&mut self, request: DeltaDiscoveryRequest) -> Result<(), ProtocolError> {
-        let kind = super::request_type(self.variant, &request.type_url)?;
-        let first_on_stream = self.node.is_none();
-        super::check_node(&mut self.node, request.node)?;
-        if first_on_stream {
-            if let Some(node) = &self.node {
-                self.features = ClientFeatures::of(node);
-            }
-        }
-        let current = self.snapshot.as_ref().map(|s| Arc::clone(s.get(kind)));
+impl Flavor for Delta {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaResponse;
+
+    fn type_url(request: &DeltaDiscoveryRequest) -> &str {
+        &request.type_url
+    }
+
+    fn take_node(request: &mut DeltaDiscoveryRequest) -> Option<Node> {
+        request.node.take()
+    }
+
+    fn handle_request(
+        &mut self,
+        core: &mut Core,
+        kind: ResourceType,
+        first: bool,
+        request: DeltaDiscoveryRequest,
+    ) {
+        let current = core.target(kind).map(Arc::clone);
         let st = &mut self.types[kind.index()];
 
         // P17: an ACK or NACK of a response; P18: a stale nonce only loses its ACK meaning.
         if !request.response_nonce.is_empty() {
             let nonce = request.response_nonce;
-            match st.in_flight.take() {
-                Some(flight) if flight.nonce == nonce => match request.error_detail {
+            if core.in_flight(kind) && core.latest_nonce(kind) == Some(nonce.as_str()) {
+                let version = core.state(kind).sent_version().unwrap_or("").to_string();
+                let before = std::mem::take(&mut st.before);
+                match request.error_detail {
                     Some(status) => {
-                        st.restore(flight.before);
-                        st.state = SyncState::Nacked {
-                            nonce,
-                            rejected_version: flight.version.clone(),
-                            accepted_version: st.acked_version.clone(),
-                            error: status.message.clone(),
-                        };
-                        self.events.push_back(Event::Nacked {
-                            kind,
-                            rejected_version: flight.version,
-                            error: status.message,
-                        });
+                        st.restore(before);
+                        let accepted = core.acked_version(kind).to_string();
+                        core.nack(kind, nonce, version, accepted, status.message);
                     }
-                    None => {
-                        st.acked_version = flight.version.clone();
-                        st.state = SyncState::Acked {
-                            version: flight.version.clone(),
-                        };
-                        self.events.push_back(Event::Acked {
-                            kind,
-                            version: flight.version,
-                        });
-                    }
-                },
-                other => {
-                    st.in_flight = other;
-                    self.events.push_back(Event::Stale { kind, nonce });
+                    None => core.ack(kind, version),
                 }
+            } else {
+                core.event(Event::Stale { kind, nonce });
             }
         }
 
-        let first = !st.requested;
-        st.requested = true;
         // P23: what the client kept from an earlier stream; not sent again if unchanged.
         let mut claimed = HashSet::new();
         if first {
@@ -374,61 +323,63 @@ impl DeltaStream {
             || !change.subscribed.is_empty()
             || !change.unsubscribed.is_empty()
         {
-            self.events.push_back(Event::Subscribed {
+            core.event(Event::Subscribed {
                 kind,
                 wildcard: st.subscription.is_wildcard(),
                 subscribed: change.subscribed,
                 unsubscribed: change.unsubscribed,
             });
         }
-        Ok(())
     }
 
-    /// Take in the snapshot this stream's node should now have.
-    pub fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
-        self.snapshot = Some(snapshot);
+    fn respond(
+        &mut self,
+        core: &mut Core,
+        kind: ResourceType,
+        target: &Arc<TypeSnapshot>,
+        now: Instant,
+    ) -> Option<DeltaResponse> {
+        self.respond_type(core, kind, target, now)
     }
 
-    /// The next response to send, if any. Call until `None` after every input, and when
-    /// [`DeltaStream::poll_timeout`] passes. On an aggregated stream, types come out in the
-    /// order CDS, EDS, LDS, RDS, SRDS, VHDS, then the others (P30).
-    pub fn poll_response(&mut self, now: Instant) -> Option<DeltaResponse> {
-        let snapshot = Arc::clone(self.snapshot.as_ref()?);
-        super::served(self.variant)
+    /// When the next heartbeat is due, if any. A type with a response in flight has none: its
+    /// ACK or NACK is the next input anyway.
+    fn poll_timeout(&self, core: &Core) -> Option<Instant> {
+        ResourceType::ALL
             .iter()
-            .find_map(|&kind| self.respond(kind, &snapshot, now))
-    }
-
-    /// When the next heartbeat is due, if any: call `poll_response` then. A type with a
-    /// response in flight has none: its ACK or NACK is the next input anyway (and a timeout
-    /// already past would otherwise wake the caller in a loop).
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.types
-            .iter()
-            .filter(|st| st.in_flight.is_none())
-            .filter_map(|st| st.heartbeats.values().min())
+            .filter(|&&kind| !core.in_flight(kind))
+            .filter_map(|&kind| self.types[kind.index()].heartbeats.values().min())
             .min()
             .copied()
     }
 
-    /// The next event (ACK, NACK, stale request), if any.
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+    fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
+        self.types[kind.index()].subscription.covers(name)
     }
 
-    /// Decide whether `kind` has something to send now, and build it.
-    fn respond(
+    fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
+        self.types[kind.index()]
+            .held
+            .get(name)
+            .is_some_and(|h| h.version() == version)
+    }
+}
+
+impl Delta {
+    /// Decide whether `kind` has something to send now to bring the client to `current`,
+    /// and build it.
+    fn respond_type(
         &mut self,
+        core: &mut Core,
         kind: ResourceType,
-        snapshot: &Snapshot,
+        current: &Arc<TypeSnapshot>,
         now: Instant,
     ) -> Option<DeltaResponse> {
-        let ttl_ok = self.features.resource_ttl;
+        let ttl_ok = core.features().resource_ttl;
         let st = &mut self.types[kind.index()];
-        if !st.requested || st.in_flight.is_some() {
+        if !core.requested(kind) || core.in_flight(kind) {
             return None;
         }
-        let current = snapshot.get(kind);
         let mut send: BTreeMap<&str, (&Arc<Resource>, bool)> = BTreeMap::new();
         let mut removed: BTreeSet<String> = BTreeSet::new();
         let mut unresolved: Vec<String> = Vec::new();
@@ -553,17 +504,8 @@ impl DeltaStream {
         for name in &removed {
             st.release(name, &mut before);
         }
-        self.nonces += 1;
-        let nonce = self.nonces.to_string();
-        st.in_flight = Some(InFlight {
-            nonce: nonce.clone(),
-            version: current.version.clone(),
-            before,
-        });
-        st.state = SyncState::Sent {
-            nonce: nonce.clone(),
-            version: current.version.clone(),
-        };
+        let nonce = core.send(kind, &current.version);
+        st.before = before;
         // P28: a cluster sent anew warms until its ClusterLoadAssignment arrives again, even
         // unchanged; one the client does not hold yet goes out anyway once it subscribes.
         if kind == ResourceType::Cluster {

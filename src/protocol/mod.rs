@@ -4,20 +4,26 @@
 //! versions, ACK/NACK bookkeeping, and the decision of what may be sent next. The tonic
 //! services (`server`) are thin adapters around it.
 //!
-//! Two machines share this vocabulary: [`SotwStream`] (State of the World) and [`DeltaStream`]
-//! (incremental), with the subscription logic ([`Subscription`]), node and type checks shared.
+//! One stream core ([`Stream`], in `stream`) serves both variants: it owns the node, the type
+//! checks, nonces, ACK/NACK and the sync state per type, the events, and the make-before-break
+//! [`plan`] (which snapshot the types serve, step by step, P28-P30). A [`stream::Flavor`]
+//! adds what differs: [`SotwStream`] (State of the World: whole name lists, what the client
+//! was given) and [`DeltaStream`] (incremental: subscribe/unsubscribe, name -> version), with
+//! the subscription logic ([`Subscription`]) shared.
 //!
 //! Call order (in the vocabulary of quinn-proto): feed inputs with `handle_request` (each
 //! message from the client) and `handle_snapshot` (each new snapshot of the cache for this
 //! stream's node); then drain outputs with `poll_response(now)` until it returns `None`, and
-//! `poll_event` for what happened (ACKs, NACKs, subscription changes), for logs and metrics.
-//! `poll_timeout` says when to call `poll_response` again with no new input (TTL refreshes);
-//! time comes in only as that `now` argument.
+//! `poll_event` for what happened (ACKs, NACKs, subscription changes, plan steps), for logs
+//! and metrics. `poll_timeout` says when to call `poll_response` again with no new input (TTL
+//! refreshes, a plan step's time-out); time comes in only as that `now` argument.
 //!
 //! Rules are cited by number from `shared/xds-protocol.md` (P1..P31).
 
 mod delta;
+pub mod plan;
 mod sotw;
+pub mod stream;
 mod subscription;
 
 use std::fmt;
@@ -26,8 +32,10 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 
-pub use delta::{DeltaResource, DeltaResponse, DeltaStream};
-pub use sotw::SotwStream;
+pub use delta::{Delta, DeltaResource, DeltaResponse, DeltaStream};
+pub use plan::{Ordering, PlanEvent, PlanStatus};
+pub use sotw::{Sotw, SotwStream};
+pub use stream::Stream;
 pub use subscription::{DeltaChange, Subscription};
 
 use crate::resource::{Resource, ResourceType};
@@ -187,6 +195,8 @@ pub enum Event {
         kind: ResourceType,
         nonce: String,
     },
+    /// The make-before-break plan moved (P30).
+    Plan(PlanEvent),
 }
 
 /// P1: keep the first request's node; a later one may omit it but not change it.
@@ -223,7 +233,7 @@ fn request_type(variant: Variant, type_url: &str) -> Result<ResourceType, Protoc
 fn served(variant: Variant) -> &'static [ResourceType] {
     let all: &'static [ResourceType] = &ResourceType::ALL;
     match variant {
-        Variant::Aggregated => all,
+        Variant::Aggregated => &ResourceType::SEND_ORDER,
         Variant::Single(kind) => &all[kind.index()..=kind.index()],
     }
 }

@@ -1,10 +1,13 @@
 //! State of the World streams: ADS (`StreamAggregatedResources`) and the per-type
 //! `Stream*` methods.
 //!
+//! The SotW flavor of the stream core (`protocol::stream`): the core keeps nonces, ACK/NACK
+//! and the make-before-break plan; this keeps per type the subscription and what the client
+//! was given, and builds responses from the snapshot the plan says to serve.
+//!
 //! Per type the stream keeps at most one response in flight: a response goes out only while
 //! the client has a request pending (its first request, or its ACK/NACK of the last
 //! response), so every decision is taken by `poll_response`, which sees every ACK and NACK.
-//! That is the one place a later make-before-break plan (P30) gates on.
 //!
 //! TTLs (P26): for a client announcing `xds.config.resource-in-sotw` and TTL support,
 //! resources with a TTL go out wrapped in `Resource` with it, and are refreshed by sending
@@ -15,44 +18,37 @@
 //! client lacks: resources new to it or changed, plus ClusterLoadAssignments due again for
 //! warming (P28); so one changed endpoint set sends one ClusterLoadAssignment, not all.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
-use super::{heartbeat_interval, ClientFeatures, Event, ProtocolError, Response, Subscription};
-use super::{SyncState, TypeStatus, Variant};
-use crate::cache::{Snapshot, TypeSnapshot};
+use super::stream::{Core, Flavor, Stream};
+use super::{heartbeat_interval, Response, Subscription};
+use crate::cache::TypeSnapshot;
 use crate::resource::{Resource, ResourceType};
 
-/// One SotW stream. See the module docs of `protocol` for the call order.
-#[derive(Debug)]
-pub struct SotwStream {
-    variant: Variant,
-    node: Option<Node>,
-    /// TTLs go out wrapped (P26).
-    wrap_ttl: bool,
-    snapshot: Option<Arc<Snapshot>>,
+/// One SotW stream: the shared core with the SotW flavor. See `protocol::stream` for the call
+/// order.
+pub type SotwStream = Stream<Sotw>;
+
+/// What a SotW stream adds to the core: per type, the subscription and what the client was
+/// given.
+#[derive(Debug, Default)]
+pub struct Sotw {
     types: [TypeState; ResourceType::ALL.len()],
-    /// Nonces are unique on the stream, so a nonce of one type never matches another's (P2).
-    nonces: u64,
-    events: VecDeque<Event>,
 }
 
 /// One type's sub-stream.
 #[derive(Debug, Default)]
 struct TypeState {
-    /// The client sent at least one request for this type.
-    requested: bool,
     subscription: Subscription,
     /// A request awaits a response: responses go out only then (P7).
     pending: bool,
     /// `version_info` of the first request: what the client had before this stream (P13).
     initial_version: Option<String>,
-    /// The nonce of the latest response (P2).
-    latest_nonce: Option<String>,
     /// What the client has of this type; `None` before anything was sent.
     given: Option<Given>,
     /// Names to send on the next response even if unchanged: the ClusterLoadAssignments of
@@ -60,9 +56,6 @@ struct TypeState {
     rewarm: BTreeSet<String>,
     /// When the TTL'd resources the client has are due to be sent again (P25, P26).
     refresh_at: Option<Instant>,
-    state: SyncState,
-    /// The version the client last ACKed (or had, by P13, when the stream opened).
-    acked_version: String,
 }
 
 /// What a client has of one type: exactly what `subscription` selects from `snapshot`.
@@ -132,121 +125,64 @@ impl Given {
     }
 }
 
-impl SotwStream {
-    /// A new stream on `variant`.
-    pub fn new(variant: Variant) -> SotwStream {
-        SotwStream {
-            variant,
-            node: None,
-            wrap_ttl: false,
-            snapshot: None,
-            types: Default::default(),
-            nonces: 0,
-            events: VecDeque::new(),
-        }
+impl Flavor for Sotw {
+    type Request = DiscoveryRequest;
+    type Response = Response;
+
+    fn type_url(request: &DiscoveryRequest) -> &str {
+        &request.type_url
     }
 
-    /// The node that opened the stream (P1), once the first request arrived.
-    pub fn node(&self) -> Option<&Node> {
-        self.node.as_ref()
+    fn take_node(request: &mut DiscoveryRequest) -> Option<Node> {
+        request.node.take()
     }
 
-    /// What the client has of `kind`.
-    pub fn state(&self, kind: ResourceType) -> &SyncState {
-        &self.types[kind.index()].state
-    }
-
-    /// What the server knows of `kind` on this stream, if the client asked for it.
-    pub fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
-        let st = &self.types[kind.index()];
-        st.requested.then(|| TypeStatus {
-            state: st.state.clone(),
-            acked_version: st.acked_version.clone(),
-        })
-    }
-
-    /// Take in one request from the client. An error ends the stream.
-    pub fn handle_request(&mut self, request: DiscoveryRequest) -> Result<(), ProtocolError> {
-        let kind = super::request_type(self.variant, &request.type_url)?;
-        let first_on_stream = self.node.is_none();
-        super::check_node(&mut self.node, request.node)?;
-        if let (true, Some(node)) = (first_on_stream, &self.node) {
-            let features = ClientFeatures::of(node);
-            self.wrap_ttl = features.resource_ttl && features.resource_in_sotw;
-        }
-
+    fn handle_request(
+        &mut self,
+        core: &mut Core,
+        kind: ResourceType,
+        first: bool,
+        request: DiscoveryRequest,
+    ) {
         let st = &mut self.types[kind.index()];
         let nonce = request.response_nonce;
-        if let Some(latest) = &st.latest_nonce {
-            if !nonce.is_empty() && nonce != *latest {
+        if let Some(latest) = core.latest_nonce(kind) {
+            if !nonce.is_empty() && nonce != latest {
                 // P6: an answer to an older response; a newer request will follow.
-                self.events.push_back(Event::Stale { kind, nonce });
-                return Ok(());
+                core.event(super::Event::Stale { kind, nonce });
+                return;
             }
-            if nonce == *latest {
+            if nonce == latest {
+                let sent_version = core.state(kind).sent_version().unwrap_or("").to_string();
                 let version = request.version_info.clone();
-                let sent_version = match &st.state {
-                    SyncState::Sent { version, .. } => version.clone(),
-                    SyncState::Nacked {
-                        rejected_version, ..
-                    } => rejected_version.clone(),
-                    SyncState::Acked { version } => version.clone(),
-                    SyncState::NotSent => String::new(),
-                };
                 match request.error_detail {
                     // P5: a NACK names the last accepted version, not the rejected one.
-                    Some(status) => {
-                        st.state = SyncState::Nacked {
-                            nonce: nonce.clone(),
-                            rejected_version: sent_version.clone(),
-                            accepted_version: version,
-                            error: status.message.clone(),
-                        };
-                        self.events.push_back(Event::Nacked {
-                            kind,
-                            rejected_version: sent_version,
-                            error: status.message,
-                        });
-                    }
+                    Some(status) => core.nack(kind, nonce, sent_version, version, status.message),
                     // P4: an ACK of the latest response.
-                    None => {
-                        st.acked_version.clone_from(&version);
-                        st.state = SyncState::Acked {
-                            version: version.clone(),
-                        };
-                        self.events.push_back(Event::Acked { kind, version });
-                    }
+                    None => core.ack(kind, version),
                 }
             }
         }
-        if !st.requested {
-            st.requested = true;
+        if first {
             st.initial_version = Some(request.version_info);
         }
         st.subscription.apply_sotw(&request.resource_names);
         st.pending = true;
-        Ok(())
     }
 
-    /// Take in the snapshot this stream's node should now have.
-    pub fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
-        self.snapshot = Some(snapshot);
+    fn respond(
+        &mut self,
+        core: &mut Core,
+        kind: ResourceType,
+        target: &Arc<TypeSnapshot>,
+        now: Instant,
+    ) -> Option<Response> {
+        self.respond_type(core, kind, target, now)
     }
 
-    /// The next response to send, if any. Call until `None` after every input, and when
-    /// [`SotwStream::poll_timeout`] passes. On an aggregated stream, types come out in the
-    /// order CDS, EDS, LDS, RDS, SRDS, VHDS, then the others.
-    pub fn poll_response(&mut self, now: Instant) -> Option<Response> {
-        let snapshot = Arc::clone(self.snapshot.as_ref()?);
-        super::served(self.variant)
-            .iter()
-            .find_map(|&kind| self.respond(kind, &snapshot, now))
-    }
-
-    /// When TTL'd resources are next due to be refreshed, if any: call `poll_response` then.
-    /// A type without a pending request has none: a refresh needs one, and the request is the
-    /// next input anyway (a timeout already past would otherwise wake the caller in a loop).
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    /// When TTL'd resources are next due to be refreshed, if any. A type without a pending
+    /// request has none: a refresh needs one, and the request is the next input anyway.
+    fn poll_timeout(&self, _: &Core) -> Option<Instant> {
         self.types
             .iter()
             .filter(|st| st.pending)
@@ -254,24 +190,37 @@ impl SotwStream {
             .min()
     }
 
-    /// The next event (ACK, NACK, stale request), if any.
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+    fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
+        self.types[kind.index()].subscription.covers(name)
     }
 
-    /// Decide whether `kind` has something to send now, and build it.
-    fn respond(
+    fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
+        self.types[kind.index()].given.as_ref().is_some_and(|g| {
+            g.subscription.covers(name)
+                && g.snapshot
+                    .resources
+                    .get(name)
+                    .is_some_and(|r| r.version == version)
+        })
+    }
+}
+
+impl Sotw {
+    /// Decide whether `kind` has something to send now to bring the client to `current`,
+    /// and build it.
+    fn respond_type(
         &mut self,
+        core: &mut Core,
         kind: ResourceType,
-        snapshot: &Snapshot,
+        current: &Arc<TypeSnapshot>,
         now: Instant,
     ) -> Option<Response> {
-        let wrap_ttl = self.wrap_ttl;
+        let features = core.features();
+        let wrap_ttl = features.resource_ttl && features.resource_in_sotw;
         let st = &mut self.types[kind.index()];
         if !st.pending {
             return None;
         }
-        let current = snapshot.get(kind);
         let selected = st.subscription.select(current);
         let full_state = kind.is_full_state();
         let rewarm = !st.rewarm.is_empty() && selected.iter().any(|r| st.rewarm.contains(&r.name));
@@ -297,10 +246,7 @@ impl SotwStream {
                     && st.initial_version.as_deref() == Some(current.version.as_str())
                 {
                     st.given = Some(Given::new(current, &st.subscription));
-                    st.acked_version.clone_from(&current.version);
-                    st.state = SyncState::Acked {
-                        version: current.version.clone(),
-                    };
+                    core.assume_acked(kind, &current.version);
                     // Its TTLs have been running since the last stream: refresh now.
                     st.refresh_at = next_refresh.map(|_| now);
                     return None;
@@ -362,23 +308,17 @@ impl SotwStream {
             Vec::new()
         };
 
-        self.nonces += 1;
-        let nonce = self.nonces.to_string();
+        let nonce = core.send(kind, &current.version);
         // P12: the snapshot's names are map keys, so never twice.
         st.refresh_at = next_refresh;
         let response = Response {
             kind,
             version: current.version.clone(),
-            nonce: nonce.clone(),
+            nonce,
             resources: payload.into_iter().cloned().collect(),
             wrap_ttl,
         };
         st.given = Some(Given::new(current, &st.subscription));
-        st.latest_nonce = Some(nonce.clone());
-        st.state = SyncState::Sent {
-            nonce,
-            version: current.version.clone(),
-        };
         st.pending = false;
         st.rewarm.clear();
         // A ClusterLoadAssignment the client does not have yet goes out anyway (it is new to

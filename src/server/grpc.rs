@@ -23,7 +23,7 @@ use super::stream::{spawn, Machine, Responses};
 use super::{MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
 use crate::cache::Cache;
 use crate::fleet::Fleet;
-use crate::protocol::{DeltaStream, SotwStream, Variant};
+use crate::protocol::{Delta, Ordering, Sotw, Variant};
 use crate::resource::ResourceType;
 
 /// What every xDS service shares: the cache, and the signal that ends streams on shutdown.
@@ -31,12 +31,23 @@ use crate::resource::ResourceType;
 pub struct XdsServer {
     cache: Arc<Cache>,
     fleet: Arc<Fleet>,
+    ordering: Ordering,
     stop: watch::Receiver<bool>,
 }
 
 impl XdsServer {
-    pub fn new(cache: Arc<Cache>, fleet: Arc<Fleet>, stop: watch::Receiver<bool>) -> XdsServer {
-        XdsServer { cache, fleet, stop }
+    pub fn new(
+        cache: Arc<Cache>,
+        fleet: Arc<Fleet>,
+        ordering: Ordering,
+        stop: watch::Receiver<bool>,
+    ) -> XdsServer {
+        XdsServer {
+            cache,
+            fleet,
+            ordering,
+            stop,
+        }
     }
 }
 
@@ -184,10 +195,10 @@ where
             .unwrap_or_default()
             .to_string();
         if S::SOTW_METHOD == Some(method.as_str()) {
-            return stream_method::<SotwStream, B>(self.server.clone(), S::VARIANT, request);
+            return stream_method::<Sotw, B>(self.server.clone(), S::VARIANT, request);
         }
         if S::DELTA_METHOD == method {
-            return stream_method::<DeltaStream, B>(self.server.clone(), S::VARIANT, request);
+            return stream_method::<Delta, B>(self.server.clone(), S::VARIANT, request);
         }
         let status = if method.starts_with("Fetch") {
             status::fetch_unimplemented()
@@ -237,6 +248,7 @@ impl<M: Machine> StreamingService<M::Request> for Handler<M> {
         let peer: Option<SocketAddr> = request.remote_addr();
         let responses = spawn::<M>(
             self.variant,
+            self.server.ordering,
             Arc::clone(&self.server.cache),
             Arc::clone(&self.server.fleet),
             request.into_inner(),

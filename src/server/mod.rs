@@ -29,6 +29,7 @@ use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service
 
 use crate::cache::Cache;
 use crate::fleet::Fleet;
+use crate::protocol::Ordering;
 
 /// Largest request accepted (a delta reconnect can list every resource it has).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
@@ -53,13 +54,14 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Serve xDS on `listener` from `cache`, reporting every stream in `fleet`, until `shutdown`
-/// completes; then end every stream and wait (up to [`DRAIN_TIMEOUT`]) for connections to
-/// close.
+/// Serve xDS on `listener` from `cache`, reporting every stream in `fleet` and ordering
+/// updates on aggregated streams by `ordering`, until `shutdown` completes; then end every
+/// stream and wait (up to [`DRAIN_TIMEOUT`]) for connections to close.
 pub async fn serve(
     listener: TcpListener,
     cache: Arc<Cache>,
     fleet: Arc<Fleet>,
+    ordering: Ordering,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -72,7 +74,7 @@ pub async fn serve(
         fleet: Arc::clone(&fleet),
         stop: stop_rx.clone(),
     });
-    let xds = grpc::XdsServer::new(cache, fleet, stop_rx);
+    let xds = grpc::XdsServer::new(cache, fleet, ordering, stop_rx);
     let mut builder = tonic::transport::Server::builder()
         // REST-JSON polling comes over HTTP/1.1 too.
         .accept_http1(true)

@@ -7,138 +7,78 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream;
+use tokio_stream::Stream as AsyncStream;
 use tonic::{Status, Streaming};
 
 use super::status;
 use super::wire::{WireDeltaResponse, WireResponse};
-use crate::cache::{Cache, Generation, Snapshot};
+use crate::cache::{Cache, Generation};
 use crate::fleet::{Fleet, StreamHandle, StreamReport};
-use crate::metrics::{observe, StreamLabels, StreamMetrics, TypeLabels};
-use crate::protocol::{DeltaStream, Event, ProtocolError, SotwStream, TypeStatus, Variant};
+use crate::metrics::{observe, PlanLabels, StreamLabels, StreamMetrics, TypeLabels};
+use crate::protocol::stream::Flavor;
+use crate::protocol::{Delta, DeltaResponse, Event, Ordering, PlanEvent, Response, Sotw};
+use crate::protocol::{Stream, Variant};
 use crate::resource::ResourceType;
 
 /// Responses buffered per stream before the task waits for the client to read.
 const RESPONSE_BUFFER: usize = 16;
 
 /// The response stream of a stream method.
-pub type Responses<W> = Pin<Box<dyn Stream<Item = Result<W, Status>> + Send>>;
+pub type Responses<W> = Pin<Box<dyn AsyncStream<Item = Result<W, Status>> + Send>>;
 
-/// A protocol state machine, as the stream task sees it.
-pub trait Machine: Send + 'static {
-    type Request: prost::Message + Default + Send + 'static;
+/// A flavor of the protocol (SotW or delta) as the stream task writes it out: its wire type.
+pub trait Machine: Flavor<Request: prost::Message + Default> {
     type Wire: prost::Message + Send + 'static;
     /// For logs: `sotw` or `delta`.
     const PROTOCOL: &'static str;
 
-    fn new(variant: Variant) -> Self;
-    fn handle_request(&mut self, request: Self::Request) -> Result<(), ProtocolError>;
-    fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>);
-    fn node(&self) -> Option<&Node>;
-    /// The next response on the wire, with what to log of it: type, version, resource count.
-    fn poll_wire(
-        &mut self,
-        now: Instant,
+    /// A response on the wire, with what to log of it: type, version, resource count.
+    fn wire(
+        response: Self::Response,
         control_plane: &Arc<str>,
-    ) -> Option<(Self::Wire, ResourceType, String, usize)>;
-    fn poll_event(&mut self) -> Option<Event>;
-    /// When to call `poll_wire` again without any input (heartbeats).
-    fn poll_timeout(&self) -> Option<Instant>;
-    /// What the server knows of `kind`, if the client asked for it.
-    fn status(&self, kind: ResourceType) -> Option<TypeStatus>;
+    ) -> (Self::Wire, ResourceType, String, usize);
 }
 
-impl Machine for SotwStream {
-    type Request = DiscoveryRequest;
+impl Machine for Sotw {
     type Wire = WireResponse;
     const PROTOCOL: &'static str = "sotw";
 
-    fn new(variant: Variant) -> Self {
-        SotwStream::new(variant)
-    }
-    fn handle_request(&mut self, request: DiscoveryRequest) -> Result<(), ProtocolError> {
-        SotwStream::handle_request(self, request)
-    }
-    fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
-        SotwStream::handle_snapshot(self, snapshot)
-    }
-    fn node(&self) -> Option<&Node> {
-        SotwStream::node(self)
-    }
-    fn poll_wire(
-        &mut self,
-        now: Instant,
-        control_plane: &Arc<str>,
-    ) -> Option<(WireResponse, ResourceType, String, usize)> {
-        let r = self.poll_response(now)?;
+    fn wire(r: Response, control_plane: &Arc<str>) -> (WireResponse, ResourceType, String, usize) {
         let (kind, version, count) = (r.kind, r.version.clone(), r.resources.len());
-        Some((
+        (
             WireResponse::new(r, Arc::clone(control_plane)),
             kind,
             version,
             count,
-        ))
-    }
-    fn poll_event(&mut self) -> Option<Event> {
-        SotwStream::poll_event(self)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        SotwStream::poll_timeout(self)
-    }
-    fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
-        SotwStream::status(self, kind)
+        )
     }
 }
 
-impl Machine for DeltaStream {
-    type Request = DeltaDiscoveryRequest;
+impl Machine for Delta {
     type Wire = WireDeltaResponse;
     const PROTOCOL: &'static str = "delta";
 
-    fn new(variant: Variant) -> Self {
-        DeltaStream::new(variant)
-    }
-    fn handle_request(&mut self, request: DeltaDiscoveryRequest) -> Result<(), ProtocolError> {
-        DeltaStream::handle_request(self, request)
-    }
-    fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
-        DeltaStream::handle_snapshot(self, snapshot)
-    }
-    fn node(&self) -> Option<&Node> {
-        DeltaStream::node(self)
-    }
-    fn poll_wire(
-        &mut self,
-        now: Instant,
+    fn wire(
+        r: DeltaResponse,
         control_plane: &Arc<str>,
-    ) -> Option<(WireDeltaResponse, ResourceType, String, usize)> {
-        let r = self.poll_response(now)?;
+    ) -> (WireDeltaResponse, ResourceType, String, usize) {
         let (kind, version) = (r.kind, r.system_version.clone());
         let count = r.resources.len() + r.removed.len();
-        Some((
+        (
             WireDeltaResponse::new(r, Arc::clone(control_plane)),
             kind,
             version,
             count,
-        ))
-    }
-    fn poll_event(&mut self) -> Option<Event> {
-        DeltaStream::poll_event(self)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        DeltaStream::poll_timeout(self)
-    }
-    fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
-        DeltaStream::status(self, kind)
+        )
     }
 }
 
 /// Start the task that runs one stream, and return its response stream.
 pub fn spawn<M: Machine>(
     variant: Variant,
+    ordering: Ordering,
     cache: Arc<Cache>,
     fleet: Arc<Fleet>,
     requests: Streaming<M::Request>,
@@ -146,12 +86,16 @@ pub fn spawn<M: Machine>(
     stop: watch::Receiver<bool>,
 ) -> Responses<M::Wire> {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-    tokio::spawn(run::<M>(variant, cache, fleet, requests, peer, stop, tx));
+    tokio::spawn(run::<M>(
+        variant, ordering, cache, fleet, requests, peer, stop, tx,
+    ));
     Box::pin(ReceiverStream::new(rx))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run<M: Machine>(
     variant: Variant,
+    ordering: Ordering,
     cache: Arc<Cache>,
     fleet: Arc<Fleet>,
     mut requests: Streaming<M::Request>,
@@ -161,7 +105,7 @@ async fn run<M: Machine>(
 ) {
     let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let protocol = M::PROTOCOL;
-    let mut machine = M::new(variant);
+    let mut machine = Stream::<M>::with_ordering(variant, ordering);
     let control_plane: Arc<str> = super::control_plane_id().into();
     let mut generations = cache.subscribe();
     let mut node_id: Option<String> = None;
@@ -199,6 +143,7 @@ async fn run<M: Machine>(
                                 connected_since: std::time::SystemTime::now(),
                                 types: Default::default(),
                                 generation: 0,
+                                plan: None,
                             }, StreamLabels::new(protocol, variant)));
                             let generation = Arc::clone(&generations.borrow_and_update());
                             attach(&mut machine, &generation);
@@ -237,8 +182,9 @@ async fn run<M: Machine>(
             count_event(metrics, &event, &mut sent_at);
         }
         let mut gone = false;
-        while let Some((wire, kind, version, resources)) =
-            machine.poll_wire(Instant::now(), &control_plane)
+        while let Some((wire, kind, version, resources)) = machine
+            .poll_response(Instant::now())
+            .map(|r| M::wire(r, &control_plane))
         {
             tracing::debug!(node, r#type = %kind, version, resources, protocol, "Sending response.");
             let bytes = prost::Message::encoded_len(&wire);
@@ -258,6 +204,7 @@ async fn run<M: Machine>(
                 ResourceType::ALL
                     .iter()
                     .filter_map(|&kind| machine.status(kind).map(|s| (kind, s))),
+                machine.plan_status(),
             );
         }
         if gone {
@@ -289,7 +236,7 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// Give the machine the snapshot of its node in `generation`.
-fn attach<M: Machine>(machine: &mut M, generation: &Generation) {
+fn attach<M: Machine>(machine: &mut Stream<M>, generation: &Generation) {
     if let Some(node) = machine.node() {
         let snapshot = generation.snapshot_for(&node.id, &node.cluster);
         machine.handle_snapshot(snapshot);
@@ -312,6 +259,17 @@ fn count_event(
         Event::Nacked { kind, .. } => {
             metrics.nacks.get_or_create(&TypeLabels::new(*kind)).inc();
             sent_at[kind.index()] = None;
+        }
+        Event::Plan(plan) => {
+            let event = match plan {
+                PlanEvent::Started { .. } => "started",
+                PlanEvent::Completed { .. } => "completed",
+                PlanEvent::TimedOut { .. } => "timed_out",
+                PlanEvent::Stopped { .. } => "stopped",
+                PlanEvent::Replaced { .. } => "replaced",
+                PlanEvent::Advanced { .. } => return,
+            };
+            metrics.plans.get_or_create(&PlanLabels { event }).inc();
         }
         Event::Subscribed { .. } | Event::Stale { .. } => {}
     }
@@ -339,6 +297,33 @@ fn log_event(node: &str, event: &Event) {
         }
         Event::Stale { kind, nonce } => {
             tracing::debug!(node, r#type = %kind, nonce, "Ignored a request with a stale nonce.");
+        }
+        Event::Plan(PlanEvent::Started { steps }) => {
+            tracing::debug!(
+                node,
+                steps,
+                "Update plan started: the new snapshot goes out make-before-break."
+            );
+        }
+        Event::Plan(PlanEvent::Advanced { step, steps }) => {
+            tracing::debug!(
+                node,
+                step,
+                steps,
+                "Update plan: the client ACKed the previous step; sending the next."
+            );
+        }
+        Event::Plan(PlanEvent::Completed { steps, took }) => {
+            tracing::debug!(node, steps, took = ?took, "Update plan completed.");
+        }
+        Event::Plan(PlanEvent::TimedOut { step, waited }) => {
+            tracing::warn!(node, step, waited = ?waited, "Update plan: the client did not ACK this step in time; sending the next step anyway.");
+        }
+        Event::Plan(PlanEvent::Stopped { step, kind }) => {
+            tracing::warn!(node, step, r#type = %kind, "Update plan stopped by a NACK: later steps wait for the next snapshot.");
+        }
+        Event::Plan(PlanEvent::Replaced { step }) => {
+            tracing::debug!(node, step, "Update plan replaced by a newer snapshot.");
         }
     }
 }

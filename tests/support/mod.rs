@@ -44,8 +44,17 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Start with these files (name, content) in the config directory.
+    /// Start with these files (name, content) in the config directory, ordering updates
+    /// make-before-break as `serve` does by default.
     pub async fn start(files: &[(&str, &str)]) -> TestServer {
+        TestServer::start_with(files, switchyard::protocol::Ordering::default()).await
+    }
+
+    /// Start with these files and this ordering.
+    pub async fn start_with(
+        files: &[(&str, &str)],
+        ordering: switchyard::protocol::Ordering,
+    ) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         for (name, text) in files {
             write(dir.path(), name, text);
@@ -66,7 +75,7 @@ impl TestServer {
         let fleet = Arc::new(Fleet::default());
         let server_fleet = Arc::clone(&fleet);
         let task = tokio::spawn(async move {
-            switchyard::server::serve(listener, server_cache, server_fleet, async {
+            switchyard::server::serve(listener, server_cache, server_fleet, ordering, async {
                 let _ = stopped.await;
             })
             .await

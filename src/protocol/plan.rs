@@ -1,0 +1,372 @@
+//! Make-before-break (P28-P30): the steps from the snapshot a client was given to a newer one,
+//! on an aggregated stream, and the planner that hands each step to the stream's types only
+//! once the client has ACKed the one before.
+//!
+//! A plan is a short list of intermediate snapshots, each a whole [`Snapshot`] that the
+//! stream's types serve as if it were the cache's; SotW and delta then send each step by their
+//! own rules (full state, only what changed, removals). The steps from base `B` to new `N`:
+//!
+//! 1. secrets, clusters and ClusterLoadAssignments as the union of `B` and `N` (added and
+//!    changed ones at their new versions, nothing removed yet); everything else as in `B`.
+//!    These go out together: Envoy holds its CDS ACK until new clusters have warmed, and they
+//!    warm only once their endpoints arrive, so EDS must not wait for that ACK.
+//! 2. once step 1 is ACKed: listeners, runtimes and the other types as in `N`; route
+//!    configurations, scoped routes, virtual hosts and extension configs as the union of `B`
+//!    and `N` (what a listener still running may name stays).
+//! 3. once step 2 is ACKed: `N` itself, which removes what nothing references any more.
+//!
+//! A step equal to the one before it is left out, so a change that crosses no dependency (the
+//! common one: only endpoints, or only a cluster's settings) is a plan of one step, `N`
+//! itself, which is no plan at all: the client gets exactly what it would without ordering.
+//! Steps are computed once per (base, new) pair and shared by the streams of a node group
+//! (memoized on the newer [`Snapshot`]).
+//!
+//! Must not: send anything, or know SotW from delta (that is the stream core and its
+//! flavors); time comes in only as `now`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Event;
+use crate::cache::{Snapshot, TypeSnapshot};
+use crate::resource::ResourceType;
+
+use ResourceType::{
+    Cluster, Endpoint, ExtensionConfig, Listener, Route, Runtime, ScopedRoute, Secret, VirtualHost,
+};
+
+/// How long a step waits for the client's ACKs before the next goes out anyway, by default.
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether and how updates are ordered make-before-break on aggregated streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ordering {
+    /// `false`: every new snapshot goes out at once (plain eventual consistency).
+    pub enabled: bool,
+    /// How long a step waits for the client's ACKs before the next goes out anyway.
+    pub step_timeout: Duration,
+}
+
+impl Default for Ordering {
+    fn default() -> Self {
+        Ordering {
+            enabled: true,
+            step_timeout: DEFAULT_STEP_TIMEOUT,
+        }
+    }
+}
+
+impl Ordering {
+    /// No ordering: each new snapshot is served whole at once.
+    pub fn off() -> Ordering {
+        Ordering {
+            enabled: false,
+            ..Ordering::default()
+        }
+    }
+}
+
+/// The steps from `base` to `new` before `new` itself (see the module docs): empty when
+/// `new` can be served at once. Memoized on `new` per `base`; the steps never hold `new`
+/// (which would keep it alive through its own memo).
+pub fn steps(base: &Arc<Snapshot>, new: &Arc<Snapshot>) -> Arc<[Arc<Snapshot>]> {
+    if let Some(found) = new.plans.get(base) {
+        return found;
+    }
+    let union = |kind: ResourceType| union(base.get(kind), new.get(kind));
+    let step1 = types_from(base, |kind| match kind {
+        Secret | Cluster | Endpoint => Some(union(kind)),
+        _ => None,
+    });
+    let step2 = types_from(&step1, |kind| match kind {
+        Listener | Runtime => Some(Arc::clone(new.get(kind))),
+        Route | ScopedRoute | VirtualHost | ExtensionConfig => Some(union(kind)),
+        _ => None,
+    });
+    let mut steps: Vec<Arc<Snapshot>> = Vec::with_capacity(2);
+    let mut last: &Snapshot = base;
+    for step in [step1, step2] {
+        if !step.same_as(last) {
+            steps.push(Arc::new(step));
+            last = steps.last().map_or(base, |s| &**s);
+        }
+    }
+    if steps.last().is_some_and(|s| s.same_as(new)) {
+        steps.pop();
+    }
+    let steps: Arc<[Arc<Snapshot>]> = steps.into();
+    new.plans.put(base, Arc::clone(&steps));
+    steps
+}
+
+/// A snapshot whose types are `pick(kind)`, or `from`'s where it gives none.
+fn types_from(
+    from: &Snapshot,
+    pick: impl Fn(ResourceType) -> Option<Arc<TypeSnapshot>>,
+) -> Snapshot {
+    Snapshot::from_types(
+        ResourceType::ALL.map(|kind| pick(kind).unwrap_or_else(|| Arc::clone(from.get(kind)))),
+    )
+}
+
+/// `new`'s resources plus those of `old` that `new` lacks: `new` itself when it removes
+/// nothing (linear in what changed, thanks to the shared change lists).
+fn union(old: &Arc<TypeSnapshot>, new: &Arc<TypeSnapshot>) -> Arc<TypeSnapshot> {
+    let removes = new
+        .changes_since(old)
+        .iter()
+        .any(|name| !new.resources.contains_key(name));
+    if !removes {
+        return Arc::clone(new);
+    }
+    let mut resources: BTreeMap<String, _> = new.resources.clone();
+    for (name, r) in &old.resources {
+        resources
+            .entry(name.clone())
+            .or_insert_with(|| Arc::clone(r));
+    }
+    Arc::new(TypeSnapshot::new(resources))
+}
+
+/// Where a stream's plan stands, for operators (`/status`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanStatus {
+    /// The step being served, from 1.
+    pub step: usize,
+    pub steps: usize,
+    /// When the plan started (the first response decision after the snapshot arrived).
+    pub since: Option<Instant>,
+    /// The type whose NACK stopped the plan at this step, if one did.
+    pub stopped_by: Option<ResourceType>,
+}
+
+/// Something that happened to a stream's update plan (for logs and metrics).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanEvent {
+    /// A new snapshot needs `steps` ordered steps.
+    Started { steps: usize },
+    /// The client ACKed a step; `step` (from 1) goes out now.
+    Advanced { step: usize, steps: usize },
+    /// The client did not ACK step `step` within the bound: the next goes out anyway.
+    TimedOut { step: usize, waited: Duration },
+    /// The client NACKed `kind` during step `step`: nothing after it goes out until the next
+    /// snapshot (the proxy keeps what it accepted).
+    Stopped { step: usize, kind: ResourceType },
+    /// A newer snapshot arrived during step `step`; a new plan replaces the rest.
+    Replaced { step: usize },
+    /// Every step was served and ACKed (or timed out).
+    Completed { steps: usize, took: Duration },
+}
+
+/// One plan in progress.
+#[derive(Debug)]
+struct Plan {
+    /// The steps before `new`.
+    steps: Arc<[Arc<Snapshot>]>,
+    /// The last step: the cache's snapshot.
+    new: Arc<Snapshot>,
+    /// Index of the step being served (`steps.len()`: `new`).
+    step: usize,
+    /// The step before it (the base for step 0): the types that changed since are the ones
+    /// the step waits for.
+    before: Arc<Snapshot>,
+    /// When the plan and the current step began: set on the first poll after they did.
+    began: Option<Instant>,
+    step_began: Option<Instant>,
+    stopped_by: Option<ResourceType>,
+}
+
+/// Which snapshot a stream's types serve: the cache's newest, or a step of a plan towards it.
+#[derive(Debug, Default)]
+pub struct Planner {
+    ordering: Ordering,
+    /// What the types serve now.
+    target: Option<Arc<Snapshot>>,
+    plan: Option<Plan>,
+}
+
+/// What the planner needs to know of the client to tell a step is done.
+pub trait Progress {
+    /// Whether a response of `kind` is out and unanswered.
+    fn in_flight(&self, kind: ResourceType) -> bool;
+    /// Whether the client holds this resource at this version, as far as the server knows
+    /// (sent, and not rejected).
+    fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool;
+    /// Whether the client subscribes to the resource of this name.
+    fn subscribes(&self, kind: ResourceType, name: &str) -> bool;
+}
+
+impl Plan {
+    fn len(&self) -> usize {
+        self.steps.len() + 1
+    }
+
+    fn snapshot(&self, step: usize) -> &Arc<Snapshot> {
+        self.steps.get(step).unwrap_or(&self.new)
+    }
+}
+
+impl Planner {
+    pub fn new(ordering: Ordering) -> Planner {
+        Planner {
+            ordering,
+            target: None,
+            plan: None,
+        }
+    }
+
+    /// The snapshot the types serve now.
+    pub fn target(&self) -> Option<&Arc<Snapshot>> {
+        self.target.as_ref()
+    }
+
+    /// Where the plan stands, if one is in progress.
+    pub fn status(&self) -> Option<PlanStatus> {
+        self.plan.as_ref().map(|p| PlanStatus {
+            step: p.step + 1,
+            steps: p.len(),
+            since: p.began,
+            stopped_by: p.stopped_by,
+        })
+    }
+
+    /// A new snapshot from the cache. `ordered`: the stream is aggregated, so types can be
+    /// ordered against each other.
+    pub fn handle_snapshot(
+        &mut self,
+        new: Arc<Snapshot>,
+        ordered: bool,
+        events: &mut VecDeque<Event>,
+    ) {
+        if let Some(plan) = self.plan.take() {
+            events.push_back(Event::Plan(PlanEvent::Replaced {
+                step: plan.step + 1,
+            }));
+        }
+        let base = match &self.target {
+            Some(base) if ordered && self.ordering.enabled => Arc::clone(base),
+            _ => {
+                self.target = Some(new);
+                return;
+            }
+        };
+        let steps = steps(&base, &new);
+        if steps.is_empty() {
+            self.target = Some(new);
+            return;
+        }
+        events.push_back(Event::Plan(PlanEvent::Started {
+            steps: steps.len() + 1,
+        }));
+        self.target = Some(Arc::clone(&steps[0]));
+        self.plan = Some(Plan {
+            steps,
+            new,
+            step: 0,
+            before: base,
+            began: None,
+            step_began: None,
+            stopped_by: None,
+        });
+    }
+
+    /// The client NACKed `kind`: a plan in progress stops at its step.
+    pub fn handle_nack(&mut self, kind: ResourceType, events: &mut VecDeque<Event>) {
+        if let Some(plan) = &mut self.plan {
+            if plan.stopped_by.is_none() {
+                plan.stopped_by = Some(kind);
+                events.push_back(Event::Plan(PlanEvent::Stopped {
+                    step: plan.step + 1,
+                    kind,
+                }));
+            }
+        }
+    }
+
+    /// When the current step times out, if a plan is waiting on the client.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let plan = self.plan.as_ref().filter(|p| p.stopped_by.is_none())?;
+        plan.step_began.map(|at| at + self.ordering.step_timeout)
+    }
+
+    /// Start the clocks of a plan or step just begun. Call before deciding what to send.
+    pub fn start_clock(&mut self, now: Instant) {
+        if let Some(plan) = &mut self.plan {
+            plan.began.get_or_insert(now);
+            plan.step_began.get_or_insert(now);
+        }
+    }
+
+    /// With nothing left to send on the current step: move to the next one if the client has
+    /// ACKed this one (or its time is up). Returns whether the target changed.
+    pub fn advance(
+        &mut self,
+        now: Instant,
+        client: &impl Progress,
+        events: &mut VecDeque<Event>,
+    ) -> bool {
+        let Some(plan) = &mut self.plan else {
+            return false;
+        };
+        if plan.stopped_by.is_some() {
+            return false;
+        }
+        let current = Arc::clone(plan.snapshot(plan.step));
+        if !step_done(&plan.before, &current, client) {
+            let began = plan.step_began.unwrap_or(now);
+            let waited = now.saturating_duration_since(began);
+            if waited < self.ordering.step_timeout {
+                return false;
+            }
+            events.push_back(Event::Plan(PlanEvent::TimedOut {
+                step: plan.step + 1,
+                waited,
+            }));
+        }
+        if plan.step + 1 == plan.len() {
+            events.push_back(Event::Plan(PlanEvent::Completed {
+                steps: plan.len(),
+                took: now.saturating_duration_since(plan.began.unwrap_or(now)),
+            }));
+            self.plan = None;
+            return false;
+        }
+        plan.step += 1;
+        plan.before = current;
+        plan.step_began = Some(now);
+        let next = Arc::clone(plan.snapshot(plan.step));
+        events.push_back(Event::Plan(PlanEvent::Advanced {
+            step: plan.step + 1,
+            steps: plan.len(),
+        }));
+        self.target = Some(next);
+        true
+    }
+}
+
+/// Whether the client has ACKed step `current` (entered from `before`): no response of any
+/// type is unanswered, and for every cluster the step added or changed that the client
+/// holds, the client holds its ClusterLoadAssignment at the step's version if it asked for it
+/// (P28: the cluster is warm, or warms on its own). Envoy asks for the endpoints of a new
+/// cluster before it ACKs the cluster; a client that asks only later is not waited for.
+fn step_done(before: &Snapshot, current: &Snapshot, client: &impl Progress) -> bool {
+    if ResourceType::ALL.iter().any(|&k| client.in_flight(k)) {
+        return false;
+    }
+    let clusters = current.get(Cluster);
+    let endpoints = current.get(Endpoint);
+    clusters
+        .changes_since(before.get(Cluster))
+        .iter()
+        .filter_map(|name| clusters.resources.get(name))
+        .filter(|c| client.holds(Cluster, &c.name, &c.version))
+        .filter_map(|c| endpoints.resources.get(c.warms_with.as_deref()?))
+        .all(|cla| {
+            !client.subscribes(Endpoint, &cla.name)
+                || client.holds(Endpoint, &cla.name, &cla.version)
+        })
+}
+
+#[cfg(test)]
+mod tests;

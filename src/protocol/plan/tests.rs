@@ -1,0 +1,1 @@
+//! Unit tests of the planner (P28-P30).

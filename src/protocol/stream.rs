@@ -1,0 +1,337 @@
+//! The stream core: what SotW and delta streams share, written once.
+//!
+//! A [`Stream`] is a [`Core`] and a [`Flavor`]. The core owns the node (P1), the type checks
+//! (P3), the client's features, per type the sync state (nonces, the response in flight, ACK
+//! and NACK, P2/P4/P5/P17), the events, and the [`Planner`] that decides which snapshot the
+//! types serve (the cache's newest, or a make-before-break step towards it, P28-P30). The
+//! flavor owns what differs: how a request subscribes and answers (SotW's whole name lists,
+//! delta's subscribe/unsubscribe), what the client has (SotW: the selection it was last
+//! given; delta: name -> version), and how a response is built from the target snapshot.
+//!
+//! Call order (quinn-proto's vocabulary): `handle_request` for each message from the client
+//! and `handle_snapshot` for each new snapshot of the stream's node; then `poll_response(now)`
+//! until `None`, and `poll_event`. `poll_timeout` says when to call `poll_response` again with
+//! no new input (TTL refreshes and heartbeats, a plan step's time-out). No IO, no clocks.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+
+use super::plan::{Ordering, PlanStatus, Planner, Progress};
+use super::{ClientFeatures, Event, ProtocolError, SyncState, TypeStatus, Variant};
+use crate::cache::{Snapshot, TypeSnapshot};
+use crate::resource::ResourceType;
+
+/// What a flavor of the protocol (SotW or delta) adds to the core.
+pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
+    type Request: Send + 'static;
+    type Response;
+
+    /// The request's `type_url` (P3).
+    fn type_url(request: &Self::Request) -> &str;
+    /// The request's node, taken out (P1).
+    fn take_node(request: &mut Self::Request) -> Option<Node>;
+    /// Take in a request for `kind` (its node and type already checked); `first`: the first
+    /// request for `kind` on the stream. ACKs and NACKs go to the core.
+    fn handle_request(
+        &mut self,
+        core: &mut Core,
+        kind: ResourceType,
+        first: bool,
+        request: Self::Request,
+    );
+    /// The response `kind` should send now to bring the client to `target`, if any; the core
+    /// gives it a nonce ([`Core::send`]).
+    fn respond(
+        &mut self,
+        core: &mut Core,
+        kind: ResourceType,
+        target: &Arc<TypeSnapshot>,
+        now: Instant,
+    ) -> Option<Self::Response>;
+    /// When a TTL refresh or heartbeat is next due, if any.
+    fn poll_timeout(&self, core: &Core) -> Option<Instant>;
+    /// Whether the client holds this resource at this version, as far as the server knows.
+    fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool;
+    /// Whether the client subscribes to the resource of this name.
+    fn subscribes(&self, kind: ResourceType, name: &str) -> bool;
+}
+
+/// One xDS stream: the shared core and one flavor's state.
+#[derive(Debug)]
+pub struct Stream<F> {
+    core: Core,
+    flavor: F,
+}
+
+/// What every stream has, whatever its flavor.
+#[derive(Debug)]
+pub struct Core {
+    variant: Variant,
+    node: Option<Node>,
+    features: ClientFeatures,
+    planner: Planner,
+    types: [TypeSync; ResourceType::ALL.len()],
+    /// Nonces are unique on the stream, so a nonce of one type never matches another's (P2).
+    nonces: u64,
+    events: VecDeque<Event>,
+}
+
+/// One type's sync state on a stream.
+#[derive(Debug, Default)]
+struct TypeSync {
+    /// The client sent at least one request for this type.
+    requested: bool,
+    state: SyncState,
+    /// The version the client last ACKed (or had, by P13, when the stream opened).
+    acked_version: String,
+    /// The nonce of the latest response (P2).
+    latest_nonce: Option<String>,
+    /// The latest response is unanswered.
+    in_flight: bool,
+}
+
+impl<F: Flavor> Stream<F> {
+    /// A new stream on `variant`, ordering updates make-before-break with the defaults.
+    pub fn new(variant: Variant) -> Stream<F> {
+        Stream::with_ordering(variant, Ordering::default())
+    }
+
+    /// A new stream on `variant` with this ordering (only aggregated streams are ordered).
+    pub fn with_ordering(variant: Variant, ordering: Ordering) -> Stream<F> {
+        Stream {
+            core: Core {
+                variant,
+                node: None,
+                features: ClientFeatures::default(),
+                planner: Planner::new(ordering),
+                types: Default::default(),
+                nonces: 0,
+                events: VecDeque::new(),
+            },
+            flavor: F::default(),
+        }
+    }
+
+    /// The node that opened the stream (P1), once the first request arrived.
+    pub fn node(&self) -> Option<&Node> {
+        self.core.node.as_ref()
+    }
+
+    /// What the client has of `kind`: the last response's ACK/NACK state.
+    pub fn state(&self, kind: ResourceType) -> &SyncState {
+        &self.core.types[kind.index()].state
+    }
+
+    /// What the server knows of `kind` on this stream, if the client asked for it.
+    pub fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
+        let t = &self.core.types[kind.index()];
+        t.requested.then(|| TypeStatus {
+            state: t.state.clone(),
+            acked_version: t.acked_version.clone(),
+        })
+    }
+
+    /// Where this stream's make-before-break plan stands, if one is in progress.
+    pub fn plan_status(&self) -> Option<PlanStatus> {
+        self.core.planner.status()
+    }
+
+    /// The flavor's state (for the flavor's own accessors).
+    pub(super) fn flavor(&self) -> &F {
+        &self.flavor
+    }
+
+    /// Take in one request from the client. An error ends the stream.
+    pub fn handle_request(&mut self, mut request: F::Request) -> Result<(), ProtocolError> {
+        let core = &mut self.core;
+        let kind = super::request_type(core.variant, F::type_url(&request))?;
+        let first_on_stream = core.node.is_none();
+        super::check_node(&mut core.node, F::take_node(&mut request))?;
+        if let (true, Some(node)) = (first_on_stream, &core.node) {
+            core.features = ClientFeatures::of(node);
+        }
+        let t = &mut core.types[kind.index()];
+        let first = !t.requested;
+        t.requested = true;
+        self.flavor.handle_request(core, kind, first, request);
+        Ok(())
+    }
+
+    /// Take in the snapshot this stream's node should now have. On an aggregated stream with
+    /// ordering on, it may be served in make-before-break steps (see `plan`).
+    pub fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        let ordered = self.core.variant == Variant::Aggregated;
+        self.core
+            .planner
+            .handle_snapshot(snapshot, ordered, &mut self.core.events);
+    }
+
+    /// The next response to send, if any. Call until `None` after every input, and when
+    /// [`Stream::poll_timeout`] passes. On an aggregated stream types come out in the order
+    /// SDS, CDS, EDS, LDS, RDS, SRDS, VHDS, ECDS, RTDS, and a plan's next step only once the
+    /// client ACKed the one before (P30).
+    pub fn poll_response(&mut self, now: Instant) -> Option<F::Response> {
+        loop {
+            self.core.planner.start_clock(now);
+            let target = Arc::clone(self.core.planner.target()?);
+            for &kind in super::served(self.core.variant) {
+                if let Some(r) = self
+                    .flavor
+                    .respond(&mut self.core, kind, target.get(kind), now)
+                {
+                    return Some(r);
+                }
+            }
+            let client = Client {
+                types: &self.core.types,
+                flavor: &self.flavor,
+            };
+            if !self
+                .core
+                .planner
+                .advance(now, &client, &mut self.core.events)
+            {
+                return None;
+            }
+        }
+    }
+
+    /// When to call `poll_response` again without input, if ever. Never in the past for
+    /// long: `poll_response` consumes what is due (a timeout already past would otherwise
+    /// wake the caller in a loop).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let flavor = self.flavor.poll_timeout(&self.core);
+        let plan = self.core.planner.poll_timeout();
+        flavor.into_iter().chain(plan).min()
+    }
+
+    /// The next event (ACK, NACK, stale request, subscription or plan change), if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.core.events.pop_front()
+    }
+}
+
+/// The client as the planner sees it.
+struct Client<'a, F> {
+    types: &'a [TypeSync; ResourceType::ALL.len()],
+    flavor: &'a F,
+}
+
+impl<F: Flavor> Progress for Client<'_, F> {
+    fn in_flight(&self, kind: ResourceType) -> bool {
+        self.types[kind.index()].in_flight
+    }
+
+    fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
+        self.flavor.holds(kind, name, version)
+    }
+
+    fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
+        self.flavor.subscribes(kind, name)
+    }
+}
+
+// === impl Core ===
+
+impl Core {
+    /// The features the client announced.
+    pub fn features(&self) -> ClientFeatures {
+        self.features
+    }
+
+    /// What `kind` serves now, once a snapshot arrived.
+    pub fn target(&self, kind: ResourceType) -> Option<&Arc<TypeSnapshot>> {
+        self.planner.target().map(|s| s.get(kind))
+    }
+
+    /// Whether the client has asked for `kind`.
+    pub fn requested(&self, kind: ResourceType) -> bool {
+        self.types[kind.index()].requested
+    }
+
+    pub fn state(&self, kind: ResourceType) -> &SyncState {
+        &self.types[kind.index()].state
+    }
+
+    pub fn acked_version(&self, kind: ResourceType) -> &str {
+        &self.types[kind.index()].acked_version
+    }
+
+    /// The nonce of the latest response of `kind`, if any was sent.
+    pub fn latest_nonce(&self, kind: ResourceType) -> Option<&str> {
+        self.types[kind.index()].latest_nonce.as_deref()
+    }
+
+    /// Whether the latest response of `kind` is unanswered.
+    pub fn in_flight(&self, kind: ResourceType) -> bool {
+        self.types[kind.index()].in_flight
+    }
+
+    /// A response of `kind` at `version` goes out: its fresh nonce (P2).
+    pub fn send(&mut self, kind: ResourceType, version: &str) -> String {
+        self.nonces += 1;
+        let nonce = self.nonces.to_string();
+        let t = &mut self.types[kind.index()];
+        t.latest_nonce = Some(nonce.clone());
+        t.in_flight = true;
+        t.state = SyncState::Sent {
+            nonce: nonce.clone(),
+            version: version.to_string(),
+        };
+        nonce
+    }
+
+    /// The client ACKed `version` of `kind` (P4).
+    pub fn ack(&mut self, kind: ResourceType, version: String) {
+        let t = &mut self.types[kind.index()];
+        t.in_flight = false;
+        t.acked_version.clone_from(&version);
+        t.state = SyncState::Acked {
+            version: version.clone(),
+        };
+        self.events.push_back(Event::Acked { kind, version });
+    }
+
+    /// The client has `version` of `kind` without a response on this stream (P13).
+    pub fn assume_acked(&mut self, kind: ResourceType, version: &str) {
+        let t = &mut self.types[kind.index()];
+        t.acked_version = version.to_string();
+        t.state = SyncState::Acked {
+            version: version.to_string(),
+        };
+    }
+
+    /// The client rejected the response `nonce` (`rejected` version) and still runs
+    /// `accepted` (P5, P17). A plan in progress stops at its step.
+    pub fn nack(
+        &mut self,
+        kind: ResourceType,
+        nonce: String,
+        rejected: String,
+        accepted: String,
+        error: String,
+    ) {
+        let t = &mut self.types[kind.index()];
+        t.in_flight = false;
+        t.state = SyncState::Nacked {
+            nonce,
+            rejected_version: rejected.clone(),
+            accepted_version: accepted,
+            error: error.clone(),
+        };
+        self.events.push_back(Event::Nacked {
+            kind,
+            rejected_version: rejected,
+            error,
+        });
+        self.planner.handle_nack(kind, &mut self.events);
+    }
+
+    /// Record an event.
+    pub fn event(&mut self, event: Event) {
+        self.events.push_back(event);
+    }
+}
