@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use support::envoy::{
-    envoy_binary, eventually, free_port, http_get, http_get_host, Envoy, Switchyard, Upstream,
+    envoy_binary, eventually, free_port, http_get, http_get_host, Api, Envoy, Switchyard, Upstream,
 };
 use support::{eds_cluster, rds_listener, route_to, write};
 
@@ -51,36 +51,6 @@ async fn traffic_reaches(port: u16, body: &str) -> bool {
     })
     .await
     .is_some()
-}
-
-/// How Envoy talks to Switchyard.
-#[derive(Clone, Copy, Debug)]
-enum Api {
-    /// `api_type: GRPC`, examples/envoy/bootstrap-ads.yaml.
-    Sotw,
-    /// `api_type: DELTA_GRPC`, examples/envoy/bootstrap-delta.yaml.
-    Delta,
-}
-
-impl Api {
-    fn bootstrap(self) -> &'static str {
-        match self {
-            Api::Sotw => "bootstrap-ads.yaml",
-            Api::Delta => "bootstrap-delta.yaml",
-        }
-    }
-
-    fn protocol(self) -> &'static str {
-        match self {
-            Api::Sotw => "sotw",
-            Api::Delta => "delta",
-        }
-    }
-
-    /// A node id unique to the scenario and the API.
-    fn node(self, scenario: &str) -> String {
-        format!("{scenario}-{}", self.protocol())
-    }
 }
 
 /// One `#[tokio::test]` per API for each `async fn(Api)` scenario: `<scenario>::sotw` and
@@ -354,16 +324,6 @@ async fn e2e_p28_cluster_only_change_leaves_warming_at_once(api: Api) {
 
 /// The config source of a per-type gRPC stream to Switchyard (no ADS).
 const PER_TYPE_SOURCE: &str = "{ resource_api_version: V3, api_config_source: { api_type: GRPC, transport_api_version: V3, grpc_services: [{ envoy_grpc: { cluster_name: switchyard } }] } }";
-
-impl Api {
-    /// `api_type: GRPC` made this API's.
-    fn api_type(self, text: &str) -> String {
-        match self {
-            Api::Sotw => text.to_string(),
-            Api::Delta => text.replace("api_type: GRPC", "api_type: DELTA_GRPC"),
-        }
-    }
-}
 
 async fn e2e_per_type_services_serve_envoy_without_ads(api: Api) {
     let Some(envoy_bin) = envoy_binary() else {

@@ -198,6 +198,12 @@ async fn run<M: Machine>(
                 observe(&metrics.push_latency, published.elapsed());
             }
         }
+        // What deciding the responses did (plan steps), counted and logged now, not at the
+        // next input.
+        while let Some(event) = machine.poll_event() {
+            log_event(node, &event);
+            count_event(metrics, &event, &mut sent_at);
+        }
         if let Some(listed) = &listed {
             listed.update(
                 attached,

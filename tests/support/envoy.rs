@@ -144,6 +144,12 @@ pub struct Upstream {
 
 impl Upstream {
     pub async fn start(body: &'static str) -> Upstream {
+        Upstream::start_with_health_delay(body, Duration::ZERO).await
+    }
+
+    /// An upstream that answers `/healthz` (an active health check's path) only after
+    /// `delay`, so a cluster health-checking it warms that long after its endpoints arrive.
+    pub async fn start_with_health_delay(body: &'static str, delay: Duration) -> Upstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind upstream");
@@ -158,6 +164,9 @@ impl Upstream {
                             Ok(0) | Err(_) => return,
                             Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
+                    }
+                    if buf.starts_with(b"GET /healthz") {
+                        tokio::time::sleep(delay).await;
                     }
                     let response = format!(
                         "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -208,6 +217,11 @@ pub struct Switchyard {
 
 impl Switchyard {
     pub async fn start(config: &Path, log_dir: &Path) -> Switchyard {
+        Switchyard::start_with_args(config, log_dir, &[]).await
+    }
+
+    /// `switchyard serve` with these flags added.
+    pub async fn start_with_args(config: &Path, log_dir: &Path, extra: &[&str]) -> Switchyard {
         let port = free_port();
         let admin_port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
@@ -223,7 +237,8 @@ impl Switchyard {
         .arg("--xds-addr")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--admin-addr")
-        .arg(format!("127.0.0.1:{admin_port}"));
+        .arg(format!("127.0.0.1:{admin_port}"))
+        .args(extra);
         let process = Process::spawn("switchyard", cmd, log_dir.join("switchyard.log"));
         let up = eventually(Duration::from_secs(10), || async move {
             tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -408,5 +423,45 @@ impl Envoy {
                 .then(|| c["cluster"]["connect_timeout"].as_str().map(str::to_string))
                 .flatten()
         })
+    }
+}
+
+/// How Envoy talks to Switchyard.
+#[derive(Clone, Copy, Debug)]
+pub enum Api {
+    /// `api_type: GRPC`, examples/envoy/bootstrap-ads.yaml.
+    Sotw,
+    /// `api_type: DELTA_GRPC`, examples/envoy/bootstrap-delta.yaml.
+    Delta,
+}
+
+impl Api {
+    pub fn bootstrap(self) -> &'static str {
+        match self {
+            Api::Sotw => "bootstrap-ads.yaml",
+            Api::Delta => "bootstrap-delta.yaml",
+        }
+    }
+
+    pub fn protocol(self) -> &'static str {
+        match self {
+            Api::Sotw => "sotw",
+            Api::Delta => "delta",
+        }
+    }
+
+    /// A node id unique to the scenario and the API.
+    pub fn node(self, scenario: &str) -> String {
+        format!("{scenario}-{}", self.protocol())
+    }
+}
+
+impl Api {
+    /// `api_type: GRPC` made this API's.
+    pub fn api_type(self, text: &str) -> String {
+        match self {
+            Api::Sotw => text.to_string(),
+            Api::Delta => text.replace("api_type: GRPC", "api_type: DELTA_GRPC"),
+        }
     }
 }
