@@ -71,6 +71,43 @@ pub struct StreamStatus {
     /// `sotw` or `delta`.
     pub protocol: String,
     pub connected_since: String,
+    /// A make-before-break plan in progress on the stream, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanStatusJson>,
+}
+
+/// A make-before-break plan in progress on one stream.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlanStatusJson {
+    /// The step being served, from 1, of `steps`.
+    pub step: usize,
+    pub steps: usize,
+    /// `IN_PROGRESS` (waiting for the proxy's ACKs of this step) or `STOPPED` (the proxy
+    /// NACKed during this step; the rest waits for the next config change).
+    pub state: String,
+    /// For `STOPPED`: the type NACKed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<String>,
+    /// When the plan started.
+    pub since: String,
+}
+
+impl StreamStatus {
+    /// `ADS/delta`, with the plan in progress if any: `ADS/delta (updating 1/3)`,
+    /// `ADS/sotw (update stopped at 1/3 by a CDS NACK)`.
+    pub fn label(&self) -> String {
+        let base = format!("{}/{}", self.stream, self.protocol);
+        match &self.plan {
+            None => base,
+            Some(p) => match &p.stopped_by {
+                Some(kind) => format!(
+                    "{base} (update stopped at {}/{} by a {kind} NACK)",
+                    p.step, p.steps
+                ),
+                None => format!("{base} (updating {}/{})", p.step, p.steps),
+            },
+        }
+    }
 }
 
 /// One type of one node.
@@ -134,6 +171,13 @@ impl Status {
                 stream: r.stream.clone(),
                 protocol: r.protocol.to_string(),
                 connected_since: format_time(r.connected_since),
+                plan: r.plan.as_ref().map(|p| PlanStatusJson {
+                    step: p.step,
+                    steps: p.steps,
+                    state: p.state.to_string(),
+                    stopped_by: p.stopped_by.map(str::to_string),
+                    since: format_time(p.since),
+                }),
             });
             for (kind, t) in &r.types {
                 node.types.insert(kind.to_string(), t.into());

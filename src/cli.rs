@@ -347,11 +347,7 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         .chain(kinds.iter().map(|k| k.to_string()))
         .collect()];
     for n in &status.nodes {
-        let streams: Vec<String> = n
-            .streams
-            .iter()
-            .map(|s| format!("{}/{}", s.stream, s.protocol))
-            .collect();
+        let streams: Vec<String> = n.streams.iter().map(|s| s.label()).collect();
         let agent = format!("{} {}", n.user_agent, n.user_agent_version)
             .trim()
             .to_string();
@@ -382,6 +378,19 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         out.push('\n');
     }
     for n in &status.nodes {
+        for p in n.streams.iter().filter_map(|s| s.plan.as_ref()) {
+            match &p.stopped_by {
+                Some(kind) => out.push_str(&format!(
+                    "\nUPDATE STOPPED {}: at step {} of {} (since {}), by a {kind} NACK; the \
+                     rest waits for the next config change\n",
+                    n.node_id, p.step, p.steps, p.since
+                )),
+                None => out.push_str(&format!(
+                    "\nUPDATING {}: step {} of {} since {}, waiting for the proxy's ACKs\n",
+                    n.node_id, p.step, p.steps, p.since
+                )),
+            }
+        }
         for (kind, t) in &n.types {
             if let Some(error) = &t.error {
                 out.push_str(&format!(

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_cl
 use envoy_types::pb::envoy::service::route::v3::virtual_host_discovery_service_client::VirtualHostDiscoveryServiceClient;
 use prost::Message;
 use support::*;
-use switchyard::resource::ResourceType::{Cluster, Endpoint, Listener, VirtualHost};
+use switchyard::resource::ResourceType::{Cluster, Endpoint, Listener, Route, VirtualHost};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -305,4 +305,58 @@ async fn p28_a_changed_cluster_brings_its_unchanged_load_assignment_again() {
         (eds.type_url.as_str(), delta_names(&eds)),
         (Endpoint.type_url(), vec!["backend".to_string()])
     );
+}
+
+/// P29/P30 over a socket, Incremental ADS: a route cut-over from `backend` to `next` with
+/// `backend` removed, in one reload. While the client holds its CDS ACK the route does not
+/// move; `backend` is removed only after the route has.
+#[tokio::test]
+async fn p29_p30_route_cut_over_is_ordered_make_before_break() {
+    let server = TestServer::start(&[
+        ("clusters.yaml", &eds_cluster("backend", "1s", 8080)),
+        ("listeners.yaml", &rds_listener("http", 10000, "main")),
+        ("routes.yaml", &route_to("main", "backend")),
+    ])
+    .await;
+    let mut c = server.delta("n1").await;
+    for (kind, names) in [
+        (Cluster, &[][..]),
+        (Endpoint, &["backend"][..]),
+        (Listener, &[][..]),
+        (Route, &["main"][..]),
+    ] {
+        c.subscribe(kind, names, &[]).await;
+        let r = c.recv().await;
+        c.ack(&r).await;
+    }
+    write(
+        server.dir.path(),
+        "clusters.yaml",
+        &eds_cluster("next", "1s", 8081),
+    );
+    write(server.dir.path(), "routes.yaml", &route_to("main", "next"));
+    server.reloader.reload().expect("loads");
+
+    let cds = c.recv().await;
+    assert_eq!(cds.type_url, Cluster.type_url());
+    assert_eq!(delta_names(&cds), ["next"]);
+    assert!(
+        cds.removed_resources.is_empty(),
+        "nothing removed in step 1"
+    );
+    c.subscribe(Endpoint, &["next"], &[]).await;
+    let eds = c.recv().await;
+    assert_eq!(delta_names(&eds), ["next"]);
+    c.ack(&eds).await;
+    c.expect_quiet(std::time::Duration::from_millis(300)).await;
+    c.ack(&cds).await;
+    let rds = c.recv().await;
+    assert_eq!(rds.type_url, Route.type_url());
+    assert_eq!(delta_names(&rds), ["main"]);
+    c.ack(&rds).await;
+    let cds = c.recv().await;
+    assert_eq!(cds.type_url, Cluster.type_url());
+    assert_eq!(cds.removed_resources, ["backend"]);
+    c.ack(&cds).await;
+    server.shutdown().await;
 }

@@ -410,3 +410,101 @@ async fn a_request_that_does_not_decode_gets_an_error_status_on_that_stream_only
     c.subscribe(Cluster, &[]).await;
     assert_eq!(names(&c.recv_type(Cluster).await), ["backend"]);
 }
+
+/// P29/P30 over a socket: a route cut-over from `backend` to a new cluster `next`, with
+/// `backend` removed, in one reload. The client holds its CDS ACK (as Envoy does while a new
+/// cluster warms): the route must not move meanwhile, and `backend` goes only after it has.
+/// `/status` and `switchyard status` show the plan while it waits.
+#[tokio::test]
+async fn p29_p30_route_cut_over_is_ordered_make_before_break() {
+    let server = standard_server().await;
+    let mut c = envoy_like_start(&server, "n1").await;
+    support::write(
+        server.dir.path(),
+        "clusters.yaml",
+        &eds_cluster("next", "1s", 8081),
+    );
+    support::write(server.dir.path(), "routes.yaml", &route_to("main", "next"));
+    server.reloader.reload().expect("loads");
+
+    // Step 1: both clusters (nothing removed yet), and the new endpoints.
+    let cds = c.recv_type(Cluster).await;
+    assert_eq!(names(&cds), ["backend", "next"]);
+    c.send(request(Endpoint, &["backend", "next"], "", ""))
+        .await;
+    let eds = c.recv_type(Endpoint).await;
+    assert_eq!(names(&eds), ["next"]);
+    c.ack(&eds, &["backend", "next"]).await;
+    // CDS not ACKed yet: the route stays where it is.
+    c.expect_quiet(std::time::Duration::from_millis(300)).await;
+    let status = server.status().await;
+    let plan = status.nodes[0].streams[0]
+        .plan
+        .clone()
+        .expect("a plan in progress");
+    assert_eq!(
+        (plan.step, plan.steps, plan.state.as_str()),
+        (1, 3, "IN_PROGRESS")
+    );
+    let addr = server.admin_addr.to_string();
+    let table = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["status", "--admin-addr", &addr])
+            .output()
+            .expect("runs")
+    })
+    .await
+    .expect("joins");
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.contains("UPDATING n1: step 1 of 3"), "{table}");
+    assert!(table.contains("ADS/sotw (updating 1/3)"), "{table}");
+
+    // Step 2 once CDS is ACKed: the route moves.
+    c.ack(&cds, &[]).await;
+    let rds = c.recv_type(Route).await;
+    assert_eq!(names(&rds), ["main"]);
+    c.ack(&rds, &["main"]).await;
+    // Step 3: backend is removed.
+    let cds = c.recv_type(Cluster).await;
+    assert_eq!(names(&cds), ["next"]);
+    c.ack(&cds, &[]).await;
+    c.expect_quiet(std::time::Duration::from_millis(200)).await;
+    assert!(server.status().await.nodes[0].streams[0].plan.is_none());
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains("switchyard_update_plans_total{event=\"completed\"} 1"),
+        "{metrics}"
+    );
+    server.shutdown().await;
+}
+
+/// `--ordering off`: the same reload goes out at once (plain eventual consistency).
+#[tokio::test]
+async fn p30_ordering_off_sends_the_cut_over_at_once() {
+    let server = TestServer::start_with(
+        &[
+            ("clusters.yaml", &eds_cluster("backend", "1s", 8080)),
+            ("listeners.yaml", &rds_listener("http", 10000, "main")),
+            ("routes.yaml", &route_to("main", "backend")),
+        ],
+        switchyard::protocol::Ordering::off(),
+    )
+    .await;
+    let mut c = envoy_like_start(&server, "n1").await;
+    support::write(
+        server.dir.path(),
+        "clusters.yaml",
+        &eds_cluster("next", "1s", 8081),
+    );
+    support::write(server.dir.path(), "routes.yaml", &route_to("main", "next"));
+    server.reloader.reload().expect("loads");
+    let cds = c.recv_type(Cluster).await;
+    assert_eq!(names(&cds), ["next"], "backend removed at once");
+    let rds = c.recv_type(Route).await;
+    assert_eq!(
+        names(&rds),
+        ["main"],
+        "the route moves without waiting for CDS's ACK"
+    );
+    server.shutdown().await;
+}

@@ -156,11 +156,7 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
     }
     html.push_str("</tr>");
     for n in shown.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE) {
-        let streams: Vec<String> = n
-            .streams
-            .iter()
-            .map(|s| format!("{}/{}", s.stream, s.protocol))
-            .collect();
+        let streams: Vec<String> = n.streams.iter().map(|s| s.label()).collect();
         let _ = write!(
             html,
             "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td><td>{}</td><td>{} {}</td>",
@@ -230,6 +226,7 @@ mod tests {
                 stream: "ADS".into(),
                 protocol: "delta".into(),
                 connected_since: "t".into(),
+                plan: None,
             }],
             types: [(
                 "CDS".to_string(),

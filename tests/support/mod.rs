@@ -303,6 +303,18 @@ impl XdsClient {
     pub async fn recv_error(&mut self) -> tonic::Status {
         end_status(&mut self.responses).await
     }
+
+    /// Assert that no response comes within `wait`.
+    pub async fn expect_quiet(&mut self, wait: Duration) {
+        expect_quiet(&mut self.responses, wait).await
+    }
+}
+
+/// Assert that a response stream carries nothing within `wait`.
+async fn expect_quiet<T: std::fmt::Debug>(responses: &mut Streaming<T>, wait: Duration) {
+    if let Ok(got) = tokio::time::timeout(wait, responses.message()).await {
+        panic!("expected no response within {wait:?}, got {got:?}");
+    }
 }
 
 /// The next message of a response stream; panics after [`WAIT`] or if the stream ends.
@@ -405,6 +417,11 @@ impl DeltaClient {
     /// The status the stream ends with.
     pub async fn recv_error(&mut self) -> tonic::Status {
         end_status(&mut self.responses).await
+    }
+
+    /// Assert that no response comes within `wait`.
+    pub async fn expect_quiet(&mut self, wait: Duration) {
+        expect_quiet(&mut self.responses, wait).await
     }
 }
 
