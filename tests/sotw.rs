@@ -508,3 +508,42 @@ async fn p30_ordering_off_sends_the_cut_over_at_once() {
     );
     server.shutdown().await;
 }
+
+/// P30 without ADS: a node's CDS and RDS streams are separate and cannot be ordered against
+/// each other, but CDS keeps a removed cluster while the node's RDS stream still holds a
+/// route that names it, and drops it once the RDS client has ACKed the route moving away.
+#[tokio::test]
+async fn p30_per_type_cds_keeps_a_removed_cluster_until_the_route_stream_moved() {
+    let server = standard_server().await;
+    let mut cds = per_type(&server, Cluster).await;
+    cds.subscribe(Cluster, &[]).await;
+    let first = cds.recv_type(Cluster).await;
+    assert_eq!(names(&first), ["backend"]);
+    cds.ack(&first, &[]).await;
+    let mut rds = per_type(&server, Route).await;
+    rds.subscribe(Route, &["main"]).await;
+    let route = rds.recv_type(Route).await;
+    rds.ack(&route, &["main"]).await;
+    // The RDS stream's report of what its client holds reaches the CDS stream.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+
+    support::write(
+        server.dir.path(),
+        "clusters.yaml",
+        &eds_cluster("next", "1s", 8081),
+    );
+    support::write(server.dir.path(), "routes.yaml", &route_to("main", "next"));
+    server.reloader.reload().expect("loads");
+    // The route to `next` is out but not yet ACKed: CDS adds `next` and keeps `backend`.
+    let moved = rds.recv_type(Route).await;
+    let both = cds.recv_type(Cluster).await;
+    assert_eq!(names(&both), ["backend", "next"]);
+    cds.ack(&both, &[]).await;
+    cds.expect_quiet(std::time::Duration::from_millis(300))
+        .await;
+    // Once the RDS client ACKs, `backend` goes.
+    rds.ack(&moved, &["main"]).await;
+    let only_next = cds.recv_type(Cluster).await;
+    assert_eq!(names(&only_next), ["next"]);
+    server.shutdown().await;
+}

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
-use super::stream::{Core, Flavor, Stream};
+use super::stream::{Core, Flavor, Reference, Stream};
 use super::{heartbeat_interval, Event, Subscription};
 use crate::cache::TypeSnapshot;
 use crate::resource::{namespace_of, Resource, ResourceType};
@@ -351,6 +351,18 @@ impl Flavor for Delta {
             .filter_map(|&kind| self.types[kind.index()].heartbeats.values().min())
             .min()
             .copied()
+    }
+
+    fn references(&self, kind: ResourceType) -> BTreeSet<Reference> {
+        self.types[kind.index()]
+            .held
+            .iter()
+            .filter_map(|h| match h {
+                Held::Sent(r) => Some(r.references.iter().cloned()),
+                Held::Claimed(_) => None,
+            })
+            .flatten()
+            .collect()
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {

@@ -24,10 +24,11 @@
 //! Must not: send anything, or know SotW from delta (that is the stream core and its
 //! flavors); time comes in only as `now`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::stream::Reference;
 use super::Event;
 use crate::cache::{Snapshot, TypeSnapshot};
 use crate::resource::ResourceType;
@@ -129,6 +130,39 @@ fn union(old: &Arc<TypeSnapshot>, new: &Arc<TypeSnapshot>) -> Arc<TypeSnapshot> 
     Arc::new(TypeSnapshot::new(resources))
 }
 
+/// `new`, plus what `old` has and `new` removes that `references` names: `new` itself when
+/// nothing is kept.
+fn keep_referenced(
+    old: &Arc<Snapshot>,
+    new: &Arc<Snapshot>,
+    references: &BTreeSet<Reference>,
+) -> Arc<Snapshot> {
+    let mut kept_any = false;
+    let types = ResourceType::ALL.map(|kind| {
+        let (old, new) = (old.get(kind), new.get(kind));
+        let kept: Vec<_> = new
+            .changes_since(old)
+            .iter()
+            .filter(|name| !new.resources.contains_key(*name))
+            .filter(|name| references.contains(&(kind, (*name).clone())))
+            .filter_map(|name| old.resources.get(name))
+            .cloned()
+            .collect();
+        if kept.is_empty() {
+            return Arc::clone(new);
+        }
+        kept_any = true;
+        let mut resources = new.resources.clone();
+        resources.extend(kept.into_iter().map(|r| (r.name.clone(), r)));
+        Arc::new(TypeSnapshot::new(resources))
+    });
+    if kept_any {
+        Arc::new(Snapshot::from_types(types))
+    } else {
+        Arc::clone(new)
+    }
+}
+
 /// Where a stream's plan stands, for operators (`/status`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanStatus {
@@ -184,6 +218,10 @@ pub struct Planner {
     /// What the types serve now.
     target: Option<Arc<Snapshot>>,
     plan: Option<Plan>,
+    /// Per-type streams: the cache's newest snapshot, and what the node's other streams
+    /// still refer to (removals of those wait).
+    newest: Option<Arc<Snapshot>>,
+    peer_references: Arc<BTreeSet<Reference>>,
 }
 
 /// What the planner needs to know of the client to tell a step is done.
@@ -211,8 +249,7 @@ impl Planner {
     pub fn new(ordering: Ordering) -> Planner {
         Planner {
             ordering,
-            target: None,
-            plan: None,
+            ..Planner::default()
         }
     }
 
@@ -244,8 +281,13 @@ impl Planner {
                 step: plan.step + 1,
             }));
         }
+        if !ordered {
+            self.newest = Some(new);
+            self.retarget_unordered();
+            return;
+        }
         let base = match &self.target {
-            Some(base) if ordered && self.ordering.enabled => Arc::clone(base),
+            Some(base) if self.ordering.enabled => Arc::clone(base),
             _ => {
                 self.target = Some(new);
                 return;
@@ -269,6 +311,30 @@ impl Planner {
             step_began: None,
             stopped_by: None,
         });
+    }
+
+    /// Per-type streams: what the node's other streams still refer to.
+    pub fn handle_peer_references(&mut self, references: Arc<BTreeSet<Reference>>) {
+        if references == self.peer_references {
+            return;
+        }
+        self.peer_references = references;
+        self.retarget_unordered();
+    }
+
+    /// A per-type stream serves the newest snapshot, except that what it removes and the
+    /// node's other streams still name stays (at the version served so far).
+    fn retarget_unordered(&mut self) {
+        let Some(new) = &self.newest else {
+            return;
+        };
+        let target = match &self.target {
+            Some(old) if self.ordering.enabled && !self.peer_references.is_empty() => {
+                keep_referenced(old, new, &self.peer_references)
+            }
+            _ => Arc::clone(new),
+        };
+        self.target = Some(target);
     }
 
     /// The client NACKed `kind`: a plan in progress stops at its step.

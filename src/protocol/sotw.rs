@@ -25,7 +25,7 @@ use std::time::Instant;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
-use super::stream::{Core, Flavor, Stream};
+use super::stream::{Core, Flavor, Reference, Stream};
 use super::{heartbeat_interval, Response, Subscription};
 use crate::cache::TypeSnapshot;
 use crate::resource::{Resource, ResourceType};
@@ -188,6 +188,18 @@ impl Flavor for Sotw {
             .filter(|st| st.pending)
             .filter_map(|st| st.refresh_at)
             .min()
+    }
+
+    fn references(&self, kind: ResourceType) -> BTreeSet<Reference> {
+        let Some(given) = &self.types[kind.index()].given else {
+            return BTreeSet::new();
+        };
+        given
+            .subscription
+            .select(&given.snapshot)
+            .iter()
+            .flat_map(|r| r.references.iter().cloned())
+            .collect()
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {

@@ -13,7 +13,7 @@
 //! until `None`, and `poll_event`. `poll_timeout` says when to call `poll_response` again with
 //! no new input (TTL refreshes and heartbeats, a plan step's time-out). No IO, no clocks.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -57,7 +57,12 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool;
     /// Whether the client subscribes to the resource of this name.
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool;
+    /// What the resources of `kind` the client holds (as far as the server knows) refer to.
+    fn references(&self, kind: ResourceType) -> BTreeSet<Reference>;
 }
+
+/// A reference to a resource: its type and name.
+pub type Reference = (ResourceType, String);
 
 /// One xDS stream: the shared core and one flavor's state.
 #[derive(Debug)]
@@ -77,6 +82,8 @@ pub struct Core {
     /// Nonces are unique on the stream, so a nonce of one type never matches another's (P2).
     nonces: u64,
     events: VecDeque<Event>,
+    /// Bumped whenever [`Stream::references`] may have changed.
+    refs_changes: u64,
 }
 
 /// One type's sync state on a stream.
@@ -91,6 +98,10 @@ struct TypeSync {
     latest_nonce: Option<String>,
     /// The latest response is unanswered.
     in_flight: bool,
+    /// Per-type streams only: what the client's accepted resources of this type refer to,
+    /// and what the response in flight brings it to.
+    refs_acked: Arc<BTreeSet<Reference>>,
+    refs_sent: Option<Arc<BTreeSet<Reference>>>,
 }
 
 impl<F: Flavor> Stream<F> {
@@ -110,6 +121,7 @@ impl<F: Flavor> Stream<F> {
                 types: Default::default(),
                 nonces: 0,
                 events: VecDeque::new(),
+                refs_changes: 0,
             },
             flavor: F::default(),
         }
@@ -169,6 +181,31 @@ impl<F: Flavor> Stream<F> {
             .handle_snapshot(snapshot, ordered, &mut self.core.events);
     }
 
+    /// Per-type streams: what the same node's other streams on this server still refer to
+    /// (their [`Stream::references`]). A resource removed from the snapshot stays served
+    /// while one of them names it, so a removed cluster goes only once the node's route
+    /// stream has moved off it (P30 step 6, as far as separate streams allow).
+    pub fn handle_peer_references(&mut self, references: Arc<BTreeSet<Reference>>) {
+        self.core.planner.handle_peer_references(references);
+    }
+
+    /// Per-type streams: what the resources the client holds refer to (accepted, plus the
+    /// response in flight), for the node's other streams; `None` on an aggregated stream,
+    /// which orders its own types. With the count of changes so far, to publish only news.
+    pub fn references(&self) -> Option<(u64, BTreeSet<Reference>)> {
+        if self.core.variant == Variant::Aggregated {
+            return None;
+        }
+        let mut all = BTreeSet::new();
+        for t in &self.core.types {
+            all.extend(t.refs_acked.iter().cloned());
+            if t.in_flight {
+                all.extend(t.refs_sent.iter().flat_map(|r| r.iter().cloned()));
+            }
+        }
+        Some((self.core.refs_changes, all))
+    }
+
     /// The next response to send, if any. Call until `None` after every input, and when
     /// [`Stream::poll_timeout`] passes. On an aggregated stream types come out in the order
     /// SDS, CDS, EDS, LDS, RDS, SRDS, VHDS, ECDS, RTDS, and a plan's next step only once the
@@ -182,6 +219,11 @@ impl<F: Flavor> Stream<F> {
                     .flavor
                     .respond(&mut self.core, kind, target.get(kind), now)
                 {
+                    if self.core.variant != Variant::Aggregated {
+                        let refs = self.flavor.references(kind);
+                        self.core.types[kind.index()].refs_sent = Some(Arc::new(refs));
+                        self.core.refs_changes += 1;
+                    }
                     return Some(r);
                 }
             }
@@ -287,6 +329,12 @@ impl Core {
     /// The client ACKed `version` of `kind` (P4).
     pub fn ack(&mut self, kind: ResourceType, version: String) {
         let t = &mut self.types[kind.index()];
+        if t.in_flight {
+            if let Some(sent) = t.refs_sent.take() {
+                t.refs_acked = sent;
+                self.refs_changes += 1;
+            }
+        }
         t.in_flight = false;
         t.acked_version.clone_from(&version);
         t.state = SyncState::Acked {
@@ -315,6 +363,9 @@ impl Core {
         error: String,
     ) {
         let t = &mut self.types[kind.index()];
+        if t.refs_sent.take().is_some() {
+            self.refs_changes += 1;
+        }
         t.in_flight = false;
         t.state = SyncState::Nacked {
             nonce,

@@ -19,7 +19,7 @@ use tonic::server::{NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::status;
-use super::stream::{spawn, Machine, Responses};
+use super::stream::{spawn, Machine, Responses, Shared};
 use super::{MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
 use crate::cache::Cache;
 use crate::fleet::Fleet;
@@ -29,10 +29,7 @@ use crate::resource::ResourceType;
 /// What every xDS service shares: the cache, and the signal that ends streams on shutdown.
 #[derive(Clone, Debug)]
 pub struct XdsServer {
-    cache: Arc<Cache>,
-    fleet: Arc<Fleet>,
-    ordering: Ordering,
-    stop: watch::Receiver<bool>,
+    shared: Shared,
 }
 
 impl XdsServer {
@@ -43,10 +40,13 @@ impl XdsServer {
         stop: watch::Receiver<bool>,
     ) -> XdsServer {
         XdsServer {
-            cache,
-            fleet,
-            ordering,
-            stop,
+            shared: Shared {
+                cache,
+                fleet,
+                peers: Arc::default(),
+                ordering,
+                stop,
+            },
         }
     }
 }
@@ -248,12 +248,9 @@ impl<M: Machine> StreamingService<M::Request> for Handler<M> {
         let peer: Option<SocketAddr> = request.remote_addr();
         let responses = spawn::<M>(
             self.variant,
-            self.server.ordering,
-            Arc::clone(&self.server.cache),
-            Arc::clone(&self.server.fleet),
+            self.server.shared.clone(),
             request.into_inner(),
             peer,
-            self.server.stop.clone(),
         );
         Box::pin(async move { Ok(Response::new(responses)) })
     }

@@ -10,6 +10,7 @@
 
 mod csds;
 mod grpc;
+mod peers;
 pub mod rest;
 mod status;
 mod stream;

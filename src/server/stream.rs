@@ -12,6 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream as AsyncStream;
 use tonic::{Status, Streaming};
 
+use super::peers::{PeerHandle, Peers};
 use super::status;
 use super::wire::{WireDeltaResponse, WireResponse};
 use crate::cache::{Cache, Generation};
@@ -75,37 +76,49 @@ impl Machine for Delta {
     }
 }
 
+/// What every stream task shares: the cache, the fleet registry, the node peers, the
+/// ordering, and the signal that ends streams on shutdown.
+#[derive(Clone, Debug)]
+pub struct Shared {
+    pub cache: Arc<Cache>,
+    pub fleet: Arc<Fleet>,
+    pub peers: Arc<Peers>,
+    pub ordering: Ordering,
+    pub stop: watch::Receiver<bool>,
+}
+
 /// Start the task that runs one stream, and return its response stream.
 pub fn spawn<M: Machine>(
     variant: Variant,
-    ordering: Ordering,
-    cache: Arc<Cache>,
-    fleet: Arc<Fleet>,
+    shared: Shared,
     requests: Streaming<M::Request>,
     peer: Option<SocketAddr>,
-    stop: watch::Receiver<bool>,
 ) -> Responses<M::Wire> {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-    tokio::spawn(run::<M>(
-        variant, ordering, cache, fleet, requests, peer, stop, tx,
-    ));
+    tokio::spawn(run::<M>(variant, shared, requests, peer, tx));
     Box::pin(ReceiverStream::new(rx))
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn run<M: Machine>(
     variant: Variant,
-    ordering: Ordering,
-    cache: Arc<Cache>,
-    fleet: Arc<Fleet>,
+    shared: Shared,
     mut requests: Streaming<M::Request>,
     peer: Option<SocketAddr>,
-    mut stop: watch::Receiver<bool>,
     tx: mpsc::Sender<Result<M::Wire, Status>>,
 ) {
+    let Shared {
+        cache,
+        fleet,
+        peers,
+        ordering,
+        mut stop,
+    } = shared;
     let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let protocol = M::PROTOCOL;
     let mut machine = Stream::<M>::with_ordering(variant, ordering);
+    // A per-type stream shares what its client refers to with the node's other streams.
+    let mut sibling: Option<(PeerHandle, watch::Receiver<u64>)> = None;
+    let mut published = u64::MAX;
     let control_plane: Arc<str> = super::control_plane_id().into();
     let mut generations = cache.subscribe();
     let mut node_id: Option<String> = None;
@@ -145,6 +158,9 @@ async fn run<M: Machine>(
                                 generation: 0,
                                 plan: None,
                             }, StreamLabels::new(protocol, variant)));
+                            if variant != Variant::Aggregated && ordering.enabled {
+                                sibling = Some(peers.join(&node.id));
+                            }
                             let generation = Arc::clone(&generations.borrow_and_update());
                             attach(&mut machine, &generation);
                             attached = generation.number;
@@ -169,6 +185,12 @@ async fn run<M: Machine>(
                 attached = generation.number;
                 fleet.generation_arrived(generation.number, generation.published);
                 push_from = Some(generation.published);
+            }
+            // A sibling stream's client refers to something new.
+            changed = sibling_changed(&mut sibling) => {
+                if let (Ok(()), Some((handle, _))) = (changed, &sibling) {
+                    machine.handle_peer_references(handle.others());
+                }
             }
             // A heartbeat is due (P25): fall through to poll.
             _ = sleep_until(timeout), if timeout.is_some() => {}
@@ -204,6 +226,12 @@ async fn run<M: Machine>(
             log_event(node, &event);
             count_event(metrics, &event, &mut sent_at);
         }
+        if let (Some((handle, _)), Some((changes, references))) = (&sibling, machine.references()) {
+            if changes != published {
+                published = changes;
+                handle.publish(references);
+            }
+        }
         if let Some(listed) = &listed {
             listed.update(
                 attached,
@@ -232,6 +260,16 @@ fn user_agent_version(node: &Node) -> String {
             .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
             .unwrap_or_default(),
         None => String::new(),
+    }
+}
+
+/// Wait until a sibling stream publishes, or for ever without siblings.
+async fn sibling_changed(
+    sibling: &mut Option<(PeerHandle, watch::Receiver<u64>)>,
+) -> Result<(), watch::error::RecvError> {
+    match sibling {
+        Some((_, changes)) => changes.changed().await,
+        None => std::future::pending().await,
     }
 }
 

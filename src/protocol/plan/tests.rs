@@ -1036,3 +1036,82 @@ fn p30_a_finished_plan_frees_its_snapshots() {
         "a snapshot leaked through its plan memo"
     );
 }
+
+// === per-type streams ===
+
+#[test]
+fn p30_per_type_cds_keeps_a_removed_cluster_while_the_route_stream_names_it() {
+    let mut cds = SotwStream::new(Variant::Single(Cluster));
+    cds.handle_snapshot(base().snapshot());
+    let request = |version: &str, nonce: &str| DiscoveryRequest {
+        version_info: version.into(),
+        node: Some(node()),
+        type_url: Cluster.type_url().into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    };
+    cds.handle_request(request("", "")).expect("ok");
+    let first = cds.poll_response(Instant::now()).expect("CDS");
+    cds.handle_request(request(&first.version, &first.nonce))
+        .expect("ack");
+    // The node's RDS stream still routes to x.
+    let x: BTreeSet<_> = [(Cluster, "x".to_string())].into();
+    cds.handle_peer_references(Arc::new(x));
+    let cut_over = Mesh {
+        clusters: vec![("y", "1")],
+        routes: vec![("r", "y")],
+        ..base()
+    };
+    cds.handle_snapshot(cut_over.snapshot());
+    let both = cds.poll_response(Instant::now()).expect("CDS with y");
+    let names: Vec<_> = both.resources.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["x", "y"], "x stays while the route names it");
+    cds.handle_request(request(&both.version, &both.nonce))
+        .expect("ack");
+    assert!(cds.poll_response(Instant::now()).is_none());
+    // The route stream ACKed the route to y: x goes.
+    cds.handle_peer_references(Arc::default());
+    let only_y = cds.poll_response(Instant::now()).expect("CDS without x");
+    let names: Vec<_> = only_y.resources.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["y"]);
+}
+
+#[test]
+fn p30_per_type_stream_references_cover_what_is_accepted_and_in_flight() {
+    let mut rds = SotwStream::new(Variant::Single(Route));
+    rds.handle_snapshot(base().snapshot());
+    let request = |version: &str, nonce: &str| DiscoveryRequest {
+        version_info: version.into(),
+        node: Some(node()),
+        resource_names: vec!["r".into()],
+        type_url: Route.type_url().into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    };
+    let clusters = |s: &SotwStream| -> Vec<String> {
+        let (_, refs) = s.references().expect("a per-type stream");
+        refs.into_iter()
+            .filter(|(k, _)| *k == Cluster)
+            .map(|(_, n)| n)
+            .collect()
+    };
+    rds.handle_request(request("", "")).expect("ok");
+    let first = rds.poll_response(Instant::now()).expect("RDS");
+    assert_eq!(clusters(&rds), ["x"], "in flight");
+    rds.handle_request(request(&first.version, &first.nonce))
+        .expect("ack");
+    rds.handle_snapshot(
+        Mesh {
+            clusters: vec![("y", "1")],
+            routes: vec![("r", "y")],
+            ..base()
+        }
+        .snapshot(),
+    );
+    let moved = rds.poll_response(Instant::now()).expect("RDS to y");
+    assert_eq!(clusters(&rds), ["x", "y"], "accepted and in flight");
+    rds.handle_request(request(&moved.version, &moved.nonce))
+        .expect("ack");
+    assert_eq!(clusters(&rds), ["y"], "accepted");
+    assert!(SotwStream::new(Variant::Aggregated).references().is_none());
+}
