@@ -15,8 +15,8 @@
 //! - [`cache`] publishes each good config as a generation and builds one [`cache::Snapshot`]
 //!   per node group, sharing the loaded resources by `Arc`.
 //! - [`protocol`] decides, per stream and type, what to send (subscriptions, nonces, ACK/NACK,
-//!   TTL heartbeats), as two state machines, State of the World and delta; no IO, and time
-//!   only as an argument.
+//!   TTL heartbeats, make-before-break order), as one stream core with two flavors, State of
+//!   the World and delta; no IO, and time only as an argument.
 //! - [`server`] runs the gRPC services that feed the protocol and write what it returns,
 //!   straight from the resources' shared bytes.
 //! - [`watch`] reloads on file changes; [`cli`] is the command line.
