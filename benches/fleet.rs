@@ -11,6 +11,10 @@
 //!    cluster changes and each stream decides, builds and encodes its CDS (1 cluster) and EDS
 //!    (the 1 ClusterLoadAssignment re-sent for warming); the cost must follow what changed.
 //!
+//! 6. make-before-break: the same delta streams with ordering on and off take an
+//!    endpoints-only change (no plan: the same one response) and a route cut-over that
+//!    removes a cluster (a plan, computed once per node group).
+//!
 //! Each timing is the median of 5 runs. Bounded: N and S are fixed below; it runs in well
 //! under a minute on the 2-core machine. Results and method: docs/benchmarks.md.
 
@@ -22,7 +26,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 use prost::Message;
 use switchyard::cache::Cache;
 use switchyard::config::{self, LoadOptions};
-use switchyard::protocol::{DeltaStream, SotwStream, Variant};
+use switchyard::protocol::{DeltaStream, Ordering, SotwStream, Variant};
 use switchyard::resource::ResourceType;
 use switchyard::server::{WireDeltaResponse, WireResponse};
 
@@ -32,6 +36,8 @@ const STREAMS: usize = 1_000;
 /// resources): fewer of them.
 const DELTA_STREAMS: usize = 200;
 const RUNS: usize = 5;
+/// Streams per side in the ordering comparison.
+const PLAN_STREAMS: usize = 200;
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -76,23 +82,42 @@ fn rss_kib() -> u64 {
 }
 
 fn write_files(dir: &std::path::Path, timeout: impl Fn(usize) -> &'static str) {
+    write_mesh(dir, timeout, |_| 8080, |_| true);
+}
+
+/// The bench's files: cluster `c{i}` (if `has(i)`) with `timeout(i)`, its endpoint on
+/// `port(i)`.
+fn write_mesh(
+    dir: &std::path::Path,
+    timeout: impl Fn(usize) -> &'static str,
+    port: impl Fn(usize) -> u16,
+    has: impl Fn(usize) -> bool,
+) {
     for file in 0..CLUSTERS / 1000 {
         let mut text = String::from("clusters:\n");
-        for i in file * 1000..(file + 1) * 1000 {
+        for i in (file * 1000..(file + 1) * 1000).filter(|i| has(*i)) {
             text.push_str(&format!(
                 "  - name: c{i}\n    connect_timeout: {}\n    type: EDS\n    eds_cluster_config: {{ eds_config: {{ ads: {{}} }} }}\n",
                 timeout(i)
             ));
         }
         text.push_str("endpoints:\n");
-        for i in file * 1000..(file + 1) * 1000 {
+        for i in (file * 1000..(file + 1) * 1000).filter(|i| has(*i)) {
             text.push_str(&format!(
-                "  - cluster_name: c{i}\n    endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 10.0.{}.{}, port_value: 8080 }} }} }} }}] }}]\n",
+                "  - cluster_name: c{i}\n    endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 10.0.{}.{}, port_value: {} }} }} }} }}] }}]\n",
                 (i / 250) % 256,
-                i % 250
+                i % 250,
+                port(i)
             ));
         }
         std::fs::write(dir.join(format!("f{file:02}.yaml")), text).expect("write");
+    }
+}
+
+/// Compute (and memoize) the names changed between two snapshots, every type.
+fn warm(old: &switchyard::cache::Snapshot, new: &switchyard::cache::Snapshot) {
+    for kind in ResourceType::ALL {
+        new.get(kind).changes_since(old.get(kind));
     }
 }
 
@@ -289,5 +314,103 @@ fn main() {
         "{DELTA_STREAMS} delta streams, each sent CDS + EDS of {CLUSTERS}: {per_stream:?} per stream; {} KiB live heap per stream of state; one cluster changed: {:?} per stream to decide, build and encode CDS (1) + EDS (1)",
         live_after.saturating_sub(live_before) / DELTA_STREAMS,
         t.elapsed() / DELTA_STREAMS as u32
+    );
+    drop(deltas);
+
+    // 6. Make-before-break: what ordering costs. The same streams with ordering on (the
+    // default) and off, on the same changes.
+    let streams_on = |ordering: Ordering| -> Vec<DeltaStream> {
+        (0..PLAN_STREAMS)
+            .map(|_| {
+                let mut s = DeltaStream::with_ordering(Variant::Aggregated, ordering);
+                s.handle_request(delta_request(ResourceType::Cluster, &[], "", true))
+                    .expect("ok");
+                s.handle_request(delta_request(ResourceType::Endpoint, &names, "", false))
+                    .expect("ok");
+                s.handle_snapshot(Arc::clone(&back));
+                while let Some(r) = s.poll_response(Instant::now()) {
+                    s.handle_request(delta_request(r.kind, &[], &r.nonce, false))
+                        .expect("ack");
+                }
+                s
+            })
+            .collect()
+    };
+    // Each stream takes `next` and answers until quiet: responses per stream, time per stream.
+    let apply = |streams: &mut Vec<DeltaStream>, next: &Arc<switchyard::cache::Snapshot>| {
+        let t = Instant::now();
+        let mut responses = 0;
+        for s in streams.iter_mut() {
+            s.handle_snapshot(Arc::clone(next));
+            while let Some(r) = s.poll_response(Instant::now()) {
+                responses += 1;
+                s.handle_request(delta_request(r.kind, &[], &r.nonce, false))
+                    .expect("ack");
+            }
+            assert!(s.plan_status().is_none(), "every plan completes");
+        }
+        (
+            responses / streams.len(),
+            t.elapsed() / streams.len() as u32,
+        )
+    };
+    let mut on = streams_on(Ordering::default());
+    let mut off = streams_on(Ordering::off());
+    // 6a. Endpoints only: one ClusterLoadAssignment changes.
+    write_mesh(
+        dir.path(),
+        |_| "1s",
+        |i| if i == 0 { 9090 } else { 8080 },
+        |_| true,
+    );
+    cache.publish(config::load(&paths, &options).expect("loads"));
+    let endpoints_only = cache.current().snapshot_for("bench", "");
+    // The names changed are computed once per node group, by whichever stream comes first:
+    // compute them up front so neither side pays for it.
+    warm(&back, &endpoints_only);
+    let (n_off, t_off) = apply(&mut off, &endpoints_only);
+    let (n_on, t_on) = apply(&mut on, &endpoints_only);
+    assert_eq!((n_on, n_off), (1, 1), "one EDS response either way");
+    println!(
+        "endpoints-only change, {PLAN_STREAMS} delta streams: ordering on {t_on:?} per stream, off {t_off:?} per stream; {n_on} response each"
+    );
+    // 6b. A cut-over that crosses types: a route from c0 to c1, c0 removed.
+    let route = |to: &str| {
+        format!(
+            "routes: [{{ name: main, virtual_hosts: [{{ name: all, domains: [\"*\"], routes: [{{ match: {{ prefix: / }}, route: {{ cluster: {to} }} }}] }}] }}]\n"
+        )
+    };
+    for s in on.iter_mut().chain(off.iter_mut()) {
+        s.handle_request(delta_request(
+            ResourceType::Route,
+            &["main".to_string()],
+            "",
+            false,
+        ))
+        .expect("ok");
+    }
+    std::fs::write(dir.path().join("routes.yaml"), route("c0")).expect("write");
+    cache.publish(config::load(&paths, &options).expect("loads"));
+    let with_route = cache.current().snapshot_for("bench", "");
+    apply(&mut off, &with_route);
+    apply(&mut on, &with_route);
+    std::fs::write(dir.path().join("routes.yaml"), route("c1")).expect("write");
+    write_mesh(
+        dir.path(),
+        |_| "1s",
+        |i| if i == 0 { 9090 } else { 8080 },
+        |i| i != 0,
+    );
+    cache.publish(config::load(&paths, &options).expect("loads"));
+    let cut_over = cache.current().snapshot_for("bench", "");
+    warm(&with_route, &cut_over);
+    let t = Instant::now();
+    let steps = switchyard::protocol::plan::steps(&with_route, &cut_over);
+    let plan_once = t.elapsed();
+    drop(steps);
+    let (n_off, t_off) = apply(&mut off, &cut_over);
+    let (n_on, t_on) = apply(&mut on, &cut_over);
+    println!(
+        "route cut-over with a cluster removed, {CLUSTERS} clusters: the plan computed once per node group in {plan_once:?}; {PLAN_STREAMS} delta streams: ordering on {t_on:?} and {n_on} responses per stream, off {t_off:?} and {n_off} responses per stream"
     );
 }
