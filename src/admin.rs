@@ -82,29 +82,29 @@ pub struct PlanStatusJson {
     /// The step being served, from 1, of `steps`.
     pub step: usize,
     pub steps: usize,
-    /// `IN_PROGRESS` (waiting for the proxy's ACKs of this step) or `STOPPED` (the proxy
-    /// NACKed during this step; the rest waits for the next config change).
-    pub state: String,
-    /// For `STOPPED`: the type NACKed.
+    /// How many resources the update holds back because they refer (directly or not) to
+    /// something the proxy rejected, and the type of that NACK.
+    #[serde(default)]
+    pub held_back: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stopped_by: Option<String>,
+    pub nacked: Option<String>,
     /// When the plan started.
     pub since: String,
 }
 
 impl StreamStatus {
     /// `ADS/delta`, with the plan in progress if any: `ADS/delta (updating 1/3)`,
-    /// `ADS/sotw (update stopped at 1/3 by a CDS NACK)`.
+    /// `ADS/sotw (updating 2/3, 2 held back by a CDS NACK)`.
     pub fn label(&self) -> String {
         let base = format!("{}/{}", self.stream, self.protocol);
         match &self.plan {
             None => base,
-            Some(p) => match &p.stopped_by {
-                Some(kind) => format!(
-                    "{base} (update stopped at {}/{} by a {kind} NACK)",
+            Some(p) => match (&p.nacked, p.held_back) {
+                (Some(kind), held) if held > 0 => format!(
+                    "{base} (updating {}/{}, {held} held back by a {kind} NACK)",
                     p.step, p.steps
                 ),
-                None => format!("{base} (updating {}/{})", p.step, p.steps),
+                _ => format!("{base} (updating {}/{})", p.step, p.steps),
             },
         }
     }
@@ -174,8 +174,8 @@ impl Status {
                 plan: r.plan.as_ref().map(|p| PlanStatusJson {
                     step: p.step,
                     steps: p.steps,
-                    state: p.state.to_string(),
-                    stopped_by: p.stopped_by.map(str::to_string),
+                    held_back: p.held_back,
+                    nacked: p.nacked.map(str::to_string),
                     since: format_time(p.since),
                 }),
             });

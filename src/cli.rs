@@ -379,16 +379,17 @@ pub fn status_table(status: &crate::admin::Status) -> String {
     }
     for n in &status.nodes {
         for p in n.streams.iter().filter_map(|s| s.plan.as_ref()) {
-            match &p.stopped_by {
-                Some(kind) => out.push_str(&format!(
-                    "\nUPDATE STOPPED {}: at step {} of {} (since {}), by a {kind} NACK; the \
-                     rest waits for the next config change\n",
-                    n.node_id, p.step, p.steps, p.since
-                )),
-                None => out.push_str(&format!(
-                    "\nUPDATING {}: step {} of {} since {}, waiting for the proxy's ACKs\n",
-                    n.node_id, p.step, p.steps, p.since
-                )),
+            out.push_str(&format!(
+                "\nUPDATING {}: step {} of {} since {}, waiting for the proxy's ACKs\n",
+                n.node_id, p.step, p.steps, p.since
+            ));
+            if let (Some(kind), held) = (&p.nacked, p.held_back) {
+                if held > 0 {
+                    out.push_str(&format!(
+                        "  {held} resource(s) held back: they refer to what the proxy NACKed \
+                         ({kind}); they follow once it accepts a fix\n"
+                    ));
+                }
             }
         }
         for (kind, t) in &n.types {

@@ -81,12 +81,11 @@ pub struct PlanReport {
     /// The step being served, from 1, of `steps`.
     pub step: usize,
     pub steps: usize,
-    /// `IN_PROGRESS` (waiting for the client's ACKs of this step) or `STOPPED` (the client
-    /// NACKed during this step; the rest waits for the next snapshot).
-    pub state: &'static str,
-    /// For `STOPPED`: the type NACKed (`CDS`, ...).
+    /// How many resources the plan holds back because they refer (directly or not) to
+    /// something the proxy rejected, and the type of that NACK (`CDS`, ...).
+    pub held_back: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stopped_by: Option<&'static str>,
+    pub nacked: Option<&'static str>,
     #[serde(serialize_with = "rfc3339")]
     pub since: SystemTime,
     /// `since` on the monotonic clock: tells one plan from the next.
@@ -104,12 +103,8 @@ impl PlanReport {
         PlanReport {
             step: status.step,
             steps: status.steps,
-            state: if status.stopped_by.is_some() {
-                "STOPPED"
-            } else {
-                "IN_PROGRESS"
-            },
-            stopped_by: status.stopped_by.map(ResourceType::short_name),
+            held_back: status.held_back,
+            nacked: status.nacked.map(ResourceType::short_name),
             since,
             began: status.since,
         }

@@ -56,7 +56,8 @@ pub struct PollLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PlanLabels {
     /// `started`, `completed`, `timed_out` (a step's ACKs did not come in time), `stopped`
-    /// (by a NACK) or `replaced` (a newer snapshot arrived mid-plan).
+    /// (a NACK mid-plan: what depends on it is held back) or `replaced` (a newer snapshot
+    /// arrived mid-plan).
     pub event: &'static str,
 }
 
@@ -147,8 +148,9 @@ pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) 
     registry.register(
         "update_plans",
         "Make-before-break update plans on aggregated streams, by event: started, completed, \
-         timed_out (a step not ACKed in time, the next sent anyway), stopped (by a NACK), \
-         replaced (a newer snapshot arrived mid-plan)",
+         timed_out (a step not ACKed in time, the next sent anyway), stopped (a NACK mid-plan \
+         held back what depends on the rejected resources), replaced (a newer snapshot \
+         arrived mid-plan)",
         m.plans.clone(),
     );
     registry.register("nacks", "NACKs received, by type URL", m.nacks.clone());

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
+use super::plan::Previous;
 use super::stream::{Core, Flavor, Reference, Stream};
 use super::{heartbeat_interval, Event, Subscription};
 use crate::cache::TypeSnapshot;
@@ -190,6 +191,25 @@ impl TypeState {
         }
     }
 
+    /// What the response in flight (whose `before` this is) brought the client, each with
+    /// what it had of that name before: what it added or changed (not what it removed).
+    fn brought(&self, before: &[Before]) -> Vec<(Arc<Resource>, Previous)> {
+        before
+            .iter()
+            .filter_map(|b| {
+                let (name, previous) = match b {
+                    Before::Nothing(r) => (r.name.as_str(), Previous::Nothing),
+                    Before::Held(Held::Sent(r)) => (r.name.as_str(), Previous::Had(Arc::clone(r))),
+                    Before::Held(h @ Held::Claimed(_)) => (h.name(), Previous::Unknown),
+                };
+                match self.held.get(name)? {
+                    Held::Sent(now) => Some((Arc::clone(now), previous)),
+                    Held::Claimed(_) => None,
+                }
+            })
+            .collect()
+    }
+
     /// A NACK: the client keeps what it had before the rejected response.
     fn restore(&mut self, before: Vec<Before>) {
         for b in before.into_iter().rev() {
@@ -264,11 +284,22 @@ impl Flavor for Delta {
                 let before = std::mem::take(&mut st.before);
                 match request.error_detail {
                     Some(status) => {
+                        let brought = st.brought(&before);
                         st.restore(before);
                         let accepted = core.acked_version(kind).to_string();
-                        core.nack(kind, nonce, version, accepted, status.message);
+                        core.nack(kind, nonce, version, accepted, status.message, brought);
                     }
-                    None => core.ack(kind, version),
+                    None => {
+                        let accepted = if core.has_rejected(kind) {
+                            st.brought(&before)
+                                .into_iter()
+                                .map(|(r, _)| (r.name.clone(), r.version.clone()))
+                                .collect()
+                        } else {
+                            Vec::new()
+                        };
+                        core.ack(kind, version, accepted);
+                    }
                 }
             } else {
                 core.event(Event::Stale { kind, nonce });
@@ -408,7 +439,11 @@ impl Delta {
                     }
                     Some(_) => {}
                     None => {
-                        if st.held.contains(name.as_str()) {
+                        // Also what the client rejected: Envoy applies the valid part of a
+                        // response it NACKs, so it may hold it (removing a name it does not
+                        // hold is harmless).
+                        let maybe_held = || core.rejected(kind).any(|(n, _)| n == name);
+                        if st.held.contains(name.as_str()) || maybe_held() {
                             removed.insert(name.clone());
                         }
                     }
@@ -474,7 +509,22 @@ impl Delta {
                 }
             }
         }
+        let type_changed = st
+            .basis
+            .as_ref()
+            .is_none_or(|b| b.version != current.version);
         st.basis = Some(Arc::clone(current));
+        if type_changed {
+            // What the client rejected goes again with this change (P5), so that what it
+            // rejected only for being in the same response as something bad is not lost.
+            for (name, version) in core.rejected(kind) {
+                if let Some(r) = current.resources.get(name) {
+                    if r.version == version && st.subscription.covers_resource(r) {
+                        send.entry(&r.name).or_insert((r, false));
+                    }
+                }
+            }
+        }
         let announce = std::mem::take(&mut st.announce);
         if send.is_empty() && removed.is_empty() && unresolved.is_empty() && !announce {
             return None;

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use super::stream::Reference;
 use super::Event;
 use crate::cache::{Snapshot, TypeSnapshot};
-use crate::resource::ResourceType;
+use crate::resource::{Resource, ResourceType};
 
 use ResourceType::{
     Cluster, Endpoint, ExtensionConfig, Listener, Route, Runtime, ScopedRoute, Secret, VirtualHost,
@@ -163,6 +163,121 @@ fn keep_referenced(
     }
 }
 
+/// Resources a client rejected (NACKed), by type and name.
+pub type Rejected = BTreeMap<Reference, Rejection>;
+
+/// One rejected resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The version the client rejected.
+    pub version: String,
+    /// What the client had of that name before, and so still runs.
+    pub previous: Previous,
+}
+
+/// What a client had of a name before a response it rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Previous {
+    Nothing,
+    Had(Arc<Resource>),
+    /// A version it listed on reconnecting (delta), whose content the server does not have.
+    Unknown,
+}
+
+/// `base` as the client may really run it: where it has a version the client rejected and
+/// `new` no longer asks for, the version the client kept instead (or nothing, if it had
+/// none). Planning from it, what the client rejected is never sent again, while what it
+/// still runs stays until the plan removes it in order.
+fn scrub(base: &Arc<Snapshot>, new: &Snapshot, rejected: &Rejected) -> Arc<Snapshot> {
+    let stale = |((kind, name), r): &(&Reference, &Rejection)| {
+        let in_base = base.get(*kind).resources.get(name);
+        let in_new = new.get(*kind).resources.get(name);
+        r.previous != Previous::Unknown
+            && in_base.is_some_and(|b| b.version == r.version)
+            && in_new.is_none_or(|n| n.version != r.version)
+    };
+    let stale: Vec<_> = rejected.iter().filter(stale).collect();
+    if stale.is_empty() {
+        return Arc::clone(base);
+    }
+    let types = ResourceType::ALL.map(|kind| {
+        let mut mine = stale.iter().filter(|((k, _), _)| *k == kind).peekable();
+        if mine.peek().is_none() {
+            return Arc::clone(base.get(kind));
+        }
+        let mut resources = base.get(kind).resources.clone();
+        for ((_, name), r) in mine {
+            match &r.previous {
+                Previous::Had(previous) => resources.insert(name.clone(), Arc::clone(previous)),
+                Previous::Nothing | Previous::Unknown => resources.remove(name),
+            };
+        }
+        Arc::new(TypeSnapshot::new(resources))
+    });
+    Arc::new(Snapshot::from_types(types))
+}
+
+/// What a stream serves while its client has rejected resources that `new` still has at the
+/// rejected version: `new`, except that what refers to them (transitively: the route that
+/// names a rejected cluster, the listener that names that route) stays as in `base` (or
+/// absent, if new), and nothing that may be referred to is removed (the client may still run
+/// older versions that name it). With how many resources were held back. `new` itself when
+/// nothing it has was rejected.
+pub fn effective(
+    new: &Arc<Snapshot>,
+    base: &Arc<Snapshot>,
+    rejected: &Rejected,
+) -> (Arc<Snapshot>, usize) {
+    let mut blocked: BTreeSet<Reference> = rejected
+        .iter()
+        .filter(|((kind, name), rejection)| {
+            new.get(*kind)
+                .resources
+                .get(name)
+                .is_some_and(|r| r.version == rejection.version)
+        })
+        .map(|(r, _)| r.clone())
+        .collect();
+    if blocked.is_empty() {
+        return (Arc::clone(new), 0);
+    }
+    let mut held: BTreeSet<Reference> = BTreeSet::new();
+    loop {
+        let before = held.len();
+        for kind in ResourceType::ALL {
+            for r in new.get(kind).resources.values() {
+                if r.references.iter().any(|x| blocked.contains(x)) {
+                    held.insert((kind, r.name.clone()));
+                }
+            }
+        }
+        if held.len() == before {
+            break;
+        }
+        blocked.extend(held.iter().cloned());
+    }
+    let types = ResourceType::ALL.map(|kind| {
+        let (old, fresh) = (base.get(kind), new.get(kind));
+        let kept = match kind {
+            Listener | Runtime => Arc::clone(fresh),
+            _ => union(old, fresh),
+        };
+        let mut mine = held.iter().filter(|(k, _)| *k == kind).peekable();
+        if mine.peek().is_none() {
+            return kept;
+        }
+        let mut resources = kept.resources.clone();
+        for (_, name) in mine {
+            match old.resources.get(name) {
+                Some(r) => resources.insert(name.clone(), Arc::clone(r)),
+                None => resources.remove(name),
+            };
+        }
+        Arc::new(TypeSnapshot::new(resources))
+    });
+    (Arc::new(Snapshot::from_types(types)), held.len())
+}
+
 /// Where a stream's plan stands, for operators (`/status`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanStatus {
@@ -171,8 +286,10 @@ pub struct PlanStatus {
     pub steps: usize,
     /// When the plan started (the first response decision after the snapshot arrived).
     pub since: Option<Instant>,
-    /// The type whose NACK stopped the plan at this step, if one did.
-    pub stopped_by: Option<ResourceType>,
+    /// How many resources the plan holds back because they refer (directly or not) to
+    /// something the client rejected, and the type of the latest NACK.
+    pub held_back: usize,
+    pub nacked: Option<ResourceType>,
 }
 
 /// Something that happened to a stream's update plan (for logs and metrics).
@@ -184,8 +301,8 @@ pub enum PlanEvent {
     Advanced { step: usize, steps: usize },
     /// The client did not ACK step `step` within the bound: the next goes out anyway.
     TimedOut { step: usize, waited: Duration },
-    /// The client NACKed `kind` during step `step`: nothing after it goes out until the next
-    /// snapshot (the proxy keeps what it accepted).
+    /// The client NACKed `kind` during step `step`: what refers to the rejected resources is
+    /// held back (the proxy keeps what it accepted), and the rest of the plan goes on.
     Stopped { step: usize, kind: ResourceType },
     /// A newer snapshot arrived during step `step`; a new plan replaces the rest.
     Replaced { step: usize },
@@ -208,19 +325,23 @@ struct Plan {
     /// When the plan and the current step began: set on the first poll after they did.
     began: Option<Instant>,
     step_began: Option<Instant>,
-    stopped_by: Option<ResourceType>,
+    held_back: usize,
+    nacked: Option<ResourceType>,
 }
 
 /// Which snapshot a stream's types serve: the cache's newest, or a step of a plan towards it.
 #[derive(Debug, Default)]
 pub struct Planner {
     ordering: Ordering,
+    /// The stream is aggregated: its types can be ordered against each other.
+    ordered: bool,
     /// What the types serve now.
     target: Option<Arc<Snapshot>>,
     plan: Option<Plan>,
-    /// Per-type streams: the cache's newest snapshot, and what the node's other streams
-    /// still refer to (removals of those wait).
+    /// The cache's newest snapshot.
     newest: Option<Arc<Snapshot>>,
+    /// Per-type streams: what the node's other streams still refer to (removals of those
+    /// wait).
     peer_references: Arc<BTreeSet<Reference>>,
 }
 
@@ -246,9 +367,11 @@ impl Plan {
 }
 
 impl Planner {
-    pub fn new(ordering: Ordering) -> Planner {
+    /// A planner for a stream; `ordered`: an aggregated stream.
+    pub fn new(ordering: Ordering, ordered: bool) -> Planner {
         Planner {
             ordering,
+            ordered: ordered && ordering.enabled,
             ..Planner::default()
         }
     }
@@ -264,52 +387,78 @@ impl Planner {
             step: p.step + 1,
             steps: p.len(),
             since: p.began,
-            stopped_by: p.stopped_by,
+            held_back: p.held_back,
+            nacked: p.nacked,
         })
     }
 
-    /// A new snapshot from the cache. `ordered`: the stream is aggregated, so types can be
-    /// ordered against each other.
+    /// A new snapshot from the cache; `rejected`: what the client has rejected so far.
     pub fn handle_snapshot(
         &mut self,
         new: Arc<Snapshot>,
-        ordered: bool,
+        rejected: &Rejected,
         events: &mut VecDeque<Event>,
     ) {
+        self.newest = Some(new);
+        if !self.ordered {
+            self.retarget_unordered();
+            return;
+        }
         if let Some(plan) = self.plan.take() {
             events.push_back(Event::Plan(PlanEvent::Replaced {
                 step: plan.step + 1,
             }));
         }
-        if !ordered {
-            self.newest = Some(new);
-            self.retarget_unordered();
+        self.replan(rejected, None, events);
+    }
+
+    /// Plan from what the types serve now to the newest snapshot, holding back what refers
+    /// to rejected resources. `going_on`: the plan this one continues (after a NACK or an
+    /// ACK of rejected resources), whose start and NACK it keeps; otherwise a new plan.
+    fn replan(
+        &mut self,
+        rejected: &Rejected,
+        going_on: Option<(Option<Instant>, Option<ResourceType>)>,
+        events: &mut VecDeque<Event>,
+    ) {
+        let Some(new) = self.newest.clone() else {
             return;
-        }
-        let base = match &self.target {
-            Some(base) if self.ordering.enabled => Arc::clone(base),
-            _ => {
-                self.target = Some(new);
-                return;
-            }
         };
-        let steps = steps(&base, &new);
-        if steps.is_empty() {
+        let Some(base) = self.target.clone() else {
             self.target = Some(new);
             return;
+        };
+        let base = scrub(&base, &new, rejected);
+        let (end, held_back) = effective(&new, &base, rejected);
+        let steps = steps(&base, &end);
+        if steps.is_empty() && held_back == 0 {
+            self.target = Some(end);
+            return;
         }
-        events.push_back(Event::Plan(PlanEvent::Started {
-            steps: steps.len() + 1,
-        }));
-        self.target = Some(Arc::clone(&steps[0]));
+        if steps.is_empty() && base.same_as(&end) {
+            // Nothing to send: everything left is held back. Serve what it has.
+            self.target = Some(base);
+            return;
+        }
+        let (began, nacked) = match going_on {
+            Some(kept) => kept,
+            None => {
+                events.push_back(Event::Plan(PlanEvent::Started {
+                    steps: steps.len() + 1,
+                }));
+                (None, None)
+            }
+        };
+        self.target = Some(Arc::clone(steps.first().unwrap_or(&end)));
         self.plan = Some(Plan {
             steps,
-            new,
+            new: end,
             step: 0,
             before: base,
-            began: None,
+            began,
             step_began: None,
-            stopped_by: None,
+            held_back,
+            nacked,
         });
     }
 
@@ -337,22 +486,44 @@ impl Planner {
         self.target = Some(target);
     }
 
-    /// The client NACKed `kind`: a plan in progress stops at its step.
-    pub fn handle_nack(&mut self, kind: ResourceType, events: &mut VecDeque<Event>) {
-        if let Some(plan) = &mut self.plan {
-            if plan.stopped_by.is_none() {
-                plan.stopped_by = Some(kind);
+    /// The client NACKed `kind` (`rejected` now has what it rejected): what refers to the
+    /// rejected resources is held back, and the rest of a plan in progress goes on from
+    /// where the client is.
+    pub fn handle_nack(
+        &mut self,
+        kind: ResourceType,
+        rejected: &Rejected,
+        events: &mut VecDeque<Event>,
+    ) {
+        if !self.ordered {
+            return;
+        }
+        let began = match self.plan.take() {
+            Some(plan) => {
                 events.push_back(Event::Plan(PlanEvent::Stopped {
                     step: plan.step + 1,
                     kind,
                 }));
+                plan.began
             }
+            None => None,
+        };
+        self.replan(rejected, Some((began, Some(kind))), events);
+    }
+
+    /// The client accepted resources it had rejected before: what was held back for them
+    /// can go out now.
+    pub fn handle_accepted(&mut self, rejected: &Rejected, events: &mut VecDeque<Event>) {
+        if !self.ordered {
+            return;
         }
+        let going_on = self.plan.take().map(|p| (p.began, p.nacked));
+        self.replan(rejected, going_on, events);
     }
 
     /// When the current step times out, if a plan is waiting on the client.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let plan = self.plan.as_ref().filter(|p| p.stopped_by.is_none())?;
+        let plan = self.plan.as_ref()?;
         plan.step_began.map(|at| at + self.ordering.step_timeout)
     }
 
@@ -375,9 +546,6 @@ impl Planner {
         let Some(plan) = &mut self.plan else {
             return false;
         };
-        if plan.stopped_by.is_some() {
-            return false;
-        }
         let current = Arc::clone(plan.snapshot(plan.step));
         if !step_done(&plan.before, &current, client) {
             let began = plan.step_began.unwrap_or(now);

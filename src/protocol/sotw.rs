@@ -25,6 +25,7 @@ use std::time::Instant;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
+use super::plan::Previous;
 use super::stream::{Core, Flavor, Reference, Stream};
 use super::{heartbeat_interval, Response, Subscription};
 use crate::cache::TypeSnapshot;
@@ -51,6 +52,8 @@ struct TypeState {
     initial_version: Option<String>,
     /// What the client has of this type; `None` before anything was sent.
     given: Option<Given>,
+    /// What it had before the latest response (to tell what that response brought).
+    prev_given: Option<Given>,
     /// Names to send on the next response even if unchanged: the ClusterLoadAssignments of
     /// clusters just sent anew, without which Envoy keeps them warming (P28).
     rewarm: BTreeSet<String>,
@@ -67,6 +70,35 @@ struct TypeState {
 struct Given {
     snapshot: Arc<TypeSnapshot>,
     subscription: Subscription,
+}
+
+impl TypeState {
+    /// What the latest response brought the client, each with what it had of that name
+    /// before: what it added or changed, or (`whole`, for LDS/CDS, whose responses carry the
+    /// whole set) everything in it. Only asked for on a NACK, or on an ACK while the client
+    /// has rejected resources.
+    fn brought(&self, kind: ResourceType, whole: bool) -> Vec<(Arc<Resource>, Previous)> {
+        let Some(given) = &self.given else {
+            return Vec::new();
+        };
+        let now = given.subscription.select(&given.snapshot);
+        let brought = match &self.prev_given {
+            Some(prev) if !(whole && kind.is_full_state()) => prev.lacks(&now, |_| false),
+            _ => now,
+        };
+        let previous = |name: &str| match &self.prev_given {
+            Some(prev) if prev.subscription.covers(name) => prev
+                .snapshot
+                .resources
+                .get(name)
+                .map_or(Previous::Nothing, |r| Previous::Had(Arc::clone(r))),
+            _ => Previous::Nothing,
+        };
+        brought
+            .into_iter()
+            .map(|r| (Arc::clone(r), previous(&r.name)))
+            .collect()
+    }
 }
 
 impl Given {
@@ -155,11 +187,29 @@ impl Flavor for Sotw {
             if nonce == latest {
                 let sent_version = core.state(kind).sent_version().unwrap_or("").to_string();
                 let version = request.version_info.clone();
+                let in_flight = core.in_flight(kind);
                 match request.error_detail {
                     // P5: a NACK names the last accepted version, not the rejected one.
-                    Some(status) => core.nack(kind, nonce, sent_version, version, status.message),
+                    Some(status) => {
+                        let brought = if in_flight {
+                            st.brought(kind, false)
+                        } else {
+                            Vec::new()
+                        };
+                        core.nack(kind, nonce, sent_version, version, status.message, brought);
+                    }
                     // P4: an ACK of the latest response.
-                    None => core.ack(kind, version),
+                    None => {
+                        let accepted = if in_flight && core.has_rejected(kind) {
+                            st.brought(kind, true)
+                                .into_iter()
+                                .map(|(r, _)| (r.name.clone(), r.version.clone()))
+                                .collect()
+                        } else {
+                            Vec::new()
+                        };
+                        core.ack(kind, version, accepted);
+                    }
                 }
             }
         }
@@ -293,10 +343,30 @@ impl Sotw {
                 // again for warming (P28), or due for a TTL refresh (P26). What it no longer
                 // subscribes to (or what was deleted) is forgotten, so asking again sends it
                 // again (P9).
-                let fresh = given.lacks(&selected, |n| {
+                let mut fresh = given.lacks(&selected, |n| {
                     st.rewarm.contains(n)
                         || (refresh && current.resources.get(n).is_some_and(|r| r.ttl.is_some()))
                 });
+                if given.snapshot.version != current.version && core.has_rejected(kind) {
+                    // The type changed: what the client rejected goes again (P5), so that
+                    // what it rejected only for being in a response with something bad is
+                    // not lost.
+                    let again: BTreeSet<&str> = core
+                        .rejected(kind)
+                        .filter(|(n, v)| current.resources.get(*n).is_some_and(|r| r.version == *v))
+                        .map(|(n, _)| n)
+                        .collect();
+                    let have: BTreeSet<&str> = fresh.iter().map(|r| r.name.as_str()).collect();
+                    let more: Vec<_> = selected
+                        .iter()
+                        .filter(|r| {
+                            again.contains(r.name.as_str()) && !have.contains(r.name.as_str())
+                        })
+                        .copied()
+                        .collect();
+                    fresh.extend(more);
+                    fresh.sort_by(|a, b| a.name.cmp(&b.name));
+                }
                 if fresh.is_empty() {
                     st.given = Some(Given::new(current, &st.subscription));
                     return None;
@@ -330,7 +400,7 @@ impl Sotw {
             resources: payload.into_iter().cloned().collect(),
             wrap_ttl,
         };
-        st.given = Some(Given::new(current, &st.subscription));
+        st.prev_given = st.given.replace(Given::new(current, &st.subscription));
         st.pending = false;
         st.rewarm.clear();
         // A ClusterLoadAssignment the client does not have yet goes out anyway (it is new to

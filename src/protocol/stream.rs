@@ -19,10 +19,10 @@ use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 
-use super::plan::{Ordering, PlanStatus, Planner, Progress};
+use super::plan::{Ordering, PlanStatus, Planner, Previous, Progress, Rejected, Rejection};
 use super::{ClientFeatures, Event, ProtocolError, SyncState, TypeStatus, Variant};
 use crate::cache::{Snapshot, TypeSnapshot};
-use crate::resource::ResourceType;
+use crate::resource::{Resource, ResourceType};
 
 /// What a flavor of the protocol (SotW or delta) adds to the core.
 pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
@@ -84,6 +84,9 @@ pub struct Core {
     events: VecDeque<Event>,
     /// Bumped whenever [`Stream::references`] may have changed.
     refs_changes: u64,
+    /// What the client rejected and the snapshot still has at that version: what refers to
+    /// it is held back (see `plan::effective`).
+    rejected: Rejected,
 }
 
 /// One type's sync state on a stream.
@@ -117,11 +120,12 @@ impl<F: Flavor> Stream<F> {
                 variant,
                 node: None,
                 features: ClientFeatures::default(),
-                planner: Planner::new(ordering),
+                planner: Planner::new(ordering, variant == Variant::Aggregated),
                 types: Default::default(),
                 nonces: 0,
                 events: VecDeque::new(),
                 refs_changes: 0,
+                rejected: Rejected::new(),
             },
             flavor: F::default(),
         }
@@ -151,6 +155,16 @@ impl<F: Flavor> Stream<F> {
         self.core.planner.status()
     }
 
+    /// What the client has rejected (type, name, version), for tests.
+    #[cfg(test)]
+    pub(crate) fn rejected_resources(&self) -> Vec<(ResourceType, String, String)> {
+        self.core
+            .rejected
+            .iter()
+            .map(|((k, n), r)| (*k, n.clone(), r.version.clone()))
+            .collect()
+    }
+
     /// The flavor's state (for the flavor's own accessors).
     pub(super) fn flavor(&self) -> &F {
         &self.flavor
@@ -175,10 +189,23 @@ impl<F: Flavor> Stream<F> {
     /// Take in the snapshot this stream's node should now have. On an aggregated stream with
     /// ordering on, it may be served in make-before-break steps (see `plan`).
     pub fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
-        let ordered = self.core.variant == Variant::Aggregated;
-        self.core
-            .planner
-            .handle_snapshot(snapshot, ordered, &mut self.core.events);
+        let core = &mut self.core;
+        // A rejected version that neither the files nor what the stream serves still have is
+        // history (the fix arrived and went out).
+        let serving = core.planner.target().cloned();
+        core.rejected.retain(|(kind, name), r| {
+            [Some(&snapshot), serving.as_ref()]
+                .into_iter()
+                .flatten()
+                .any(|s| {
+                    s.get(*kind)
+                        .resources
+                        .get(name)
+                        .is_some_and(|x| x.version == r.version)
+                })
+        });
+        core.planner
+            .handle_snapshot(snapshot, &core.rejected, &mut core.events);
     }
 
     /// Per-type streams: what the same node's other streams on this server still refer to
@@ -326,8 +353,35 @@ impl Core {
         nonce
     }
 
-    /// The client ACKed `version` of `kind` (P4).
-    pub fn ack(&mut self, kind: ResourceType, version: String) {
+    /// Whether the client has rejected resources of `kind` that the snapshot still has.
+    pub fn has_rejected(&self, kind: ResourceType) -> bool {
+        self.rejected.keys().any(|(k, _)| *k == kind)
+    }
+
+    /// The resources of `kind` the client rejected: name and version. The next response of
+    /// the type sends them again (P5: only once the type changes), so that what the client
+    /// rejected only for being in the same response as something bad is not lost.
+    pub fn rejected(&self, kind: ResourceType) -> impl Iterator<Item = (&str, &str)> {
+        self.rejected
+            .iter()
+            .filter(move |((k, _), _)| *k == kind)
+            .map(|((_, name), r)| (name.as_str(), r.version.as_str()))
+    }
+
+    /// The client ACKed `version` of `kind` (P4), accepting `resources` (name, version) that
+    /// it had rejected before, if any: what was held back for them goes out.
+    pub fn ack(&mut self, kind: ResourceType, version: String, resources: Vec<(String, String)>) {
+        let before = self.rejected.len();
+        for (name, v) in resources {
+            let key = (kind, name);
+            if self.rejected.get(&key).is_some_and(|r| r.version == v) {
+                self.rejected.remove(&key);
+            }
+        }
+        if self.rejected.len() != before {
+            self.planner
+                .handle_accepted(&self.rejected, &mut self.events);
+        }
         let t = &mut self.types[kind.index()];
         if t.in_flight {
             if let Some(sent) = t.refs_sent.take() {
@@ -353,7 +407,9 @@ impl Core {
     }
 
     /// The client rejected the response `nonce` (`rejected` version) and still runs
-    /// `accepted` (P5, P17). A plan in progress stops at its step.
+    /// `accepted` (P5, P17); `resources` are what that response brought it, each with what
+    /// the client had of that name before. What refers to them is held back; the rest of a
+    /// plan in progress goes on.
     pub fn nack(
         &mut self,
         kind: ResourceType,
@@ -361,7 +417,24 @@ impl Core {
         rejected: String,
         accepted: String,
         error: String,
+        resources: Vec<(Arc<Resource>, Previous)>,
     ) {
+        for (brought, previous) in resources {
+            let key = (kind, brought.name.clone());
+            // Rejected again after a rejection: what the client runs is still what it had
+            // before the first.
+            let previous = match (self.rejected.remove(&key), previous) {
+                (Some(earlier), Previous::Had(p)) if p.version == earlier.version => {
+                    earlier.previous
+                }
+                (_, previous) => previous,
+            };
+            let rejection = Rejection {
+                version: brought.version.clone(),
+                previous,
+            };
+            self.rejected.insert(key, rejection);
+        }
         let t = &mut self.types[kind.index()];
         if t.refs_sent.take().is_some() {
             self.refs_changes += 1;
@@ -378,7 +451,8 @@ impl Core {
             rejected_version: rejected,
             error,
         });
-        self.planner.handle_nack(kind, &mut self.events);
+        self.planner
+            .handle_nack(kind, &self.rejected, &mut self.events);
     }
 
     /// Record an event.

@@ -364,7 +364,7 @@ fn log_event(node: &str, event: &Event) {
             tracing::warn!(node, step, waited = ?waited, "Update plan: the client did not ACK this step in time; sending the next step anyway.");
         }
         Event::Plan(PlanEvent::Stopped { step, kind }) => {
-            tracing::warn!(node, step, r#type = %kind, "Update plan stopped by a NACK: later steps wait for the next snapshot.");
+            tracing::warn!(node, step, r#type = %kind, "Update plan: the proxy NACKed; what depends on the rejected resources is held back, the rest goes on.");
         }
         Event::Plan(PlanEvent::Replaced { step }) => {
             tracing::debug!(node, step, "Update plan replaced by a newer snapshot.");

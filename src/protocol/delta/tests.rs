@@ -681,6 +681,9 @@ fn model_client_converges_to_its_subscription() {
         let mut current = snap(&[]);
         // Names unsubscribed under the wildcard, which the server answers for (P22).
         let mut told: std::collections::BTreeSet<String> = Default::default();
+        // Names in responses the client NACKed: Envoy applies the valid part of a response
+        // it rejects, so the server may tell it of their removal too.
+        let mut nacked: std::collections::BTreeSet<String> = Default::default();
         s.handle_snapshot(Arc::clone(&current));
         let mut request = req(Cluster, &[], &[], "");
         request.resource_names_subscribe = first;
@@ -726,6 +729,7 @@ fn model_client_converges_to_its_subscription() {
             }
             while let Some(r) = s.poll_response(Instant::now()) {
                 if nacks && next(3) == 0 {
+                    nacked.extend(r.resources.iter().map(|d| d.resource.name.clone()));
                     s.handle_request(nack(Cluster, &r.nonce, "no"))
                         .expect("nack");
                     continue;
@@ -736,9 +740,13 @@ fn model_client_converges_to_its_subscription() {
                     client.insert(d.resource.name.clone(), d.resource.version.clone());
                 }
                 for n in &r.removed {
-                    // Only what it holds, or a name it asked for that is not there (P19, P20).
+                    // Only what it holds, or a name it asked for that is not there (P19, P20),
+                    // or one it was sent and rejected (and may hold).
                     assert!(
-                        client.contains_key(n) || subscribed.contains(n) || told.contains(n),
+                        client.contains_key(n)
+                            || subscribed.contains(n)
+                            || told.contains(n)
+                            || nacked.contains(n),
                         "removed {n}"
                     );
                     client.remove(n);
