@@ -367,6 +367,7 @@ macro_rules! with_ordering {
 with_and_without_ordering!(
     e2e_p30_route_cut_over_to_a_health_checked_cluster_drops_nothing,
     e2e_p30_new_listener_route_and_clusters_drop_nothing,
+    e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix,
 );
 
 with_ordering!(
@@ -509,4 +510,72 @@ async fn e2e_p28_p30_cluster_only_change_drops_nothing_and_leaves_warming_at_onc
     tokio::time::sleep(Duration::from_millis(300)).await;
     let tally = report("cluster-only change", api, true, load.stop().await);
     judge(&tally, true);
+}
+
+/// (e) A cut-over to a cluster Envoy rejects (`connect_timeout: 0s`), `x` removed: the NACK
+/// holds back the route that names it and keeps `x`, so traffic stays on `x`; the fix then
+/// goes out in order. Without ordering, `x` goes and the route points at nothing.
+async fn e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix(
+    api: Api,
+    ordering: bool,
+) {
+    let _serial = SERIAL.lock().await;
+    let Some(setup) = Setup::start(api, "mbb-nack", ordering, &base()).await else {
+        return;
+    };
+    let (cluster_y, endpoints_y) = health_checked("y");
+    let cut_over = |cluster: &str| {
+        format!(
+            "clusters:{cluster}endpoints:{endpoints_y}listeners:{}routes:{}",
+            listener("http", "LISTENER_PORT", "main"),
+            route("main", "{ cluster: y }")
+        )
+    };
+    let load = Load::start(setup.listener, false);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    setup.edit(
+        &cut_over(&cluster_y.replace("connect_timeout: 1s", "connect_timeout: 0s")),
+        0,
+    );
+    let rejected = eventually(ARRIVE, || async {
+        setup
+            .envoy
+            .stat("cluster_manager.cds.update_rejected")
+            .await
+            >= Some(1)
+    })
+    .await;
+    assert!(rejected.is_some(), "Envoy did not reject the cluster");
+    // Give a wrongly moved route time to show.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let held = report(
+        "cut-over to a rejected cluster",
+        api,
+        ordering,
+        load.stop().await,
+    );
+    judge(&held, ordering);
+    if !ordering {
+        return;
+    }
+    assert!(held.answered.get("upstream-b").is_none(), "{held:?}");
+    assert!(
+        setup.envoy.active_cluster_timeout("x").await.is_some(),
+        "x was removed"
+    );
+    // The fix goes out in order: y warms, the route moves, then x goes.
+    let load = Load::start(setup.listener, false);
+    setup.edit(&cut_over(&cluster_y), 0);
+    let moved = eventually(ARRIVE, || async {
+        http_get(setup.listener).await.as_deref() == Some("upstream-b")
+            && setup.envoy.active_cluster_timeout("x").await.is_none()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fixed = report("the fix", api, ordering, load.stop().await);
+    assert!(
+        moved.is_some(),
+        "the fix never moved traffic to y with x removed"
+    );
+    judge(&fixed, ordering);
 }
