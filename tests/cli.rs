@@ -215,3 +215,28 @@ fn serve_stops_cleanly_on_sigterm() {
     };
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn ordering_flags_are_checked_with_a_clear_error() {
+    let config = examples();
+    for (value, says) in [
+        ("10ms", "out of range"),
+        ("11m", "out of range"),
+        ("soon", "expected a duration"),
+    ] {
+        let o = switchyard(&["serve", "-c", &config, "--ordering-timeout", value]);
+        assert_eq!(o.status.code(), Some(64), "{value}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("--ordering-timeout") && err.contains(says),
+            "{value}: {err}"
+        );
+    }
+    let o = switchyard(&["serve", "-c", &config, "--ordering", "maybe"]);
+    assert_eq!(o.status.code(), Some(64));
+    assert!(
+        stderr(&o).contains("[possible values: on, off]"),
+        "{}",
+        stderr(&o)
+    );
+}

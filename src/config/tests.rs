@@ -479,3 +479,112 @@ fn p24_vhds_virtual_hosts_get_domain_aliases_and_need_a_namespaced_name() {
         "{errs:?}"
     );
 }
+
+/// The dependency graph the make-before-break plan reads (P30): each loaded resource keeps
+/// what it refers to, for every kind of reference.
+#[test]
+fn p30_each_resource_keeps_what_it_refers_to() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "mesh.yaml",
+        r#"
+clusters:
+  - name: backend
+    connect_timeout: 1s
+    type: EDS
+    eds_cluster_config: { eds_config: { ads: {} }, service_name: backend-cla }
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          tls_certificate_sds_secret_configs: [{ name: client-cert, sds_config: { ads: {} } }]
+          validation_context_sds_secret_config: { name: ca, sds_config: { ads: {} } }
+listeners:
+  - name: http
+    address: { socket_address: { address: 0.0.0.0, port_value: 10000 } }
+    filter_chains:
+      - filters:
+          - name: envoy.filters.network.http_connection_manager
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+              stat_prefix: ingress
+              rds: { route_config_name: main, config_source: { ads: {} } }
+              http_filters:
+                - name: ext-authz
+                  config_discovery:
+                    config_source: { ads: {} }
+                    type_urls: [type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz]
+                - name: envoy.filters.http.router
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  - name: tcp
+    address: { socket_address: { address: 0.0.0.0, port_value: 10001 } }
+    filter_chains:
+      - filters:
+          - name: envoy.filters.network.tcp_proxy
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+              stat_prefix: tcp
+              weighted_clusters: { clusters: [{ name: t1, weight: 1 }, { name: t2, weight: 1 }] }
+  - name: tcp-one
+    address: { socket_address: { address: 0.0.0.0, port_value: 10002 } }
+    filter_chains:
+      - filters:
+          - name: envoy.filters.network.tcp_proxy
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+              stat_prefix: tcp
+              cluster: t3
+routes:
+  - name: main
+    vhds: { config_source: { ads: {} } }
+    virtual_hosts:
+      - name: all
+        domains: ["*"]
+        routes:
+          - match: { prefix: /a }
+            route: { cluster: backend }
+          - match: { prefix: /b }
+            route: { weighted_clusters: { clusters: [{ name: w1, weight: 1 }, { name: w2, weight: 1 }] } }
+scoped_routes:
+  - name: scope
+    route_configuration_name: main
+    key: { fragments: [{ string_key: k }] }
+virtual_hosts:
+  - name: main/extra
+    domains: [extra.example.com]
+    routes:
+      - match: { prefix: / }
+        route: { cluster: vh-cluster }
+"#,
+    );
+    let config = load_dir(dir.path()).expect("loads");
+    let refs = |kind: ResourceType, name: &str| -> Vec<String> {
+        let r = config
+            .files
+            .iter()
+            .flat_map(|f| &f.resources)
+            .find(|r| r.kind == kind && r.name == name)
+            .expect("loaded");
+        r.references
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect()
+    };
+    use ResourceType as T;
+    assert_eq!(
+        refs(T::Cluster, "backend"),
+        ["EDS backend-cla", "SDS ca", "SDS client-cert"]
+    );
+    assert_eq!(refs(T::Listener, "http"), ["RDS main", "ECDS ext-authz"]);
+    assert_eq!(refs(T::Listener, "tcp"), ["CDS t1", "CDS t2"]);
+    assert_eq!(refs(T::Listener, "tcp-one"), ["CDS t3"]);
+    assert_eq!(
+        refs(T::Route, "main"),
+        ["CDS backend", "CDS w1", "CDS w2", "VHDS main"]
+    );
+    assert_eq!(refs(T::ScopedRoute, "scope"), ["RDS main"]);
+    assert_eq!(refs(T::VirtualHost, "main/extra"), ["CDS vh-cluster"]);
+}
