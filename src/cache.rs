@@ -161,8 +161,13 @@ pub struct Snapshot {
     types: [Arc<TypeSnapshot>; ResourceType::ALL.len()],
     /// The make-before-break steps from an older snapshot to this one, computed by
     /// `protocol::plan` once per pair and shared by the streams of a node group.
-    pub plans: Memo<Snapshot, Arc<[Arc<Snapshot>]>>,
+    pub plans: Memo<Snapshot, PlanSteps>,
 }
+
+/// The steps of a plan before its end, and its end when that is not the newer snapshot
+/// itself (it keeps something the newer one removes but still refers to). Never the newer
+/// snapshot itself, which would keep it alive through its own memo.
+pub type PlanSteps = Arc<(Vec<Arc<Snapshot>>, Option<Arc<Snapshot>>)>;
 
 impl Default for Snapshot {
     fn default() -> Self {

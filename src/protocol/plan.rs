@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use super::stream::Reference;
 use super::Event;
-use crate::cache::{Snapshot, TypeSnapshot};
+use crate::cache::{PlanSteps, Snapshot, TypeSnapshot};
 use crate::resource::{Resource, ResourceType};
 
 use ResourceType::{
@@ -68,20 +68,34 @@ impl Ordering {
     }
 }
 
-/// The steps from `base` to `new` before `new` itself (see the module docs): empty when
-/// `new` can be served at once. Memoized on `new` per `base`; the steps never hold `new`
-/// (which would keep it alive through its own memo).
-pub fn steps(base: &Arc<Snapshot>, new: &Arc<Snapshot>) -> Arc<[Arc<Snapshot>]> {
-    if let Some(found) = new.plans.get(base) {
-        return found;
-    }
-    let union = |kind: ResourceType| union(base.get(kind), new.get(kind));
+/// The steps from `base` to `new` (see the module docs): the steps before the end, and the
+/// end, which is `new` itself unless `new` removes something it still refers to (a cluster
+/// deleted in one edit while a route still names it): that stays, as `base` has it, until
+/// nothing refers to it. No steps: the end can be served at once. Memoized on `new` per
+/// `base`.
+pub fn steps(base: &Arc<Snapshot>, new: &Arc<Snapshot>) -> (Vec<Arc<Snapshot>>, Arc<Snapshot>) {
+    let found = new.plans.get(base).unwrap_or_else(|| {
+        let computed = compute_steps(base, new);
+        new.plans.put(base, Arc::clone(&computed));
+        computed
+    });
+    let (steps, end) = &*found;
+    (
+        steps.clone(),
+        end.clone().unwrap_or_else(|| Arc::clone(new)),
+    )
+}
+
+fn compute_steps(base: &Arc<Snapshot>, new: &Arc<Snapshot>) -> PlanSteps {
+    let end = still_referenced(base, new);
+    let target = end.as_ref().unwrap_or(new);
+    let union = |kind: ResourceType| union(base.get(kind), target.get(kind));
     let step1 = types_from(base, |kind| match kind {
         Secret | Cluster | Endpoint => Some(union(kind)),
         _ => None,
     });
     let step2 = types_from(&step1, |kind| match kind {
-        Listener | Runtime => Some(Arc::clone(new.get(kind))),
+        Listener | Runtime => Some(Arc::clone(target.get(kind))),
         Route | ScopedRoute | VirtualHost | ExtensionConfig => Some(union(kind)),
         _ => None,
     });
@@ -93,12 +107,60 @@ pub fn steps(base: &Arc<Snapshot>, new: &Arc<Snapshot>) -> Arc<[Arc<Snapshot>]> 
             last = steps.last().map_or(base, |s| &**s);
         }
     }
-    if steps.last().is_some_and(|s| s.same_as(new)) {
+    if steps.last().is_some_and(|s| s.same_as(target)) {
         steps.pop();
     }
-    let steps: Arc<[Arc<Snapshot>]> = steps.into();
-    new.plans.put(base, Arc::clone(&steps));
-    steps
+    Arc::new((steps, end))
+}
+
+/// `new`, plus what `base` has, `new` removes and `new` (or what is kept) still refers to;
+/// `None` when nothing is. Linear in `new`'s references, and only looked for when `new`
+/// removes something.
+fn still_referenced(base: &Snapshot, new: &Snapshot) -> Option<Arc<Snapshot>> {
+    let removes = ResourceType::ALL.iter().any(|&kind| {
+        let (old, fresh) = (base.get(kind), new.get(kind));
+        fresh
+            .changes_since(old)
+            .iter()
+            .any(|name| !fresh.resources.contains_key(name))
+    });
+    if !removes {
+        return None;
+    }
+    let gone = |(kind, name): &Reference| {
+        !new.get(*kind).resources.contains_key(name) && base.get(*kind).resources.contains_key(name)
+    };
+    let mut wanted: Vec<Reference> = ResourceType::ALL
+        .iter()
+        .flat_map(|&kind| new.get(kind).resources.values())
+        .flat_map(|r| r.references.iter())
+        .filter(|r| gone(r))
+        .cloned()
+        .collect();
+    let mut kept: BTreeMap<Reference, Arc<Resource>> = BTreeMap::new();
+    while let Some(reference) = wanted.pop() {
+        if kept.contains_key(&reference) {
+            continue;
+        }
+        let Some(r) = base.get(reference.0).resources.get(&reference.1) else {
+            continue;
+        };
+        wanted.extend(r.references.iter().filter(|x| gone(x)).cloned());
+        kept.insert(reference, Arc::clone(r));
+    }
+    if kept.is_empty() {
+        return None;
+    }
+    let types = ResourceType::ALL.map(|kind| {
+        let mut mine = kept.iter().filter(|((k, _), _)| *k == kind).peekable();
+        if mine.peek().is_none() {
+            return Arc::clone(new.get(kind));
+        }
+        let mut resources = new.get(kind).resources.clone();
+        resources.extend(mine.map(|((_, n), r)| (n.clone(), Arc::clone(r))));
+        Arc::new(TypeSnapshot::new(resources))
+    });
+    Some(Arc::new(Snapshot::from_types(types)))
 }
 
 /// A snapshot whose types are `pick(kind)`, or `from`'s where it gives none.
@@ -314,7 +376,7 @@ pub enum PlanEvent {
 #[derive(Debug)]
 struct Plan {
     /// The steps before `new`.
-    steps: Arc<[Arc<Snapshot>]>,
+    steps: Vec<Arc<Snapshot>>,
     /// The last step: the cache's snapshot.
     new: Arc<Snapshot>,
     /// Index of the step being served (`steps.len()`: `new`).
@@ -430,7 +492,7 @@ impl Planner {
         };
         let base = scrub(&base, &new, rejected);
         let (end, held_back) = effective(&new, &base, rejected);
-        let steps = steps(&base, &end);
+        let (steps, end) = steps(&base, &end);
         if steps.is_empty() && held_back == 0 {
             self.target = Some(end);
             return;

@@ -1104,9 +1104,13 @@ fn p30_steps_are_shared_and_equal_steps_are_left_out() {
         ..base()
     }
     .snapshot();
-    let s = steps(&old, &new);
+    let (s, end) = steps(&old, &new);
     // Step 1: clusters x and y; step 2: the route moved, x still there; then `new`.
     assert_eq!(s.len(), 2);
+    assert!(
+        Arc::ptr_eq(&end, &new),
+        "the end is the new snapshot itself"
+    );
     let names = |snap: &Snapshot, kind| -> Vec<String> {
         snap.get(kind).resources.keys().cloned().collect()
     };
@@ -1114,10 +1118,47 @@ fn p30_steps_are_shared_and_equal_steps_are_left_out() {
     assert_eq!(s[0].get(Route).version, old.get(Route).version);
     assert_eq!(names(&s[1], Cluster), ["x", "y"]);
     assert_eq!(s[1].get(Route).version, new.get(Route).version);
-    // Memoized: the same steps (not a copy) for the next stream of the group.
-    assert!(Arc::ptr_eq(&s, &steps(&old, &new)));
+    // Memoized: the same steps (not copies) for the next stream of the group.
+    let (again, _) = steps(&old, &new);
+    assert!(s.iter().zip(&again).all(|(a, b)| Arc::ptr_eq(a, b)));
     // Nothing to order: no steps.
-    assert!(steps(&old, &Arc::clone(&old)).is_empty());
+    assert!(steps(&old, &Arc::clone(&old)).0.is_empty());
+}
+
+/// "Remove what nothing in the new snapshot references": a cluster deleted in one edit while
+/// a route still names it stays until an edit moves the route.
+#[test]
+fn p30_a_removed_cluster_that_a_route_still_names_stays() {
+    let old = Mesh {
+        clusters: vec![("x", "1"), ("y", "1")],
+        ..base()
+    }
+    .snapshot();
+    // The first edit deletes x, but r still routes to x.
+    let deleted = Mesh {
+        clusters: vec![("y", "1")],
+        ..base()
+    }
+    .snapshot();
+    let (s, end) = steps(&old, &deleted);
+    assert!(s.is_empty());
+    let clusters: Vec<_> = end.get(Cluster).resources.keys().cloned().collect();
+    assert_eq!(clusters, ["x", "y"], "x stays while r names it");
+    assert!(
+        end.get(Endpoint).resources.contains_key("x"),
+        "and its endpoints"
+    );
+    // The second edit moves r: x goes, after the route.
+    let moved = Mesh {
+        clusters: vec![("y", "1")],
+        routes: vec![("r", "y")],
+        ..base()
+    }
+    .snapshot();
+    let (s, end) = steps(&end, &moved);
+    assert!(Arc::ptr_eq(&end, &moved));
+    assert_eq!(s.len(), 1, "the route, then the removal");
+    assert!(s[0].get(Cluster).resources.contains_key("x"));
 }
 
 #[test]
@@ -1131,9 +1172,9 @@ fn p30_a_finished_plan_frees_its_snapshots() {
     }
     .snapshot();
     let weak = Arc::downgrade(&new);
-    let s = steps(&old, &new);
+    let planned = steps(&old, &new);
     drop(new);
-    drop(s);
+    drop(planned);
     assert!(
         weak.upgrade().is_none(),
         "a snapshot leaked through its plan memo"
