@@ -329,13 +329,10 @@ async fn p29_p30_route_cut_over_is_ordered_make_before_break() {
         let r = c.recv().await;
         c.ack(&r).await;
     }
-    write(
-        server.dir.path(),
-        "clusters.yaml",
-        &eds_cluster("next", "1s", 8081),
-    );
-    write(server.dir.path(), "routes.yaml", &route_to("main", "next"));
-    server.reloader.reload().expect("loads");
+    server.set_files(&[
+        ("clusters.yaml", &eds_cluster("next", "1s", 8081)),
+        ("routes.yaml", &route_to("main", "next")),
+    ]);
 
     let cds = c.recv().await;
     assert_eq!(cds.type_url, Cluster.type_url());

@@ -235,15 +235,7 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
     };
     // Valid protobuf, but Envoy's validation requires connect_timeout > 0.
     fleet.edit("a.yaml", &eds_cluster("a", "0s", fleet.a_port));
-    let rejected = eventually(ARRIVE, || async {
-        fleet
-            .envoy
-            .stat("cluster_manager.cds.update_rejected")
-            .await
-            >= Some(1)
-    })
-    .await;
-    assert!(rejected.is_some(), "Envoy did not reject the cluster");
+    fleet.envoy.expect_cds_rejected().await;
     // Switchyard recorded the NACK with Envoy's own error text, for this node and type.
     let recorded = eventually(ARRIVE, || async {
         fleet.switchyard.logged(

@@ -419,13 +419,10 @@ async fn a_request_that_does_not_decode_gets_an_error_status_on_that_stream_only
 async fn p29_p30_route_cut_over_is_ordered_make_before_break() {
     let server = standard_server().await;
     let mut c = envoy_like_start(&server, "n1").await;
-    support::write(
-        server.dir.path(),
-        "clusters.yaml",
-        &eds_cluster("next", "1s", 8081),
-    );
-    support::write(server.dir.path(), "routes.yaml", &route_to("main", "next"));
-    server.reloader.reload().expect("loads");
+    server.set_files(&[
+        ("clusters.yaml", &eds_cluster("next", "1s", 8081)),
+        ("routes.yaml", &route_to("main", "next")),
+    ]);
 
     // Step 1: both clusters (nothing removed yet), and the new endpoints.
     let cds = c.recv_type(Cluster).await;
@@ -488,13 +485,10 @@ async fn p30_ordering_off_sends_the_cut_over_at_once() {
     )
     .await;
     let mut c = envoy_like_start(&server, "n1").await;
-    support::write(
-        server.dir.path(),
-        "clusters.yaml",
-        &eds_cluster("next", "1s", 8081),
-    );
-    support::write(server.dir.path(), "routes.yaml", &route_to("main", "next"));
-    server.reloader.reload().expect("loads");
+    server.set_files(&[
+        ("clusters.yaml", &eds_cluster("next", "1s", 8081)),
+        ("routes.yaml", &route_to("main", "next")),
+    ]);
     let cds = c.recv_type(Cluster).await;
     assert_eq!(names(&cds), ["next"], "backend removed at once");
     let rds = c.recv_type(Route).await;
@@ -524,13 +518,10 @@ async fn p30_per_type_cds_keeps_a_removed_cluster_until_the_route_stream_moved()
     // The RDS stream's report of what its client holds reaches the CDS stream.
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
-    support::write(
-        server.dir.path(),
-        "clusters.yaml",
-        &eds_cluster("next", "1s", 8081),
-    );
-    support::write(server.dir.path(), "routes.yaml", &route_to("main", "next"));
-    server.reloader.reload().expect("loads");
+    server.set_files(&[
+        ("clusters.yaml", &eds_cluster("next", "1s", 8081)),
+        ("routes.yaml", &route_to("main", "next")),
+    ]);
     // The route to `next` is out but not yet ACKed: CDS adds `next` and keeps `backend`.
     let moved = rds.recv_type(Route).await;
     let both = cds.recv_type(Cluster).await;

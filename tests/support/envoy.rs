@@ -415,6 +415,15 @@ impl Envoy {
         );
     }
 
+    /// Wait until Envoy has rejected a CDS update; panics after 20 s.
+    pub async fn expect_cds_rejected(&self) {
+        let rejected = eventually(Duration::from_secs(20), || async {
+            self.stat("cluster_manager.cds.update_rejected").await >= Some(1)
+        })
+        .await;
+        assert!(rejected.is_some(), "Envoy did not reject the cluster");
+    }
+
     /// connect_timeout of an active cluster, as Envoy prints it ("1s").
     pub async fn active_cluster_timeout(&self, name: &str) -> Option<String> {
         let dump = self.config_dump("dynamic_active_clusters").await;

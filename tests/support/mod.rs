@@ -109,7 +109,14 @@ impl TestServer {
 
     /// Write a config file (replacing it) and reload; panics if the load fails.
     pub fn set_file(&self, name: &str, text: &str) {
-        write(self.dir.path(), name, text);
+        self.set_files(&[(name, text)]);
+    }
+
+    /// Write several config files, then reload once (one edit); panics if the load fails.
+    pub fn set_files(&self, files: &[(&str, &str)]) {
+        for (name, text) in files {
+            write(self.dir.path(), name, text);
+        }
         self.reloader.reload().expect("config loads");
     }
 
@@ -514,9 +521,13 @@ endpoints:
 
 /// An HTTP listener `name` on `port` whose routes come from RDS `route`.
 pub fn rds_listener(name: &str, port: u16, route: &str) -> String {
+    format!("\nlisteners:{}", listener_item(name, port, route))
+}
+
+/// [`rds_listener`]'s list item alone (`port` may be a placeholder to fill in later).
+pub fn listener_item(name: &str, port: impl std::fmt::Display, route: &str) -> String {
     format!(
         r#"
-listeners:
   - name: {name}
     address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
     filter_chains:
@@ -537,15 +548,22 @@ listeners:
 /// Route configuration `name` sending everything to `cluster`.
 pub fn route_to(name: &str, cluster: &str) -> String {
     format!(
+        "\nroutes:{}",
+        route_item(name, &format!("{{ cluster: {cluster} }}"))
+    )
+}
+
+/// A route configuration list item: everything to the route action `action`.
+pub fn route_item(name: &str, action: &str) -> String {
+    format!(
         r#"
-routes:
   - name: {name}
     virtual_hosts:
       - name: all
         domains: ["*"]
         routes:
           - match: {{ prefix: / }}
-            route: {{ cluster: {cluster} }}
+            route: {action}
 "#
     )
 }

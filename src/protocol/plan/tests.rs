@@ -14,7 +14,8 @@ use envoy_types::pb::google::rpc::Status;
 use super::{steps, PlanEvent, DEFAULT_STEP_TIMEOUT};
 use crate::cache::Snapshot;
 use crate::config::content_hash;
-use crate::protocol::{DeltaStream, Event, Ordering, PlanStatus, SotwStream, Variant};
+use crate::protocol::stream::Flavor;
+use crate::protocol::{DeltaStream, Event, Ordering, PlanStatus, SotwStream, Stream, Variant};
 use crate::resource::{Resource, ResourceType};
 
 use ResourceType::{Cluster, Endpoint, Listener, Route, Secret};
@@ -110,17 +111,44 @@ impl Got {
 
 /// One ADS stream as the simulated Envoy drives it (SotW or delta).
 trait Client {
+    type Flavor: Flavor;
     fn open(ordering: Ordering) -> Self;
-    fn snapshot(&mut self, snapshot: Arc<Snapshot>);
+    fn stream(&self) -> &Stream<Self::Flavor>;
+    fn stream_mut(&mut self) -> &mut Stream<Self::Flavor>;
     /// Ask for exactly `names` of `kind` (for CDS and LDS: the wildcard).
     fn set_names(&mut self, kind: ResourceType, names: &BTreeSet<String>);
     fn next(&mut self, now: Instant) -> Option<Got>;
     fn ack(&mut self, got: &Got);
     fn nack(&mut self, got: &Got, error: &str);
-    fn plan(&self) -> Option<PlanStatus>;
-    fn events(&mut self) -> Vec<Event>;
-    fn timeout(&self) -> Option<Instant>;
-    fn rejected(&self) -> Vec<(ResourceType, String, String)>;
+
+    fn snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        self.stream_mut().handle_snapshot(snapshot);
+    }
+
+    fn plan(&self) -> Option<PlanStatus> {
+        self.stream().plan_status()
+    }
+
+    fn events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.stream_mut().poll_event()).collect()
+    }
+
+    fn timeout(&self) -> Option<Instant> {
+        self.stream().poll_timeout()
+    }
+
+    fn rejected(&self) -> Vec<(ResourceType, String, String)> {
+        self.stream().rejected_resources()
+    }
+}
+
+/// A NACK's `error_detail`, or none.
+fn error_detail(error: Option<&str>) -> Option<Status> {
+    error.map(|e| Status {
+        code: 3,
+        message: e.into(),
+        details: vec![],
+    })
 }
 
 fn node() -> Node {
@@ -147,11 +175,7 @@ impl Sotw {
             resource_names: self.names.get(&kind).cloned().unwrap_or_default(),
             type_url: kind.type_url().into(),
             response_nonce: nonce,
-            error_detail: error.map(|e| Status {
-                code: 3,
-                message: e.into(),
-                details: vec![],
-            }),
+            error_detail: error_detail(error),
             ..Default::default()
         };
         self.s.handle_request(request).expect("valid request");
@@ -159,6 +183,7 @@ impl Sotw {
 }
 
 impl Client for Sotw {
+    type Flavor = crate::protocol::Sotw;
     fn open(ordering: Ordering) -> Sotw {
         Sotw {
             s: SotwStream::with_ordering(Variant::Aggregated, ordering),
@@ -167,8 +192,12 @@ impl Client for Sotw {
         }
     }
 
-    fn snapshot(&mut self, snapshot: Arc<Snapshot>) {
-        self.s.handle_snapshot(snapshot);
+    fn stream(&self) -> &Stream<Self::Flavor> {
+        &self.s
+    }
+
+    fn stream_mut(&mut self) -> &mut Stream<Self::Flavor> {
+        &mut self.s
     }
 
     fn set_names(&mut self, kind: ResourceType, names: &BTreeSet<String>) {
@@ -215,22 +244,6 @@ impl Client for Sotw {
         self.last.insert(got.kind, (version, got.nonce.clone()));
         self.request(got.kind, Some(error));
     }
-
-    fn plan(&self) -> Option<PlanStatus> {
-        self.s.plan_status()
-    }
-
-    fn events(&mut self) -> Vec<Event> {
-        std::iter::from_fn(|| self.s.poll_event()).collect()
-    }
-
-    fn timeout(&self) -> Option<Instant> {
-        self.s.poll_timeout()
-    }
-
-    fn rejected(&self) -> Vec<(ResourceType, String, String)> {
-        self.s.rejected_resources()
-    }
 }
 
 struct Delta {
@@ -253,11 +266,7 @@ impl Delta {
             resource_names_subscribe: sub,
             resource_names_unsubscribe: unsub,
             response_nonce: nonce.into(),
-            error_detail: error.map(|e| Status {
-                code: 3,
-                message: e.into(),
-                details: vec![],
-            }),
+            error_detail: error_detail(error),
             ..Default::default()
         };
         self.s.handle_request(request).expect("valid request");
@@ -265,6 +274,7 @@ impl Delta {
 }
 
 impl Client for Delta {
+    type Flavor = crate::protocol::Delta;
     fn open(ordering: Ordering) -> Delta {
         Delta {
             s: DeltaStream::with_ordering(Variant::Aggregated, ordering),
@@ -272,8 +282,12 @@ impl Client for Delta {
         }
     }
 
-    fn snapshot(&mut self, snapshot: Arc<Snapshot>) {
-        self.s.handle_snapshot(snapshot);
+    fn stream(&self) -> &Stream<Self::Flavor> {
+        &self.s
+    }
+
+    fn stream_mut(&mut self) -> &mut Stream<Self::Flavor> {
+        &mut self.s
     }
 
     fn set_names(&mut self, kind: ResourceType, names: &BTreeSet<String>) {
@@ -311,22 +325,6 @@ impl Client for Delta {
 
     fn nack(&mut self, got: &Got, error: &str) {
         self.send(got.kind, Vec::new(), Vec::new(), &got.nonce, Some(error));
-    }
-
-    fn plan(&self) -> Option<PlanStatus> {
-        self.s.plan_status()
-    }
-
-    fn events(&mut self) -> Vec<Event> {
-        std::iter::from_fn(|| self.s.poll_event()).collect()
-    }
-
-    fn timeout(&self) -> Option<Instant> {
-        self.s.poll_timeout()
-    }
-
-    fn rejected(&self) -> Vec<(ResourceType, String, String)> {
-        self.s.rejected_resources()
     }
 }
 
