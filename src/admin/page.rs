@@ -92,10 +92,16 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
     let _ = write!(
         html,
         "<p class=\"sum\"><span><b>{}</b> nodes</span><span class=\"bad\"><b>{}</b> NACKing</span>\
-         <span><b>{}</b> with a response not yet ACKed</span><span><b>{}</b> with every type SYNCED</span></p>",
+         <span><b>{}</b> with a response not yet ACKed</span><span><b>{}</b> mid-update (make-before-break)</span>\
+         <span><b>{}</b> with every type SYNCED</span></p>",
         status.nodes.len(),
         count("NACKED"),
         count("STALE"),
+        status
+            .nodes
+            .iter()
+            .filter(|n| n.streams.iter().any(|s| s.plan.is_some()))
+            .count(),
         status
             .nodes
             .iter()
@@ -284,6 +290,24 @@ mod tests {
         assert!(
             !html.contains("http://") && !html.contains("https://"),
             "no external assets"
+        );
+    }
+
+    #[test]
+    fn a_node_mid_update_shows_its_step_and_what_is_held_back() {
+        let mut status = fleet(3);
+        status.nodes[1].streams[0].plan = Some(crate::admin::PlanStatusJson {
+            step: 2,
+            steps: 3,
+            held_back: 1,
+            nacked: Some("CDS".into()),
+            since: "t".into(),
+        });
+        let html = render(&status, &PageQuery::default());
+        assert!(html.contains("<b>1</b> mid-update"), "{html}");
+        assert!(
+            html.contains("ADS/delta (updating 2/3, 1 held back by a CDS NACK)"),
+            "{html}"
         );
     }
 
