@@ -13,13 +13,22 @@
 //! 2. once step 1 is ACKed: listeners, runtimes and the other types as in `N`; route
 //!    configurations, scoped routes, virtual hosts and extension configs as the union of `B`
 //!    and `N` (what a listener still running may name stays).
-//! 3. once step 2 is ACKed: `N` itself, which removes what nothing references any more.
+//! 3. once step 2 is ACKed: `N` itself, which removes what nothing references any more
+//!    (what `N` removes but still refers to stays, as `B` has it: [`steps`]).
 //!
 //! A step equal to the one before it is left out, so a change that crosses no dependency (the
 //! common one: only endpoints, or only a cluster's settings) is a plan of one step, `N`
 //! itself, which is no plan at all: the client gets exactly what it would without ordering.
 //! Steps are computed once per (base, new) pair and shared by the streams of a node group
 //! (memoized on the newer [`Snapshot`]).
+//!
+//! `B` is what the stream serves now (a step of a plan a newer snapshot interrupts, too), so
+//! nothing the client may be using is removed early. A NACK does not stop the rest: what
+//! refers, over the dependency graph ([`crate::resource::Resource::references`]), to what the
+//! client rejected is held back at its `B` version, nothing is removed meanwhile, and the plan
+//! goes on from where the client is ([`effective`]); that holds across later snapshots until
+//! the client accepts a fix. Per-type streams are not planned; they only keep what the node's
+//! other streams still refer to ([`Planner::handle_peer_references`]).
 //!
 //! Must not: send anything, or know SotW from delta (that is the stream core and its
 //! flavors); time comes in only as `now`.
