@@ -198,6 +198,13 @@ fn discover(root: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     if meta.is_file() {
         return Ok(vec![root.to_path_buf()]);
     }
+    if is_snapshot_file(root) {
+        // A snapshot file that became a directory (a bad deploy) is not an empty config.
+        return Err(ConfigError::Read {
+            path: root.to_path_buf(),
+            message: "is a directory, not a snapshot file".into(),
+        });
+    }
     let mut out = Vec::new();
     walk(root, 0, &mut out)?;
     Ok(out)
@@ -224,10 +231,24 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), ConfigEr
             continue;
         }
         let path = entry.path();
-        // Follow symlinks: ConfigMap files are links into `..data`.
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue; // a dangling link, e.g. mid-swap; the next event reloads
-        };
+        // Follow symlinks: ConfigMap files are links into `..data`, swapped atomically, so
+        // a link that leads nowhere is a broken deploy, not a file with nothing in it.
+        let meta = std::fs::metadata(&path).map_err(|e| ConfigError::Read {
+            path: path.clone(),
+            message: match std::fs::read_link(&path) {
+                Ok(target) => format!(
+                    "a symlink to {}, which cannot be read: {e}",
+                    target.display()
+                ),
+                Err(_) => format!("cannot read: {e}"),
+            },
+        })?;
+        if meta.is_dir() && is_snapshot_file(&path) {
+            return Err(ConfigError::Read {
+                path,
+                message: "is a directory, not a snapshot file".into(),
+            });
+        }
         if meta.is_dir() {
             walk(&path, depth + 1, out)?;
         } else if is_snapshot_file(&path) {
@@ -302,7 +323,15 @@ fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
         })?
     };
     if value.is_null() {
-        return Ok(RawFile::default()); // an empty file (or only comments) defines nothing
+        // Truncated by a failed copy or a half-finished write, more often than meant: a file
+        // that defines nothing says so.
+        return Err(ConfigError::Structure {
+            path: path.to_path_buf(),
+            at: "top level".into(),
+            message: "the file is empty (or only comments); write `{}` for a file that defines \
+                      nothing"
+                .into(),
+        });
     }
     if !value.is_mapping() {
         return Err(ConfigError::Structure {

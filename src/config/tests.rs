@@ -375,9 +375,48 @@ fn a_missing_path_and_an_empty_file() {
         Err(f) => f.errors,
     };
     assert!(errs[0].to_string().contains("nope"));
-    write(dir.path(), "empty.yaml", "# nothing yet\n");
-    let config = load_dir(dir.path()).expect("an empty file is an empty snapshot");
+    // A file that means nothing says so.
+    write(dir.path(), "empty.yaml", "{}\n");
+    let config = load_dir(dir.path()).expect("`{}` is an empty snapshot");
     assert_eq!(config.resource_count(), 0);
+    write(dir.path(), "lists.yaml", "clusters: []\n");
+    assert_eq!(load_dir(dir.path()).expect("loads").resource_count(), 0);
+}
+
+/// Bad input never removes good config: a truncated file, a dangling symlink or a snapshot
+/// file that became a directory is a load error, not an empty snapshot.
+#[test]
+fn empty_files_dangling_links_and_directories_are_errors() {
+    for (setup, says) in [
+        ("truncated", "the file is empty"),
+        ("comments", "the file is empty"),
+        ("dangling", "a symlink to"),
+        ("directory", "is a directory"),
+    ] {
+        let dir = tempfile::tempdir().expect("tmp");
+        write(dir.path(), "good.yaml", "clusters: [{name: a}]\n");
+        let path = dir.path().join("bad.yaml");
+        match setup {
+            "truncated" => std::fs::write(&path, "").expect("write"),
+            "comments" => std::fs::write(&path, "# clusters: [...]\n").expect("write"),
+            "dangling" => {
+                std::os::unix::fs::symlink(dir.path().join("gone.yaml"), &path).expect("link")
+            }
+            _ => std::fs::create_dir(&path).expect("mkdir"),
+        }
+        let errs = errors(dir.path());
+        assert_eq!(errs.len(), 1, "{setup}: {errs:?}");
+        assert!(
+            errs[0].contains("bad.yaml") && errs[0].contains(says),
+            "{setup}: {errs:?}"
+        );
+    }
+    // Named directly, a snapshot file that became a directory is an error too.
+    let dir = tempfile::tempdir().expect("tmp");
+    let as_dir = dir.path().join("clusters.yaml");
+    std::fs::create_dir(&as_dir).expect("mkdir");
+    let failure = load(&[as_dir], &LoadOptions::default()).expect_err("a directory");
+    assert!(failure.errors[0].to_string().contains("is a directory"));
 }
 
 #[test]
