@@ -209,8 +209,20 @@ impl Snapshot {
     }
 }
 
-/// A node group's snapshot, built by the first stream that needs it.
-type SnapshotCell = Arc<OnceLock<Arc<Snapshot>>>;
+/// A node group's snapshot, built by the first stream that needs it, and the node (id,
+/// cluster) that first asked for it.
+type SnapshotCell = Arc<(OnceLock<Arc<Snapshot>>, (String, String))>;
+
+/// A node group that a new configuration would leave without any resource of a type it has
+/// now (see [`Cache::emptied_groups`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmptiedGroup {
+    /// A node of the group: id and cluster.
+    pub node: (String, String),
+    pub kind: ResourceType,
+    /// How many it has now.
+    pub now: usize,
+}
 
 /// One published configuration, and the snapshots built from it so far.
 #[derive(Debug)]
@@ -251,9 +263,14 @@ impl Generation {
         // still a valid memo, so keep using it.
         let cell = {
             let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-            Arc::clone(groups.entry(group.clone()).or_default())
+            Arc::clone(groups.entry(group.clone()).or_insert_with(|| {
+                Arc::new((
+                    OnceLock::new(),
+                    (node_id.to_string(), node_cluster.to_string()),
+                ))
+            }))
         };
-        let snapshot = cell.get_or_init(|| {
+        let snapshot = cell.0.get_or_init(|| {
             Arc::new(Snapshot::from_resources(
                 group
                     .iter()
@@ -268,7 +285,7 @@ impl Generation {
         let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         let mut built: Vec<_> = groups
             .iter()
-            .filter_map(|(files, cell)| cell.get().map(|s| (files.clone(), Arc::clone(s))))
+            .filter_map(|(files, cell)| cell.0.get().map(|s| (files.clone(), Arc::clone(s))))
             .collect();
         built.sort_by(|a, b| a.0.cmp(&b.0));
         built
@@ -312,6 +329,47 @@ impl Cache {
     /// The current generation.
     pub fn current(&self) -> Arc<Generation> {
         Arc::clone(&self.current.borrow())
+    }
+
+    /// The node groups built so far (those with a node connected since the generation was
+    /// published) that `config` would leave without any listener or any cluster where they
+    /// have some now: a mass removal that is far more often a broken deploy of the files than
+    /// intent.
+    pub fn emptied_groups(&self, config: &Config) -> Vec<EmptiedGroup> {
+        let current = self.current();
+        let groups: Vec<SnapshotCell> = current
+            .groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut emptied = Vec::new();
+        for cell in groups {
+            let (built, (node_id, node_cluster)) = &*cell;
+            let Some(now) = built.get() else {
+                continue;
+            };
+            for kind in [ResourceType::Listener, ResourceType::Cluster] {
+                let had = now.get(kind).resources.len();
+                let will = config
+                    .files
+                    .iter()
+                    .filter(|f| f.selector.matches(node_id, node_cluster))
+                    .flat_map(|f| &f.resources)
+                    .filter(|r| r.kind == kind)
+                    .count();
+                if had > 0 && will == 0 {
+                    emptied.push(EmptiedGroup {
+                        node: (node_id.clone(), node_cluster.clone()),
+                        kind,
+                        now: had,
+                    });
+                }
+            }
+        }
+        emptied.sort_by(|a, b| a.node.cmp(&b.node).then(a.kind.cmp(&b.kind)));
+        emptied
     }
 
     /// A receiver that sees every later publication.

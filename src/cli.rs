@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// goes out anyway (and the time-out is logged and counted), e.g. `5s`, `1500ms`.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_step_timeout)]
     pub ordering_timeout: Duration,
+    /// Let a reload leave connected proxies without any listener or any cluster where they
+    /// have some (refused by default: the usual cause is a broken deploy of the files).
+    #[arg(long)]
+    pub allow_empty: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -156,6 +160,7 @@ pub fn main() -> ExitCode {
 fn validate(args: &ConfigArgs) -> ExitCode {
     let options = LoadOptions {
         strict: args.strict,
+        allow_empty: true,
     };
     match config::load(&args.paths, &options) {
         Ok(config) => {
@@ -223,6 +228,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         args.config.paths.clone(),
         LoadOptions {
             strict: args.config.strict,
+            allow_empty: args.allow_empty,
         },
         Arc::clone(&cache),
     ));

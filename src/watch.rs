@@ -20,7 +20,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use crate::cache::Cache;
-use crate::config::{self, Config, LoadFailure, LoadOptions};
+use crate::config::{self, Config, ConfigError, LoadFailure, LoadOptions};
 
 /// Quiet time after the last file event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -95,7 +95,31 @@ impl Reloader {
 
     /// Load now; publish when good and different from what is serving. Logs one line.
     pub fn reload(&self) -> Result<(), LoadFailure> {
-        let result = config::load(&self.paths, &self.options);
+        let result = config::load(&self.paths, &self.options).and_then(|config| {
+            if self.options.allow_empty {
+                return Ok(config);
+            }
+            // A load that would leave connected proxies with no listener or no cluster at
+            // all is refused: it is far more often a broken deploy than intent.
+            let errors: Vec<ConfigError> = self
+                .cache
+                .emptied_groups(&config)
+                .into_iter()
+                .map(|e| ConfigError::WouldEmpty {
+                    kind: e.kind,
+                    node: e.node,
+                    now: e.now,
+                })
+                .collect();
+            if errors.is_empty() {
+                Ok(config)
+            } else {
+                Err(LoadFailure {
+                    errors,
+                    warnings: config.warnings,
+                })
+            }
+        });
         let report = match &result {
             Ok(config) => {
                 for w in &config.warnings {

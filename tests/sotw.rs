@@ -535,3 +535,67 @@ async fn p30_per_type_cds_keeps_a_removed_cluster_until_the_route_stream_moved()
     assert_eq!(names(&only_next), ["next"]);
     server.shutdown().await;
 }
+
+/// A reload that would leave a connected node with no listener (or no cluster) at all is
+/// refused as a load error, and the proxy keeps everything; unless the server allows it.
+#[tokio::test]
+async fn a_reload_that_empties_a_connected_node_is_refused() {
+    let server = standard_server().await;
+    let mut c = envoy_like_start(&server, "n1").await;
+    let errors = server.set_bad_file("listeners.yaml", "{}\n");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("would remove every listener")
+            && errors[0].contains("\"n1\"")
+            && errors[0].contains("--allow-empty"),
+        "{errors:?}"
+    );
+    c.expect_quiet(std::time::Duration::from_millis(300)).await;
+    let status = server.status().await;
+    let config = status.config.expect("a load was reported");
+    assert!(!config.ok && config.errors[0].contains("every listener"));
+    // Removing one of two listeners is an ordinary change.
+    server.set_files(&[(
+        "listeners.yaml",
+        &format!(
+            "{}{}",
+            rds_listener("http", 10000, "main"),
+            support::listener_item("other", 10001, "main")
+        ),
+    )]);
+    let lds = c.recv_type(Listener).await;
+    assert_eq!(names(&lds), ["http", "other"]);
+    c.ack(&lds, &[]).await;
+    server.set_file("listeners.yaml", &rds_listener("http", 10000, "main"));
+    assert_eq!(names(&c.recv_type(Listener).await), ["http"]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn allow_empty_lets_a_reload_empty_a_node() {
+    let dir = tempfile::tempdir().expect("tmp");
+    support::write(
+        dir.path(),
+        "clusters.yaml",
+        &eds_cluster("backend", "1s", 8080),
+    );
+    let cache = std::sync::Arc::new(switchyard::cache::Cache::new());
+    let reloader = switchyard::watch::Reloader::new(
+        vec![dir.path().to_path_buf()],
+        switchyard::config::LoadOptions {
+            allow_empty: true,
+            ..Default::default()
+        },
+        std::sync::Arc::clone(&cache),
+    );
+    reloader.reload().expect("loads");
+    cache.current().snapshot_for("n1", "test"); // a node of the group connected
+    support::write(dir.path(), "clusters.yaml", "{}\n");
+    reloader.reload().expect("allowed");
+    assert!(cache
+        .current()
+        .snapshot_for("n1", "test")
+        .get(Cluster)
+        .resources
+        .is_empty());
+}

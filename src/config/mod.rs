@@ -31,6 +31,9 @@ pub use selector::{NodeMatch, Selector};
 pub struct LoadOptions {
     /// Reference problems (a route naming a missing cluster, ...) are errors, not warnings.
     pub strict: bool,
+    /// A reload may leave a connected node group without any listener or cluster (refused
+    /// otherwise: see `Cache::emptied_groups`).
+    pub allow_empty: bool,
 }
 
 /// A whole, valid configuration: every file read, in path order.
@@ -124,6 +127,16 @@ pub enum ConfigError {
         first: PathBuf,
         second: PathBuf,
         why: String,
+    },
+    #[error(
+        "this load would remove every {} from the nodes like {:?} (cluster {:?}), which have {} now; \
+         refused, the last good snapshot keeps serving (if that is intended, serve with \
+         --allow-empty)", references::noun(*.kind), .node.0, .node.1, .now
+    )]
+    WouldEmpty {
+        kind: ResourceType,
+        node: (String, String),
+        now: usize,
     },
     #[error("{}: {kind} {name:?}: {message}", .path.display())]
     Reference {

@@ -173,9 +173,10 @@ impl Checker {
     }
 }
 
-fn noun(kind: ResourceType) -> &'static str {
+pub(super) fn noun(kind: ResourceType) -> &'static str {
     match kind {
         ResourceType::Cluster => "cluster",
+        ResourceType::Listener => "listener",
         ResourceType::Route => "route configuration",
         ResourceType::Secret => "secret",
         _ => kind.file_key(),

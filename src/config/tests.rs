@@ -309,7 +309,13 @@ fn reference_problems_are_warnings_or_errors_under_strict() {
     assert!(warnings
         .iter()
         .any(|w| w.contains("EDS cluster") && w.contains("\"backend\"")));
-    let strict = load(&[dir.path().to_path_buf()], &LoadOptions { strict: true });
+    let strict = load(
+        &[dir.path().to_path_buf()],
+        &LoadOptions {
+            strict: true,
+            ..LoadOptions::default()
+        },
+    );
     assert_eq!(strict.expect_err("strict").errors.len(), 3);
 }
 
