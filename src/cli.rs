@@ -338,8 +338,23 @@ async fn fetch_status(addr: SocketAddr) -> anyhow::Result<(crate::admin::Status,
     Ok((status, body))
 }
 
+/// Text a proxy sent (node ids, NACK messages), made safe for a terminal: control characters
+/// (escape sequences, carriage returns, newlines) are shown escaped, never acted on.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
 /// The table `switchyard status` prints: one row per node, a column per type any node asked
-/// for, then the NACK texts and the last config load.
+/// for, then the NACK texts and the last config load. What proxies sent is escaped.
 pub fn status_table(status: &crate::admin::Status) -> String {
     use crate::resource::ResourceType;
     let kinds: Vec<&str> = ResourceType::ALL
@@ -358,10 +373,10 @@ pub fn status_table(status: &crate::admin::Status) -> String {
             .trim()
             .to_string();
         let mut row = vec![
-            n.node_id.clone(),
-            n.node_cluster.clone(),
-            streams.join(","),
-            agent,
+            printable(&n.node_id),
+            printable(&n.node_cluster),
+            printable(&streams.join(",")),
+            printable(&agent),
         ];
         row.extend(kinds.iter().map(|k| {
             n.types
@@ -387,7 +402,10 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         for p in n.streams.iter().filter_map(|s| s.plan.as_ref()) {
             out.push_str(&format!(
                 "\nUPDATING {}: step {} of {} since {}, waiting for the proxy's ACKs\n",
-                n.node_id, p.step, p.steps, p.since
+                printable(&n.node_id),
+                p.step,
+                p.steps,
+                p.since
             ));
             if let (Some(kind), held) = (&p.nacked, p.held_back) {
                 if held > 0 {
@@ -401,9 +419,10 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         for (kind, t) in &n.types {
             if let Some(error) = &t.error {
                 out.push_str(&format!(
-                    "\nNACKED {} {kind} (rejected version {}): {error}\n",
-                    n.node_id,
-                    t.rejected_version.as_deref().unwrap_or("?")
+                    "\nNACKED {} {kind} (rejected version {}): {}\n",
+                    printable(&n.node_id),
+                    t.rejected_version.as_deref().unwrap_or("?"),
+                    printable(error)
                 ));
             }
         }
@@ -472,4 +491,52 @@ fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     result.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::{NodeStatus, Status, StreamStatus, TypeStatusJson};
+
+    #[test]
+    fn status_table_escapes_what_proxies_send() {
+        let nasty = "bad\u{1b}[2J\r\nfake row";
+        let status = Status {
+            nodes: vec![NodeStatus {
+                node_id: nasty.into(),
+                node_cluster: "c".into(),
+                user_agent: "envoy".into(),
+                user_agent_version: String::new(),
+                client_features: vec![],
+                streams: vec![StreamStatus {
+                    peer: "p".into(),
+                    stream: "ADS".into(),
+                    protocol: "sotw".into(),
+                    connected_since: "t".into(),
+                    plan: None,
+                }],
+                types: [(
+                    "CDS".to_string(),
+                    TypeStatusJson {
+                        state: "NACKED".into(),
+                        version_sent: "v2".into(),
+                        version_acked: "v1".into(),
+                        nonce: "1".into(),
+                        error: Some(nasty.into()),
+                        rejected_version: Some("v2".into()),
+                        last_change: "t".into(),
+                    },
+                )]
+                .into(),
+            }],
+            config: None,
+        };
+        let table = status_table(&status);
+        assert!(
+            !table.contains('\u{1b}') && !table.contains('\r'),
+            "{table:?}"
+        );
+        assert!(table.contains(r"bad\u{1b}[2J\r\nfake row"), "{table}");
+        assert!(!table.lines().any(|l| l.starts_with("fake row")), "{table}");
+    }
 }
