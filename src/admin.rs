@@ -23,6 +23,7 @@ mod page;
 
 use crate::cache::Cache;
 use crate::fleet::{format_time, Fleet, StreamReport, TypeReport};
+use crate::redact::Secrets;
 use crate::watch::Reloader;
 
 /// What the admin routes read.
@@ -31,6 +32,8 @@ pub struct Admin {
     pub fleet: Arc<Fleet>,
     pub cache: Arc<Cache>,
     pub reloader: Arc<Reloader>,
+    /// `/config_dump` shows sensitive fields only with `--admin-show-secrets`.
+    pub show_secrets: Secrets,
 }
 
 /// The admin server failed (binding is the caller's; this is serving).
@@ -294,7 +297,7 @@ async fn config_dump(
                 let mut entry = serde_json::json!({
                     "name": r.name,
                     "version": r.version,
-                    "resource": resource_json(r),
+                    "resource": resource_json(r, admin.show_secrets),
                 });
                 if let Some(ttl) = r.ttl {
                     entry["ttl"] = format!("{}s", ttl.as_secs_f64()).into();
@@ -323,8 +326,8 @@ async fn config_dump(
     .into_response()
 }
 
-fn resource_json(r: &crate::resource::Resource) -> serde_json::Value {
-    crate::config::descriptors::resource_json(r)
+fn resource_json(r: &crate::resource::Resource, secrets: Secrets) -> serde_json::Value {
+    crate::config::descriptors::resource_json(r, r.body_shown(secrets))
         .unwrap_or_else(|| serde_json::json!({ "error": "does not decode as its type" }))
 }
 

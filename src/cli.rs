@@ -19,6 +19,8 @@ use crate::cache::Cache;
 use crate::config::{self, LoadOptions};
 use crate::fleet::Fleet;
 use crate::protocol::Ordering;
+use crate::redact::Secrets;
+use crate::server::ServeOptions;
 use crate::watch::Reloader;
 
 /// Exit code for bad flags or a config that cannot load at start (sysexits EX_USAGE).
@@ -108,6 +110,15 @@ pub struct ServeArgs {
     /// have some (refused by default: the usual cause is a broken deploy of the files).
     #[arg(long)]
     pub allow_empty: bool,
+    /// Send private key material (private keys, session ticket keys, generic secrets) to
+    /// proxies, which cannot prove who they are: only for a sidecar on loopback. Without it,
+    /// secrets go out without their private parts.
+    #[arg(long)]
+    pub insecure_serve_secrets: bool,
+    /// Show sensitive fields (keys, secrets, passwords) in CSDS and `/config_dump`, for
+    /// debugging. Without it they are left out.
+    #[arg(long)]
+    pub admin_show_secrets: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -259,10 +270,14 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let watcher = tokio::spawn(Arc::clone(&reloader).watch(stopped(stop_rx.clone())));
+    let secrets = Secrets::serve_if(args.insecure_serve_secrets);
+    let show_secrets = Secrets::serve_if(args.admin_show_secrets);
+    log_secret_policy(&cache, secrets);
     let admin = crate::admin::Admin {
         fleet: Arc::clone(&fleet),
         cache: Arc::clone(&cache),
         reloader,
+        show_secrets,
     };
     // Started once the xDS listener is bound, so /readyz needs only a loaded config.
     let admin_task = tokio::spawn(crate::admin::serve(
@@ -274,11 +289,15 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         signalled.await;
         let _ = stop_tx.send(true);
     });
-    let ordering = Ordering {
-        enabled: args.ordering == Switch::On,
-        step_timeout: args.ordering_timeout,
+    let options = ServeOptions {
+        ordering: Ordering {
+            enabled: args.ordering == Switch::On,
+            step_timeout: args.ordering_timeout,
+        },
+        secrets,
+        show_secrets,
     };
-    let served = crate::server::serve(listener, cache, fleet, ordering, stopped(stop_rx)).await;
+    let served = crate::server::serve(listener, cache, fleet, options, stopped(stop_rx)).await;
     let _ = watcher.await;
     match admin_task.await {
         Ok(Err(e)) => tracing::error!("{e}"),
@@ -286,6 +305,37 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         Ok(Ok(())) => {}
     }
     served.map_err(|e| Failure::Runtime(e.into()))
+}
+
+/// Say at start whether the snapshot holds private key material and how it is served.
+fn log_secret_policy(cache: &Cache, secrets: Secrets) {
+    let current = cache.current();
+    let holding: Vec<&str> = current
+        .config
+        .files
+        .iter()
+        .flat_map(|f| &f.resources)
+        .filter(|r| r.has_private_material())
+        .map(|r| r.name.as_str())
+        .collect();
+    if holding.is_empty() {
+        return;
+    }
+    match secrets {
+        Secrets::Redact => tracing::warn!(
+            resources = holding.len(),
+            names = ?holding,
+            "The snapshot holds private key material. Proxies get these resources without it \
+             (they cannot prove who they are); serve with --insecure-serve-secrets for a \
+             sidecar on loopback."
+        ),
+        Secrets::Serve => tracing::warn!(
+            resources = holding.len(),
+            names = ?holding,
+            "The snapshot holds private key material, and --insecure-serve-secrets sends it to \
+             any client that asks for it."
+        ),
+    }
 }
 
 /// `switchyard status`: ask a running server's admin API and print what every proxy has.

@@ -29,6 +29,7 @@ pub mod config;
 pub mod fleet;
 pub mod metrics;
 pub mod protocol;
+pub mod redact;
 pub mod resource;
 pub mod server;
 #[cfg(test)]

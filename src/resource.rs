@@ -10,6 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use envoy_types::pb::google::protobuf::Any;
 
+use crate::redact::Secrets;
+
 /// Prefix of every type URL.
 pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 
@@ -185,10 +187,43 @@ pub struct Resource {
     /// context's SDS secrets; a route configuration with VHDS names its own virtual-host
     /// namespace. Sorted, without duplicates.
     pub references: Vec<(ResourceType, String)>,
+    /// The resource without its secret material, encoded once, where it has any (see
+    /// `redact`); `None` for the (many) resources without.
+    pub redacted: Option<Box<Redacted>>,
     /// The resource as a proto3 JSON `Any` (with `"@type"`), for REST-JSON polling: rendered
     /// on first use and shared by every poll, like `any` is for gRPC. `None` inside if it
     /// cannot be rendered.
     any_json: Rendered,
+}
+
+/// A resource's forms without secret material (see `redact`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redacted {
+    /// Without private key material, for proxies that have not proven who they are.
+    pub for_proxy: Option<Encoded>,
+    /// Without any sensitive field, for operators.
+    pub for_operator: Option<Encoded>,
+}
+
+/// A message body and its `Any` wrapping, encoded once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    pub any: Bytes,
+    /// A view into `any`.
+    pub body: Bytes,
+}
+
+impl Encoded {
+    fn new(kind: ResourceType, body: Vec<u8>) -> Encoded {
+        let body_len = body.len();
+        let any = Bytes::from(prost::Message::encode_to_vec(&Any {
+            type_url: kind.type_url().to_string(),
+            value: body,
+        }));
+        // `value` is the last field of an Any, so the body is the tail of its encoding.
+        let body = any.slice(any.len() - body_len..);
+        Encoded { any, body }
+    }
 }
 
 /// A rendering cache: not part of the resource's value (it never affects equality).
@@ -212,13 +247,7 @@ impl Resource {
         body: Vec<u8>,
         warms_with: Option<String>,
     ) -> Resource {
-        let body_len = body.len();
-        let any = Bytes::from(prost::Message::encode_to_vec(&Any {
-            type_url: kind.type_url().to_string(),
-            value: body,
-        }));
-        // `value` is the last field of an Any, so the body is the tail of its encoding.
-        let body = any.slice(any.len() - body_len..);
+        let Encoded { any, body } = Encoded::new(kind, body);
         Resource {
             kind,
             name: name.into(),
@@ -229,6 +258,7 @@ impl Resource {
             ttl: None,
             aliases: Vec::new(),
             references: Vec::new(),
+            redacted: None,
             any_json: Rendered::default(),
         }
     }
@@ -251,6 +281,59 @@ impl Resource {
         aliases.dedup();
         self.aliases = aliases;
         self
+    }
+
+    /// The same resource, with its forms without secret material: `for_proxy` (the body
+    /// without private key material) and `for_operator` (without any sensitive field), each
+    /// only if it differs from the resource.
+    pub fn with_redactions(
+        mut self,
+        for_proxy: Option<Vec<u8>>,
+        for_operator: Option<Vec<u8>>,
+    ) -> Resource {
+        if for_proxy.is_none() && for_operator.is_none() {
+            return self;
+        }
+        let kind = self.kind;
+        self.redacted = Some(Box::new(Redacted {
+            for_proxy: for_proxy.map(|body| Encoded::new(kind, body)),
+            for_operator: for_operator.map(|body| Encoded::new(kind, body)),
+        }));
+        self
+    }
+
+    /// The `Any` bytes a proxy gets: without private key material unless `secrets` says
+    /// serve.
+    pub fn any_for(&self, secrets: Secrets) -> &Bytes {
+        match (&self.redacted, secrets) {
+            (Some(r), Secrets::Redact) => r.for_proxy.as_ref().map_or(&self.any, |e| &e.any),
+            _ => &self.any,
+        }
+    }
+
+    /// The message body a proxy gets (as [`Resource::any_for`]).
+    pub fn body_for(&self, secrets: Secrets) -> &Bytes {
+        match (&self.redacted, secrets) {
+            (Some(r), Secrets::Redact) => r.for_proxy.as_ref().map_or(&self.body, |e| &e.body),
+            _ => &self.body,
+        }
+    }
+
+    /// The message body an operator sees: without any sensitive field unless `secrets` says
+    /// show.
+    pub fn body_shown(&self, secrets: Secrets) -> &Bytes {
+        match (&self.redacted, secrets) {
+            (Some(r), Secrets::Redact) => r.for_operator.as_ref().map_or(&self.body, |e| &e.body),
+            _ => &self.body,
+        }
+    }
+
+    /// Whether the resource carries private key material (which proxies get only when
+    /// secrets are served).
+    pub fn has_private_material(&self) -> bool {
+        self.redacted
+            .as_ref()
+            .is_some_and(|r| r.for_proxy.is_some())
     }
 
     /// The same resource, naming these others (see [`Resource::references`]).

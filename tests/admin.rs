@@ -500,6 +500,7 @@ async fn readyz_is_503_until_a_config_is_loaded() {
         fleet: Arc::new(switchyard::fleet::Fleet::default()),
         cache: Arc::clone(&cache),
         reloader: Arc::clone(&reloader),
+        show_secrets: Default::default(),
     };
     let task = tokio::spawn(switchyard::admin::serve(
         listener,
@@ -519,4 +520,85 @@ async fn readyz_is_503_until_a_config_is_loaded() {
     reloader.reload().expect("an empty directory loads");
     assert_eq!(get("/readyz").await, (200, "ready\n".to_string()));
     task.abort();
+}
+
+const TLS_SECRET: &str = r#"
+secrets:
+  - name: cert
+    tls_certificate:
+      certificate_chain: { inline_string: "CHAIN-PEM" }
+      private_key: { inline_string: "KEY-PEM" }
+"#;
+
+/// What each door gives of a TLS secret: (SDS over ADS, REST poll, CSDS, /config_dump).
+async fn secret_everywhere(server: &TestServer) -> [String; 4] {
+    use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
+    use switchyard::resource::ResourceType::Secret;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Secret, &["cert"]).await;
+    let sds = c.recv_type(Secret).await;
+    c.ack(&sds, &["cert"]).await;
+    let sds = String::from_utf8_lossy(&sds.resources[0].value).into_owned();
+    let rest = reqwest::Client::new()
+        .post(format!("http://{}/v3/discovery:secrets", server.addr))
+        .body(serde_json::json!({"node": {"id": "anyone"}, "resource_names": ["cert"]}).to_string())
+        .send()
+        .await
+        .expect("REST answers")
+        .text()
+        .await
+        .expect("body");
+    status_until(server, |s| {
+        state(s, "n1", "SDS").as_deref() == Some("SYNCED")
+    })
+    .await;
+    let csds = ClientStatusDiscoveryServiceClient::new(server.channel().await)
+        .fetch_client_status(ClientStatusRequest::default())
+        .await
+        .expect("CSDS answers")
+        .into_inner();
+    let csds: Vec<u8> = csds.config[0].generic_xds_configs[0]
+        .xds_config
+        .as_ref()
+        .expect("contents")
+        .value
+        .clone();
+    let (_, dump) = server.admin_get("/config_dump?node=n1").await;
+    [sds, rest, String::from_utf8_lossy(&csds).into_owned(), dump]
+}
+
+#[tokio::test]
+async fn private_keys_go_nowhere_by_default_but_certificate_chains_do() {
+    let server = TestServer::start(&[("secrets.yaml", TLS_SECRET)]).await;
+    let doors = secret_everywhere(&server).await;
+    for (door, text) in ["SDS", "REST", "CSDS", "/config_dump"].iter().zip(&doors) {
+        assert!(
+            !text.contains("KEY-PEM"),
+            "{door} leaked the private key: {text}"
+        );
+        assert!(
+            text.contains("CHAIN-PEM"),
+            "{door} lost the certificate chain: {text}"
+        );
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_flags_serve_and_show_private_keys() {
+    let server = TestServer::start_with(
+        &[("secrets.yaml", TLS_SECRET)],
+        switchyard::server::ServeOptions {
+            secrets: switchyard::redact::Secrets::Serve,
+            show_secrets: switchyard::redact::Secrets::Serve,
+            ..Default::default()
+        },
+    )
+    .await;
+    let doors = secret_everywhere(&server).await;
+    for (door, text) in ["SDS", "REST", "CSDS", "/config_dump"].iter().zip(&doors) {
+        assert!(text.contains("KEY-PEM"), "{door}: {text}");
+    }
+    server.shutdown().await;
 }

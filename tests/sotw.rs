@@ -481,7 +481,10 @@ async fn p30_ordering_off_sends_the_cut_over_at_once() {
             ("listeners.yaml", &rds_listener("http", 10000, "main")),
             ("routes.yaml", &route_to("main", "backend")),
         ],
-        switchyard::protocol::Ordering::off(),
+        switchyard::server::ServeOptions {
+            ordering: switchyard::protocol::Ordering::off(),
+            ..Default::default()
+        },
     )
     .await;
     let mut c = envoy_like_start(&server, "n1").await;

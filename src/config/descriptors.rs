@@ -32,12 +32,15 @@ pub fn message(kind: ResourceType) -> MessageDescriptor {
         .expect("every served resource type is in the descriptor set (tested)")
 }
 
-/// A resource's proto3 canonical JSON, decoded from its encoded bytes. `None` only if the
-/// bytes do not decode as their type (never for what the loader encoded from this pool).
-pub fn resource_json(resource: &crate::resource::Resource) -> Option<serde_json::Value> {
+/// A resource's proto3 canonical JSON, decoded from `body` (one of its encoded forms: whole,
+/// or without secrets). `None` only if the bytes do not decode as their type (never for what
+/// the loader encoded from this pool).
+pub fn resource_json(
+    resource: &crate::resource::Resource,
+    body: &bytes::Bytes,
+) -> Option<serde_json::Value> {
     let message =
-        prost_reflect::DynamicMessage::decode(message(resource.kind), resource.body.clone())
-            .ok()?;
+        prost_reflect::DynamicMessage::decode(message(resource.kind), body.clone()).ok()?;
     serde_json::to_value(&message).ok()
 }
 

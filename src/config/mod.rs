@@ -478,11 +478,22 @@ fn decode_resource(
         _ => Vec::new(),
     };
     let references = references::of(kind, &name, &json, warms_with.as_deref());
+    // Each resource's forms without secret material are encoded once, here, like the
+    // resource itself.
+    let without = |audience| {
+        let mut copy = message.clone();
+        crate::redact::redact(&mut copy, audience).then(|| prost::Message::encode_to_vec(&copy))
+    };
+    let (for_proxy, for_operator) = (
+        without(crate::redact::Audience::Proxy),
+        without(crate::redact::Audience::Operator),
+    );
     let body = prost::Message::encode_to_vec(&message);
     let resource = Resource::new(kind, name, version, body, warms_with)
         .with_ttl(ttl)
         .with_aliases(aliases)
-        .with_references(references);
+        .with_references(references)
+        .with_redactions(for_proxy, for_operator);
     Ok(resource)
 }
 

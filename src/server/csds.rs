@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::cache::Cache;
 use crate::fleet::{Fleet, StreamReport, TypeReport};
+use crate::redact::Secrets;
 use crate::resource::ResourceType;
 
 /// The CSDS service.
@@ -31,6 +32,8 @@ use crate::resource::ResourceType;
 pub struct Csds {
     pub fleet: Arc<Fleet>,
     pub cache: Arc<Cache>,
+    /// Operators see sensitive fields only with `--admin-show-secrets`.
+    pub show_secrets: Secrets,
 }
 
 type StatusStream = Pin<Box<dyn Stream<Item = Result<ClientStatusResponse, Status>> + Send>>;
@@ -97,6 +100,7 @@ impl Csds {
                         r,
                         t,
                         request.exclude_resource_contents,
+                        self.show_secrets,
                     ));
                 }
             }
@@ -121,6 +125,7 @@ fn resource_config(
     r: &crate::resource::Resource,
     t: &TypeReport,
     exclude_contents: bool,
+    secrets: Secrets,
 ) -> GenericXdsConfig {
     let (config_status, client_status) = match t.state {
         "SYNCED" => (ConfigStatus::Synced, ClientResourceStatus::Acked),
@@ -142,7 +147,7 @@ fn resource_config(
         version_info: r.version.clone(),
         xds_config: (!exclude_contents).then(|| Any {
             type_url: kind.type_url().to_string(),
-            value: r.body.to_vec(),
+            value: r.body_shown(secrets).to_vec(),
         }),
         last_updated,
         config_status: config_status as i32,

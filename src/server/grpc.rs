@@ -23,7 +23,7 @@ use super::stream::{spawn, Machine, Responses, Shared};
 use super::{MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
 use crate::cache::Cache;
 use crate::fleet::Fleet;
-use crate::protocol::{Delta, Ordering, Sotw, Variant};
+use crate::protocol::{Delta, Sotw, Variant};
 use crate::resource::ResourceType;
 
 /// What every xDS service shares: the cache, and the signal that ends streams on shutdown.
@@ -36,7 +36,7 @@ impl XdsServer {
     pub fn new(
         cache: Arc<Cache>,
         fleet: Arc<Fleet>,
-        ordering: Ordering,
+        options: super::ServeOptions,
         stop: watch::Receiver<bool>,
     ) -> XdsServer {
         XdsServer {
@@ -44,7 +44,8 @@ impl XdsServer {
                 cache,
                 fleet,
                 peers: Arc::default(),
-                ordering,
+                ordering: options.ordering,
+                secrets: options.secrets,
                 stop,
             },
         }

@@ -31,6 +31,7 @@ use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service
 use crate::cache::Cache;
 use crate::fleet::Fleet;
 use crate::protocol::Ordering;
+use crate::redact::Secrets;
 
 /// Largest request accepted (a delta reconnect can list every resource it has).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
@@ -55,27 +56,41 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Serve xDS on `listener` from `cache`, reporting every stream in `fleet` and ordering
-/// updates on aggregated streams by `ordering`, until `shutdown` completes; then end every
-/// stream and wait (up to [`DRAIN_TIMEOUT`]) for connections to close.
+/// How the server behaves, beyond its listener and data.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServeOptions {
+    /// Make-before-break on aggregated streams.
+    pub ordering: Ordering,
+    /// Private key material to proxies (xDS and REST): only with `--insecure-serve-secrets`,
+    /// since no client proves who it is.
+    pub secrets: Secrets,
+    /// Sensitive fields on CSDS: only with `--admin-show-secrets`.
+    pub show_secrets: Secrets,
+}
+
+/// Serve xDS on `listener` from `cache`, reporting every stream in `fleet`, as `options`
+/// say, until `shutdown` completes; then end every stream and wait (up to
+/// [`DRAIN_TIMEOUT`]) for connections to close.
 pub async fn serve(
     listener: TcpListener,
     cache: Arc<Cache>,
     fleet: Arc<Fleet>,
-    ordering: Ordering,
+    options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let csds = ClientStatusDiscoveryServiceServer::new(csds::Csds {
         fleet: Arc::clone(&fleet),
         cache: Arc::clone(&cache),
+        show_secrets: options.show_secrets,
     });
     let rest = rest::router(rest::Rest {
         cache: Arc::clone(&cache),
         fleet: Arc::clone(&fleet),
         stop: stop_rx.clone(),
+        secrets: options.secrets,
     });
-    let xds = grpc::XdsServer::new(cache, fleet, ordering, stop_rx);
+    let xds = grpc::XdsServer::new(cache, fleet, options, stop_rx);
     let mut builder = tonic::transport::Server::builder()
         // REST-JSON polling comes over HTTP/1.1 too.
         .accept_http1(true)

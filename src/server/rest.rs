@@ -25,6 +25,7 @@ use crate::config::descriptors;
 use crate::fleet::Fleet;
 use crate::metrics::PollLabels;
 use crate::protocol::Subscription;
+use crate::redact::Secrets;
 use crate::resource::ResourceType;
 
 /// How long a request for the version the client already has is held before `304`. Below
@@ -37,6 +38,9 @@ pub struct Rest {
     pub cache: Arc<Cache>,
     pub fleet: Arc<Fleet>,
     pub stop: watch::Receiver<bool>,
+    /// Private key material only with `--insecure-serve-secrets`: a poll proves nothing about
+    /// who it comes from.
+    pub secrets: Secrets,
 }
 
 /// `POST /v3/discovery:{type}`.
@@ -125,8 +129,8 @@ fn poll_counted(rest: &Rest, kind: ResourceType, result: &'static str) {
 }
 
 /// A resource as the proto3 JSON of an `Any`: its fields plus `"@type"`.
-fn render_any(r: &crate::resource::Resource) -> Option<String> {
-    let mut json = descriptors::resource_json(r)?;
+fn render_any(r: &crate::resource::Resource, secrets: Secrets) -> Option<String> {
+    let mut json = descriptors::resource_json(r, r.body_for(secrets))?;
     json.as_object_mut()?
         .insert("@type".into(), r.kind.type_url().into());
     Some(json.to_string())
@@ -160,7 +164,8 @@ fn answer(
         if i > 0 {
             body.push(',');
         }
-        body.push_str(r.any_json(render_any).unwrap_or("{}"));
+        // The server's policy is fixed for its life, so one cached rendering serves all.
+        body.push_str(r.any_json(|r| render_any(r, rest.secrets)).unwrap_or("{}"));
     }
     body.push_str("],\"type_url\":");
     body.push_str(&serde_json::Value::from(kind.type_url()).to_string());

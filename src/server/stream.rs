@@ -21,6 +21,7 @@ use crate::metrics::{observe, PlanLabels, StreamLabels, StreamMetrics, TypeLabel
 use crate::protocol::stream::Flavor;
 use crate::protocol::{Delta, DeltaResponse, Event, Ordering, PlanEvent, Response, Sotw};
 use crate::protocol::{Stream, Variant};
+use crate::redact::Secrets;
 use crate::resource::ResourceType;
 
 /// Responses buffered per stream before the task waits for the client to read.
@@ -39,6 +40,7 @@ pub trait Machine: Flavor<Request: prost::Message + Default> {
     fn wire(
         response: Self::Response,
         control_plane: &Arc<str>,
+        secrets: Secrets,
     ) -> (Self::Wire, ResourceType, String, usize);
 }
 
@@ -46,10 +48,14 @@ impl Machine for Sotw {
     type Wire = WireResponse;
     const PROTOCOL: &'static str = "sotw";
 
-    fn wire(r: Response, control_plane: &Arc<str>) -> (WireResponse, ResourceType, String, usize) {
+    fn wire(
+        r: Response,
+        control_plane: &Arc<str>,
+        secrets: Secrets,
+    ) -> (WireResponse, ResourceType, String, usize) {
         let (kind, version, count) = (r.kind, r.version.clone(), r.resources.len());
         (
-            WireResponse::new(r, Arc::clone(control_plane)),
+            WireResponse::new(r, Arc::clone(control_plane)).with_secrets(secrets),
             kind,
             version,
             count,
@@ -64,11 +70,12 @@ impl Machine for Delta {
     fn wire(
         r: DeltaResponse,
         control_plane: &Arc<str>,
+        secrets: Secrets,
     ) -> (WireDeltaResponse, ResourceType, String, usize) {
         let (kind, version) = (r.kind, r.system_version.clone());
         let count = r.resources.len() + r.removed.len();
         (
-            WireDeltaResponse::new(r, Arc::clone(control_plane)),
+            WireDeltaResponse::new(r, Arc::clone(control_plane)).with_secrets(secrets),
             kind,
             version,
             count,
@@ -84,6 +91,8 @@ pub struct Shared {
     pub fleet: Arc<Fleet>,
     pub peers: Arc<Peers>,
     pub ordering: Ordering,
+    /// Private key material to proxies, or not.
+    pub secrets: Secrets,
     pub stop: watch::Receiver<bool>,
 }
 
@@ -111,6 +120,7 @@ async fn run<M: Machine>(
         fleet,
         peers,
         ordering,
+        secrets,
         mut stop,
     } = shared;
     let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
@@ -206,7 +216,7 @@ async fn run<M: Machine>(
         let mut gone = false;
         while let Some((wire, kind, version, resources)) = machine
             .poll_response(Instant::now())
-            .map(|r| M::wire(r, &control_plane))
+            .map(|r| M::wire(r, &control_plane, secrets))
         {
             tracing::debug!(node, r#type = %kind, version, resources, protocol, "Sending response.");
             let bytes = prost::Message::encoded_len(&wire);

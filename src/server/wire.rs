@@ -15,6 +15,7 @@ use prost::encoding::{self, DecodeContext, WireType};
 use prost::DecodeError;
 
 use crate::protocol::{DeltaResource, DeltaResponse, Response};
+use crate::redact::Secrets;
 use crate::resource::Resource;
 
 /// A `DiscoveryResponse` whose resources are written from shared, pre-encoded bytes.
@@ -28,6 +29,8 @@ pub struct WireResponse {
     pub control_plane: Arc<str>,
     /// Wrap resources with a TTL in `Resource` (P26).
     pub wrap_ttl: bool,
+    /// Private key material goes out, or each resource's form without it.
+    pub secrets: Secrets,
 }
 
 const VERSION_INFO: u32 = 1;
@@ -47,7 +50,14 @@ impl WireResponse {
             nonce: response.nonce,
             control_plane,
             wrap_ttl: response.wrap_ttl,
+            secrets: Secrets::default(),
         }
+    }
+
+    /// The same, sending private key material as `secrets` says.
+    pub fn with_secrets(mut self, secrets: Secrets) -> WireResponse {
+        self.secrets = secrets;
+        self
     }
 
     /// The resource wrapped with its TTL, if it goes out that way (P26).
@@ -58,6 +68,7 @@ impl WireResponse {
             aliases: &[],
             ttl: Some(ttl),
             heartbeat: false,
+            secrets: self.secrets,
         })
     }
 }
@@ -88,8 +99,9 @@ impl prost::Message for WireResponse {
                     w.put_any(buf);
                 }
                 None => {
-                    put_message_header(RESOURCES, r.any.len(), buf);
-                    buf.put_slice(&r.any);
+                    let any = r.any_for(self.secrets);
+                    put_message_header(RESOURCES, any.len(), buf);
+                    buf.put_slice(any);
                 }
             }
         }
@@ -115,7 +127,7 @@ impl prost::Message for WireResponse {
             .iter()
             .map(|r| match self.wrapped(r) {
                 Some(w) => message_len(RESOURCES, w.any_len()),
-                None => message_len(RESOURCES, r.any.len()),
+                None => message_len(RESOURCES, r.any_for(self.secrets).len()),
             })
             .sum();
         string_len(VERSION_INFO, &self.version_info)
@@ -139,6 +151,8 @@ pub struct WireDeltaResponse {
     pub nonce: String,
     pub removed_resources: Vec<String>,
     pub control_plane: Arc<str>,
+    /// Private key material goes out, or each resource's form without it.
+    pub secrets: Secrets,
 }
 
 /// `DeltaDiscoveryResponse` fields.
@@ -169,6 +183,23 @@ impl WireDeltaResponse {
             nonce: response.nonce,
             removed_resources: response.removed,
             control_plane,
+            secrets: Secrets::default(),
+        }
+    }
+
+    /// The same, sending private key material as `secrets` says.
+    pub fn with_secrets(mut self, secrets: Secrets) -> WireDeltaResponse {
+        self.secrets = secrets;
+        self
+    }
+
+    fn wrapped<'a>(&self, d: &'a DeltaResource) -> Wrapped<'a> {
+        Wrapped {
+            resource: &d.resource,
+            aliases: &d.aliases,
+            ttl: d.ttl,
+            heartbeat: !d.body,
+            secrets: self.secrets,
         }
     }
 }
@@ -216,17 +247,7 @@ struct Wrapped<'a> {
     aliases: &'a [String],
     ttl: Option<std::time::Duration>,
     heartbeat: bool,
-}
-
-impl<'a> From<&'a DeltaResource> for Wrapped<'a> {
-    fn from(d: &'a DeltaResource) -> Self {
-        Wrapped {
-            resource: &d.resource,
-            aliases: &d.aliases,
-            ttl: d.ttl,
-            heartbeat: !d.body,
-        }
-    }
+    secrets: Secrets,
 }
 
 impl Wrapped<'_> {
@@ -237,7 +258,7 @@ impl Wrapped<'_> {
             + if self.heartbeat {
                 0
             } else {
-                message_len(resource_field::RESOURCE, r.any.len())
+                message_len(resource_field::RESOURCE, r.any_for(self.secrets).len())
             }
             + string_len(resource_field::NAME, &r.name)
             + self
@@ -256,8 +277,9 @@ impl Wrapped<'_> {
         let r = self.resource;
         put_string(resource_field::VERSION, &r.version, buf);
         if !self.heartbeat {
-            put_message_header(resource_field::RESOURCE, r.any.len(), buf);
-            buf.put_slice(&r.any);
+            let any = r.any_for(self.secrets);
+            put_message_header(resource_field::RESOURCE, any.len(), buf);
+            buf.put_slice(any);
         }
         put_string(resource_field::NAME, &r.name, buf);
         for alias in self.aliases {
@@ -307,7 +329,7 @@ impl prost::Message for WireDeltaResponse {
         use delta_field::*;
         put_string(SYSTEM_VERSION_INFO, &self.system_version_info, buf);
         for d in &self.resources {
-            let w = Wrapped::from(d);
+            let w = self.wrapped(d);
             put_message_header(RESOURCES, w.len(), buf);
             w.put(buf);
         }
@@ -337,7 +359,7 @@ impl prost::Message for WireDeltaResponse {
             + self
                 .resources
                 .iter()
-                .map(|d| message_len(RESOURCES, Wrapped::from(d).len()))
+                .map(|d| message_len(RESOURCES, self.wrapped(d).len()))
                 .sum::<usize>()
             + string_len(TYPE_URL, self.type_url)
             + string_len(NONCE, &self.nonce)
@@ -387,6 +409,7 @@ mod tests {
                 nonce: nonce.into(),
                 control_plane: control_plane.into(),
                 wrap_ttl: false,
+                secrets: Secrets::Serve,
             };
             let expected = DiscoveryResponse {
                 version_info: version.into(),
@@ -479,6 +502,7 @@ mod delta_tests {
                 nonce: nonce.into(),
                 removed_resources: removed.clone(),
                 control_plane: cp.into(),
+                secrets: Secrets::Serve,
             };
             let any = |r: &Resource| Any {
                 type_url: ResourceType::Cluster.type_url().into(),

@@ -47,13 +47,14 @@ impl TestServer {
     /// Start with these files (name, content) in the config directory, ordering updates
     /// make-before-break as `serve` does by default.
     pub async fn start(files: &[(&str, &str)]) -> TestServer {
-        TestServer::start_with(files, switchyard::protocol::Ordering::default()).await
+        TestServer::start_with(files, switchyard::server::ServeOptions::default()).await
     }
 
-    /// Start with these files and this ordering.
+    /// Start with these files and these options (the admin server shows secrets as
+    /// `options.show_secrets` says, as `serve` does).
     pub async fn start_with(
         files: &[(&str, &str)],
-        ordering: switchyard::protocol::Ordering,
+        options: switchyard::server::ServeOptions,
     ) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         for (name, text) in files {
@@ -75,7 +76,7 @@ impl TestServer {
         let fleet = Arc::new(Fleet::default());
         let server_fleet = Arc::clone(&fleet);
         let task = tokio::spawn(async move {
-            switchyard::server::serve(listener, server_cache, server_fleet, ordering, async {
+            switchyard::server::serve(listener, server_cache, server_fleet, options, async {
                 let _ = stopped.await;
             })
             .await
@@ -89,6 +90,7 @@ impl TestServer {
             fleet,
             cache: Arc::clone(&cache),
             reloader: Arc::clone(&reloader),
+            show_secrets: options.show_secrets,
         };
         let admin_task = tokio::spawn(async move {
             switchyard::admin::serve(admin_listener, admin, std::future::pending())
