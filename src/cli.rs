@@ -20,7 +20,7 @@ use crate::config::{self, LoadOptions};
 use crate::fleet::Fleet;
 use crate::protocol::Ordering;
 use crate::redact::Secrets;
-use crate::server::ServeOptions;
+use crate::server::{Limits, ServeOptions};
 use crate::watch::Reloader;
 
 /// Exit code for bad flags or a config that cannot load at start (sysexits EX_USAGE).
@@ -119,6 +119,43 @@ pub struct ServeArgs {
     /// debugging. Without it they are left out.
     #[arg(long)]
     pub admin_show_secrets: bool,
+    /// Open connections on the xDS port; past it a new connection is closed at once.
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Concurrent streams on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams_per_connection: u32,
+    /// How long a new stream may go without its first request before it is ended.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_first_request_timeout)]
+    pub first_request_timeout: Duration,
+    /// Resource names one stream may subscribe to, every type together.
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_names_per_stream: u32,
+    /// The largest snapshot file loaded (bytes, or with a KiB, MiB or GiB suffix); a larger
+    /// one is a load error and the last good snapshot keeps serving.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    pub max_file_size: u64,
+}
+
+/// A first-request time-out: a duration such as `30s`, from 1 s to 10 minutes.
+fn parse_first_request_timeout(text: &str) -> Result<Duration, String> {
+    parse_duration_in(text, Duration::from_secs(1), Duration::from_secs(600))
+}
+
+/// A size in bytes: a number, optionally with a KiB, MiB or GiB suffix.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let bad = || format!("expected a size such as 64MiB, 512KiB or 1048576, got {text:?}");
+    let t = text.trim();
+    let (number, scale) = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
+        .iter()
+        .find_map(|(suffix, scale)| t.strip_suffix(suffix).map(|n| (n, *scale)))
+        .unwrap_or((t, 1));
+    let n: u64 = number.trim().parse().map_err(|_| bad())?;
+    let size = n.checked_mul(scale).ok_or_else(bad)?;
+    if size == 0 {
+        return Err(bad());
+    }
+    Ok(size)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -129,11 +166,18 @@ pub enum Switch {
 
 /// A step time-out: a duration such as `5s`, from 100 ms to 10 minutes.
 fn parse_step_timeout(text: &str) -> Result<Duration, String> {
+    parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(600))
+}
+
+/// A duration such as `5s` or `1500ms`, from `min` to `max`.
+fn parse_duration_in(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
     let d = humantime::parse_duration(text)
         .map_err(|e| format!("expected a duration such as 5s or 1500ms: {e}"))?;
-    if d < Duration::from_millis(100) || d > Duration::from_secs(600) {
+    if d < min || d > max {
         return Err(format!(
-            "{text} is out of range: give between 100ms and 10m"
+            "{text} is out of range: give between {} and {}",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
         ));
     }
     Ok(d)
@@ -172,6 +216,7 @@ fn validate(args: &ConfigArgs) -> ExitCode {
     let options = LoadOptions {
         strict: args.strict,
         allow_empty: true,
+        ..LoadOptions::default()
     };
     match config::load(&args.paths, &options) {
         Ok(config) => {
@@ -240,6 +285,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         LoadOptions {
             strict: args.config.strict,
             allow_empty: args.allow_empty,
+            max_file_bytes: args.max_file_size,
         },
         Arc::clone(&cache),
     ));
@@ -296,6 +342,12 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         },
         secrets,
         show_secrets,
+        limits: Limits {
+            max_connections: args.max_connections as usize,
+            max_streams_per_connection: args.max_streams_per_connection,
+            first_request_timeout: args.first_request_timeout,
+            max_names_per_stream: args.max_names_per_stream as usize,
+        },
     };
     let served = crate::server::serve(listener, cache, fleet, options, stopped(stop_rx)).await;
     let _ = watcher.await;

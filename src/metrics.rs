@@ -54,6 +54,12 @@ pub struct PollLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// `connections`, `names_per_stream` or `first_request_timeout`.
+    pub limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PlanLabels {
     /// `started`, `completed`, `timed_out` (a step's ACKs did not come in time), `stopped`
     /// (a NACK mid-plan: what depends on it is held back) or `replaced` (a newer snapshot
@@ -93,6 +99,8 @@ pub struct StreamMetrics {
     pub rest_polls: Family<PollLabels, Counter>,
     /// Make-before-break plans, by what happened to them.
     pub plans: Family<PlanLabels, Counter>,
+    /// Connections or streams turned away by a limit.
+    pub limits: Family<LimitLabels, Counter>,
 }
 
 /// 1 ms to ~65 s, doubling.
@@ -114,11 +122,17 @@ impl Default for StreamMetrics {
             convergence: Histogram::new(latency_buckets()),
             rest_polls: Family::default(),
             plans: Family::default(),
+            limits: Family::default(),
         }
     }
 }
 
 impl StreamMetrics {
+    /// Count a connection or stream turned away by `limit`.
+    pub fn limit_reached(&self, limit: &'static str) {
+        self.limits.get_or_create(&LimitLabels { limit }).inc();
+    }
+
     /// Count a response written to a stream.
     pub fn sent(&self, kind: ResourceType, resources: usize, bytes: usize) {
         let labels = TypeLabels::new(kind);
@@ -145,6 +159,13 @@ pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) 
         m.responses.clone(),
     );
     registry.register("acks", "ACKs received, by type URL", m.acks.clone());
+    registry.register(
+        "limit_rejections",
+        "Connections and streams turned away by a limit, by limit: connections \
+         (--max-connections), names_per_stream (--max-names-per-stream), \
+         first_request_timeout (--first-request-timeout)",
+        m.limits.clone(),
+    );
     registry.register(
         "update_plans",
         "Make-before-break update plans on aggregated streams, by event: started, completed, \

@@ -602,3 +602,99 @@ async fn allow_empty_lets_a_reload_empty_a_node() {
         .resources
         .is_empty());
 }
+
+fn limits(limits: switchyard::server::Limits) -> switchyard::server::ServeOptions {
+    switchyard::server::ServeOptions {
+        limits,
+        ..Default::default()
+    }
+}
+
+/// Limits: a stream that never sends a request is ended with DEADLINE_EXCEEDED, and one
+/// that names too many resources with RESOURCE_EXHAUSTED; both are counted, and a
+/// well-behaved client on the same server is not affected.
+#[tokio::test]
+async fn streams_past_a_limit_are_ended_with_a_clear_status_and_counted() {
+    let server = TestServer::start_with(
+        &[("clusters.yaml", &eds_cluster("backend", "1s", 8080))],
+        limits(switchyard::server::Limits {
+            first_request_timeout: std::time::Duration::from_millis(200),
+            max_names_per_stream: 3,
+            ..Default::default()
+        }),
+    )
+    .await;
+    let mut good = server.ads("good").await;
+    good.subscribe(Cluster, &[]).await;
+    let cds = good.recv_type(Cluster).await;
+
+    let mut silent = server.ads("silent").await;
+    let status = silent.recv_error().await;
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(status.message().contains("--first-request-timeout"));
+
+    let mut greedy = server.ads("greedy").await;
+    greedy.subscribe(Endpoint, &["a", "b", "c", "d"]).await;
+    let status = greedy.recv_error().await;
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("--max-names-per-stream"),
+        "{status:?}"
+    );
+
+    // The good stream goes on.
+    good.ack(&cds, &[]).await;
+    server.set_file("clusters.yaml", &eds_cluster("backend", "2s", 8080));
+    assert_eq!(names(&good.recv_type(Cluster).await), ["backend"]);
+    let (_, metrics) = server.admin_get("/metrics").await;
+    for limit in ["first_request_timeout", "names_per_stream"] {
+        assert!(
+            metrics.contains(&format!(
+                "switchyard_limit_rejections_total{{limit=\"{limit}\"}} 1"
+            )),
+            "{limit}: {metrics}"
+        );
+    }
+    server.shutdown().await;
+}
+
+/// Past `--max-connections` a new connection is closed at once; the open one goes on.
+#[tokio::test]
+async fn connections_past_the_limit_are_closed_and_the_others_go_on() {
+    let server = TestServer::start_with(
+        &[("clusters.yaml", &eds_cluster("backend", "1s", 8080))],
+        limits(switchyard::server::Limits {
+            max_connections: 1,
+            ..Default::default()
+        }),
+    )
+    .await;
+    let mut first = server.ads("first").await;
+    first.subscribe(Cluster, &[]).await;
+    let cds = first.recv_type(Cluster).await;
+    let second = tonic::transport::Channel::from_shared(format!("http://{}", server.addr))
+        .expect("uri")
+        .connect()
+        .await;
+    let refused = match second {
+        Err(_) => true,
+        Ok(channel) => {
+            use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+            let (_tx, rx) = mpsc::channel(1);
+            AggregatedDiscoveryServiceClient::new(channel)
+                .stream_aggregated_resources(ReceiverStream::new(rx))
+                .await
+                .is_err()
+        }
+    };
+    assert!(refused, "a second connection was served");
+    first.ack(&cds, &[]).await;
+    server.set_file("clusters.yaml", &eds_cluster("backend", "2s", 8080));
+    assert_eq!(names(&first.recv_type(Cluster).await), ["backend"]);
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains("switchyard_limit_rejections_total{limit=\"connections\"}"),
+        "{metrics}"
+    );
+    server.shutdown().await;
+}

@@ -27,13 +27,28 @@ use crate::resource::{Resource, ResourceType};
 pub use selector::{NodeMatch, Selector};
 
 /// Options of a load.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LoadOptions {
     /// Reference problems (a route naming a missing cluster, ...) are errors, not warnings.
     pub strict: bool,
     /// A reload may leave a connected node group without any listener or cluster (refused
     /// otherwise: see `Cache::emptied_groups`).
     pub allow_empty: bool,
+    /// The largest snapshot file read; a larger one is a load error.
+    pub max_file_bytes: u64,
+}
+
+/// The largest snapshot file read, by default.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            strict: false,
+            allow_empty: false,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+        }
+    }
 }
 
 /// A whole, valid configuration: every file read, in path order.
@@ -163,7 +178,7 @@ pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, LoadFail
     let mut loaded = Vec::new();
     let mut checks = references::Checker::default();
     for path in files {
-        match load_file(&path) {
+        match load_file(&path, options.max_file_bytes) {
             Ok(file) => {
                 for resource in &file.resources {
                     checks.add(loaded.len(), resource);
@@ -366,7 +381,16 @@ fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
 }
 
 /// Load one file: its selector and its resources. Collects every error in the file.
-fn load_file(path: &Path) -> Result<SnapshotFile, Vec<ConfigError>> {
+fn load_file(path: &Path, max_bytes: u64) -> Result<SnapshotFile, Vec<ConfigError>> {
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if size > max_bytes {
+        return Err(vec![ConfigError::Read {
+            path: path.to_path_buf(),
+            message: format!(
+                "the file is {size} bytes, more than the limit of {max_bytes} (--max-file-size)"
+            ),
+        }]);
+    }
     let text = std::fs::read_to_string(path).map_err(|e| {
         vec![ConfigError::Read {
             path: path.to_path_buf(),

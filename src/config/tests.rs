@@ -633,3 +633,20 @@ virtual_hosts:
     assert_eq!(refs(T::ScopedRoute, "scope"), ["RDS main"]);
     assert_eq!(refs(T::VirtualHost, "main/extra"), ["CDS vh-cluster"]);
 }
+
+#[test]
+fn a_file_past_the_size_limit_is_a_load_error() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "big.yaml", "clusters: [{name: a}]\n");
+    let options = LoadOptions {
+        max_file_bytes: 10,
+        ..LoadOptions::default()
+    };
+    let failure = load(&[dir.path().to_path_buf()], &options).expect_err("too big");
+    let text = failure.errors[0].to_string();
+    assert!(
+        text.contains("big.yaml") && text.contains("more than the limit of 10"),
+        "{text}"
+    );
+    assert!(load_dir(dir.path()).is_ok(), "within the default limit");
+}

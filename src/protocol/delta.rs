@@ -161,6 +161,8 @@ struct TypeState {
     announce: bool,
     /// What the client held before the response in flight changed it, to restore on a NACK.
     before: Vec<Before>,
+    /// How many names the client listed in `initial_resource_versions` (P23).
+    claimed: usize,
     /// TTL'd resources the client holds: name -> when their next heartbeat is due (P25).
     heartbeats: BTreeMap<String, Instant>,
 }
@@ -309,6 +311,7 @@ impl Flavor for Delta {
         // P23: what the client kept from an earlier stream; not sent again if unchanged.
         let mut claimed = HashSet::new();
         if first {
+            st.claimed = request.initial_resource_versions.len();
             for (name, version) in request.initial_resource_versions {
                 st.dirty.entry(name.clone()).or_insert(false);
                 claimed.insert(name.clone());
@@ -394,6 +397,15 @@ impl Flavor for Delta {
             })
             .flatten()
             .collect()
+    }
+
+    /// Names subscribed, and names the client claimed on reconnecting (P23): both are the
+    /// client's to choose, and kept per stream.
+    fn subscribed_names(&self) -> usize {
+        self.types
+            .iter()
+            .map(|t| t.subscription.names().len() + t.claimed)
+            .sum()
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {

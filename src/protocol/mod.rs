@@ -120,6 +120,19 @@ pub enum ProtocolError {
     /// P3: a per-type service asked for another type.
     #[error("this service serves {expected}, not type_url {got:?}")]
     WrongType { expected: &'static str, got: String },
+    /// The stream's subscriptions name more resources than the server allows.
+    #[error(
+        "the stream subscribes to {names} resource names, more than the server's limit of \
+         {limit} (--max-names-per-stream)"
+    )]
+    TooManyNames { names: usize, limit: usize },
+}
+
+impl ProtocolError {
+    /// Whether the client went past a limit (rather than broke the protocol).
+    pub fn is_limit(&self) -> bool {
+        matches!(self, ProtocolError::TooManyNames { .. })
+    }
 }
 
 /// What the client has of one type, as far as the server knows.

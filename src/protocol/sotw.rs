@@ -252,6 +252,13 @@ impl Flavor for Sotw {
             .collect()
     }
 
+    fn subscribed_names(&self) -> usize {
+        self.types
+            .iter()
+            .map(|t| t.subscription.names().len())
+            .sum()
+    }
+
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
         self.types[kind.index()].subscription.covers(name)
     }

@@ -59,7 +59,12 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool;
     /// What the resources of `kind` the client holds (as far as the server knows) refer to.
     fn references(&self, kind: ResourceType) -> BTreeSet<Reference>;
+    /// How many resource names the client subscribes to, every type together.
+    fn subscribed_names(&self) -> usize;
 }
+
+/// The most resource names one stream may subscribe to, by default.
+pub const DEFAULT_MAX_NAMES: usize = 100_000;
 
 /// A reference to a resource: its type and name.
 pub type Reference = (ResourceType, String);
@@ -87,6 +92,8 @@ pub struct Core {
     /// What the client rejected and the snapshot still has at that version: what refers to
     /// it is held back (see `plan::effective`).
     rejected: Rejected,
+    /// The most resource names the client may subscribe to.
+    max_names: usize,
 }
 
 /// One type's sync state on a stream.
@@ -126,9 +133,17 @@ impl<F: Flavor> Stream<F> {
                 events: VecDeque::new(),
                 refs_changes: 0,
                 rejected: Rejected::new(),
+                max_names: DEFAULT_MAX_NAMES,
             },
             flavor: F::default(),
         }
+    }
+
+    /// The same stream, allowing its client to subscribe to at most `limit` resource names
+    /// (every type together); a request past it ends the stream.
+    pub fn with_name_limit(mut self, limit: usize) -> Stream<F> {
+        self.core.max_names = limit;
+        self
     }
 
     /// The node that opened the stream (P1), once the first request arrived.
@@ -183,6 +198,13 @@ impl<F: Flavor> Stream<F> {
         let first = !t.requested;
         t.requested = true;
         self.flavor.handle_request(core, kind, first, request);
+        let names = self.flavor.subscribed_names();
+        if names > self.core.max_names {
+            return Err(ProtocolError::TooManyNames {
+                names,
+                limit: self.core.max_names,
+            });
+        }
         Ok(())
     }
 

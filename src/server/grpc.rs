@@ -46,6 +46,7 @@ impl XdsServer {
                 peers: Arc::default(),
                 ordering: options.ordering,
                 secrets: options.secrets,
+                limits: options.limits,
                 stop,
             },
         }

@@ -10,6 +10,7 @@
 
 mod csds;
 mod grpc;
+mod incoming;
 mod peers;
 pub mod rest;
 mod status;
@@ -24,7 +25,6 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_server::ClientStatusDiscoveryServiceServer;
 
@@ -56,6 +56,33 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// What one client may take of the server; past each, that client is turned away with a
+/// clear status, a log line and a count, and no other client notices.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Open connections on the xDS port; past it a new connection is closed at once.
+    pub max_connections: usize,
+    /// Concurrent streams on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_streams_per_connection: u32,
+    /// From a stream's opening to its first request; past it the stream ends with
+    /// DEADLINE_EXCEEDED.
+    pub first_request_timeout: Duration,
+    /// Resource names one stream may subscribe to (delta: and list on reconnecting); past
+    /// it the stream ends with RESOURCE_EXHAUSTED.
+    pub max_names_per_stream: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            max_streams_per_connection: 100,
+            first_request_timeout: Duration::from_secs(30),
+            max_names_per_stream: crate::protocol::stream::DEFAULT_MAX_NAMES,
+        }
+    }
+}
+
 /// How the server behaves, beyond its listener and data.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ServeOptions {
@@ -66,6 +93,7 @@ pub struct ServeOptions {
     pub secrets: Secrets,
     /// Sensitive fields on CSDS: only with `--admin-show-secrets`.
     pub show_secrets: Secrets,
+    pub limits: Limits,
 }
 
 /// Serve xDS on `listener` from `cache`, reporting every stream in `fleet`, as `options`
@@ -90,6 +118,11 @@ pub async fn serve(
         stop: stop_rx.clone(),
         secrets: options.secrets,
     });
+    let connections = incoming::incoming(
+        listener,
+        options.limits.max_connections,
+        fleet.metrics.clone(),
+    );
     let xds = grpc::XdsServer::new(cache, fleet, options, stop_rx);
     let mut builder = tonic::transport::Server::builder()
         // REST-JSON polling comes over HTTP/1.1 too.
@@ -97,7 +130,8 @@ pub async fn serve(
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .tcp_keepalive(Some(Duration::from_secs(60)))
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        .max_concurrent_streams(options.limits.max_streams_per_connection);
     let router = builder
         .add_routes(tonic::service::Routes::from(rest))
         .add_service(grpc::Grpc::<grpc::Ads>::new(xds.clone()))
@@ -119,7 +153,7 @@ pub async fn serve(
         let _ = stop_tx.send(true);
         let _ = drained_tx.send(());
     };
-    let served = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop);
+    let served = router.serve_with_incoming_shutdown(connections, stop);
     tokio::pin!(served);
     tokio::select! {
         result = &mut served => result?,

@@ -5,9 +5,14 @@ use tonic::Status;
 
 use crate::protocol::ProtocolError;
 
-/// A client's protocol error ends its stream with INVALID_ARGUMENT (P3).
+/// A client's protocol error ends its stream with INVALID_ARGUMENT (P3); going past a limit,
+/// with RESOURCE_EXHAUSTED.
 pub fn from_protocol(error: &ProtocolError) -> Status {
-    Status::invalid_argument(error.to_string())
+    if error.is_limit() {
+        Status::resource_exhausted(error.to_string())
+    } else {
+        Status::invalid_argument(error.to_string())
+    }
 }
 
 /// The unary Fetch* methods (REST-style polling over gRPC).

@@ -93,6 +93,7 @@ pub struct Shared {
     pub ordering: Ordering,
     /// Private key material to proxies, or not.
     pub secrets: Secrets,
+    pub limits: super::Limits,
     pub stop: watch::Receiver<bool>,
 }
 
@@ -121,11 +122,14 @@ async fn run<M: Machine>(
         peers,
         ordering,
         secrets,
+        limits,
         mut stop,
     } = shared;
     let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let protocol = M::PROTOCOL;
-    let mut machine = Stream::<M>::with_ordering(variant, ordering);
+    let mut machine =
+        Stream::<M>::with_ordering(variant, ordering).with_name_limit(limits.max_names_per_stream);
+    let first_request_by = tokio::time::Instant::now() + limits.first_request_timeout;
     // A per-type stream shares what its client refers to with the node's other streams.
     let mut sibling: Option<(PeerHandle, watch::Receiver<u64>)> = None;
     let mut published = u64::MAX;
@@ -147,6 +151,9 @@ async fn run<M: Machine>(
             message = requests.message() => match message {
                 Ok(Some(request)) => {
                     if let Err(e) = machine.handle_request(request) {
+                        if e.is_limit() {
+                            metrics.limit_reached("names_per_stream");
+                        }
                         let _ = tx.send(Err(status::from_protocol(&e))).await;
                         break format!("protocol error: {e}");
                     }
@@ -201,6 +208,15 @@ async fn run<M: Machine>(
                 if let (Ok(()), Some((handle, _))) = (changed, &sibling) {
                     machine.handle_peer_references(handle.others());
                 }
+            }
+            // A stream that never says who it is holds resources for nothing.
+            _ = tokio::time::sleep_until(first_request_by), if node_id.is_none() => {
+                metrics.limit_reached("first_request_timeout");
+                let waited = limits.first_request_timeout;
+                let _ = tx.send(Err(Status::deadline_exceeded(format!(
+                    "no request with a node within {waited:?} of opening the stream (--first-request-timeout)"
+                )))).await;
+                break format!("no first request within {waited:?}");
             }
             // A heartbeat is due (P25): fall through to poll.
             _ = sleep_until(timeout), if timeout.is_some() => {}

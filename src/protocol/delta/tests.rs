@@ -774,3 +774,26 @@ fn model_client_converges_to_its_subscription() {
         }
     }
 }
+
+#[test]
+fn a_stream_past_its_name_limit_ends_with_a_limit_error() {
+    let mut s = DeltaStream::new(Variant::Aggregated).with_name_limit(3);
+    s.handle_snapshot(snap(ABC));
+    s.handle_request(req(Cluster, &["a", "b"], &[], ""))
+        .expect("within");
+    s.handle_request(req(Endpoint, &["a"], &[], ""))
+        .expect("three in all");
+    let err = s
+        .handle_request(req(Endpoint, &["b"], &[], ""))
+        .expect_err("four is past the limit");
+    assert_eq!(err, ProtocolError::TooManyNames { names: 4, limit: 3 });
+    assert!(err.is_limit());
+    // A wildcard (names the server chooses) does not count, however large the type.
+    let mut wide = DeltaStream::new(Variant::Aggregated).with_name_limit(1);
+    wide.handle_snapshot(snap(ABC));
+    wide.handle_request(req(Cluster, &[], &[], ""))
+        .expect("wildcard");
+    let r = one(&mut wide);
+    assert_eq!(r.resources.len(), 3);
+    ack(&mut wide, &r);
+}
