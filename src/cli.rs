@@ -279,6 +279,7 @@ enum Failure {
 async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     let signalled = shutdown_signal()
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
+    raise_file_limit();
     let cache = Arc::new(Cache::new());
     let reloader = Arc::new(Reloader::new(
         args.config.paths.clone(),
@@ -358,6 +359,21 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     }
     served.map_err(|e| Failure::Runtime(e.into()))
 }
+
+/// Each connection and watched file takes a descriptor: raise the soft RLIMIT_NOFILE to the
+/// hard limit, so the fleet is bounded by `--max-connections`, not by a low default.
+#[cfg(unix)]
+fn raise_file_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(limit, "File descriptor limit (RLIMIT_NOFILE) raised."),
+        Err(e) => {
+            tracing::warn!(error = %e, "Cannot raise the file descriptor limit (RLIMIT_NOFILE).")
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_file_limit() {}
 
 /// Say at start whether the snapshot holds private key material and how it is served.
 fn log_secret_policy(cache: &Cache, secrets: Secrets) {

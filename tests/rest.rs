@@ -127,3 +127,19 @@ async fn rest_rejects_bad_requests_clearly() {
     c.subscribe(Cluster, &[]).await;
     assert_eq!(names(&c.recv_type(Cluster).await), ["backend"]);
 }
+
+/// REST bodies are capped (2 MiB, the HTTP router's default): a larger one is refused with
+/// 413 before it is read whole.
+#[tokio::test]
+async fn a_rest_body_past_the_limit_gets_413() {
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let names: Vec<String> = (0..120_000).map(|i| format!("cluster-{i:08}")).collect();
+    let body = serde_json::json!({
+        "node": { "id": "rest-1" },
+        "resource_names": names,
+    })
+    .to_string();
+    assert!(body.len() > 2 << 20);
+    let (code, _) = poll(&server, "/v3/discovery:clusters", &body).await;
+    assert_eq!(code, 413);
+}
