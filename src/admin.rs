@@ -34,6 +34,8 @@ pub struct Admin {
     pub reloader: Arc<Reloader>,
     /// `/config_dump` shows sensitive fields only with `--admin-show-secrets`.
     pub show_secrets: Secrets,
+    /// With `--admin-token-file`: the bearer token `/`, `/status` and `/config_dump` need.
+    pub token: Option<Arc<str>>,
 }
 
 /// The admin server failed (binding is the caller's; this is serving).
@@ -200,16 +202,56 @@ impl Status {
     }
 }
 
-/// The admin routes.
+/// The admin routes. With a token, what shows nodes and their configuration (`/`,
+/// `/status`, `/config_dump`) needs `Authorization: Bearer <token>`; the probes and
+/// `/metrics` (no node ids, no contents) stay open, for kubelets and scrapers.
 pub fn router(admin: Admin) -> Router {
-    Router::new()
+    let guarded = Router::new()
         .route("/", get(index))
+        .route("/status", get(status))
+        .route("/config_dump", get(config_dump))
+        .route_layer(axum::middleware::from_fn_with_state(
+            admin.clone(),
+            require_token,
+        ));
+    Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/status", get(status))
         .route("/metrics", get(metrics))
-        .route("/config_dump", get(config_dump))
+        .merge(guarded)
         .with_state(admin)
+}
+
+/// Let the request through if no token is set, or if it carries the token.
+async fn require_token(
+    State(admin): State<Admin>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(token) = &admin.token else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if same_secret(given.as_bytes(), token.as_bytes()) {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+            "this endpoint needs `Authorization: Bearer <token>` (the server's --admin-token-file)\n",
+        )
+            .into_response()
+    }
+}
+
+/// Equal, compared in time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Serve `router(admin)` on `listener` until `shutdown` completes.

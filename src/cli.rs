@@ -59,6 +59,9 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// A file holding the admin API's bearer token (the server's --admin-token-file).
+    #[arg(long, value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -135,6 +138,22 @@ pub struct ServeArgs {
     /// one is a load error and the last good snapshot keeps serving.
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
     pub max_file_size: u64,
+    /// A file holding a bearer token that the admin API's `/`, `/status` and `/config_dump`
+    /// then require (`Authorization: Bearer <token>`); `/healthz`, `/readyz` and `/metrics`
+    /// stay open. Use it whenever --admin-addr is not loopback.
+    #[arg(long, value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+}
+
+/// The token in a token file: its text without surrounding white space, never empty.
+fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<str>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read the admin token file {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        anyhow::bail!("the admin token file {} is empty", path.display());
+    }
+    Ok(token.into())
 }
 
 /// A first-request time-out: a duration such as `30s`, from 1 s to 10 minutes.
@@ -317,6 +336,15 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let watcher = tokio::spawn(Arc::clone(&reloader).watch(stopped(stop_rx.clone())));
+    let token = match &args.admin_token_file {
+        Some(path) => Some(read_token(path).map_err(Failure::Usage)?),
+        None => {
+            if !args.admin_addr.ip().is_loopback() {
+                tracing::warn!(admin_addr = %args.admin_addr, "The admin API listens beyond loopback without a token: anyone who reaches it sees every node and its configuration (--admin-token-file).");
+            }
+            None
+        }
+    };
     let secrets = Secrets::serve_if(args.insecure_serve_secrets);
     let show_secrets = Secrets::serve_if(args.admin_show_secrets);
     log_secret_policy(&cache, secrets);
@@ -325,6 +353,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         cache: Arc::clone(&cache),
         reloader,
         show_secrets,
+        token,
     };
     // Started once the xDS listener is bound, so /readyz needs only a loaded config.
     let admin_task = tokio::spawn(crate::admin::serve(
@@ -418,7 +447,14 @@ fn status(args: &StatusArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let fetched = runtime.block_on(fetch_status(args.admin_addr));
+    let token = match args.admin_token_file.as_deref().map(read_token).transpose() {
+        Ok(token) => token,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let fetched = runtime.block_on(fetch_status(args.admin_addr, token.as_deref()));
     let (status, body) = match fetched {
         Ok(found) => found,
         Err(e) => {
@@ -437,12 +473,19 @@ fn status(args: &StatusArgs) -> ExitCode {
     }
 }
 
-async fn fetch_status(addr: SocketAddr) -> anyhow::Result<(crate::admin::Status, String)> {
+async fn fetch_status(
+    addr: SocketAddr,
+    token: Option<&str>,
+) -> anyhow::Result<(crate::admin::Status, String)> {
     let url = format!("http://{addr}/status");
-    let response = reqwest::Client::builder()
+    let mut request = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
         .build()?
-        .get(&url)
+        .get(&url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request
         .send()
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the admin API at {url}: {e}"))?;

@@ -501,6 +501,7 @@ async fn readyz_is_503_until_a_config_is_loaded() {
         cache: Arc::clone(&cache),
         reloader: Arc::clone(&reloader),
         show_secrets: Default::default(),
+        token: None,
     };
     let task = tokio::spawn(switchyard::admin::serve(
         listener,

@@ -148,6 +148,10 @@ fn the_kubernetes_example_configmap_validates() {
                         !serve.admin_addr.ip().is_loopback(),
                         "probes need the pod IP"
                     );
+                    assert!(
+                        serve.admin_token_file.is_some(),
+                        "an admin API beyond loopback needs its token"
+                    );
                 }
                 other => panic!("the Deployment should serve, not {other:?}"),
             }
@@ -239,4 +243,75 @@ fn ordering_flags_are_checked_with_a_clear_error() {
         "{}",
         stderr(&o)
     );
+}
+
+/// A free TCP port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// With `--admin-token-file`, what shows nodes needs the token; probes and metrics do not;
+/// `switchyard status` sends it from its own `--admin-token-file`.
+#[tokio::test]
+async fn the_admin_token_guards_status_and_config_dump() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().expect("tmp");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cr3t-token\n").expect("write");
+    let token = token.to_str().expect("utf8").to_string();
+    let admin = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--xds-addr", "127.0.0.1:0", "--admin-addr", &admin])
+        .args(["--config", &examples(), "--admin-token-file", &token])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starts");
+    let client = reqwest::Client::new();
+    let get = |path: &str, bearer: Option<&str>| {
+        let mut request = client.get(format!("http://{admin}{path}"));
+        if let Some(b) = bearer {
+            request = request.bearer_auth(b);
+        }
+        async move { request.send().await.ok().map(|r| r.status().as_u16()) }
+    };
+    let start = Instant::now();
+    while get("/healthz", None).await != Some(200) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "admin never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let checks = [
+        ("/status", None, 401),
+        ("/status", Some("wrong"), 401),
+        ("/status", Some("s3cr3t-token"), 200),
+        ("/config_dump?node=n1", None, 401),
+        ("/", None, 401),
+        ("/readyz", None, 200),
+        ("/metrics", None, 200),
+    ];
+    let mut seen = Vec::new();
+    for (path, bearer, _) in checks {
+        seen.push(get(path, bearer).await);
+    }
+    let with = switchyard(&[
+        "status",
+        "--admin-addr",
+        &admin,
+        "--admin-token-file",
+        &token,
+    ]);
+    let without = switchyard(&["status", "--admin-addr", &admin]);
+    let _ = child.kill();
+    let _ = child.wait();
+    for ((path, bearer, want), got) in checks.iter().zip(seen) {
+        assert_eq!(got, Some(*want), "{path} with {bearer:?}");
+    }
+    assert_eq!(with.status.code(), Some(0), "{}", stderr(&with));
+    assert_eq!(without.status.code(), Some(1));
+    assert!(stderr(&without).contains("401"), "{}", stderr(&without));
 }

@@ -91,6 +91,7 @@ impl TestServer {
             cache: Arc::clone(&cache),
             reloader: Arc::clone(&reloader),
             show_secrets: options.show_secrets,
+            token: None,
         };
         let admin_task = tokio::spawn(async move {
             switchyard::admin::serve(admin_listener, admin, std::future::pending())
