@@ -20,7 +20,7 @@ use crate::config::{self, LoadOptions};
 use crate::fleet::Fleet;
 use crate::protocol::Ordering;
 use crate::redact::Secrets;
-use crate::server::{Limits, ServeOptions};
+use crate::server::{CsdsFrom, Limits, ServeOptions};
 use crate::watch::Reloader;
 
 /// Exit code for bad flags or a config that cannot load at start (sysexits EX_USAGE).
@@ -143,6 +143,9 @@ pub struct ServeArgs {
     /// stay open. Use it whenever --admin-addr is not loopback.
     #[arg(long, value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
+    /// Who may ask CSDS on the xDS port (it lists every node and its resources).
+    #[arg(long, value_enum, default_value_t = CsdsFrom::Loopback)]
+    pub csds_from: CsdsFrom,
 }
 
 /// The token in a token file: its text without surrounding white space, never empty.
@@ -372,6 +375,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         },
         secrets,
         show_secrets,
+        csds_from: args.csds_from,
         limits: Limits {
             max_connections: args.max_connections as usize,
             max_streams_per_connection: args.max_streams_per_connection,

@@ -34,6 +34,38 @@ pub struct Csds {
     pub cache: Arc<Cache>,
     /// Operators see sensitive fields only with `--admin-show-secrets`.
     pub show_secrets: Secrets,
+    /// Who may ask (`--csds-from`).
+    pub from: CsdsFrom,
+}
+
+/// Who may ask CSDS on the xDS port, which lists every connected node and its resources.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum CsdsFrom {
+    /// Only clients on this host (127.0.0.0/8, ::1).
+    #[default]
+    Loopback,
+    /// Any client that reaches the xDS port.
+    Any,
+}
+
+impl CsdsFrom {
+    /// Whether a client at `peer` may ask; an unknown peer may not, unless any may.
+    pub fn allows(self, peer: Option<std::net::SocketAddr>) -> bool {
+        match self {
+            CsdsFrom::Any => true,
+            CsdsFrom::Loopback => peer.is_some_and(|p| p.ip().is_loopback()),
+        }
+    }
+
+    fn check(self, peer: Option<std::net::SocketAddr>) -> Result<(), Status> {
+        if self.allows(peer) {
+            return Ok(());
+        }
+        tracing::warn!(peer = ?peer, "Refused a CSDS request from beyond loopback (--csds-from).");
+        Err(Status::permission_denied(
+            "CSDS answers only clients on this host; the server's --csds-from any opens it",
+        ))
+    }
 }
 
 type StatusStream = Pin<Box<dyn Stream<Item = Result<ClientStatusResponse, Status>> + Send>>;
@@ -46,6 +78,7 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: Request<Streaming<ClientStatusRequest>>,
     ) -> Result<Response<StatusStream>, Status> {
+        self.from.check(request.remote_addr())?;
         let csds = self.clone();
         let answers = request
             .into_inner()
@@ -57,6 +90,7 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: Request<ClientStatusRequest>,
     ) -> Result<Response<ClientStatusResponse>, Status> {
+        self.from.check(request.remote_addr())?;
         self.answer(request.get_ref()).map(Response::new)
     }
 }
@@ -178,5 +212,26 @@ fn string_matches(m: &StringMatcher, value: &str) -> bool {
         Some(MatchPattern::Suffix(p)) => value.ends_with(&fold(p)),
         Some(MatchPattern::Contains(p)) => value.contains(&fold(p)),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CsdsFrom;
+
+    #[test]
+    fn csds_answers_loopback_peers_unless_opened() {
+        let local = "127.0.0.1:5000".parse().ok();
+        let local6 = "[::1]:5000".parse().ok();
+        let remote = "10.1.2.3:5000".parse().ok();
+        assert!(CsdsFrom::Loopback.allows(local) && CsdsFrom::Loopback.allows(local6));
+        assert!(!CsdsFrom::Loopback.allows(remote));
+        assert!(
+            !CsdsFrom::Loopback.allows(None),
+            "an unknown peer is not trusted"
+        );
+        assert!(CsdsFrom::Any.allows(remote) && CsdsFrom::Any.allows(None));
+        let refused = CsdsFrom::Loopback.check(remote).expect_err("refused");
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
     }
 }

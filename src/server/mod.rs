@@ -9,6 +9,8 @@
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
 mod csds;
+
+pub use csds::CsdsFrom;
 mod grpc;
 mod incoming;
 mod peers;
@@ -94,6 +96,8 @@ pub struct ServeOptions {
     /// Sensitive fields on CSDS: only with `--admin-show-secrets`.
     pub show_secrets: Secrets,
     pub limits: Limits,
+    /// Who may ask CSDS.
+    pub csds_from: CsdsFrom,
 }
 
 /// Serve xDS on `listener` from `cache`, reporting every stream in `fleet`, as `options`
@@ -111,6 +115,7 @@ pub async fn serve(
         fleet: Arc::clone(&fleet),
         cache: Arc::clone(&cache),
         show_secrets: options.show_secrets,
+        from: options.csds_from,
     });
     let rest = rest::router(rest::Rest {
         cache: Arc::clone(&cache),
