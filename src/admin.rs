@@ -156,12 +156,15 @@ impl From<&TypeReport> for TypeStatusJson {
 }
 
 impl Status {
-    /// Group stream reports by node.
+    /// Group stream reports by proxy: node id and connection. A proxy's streams share its
+    /// connection (ADS, or the per-type services over one HTTP/2 connection); two proxies
+    /// that claim the same node id (an Envoy hot restart, a copy-pasted bootstrap) come over
+    /// two and are two entries.
     pub fn from_reports(reports: Vec<StreamReport>, config: Option<ConfigStatus>) -> Status {
-        let mut nodes: BTreeMap<String, NodeStatus> = BTreeMap::new();
+        let mut nodes: BTreeMap<(String, String), NodeStatus> = BTreeMap::new();
         for r in reports {
             let node = nodes
-                .entry(r.node_id.clone())
+                .entry((r.node_id.clone(), r.peer.clone()))
                 .or_insert_with(|| NodeStatus {
                     node_id: r.node_id.clone(),
                     node_cluster: r.node_cluster.clone(),
@@ -394,4 +397,46 @@ fn current_status(admin: &Admin) -> Status {
         warnings: r.warnings.clone(),
     });
     Status::from_reports(admin.fleet.reports(), config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::StreamReport;
+
+    fn report(node: &str, peer: &str, stream: &str) -> StreamReport {
+        StreamReport {
+            node_id: node.into(),
+            node_cluster: "c".into(),
+            user_agent: "envoy".into(),
+            user_agent_version: String::new(),
+            client_features: vec![],
+            peer: peer.into(),
+            stream: stream.into(),
+            protocol: "sotw",
+            connected_since: std::time::SystemTime::UNIX_EPOCH,
+            types: BTreeMap::new(),
+            generation: 0,
+            plan: None,
+        }
+    }
+
+    #[test]
+    fn proxies_sharing_a_node_id_are_two_entries_and_one_proxys_streams_one() {
+        let status = Status::from_reports(
+            vec![
+                report("edge-1", "127.0.0.1:1000", "CDS"),
+                report("edge-1", "127.0.0.1:1000", "LDS"),
+                report("edge-1", "127.0.0.1:2000", "ADS"),
+            ],
+            None,
+        );
+        assert_eq!(status.nodes.len(), 2);
+        assert_eq!(
+            status.nodes[0].streams.len(),
+            2,
+            "one proxy, two per-type streams"
+        );
+        assert_eq!(status.nodes[1].streams[0].peer, "127.0.0.1:2000");
+    }
 }

@@ -376,7 +376,12 @@ async fn shutdown_ends_open_streams() {
     let mut c = server.ads("n1").await;
     c.subscribe(Cluster, &[]).await;
     c.recv_type(Cluster).await;
+    // A second client has not read what it was sent.
+    let mut idle = server.ads("n2").await;
+    idle.subscribe(Cluster, &[]).await;
     server.shutdown().await;
+    // The client sees its stream end, not just the server task stop.
+    c.expect_end(std::time::Duration::from_secs(5)).await;
 }
 
 /// Field 4 of DiscoveryRequest is `type_url`, a string; sent as a varint it cannot decode.

@@ -229,15 +229,23 @@ async fn run<M: Machine>(
             log_event(node, &event);
             count_event(metrics, &event, &mut sent_at);
         }
-        let mut gone = false;
+        let mut gone: Option<&str> = None;
         while let Some((wire, kind, version, resources)) = machine
             .poll_response(Instant::now())
             .map(|r| M::wire(r, &control_plane, secrets))
         {
             tracing::debug!(node, r#type = %kind, version, resources, protocol, "Sending response.");
             let bytes = prost::Message::encoded_len(&wire);
-            if tx.send(Ok(wire)).await.is_err() {
-                gone = true;
+            // A client that does not read blocks this send; shutdown must not wait for it.
+            let sent = tokio::select! {
+                sent = tx.send(Ok(wire)) => sent.is_ok(),
+                _ = stop.changed() => {
+                    gone = Some("server shutting down");
+                    break;
+                }
+            };
+            if !sent {
+                gone = Some("closed by the client");
                 break;
             }
             metrics.sent(kind, resources, bytes);
@@ -267,8 +275,8 @@ async fn run<M: Machine>(
                 machine.plan_status(),
             );
         }
-        if gone {
-            break "closed by the client".into();
+        if let Some(why) = gone {
+            break why.into();
         }
     };
     drop(listed);

@@ -318,6 +318,17 @@ impl XdsClient {
     pub async fn expect_quiet(&mut self, wait: Duration) {
         expect_quiet(&mut self.responses, wait).await
     }
+
+    /// Assert that the server ends the stream cleanly (end of stream, status OK) within
+    /// `wait`, with no more responses: not a connection torn down under it.
+    pub async fn expect_end(&mut self, wait: Duration) {
+        match tokio::time::timeout(wait, self.responses.message()).await {
+            Ok(Ok(None)) => {}
+            Ok(Err(status)) => panic!("the stream was torn down, not ended: {status:?}"),
+            Ok(Ok(Some(r))) => panic!("expected the stream to end, got {r:?}"),
+            Err(_) => panic!("the stream did not end within {wait:?}"),
+        }
+    }
 }
 
 /// Assert that a response stream carries nothing within `wait`.
