@@ -21,6 +21,7 @@ use crate::fleet::Fleet;
 use crate::protocol::Ordering;
 use crate::redact::Secrets;
 use crate::server::{CsdsFrom, Limits, ServeOptions};
+use crate::state::StateDir;
 use crate::watch::Reloader;
 
 /// Exit code for bad flags or a config that cannot load at start (sysexits EX_USAGE).
@@ -146,6 +147,10 @@ pub struct ServeArgs {
     /// Who may ask CSDS on the xDS port (it lists every node and its resources).
     #[arg(long, value_enum, default_value_t = CsdsFrom::Loopback)]
     pub csds_from: CsdsFrom,
+    /// A directory where each good load is kept; when the files do not load at start, the
+    /// copy kept there is served (and the error reported) instead of refusing to start.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The token in a token file: its text without surrounding white space, never empty.
@@ -303,7 +308,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
     raise_file_limit();
     let cache = Arc::new(Cache::new());
-    let reloader = Arc::new(Reloader::new(
+    let mut reloader = Reloader::new(
         args.config.paths.clone(),
         LoadOptions {
             strict: args.config.strict,
@@ -311,13 +316,22 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             max_file_bytes: args.max_file_size,
         },
         Arc::clone(&cache),
-    ));
-    // Load before binding: a config that cannot load at start is a usage error.
-    reloader.reload().map_err(|failure| {
-        Failure::Usage(anyhow::anyhow!(
-            "the configuration cannot be loaded, not starting: {failure}"
-        ))
-    })?;
+    );
+    if let Some(dir) = &args.state_dir {
+        let state = StateDir::open(dir)
+            .map_err(|e| Failure::Usage(anyhow::anyhow!("cannot use --state-dir: {e}")))?;
+        reloader = reloader.with_state(state);
+    }
+    let reloader = Arc::new(reloader);
+    // Load before binding: a config that cannot load at start is a usage error, unless the
+    // state directory keeps a good copy to serve meanwhile.
+    if let Err(failure) = reloader.reload() {
+        if reloader.serve_last_good(&failure).is_none() {
+            return Err(Failure::Usage(anyhow::anyhow!(
+                "the configuration cannot be loaded, not starting: {failure}"
+            )));
+        }
+    }
     let bind = |addr: SocketAddr, flag: &'static str| async move {
         tokio::net::TcpListener::bind(addr)
             .await

@@ -32,6 +32,7 @@ pub mod protocol;
 pub mod redact;
 pub mod resource;
 pub mod server;
+pub mod state;
 #[cfg(test)]
 mod testing;
 pub mod watch;

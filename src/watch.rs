@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::cache::Cache;
 use crate::config::{self, Config, ConfigError, LoadFailure, LoadOptions};
+use crate::state::StateDir;
 
 /// Quiet time after the last file event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -55,6 +56,8 @@ pub struct Reloader {
     loads_failed: AtomicU64,
     /// Shared with the watcher's callback thread.
     watch_events: Arc<AtomicU64>,
+    /// Where each good load is kept (`--state-dir`).
+    state: Option<StateDir>,
 }
 
 /// Counts since start, for the metrics.
@@ -76,7 +79,38 @@ impl Reloader {
             loads_ok: AtomicU64::new(0),
             loads_failed: AtomicU64::new(0),
             watch_events: Arc::new(AtomicU64::new(0)),
+            state: None,
         }
+    }
+
+    /// The same, keeping each good load in `state`.
+    pub fn with_state(mut self, state: StateDir) -> Reloader {
+        self.state = Some(state);
+        self
+    }
+
+    /// At start, when the files do not load (`failure`): serve the last good copy kept in
+    /// the state directory, if there is one, keeping `failure` as the last load's report so
+    /// operators see it. Returns the generation serving, or `None` without a copy.
+    pub fn serve_last_good(&self, failure: &LoadFailure) -> Option<u64> {
+        let roots = self.state.as_ref()?.last_good()?;
+        let config = match config::load(&roots, &self.options) {
+            Ok(config) => config,
+            Err(e) => {
+                tracing::error!("The last good copy in --state-dir does not load either: {e}");
+                return None;
+            }
+        };
+        let generation = self.cache.publish(config).number;
+        tracing::error!(
+            serving_generation = generation,
+            "The snapshot files do not load; serving the last good copy from --state-dir until \
+             they do. {failure}"
+        );
+        if let Some(report) = self.last.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            report.generation = generation;
+        }
+        Some(generation)
     }
 
     /// The outcome of the latest load, if any.
@@ -173,6 +207,13 @@ impl Reloader {
         if current.number > 0 && current.config.version() == version {
             tracing::debug!(generation = current.number, "Reloaded; nothing changed.");
             return current.number;
+        }
+        if let Some(state) = &self.state {
+            // Kept before it is published, from the files as they are now (checked by
+            // loading the copy); a failure here does not stop serving.
+            if let Err(e) = state.persist(&self.paths, &self.options) {
+                tracing::error!(error = %e, "Cannot keep the good snapshot in --state-dir; the previous copy stays.");
+            }
         }
         let (files, resources) = (config.files.len(), config.resource_count());
         let generation = self.cache.publish(config);

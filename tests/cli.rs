@@ -315,3 +315,87 @@ async fn the_admin_token_guards_status_and_config_dump() {
     assert_eq!(without.status.code(), Some(1));
     assert!(stderr(&without).contains("401"), "{}", stderr(&without));
 }
+
+/// With `--state-dir`, a restart whose files do not load serves the last good copy (and
+/// reports the error) instead of refusing to start.
+#[tokio::test]
+async fn a_restart_with_broken_files_serves_the_last_good_copy_from_the_state_dir() {
+    use std::time::{Duration, Instant};
+    let config = tempfile::tempdir().expect("tmp");
+    let state = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        config.path().join("clusters.yaml"),
+        "clusters: [{name: kept, connect_timeout: 1s}]\n",
+    )
+    .expect("write");
+    let start = |admin: &str| {
+        Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["serve", "--xds-addr", "127.0.0.1:0", "--admin-addr", admin])
+            .arg("--config")
+            .arg(config.path())
+            .arg("--state-dir")
+            .arg(state.path())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starts")
+    };
+    let get = |admin: String, path: &'static str| async move {
+        let r = reqwest::get(format!("http://{admin}{path}")).await.ok()?;
+        let code = r.status().as_u16();
+        Some((code, r.text().await.ok()?))
+    };
+    let wait_ready = |admin: String| async move {
+        let t = Instant::now();
+        loop {
+            if let Some((200, _)) = get(admin.clone(), "/readyz").await {
+                return;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "never ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let admin = format!("127.0.0.1:{}", free_port());
+    let mut first = start(&admin);
+    wait_ready(admin.clone()).await;
+    let _ = first.kill();
+    let _ = first.wait();
+    assert!(
+        state.path().join("current").exists(),
+        "the good load was kept"
+    );
+
+    std::fs::write(
+        config.path().join("clusters.yaml"),
+        "clusters: [{name: kept, oops: 1}]\n",
+    )
+    .expect("write");
+    let admin = format!("127.0.0.1:{}", free_port());
+    let mut second = start(&admin);
+    wait_ready(admin.clone()).await;
+    let (_, dump) = get(admin.clone(), "/config_dump?node=n1")
+        .await
+        .expect("dump");
+    let (_, status) = get(admin.clone(), "/status").await.expect("status");
+    let _ = second.kill();
+    let _ = second.wait();
+    assert!(
+        dump.contains("\"kept\""),
+        "the last good copy is served: {dump}"
+    );
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    assert_eq!(status["config"]["ok"], false, "{status}");
+    assert!(status["config"]["errors"][0]
+        .as_str()
+        .is_some_and(|e| e.contains("oops")));
+
+    // Without a kept copy, broken files still refuse to start.
+    let empty_state = tempfile::tempdir().expect("tmp");
+    let o = switchyard(&[
+        "serve",
+        "--config",
+        config.path().to_str().expect("utf8"),
+        "--state-dir",
+        empty_state.path().to_str().expect("utf8"),
+    ]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+}

@@ -215,6 +215,11 @@ pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, LoadFail
     }
 }
 
+/// The snapshot files a `--config` path names (see `discover`), in no particular order.
+pub fn snapshot_files(root: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    discover(root)
+}
+
 /// The snapshot files a `--config` path names: the file itself, or every `*.yaml`, `*.yml`
 /// and `*.json` below a directory, skipping hidden entries (so a Kubernetes ConfigMap mount's
 /// `..data` and `..2024_...` entries are read once, through the visible links).

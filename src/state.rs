@@ -1,0 +1,174 @@
+//! The last good configuration, kept on disk (`serve --state-dir`), so that a restart with
+//! broken snapshot files serves what was serving instead of refusing to start.
+//!
+//! Owns: copying the snapshot files of a good load into the state directory, atomically: a
+//! new generation directory is written, checked by loading it, and only then made current
+//! by renaming a symlink over `current`; older generations are removed after. Must not:
+//! parse files itself (that is `config`, used to check the copy) or publish (`watch`).
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{self, LoadOptions};
+
+/// The symlink to the current generation.
+const CURRENT: &str = "current";
+
+/// The state directory failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{}: {message}", .path.display())]
+    Io { path: PathBuf, message: String },
+    #[error("the copy in {} does not load: {message}", .path.display())]
+    Unloadable { path: PathBuf, message: String },
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> StateError + '_ {
+    move |e| StateError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// A state directory.
+#[derive(Debug)]
+pub struct StateDir {
+    dir: PathBuf,
+}
+
+impl StateDir {
+    /// Use `dir`, creating it if needed.
+    pub fn open(dir: &Path) -> Result<StateDir, StateError> {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        Ok(StateDir {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The roots (one per `--config` path, in order) of the last good copy, if there is one.
+    pub fn last_good(&self) -> Option<Vec<PathBuf>> {
+        let current = self.dir.join(CURRENT);
+        let generation = std::fs::canonicalize(&current).ok()?;
+        let mut roots: Vec<PathBuf> = std::fs::read_dir(&generation)
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("root-"))
+            })
+            .collect();
+        roots.sort_by_key(|p| root_index(p));
+        (!roots.is_empty()).then_some(roots)
+    }
+
+    /// Copy the snapshot files under `roots` into a new generation, check that it loads
+    /// with `options`, and make it the current one.
+    pub fn persist(&self, roots: &[PathBuf], options: &LoadOptions) -> Result<(), StateError> {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let generation = self.dir.join(format!("gen-{stamp}"));
+        let mut copied = Vec::with_capacity(roots.len());
+        for (i, root) in roots.iter().enumerate() {
+            let target = generation.join(format!("root-{i}"));
+            std::fs::create_dir_all(&target).map_err(io(&target))?;
+            let files = config::snapshot_files(root).map_err(|e| StateError::Io {
+                path: root.clone(),
+                message: e.to_string(),
+            })?;
+            for file in files {
+                let relative = file
+                    .strip_prefix(root)
+                    .ok()
+                    .filter(|r| !r.as_os_str().is_empty())
+                    .map(Path::to_path_buf)
+                    .or_else(|| file.file_name().map(PathBuf::from))
+                    .unwrap_or_else(|| PathBuf::from("snapshot.yaml"));
+                let to = target.join(relative);
+                if let Some(parent) = to.parent() {
+                    std::fs::create_dir_all(parent).map_err(io(parent))?;
+                }
+                std::fs::copy(&file, &to).map_err(io(&file))?;
+            }
+            copied.push(target);
+        }
+        // A copy that does not load (a file changed between the load and the copy) is not
+        // kept: the previous generation stays current.
+        let check = LoadOptions {
+            allow_empty: true,
+            ..options.clone()
+        };
+        if let Err(failure) = config::load(&copied, &check) {
+            let _ = std::fs::remove_dir_all(&generation);
+            return Err(StateError::Unloadable {
+                path: generation,
+                message: failure.to_string(),
+            });
+        }
+        let link = self.dir.join(".current.tmp");
+        let _ = std::fs::remove_file(&link);
+        let name = generation
+            .file_name()
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        std::os::unix::fs::symlink(&name, &link).map_err(io(&link))?;
+        std::fs::rename(&link, self.dir.join(CURRENT)).map_err(io(&self.dir))?;
+        self.remove_other_generations(&name);
+        Ok(())
+    }
+
+    fn remove_other_generations(&self, keep: &Path) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with("gen-") && Path::new(&name) != keep {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+}
+
+fn root_index(path: &Path) -> usize {
+    path.file_name()
+        .and_then(|n| n.to_string_lossy().strip_prefix("root-")?.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn persists_what_loaded_and_keeps_the_last_good_on_a_bad_copy() {
+        let files = tempfile::tempdir().expect("tmp");
+        let state = tempfile::tempdir().expect("tmp");
+        let sub = files.path().join("team");
+        std::fs::create_dir(&sub).expect("mkdir");
+        std::fs::write(sub.join("a.yaml"), "clusters: [{name: a}]\n").expect("write");
+        let elsewhere = tempfile::tempdir().expect("tmp");
+        let single = elsewhere.path().join("single.json");
+        std::fs::write(&single, r#"{"clusters": [{"name": "b"}]}"#).expect("write");
+        let roots = vec![files.path().to_path_buf(), single];
+        let dir = StateDir::open(state.path()).expect("opens");
+        assert_eq!(dir.last_good(), None);
+        dir.persist(&roots, &LoadOptions::default())
+            .expect("persists");
+        let copy = dir.last_good().expect("a copy");
+        assert_eq!(copy.len(), 2);
+        let loaded = config::load(&copy, &LoadOptions::default()).expect("the copy loads");
+        assert_eq!(loaded.resource_count(), 2, "{loaded:?}");
+        // A broken file is not persisted; the last good copy stays.
+        std::fs::write(sub.join("a.yaml"), "clusters: [{name: a, bad: 1}]\n").expect("write");
+        assert!(dir.persist(&roots, &LoadOptions::default()).is_err());
+        let still = dir.last_good().expect("still a copy");
+        assert!(config::load(&still, &LoadOptions::default()).is_ok());
+        let generations = std::fs::read_dir(state.path())
+            .expect("list")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("gen-"))
+            .count();
+        assert_eq!(generations, 1, "one generation kept");
+    }
+}
