@@ -19,7 +19,8 @@
 //!   the World and delta; no IO, and time only as an argument.
 //! - [`server`] runs the gRPC services that feed the protocol and write what it returns,
 //!   straight from the resources' shared bytes.
-//! - [`watch`] reloads on file changes; [`cli`] is the command line.
+//! - [`watch`] reloads on file changes (and keeps each good load with [`state`]); [`redact`]
+//!   knows what is secret; [`cli`] is the command line.
 #![forbid(unsafe_code)]
 
 pub mod admin;
