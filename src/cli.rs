@@ -20,6 +20,7 @@ use crate::config::{self, LoadOptions};
 use crate::fleet::Fleet;
 use crate::protocol::Ordering;
 use crate::redact::Secrets;
+use crate::server::tls::{IdentityPolicy, TlsFiles};
 use crate::server::{CsdsFrom, Limits, ServeOptions};
 use crate::state::StateDir;
 use crate::watch::Reloader;
@@ -151,6 +152,26 @@ pub struct ServeArgs {
     /// copy kept there is served (and the error reported) instead of refusing to start.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// TLS on the xDS port: the server's certificate chain (PEM). Reloaded when it (or the
+    /// key) changes, without a restart.
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients must present a certificate this CA (PEM) signed.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// Bind nodes to client certificates: a stream (or REST poll) whose certificate does not
+    /// prove this name for the node it claims is refused (PERMISSION_DENIED); a bound client
+    /// gets private key material. `{id}` and `{cluster}` stand for the node's id and
+    /// cluster, e.g. `spiffe://example.org/ns/{cluster}/sa/{id}`.
+    #[arg(long, value_name = "TEMPLATE", requires = "client_ca", value_parser = parse_identity)]
+    pub node_identity: Option<IdentityPolicy>,
+}
+
+fn parse_identity(text: &str) -> Result<IdentityPolicy, String> {
+    IdentityPolicy::new(text)
 }
 
 /// The token in a token file: its text without surrounding white space, never empty.
@@ -362,6 +383,17 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             None
         }
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            crate::server::tls::acceptor(&TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.client_ca.clone(),
+            })
+            .map_err(|e| Failure::Usage(anyhow::anyhow!("cannot set up TLS: {e}")))?,
+        ),
+        _ => None,
+    };
     let secrets = Secrets::serve_if(args.insecure_serve_secrets);
     let show_secrets = Secrets::serve_if(args.admin_show_secrets);
     log_secret_policy(&cache, secrets);
@@ -390,6 +422,8 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         secrets,
         show_secrets,
         csds_from: args.csds_from,
+        tls,
+        identity: args.node_identity.clone().map(Arc::new),
         limits: Limits {
             max_connections: args.max_connections as usize,
             max_streams_per_connection: args.max_streams_per_connection,

@@ -101,6 +101,8 @@ pub struct StreamMetrics {
     pub plans: Family<PlanLabels, Counter>,
     /// Connections or streams turned away by a limit.
     pub limits: Family<LimitLabels, Counter>,
+    /// Streams refused: the client certificate is not bound to the node claimed.
+    pub identity_mismatches: Counter,
 }
 
 /// 1 ms to ~65 s, doubling.
@@ -123,6 +125,7 @@ impl Default for StreamMetrics {
             rest_polls: Family::default(),
             plans: Family::default(),
             limits: Family::default(),
+            identity_mismatches: Counter::default(),
         }
     }
 }
@@ -159,6 +162,12 @@ pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) 
         m.responses.clone(),
     );
     registry.register("acks", "ACKs received, by type URL", m.acks.clone());
+    registry.register(
+        "identity_mismatches",
+        "Streams and polls refused because the client certificate is not bound to the node \
+         they claim (--node-identity)",
+        m.identity_mismatches.clone(),
+    );
     registry.register(
         "limit_rejections",
         "Connections and streams turned away by a limit, by limit: connections \

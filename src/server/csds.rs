@@ -22,6 +22,7 @@ use envoy_types::pb::google::protobuf::{Any, Timestamp};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::incoming::ConnInfo;
 use crate::cache::Cache;
 use crate::fleet::{Fleet, StreamReport, TypeReport};
 use crate::redact::Secrets;
@@ -49,21 +50,24 @@ pub enum CsdsFrom {
 }
 
 impl CsdsFrom {
-    /// Whether a client at `peer` may ask; an unknown peer may not, unless any may.
-    pub fn allows(self, peer: Option<std::net::SocketAddr>) -> bool {
+    /// Whether a client at `peer` may ask: on this host, or authenticated by mutual TLS;
+    /// an unknown peer may not, unless any may.
+    pub fn allows(self, peer: Option<std::net::SocketAddr>, authenticated: bool) -> bool {
         match self {
             CsdsFrom::Any => true,
-            CsdsFrom::Loopback => peer.is_some_and(|p| p.ip().is_loopback()),
+            CsdsFrom::Loopback => authenticated || peer.is_some_and(|p| p.ip().is_loopback()),
         }
     }
 
-    fn check(self, peer: Option<std::net::SocketAddr>) -> Result<(), Status> {
-        if self.allows(peer) {
+    fn check(self, conn: Option<&ConnInfo>) -> Result<(), Status> {
+        let peer = conn.and_then(|c| c.remote);
+        if self.allows(peer, conn.is_some_and(|c| c.identity.is_some())) {
             return Ok(());
         }
         tracing::warn!(peer = ?peer, "Refused a CSDS request from beyond loopback (--csds-from).");
         Err(Status::permission_denied(
-            "CSDS answers only clients on this host; the server's --csds-from any opens it",
+            "CSDS answers only clients on this host or authenticated by mutual TLS; the \
+             server's --csds-from any opens it",
         ))
     }
 }
@@ -78,7 +82,7 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: Request<Streaming<ClientStatusRequest>>,
     ) -> Result<Response<StatusStream>, Status> {
-        self.from.check(request.remote_addr())?;
+        self.from.check(request.extensions().get::<ConnInfo>())?;
         let csds = self.clone();
         let answers = request
             .into_inner()
@@ -90,7 +94,7 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: Request<ClientStatusRequest>,
     ) -> Result<Response<ClientStatusResponse>, Status> {
-        self.from.check(request.remote_addr())?;
+        self.from.check(request.extensions().get::<ConnInfo>())?;
         self.answer(request.get_ref()).map(Response::new)
     }
 }
@@ -224,14 +228,23 @@ mod tests {
         let local = "127.0.0.1:5000".parse().ok();
         let local6 = "[::1]:5000".parse().ok();
         let remote = "10.1.2.3:5000".parse().ok();
-        assert!(CsdsFrom::Loopback.allows(local) && CsdsFrom::Loopback.allows(local6));
-        assert!(!CsdsFrom::Loopback.allows(remote));
+        assert!(CsdsFrom::Loopback.allows(local, false));
+        assert!(CsdsFrom::Loopback.allows(local6, false));
+        assert!(!CsdsFrom::Loopback.allows(remote, false));
         assert!(
-            !CsdsFrom::Loopback.allows(None),
+            CsdsFrom::Loopback.allows(remote, true),
+            "authenticated by mutual TLS"
+        );
+        assert!(
+            !CsdsFrom::Loopback.allows(None, false),
             "an unknown peer is not trusted"
         );
-        assert!(CsdsFrom::Any.allows(remote) && CsdsFrom::Any.allows(None));
-        let refused = CsdsFrom::Loopback.check(remote).expect_err("refused");
+        assert!(CsdsFrom::Any.allows(remote, false) && CsdsFrom::Any.allows(None, false));
+        let conn = super::ConnInfo {
+            remote,
+            identity: None,
+        };
+        let refused = CsdsFrom::Loopback.check(Some(&conn)).expect_err("refused");
         assert_eq!(refused.code(), tonic::Code::PermissionDenied);
     }
 }

@@ -8,7 +8,6 @@
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -36,7 +35,7 @@ impl XdsServer {
     pub fn new(
         cache: Arc<Cache>,
         fleet: Arc<Fleet>,
-        options: super::ServeOptions,
+        options: &super::ServeOptions,
         stop: watch::Receiver<bool>,
     ) -> XdsServer {
         XdsServer {
@@ -47,6 +46,7 @@ impl XdsServer {
                 ordering: options.ordering,
                 secrets: options.secrets,
                 limits: options.limits,
+                identity: options.identity.clone(),
                 stop,
             },
         }
@@ -247,12 +247,16 @@ impl<M: Machine> StreamingService<M::Request> for Handler<M> {
     type Future = BoxFuture<Response<Responses<M::Wire>>, Status>;
 
     fn call(&mut self, request: Request<Streaming<M::Request>>) -> Self::Future {
-        let peer: Option<SocketAddr> = request.remote_addr();
+        let conn = request
+            .extensions()
+            .get::<super::incoming::ConnInfo>()
+            .cloned()
+            .unwrap_or_default();
         let responses = spawn::<M>(
             self.variant,
             self.server.shared.clone(),
             request.into_inner(),
-            peer,
+            conn,
         );
         Box::pin(async move { Ok(Response::new(responses)) })
     }

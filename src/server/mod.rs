@@ -17,6 +17,7 @@ mod peers;
 pub mod rest;
 mod status;
 mod stream;
+pub mod tls;
 mod wire;
 
 pub use wire::{WireDeltaResponse, WireResponse};
@@ -86,7 +87,7 @@ impl Default for Limits {
 }
 
 /// How the server behaves, beyond its listener and data.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct ServeOptions {
     /// Make-before-break on aggregated streams.
     pub ordering: Ordering,
@@ -98,6 +99,25 @@ pub struct ServeOptions {
     pub limits: Limits,
     /// Who may ask CSDS.
     pub csds_from: CsdsFrom,
+    /// TLS on the xDS port (`--tls-cert`, `--tls-key`, `--client-ca`), if any.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// `--node-identity`: how a client certificate must match the node it claims (mutual
+    /// TLS); a bound client gets private key material.
+    pub identity: Option<Arc<tls::IdentityPolicy>>,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("ordering", &self.ordering)
+            .field("secrets", &self.secrets)
+            .field("show_secrets", &self.show_secrets)
+            .field("limits", &self.limits)
+            .field("csds_from", &self.csds_from)
+            .field("tls", &self.tls.is_some())
+            .field("identity", &self.identity)
+            .finish()
+    }
 }
 
 /// Serve xDS on `listener` from `cache`, reporting every stream in `fleet`, as `options`
@@ -122,13 +142,15 @@ pub async fn serve(
         fleet: Arc::clone(&fleet),
         stop: stop_rx.clone(),
         secrets: options.secrets,
+        identity: options.identity.clone(),
     });
     let connections = incoming::incoming(
         listener,
         options.limits.max_connections,
+        options.tls.clone(),
         fleet.metrics.clone(),
     );
-    let xds = grpc::XdsServer::new(cache, fleet, options, stop_rx);
+    let xds = grpc::XdsServer::new(cache, fleet, &options, stop_rx);
     let mut builder = tonic::transport::Server::builder()
         // REST-JSON polling comes over HTTP/1.1 too.
         .accept_http1(true)

@@ -39,8 +39,11 @@ pub struct Rest {
     pub fleet: Arc<Fleet>,
     pub stop: watch::Receiver<bool>,
     /// Private key material only with `--insecure-serve-secrets`: a poll proves nothing about
-    /// who it comes from.
+    /// who it comes from (even a poll bound by `--node-identity` gets none: each resource's
+    /// REST rendering is made once and shared).
     pub secrets: Secrets,
+    /// `--node-identity`: a poll's client certificate must be bound to the node it names.
+    pub identity: Option<std::sync::Arc<super::tls::IdentityPolicy>>,
 }
 
 /// `POST /v3/discovery:{type}`.
@@ -69,7 +72,12 @@ fn bad_request(message: String) -> Response {
     (StatusCode::BAD_REQUEST, message + "\n").into_response()
 }
 
-async fn discovery(State(rest): State<Rest>, Path(segment): Path<String>, body: Bytes) -> Response {
+async fn discovery(
+    State(rest): State<Rest>,
+    Path(segment): Path<String>,
+    extensions: axum::http::Extensions,
+    body: Bytes,
+) -> Response {
     let Some(kind) = path_type(&segment) else {
         return (
             StatusCode::NOT_FOUND,
@@ -94,6 +102,20 @@ async fn discovery(State(rest): State<Rest>, Path(segment): Path<String>, body: 
     let Some(node) = request.node.clone() else {
         return bad_request("a REST DiscoveryRequest must carry `node`".into());
     };
+    if let Some(policy) = &rest.identity {
+        let identity = extensions
+            .get::<super::incoming::ConnInfo>()
+            .and_then(|c| c.identity.as_deref());
+        if let Err(why) = policy.check(identity, &node.id, &node.cluster) {
+            rest.fleet.metrics.identity_mismatches.inc();
+            tracing::warn!(node = %node.id, reason = %why, "Refused a REST poll: its client certificate is not bound to the node it claims.");
+            return (
+                StatusCode::FORBIDDEN,
+                format!("node {:?}: {why}\n", node.id),
+            )
+                .into_response();
+        }
+    }
     let mut subscription = Subscription::default();
     subscription.apply_sotw(&request.resource_names);
 

@@ -1,7 +1,6 @@
 //! One task per xDS stream (SotW or delta): requests, cache generations and heartbeat
 //! timers in; responses out. The same loop drives both state machines through [`Machine`].
 
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,8 +11,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream as AsyncStream;
 use tonic::{Status, Streaming};
 
+use super::incoming::ConnInfo;
 use super::peers::{PeerHandle, Peers};
 use super::status;
+use super::tls::IdentityPolicy;
 use super::wire::{WireDeltaResponse, WireResponse};
 use crate::cache::{Cache, Generation};
 use crate::fleet::{Fleet, StreamHandle, StreamReport};
@@ -94,6 +95,8 @@ pub struct Shared {
     /// Private key material to proxies, or not.
     pub secrets: Secrets,
     pub limits: super::Limits,
+    /// `--node-identity`: how a client certificate must match the node it claims.
+    pub identity: Option<Arc<IdentityPolicy>>,
     pub stop: watch::Receiver<bool>,
 }
 
@@ -102,10 +105,10 @@ pub fn spawn<M: Machine>(
     variant: Variant,
     shared: Shared,
     requests: Streaming<M::Request>,
-    peer: Option<SocketAddr>,
+    conn: ConnInfo,
 ) -> Responses<M::Wire> {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-    tokio::spawn(run::<M>(variant, shared, requests, peer, tx));
+    tokio::spawn(run::<M>(variant, shared, requests, conn, tx));
     Box::pin(ReceiverStream::new(rx))
 }
 
@@ -113,9 +116,11 @@ async fn run<M: Machine>(
     variant: Variant,
     shared: Shared,
     mut requests: Streaming<M::Request>,
-    peer: Option<SocketAddr>,
+    conn: ConnInfo,
     tx: mpsc::Sender<Result<M::Wire, Status>>,
 ) {
+    let peer = conn.remote;
+    let peer_text = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let Shared {
         cache,
         fleet,
@@ -123,8 +128,12 @@ async fn run<M: Machine>(
         ordering,
         secrets,
         limits,
+        identity,
         mut stop,
     } = shared;
+    // Private key material goes to a client whose certificate is bound to its node (checked
+    // on its first request), or to every client with --insecure-serve-secrets.
+    let mut secrets = secrets;
     let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let protocol = M::PROTOCOL;
     let mut machine =
@@ -158,6 +167,19 @@ async fn run<M: Machine>(
                         break format!("protocol error: {e}");
                     }
                     if node_id.is_none() {
+                        if let (Some(policy), Some(node)) = (&identity, machine.node()) {
+                            match policy.check(conn.identity.as_deref(), &node.id, &node.cluster) {
+                                Ok(()) => secrets = Secrets::Serve,
+                                Err(why) => {
+                                    metrics.identity_mismatches.inc();
+                                    tracing::warn!(node = %node.id, %peer_text, reason = %why, "Refused a stream: its client certificate is not bound to the node it claims.");
+                                    let _ = tx.send(Err(Status::permission_denied(format!(
+                                        "node {:?}: {why}", node.id
+                                    )))).await;
+                                    break format!("identity mismatch: {why}");
+                                }
+                            }
+                        }
                         if let Some(node) = machine.node() {
                             tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, features = ?node.client_features, "xDS stream opened.");
                             node_id = Some(node.id.clone());

@@ -75,6 +75,7 @@ impl TestServer {
         let server_cache = Arc::clone(&cache);
         let fleet = Arc::new(Fleet::default());
         let server_fleet = Arc::clone(&fleet);
+        let show_secrets = options.show_secrets;
         let task = tokio::spawn(async move {
             switchyard::server::serve(listener, server_cache, server_fleet, options, async {
                 let _ = stopped.await;
@@ -90,7 +91,7 @@ impl TestServer {
             fleet,
             cache: Arc::clone(&cache),
             reloader: Arc::clone(&reloader),
-            show_secrets: options.show_secrets,
+            show_secrets,
             token: None,
         };
         let admin_task = tokio::spawn(async move {
