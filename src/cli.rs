@@ -45,7 +45,7 @@ pub struct Cli {
 pub enum Command {
     /// Serve the snapshot files to Envoy over xDS (State of the World and incremental, ADS
     /// and per-type), reloading them when they change.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Load the snapshot files and report every problem; exit 0 when they load, 1 when not.
     Validate(ConfigArgs),
     /// Show every connected proxy's sync state per type, from a running server's admin API;
@@ -255,7 +255,7 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Validate(args) => validate(&args),
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Status(args) => status(&args),
     }
 }

@@ -399,3 +399,47 @@ async fn a_restart_with_broken_files_serves_the_last_good_copy_from_the_state_di
     ]);
     assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
 }
+
+#[test]
+fn tls_flags_go_together_and_bad_files_are_usage_errors() {
+    let config = examples();
+    let dir = tempfile::tempdir().expect("tmp");
+    let missing = dir.path().join("nope.pem");
+    let missing = missing.to_str().expect("utf8");
+    for (args, says) in [
+        (vec!["--tls-cert", missing], "--tls-key"),
+        (vec!["--client-ca", missing], "--tls-cert"),
+        (vec!["--node-identity", "spiffe://x/{id}"], "--client-ca"),
+        (
+            vec![
+                "--tls-cert",
+                missing,
+                "--tls-key",
+                missing,
+                "--client-ca",
+                missing,
+                "--node-identity",
+                "fixed",
+            ],
+            "names no node",
+        ),
+        (
+            vec!["--tls-cert", missing, "--tls-key", missing],
+            "nope.pem",
+        ),
+    ] {
+        let mut all = vec![
+            "serve",
+            "-c",
+            &config,
+            "--xds-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+        ];
+        all.extend(args.iter().copied());
+        let o = switchyard(&all);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
