@@ -172,7 +172,7 @@ async fn run<M: Machine>(
                                 Ok(()) => secrets = Secrets::Serve,
                                 Err(why) => {
                                     metrics.identity_mismatches.inc();
-                                    tracing::warn!(node = %node.id, %peer_text, reason = %why, "Refused a stream: its client certificate is not bound to the node it claims.");
+                                    tracing::warn!(node = %node.id, peer = %peer_text, reason = %why, "Refused a stream: its client certificate is not bound to the node it claims.");
                                     let _ = tx.send(Err(Status::permission_denied(format!(
                                         "node {:?}: {why}", node.id
                                     )))).await;
