@@ -396,7 +396,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     };
     let secrets = Secrets::serve_if(args.insecure_serve_secrets);
     let show_secrets = Secrets::serve_if(args.admin_show_secrets);
-    log_secret_policy(&cache, secrets);
+    log_secret_policy(&cache, secrets, args.node_identity.is_some());
     let admin = crate::admin::Admin {
         fleet: Arc::clone(&fleet),
         cache: Arc::clone(&cache),
@@ -457,7 +457,7 @@ fn raise_file_limit() {
 fn raise_file_limit() {}
 
 /// Say at start whether the snapshot holds private key material and how it is served.
-fn log_secret_policy(cache: &Cache, secrets: Secrets) {
+fn log_secret_policy(cache: &Cache, secrets: Secrets, bound: bool) {
     let current = cache.current();
     let holding: Vec<&str> = current
         .config
@@ -471,6 +471,12 @@ fn log_secret_policy(cache: &Cache, secrets: Secrets) {
         return;
     }
     match secrets {
+        Secrets::Redact if bound => tracing::info!(
+            resources = holding.len(),
+            names = ?holding,
+            "The snapshot holds private key material. It goes only to streams whose client \
+             certificate is bound to their node (--node-identity)."
+        ),
         Secrets::Redact => tracing::warn!(
             resources = holding.len(),
             names = ?holding,
