@@ -1,0 +1,149 @@
+//! End-to-end: a real Envoy 1.40 talking to the `switchyard` binary over mutual TLS, with
+//! its node bound to its certificate's SPIFFE ID; and an Envoy whose certificate names
+//! another node, refused. Certificates are made here (rcgen).
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+use support::envoy::{envoy_binary, eventually, free_port, http_get, Envoy, Switchyard, Upstream};
+use support::{eds_cluster, rds_listener, route_to, write};
+
+/// Write a CA, a server certificate for `localhost` and a client certificate for
+/// `spiffe://test/<client_id>` under `dir`.
+fn certificates(dir: &Path, client_id: &str) {
+    let ca_key = KeyPair::generate().expect("key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "switchyard test CA");
+    ca.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    let ca_cert = ca.self_signed(&ca_key).expect("CA");
+    let issuer = Issuer::new(ca, ca_key);
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).expect("write");
+    let server_key = KeyPair::generate().expect("key");
+    let server = CertificateParams::new(vec!["localhost".to_string()])
+        .expect("params")
+        .signed_by(&server_key, &issuer)
+        .expect("signed");
+    std::fs::write(dir.join("server.pem"), server.pem()).expect("write");
+    std::fs::write(dir.join("server.key"), server_key.serialize_pem()).expect("write");
+    let client_key = KeyPair::generate().expect("key");
+    let mut client = CertificateParams::new(Vec::<String>::new()).expect("params");
+    client.subject_alt_names.push(SanType::URI(
+        format!("spiffe://test/{client_id}")
+            .try_into()
+            .expect("ia5"),
+    ));
+    let client = client.signed_by(&client_key, &issuer).expect("signed");
+    std::fs::write(dir.join("client.pem"), client.pem()).expect("write");
+    std::fs::write(dir.join("client.key"), client_key.serialize_pem()).expect("write");
+}
+
+/// examples/envoy/bootstrap-ads.yaml with the `switchyard` cluster over mutual TLS.
+fn tls_bootstrap(dir: &Path) -> String {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envoy/bootstrap-ads.yaml");
+    let text = std::fs::read_to_string(example).expect("bootstrap");
+    let d = dir.display();
+    let socket = format!(
+        r#"      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+          sni: localhost
+          common_tls_context:
+            alpn_protocols: [h2]
+            tls_certificates:
+              - certificate_chain: {{ filename: {d}/client.pem }}
+                private_key: {{ filename: {d}/client.key }}
+            validation_context:
+              trusted_ca: {{ filename: {d}/ca.pem }}
+      load_assignment:"#
+    );
+    text.replacen("      load_assignment:", &socket, 1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_envoy_over_mutual_tls_is_served_and_an_impostor_is_refused() {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let upstream = Upstream::start("upstream-a").await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    let listener = free_port();
+    write(&config, "a.yaml", &eds_cluster("a", "1s", upstream.port));
+    write(
+        &config,
+        "listener.yaml",
+        &rds_listener("http", listener, "main"),
+    );
+    write(&config, "routes.yaml", &route_to("main", "a"));
+    // The certificate names node `tls-edge`.
+    certificates(dir.path(), "tls-edge");
+    let d = dir.path();
+    let switchyard = Switchyard::start_with_args(
+        &config,
+        d,
+        &[
+            "--tls-cert",
+            &d.join("server.pem").display().to_string(),
+            "--tls-key",
+            &d.join("server.key").display().to_string(),
+            "--client-ca",
+            &d.join("ca.pem").display().to_string(),
+            "--node-identity",
+            "spiffe://test/{id}",
+        ],
+    )
+    .await;
+    let bootstrap = tls_bootstrap(d);
+    let envoy_dir = d.join("good");
+    std::fs::create_dir(&envoy_dir).expect("mkdir");
+    let envoy = Envoy::start_from_text(
+        &bootstrap,
+        &envoy_bin,
+        switchyard.port,
+        "tls-edge",
+        &envoy_dir,
+    )
+    .await;
+    let served = eventually(Duration::from_secs(20), || async {
+        http_get(listener).await.as_deref() == Some("upstream-a")
+    })
+    .await;
+    assert!(
+        served.is_some(),
+        "Envoy over mutual TLS never got its config"
+    );
+
+    // Another Envoy with the same certificate claims another node: refused.
+    let impostor_dir = d.join("impostor");
+    std::fs::create_dir(&impostor_dir).expect("mkdir");
+    let impostor = Envoy::start_from_text(
+        &bootstrap,
+        &envoy_bin,
+        switchyard.port,
+        "someone-else",
+        &impostor_dir,
+    )
+    .await;
+    let refused = eventually(Duration::from_secs(20), || async {
+        switchyard.logged(
+            "Refused a stream: its client certificate is not bound",
+            &[("node", "someone-else")],
+        )
+    })
+    .await;
+    assert!(refused.is_some(), "the impostor was not refused");
+    let status = switchyard.status().await.expect("status");
+    assert!(status.nodes.iter().any(|n| n.node_id == "tls-edge"));
+    assert!(!status.nodes.iter().any(|n| n.node_id == "someone-else"));
+    drop((envoy, impostor));
+}
