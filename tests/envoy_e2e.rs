@@ -79,6 +79,7 @@ over_both_apis!(
     e2e_per_type_services_serve_envoy_without_ads,
     e2e_p19_endpoint_removal_reaches_envoy,
     e2e_p25_ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops,
+    e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new,
 );
 
 /// Two upstreams, clusters `a` and `b` to them, a listener, and a route to `a`.
@@ -711,5 +712,87 @@ async fn e2e_rest_polling_envoy_gets_config_follows_edits_and_idles() {
     assert!(
         (2.0..=2.0 * 3.0 / 0.7 + 2.0).contains(&idle_polls),
         "{idle_polls} polls in 3 s for 2 types: not held, or not polling"
+    );
+}
+
+/// `kill -9` of the server, and a restart on the same port with the same files: Envoy
+/// reconnects and applies nothing new, and traffic goes on. Over delta nothing is sent again
+/// (P23: Envoy lists what it has). Over SotW the wildcard CDS and LDS are not sent again
+/// (P13: Envoy's version is current); the route configuration and endpoints, which Envoy
+/// asks for by name on the new stream, are sent again (P9) at the versions it has.
+async fn e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new(api: Api) {
+    let node = api.node("e2e-restart");
+    let Some(mut fleet) = Fleet::start(api, &node).await else {
+        return;
+    };
+    let counted = [
+        "cluster_manager.cds.update_success",
+        "listener_manager.lds.update_success",
+        "http.http.rds.main.update_success",
+        "cluster.a.update_success",
+        "cluster_manager.cds.update_rejected",
+        "listener_manager.lds.update_rejected",
+    ];
+    let route_version = |dump: serde_json::Value| {
+        dump["configs"][0]["version_info"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let mut before = Vec::new();
+    for s in counted {
+        before.push(fleet.envoy.stat(s).await);
+    }
+    let routes_before = route_version(fleet.envoy.config_dump("dynamic_route_configs").await);
+    let ports = (fleet.switchyard.port, fleet.switchyard.admin_port);
+    fleet.switchyard.process.kill();
+    let restart_dir = fleet.dir.path().join("restart");
+    std::fs::create_dir(&restart_dir).expect("mkdir");
+    fleet.switchyard = Switchyard::start_on(&fleet.config(), &restart_dir, ports, &[]).await;
+    let back = eventually(Duration::from_secs(30), || async {
+        fleet
+            .switchyard
+            .logged("xDS stream opened.", &[("node", node.as_str())])
+            && fleet
+                .switchyard
+                .status()
+                .await
+                .and_then(|s| s.nodes.into_iter().find(|n| n.node_id == node))
+                .is_some_and(|n| {
+                    n.types
+                        .values()
+                        .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
+                })
+    })
+    .await;
+    assert!(back.is_some(), "Envoy did not reconnect and sync");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut after = Vec::new();
+    for s in counted {
+        after.push(fleet.envoy.stat(s).await);
+    }
+    for ((name, b), a) in counted.iter().zip(&before).zip(&after) {
+        eprintln!("{api:?} {name}: {b:?} -> {a:?}");
+    }
+    assert_eq!(
+        http_get(fleet.listener).await.as_deref(),
+        Some("upstream-a")
+    );
+    let unchanged = match api {
+        Api::Delta => 0..counted.len(),
+        // CDS and LDS, and nothing rejected.
+        Api::Sotw => 0..2,
+    };
+    for i in unchanged.chain(4..6) {
+        assert_eq!(
+            before[i], after[i],
+            "{}: Envoy applied something new",
+            counted[i]
+        );
+    }
+    let routes_after = route_version(fleet.envoy.config_dump("dynamic_route_configs").await);
+    assert!(routes_before.is_some());
+    assert_eq!(
+        routes_before, routes_after,
+        "the route configuration changed"
     );
 }

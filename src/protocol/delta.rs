@@ -325,7 +325,9 @@ impl Flavor for Delta {
         );
         if change.wildcard_added {
             st.full = true;
-            st.announce |= first;
+            // A client back with what it had (P23) is past its initial fetch: nothing to
+            // announce, and an empty response would only count as an update.
+            st.announce |= first && st.claimed == 0;
         }
         // P21: named in subscribe, so sent even if the client seems to have it; except what
         // it has just told us it holds (P23).

@@ -222,8 +222,16 @@ impl Switchyard {
 
     /// `switchyard serve` with these flags added.
     pub async fn start_with_args(config: &Path, log_dir: &Path, extra: &[&str]) -> Switchyard {
-        let port = free_port();
-        let admin_port = free_port();
+        Switchyard::start_on(config, log_dir, (free_port(), free_port()), extra).await
+    }
+
+    /// `switchyard serve` on these (xDS, admin) ports, logging to `log_dir/switchyard.log`.
+    pub async fn start_on(
+        config: &Path,
+        log_dir: &Path,
+        (port, admin_port): (u16, u16),
+        extra: &[&str],
+    ) -> Switchyard {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
         cmd.args([
             "serve",

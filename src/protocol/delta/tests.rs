@@ -797,3 +797,24 @@ fn a_stream_past_its_name_limit_ends_with_a_limit_error() {
     assert_eq!(r.resources.len(), 3);
     ack(&mut wide, &r);
 }
+
+#[test]
+fn p23_a_client_back_with_what_it_has_gets_no_empty_announcement() {
+    let snapshot = snap(ABC);
+    // A first connection: the wildcard is announced even when there is nothing new.
+    let mut fresh = ads();
+    fresh.handle_snapshot(Arc::clone(&snapshot));
+    fresh.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    let first = one(&mut fresh);
+    assert_eq!(first.resources.len(), 3);
+    // Back after a restart, listing everything at its current version: nothing at all.
+    let mut back = ads();
+    back.handle_snapshot(snapshot);
+    let mut r = req(Cluster, &[], &[], "");
+    r.initial_resource_versions = ABC
+        .iter()
+        .map(|(k, n, c)| (n.to_string(), version(*k, n, c)))
+        .collect::<HashMap<_, _>>();
+    back.handle_request(r).expect("ok");
+    none(&mut back);
+}
