@@ -37,6 +37,8 @@ pub struct Csds {
     pub show_secrets: Secrets,
     /// Who may ask (`--csds-from`).
     pub from: CsdsFrom,
+    /// The largest answer built ([`MAX_ANSWER_BYTES`]).
+    pub max_answer: usize,
 }
 
 /// Who may ask CSDS on the xDS port, which lists every connected node and its resources.
@@ -73,6 +75,9 @@ impl CsdsFrom {
 }
 
 type StatusStream = Pin<Box<dyn Stream<Item = Result<ClientStatusResponse, Status>> + Send>>;
+
+/// The largest CSDS answer built: past it the request is refused, with how to narrow it.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 #[tonic::async_trait]
 impl ClientStatusDiscoveryService for Csds {
@@ -117,6 +122,7 @@ impl Csds {
             nodes.entry(r.node_id.clone()).or_default().push(r);
         }
         let mut config = Vec::new();
+        let mut size = 0;
         for (id, streams) in nodes {
             if !matchers.is_empty()
                 && !matchers
@@ -142,7 +148,7 @@ impl Csds {
                     ));
                 }
             }
-            config.push(ClientConfig {
+            let node_config = ClientConfig {
                 node: Some(Node {
                     id,
                     cluster: first.node_cluster.clone(),
@@ -152,7 +158,18 @@ impl Csds {
                 }),
                 generic_xds_configs: generic,
                 ..Default::default()
-            });
+            };
+            // Bounded as it is built, node by node, so a large fleet cannot make the server
+            // hold an answer of any size.
+            size += prost::Message::encoded_len(&node_config);
+            if size > self.max_answer {
+                return Err(Status::resource_exhausted(format!(
+                    "the answer would be more than {} bytes: narrow it with node_matchers, or \
+                     set exclude_resource_contents",
+                    self.max_answer
+                )));
+            }
+            config.push(node_config);
         }
         Ok(ClientStatusResponse { config })
     }
@@ -222,6 +239,58 @@ fn string_matches(m: &StringMatcher, value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::CsdsFrom;
+
+    #[test]
+    fn an_answer_past_the_size_limit_is_refused_with_how_to_narrow_it() {
+        use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
+        use std::sync::Arc;
+        let fleet = Arc::new(crate::fleet::Fleet::default());
+        let mut report = crate::fleet::StreamReport {
+            node_id: "n1".into(),
+            node_cluster: "c".into(),
+            user_agent: "envoy".into(),
+            user_agent_version: String::new(),
+            client_features: vec![],
+            peer: "127.0.0.1:1".into(),
+            stream: "ADS".into(),
+            protocol: "sotw",
+            connected_since: std::time::SystemTime::UNIX_EPOCH,
+            types: Default::default(),
+            generation: 0,
+            plan: None,
+        };
+        report.types.insert(
+            "CDS",
+            crate::fleet::TypeReport {
+                state: "SYNCED",
+                version_sent: "v".into(),
+                version_acked: "v".into(),
+                nonce: "1".into(),
+                error: None,
+                rejected_version: None,
+                last_change: std::time::SystemTime::UNIX_EPOCH,
+            },
+        );
+        let _listed = fleet.open(
+            report,
+            crate::metrics::StreamLabels::new("sotw", crate::protocol::Variant::Aggregated),
+        );
+        let csds = |max_answer| super::Csds {
+            fleet: Arc::clone(&fleet),
+            cache: Arc::new(crate::cache::Cache::new()),
+            show_secrets: Default::default(),
+            from: super::CsdsFrom::Loopback,
+            max_answer,
+        };
+        let request = ClientStatusRequest::default();
+        assert_eq!(
+            csds(1 << 20).answer(&request).expect("fits").config.len(),
+            1
+        );
+        let refused = csds(4).answer(&request).expect_err("too large");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(refused.message().contains("node_matchers"), "{refused:?}");
+    }
 
     #[test]
     fn csds_answers_loopback_peers_unless_opened() {

@@ -136,6 +136,7 @@ pub async fn serve(
         cache: Arc::clone(&cache),
         show_secrets: options.show_secrets,
         from: options.csds_from,
+        max_answer: csds::MAX_ANSWER_BYTES,
     });
     let rest = rest::router(rest::Rest {
         cache: Arc::clone(&cache),

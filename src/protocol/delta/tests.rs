@@ -804,7 +804,9 @@ fn p23_a_client_back_with_what_it_has_gets_no_empty_announcement() {
     // A first connection: the wildcard is announced even when there is nothing new.
     let mut fresh = ads();
     fresh.handle_snapshot(Arc::clone(&snapshot));
-    fresh.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    fresh
+        .handle_request(req(Cluster, &[], &[], ""))
+        .expect("ok");
     let first = one(&mut fresh);
     assert_eq!(first.resources.len(), 3);
     // Back after a restart, listing everything at its current version: nothing at all.
