@@ -80,6 +80,7 @@ over_both_apis!(
     e2e_p19_endpoint_removal_reaches_envoy,
     e2e_p25_ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops,
     e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new,
+    e2e_envoy_hot_restart_two_epochs_are_two_proxies_and_traffic_never_fails,
 );
 
 /// Two upstreams, clusters `a` and `b` to them, a listener, and a route to `a`.
@@ -795,4 +796,100 @@ async fn e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new
         routes_before, routes_after,
         "the route configuration changed"
     );
+}
+
+/// Envoy hot restart: a new epoch with the same node id connects while the old one drains.
+/// Both are served and shown as two proxies in `/status` until the old one leaves, and a
+/// request loop through Envoy sees no failure across the restart.
+async fn e2e_envoy_hot_restart_two_epochs_are_two_proxies_and_traffic_never_fails(api: Api) {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let node = api.node("e2e-hot");
+    let Stage {
+        a,
+        b: _b,
+        listener,
+        dir,
+        config,
+    } = Stage::new().await;
+    write(&config, "a.yaml", &eds_cluster("a", "1s", a.port));
+    write(
+        &config,
+        "listener.yaml",
+        &rds_listener("http", listener, "main"),
+    );
+    write(&config, "routes.yaml", &route_to("main", "a"));
+    let switchyard = Switchyard::start(&config, dir.path()).await;
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/envoy")
+        .join(api.bootstrap());
+    let text = std::fs::read_to_string(example).expect("bootstrap");
+    let base_id =
+        (std::process::id() % 10_000 + 20_000 + matches!(api, Api::Delta) as u32 * 10_000)
+            .to_string();
+    let ports = (switchyard.port, free_port());
+    let epoch = |n: u32| {
+        let d = dir.path().join(format!("epoch-{n}"));
+        std::fs::create_dir(&d).expect("mkdir");
+        d
+    };
+    let (d0, d1) = (epoch(0), epoch(1));
+    let flags = |n: &'static str| {
+        [
+            "--base-id",
+            base_id.as_str(),
+            "--restart-epoch",
+            n,
+            "--drain-time-s",
+            "2",
+            "--parent-shutdown-time-s",
+            "4",
+        ]
+    };
+    let old = Envoy::start_with(&text, &envoy_bin, ports, &node, &d0, &flags("0")).await;
+    assert!(traffic_reaches(listener, "upstream-a").await);
+    // A bounded request loop through Envoy across the restart.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&stop);
+    let requests = tokio::spawn(async move {
+        let (mut ok, mut failed) = (0, 0);
+        let started = std::time::Instant::now();
+        while !flag.load(std::sync::atomic::Ordering::Relaxed)
+            && started.elapsed() < Duration::from_secs(60)
+        {
+            match http_get(listener).await.as_deref() {
+                Some("upstream-a") => ok += 1,
+                _ => failed += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (ok, failed)
+    });
+    let new = Envoy::start_with(&text, &envoy_bin, ports, &node, &d1, &flags("1")).await;
+    let both = eventually(ARRIVE, || async {
+        switchyard
+            .status()
+            .await
+            .is_some_and(|s| s.nodes.iter().filter(|n| n.node_id == node).count() == 2)
+    })
+    .await;
+    assert!(
+        both.is_some(),
+        "the two epochs were not two proxies in /status"
+    );
+    let one = eventually(ARRIVE, || async {
+        switchyard
+            .status()
+            .await
+            .is_some_and(|s| s.nodes.iter().filter(|n| n.node_id == node).count() == 1)
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = requests.await.expect("loop");
+    eprintln!("hot restart over {api:?}: {ok} requests answered, {failed} failed");
+    assert!(one.is_some(), "the old epoch never left");
+    assert_eq!(failed, 0, "requests failed across the hot restart");
+    assert!(ok > 0);
+    drop((old, new));
 }

@@ -344,7 +344,27 @@ impl Envoy {
         node_id: &str,
         dir: &Path,
     ) -> Envoy {
-        let admin_port = free_port();
+        Envoy::start_with(
+            text,
+            binary,
+            (xds_port, free_port()),
+            node_id,
+            dir,
+            &["--disable-hot-restart"],
+        )
+        .await
+    }
+
+    /// Start from a bootstrap's text on these (xDS, admin) ports, with these flags (hot
+    /// restart: `--base-id` and `--restart-epoch`; otherwise `--disable-hot-restart`).
+    pub async fn start_with(
+        text: &str,
+        binary: &Path,
+        (xds_port, admin_port): (u16, u16),
+        node_id: &str,
+        dir: &Path,
+        flags: &[&str],
+    ) -> Envoy {
         let bootstrap = text
             .replace("port_value: 9901", &format!("port_value: {admin_port}"))
             .replace("port_value: 18000", &format!("port_value: {xds_port}"))
@@ -352,13 +372,10 @@ impl Envoy {
         let path = dir.join("bootstrap.yaml");
         std::fs::write(&path, bootstrap).expect("write bootstrap");
         let mut cmd = Command::new(binary);
-        cmd.arg("-c").arg(&path).args([
-            "--disable-hot-restart",
-            "--log-level",
-            "info",
-            "--concurrency",
-            "1",
-        ]);
+        cmd.arg("-c")
+            .arg(&path)
+            .args(flags)
+            .args(["--log-level", "info", "--concurrency", "1"]);
         let process = Process::spawn("envoy", cmd, dir.join("envoy.log"));
         let envoy = Envoy {
             process,
