@@ -45,27 +45,15 @@ fn certificates(dir: &Path, client_id: &str) {
     std::fs::write(dir.join("client.key"), client_key.serialize_pem()).expect("write");
 }
 
-/// examples/envoy/bootstrap-ads.yaml with the `switchyard` cluster over mutual TLS.
+/// examples/envoy/bootstrap-ads-mtls.yaml, its certificate paths pointed at `dir`.
 fn tls_bootstrap(dir: &Path) -> String {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envoy/bootstrap-ads.yaml");
-    let text = std::fs::read_to_string(example).expect("bootstrap");
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envoy/bootstrap-ads-mtls.yaml");
     let d = dir.display();
-    let socket = format!(
-        r#"      transport_socket:
-        name: envoy.transport_sockets.tls
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-          sni: localhost
-          common_tls_context:
-            alpn_protocols: [h2]
-            tls_certificates:
-              - certificate_chain: {{ filename: {d}/client.pem }}
-                private_key: {{ filename: {d}/client.key }}
-            validation_context:
-              trusted_ca: {{ filename: {d}/ca.pem }}
-      load_assignment:"#
-    );
-    text.replacen("      load_assignment:", &socket, 1)
+    std::fs::read_to_string(example)
+        .expect("bootstrap")
+        .replace("certs/edge-1", &format!("{d}/client"))
+        .replace("certs/ca.pem", &format!("{d}/ca.pem"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
