@@ -402,7 +402,14 @@ fn load_file(path: &Path, max_bytes: u64) -> Result<SnapshotFile, Vec<ConfigErro
             message: format!("cannot read file: {e}"),
         }]
     })?;
-    let mut raw = parse_file(path, &text).map_err(|e| vec![e])?;
+    load_text(path, &text)
+}
+
+/// One snapshot file's text, as if read from `path` (whose extension says YAML or JSON):
+/// its selector and its resources, or every error in it. The loader's core, without the
+/// file system (the fuzz target feeds it arbitrary text).
+pub fn load_text(path: &Path, text: &str) -> Result<SnapshotFile, Vec<ConfigError>> {
+    let mut raw = parse_file(path, text).map_err(|e| vec![e])?;
     let mut errors = Vec::new();
     let selector = match raw.nodes.take() {
         None => Selector::all(),

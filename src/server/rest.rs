@@ -159,7 +159,7 @@ fn render_any(r: &crate::resource::Resource, secrets: Secrets) -> Option<String>
 }
 
 /// proto3 JSON -> `DiscoveryRequest`, through the descriptor pool.
-fn parse_request(body: &[u8]) -> Result<DiscoveryRequest, String> {
+pub fn parse_request(body: &[u8]) -> Result<DiscoveryRequest, String> {
     let descriptor = descriptors::message_named("envoy.service.discovery.v3.DiscoveryRequest")
         .ok_or("the DiscoveryRequest descriptor is missing")?;
     let mut json = serde_json::Deserializer::from_slice(body);
