@@ -59,8 +59,8 @@ fn snapshot(items: &[(u8, u8, u8)]) -> Arc<Snapshot> {
                 _ => vec![],
             };
             let warms = (kind == ResourceType::Cluster).then(|| name.to_string());
-            let mut r = Resource::new(kind, name, format!("v{c}"), vec![*c], warms)
-                .with_references(refs);
+            let mut r =
+                Resource::new(kind, name, format!("v{c}"), vec![*c], warms).with_references(refs);
             if c % 5 == 0 {
                 r = r.with_ttl(Some(Duration::from_secs(1 + u64::from(*c % 3))));
             }
@@ -83,7 +83,9 @@ fn node() -> Node {
 }
 
 fn names(list: &[u8]) -> Vec<String> {
-    list.iter().map(|i| NAMES[*i as usize % NAMES.len()].to_string()).collect()
+    list.iter()
+        .map(|i| NAMES[*i as usize % NAMES.len()].to_string())
+        .collect()
 }
 
 fuzz_target!(|run: Run| {
@@ -151,19 +153,33 @@ fuzz_target!(|run: Run| {
         // Drain, checking each response; bounded (a loop would be a bug).
         for _ in 0..64 {
             let (nonce, names): (String, Vec<String>) = if run.delta {
-                let Some(r) = delta.poll_response(now) else { break };
-                let mut all: Vec<String> =
-                    r.resources.iter().map(|d| d.resource.name.clone()).collect();
+                let Some(r) = delta.poll_response(now) else {
+                    break;
+                };
+                let mut all: Vec<String> = r
+                    .resources
+                    .iter()
+                    .map(|d| d.resource.name.clone())
+                    .collect();
                 all.extend(r.removed.iter().cloned());
                 (r.nonce, all)
             } else {
-                let Some(r) = sotw.poll_response(now) else { break };
-                (r.nonce, r.resources.iter().map(|r| r.name.clone()).collect())
+                let Some(r) = sotw.poll_response(now) else {
+                    break;
+                };
+                (
+                    r.nonce,
+                    r.resources.iter().map(|r| r.name.clone()).collect(),
+                )
             };
             assert!(!nonces.contains(&nonce), "a nonce used twice (P2)");
             nonces.push(nonce);
             let unique: BTreeSet<&String> = names.iter().collect();
-            assert_eq!(unique.len(), names.len(), "a name twice in a response (P12)");
+            assert_eq!(
+                unique.len(),
+                names.len(),
+                "a name twice in a response (P12)"
+            );
         }
         while sotw.poll_event().is_some() || delta.poll_event().is_some() {}
         if let Some(at) = if run.delta {
