@@ -116,8 +116,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub allow_empty: bool,
     /// Send private key material (private keys, session ticket keys, generic secrets) to
-    /// proxies, which cannot prove who they are: only for a sidecar on loopback. Without it,
-    /// secrets go out without their private parts.
+    /// every client, whether or not a certificate binds it to its node: only for a sidecar
+    /// on loopback. Without it, only streams bound by --node-identity get it.
     #[arg(long)]
     pub insecure_serve_secrets: bool,
     /// Show sensitive fields (keys, secrets, passwords) in CSDS and `/config_dump`, for
