@@ -1033,62 +1033,91 @@ fn model_answer_slow(g: &Got) -> Answer {
 /// whose route names a cluster it lacks or that is still warming (P29), and it ends holding
 /// exactly the last snapshot (which it accepts).
 fn p29_p30_model_a_simulated_envoy_never_routes_to_a_cluster_it_lacks<C: Client>() {
-    let mut rand = crate::testing::rng(0x0bde_4b3a_55e1_7a11);
-    let mut nacks = 0;
-    for _round in 0..200 {
-        let first = random_mesh(&mut rand, false);
-        let mut envoy = Envoy::<C>::start(Ordering::default(), first.snapshot());
-        let mut now = Instant::now();
-        for _step in 0..8 {
-            envoy
-                .client
-                .snapshot(random_mesh(&mut rand, true).snapshot());
-            // Sometimes the client sits on its CDS ACK until the next snapshot arrives.
-            let slow = rand(4) == 0;
-            envoy.answer = if slow {
-                model_answer_slow
-            } else {
-                model_answer
-            };
-            envoy.run(now);
-            if slow {
-                // Answer what it sat on (if it was not rejected), then let the rest flow.
-                envoy.answer = model_answer;
-                let sat_on = envoy.log.iter().rev().find(|g| g.kind == Cluster).cloned();
-                if let Some(cds) = sat_on.filter(|g| !brings_bad(g)) {
-                    envoy.ack(&cds);
-                }
-                envoy.run(now);
-            }
-            now += Duration::from_millis(10);
-        }
-        nacks += envoy.log.iter().filter(|g| brings_bad(g)).count();
-        let last = random_mesh(&mut rand, false);
-        envoy.client.snapshot(last.snapshot());
-        envoy.answer = model_answer;
-        envoy.run(now);
-        assert_eq!(envoy.client.plan(), None, "every plan ends");
-        let expect = last.snapshot();
-        for kind in [Cluster, Listener, Route] {
-            let mut want: Vec<String> = expect.get(kind).resources.keys().cloned().collect();
-            if kind == Route {
-                // Envoy asks only for the route configurations its listeners name.
-                let named: BTreeSet<&str> = last.listeners.iter().map(|(_, r)| *r).collect();
-                want.retain(|r| named.contains(r.as_str()));
-            }
-            assert_eq!(
-                envoy.holds(kind),
-                want,
-                "{kind} converges to the last snapshot; rejected {:?}; responses {:?}",
-                envoy.client.rejected(),
-                envoy.trace()
-            );
-        }
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    // Each case is a tape of choices that drives one run; on a failure proptest shrinks the
+    // tape (towards fewer, smaller choices: simpler meshes, fewer steps) and reports it.
+    let config = Config {
+        cases: 200,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let nacks = std::cell::Cell::new(0);
+    let tapes = proptest::collection::vec(any::<u64>(), 16..400);
+    let result = runner.run(&tapes, |tape| {
+        nacks.set(nacks.get() + model_run::<C>(&tape));
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
     assert!(
-        nacks > 20,
-        "the model rejected too few responses to mean much: {nacks}"
+        nacks.get() > 20,
+        "the model rejected too few responses to mean much: {}",
+        nacks.get()
     );
+}
+
+/// One run of the model, every choice read from `tape` (in turn, round and round); panics on
+/// a violation. Returns how many responses the proxy rejected.
+fn model_run<C: Client>(tape: &[u64]) -> usize {
+    let mut at = 0;
+    let mut rand = |n: u64| {
+        let choice = tape.get(at % tape.len().max(1)).copied().unwrap_or(0);
+        at += 1;
+        choice % n
+    };
+    let first = random_mesh(&mut rand, false);
+    let mut envoy = Envoy::<C>::start(Ordering::default(), first.snapshot());
+    let mut now = Instant::now();
+    for _step in 0..8 {
+        envoy
+            .client
+            .snapshot(random_mesh(&mut rand, true).snapshot());
+        // Sometimes the client sits on its CDS ACK until the next snapshot arrives.
+        let slow = rand(4) == 0;
+        envoy.answer = if slow {
+            model_answer_slow
+        } else {
+            model_answer
+        };
+        envoy.run(now);
+        if slow {
+            // Answer what it sat on (if it was not rejected), then let the rest flow.
+            envoy.answer = model_answer;
+            let sat_on = envoy.log.iter().rev().find(|g| g.kind == Cluster).cloned();
+            if let Some(cds) = sat_on.filter(|g| !brings_bad(g)) {
+                envoy.ack(&cds);
+            }
+            envoy.run(now);
+        }
+        now += Duration::from_millis(10);
+    }
+    let nacks = envoy.log.iter().filter(|g| brings_bad(g)).count();
+    let last = random_mesh(&mut rand, false);
+    envoy.client.snapshot(last.snapshot());
+    envoy.answer = model_answer;
+    envoy.run(now);
+    assert_eq!(envoy.client.plan(), None, "every plan ends");
+    let expect = last.snapshot();
+    for kind in [Cluster, Listener, Route] {
+        let mut want: Vec<String> = expect.get(kind).resources.keys().cloned().collect();
+        if kind == Route {
+            // Envoy asks only for the route configurations its listeners name.
+            let named: BTreeSet<&str> = last.listeners.iter().map(|(_, r)| *r).collect();
+            want.retain(|r| named.contains(r.as_str()));
+        }
+        assert_eq!(
+            envoy.holds(kind),
+            want,
+            "{kind} converges to the last snapshot; rejected {:?}; responses {:?}",
+            envoy.client.rejected(),
+            envoy.trace()
+        );
+    }
+    nacks
 }
 
 // === the steps themselves ===
