@@ -1,10 +1,11 @@
 //! The gRPC server: tonic services that adapt streams to the `protocol` state machine.
 //!
 //! Owns: binding the services (ADS, every per-type service, CSDS, and REST-JSON polling) on a
-//! listener,
-//! keepalive and message-size limits, one task per stream that feeds requests, cache
-//! generations and timers into a [`crate::protocol::SotwStream`] or
-//! [`crate::protocol::DeltaStream`] and writes out what it returns, graceful shutdown.
+//! listener (over TLS, with node identities, in `tls` and `incoming`), keepalive, message
+//! size and per-client limits ([`Limits`]), one task per stream that feeds requests, cache
+//! generations, sibling streams' references (`peers`) and timers into a
+//! [`crate::protocol::SotwStream`] or [`crate::protocol::DeltaStream`] and writes out what it
+//! returns (with or without secrets), graceful shutdown.
 //!
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
