@@ -402,24 +402,8 @@ fn current_status(admin: &Admin) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::StreamReport;
 
-    fn report(node: &str, peer: &str, stream: &str) -> StreamReport {
-        StreamReport {
-            node_id: node.into(),
-            node_cluster: "c".into(),
-            user_agent: "envoy".into(),
-            user_agent_version: String::new(),
-            client_features: vec![],
-            peer: peer.into(),
-            stream: stream.into(),
-            protocol: "sotw",
-            connected_since: std::time::SystemTime::UNIX_EPOCH,
-            types: BTreeMap::new(),
-            generation: 0,
-            plan: None,
-        }
-    }
+    use crate::testing::stream_report as report;
 
     #[test]
     fn proxies_sharing_a_node_id_are_two_entries_and_one_proxys_streams_one() {

@@ -313,20 +313,7 @@ mod tests {
     use std::time::Duration;
 
     fn report() -> StreamReport {
-        StreamReport {
-            node_id: "n1".into(),
-            node_cluster: "c".into(),
-            user_agent: "envoy".into(),
-            user_agent_version: String::new(),
-            client_features: vec![],
-            peer: "127.0.0.1:1".into(),
-            stream: "ADS".into(),
-            protocol: "sotw",
-            connected_since: SystemTime::UNIX_EPOCH,
-            types: BTreeMap::new(),
-            generation: 0,
-            plan: None,
-        }
+        crate::testing::stream_report("n1", "127.0.0.1:1", "ADS")
     }
 
     #[test]

@@ -37,3 +37,21 @@ pub fn snapshot(items: &[(ResourceType, &str, &str)]) -> Arc<Snapshot> {
         .collect();
     Arc::new(Snapshot::from_resources(&items))
 }
+
+/// A stream report of node `node` from `peer` on `stream` (sotw, nothing sent yet).
+pub fn stream_report(node: &str, peer: &str, stream: &str) -> crate::fleet::StreamReport {
+    crate::fleet::StreamReport {
+        node_id: node.into(),
+        node_cluster: "c".into(),
+        user_agent: "envoy".into(),
+        user_agent_version: String::new(),
+        client_features: vec![],
+        peer: peer.into(),
+        stream: stream.into(),
+        protocol: "sotw",
+        connected_since: std::time::SystemTime::UNIX_EPOCH,
+        types: Default::default(),
+        generation: 0,
+        plan: None,
+    }
+}

@@ -245,20 +245,7 @@ mod tests {
         use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
         use std::sync::Arc;
         let fleet = Arc::new(crate::fleet::Fleet::default());
-        let mut report = crate::fleet::StreamReport {
-            node_id: "n1".into(),
-            node_cluster: "c".into(),
-            user_agent: "envoy".into(),
-            user_agent_version: String::new(),
-            client_features: vec![],
-            peer: "127.0.0.1:1".into(),
-            stream: "ADS".into(),
-            protocol: "sotw",
-            connected_since: std::time::SystemTime::UNIX_EPOCH,
-            types: Default::default(),
-            generation: 0,
-            plan: None,
-        };
+        let mut report = crate::testing::stream_report("n1", "127.0.0.1:1", "ADS");
         report.types.insert(
             "CDS",
             crate::fleet::TypeReport {
