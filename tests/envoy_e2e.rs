@@ -26,6 +26,20 @@ struct Stage {
 }
 
 impl Stage {
+    /// The usual mesh: clusters `a` and `b` (EDS, to the two upstreams), listener `http` on
+    /// the stage's port with route configuration `main` to `a`.
+    fn write_mesh(&self) {
+        let config = &self.config;
+        write(config, "a.yaml", &eds_cluster("a", "1s", self.a.port));
+        write(config, "b.yaml", &eds_cluster("b", "1s", self.b.port));
+        write(
+            config,
+            "listener.yaml",
+            &rds_listener("http", self.listener, "main"),
+        );
+        write(config, "routes.yaml", &route_to("main", "a"));
+    }
+
     async fn new() -> Stage {
         let (a, b) = (
             Upstream::start("upstream-a").await,
@@ -97,21 +111,15 @@ struct Fleet {
 impl Fleet {
     async fn start(api: Api, node: &str) -> Option<Fleet> {
         let envoy_bin = envoy_binary()?;
+        let stage = Stage::new().await;
+        stage.write_mesh();
         let Stage {
             a,
             b,
             listener,
             dir,
             config,
-        } = Stage::new().await;
-        write(&config, "a.yaml", &eds_cluster("a", "1s", a.port));
-        write(&config, "b.yaml", &eds_cluster("b", "1s", b.port));
-        write(
-            &config,
-            "listener.yaml",
-            &rds_listener("http", listener, "main"),
-        );
-        write(&config, "routes.yaml", &route_to("main", "a"));
+        } = stage;
         let switchyard = Switchyard::start(&config, dir.path()).await;
         let envoy = Envoy::start_from(
             api.bootstrap(),
@@ -806,20 +814,15 @@ async fn e2e_envoy_hot_restart_two_epochs_are_two_proxies_and_traffic_never_fail
         return;
     };
     let node = api.node("e2e-hot");
+    let stage = Stage::new().await;
+    stage.write_mesh();
     let Stage {
-        a,
+        a: _a,
         b: _b,
         listener,
         dir,
         config,
-    } = Stage::new().await;
-    write(&config, "a.yaml", &eds_cluster("a", "1s", a.port));
-    write(
-        &config,
-        "listener.yaml",
-        &rds_listener("http", listener, "main"),
-    );
-    write(&config, "routes.yaml", &route_to("main", "a"));
+    } = stage;
     let switchyard = Switchyard::start(&config, dir.path()).await;
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/envoy")
