@@ -1,11 +1,15 @@
 //! The admin HTTP server (`--admin-addr`, default 127.0.0.1:19000): what operators and
 //! orchestrators ask of a running Switchyard.
 //!
-//! Owns: the routes `/` (an HTML page for a person, see `page`), `/healthz` (alive), `/readyz` (a good snapshot is loaded; the admin
-//! server is started only once the xDS listener is bound), `/status` (every connected node's
-//! sync state per type, and the last config load), `/config_dump` (the snapshot a node gets,
-//! as proto3 JSON) and `/metrics` (Prometheus, see `metrics`), their JSON shapes, and serving them until shutdown. Must not: change the cache
-//! or any stream; it only reads the [`Fleet`], the [`Cache`] and the [`Reloader`].
+//! Owns: the routes `/` (an HTML page for a person, see `page`), `/healthz` (alive),
+//! `/readyz` (a good snapshot is loaded; the admin server is started only once the xDS
+//! listener is bound), `/status` (every connected node's sync state per type, and the last
+//! config load), `/config_dump` (the snapshot a node gets, as proto3 JSON) and `/metrics`
+//! (Prometheus, see `metrics`), their JSON shapes, the bearer token, and serving them over
+//! HTTP/1.1 (HTTPS with `--admin-tls-cert`; connections accepted as on the xDS port, see
+//! `server::incoming`) with a bound on how long a request's headers take, until shutdown.
+//! Must not: change the cache or any stream; it only reads the [`Fleet`], the [`Cache`] and
+//! the [`Reloader`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,13 +21,23 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_stream::StreamExt;
 
 mod page;
 
 use crate::cache::Cache;
 use crate::fleet::{format_time, Fleet, StreamReport, TypeReport};
 use crate::redact::Secrets;
+use crate::server::incoming::{incoming, Accept, Conn, HANDSHAKE_TIMEOUT};
+use crate::server::tls::Tls;
 use crate::watch::Reloader;
 
 /// What the admin routes read.
@@ -38,11 +52,30 @@ pub struct Admin {
     pub token: Option<Arc<str>>,
 }
 
-/// The admin server failed (binding is the caller's; this is serving).
-#[derive(Debug, thiserror::Error)]
-pub enum AdminError {
-    #[error("admin HTTP server: {0}")]
-    Serve(#[from] std::io::Error),
+/// How long a request's headers may take to arrive, by default (`--admin-header-timeout`).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Open connections on the admin port; past it a new one is closed at once, logged and
+/// counted (`switchyard_limit_rejections_total{limit="admin_connections"}`).
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// How the admin port is served.
+#[derive(Clone, Debug)]
+pub struct Transport {
+    /// `--admin-tls-cert` and `--admin-tls-key`: HTTPS, the files reloaded when they change.
+    pub tls: Option<Tls>,
+    /// `--admin-header-timeout`: how long a request's headers may take to arrive (from the
+    /// connection's start, or from the previous response) before the connection is closed.
+    pub header_timeout: Duration,
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Transport {
+            tls: None,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+        }
+    }
 }
 
 /// `GET /status`.
@@ -257,16 +290,81 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Serve `router(admin)` on `listener` until `shutdown` completes.
+/// Serve `router(admin)` on `listener` as `transport` says until `shutdown` completes, then
+/// let the requests in progress finish and close every connection.
 pub async fn serve(
     listener: TcpListener,
     admin: Admin,
+    transport: Transport,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), AdminError> {
-    axum::serve(listener, router(admin))
-        .with_graceful_shutdown(shutdown)
-        .await?;
-    Ok(())
+) {
+    let metrics = admin.fleet.metrics.clone();
+    let app = router(admin);
+    let accept = Accept {
+        port: "admin",
+        max: MAX_CONNECTIONS,
+        limit: "admin_connections",
+        tls: transport.tls,
+        // A connection that sends nothing is closed like one whose headers are slow.
+        handshake_timeout: transport.header_timeout.min(HANDSHAKE_TIMEOUT),
+    };
+    let mut connections = incoming(listener, accept, metrics.clone());
+    let (closing, closed) = watch::channel(());
+    let mut open = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(_) = open.join_next(), if !open.is_empty() => {}
+            conn = connections.next() => match conn {
+                Some(Ok(conn)) => {
+                    let served = connection(conn, app.clone(), transport.header_timeout, closed.clone());
+                    let metrics = metrics.clone();
+                    open.spawn(async move {
+                        let (peer, ended) = served.await;
+                        match ended {
+                            Err(e) if e.is_timeout() => {
+                                metrics.limit_reached("admin_header_timeout");
+                                tracing::info!(?peer, "Closed an admin connection: its request headers took longer than --admin-header-timeout.");
+                            }
+                            Err(e) => tracing::debug!(?peer, error = %e, "An admin connection ended with an error."),
+                            Ok(()) => {}
+                        }
+                    });
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "Cannot accept an admin connection."),
+                None => break,
+            },
+        }
+    }
+    drop(connections);
+    let _ = closing.send(());
+    while open.join_next().await.is_some() {}
+}
+
+/// Serve HTTP/1.1 on one connection until the client leaves, its headers take too long, or
+/// the server stops (the request in progress, if any, is answered first); the peer, and how
+/// the connection ended.
+async fn connection(
+    conn: Conn,
+    app: Router,
+    header_timeout: Duration,
+    mut closing: watch::Receiver<()>,
+) -> (Option<SocketAddr>, Result<(), hyper::Error>) {
+    let peer = conn.peer();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let served = http.serve_connection(TokioIo::new(conn), TowerToHyperService::new(app));
+    tokio::pin!(served);
+    let ended = tokio::select! {
+        ended = served.as_mut() => ended,
+        _ = closing.changed() => {
+            served.as_mut().graceful_shutdown();
+            served.await
+        }
+    };
+    (peer, ended)
 }
 
 async fn healthz() -> &'static str {

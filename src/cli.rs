@@ -20,7 +20,7 @@ use crate::config::{self, LoadOptions};
 use crate::fleet::Fleet;
 use crate::protocol::Ordering;
 use crate::redact::Secrets;
-use crate::server::tls::{IdentityPolicy, TlsFiles};
+use crate::server::tls::{IdentityPolicy, Tls, TlsFiles};
 use crate::server::{CsdsFrom, Limits, ServeOptions};
 use crate::state::StateDir;
 use crate::watch::Reloader;
@@ -64,6 +64,13 @@ pub struct StatusArgs {
     /// A file holding the admin API's bearer token (the server's --admin-token-file).
     #[arg(long, value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
+    /// Ask over HTTPS (the server's --admin-tls-cert), trusting this CA certificate (PEM).
+    #[arg(long, value_name = "PATH")]
+    pub admin_ca: Option<PathBuf>,
+    /// With --admin-ca: the name the admin certificate must carry (a DNS name), when it is
+    /// not the IP address of --admin-addr.
+    #[arg(long, value_name = "NAME", requires = "admin_ca")]
+    pub admin_server_name: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -136,6 +143,10 @@ pub struct ServeArgs {
     /// Resource names one stream may subscribe to, every type together.
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_names_per_stream: u32,
+    /// How long a new connection on the xDS port may take to complete its TLS handshake or,
+    /// without TLS, to send its first byte before it is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_handshake_timeout)]
+    pub handshake_timeout: Duration,
     /// The largest snapshot file loaded (bytes, or with a KiB, MiB or GiB suffix); a larger
     /// one is a load error and the last good snapshot keeps serving.
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
@@ -145,6 +156,17 @@ pub struct ServeArgs {
     /// stay open. Use it whenever --admin-addr is not loopback.
     #[arg(long, value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
+    /// HTTPS on the admin port: its certificate chain (PEM). Reloaded when it (or the key)
+    /// changes, without a restart.
+    #[arg(long, value_name = "PATH", requires = "admin_tls_key")]
+    pub admin_tls_cert: Option<PathBuf>,
+    /// The private key of --admin-tls-cert (PEM).
+    #[arg(long, value_name = "PATH", requires = "admin_tls_cert")]
+    pub admin_tls_key: Option<PathBuf>,
+    /// How long an admin request's headers may take to arrive (from the connection's start
+    /// or the previous response) before the connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_header_timeout)]
+    pub admin_header_timeout: Duration,
     /// Who may ask CSDS on the xDS port (it lists every node and its resources).
     #[arg(long, value_enum, default_value_t = CsdsFrom::Loopback)]
     pub csds_from: CsdsFrom,
@@ -213,6 +235,14 @@ pub enum Switch {
 }
 
 /// A step time-out: a duration such as `5s`, from 100 ms to 10 minutes.
+fn parse_handshake_timeout(text: &str) -> Result<Duration, String> {
+    parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(600))
+}
+
+fn parse_header_timeout(text: &str) -> Result<Duration, String> {
+    parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(600))
+}
+
 fn parse_step_timeout(text: &str) -> Result<Duration, String> {
     parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(600))
 }
@@ -385,7 +415,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
-            crate::server::tls::acceptor(&TlsFiles {
+            Tls::xds(&TlsFiles {
                 cert: cert.clone(),
                 key: key.clone(),
                 client_ca: args.client_ca.clone(),
@@ -393,6 +423,15 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::Usage(anyhow::anyhow!("cannot set up TLS: {e}")))?,
         ),
         _ => None,
+    };
+    let admin_transport = crate::admin::Transport {
+        tls: match (&args.admin_tls_cert, &args.admin_tls_key) {
+            (Some(cert), Some(key)) => Some(Tls::admin(cert, key).map_err(|e| {
+                Failure::Usage(anyhow::anyhow!("cannot set up TLS on the admin port: {e}"))
+            })?),
+            _ => None,
+        },
+        header_timeout: args.admin_header_timeout,
     };
     let secrets = Secrets::serve_if(args.insecure_serve_secrets);
     let show_secrets = Secrets::serve_if(args.admin_show_secrets);
@@ -408,6 +447,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     let admin_task = tokio::spawn(crate::admin::serve(
         admin_listener,
         admin,
+        admin_transport,
         stopped(stop_rx.clone()),
     ));
     tokio::spawn(async move {
@@ -429,14 +469,13 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             max_streams_per_connection: args.max_streams_per_connection,
             first_request_timeout: args.first_request_timeout,
             max_names_per_stream: args.max_names_per_stream as usize,
+            handshake_timeout: args.handshake_timeout,
         },
     };
     let served = crate::server::serve(listener, cache, fleet, options, stopped(stop_rx)).await;
     let _ = watcher.await;
-    match admin_task.await {
-        Ok(Err(e)) => tracing::error!("{e}"),
-        Err(e) => tracing::error!("admin server task: {e}"),
-        Ok(Ok(())) => {}
+    if let Err(e) = admin_task.await {
+        tracing::error!("admin server task: {e}");
     }
     served.map_err(|e| Failure::Runtime(e.into()))
 }
@@ -512,7 +551,19 @@ fn status(args: &StatusArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let fetched = runtime.block_on(fetch_status(args.admin_addr, token.as_deref()));
+    let ca = match args.admin_ca.as_deref().map(read_ca).transpose() {
+        Ok(ca) => ca,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let target = AdminTarget {
+        addr: args.admin_addr,
+        ca,
+        server_name: args.admin_server_name.clone(),
+    };
+    let fetched = runtime.block_on(fetch_status(&target, token.as_deref()));
     let (status, body) = match fetched {
         Ok(found) => found,
         Err(e) => {
@@ -531,22 +582,59 @@ fn status(args: &StatusArgs) -> ExitCode {
     }
 }
 
-async fn fetch_status(
+/// Where `switchyard status` finds the admin API, and how it trusts it over HTTPS.
+struct AdminTarget {
     addr: SocketAddr,
+    /// `--admin-ca`: ask over HTTPS, trusting only these CA certificates.
+    ca: Option<Vec<reqwest::Certificate>>,
+    /// `--admin-server-name`: the name the admin certificate carries, reached at `addr`.
+    server_name: Option<String>,
+}
+
+/// The CA certificates of `--admin-ca`.
+fn read_ca(path: &std::path::Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
+    let pem = std::fs::read(path)
+        .map_err(|e| anyhow::anyhow!("cannot read the admin CA file {}: {e}", path.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| anyhow::anyhow!("{} holds no PEM certificate: {e}", path.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!("{} holds no PEM certificate", path.display());
+    }
+    Ok(certs)
+}
+
+async fn fetch_status(
+    target: &AdminTarget,
     token: Option<&str>,
 ) -> anyhow::Result<(crate::admin::Status, String)> {
-    let url = format!("http://{addr}/status");
-    let mut request = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .build()?
-        .get(&url);
+    let mut client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10));
+    let url = match (&target.ca, &target.server_name) {
+        (None, _) => format!("http://{}/status", target.addr),
+        (Some(ca), name) => {
+            client = client.tls_built_in_root_certs(false);
+            for cert in ca {
+                client = client.add_root_certificate(cert.clone());
+            }
+            match name {
+                Some(name) => {
+                    client = client.resolve(name, target.addr);
+                    format!("https://{name}:{}/status", target.addr.port())
+                }
+                None => format!("https://{}/status", target.addr),
+            }
+        }
+    };
+    let mut request = client.build()?.get(&url);
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reach the admin API at {url}: {e}"))?;
+    let response = request.send().await.map_err(|e| {
+        let hint = match &target.ca {
+            None => " (if it serves HTTPS, give --admin-ca)",
+            Some(_) => "",
+        };
+        anyhow::Error::new(e).context(format!("cannot reach the admin API at {url}{hint}"))
+    })?;
     let code = response.status();
     let body = response.text().await?;
     if !code.is_success() {

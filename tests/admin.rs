@@ -482,8 +482,17 @@ async fn the_html_page_shows_each_node_with_its_state_and_nack_text() {
     assert_eq!(code, 400, "a bad query is refused, not a panic");
 }
 
-#[tokio::test]
-async fn readyz_is_503_until_a_config_is_loaded() {
+/// The admin server alone, over an empty config directory (nothing loaded yet), served as
+/// `transport` says until `stop` is sent.
+struct AdminAlone {
+    addr: std::net::SocketAddr,
+    reloader: std::sync::Arc<switchyard::watch::Reloader>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
     use std::sync::Arc;
     let cache = Arc::new(switchyard::cache::Cache::new());
     let dir = tempfile::tempdir().expect("tmp");
@@ -498,16 +507,33 @@ async fn readyz_is_503_until_a_config_is_loaded() {
     let addr = listener.local_addr().expect("addr");
     let admin = switchyard::admin::Admin {
         fleet: Arc::new(switchyard::fleet::Fleet::default()),
-        cache: Arc::clone(&cache),
+        cache,
         reloader: Arc::clone(&reloader),
         show_secrets: Default::default(),
         token: None,
     };
+    let (stop, stopped) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(switchyard::admin::serve(
         listener,
         admin,
-        std::future::pending(),
+        transport,
+        async {
+            let _ = stopped.await;
+        },
     ));
+    AdminAlone {
+        addr,
+        reloader,
+        stop,
+        task,
+        _dir: dir,
+    }
+}
+
+#[tokio::test]
+async fn readyz_is_503_until_a_config_is_loaded() {
+    let alone = admin_alone(Default::default()).await;
+    let addr = alone.addr;
     let get = |path: &'static str| async move {
         let r = reqwest::get(format!("http://{addr}{path}"))
             .await
@@ -518,9 +544,162 @@ async fn readyz_is_503_until_a_config_is_loaded() {
     assert_eq!(code, 503);
     assert!(body.contains("no configuration loaded"), "{body}");
     assert_eq!(get("/healthz").await.0, 200, "alive all the same");
-    reloader.reload().expect("an empty directory loads");
+    alone.reloader.reload().expect("an empty directory loads");
     assert_eq!(get("/readyz").await, (200, "ready\n".to_string()));
-    task.abort();
+    alone.task.abort();
+}
+
+/// An HTTPS client trusting only `ca`, reaching `localhost` at `addr`.
+fn https_client(ca: &support::certs::Ca, addr: std::net::SocketAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem.as_bytes()).expect("CA"))
+        .resolve("localhost", addr)
+        .timeout(WAIT)
+        .build()
+        .expect("client")
+}
+
+/// `--admin-tls-cert`: the admin API over HTTPS only, its certificate reloaded from the
+/// files when they change, without a restart.
+#[tokio::test]
+async fn the_admin_api_over_https_with_a_reloaded_certificate() {
+    use support::certs::Ca;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (old, new) = (Ca::new("old"), Ca::new("new"));
+    old.leaf(&["localhost"], &[]).write(dir.path(), "admin");
+    let tls = switchyard::server::tls::Tls::admin(
+        &dir.path().join("admin.pem"),
+        &dir.path().join("admin.key"),
+    )
+    .expect("TLS sets up");
+    let alone = admin_alone(switchyard::admin::Transport {
+        tls: Some(tls),
+        ..Default::default()
+    })
+    .await;
+    let url = format!("https://localhost:{}/healthz", alone.addr.port());
+    let answer = https_client(&old, alone.addr)
+        .get(&url)
+        .send()
+        .await
+        .expect("HTTPS answers");
+    assert_eq!(answer.status(), 200);
+    assert!(
+        reqwest::get(format!("http://{}/healthz", alone.addr))
+            .await
+            .is_err(),
+        "plain HTTP is answered on an HTTPS port"
+    );
+
+    new.leaf(&["localhost"], &[]).write(dir.path(), "admin");
+    let answer = https_client(&new, alone.addr)
+        .get(&url)
+        .send()
+        .await
+        .expect("the new certificate is served");
+    assert_eq!(answer.status(), 200);
+    assert!(
+        https_client(&old, alone.addr)
+            .get(&url)
+            .send()
+            .await
+            .is_err(),
+        "the old certificate is still served"
+    );
+    alone.task.abort();
+}
+
+/// Read from `conn` until the server closes it; what it sent.
+async fn read_to_close(conn: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    tokio::time::timeout(WAIT, conn.read_to_end(&mut got))
+        .await
+        .expect("the server closes the connection")
+        .expect("read");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// `--admin-header-timeout`: a client that opens a connection and sends nothing, or sends
+/// its headers too slowly, is disconnected; others are answered meanwhile.
+#[tokio::test]
+async fn a_slow_admin_client_is_disconnected_and_others_are_served() {
+    use tokio::io::AsyncWriteExt;
+    let alone = admin_alone(switchyard::admin::Transport {
+        header_timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let mut silent = tokio::net::TcpStream::connect(alone.addr)
+        .await
+        .expect("connect");
+    let mut slow = tokio::net::TcpStream::connect(alone.addr)
+        .await
+        .expect("connect");
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("write");
+    let answer = reqwest::get(format!("http://{}/healthz", alone.addr))
+        .await
+        .expect("another client is answered");
+    assert_eq!(answer.status(), 200);
+    let slow_got = read_to_close(&mut slow).await;
+    assert!(
+        !slow_got.contains("200 OK"),
+        "the unfinished request was answered: {slow_got}"
+    );
+    read_to_close(&mut silent).await;
+    let metrics = reqwest::get(format!("http://{}/metrics", alone.addr))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("body");
+    let count = |limit: &str| {
+        sample(
+            &metrics,
+            &format!("switchyard_limit_rejections_total{{limit=\"{limit}\"}}"),
+        )
+    };
+    assert_eq!(
+        count("admin_header_timeout"),
+        1.0,
+        "the slow one: {metrics}"
+    );
+    assert_eq!(count("handshake_timeout"), 1.0, "the silent one: {metrics}");
+    alone.task.abort();
+}
+
+/// Stopping the admin server ends it even with a client holding an idle keep-alive
+/// connection, and after answering a request in progress.
+#[tokio::test]
+async fn the_admin_server_stops_with_idle_connections_open() {
+    use tokio::io::AsyncWriteExt;
+    let alone = admin_alone(Default::default()).await;
+    let mut idle = tokio::net::TcpStream::connect(alone.addr)
+        .await
+        .expect("connect");
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
+    // Its answer comes, and the connection stays open (keep-alive).
+    let mut first = [0u8; 12];
+    tokio::time::timeout(
+        WAIT,
+        tokio::io::AsyncReadExt::read_exact(&mut idle, &mut first),
+    )
+    .await
+    .expect("answered")
+    .expect("read");
+    assert_eq!(&first, b"HTTP/1.1 200");
+    alone.stop.send(()).expect("stop");
+    tokio::time::timeout(WAIT, alone.task)
+        .await
+        .expect("the admin server ends")
+        .expect("task");
+    let rest = read_to_close(&mut idle).await;
+    assert!(rest.ends_with("ok\n"), "{rest}");
 }
 
 const TLS_SECRET: &str = r#"

@@ -2,6 +2,9 @@
 
 use std::process::{Command, Output};
 
+#[path = "support/certs.rs"]
+mod certs;
+
 fn switchyard(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(args)
@@ -151,6 +154,10 @@ fn the_kubernetes_example_configmap_validates() {
                     assert!(
                         serve.admin_token_file.is_some(),
                         "an admin API beyond loopback needs its token"
+                    );
+                    assert!(
+                        serve.admin_tls_cert.is_some(),
+                        "an admin API beyond loopback serves HTTPS"
                     );
                 }
                 other => panic!("the Deployment should serve, not {other:?}"),
@@ -427,6 +434,12 @@ fn tls_flags_go_together_and_bad_files_are_usage_errors() {
             vec!["--tls-cert", missing, "--tls-key", missing],
             "nope.pem",
         ),
+        (vec!["--admin-tls-cert", missing], "--admin-tls-key"),
+        (
+            vec!["--admin-tls-cert", missing, "--admin-tls-key", missing],
+            "cannot set up TLS on the admin port",
+        ),
+        (vec!["--admin-header-timeout", "5ms"], "out of range"),
     ] {
         let mut all = vec![
             "serve",
@@ -442,4 +455,106 @@ fn tls_flags_go_together_and_bad_files_are_usage_errors() {
         assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn status_tls_flags_are_checked_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let missing = dir.path().join("nope.pem");
+    let missing = missing.to_str().expect("utf8");
+    let not_pem = dir.path().join("ca.pem");
+    std::fs::write(&not_pem, "not a certificate\n").expect("write");
+    let not_pem = not_pem.to_str().expect("utf8");
+    for (args, says) in [
+        (vec!["--admin-server-name", "localhost"], "--admin-ca"),
+        (vec!["--admin-ca", missing], "nope.pem"),
+        (vec!["--admin-ca", not_pem], "no PEM certificate"),
+    ] {
+        let mut all = vec!["status", "--admin-addr", "127.0.0.1:1"];
+        all.extend(args.iter().copied());
+        let o = switchyard(&all);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
+/// With `--admin-tls-cert`, the admin API is HTTPS; `switchyard status --admin-ca` asks over
+/// it (with the token too), and without `--admin-ca` it cannot ask.
+#[tokio::test]
+async fn status_asks_an_https_admin_api() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().expect("tmp");
+    let ca = certs::Ca::new("admin CA");
+    ca.write(dir.path(), "ca");
+    ca.leaf(&["switchyard.test"], &[])
+        .write(dir.path(), "admin");
+    std::fs::write(dir.path().join("token"), "s3cr3t-token\n").expect("write");
+    let path = |name: &str| dir.path().join(name).to_str().expect("utf8").to_string();
+    let admin = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--xds-addr", "127.0.0.1:0", "--admin-addr", &admin])
+        .args(["--config", &examples()])
+        .args(["--admin-tls-cert", &path("admin.pem")])
+        .args(["--admin-tls-key", &path("admin.key")])
+        .args(["--admin-token-file", &path("token")])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starts");
+    let client = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem.as_bytes()).expect("CA"))
+        .resolve("switchyard.test", admin.parse().expect("addr"))
+        .build()
+        .expect("client");
+    let port = admin.rsplit(':').next().expect("port");
+    let healthz = format!("https://switchyard.test:{port}/healthz");
+    let start = Instant::now();
+    while client
+        .get(&healthz)
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .ok()
+        != Some(200)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the HTTPS admin API never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = |extra: &[&str]| {
+        let mut args = vec!["status", "--admin-addr", &admin];
+        args.extend(extra);
+        switchyard(&args)
+    };
+    let (ca_pem, token) = (path("ca.pem"), path("token"));
+    let over_https = status(&[
+        "--admin-ca",
+        &ca_pem,
+        "--admin-server-name",
+        "switchyard.test",
+        "--admin-token-file",
+        &token,
+    ]);
+    let plain = status(&["--admin-token-file", &token]);
+    let wrong_name = status(&["--admin-ca", &ca_pem, "--admin-token-file", &token]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(over_https.status.code(), Some(0), "{}", stderr(&over_https));
+    assert!(
+        String::from_utf8_lossy(&over_https.stdout).contains("config"),
+        "{over_https:?}"
+    );
+    assert_eq!(plain.status.code(), Some(1), "{}", stderr(&plain));
+    assert!(
+        stderr(&plain).contains("cannot reach"),
+        "{}",
+        stderr(&plain)
+    );
+    assert_eq!(
+        wrong_name.status.code(),
+        Some(1),
+        "the certificate names switchyard.test, not 127.0.0.1"
+    );
 }

@@ -615,9 +615,10 @@ fn limits(limits: switchyard::server::Limits) -> switchyard::server::ServeOption
     }
 }
 
-/// Limits: a stream that never sends a request is ended with DEADLINE_EXCEEDED, and one
-/// that names too many resources with RESOURCE_EXHAUSTED; both are counted, and a
-/// well-behaved client on the same server is not affected.
+/// Limits: a connection that sends nothing is closed, a stream that never sends a request
+/// is ended with DEADLINE_EXCEEDED, and one that names too many resources with
+/// RESOURCE_EXHAUSTED; each is counted, and a well-behaved client on the same server is not
+/// affected.
 #[tokio::test]
 async fn streams_past_a_limit_are_ended_with_a_clear_status_and_counted() {
     let server = TestServer::start_with(
@@ -625,6 +626,7 @@ async fn streams_past_a_limit_are_ended_with_a_clear_status_and_counted() {
         limits(switchyard::server::Limits {
             first_request_timeout: std::time::Duration::from_millis(200),
             max_names_per_stream: 3,
+            handshake_timeout: std::time::Duration::from_millis(200),
             ..Default::default()
         }),
     )
@@ -632,6 +634,16 @@ async fn streams_past_a_limit_are_ended_with_a_clear_status_and_counted() {
     let mut good = server.ads("good").await;
     good.subscribe(Cluster, &[]).await;
     let cds = good.recv_type(Cluster).await;
+
+    let mut mute = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let mut got = Vec::new();
+    let read = tokio::io::AsyncReadExt::read_to_end(&mut mute, &mut got);
+    tokio::time::timeout(support::WAIT, read)
+        .await
+        .expect("a connection that sends nothing is closed")
+        .expect("read");
 
     let mut silent = server.ads("silent").await;
     let status = silent.recv_error().await;
@@ -652,7 +664,11 @@ async fn streams_past_a_limit_are_ended_with_a_clear_status_and_counted() {
     server.set_file("clusters.yaml", &eds_cluster("backend", "2s", 8080));
     assert_eq!(names(&good.recv_type(Cluster).await), ["backend"]);
     let (_, metrics) = server.admin_get("/metrics").await;
-    for limit in ["first_request_timeout", "names_per_stream"] {
+    for limit in [
+        "first_request_timeout",
+        "names_per_stream",
+        "handshake_timeout",
+    ] {
         assert!(
             metrics.contains(&format!(
                 "switchyard_limit_rejections_total{{limit=\"{limit}\"}} 1"

@@ -7,60 +7,14 @@ mod support;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+use support::certs::{Ca, Leaf};
 use support::*;
 use switchyard::resource::ResourceType::{Cluster, Secret};
-use switchyard::server::tls::{acceptor, IdentityPolicy, TlsFiles};
+use switchyard::server::tls::{IdentityPolicy, Tls, TlsFiles};
 use switchyard::server::ServeOptions;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
-
-/// A CA, and certificates it signs.
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-/// A certificate and its key, PEM.
-struct Leaf {
-    cert: String,
-    key: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let cert = params.self_signed(&key).expect("CA");
-        Ca {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A certificate for `dns` names and `uris`.
-    fn leaf(&self, dns: &[&str], uris: &[&str]) -> Leaf {
-        let key = KeyPair::generate().expect("key");
-        let mut params =
-            CertificateParams::new(dns.iter().map(|d| d.to_string()).collect::<Vec<_>>())
-                .expect("params");
-        for uri in uris {
-            params
-                .subject_alt_names
-                .push(SanType::URI((*uri).try_into().expect("ia5")));
-        }
-        let cert = params.signed_by(&key, &self.issuer).expect("signed");
-        Leaf {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
-    }
-}
 
 const SECRET: &str = r#"
 clusters: [{ name: c, connect_timeout: 1s }]
@@ -85,7 +39,7 @@ async fn server(dir: &std::path::Path, server: &Leaf, clients: &Ca) -> TestServe
     TestServer::start_with(
         &[("mesh.yaml", SECRET)],
         ServeOptions {
-            tls: Some(acceptor(&files).expect("TLS sets up")),
+            tls: Some(Tls::xds(&files).expect("TLS sets up")),
             identity: Some(Arc::new(
                 IdentityPolicy::new("spiffe://test/{id}").expect("policy"),
             )),
@@ -110,6 +64,21 @@ async fn channel(server: &TestServer, ca: &Ca, leaf: Option<&Leaf>) -> Result<Ch
         .connect()
         .await
         .map_err(|e| format!("{e:?}"))
+}
+
+/// Whether `server` refuses a connection trusting `ca` and presenting `leaf`: no channel,
+/// or (connecting is lazy in places) no stream.
+async fn refused(server: &TestServer, ca: &Ca, leaf: Option<&Leaf>) -> bool {
+    match channel(server, ca, leaf).await {
+        Err(_) => true,
+        Ok(ch) => {
+            let (_tx, rx) = mpsc::channel(1);
+            AggregatedDiscoveryServiceClient::new(ch)
+                .stream_aggregated_resources(ReceiverStream::new(rx))
+                .await
+                .is_err()
+        }
+    }
 }
 
 /// An ADS stream for node `id` over `channel`, or the status it was refused with.
@@ -163,17 +132,10 @@ async fn a_client_claiming_another_node_or_without_a_certificate_is_refused() {
     // No client certificate, or one from another CA: no connection at all.
     let stranger = Ca::new("strangers").leaf(&[], &["spiffe://test/n1"]);
     for leaf in [None, Some(&stranger)] {
-        let refused = match channel(&server, &servers, leaf).await {
-            Err(_) => true,
-            Ok(ch) => {
-                let (_tx, rx) = mpsc::channel(1);
-                AggregatedDiscoveryServiceClient::new(ch)
-                    .stream_aggregated_resources(ReceiverStream::new(rx))
-                    .await
-                    .is_err()
-            }
-        };
-        assert!(refused, "served a client without a valid certificate");
+        assert!(
+            refused(&server, &servers, leaf).await,
+            "served a client without a valid certificate"
+        );
     }
     let (_, metrics) = server.admin_get("/metrics").await;
     assert!(
@@ -215,18 +177,61 @@ async fn the_server_certificate_is_reloaded_and_open_streams_go_on() {
     .await;
     drop(fresh);
     assert!(
-        channel(&server, &old_ca, Some(&n1)).await.is_err() || {
-            // Connecting is lazy in places; the stream must then fail.
-            let ch = channel(&server, &old_ca, Some(&n1)).await.expect("ch");
-            let (_tx, rx) = mpsc::channel(1);
-            AggregatedDiscoveryServiceClient::new(ch)
-                .stream_aggregated_resources(ReceiverStream::new(rx))
-                .await
-                .is_err()
-        },
+        refused(&server, &old_ca, Some(&n1)).await,
         "the old certificate is still served"
     );
     // The stream opened before the rotation still gets updates.
+    server.set_file(
+        "mesh.yaml",
+        &SECRET.replace("connect_timeout: 1s", "connect_timeout: 2s"),
+    );
+    assert_eq!(names(&open.recv_type(Cluster).await), ["c"]);
+    server.shutdown().await;
+}
+
+/// The client CA is replaced on disk (a CA rotation): from the next handshake, clients it
+/// signed are served and those of the old CA refused, without a restart; a stream opened
+/// before goes on.
+#[tokio::test]
+async fn the_client_ca_is_reloaded_and_open_streams_go_on() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (servers, old_clients, new_clients) = (Ca::new("servers"), Ca::new("old"), Ca::new("new"));
+    let server = server(dir.path(), &servers.leaf(&["localhost"], &[]), &old_clients).await;
+    let old_n1 = old_clients.leaf(&[], &["spiffe://test/n1"]);
+    let mut open = ads(
+        channel(&server, &servers, Some(&old_n1))
+            .await
+            .expect("connects"),
+        "n1",
+    )
+    .await;
+    open.subscribe(Cluster, &[]).await;
+    let cds = open.recv_type(Cluster).await;
+    open.ack(&cds, &[]).await;
+
+    new_clients.write(dir.path(), "clients");
+    let new_n1 = new_clients.leaf(&[], &["spiffe://test/n1"]);
+    let mut fresh = ads(
+        channel(&server, &servers, Some(&new_n1))
+            .await
+            .expect("a client of the new CA connects"),
+        "n1",
+    )
+    .await;
+    fresh.subscribe(Cluster, &[]).await;
+    assert_eq!(names(&fresh.recv_type(Cluster).await), ["c"]);
+    assert!(
+        refused(&server, &servers, Some(&old_n1)).await,
+        "a client of the old CA is still served"
+    );
+
+    // A broken CA file keeps the last good one.
+    std::fs::write(dir.path().join("clients.pem"), "not a certificate").expect("write");
+    assert!(
+        !refused(&server, &servers, Some(&new_n1)).await,
+        "a broken CA file replaced the good one"
+    );
+
     server.set_file(
         "mesh.yaml",
         &SECRET.replace("connect_timeout: 1s", "connect_timeout: 2s"),

@@ -7,42 +7,18 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+use support::certs::Ca;
 use support::envoy::{envoy_binary, eventually, free_port, http_get, Envoy, Switchyard, Upstream};
 use support::{eds_cluster, rds_listener, route_to, write};
 
 /// Write a CA, a server certificate for `localhost` and a client certificate for
 /// `spiffe://test/<client_id>` under `dir`.
 fn certificates(dir: &Path, client_id: &str) {
-    let ca_key = KeyPair::generate().expect("key");
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, "switchyard test CA");
-    ca.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::CrlSign,
-    ];
-    let ca_cert = ca.self_signed(&ca_key).expect("CA");
-    let issuer = Issuer::new(ca, ca_key);
-    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).expect("write");
-    let server_key = KeyPair::generate().expect("key");
-    let server = CertificateParams::new(vec!["localhost".to_string()])
-        .expect("params")
-        .signed_by(&server_key, &issuer)
-        .expect("signed");
-    std::fs::write(dir.join("server.pem"), server.pem()).expect("write");
-    std::fs::write(dir.join("server.key"), server_key.serialize_pem()).expect("write");
-    let client_key = KeyPair::generate().expect("key");
-    let mut client = CertificateParams::new(Vec::<String>::new()).expect("params");
-    client.subject_alt_names.push(SanType::URI(
-        format!("spiffe://test/{client_id}")
-            .try_into()
-            .expect("ia5"),
-    ));
-    let client = client.signed_by(&client_key, &issuer).expect("signed");
-    std::fs::write(dir.join("client.pem"), client.pem()).expect("write");
-    std::fs::write(dir.join("client.key"), client_key.serialize_pem()).expect("write");
+    let ca = Ca::new("switchyard test CA");
+    ca.write(dir, "ca");
+    ca.leaf(&["localhost"], &[]).write(dir, "server");
+    ca.leaf(&[], &[&format!("spiffe://test/{client_id}")])
+        .write(dir, "client");
 }
 
 /// examples/envoy/bootstrap-ads-mtls.yaml, its certificate paths pointed at `dir`.

@@ -1,5 +1,5 @@
-//! Accepting connections on the xDS port, at most `--max-connections` at once, over TLS
-//! when it is configured.
+//! Accepting connections on the xDS port (at most `--max-connections` at once) and on the
+//! admin port, over TLS when it is configured.
 //!
 //! Owns: the accept loop, the connection count (a permit per open connection, given back
 //! when it closes), what happens past the limit or when accepting fails, the TLS handshake
@@ -23,11 +23,12 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
-use super::tls::PeerIdentity;
+use super::tls::{PeerIdentity, Tls};
 use crate::metrics::StreamMetrics;
 
-/// How long a TLS handshake may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a TLS handshake (or, without TLS, a connection's first byte) may take, by
+/// default.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the services learn of a connection's peer (in each request's extensions).
 #[derive(Clone, Debug, Default)]
@@ -56,18 +57,36 @@ pub struct Conn {
     _permit: OwnedSemaphorePermit,
 }
 
-/// Accept on `listener` until the returned stream is dropped, over TLS with `tls`. Past `max`
+/// How a port accepts connections.
+#[derive(Clone, Debug)]
+pub struct Accept {
+    /// The port's name in logs (`xDS`, `admin`).
+    pub port: &'static str,
+    /// Open connections at most; past it a new one is closed at once.
+    pub max: usize,
+    /// What a connection closed past `max` is counted as.
+    pub limit: &'static str,
+    pub tls: Option<Tls>,
+    /// How long a new connection may take to complete its TLS handshake or, without TLS,
+    /// to send its first byte.
+    pub handshake_timeout: Duration,
+}
+
+/// Accept on `listener` as `accept` says until the returned stream is dropped. Past `max`
 /// open connections a new one is closed at once, logged and counted (the client retries
-/// with its backoff); existing connections are not affected.
+/// with its backoff); existing connections are not affected. A connection that does not
+/// complete its TLS handshake, or send anything, within the handshake time-out is closed,
+/// logged and counted as `handshake_timeout`: each waits in its own task, so a slow client
+/// holds up no other.
 pub fn incoming(
     listener: TcpListener,
-    max: usize,
-    tls: Option<TlsAcceptor>,
+    accept: Accept,
     metrics: StreamMetrics,
 ) -> ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(16);
-    let permits = Arc::new(Semaphore::new(max));
+    let permits = Arc::new(Semaphore::new(accept.max));
     tokio::spawn(async move {
+        let port = accept.port;
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
@@ -77,44 +96,26 @@ pub fn incoming(
                 Ok((tcp, peer)) => match Arc::clone(&permits).try_acquire_owned() {
                     Ok(permit) => {
                         let _ = tcp.set_nodelay(true);
-                        let Some(acceptor) = tls.clone() else {
-                            let conn = Conn {
-                                io: Io::Plain(tcp),
-                                info: ConnInfo {
-                                    remote: Some(peer),
-                                    identity: None,
-                                },
-                                _permit: permit,
-                            };
-                            if tx.send(Ok(conn)).await.is_err() {
-                                break;
-                            }
-                            continue;
-                        };
                         let tx = tx.clone();
+                        let acceptor = accept.tls.as_ref().map(Tls::acceptor);
+                        let (timeout, metrics) = (accept.handshake_timeout, metrics.clone());
                         tokio::spawn(async move {
-                            let handshake =
-                                tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
-                            let stream = match handshake.await {
-                                Ok(Ok(stream)) => stream,
+                            let opened = tokio::time::timeout(timeout, open(tcp, acceptor));
+                            let (io, identity) = match opened.await {
+                                Ok(Ok(Some(opened))) => opened,
+                                Ok(Ok(None)) => return,
                                 Ok(Err(e)) => {
-                                    tracing::info!(%peer, error = %e, "TLS handshake failed.");
+                                    tracing::info!(port, %peer, error = %e, "TLS handshake failed.");
                                     return;
                                 }
                                 Err(_) => {
-                                    tracing::info!(%peer, "TLS handshake timed out.");
+                                    metrics.limit_reached("handshake_timeout");
+                                    tracing::info!(port, %peer, ?timeout, "Closed a new connection: no TLS handshake or first byte in time.");
                                     return;
                                 }
                             };
-                            let identity = stream
-                                .get_ref()
-                                .1
-                                .peer_certificates()
-                                .and_then(|certs| certs.first())
-                                .and_then(|cert| PeerIdentity::of(cert))
-                                .map(Arc::new);
                             let conn = Conn {
-                                io: Io::Tls(Box::new(stream)),
+                                io,
                                 info: ConnInfo {
                                     remote: Some(peer),
                                     identity,
@@ -125,18 +126,46 @@ pub fn incoming(
                         });
                     }
                     Err(_) => {
-                        metrics.limit_reached("connections");
-                        tracing::warn!(%peer, max, "Closed a new connection: the server has --max-connections open.");
+                        metrics.limit_reached(accept.limit);
+                        tracing::warn!(port, %peer, max = accept.max, limit = accept.limit, "Closed a new connection: the limit on open connections is reached.");
                     }
                 },
                 Err(e) => {
-                    tracing::warn!(error = %e, "Cannot accept a connection (out of file descriptors?); trying again shortly.");
+                    tracing::warn!(port, error = %e, "Cannot accept a connection (out of file descriptors?); trying again shortly.");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             }
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// The TLS handshake with `acceptor`, and the identity a client certificate proves; or,
+/// without TLS, the first byte sent (peeked, not read). `None`: the client left first.
+async fn open(
+    tcp: TcpStream,
+    acceptor: Option<TlsAcceptor>,
+) -> io::Result<Option<(Io, Option<Arc<PeerIdentity>>)>> {
+    let Some(acceptor) = acceptor else {
+        let sent = tcp.peek(&mut [0u8; 1]).await?;
+        return Ok((sent > 0).then_some((Io::Plain(tcp), None)));
+    };
+    let stream = acceptor.accept(tcp).await?;
+    let identity = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .and_then(|cert| PeerIdentity::of(cert))
+        .map(Arc::new);
+    Ok(Some((Io::Tls(Box::new(stream)), identity)))
+}
+
+impl Conn {
+    /// The client's address.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.info.remote
+    }
 }
 
 impl Connected for Conn {

@@ -13,7 +13,7 @@ mod csds;
 
 pub use csds::CsdsFrom;
 mod grpc;
-mod incoming;
+pub(crate) mod incoming;
 mod peers;
 pub mod rest;
 mod status;
@@ -74,6 +74,9 @@ pub struct Limits {
     /// Resource names one stream may subscribe to (delta: and list on reconnecting); past
     /// it the stream ends with RESOURCE_EXHAUSTED.
     pub max_names_per_stream: usize,
+    /// How long a new connection may take to complete its TLS handshake or, without TLS,
+    /// to send its first byte; past it the connection is closed.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -83,6 +86,7 @@ impl Default for Limits {
             max_streams_per_connection: 100,
             first_request_timeout: Duration::from_secs(30),
             max_names_per_stream: crate::protocol::stream::DEFAULT_MAX_NAMES,
+            handshake_timeout: incoming::HANDSHAKE_TIMEOUT,
         }
     }
 }
@@ -101,7 +105,7 @@ pub struct ServeOptions {
     /// Who may ask CSDS.
     pub csds_from: CsdsFrom,
     /// TLS on the xDS port (`--tls-cert`, `--tls-key`, `--client-ca`), if any.
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub tls: Option<tls::Tls>,
     /// `--node-identity`: how a client certificate must match the node it claims (mutual
     /// TLS); a bound client gets private key material.
     pub identity: Option<Arc<tls::IdentityPolicy>>,
@@ -148,8 +152,13 @@ pub async fn serve(
     });
     let connections = incoming::incoming(
         listener,
-        options.limits.max_connections,
-        options.tls.clone(),
+        incoming::Accept {
+            port: "xDS",
+            max: options.limits.max_connections,
+            limit: "connections",
+            tls: options.tls.clone(),
+            handshake_timeout: options.limits.handshake_timeout,
+        },
         fleet.metrics.clone(),
     );
     let xds = grpc::XdsServer::new(cache, fleet, &options, stop_rx);

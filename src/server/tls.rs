@@ -1,6 +1,7 @@
-//! TLS on the xDS port: the server's certificate (reloaded when its files change, without a
-//! restart and without touching open connections), mutual TLS with a client CA, and the
-//! identity a client certificate proves (its URI SANs, such as a SPIFFE ID, DNS SANs and CN).
+//! TLS on the xDS and admin ports: the server's certificate and the client CA (reloaded when
+//! their files change, without a restart and without touching open connections), mutual TLS
+//! with a client CA on the xDS port, and the identity a client certificate proves (its URI
+//! SANs, such as a SPIFFE ID, DNS SANs and CN).
 //!
 //! Owns: reading the PEM files, building the rustls configuration, the handshake, and
 //! reading identities from verified certificates. Must not: decide what an identity may do
@@ -135,10 +136,99 @@ impl IdentityPolicy {
     }
 }
 
-/// The acceptor for the xDS port.
-pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+/// TLS for one port: its rustls configuration, built again from the files when one of them
+/// changes (checked at each handshake: a `stat` per file), so a rotated certificate, key or
+/// client CA is used without a restart and without touching open connections. Files that
+/// do not load (mid-rotation: the certificate written, the key not yet) keep the previous
+/// configuration until they change again.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    inner: Arc<Reloading>,
+}
+
+/// The modification times of the files a configuration was built from.
+type Stamps = Vec<Option<SystemTime>>;
+
+#[derive(Debug)]
+struct Reloading {
+    /// The port, for logs.
+    port: &'static str,
+    files: TlsFiles,
+    alpn: &'static [&'static [u8]],
+    current: Mutex<(Stamps, Arc<ServerConfig>)>,
+}
+
+impl Tls {
+    /// For the xDS port: gRPC over HTTP/2 and REST polling over HTTP/1.1, mutual TLS when
+    /// `files` names a client CA.
+    pub fn xds(files: &TlsFiles) -> Result<Tls, TlsError> {
+        Tls::new("xDS", files.clone(), &[b"h2", b"http/1.1"])
+    }
+
+    /// For the admin port: HTTP/1.1, no client certificates.
+    pub fn admin(cert: &Path, key: &Path) -> Result<Tls, TlsError> {
+        let files = TlsFiles {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            client_ca: None,
+        };
+        Tls::new("admin", files, &[b"http/1.1"])
+    }
+
+    fn new(
+        port: &'static str,
+        files: TlsFiles,
+        alpn: &'static [&'static [u8]],
+    ) -> Result<Tls, TlsError> {
+        let stamps = stamps(&files);
+        let config = build(&files, alpn)?;
+        Ok(Tls {
+            inner: Arc::new(Reloading {
+                port,
+                files,
+                alpn,
+                current: Mutex::new((stamps, config)),
+            }),
+        })
+    }
+
+    /// The acceptor for a new connection, from the files as they are now.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        let this = &self.inner;
+        let mut current = this.current.lock().unwrap_or_else(|p| p.into_inner());
+        let stamps = stamps(&this.files);
+        if stamps != current.0 {
+            current.0 = stamps;
+            match build(&this.files, this.alpn) {
+                Ok(fresh) => {
+                    tracing::info!(port = this.port, cert = %this.files.cert.display(), "Reloaded the TLS files.");
+                    current.1 = fresh;
+                }
+                Err(e) => {
+                    tracing::warn!(port = this.port, error = %e, "The TLS files changed but do not load; keeping the previous ones.");
+                }
+            }
+        }
+        TlsAcceptor::from(Arc::clone(&current.1))
+    }
+}
+
+fn stamps(files: &TlsFiles) -> Stamps {
+    [
+        Some(&files.cert),
+        Some(&files.key),
+        files.client_ca.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|path| modified(path))
+    .collect()
+}
+
+/// The configuration for `files` as they are now.
+fn build(files: &TlsFiles, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(default_provider());
-    let resolver = Arc::new(Reloading::load(files.cert.clone(), files.key.clone())?);
+    let certified = certified(&files.cert, &files.key)?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?;
@@ -158,10 +248,9 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder.with_cert_resolver(resolver);
-    // gRPC is HTTP/2; REST polling may come over HTTP/1.1.
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    let mut config = builder.with_cert_resolver(Arc::new(Fixed(certified)));
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
@@ -190,27 +279,6 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// The server's certificate and key, read again when either file changes (checked at each
-/// handshake: a `stat` of two files). A pair that does not load keeps the previous one.
-#[derive(Debug)]
-struct Reloading {
-    cert: PathBuf,
-    key: PathBuf,
-    current: Mutex<(Option<SystemTime>, Option<SystemTime>, Arc<CertifiedKey>)>,
-}
-
-impl Reloading {
-    fn load(cert: PathBuf, key: PathBuf) -> Result<Reloading, TlsError> {
-        let stamps = (modified(&cert), modified(&key));
-        let certified = certified(&cert, &key)?;
-        Ok(Reloading {
-            cert,
-            key,
-            current: Mutex::new((stamps.0, stamps.1, certified)),
-        })
-    }
-}
-
 fn certified(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
     let chain = read_certs(cert)?;
     let key_der = read_key(key)?;
@@ -222,25 +290,12 @@ fn certified(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
         })
 }
 
-impl ResolvesServerCert for Reloading {
+/// One certificate for every client (a configuration is built again when it changes).
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Fixed {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        let stamps = (modified(&self.cert), modified(&self.key));
-        if (stamps.0, stamps.1) != (current.0, current.1) {
-            match certified(&self.cert, &self.key) {
-                Ok(fresh) => {
-                    tracing::info!(cert = %self.cert.display(), "Reloaded the TLS certificate.");
-                    *current = (stamps.0, stamps.1, fresh);
-                }
-                Err(e) => {
-                    // Mid-rotation (the certificate written, the key not yet), or broken:
-                    // keep serving the previous pair until the files change again.
-                    tracing::warn!(error = %e, "The TLS certificate files changed but do not load; keeping the previous certificate.");
-                    current.0 = stamps.0;
-                    current.1 = stamps.1;
-                }
-            }
-        }
-        Some(Arc::clone(&current.2))
+        Some(Arc::clone(&self.0))
     }
 }

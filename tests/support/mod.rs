@@ -2,6 +2,7 @@
 //! that speaks like Envoy (a fake Envoy) over a real socket.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod envoy;
 
 use std::net::SocketAddr;
@@ -95,9 +96,13 @@ impl TestServer {
             token: None,
         };
         let admin_task = tokio::spawn(async move {
-            switchyard::admin::serve(admin_listener, admin, std::future::pending())
-                .await
-                .expect("admin server runs");
+            switchyard::admin::serve(
+                admin_listener,
+                admin,
+                switchyard::admin::Transport::default(),
+                std::future::pending(),
+            )
+            .await;
         });
         TestServer {
             addr,
