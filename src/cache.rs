@@ -478,53 +478,55 @@ mod tests {
     }
 
     /// Model-based check: a snapshot built from random resources equals a plain BTreeMap
-    /// model (last write wins per type and name), and its version changes exactly when the
-    /// model's content does.
+    /// model (last write wins per type and name), and from one snapshot to the next its
+    /// version changes exactly when the model's content does.
     #[test]
     fn snapshot_matches_btreemap_model() {
-        let mut next = crate::testing::rng(0x2545_f491_4f6c_dd1d);
         /// (type index, name) -> content
         type Model = BTreeMap<(usize, String), String>;
-        let mut previous: Option<(Model, Snapshot)> = None;
-        for _ in 0..200 {
-            let mut model = BTreeMap::new();
-            let mut items = Vec::new();
-            for _ in 0..next(12) {
-                let kind = ResourceType::ALL[next(3) as usize];
-                let name = format!("r{}", next(5));
-                let content = format!("c{}", next(3));
-                model.insert((kind.index(), name.clone()), content.clone());
-                items.push(res(kind, &name, &content));
-            }
-            let snap = Snapshot::from_resources(&items);
-            for kind in ResourceType::ALL {
-                let got: BTreeMap<_, _> = snap
-                    .get(kind)
-                    .resources
-                    .iter()
-                    .map(|(n, r)| (n.clone(), r.body.clone()))
-                    .collect();
-                let want: BTreeMap<_, _> = model
-                    .iter()
-                    .filter(|((k, _), _)| *k == kind.index())
-                    .map(|((_, n), c)| (n.clone(), Bytes::from(c.clone())))
-                    .collect();
-                assert_eq!(got, want);
-            }
-            if let Some((prev_model, prev_snap)) = &previous {
+        crate::testing::on_tapes(200, |next| {
+            // Two snapshots in turn: the second's versions against the first's.
+            let mut previous: Option<(Model, Snapshot)> = None;
+            for _ in 0..2 {
+                let mut model = BTreeMap::new();
+                let mut items = Vec::new();
+                for _ in 0..next(12) {
+                    let kind = ResourceType::ALL[next(3) as usize];
+                    let name = format!("r{}", next(5));
+                    let content = format!("c{}", next(3));
+                    model.insert((kind.index(), name.clone()), content.clone());
+                    items.push(res(kind, &name, &content));
+                }
+                let snap = Snapshot::from_resources(&items);
                 for kind in ResourceType::ALL {
-                    let same_model = prev_model
+                    let got: BTreeMap<_, _> = snap
+                        .get(kind)
+                        .resources
+                        .iter()
+                        .map(|(n, r)| (n.clone(), r.body.clone()))
+                        .collect();
+                    let want: BTreeMap<_, _> = model
                         .iter()
                         .filter(|((k, _), _)| *k == kind.index())
-                        .eq(model.iter().filter(|((k, _), _)| *k == kind.index()));
-                    assert_eq!(
-                        same_model,
-                        prev_snap.get(kind).version == snap.get(kind).version
-                    );
+                        .map(|((_, n), c)| (n.clone(), Bytes::from(c.clone())))
+                        .collect();
+                    assert_eq!(got, want);
                 }
+                if let Some((prev_model, prev_snap)) = &previous {
+                    for kind in ResourceType::ALL {
+                        let same_model = prev_model
+                            .iter()
+                            .filter(|((k, _), _)| *k == kind.index())
+                            .eq(model.iter().filter(|((k, _), _)| *k == kind.index()));
+                        assert_eq!(
+                            same_model,
+                            prev_snap.get(kind).version == snap.get(kind).version
+                        );
+                    }
+                }
+                previous = Some((model, snap));
             }
-            previous = Some((model, snap));
-        }
+        });
     }
 }
 
@@ -559,8 +561,7 @@ mod change_tests {
 
     #[test]
     fn changes_since_matches_a_model_on_random_snapshots() {
-        let mut next = crate::testing::rng(0x9e37_79b9_7f4a_7c15);
-        for _ in 0..300 {
+        crate::testing::on_tapes(300, |next| {
             let mut make = || {
                 let items: Vec<(String, String)> = (0..next(8))
                     .map(|_| (format!("r{}", next(10)), format!("{}", next(3))))
@@ -588,7 +589,7 @@ mod change_tests {
                 .into_iter()
                 .collect();
             assert_eq!(&sb.changes_since(&sa)[..], &want[..]);
-        }
+        });
     }
 
     #[test]

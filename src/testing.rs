@@ -1,13 +1,32 @@
 //! Helpers for the unit tests.
 
-/// A small deterministic random source (xorshift64): `rng(seed)(n)` is in `0..n`. Tests that
-/// feed random operation sequences use it so that a failure replays exactly.
-pub fn rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
-    move |n| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
+/// Run `run` on `cases` tapes of random choices. proptest makes the tapes and, when a run
+/// panics, shrinks its tape to a minimal failing one (towards fewer, smaller choices) and
+/// reports it. `run` reads its choices with `rand(n)` (in `0..n`), in turn from the tape,
+/// round and round. The RNG is fixed and nothing is persisted, so a failure replays exactly.
+pub fn on_tapes(cases: u32, run: impl Fn(&mut dyn FnMut(u64) -> u64)) {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let tapes = proptest::collection::vec(any::<u64>(), 16..400);
+    let result = runner.run(&tapes, |tape| {
+        let mut at = 0;
+        let mut rand = |n: u64| {
+            let choice = tape[at % tape.len()];
+            at += 1;
+            choice % n.max(1)
+        };
+        run(&mut rand);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
 }
 

@@ -665,8 +665,7 @@ fn per_type_streams_serve_only_their_type() {
 /// that must be what its subscription covers at current versions.
 #[test]
 fn model_client_converges_to_its_subscription() {
-    let mut next = crate::testing::rng(0xdead_beef_cafe_f00d);
-    for _ in 0..300 {
+    crate::testing::on_tapes(300, |next| {
         let nacks = next(2) == 0;
         let mut s = ads();
         let mut client: BTreeMap<String, String> = BTreeMap::new();
@@ -772,7 +771,7 @@ fn model_client_converges_to_its_subscription() {
                 .collect();
             assert_eq!(client, want);
         }
-    }
+    });
 }
 
 #[test]

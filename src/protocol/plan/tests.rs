@@ -1033,26 +1033,8 @@ fn model_answer_slow(g: &Got) -> Answer {
 /// whose route names a cluster it lacks or that is still warming (P29), and it ends holding
 /// exactly the last snapshot (which it accepts).
 fn p29_p30_model_a_simulated_envoy_never_routes_to_a_cluster_it_lacks<C: Client>() {
-    use proptest::prelude::*;
-    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-    // Each case is a tape of choices that drives one run; on a failure proptest shrinks the
-    // tape (towards fewer, smaller choices: simpler meshes, fewer steps) and reports it.
-    let config = Config {
-        cases: 200,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let nacks = std::cell::Cell::new(0);
-    let tapes = proptest::collection::vec(any::<u64>(), 16..400);
-    let result = runner.run(&tapes, |tape| {
-        nacks.set(nacks.get() + model_run::<C>(&tape));
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    crate::testing::on_tapes(200, |rand| nacks.set(nacks.get() + model_run::<C>(rand)));
     assert!(
         nacks.get() > 20,
         "the model rejected too few responses to mean much: {}",
@@ -1060,15 +1042,9 @@ fn p29_p30_model_a_simulated_envoy_never_routes_to_a_cluster_it_lacks<C: Client>
     );
 }
 
-/// One run of the model, every choice read from `tape` (in turn, round and round); panics on
-/// a violation. Returns how many responses the proxy rejected.
-fn model_run<C: Client>(tape: &[u64]) -> usize {
-    let mut at = 0;
-    let mut rand = |n: u64| {
-        let choice = tape.get(at % tape.len().max(1)).copied().unwrap_or(0);
-        at += 1;
-        choice % n
-    };
+/// One run of the model, every choice from `rand`; panics on a violation. Returns how many
+/// responses the proxy rejected.
+fn model_run<C: Client>(mut rand: &mut dyn FnMut(u64) -> u64) -> usize {
     let first = random_mesh(&mut rand, false);
     let mut envoy = Envoy::<C>::start(Ordering::default(), first.snapshot());
     let mut now = Instant::now();

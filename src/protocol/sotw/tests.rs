@@ -528,8 +528,7 @@ fn p28_endpoints_wait_for_the_pending_request_then_go() {
 /// duplicate name or nonce.
 #[test]
 fn random_sequences_keep_the_invariants() {
-    let mut rand = crate::testing::rng(0x9e37_79b9_7f4a_7c15);
-    for _ in 0..300 {
+    crate::testing::on_tapes(300, |rand| {
         let variant = if rand(2) == 0 {
             Variant::Aggregated
         } else {
@@ -589,7 +588,7 @@ fn random_sequences_keep_the_invariants() {
                 "drained means drained"
             );
         }
-    }
+    });
 }
 
 // === Model-based: a simulated client converges to the snapshot ===
@@ -603,8 +602,7 @@ fn random_sequences_keep_the_invariants() {
 fn model_client_view_converges_to_the_selection() {
     use std::collections::BTreeMap;
     let kinds = [Cluster, Endpoint, Listener, Route];
-    let mut rand = crate::testing::rng(0x51ed_2701_d00d_f00d);
-    for _round in 0..200 {
+    crate::testing::on_tapes(200, |rand| {
         let mut s = SotwStream::new(Variant::Aggregated);
         let mut view: BTreeMap<ResourceType, BTreeMap<String, String>> = BTreeMap::new();
         let mut names: BTreeMap<ResourceType, Vec<&str>> = BTreeMap::new();
@@ -681,7 +679,7 @@ fn model_client_view_converges_to_the_selection() {
                 }
             }
         }
-    }
+    });
 }
 
 #[test]
