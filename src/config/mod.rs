@@ -12,6 +12,7 @@
 pub mod descriptors;
 mod references;
 pub mod selector;
+mod sensitive;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -479,7 +480,14 @@ fn decode_resource(
         serde_path_to_error::Deserializer::new(&item, &mut track),
         &DeserializeOptions::new(),
     )
-    .map_err(|e| error(track.path().to_string(), e.to_string()))?;
+    .map_err(|e| {
+        let path = track.path();
+        let mut message = e.to_string();
+        if sensitive::at_sensitive(descriptors::message(kind), &item, &path) {
+            message = sensitive::hidden(&message);
+        }
+        error(path.to_string(), message)
+    })?;
 
     let name = message
         .get_field_by_name(kind.name_field())

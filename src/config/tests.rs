@@ -650,3 +650,64 @@ fn a_file_past_the_size_limit_is_a_load_error() {
     );
     assert!(load_dir(dir.path()).is_ok(), "within the default limit");
 }
+
+/// A value that does not decode in a sensitive field (or inside one) is not echoed in the
+/// load error, which goes to logs, `/status` and `validate`; it is still named by its path,
+/// through lists and `Any` fields. Errors elsewhere keep their values.
+#[test]
+fn errors_in_sensitive_fields_do_not_show_the_value() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "secrets.yaml",
+        r#"
+secrets:
+  - name: numeric-token
+    generic_secret: { secret: { inline_string: 31415926535 } }
+  - name: bad-key
+    tls_certificate:
+      certificate_chain: { inline_string: "CHAIN" }
+      private_key: { inline_bytes: "TOPSECRET!KEY" }
+"#,
+    );
+    write(
+        dir.path(),
+        "clusters.yaml",
+        r#"
+clusters:
+  - name: tls
+    connect_timeout: 1s
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          tls_certificates:
+            - private_key: { inline_string: 27182818284 }
+  - name: plain
+    connect_timeout: 1s
+    alt_stat_name: 424242
+"#,
+    );
+    let errs = errors(dir.path());
+    assert_eq!(errs.len(), 4, "{errs:?}");
+    let all = errs.join("\n");
+    for secret in ["31415926535", "TOPSECRET", "27182818284"] {
+        assert!(!all.contains(secret), "{secret} shown: {all}");
+    }
+    for path in [
+        "generic_secret.secret.inline_string",
+        "tls_certificate.private_key.inline_bytes",
+        "tls_certificates[0].private_key.inline_string",
+    ] {
+        assert!(
+            errs.iter()
+                .any(|e| e.contains(path) && e.contains("not shown: the field is sensitive")),
+            "{path}: {all}"
+        );
+    }
+    assert!(
+        all.contains("424242"),
+        "a value in an ordinary field stays: {all}"
+    );
+}
