@@ -44,41 +44,18 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-/// Counts live heap bytes, so per-stream state is measured exactly (RSS does not shrink when
-/// earlier sections free memory, and reuses it).
-struct Counting;
-
-static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged and only counts bytes.
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
-        unsafe { std::alloc::System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
-        unsafe { std::alloc::System.dealloc(ptr, layout) }
-    }
-}
+// Live heap: counted exactly, so per-stream state is measured (RSS does not shrink when
+// earlier sections free memory, and reuses it).
+#[path = "../tests/support/memory.rs"]
+mod memory;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: memory::Counting = memory::Counting;
 
-fn live_kib() -> usize {
-    LIVE.load(std::sync::atomic::Ordering::Relaxed) / 1024
-}
+use memory::live_kib;
 
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    memory::rss_kib("self")
 }
 
 fn write_files(dir: &std::path::Path, timeout: impl Fn(usize) -> &'static str) {

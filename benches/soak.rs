@@ -63,16 +63,11 @@ fn write_files(dir: &Path, generation: usize) {
     }
 }
 
+#[path = "../tests/support/memory.rs"]
+mod memory;
+
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    memory::rss_kib(&pid.to_string())
 }
 
 /// The `switchyard_streams` gauge, summed over its labels.

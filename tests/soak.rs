@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::memory::{self, live_kib};
 use support::*;
 use switchyard::resource::ResourceType::{Cluster, Endpoint};
 
@@ -23,41 +24,11 @@ const ROUNDS: usize = 1_000;
 const PACE: Duration = Duration::from_millis(10);
 const CHURN: Duration = Duration::from_secs(5);
 
-/// Counts live heap bytes (allocated and not yet freed), which, unlike RSS, falls back when
-/// memory is freed: the allocator keeps freed pages for reuse.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged and only counts bytes.
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { std::alloc::System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { std::alloc::System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live_kib() -> usize {
-    LIVE.load(Ordering::Relaxed) / 1024
-}
+static ALLOCATOR: memory::Counting = memory::Counting;
 
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    memory::rss_kib("self")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

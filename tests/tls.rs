@@ -81,6 +81,17 @@ async fn refused(server: &TestServer, ca: &Ca, leaf: Option<&Leaf>) -> bool {
     }
 }
 
+/// An ADS stream for node `n1` presenting `leaf`, trusting `ca`, that took its clusters and
+/// ACKed them.
+async fn synced(server: &TestServer, ca: &Ca, leaf: &Leaf) -> XdsClient {
+    let channel = channel(server, ca, Some(leaf)).await.expect("connects");
+    let mut c = ads(channel, "n1").await;
+    c.subscribe(Cluster, &[]).await;
+    let cds = c.recv_type(Cluster).await;
+    c.ack(&cds, &[]).await;
+    c
+}
+
 /// An ADS stream for node `id` over `channel`, or the status it was refused with.
 async fn ads(channel: Channel, id: &str) -> XdsClient {
     XdsClient::ads(channel, node(id, "test")).await
@@ -153,16 +164,7 @@ async fn the_server_certificate_is_reloaded_and_open_streams_go_on() {
     let (old_ca, new_ca, clients) = (Ca::new("old"), Ca::new("new"), Ca::new("clients"));
     let server = server(dir.path(), &old_ca.leaf(&["localhost"], &[]), &clients).await;
     let n1 = clients.leaf(&[], &["spiffe://test/n1"]);
-    let mut open = ads(
-        channel(&server, &old_ca, Some(&n1))
-            .await
-            .expect("connects"),
-        "n1",
-    )
-    .await;
-    open.subscribe(Cluster, &[]).await;
-    let cds = open.recv_type(Cluster).await;
-    open.ack(&cds, &[]).await;
+    let mut open = synced(&server, &old_ca, &n1).await;
 
     let rotated = new_ca.leaf(&["localhost"], &[]);
     // The key first, then the certificate: mid-rotation the old pair keeps serving.
@@ -198,16 +200,7 @@ async fn the_client_ca_is_reloaded_and_open_streams_go_on() {
     let (servers, old_clients, new_clients) = (Ca::new("servers"), Ca::new("old"), Ca::new("new"));
     let server = server(dir.path(), &servers.leaf(&["localhost"], &[]), &old_clients).await;
     let old_n1 = old_clients.leaf(&[], &["spiffe://test/n1"]);
-    let mut open = ads(
-        channel(&server, &servers, Some(&old_n1))
-            .await
-            .expect("connects"),
-        "n1",
-    )
-    .await;
-    open.subscribe(Cluster, &[]).await;
-    let cds = open.recv_type(Cluster).await;
-    open.ack(&cds, &[]).await;
+    let mut open = synced(&server, &servers, &old_n1).await;
 
     new_clients.write(dir.path(), "clients");
     let new_n1 = new_clients.leaf(&[], &["spiffe://test/n1"]);

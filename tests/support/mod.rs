@@ -4,6 +4,7 @@
 
 pub mod certs;
 pub mod envoy;
+pub mod memory;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
