@@ -13,7 +13,9 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -21,8 +23,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -38,6 +38,7 @@ use crate::fleet::{format_time, Fleet, StreamReport, TypeReport};
 use crate::redact::Secrets;
 use crate::server::incoming::{incoming, Accept, Conn, HANDSHAKE_TIMEOUT};
 use crate::server::tls::Tls;
+use crate::server::DRAIN_TIMEOUT;
 use crate::watch::Reloader;
 
 /// What the admin routes read.
@@ -291,7 +292,8 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Serve `router(admin)` on `listener` as `transport` says until `shutdown` completes, then
-/// let the requests in progress finish and close every connection.
+/// let the requests in progress finish and close every connection, within the xDS server's
+/// drain time ([`DRAIN_TIMEOUT`]); past it the rest are closed.
 pub async fn serve(
     listener: TcpListener,
     admin: Admin,
@@ -339,7 +341,10 @@ pub async fn serve(
     }
     drop(connections);
     let _ = closing.send(());
-    while open.join_next().await.is_some() {}
+    let drained = async { while open.join_next().await.is_some() {} };
+    if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
+        tracing::warn!("Admin connections did not close within {DRAIN_TIMEOUT:?}; closing them.");
+    }
 }
 
 /// Serve HTTP/1.1 on one connection until the client leaves, its headers take too long, or

@@ -97,9 +97,11 @@ pub fn incoming(
                     Ok(permit) => {
                         let _ = tcp.set_nodelay(true);
                         let tx = tx.clone();
-                        let acceptor = accept.tls.as_ref().map(Tls::acceptor);
+                        let tls = accept.tls.clone();
                         let (timeout, metrics) = (accept.handshake_timeout, metrics.clone());
                         tokio::spawn(async move {
+                            // Checks the TLS files (a `stat` each) here, not in the loop.
+                            let acceptor = tls.as_ref().map(Tls::acceptor);
                             let opened = tokio::time::timeout(timeout, open(tcp, acceptor));
                             let (io, identity) = match opened.await {
                                 Ok(Ok(Some(opened))) => opened,

@@ -146,8 +146,11 @@ pub struct Tls {
     inner: Arc<Reloading>,
 }
 
-/// The modification times of the files a configuration was built from.
-type Stamps = Vec<Option<SystemTime>>;
+/// A file's modification time, size and inode.
+type Stamp = (Option<SystemTime>, u64, u64);
+
+/// The stamps of the files a configuration was built from.
+type Stamps = Vec<Option<Stamp>>;
 
 #[derive(Debug)]
 struct Reloading {
@@ -221,7 +224,7 @@ fn stamps(files: &TlsFiles) -> Stamps {
     ]
     .into_iter()
     .flatten()
-    .map(|path| modified(path))
+    .map(|path| stamp(path))
     .collect()
 }
 
@@ -275,8 +278,16 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     })
 }
 
-fn modified(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+/// What tells that a file changed: its modification time, size and (on Unix) inode, so a
+/// rewrite within the file system's time granularity, or a symlink swapped to another file
+/// (a Kubernetes Secret update), is seen too.
+fn stamp(path: &Path) -> Option<Stamp> {
+    let meta = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Some((meta.modified().ok(), meta.len(), inode))
 }
 
 fn certified(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
