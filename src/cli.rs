@@ -374,6 +374,8 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         reloader = reloader.with_state(state);
     }
     let reloader = Arc::new(reloader);
+    // The watch is armed before the first load, so an edit made while it runs is not lost.
+    let watching = reloader.watching();
     // Load before binding: a config that cannot load at start is a usage error, unless the
     // state directory keeps a good copy to serve meanwhile.
     if let Err(failure) = reloader.reload() {
@@ -403,7 +405,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let watcher = tokio::spawn(Arc::clone(&reloader).watch(stopped(stop_rx.clone())));
+    let watcher = tokio::spawn(watching.run(stopped(stop_rx.clone())));
     let token = match &args.admin_token_file {
         Some(path) => Some(read_token(path).map_err(Failure::Usage)?),
         None => {

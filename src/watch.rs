@@ -232,12 +232,37 @@ impl Reloader {
     }
 
     /// Watch the paths and reload after each burst of changes, until `shutdown` completes.
-    ///
-    /// The watcher for the next round is armed before the files are read, so a write that
-    /// lands during a reload triggers another one instead of being missed.
     pub async fn watch(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        self.watching().run(shutdown).await
+    }
+
+    /// Arm the watch on the paths now; [`Watching::run`] then reloads after each burst of
+    /// changes. Armed before the first load, a write that lands while it reads the files
+    /// (a large config takes seconds) is seen, and loaded, once the watch runs.
+    pub fn watching(self: &Arc<Self>) -> Watching {
+        Watching {
+            reloader: Arc::clone(self),
+            armed: self.arm(),
+        }
+    }
+}
+
+/// A watch on the config paths, armed and collecting change events; see
+/// [`Reloader::watching`].
+pub struct Watching {
+    reloader: Arc<Reloader>,
+    armed: Option<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)>,
+}
+
+impl Watching {
+    /// Reload after each burst of changes (events since the watch was armed included) until
+    /// `shutdown` completes.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let mut armed = self.arm();
+        let Watching {
+            reloader,
+            mut armed,
+        } = self;
         loop {
             match &mut armed {
                 Some((_watcher, rx)) => {
@@ -263,14 +288,18 @@ impl Reloader {
                     }
                 }
             }
-            armed = self.arm();
-            let this = Arc::clone(&self);
+            // Armed before the files are read, so a write that lands during the reload
+            // triggers another one instead of being missed.
+            armed = reloader.arm();
+            let this = Arc::clone(&reloader);
             // A failed load is logged and kept in the report; a half-written file that
             // fails to parse is loaded again on its next event.
             let _ = tokio::task::spawn_blocking(move || this.reload()).await;
         }
     }
+}
 
+impl Reloader {
     /// A fresh watcher on the paths (new inodes after a swap) and the channel of its change
     /// events; `None` when nothing can be watched.
     fn arm(&self) -> Option<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
@@ -423,6 +452,39 @@ mod tests {
         );
         assert!(reloader.last_report().expect("report").ok());
 
+        let _ = stop_tx.send(());
+        task.await.expect("watch task ends on shutdown");
+    }
+
+    /// An edit made while the first load runs (seconds, for a large config) is not lost:
+    /// the watch is armed before that load, and loads the edit once it runs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_edit_during_the_first_load_is_loaded_once_the_watch_runs() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, GOOD).expect("write");
+        let cache = Arc::new(Cache::new());
+        let reloader = Arc::new(Reloader::new(
+            vec![dir.path().to_path_buf()],
+            LoadOptions::default(),
+            Arc::clone(&cache),
+        ));
+        let watching = reloader.watching();
+        reloader.reload().expect("first load");
+        // The edit lands after the first load read the files, before the watch task runs.
+        std::fs::write(&file, CHANGED).expect("write");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(watching.run(async {
+            let _ = stop_rx.await;
+        }));
+        let c = Arc::clone(&cache);
+        assert!(
+            tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 2))
+                .await
+                .expect("join"),
+            "the edit was lost"
+        );
         let _ = stop_tx.send(());
         task.await.expect("watch task ends on shutdown");
     }
