@@ -20,7 +20,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use crate::cache::Cache;
-use crate::config::{self, Config, ConfigError, LoadFailure, LoadOptions};
+use crate::config::{self, Config, ConfigError, LoadFailure, LoadOptions, LoadWork, Loader};
 use crate::state::StateDir;
 
 /// Quiet time after the last file event before reloading.
@@ -51,6 +51,8 @@ pub struct Reloader {
     paths: Vec<PathBuf>,
     options: LoadOptions,
     cache: Arc<Cache>,
+    /// Keeps each file's result, so a reload parses only the files that changed.
+    loader: Mutex<Loader>,
     last: Mutex<Option<LoadReport>>,
     loads_ok: AtomicU64,
     loads_failed: AtomicU64,
@@ -75,6 +77,7 @@ impl Reloader {
             paths,
             options,
             cache,
+            loader: Mutex::new(Loader::default()),
             last: Mutex::new(None),
             loads_ok: AtomicU64::new(0),
             loads_failed: AtomicU64::new(0),
@@ -127,9 +130,15 @@ impl Reloader {
         }
     }
 
-    /// Load now; publish when good and different from what is serving. Logs one line.
+    /// Load now (parsing only the files that changed); publish when good and different
+    /// from what is serving. Logs one line.
     pub fn reload(&self) -> Result<(), LoadFailure> {
-        let result = config::load(&self.paths, &self.options).and_then(|config| {
+        let (loaded, work) = self
+            .loader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .load_counting(&self.paths, &self.options);
+        let result = loaded.and_then(|config| {
             if self.options.allow_empty {
                 return Ok(config);
             }
@@ -184,7 +193,7 @@ impl Reloader {
         };
         let report = match result {
             Ok(config) => {
-                let generation = self.publish(config);
+                let generation = self.publish(config, work);
                 LoadReport {
                     generation,
                     ..report
@@ -201,7 +210,7 @@ impl Reloader {
         Ok(())
     }
 
-    fn publish(&self, config: Config) -> u64 {
+    fn publish(&self, config: Config, work: LoadWork) -> u64 {
         let current = self.cache.current();
         let version = config.version();
         if current.number > 0 && current.config.version() == version {
@@ -220,6 +229,7 @@ impl Reloader {
         tracing::info!(
             generation = generation.number,
             files,
+            parsed = work.parsed,
             resources,
             config_version = %version,
             "Loaded snapshot files."

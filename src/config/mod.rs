@@ -60,8 +60,8 @@ pub struct Config {
     pub warnings: Vec<ConfigError>,
 }
 
-/// One snapshot file after loading.
-#[derive(Debug)]
+/// One snapshot file after loading. Cloning shares its resources.
+#[derive(Clone, Debug)]
 pub struct SnapshotFile {
     pub path: PathBuf,
     pub selector: Selector,
@@ -114,7 +114,7 @@ impl std::error::Error for LoadFailure {}
 
 /// One problem in the configuration, naming the file and, where there is one, the resource
 /// and the field path.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{}: {message}", .path.display())]
     Read { path: PathBuf, message: String },
@@ -165,28 +165,230 @@ pub enum ConfigError {
 
 /// Load every snapshot file under `paths`. Either the whole configuration, or every error.
 pub fn load(paths: &[PathBuf], options: &LoadOptions) -> Result<Config, LoadFailure> {
-    let mut errors = Vec::new();
-    let mut files = Vec::new();
-    for root in paths {
-        match discover(root) {
-            Ok(found) => files.extend(found),
-            Err(e) => errors.push(e),
-        }
-    }
-    files.sort();
-    files.dedup();
+    Loader::default().load(paths, options)
+}
 
-    let mut loaded = Vec::new();
-    let mut checks = references::Checker::default();
-    for path in files {
-        match load_file(&path, options.max_file_bytes) {
-            Ok(file) => {
-                for resource in &file.resources {
-                    checks.add(loaded.len(), resource);
-                }
-                loaded.push(file);
+/// Loads again and again, parsing only the files that changed since its last load: each
+/// file's result (its resources, or its errors) is kept with what identifies the file's
+/// content on disk (modification time, size, inode), and the configuration is put together
+/// from the kept results. Files that did change are parsed in parallel, one thread per core.
+#[derive(Debug, Default)]
+pub struct Loader {
+    files: BTreeMap<PathBuf, Parsed>,
+}
+
+/// One file's load, and the stamp of the file it came from.
+#[derive(Debug)]
+struct Parsed {
+    stamp: FileStamp,
+    /// The limit it was loaded under (a file over the limit is an error under a lower one).
+    max_bytes: u64,
+    /// When the file was read, and a digest of what was read (`None`: it could not be).
+    read_at: std::time::SystemTime,
+    digest: Option<String>,
+    result: Result<SnapshotFile, Vec<ConfigError>>,
+}
+
+/// A file modified this close to when it was read may have changed again within the file
+/// system's timestamp granularity (a coarse clock tick, or seconds on some file systems)
+/// without its stamp showing it: its content is compared instead.
+const RACY: Duration = Duration::from_secs(2);
+
+impl Parsed {
+    /// Whether this is still the load of the file at `path`, now stamped `stamp`.
+    fn fresh(&self, path: &Path, stamp: &FileStamp, max_bytes: u64) -> bool {
+        if self.stamp != *stamp || self.max_bytes != max_bytes {
+            return false;
+        }
+        let racy = match stamp.modified {
+            Some(modified) => modified + RACY >= self.read_at,
+            None => true,
+        };
+        !racy || (self.digest.is_some() && read_digest(path) == self.digest)
+    }
+}
+
+/// A digest of a file's bytes, if it can be read.
+fn read_digest(path: &Path) -> Option<String> {
+    std::fs::read(path)
+        .ok()
+        .map(|b| content_hash([b.as_slice()]))
+}
+
+/// What identifies a file's content on disk without reading it: modification time, size,
+/// and (on Unix) device and inode, so a rename-over or a symlink swap is a new file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+    device: u64,
+    inode: u64,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        let meta = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let (device, inode) = {
+            use std::os::unix::fs::MetadataExt;
+            (meta.dev(), meta.ino())
+        };
+        #[cfg(not(unix))]
+        let (device, inode) = (0, 0);
+        Some(FileStamp {
+            modified: meta.modified().ok(),
+            len: meta.len(),
+            device,
+            inode,
+        })
+    }
+}
+
+/// How many files were parsed, and how many reused, by the latest [`Loader::load`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadWork {
+    pub parsed: usize,
+    pub reused: usize,
+}
+
+impl Loader {
+    /// Load every snapshot file under `paths`, parsing only files that changed since this
+    /// loader's previous load. Either the whole configuration, or every error.
+    pub fn load(
+        &mut self,
+        paths: &[PathBuf],
+        options: &LoadOptions,
+    ) -> Result<Config, LoadFailure> {
+        self.load_counting(paths, options).0
+    }
+
+    /// [`Loader::load`], and how many files it parsed and reused.
+    pub fn load_counting(
+        &mut self,
+        paths: &[PathBuf],
+        options: &LoadOptions,
+    ) -> (Result<Config, LoadFailure>, LoadWork) {
+        let mut errors = Vec::new();
+        let mut files = Vec::new();
+        for root in paths {
+            match discover(root) {
+                Ok(found) => files.extend(found),
+                Err(e) => errors.push(e),
             }
-            Err(mut file_errors) => errors.append(&mut file_errors),
+        }
+        files.sort();
+        files.dedup();
+
+        // Forget files that are gone; find those that changed.
+        let wanted: std::collections::BTreeSet<&PathBuf> = files.iter().collect();
+        self.files.retain(|path, _| wanted.contains(path));
+        let stamps: Vec<Option<FileStamp>> = files.iter().map(|p| FileStamp::of(p)).collect();
+        let stale: Vec<(&PathBuf, Option<FileStamp>)> = files
+            .iter()
+            .zip(&stamps)
+            .filter(|(path, stamp)| match (self.files.get(*path), stamp) {
+                (Some(kept), Some(stamp)) => !kept.fresh(path, stamp, options.max_file_bytes),
+                _ => true,
+            })
+            .map(|(path, stamp)| (path, *stamp))
+            .collect();
+        let work = LoadWork {
+            parsed: stale.len(),
+            reused: files.len() - stale.len(),
+        };
+        let read_at = std::time::SystemTime::now();
+        let parsed = parse_in_parallel(&stale, options.max_file_bytes);
+        for ((path, stamp), (digest, result)) in stale.into_iter().zip(parsed) {
+            match stamp {
+                Some(stamp) => {
+                    self.files.insert(
+                        path.clone(),
+                        Parsed {
+                            stamp,
+                            max_bytes: options.max_file_bytes,
+                            read_at,
+                            digest,
+                            result,
+                        },
+                    );
+                }
+                // Gone between listing and reading: report it, keep nothing.
+                None => {
+                    self.files.remove(path);
+                    errors.extend(result.err().unwrap_or_default());
+                }
+            }
+        }
+
+        let mut loaded = Vec::new();
+        for path in &files {
+            match self.files.get(path).map(|kept| &kept.result) {
+                Some(Ok(file)) => loaded.push(file.clone()),
+                Some(Err(file_errors)) => errors.extend(file_errors.iter().cloned()),
+                None => {}
+            }
+        }
+        (assemble(loaded, errors, options), work)
+    }
+}
+
+/// What loading one file gives: a digest of the bytes read (if read), and the result.
+type FileLoad = (Option<String>, Result<SnapshotFile, Vec<ConfigError>>);
+
+/// Load `files` (with their stamps; no stamp: unreadable), on up to one thread per core.
+fn parse_in_parallel(files: &[(&PathBuf, Option<FileStamp>)], max_bytes: u64) -> Vec<FileLoad> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(files.len());
+    if threads <= 1 {
+        return files
+            .iter()
+            .map(|(path, _)| load_file(path, max_bytes))
+            .collect();
+    }
+    // Files go to threads in turn (a large file does not hold up a whole share).
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<Option<FileLoad>> = files.iter().map(|_| None).collect();
+    let done = std::sync::Mutex::new(&mut results);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((path, _)) = files.get(at) else {
+                    break;
+                };
+                let result = load_file(path, max_bytes);
+                done.lock().unwrap_or_else(|p| p.into_inner())[at] = Some(result);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .zip(files)
+        .map(|(result, (path, _))| {
+            result.unwrap_or_else(|| {
+                let failed = ConfigError::Read {
+                    path: path.to_path_buf(),
+                    message: "was not loaded (a loader thread failed)".into(),
+                };
+                (None, Err(vec![failed]))
+            })
+        })
+        .collect()
+}
+
+/// The configuration from loaded files (in path order) and the errors so far: duplicates
+/// and references checked across every file.
+fn assemble(
+    loaded: Vec<SnapshotFile>,
+    mut errors: Vec<ConfigError>,
+    options: &LoadOptions,
+) -> Result<Config, LoadFailure> {
+    let mut checks = references::Checker::default();
+    for (index, file) in loaded.iter().enumerate() {
+        for resource in &file.resources {
+            checks.add(index, resource);
         }
     }
     errors.extend(duplicates(&loaded));
@@ -387,23 +589,37 @@ fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
 }
 
 /// Load one file: its selector and its resources. Collects every error in the file.
-fn load_file(path: &Path, max_bytes: u64) -> Result<SnapshotFile, Vec<ConfigError>> {
+/// Load one file, and a digest of the bytes read.
+fn load_file(path: &Path, max_bytes: u64) -> FileLoad {
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     if size > max_bytes {
-        return Err(vec![ConfigError::Read {
+        let too_big = ConfigError::Read {
             path: path.to_path_buf(),
             message: format!(
                 "the file is {size} bytes, more than the limit of {max_bytes} (--max-file-size)"
             ),
-        }]);
+        };
+        return (None, Err(vec![too_big]));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        vec![ConfigError::Read {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            let unreadable = ConfigError::Read {
+                path: path.to_path_buf(),
+                message: format!("cannot read file: {e}"),
+            };
+            return (None, Err(vec![unreadable]));
+        }
+    };
+    let digest = Some(content_hash([bytes.as_slice()]));
+    let result = match String::from_utf8(bytes) {
+        Ok(text) => load_text(path, &text),
+        Err(e) => Err(vec![ConfigError::Read {
             path: path.to_path_buf(),
-            message: format!("cannot read file: {e}"),
-        }]
-    })?;
-    load_text(path, &text)
+            message: format!("cannot read file: not UTF-8 text ({e})"),
+        }]),
+    };
+    (digest, result)
 }
 
 /// One snapshot file's text, as if read from `path` (whose extension says YAML or JSON):

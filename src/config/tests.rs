@@ -711,3 +711,129 @@ clusters:
         "a value in an ordinary field stays: {all}"
     );
 }
+
+fn cluster_file(name: &str, timeout: &str) -> String {
+    format!("clusters: [{{name: {name}, connect_timeout: {timeout}}}]\n")
+}
+
+/// A reload parses only the files whose content changed (and new ones), reuses the rest,
+/// forgets removed ones, and gives what a load from scratch gives.
+#[test]
+fn a_loader_parses_only_the_files_that_changed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    for name in ["a", "b", "c"] {
+        write(
+            dir.path(),
+            &format!("{name}.yaml"),
+            &cluster_file(name, "1s"),
+        );
+    }
+    let roots = [dir.path().to_path_buf()];
+    let options = LoadOptions::default();
+    let mut loader = Loader::default();
+    let (first, work) = loader.load_counting(&roots, &options);
+    assert_eq!(
+        work,
+        LoadWork {
+            parsed: 3,
+            reused: 0
+        }
+    );
+    let first = first.expect("loads");
+    let (again, work) = loader.load_counting(&roots, &options);
+    assert_eq!(
+        work,
+        LoadWork {
+            parsed: 0,
+            reused: 3
+        }
+    );
+    assert_eq!(again.expect("loads").version(), first.version());
+
+    // An edit (written aside and renamed over, as editors and deploy tools do), a new file
+    // and a removed one.
+    let tmp = dir.path().join(".b.tmp");
+    std::fs::write(&tmp, cluster_file("b", "2s")).expect("write");
+    std::fs::rename(&tmp, dir.path().join("b.yaml")).expect("rename");
+    write(dir.path(), "d.yaml", &cluster_file("d", "1s"));
+    std::fs::remove_file(dir.path().join("c.yaml")).expect("rm");
+    let (changed, work) = loader.load_counting(&roots, &options);
+    assert_eq!(
+        work,
+        LoadWork {
+            parsed: 2,
+            reused: 1
+        }
+    );
+    let changed = changed.expect("loads");
+    let scratch = load(&roots, &options).expect("loads");
+    assert_eq!(changed.version(), scratch.version());
+    let names: Vec<&str> = changed
+        .files
+        .iter()
+        .flat_map(|f| &f.resources)
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(names, ["a", "b", "d"]);
+}
+
+/// A file rewritten in place right after it was read, to the same size, may keep its
+/// modification time (a coarse clock tick): its content is compared, so the edit is seen.
+#[test]
+fn a_loader_sees_an_in_place_edit_within_the_clock_tick() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = write(dir.path(), "a.yaml", &cluster_file("a", "1s"));
+    let roots = [dir.path().to_path_buf()];
+    let options = LoadOptions::default();
+    let mut loader = Loader::default();
+    let before = loader.load(&roots, &options).expect("loads").version();
+    let stamp = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    std::fs::write(&path, cluster_file("a", "2s")).expect("write in place");
+    // Make the stamp exactly as it was: same size, same inode, same time.
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_modified(stamp))
+        .expect("set mtime");
+    let (after, work) = loader.load_counting(&roots, &options);
+    assert_eq!(work.parsed, 1, "the edit was not seen");
+    assert_ne!(after.expect("loads").version(), before);
+}
+
+/// A broken file is reported on every load until it changes, without being parsed again;
+/// fixed, it is parsed and loads.
+#[test]
+fn a_loader_keeps_reporting_a_broken_file_until_it_changes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "a.yaml", &cluster_file("a", "1s"));
+    write(
+        dir.path(),
+        "b.yaml",
+        "clusters: [{name: b, connect_timeout: soon}]\n",
+    );
+    let roots = [dir.path().to_path_buf()];
+    let options = LoadOptions::default();
+    let mut loader = Loader::default();
+    let (first, _) = loader.load_counting(&roots, &options);
+    let (second, work) = loader.load_counting(&roots, &options);
+    assert_eq!(work.parsed, 0);
+    for result in [first, second] {
+        let errors = result.expect_err("b is broken").errors;
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].to_string().contains("b.yaml"), "{}", errors[0]);
+    }
+    let tmp = dir.path().join(".b.tmp");
+    std::fs::write(&tmp, cluster_file("b", "1s")).expect("write");
+    std::fs::rename(&tmp, dir.path().join("b.yaml")).expect("rename");
+    let (fixed, work) = loader.load_counting(&roots, &options);
+    assert_eq!(
+        work,
+        LoadWork {
+            parsed: 1,
+            reused: 1
+        }
+    );
+    assert_eq!(fixed.expect("loads").resource_count(), 2);
+}
