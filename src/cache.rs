@@ -395,11 +395,7 @@ mod tests {
     }
 
     fn file(selector: Selector, resources: Vec<Arc<Resource>>) -> SnapshotFile {
-        SnapshotFile {
-            path: "f.yaml".into(),
-            selector,
-            resources,
-        }
+        SnapshotFile::new("f.yaml".into(), selector, resources)
     }
 
     fn id_glob(glob: &str) -> Selector {

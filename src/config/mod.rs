@@ -66,6 +66,23 @@ pub struct SnapshotFile {
     pub path: PathBuf,
     pub selector: Selector,
     pub resources: Vec<Arc<Resource>>,
+    /// A digest of its resources' kinds, names and versions, computed once when it loads.
+    digest: String,
+}
+
+impl SnapshotFile {
+    pub fn new(path: PathBuf, selector: Selector, resources: Vec<Arc<Resource>>) -> Self {
+        let parts: Vec<String> = resources
+            .iter()
+            .map(|r| format!("{} {} {}", r.kind, r.name, r.version))
+            .collect();
+        SnapshotFile {
+            path,
+            selector,
+            resources,
+            digest: content_hash(parts.iter().map(|s| s.as_bytes())),
+        }
+    }
 }
 
 impl Config {
@@ -75,18 +92,13 @@ impl Config {
     }
 
     /// A digest of everything loaded (files, selectors, every resource's kind, name and
-    /// version): equal exactly when two loads would serve the same.
+    /// version): equal exactly when two loads would serve the same. From each file's digest,
+    /// computed when the file loaded, so it costs a line per file.
     pub fn version(&self) -> String {
         let parts: Vec<String> = self
             .files
             .iter()
-            .flat_map(|f| {
-                std::iter::once(format!("file {} {:?}", f.path.display(), f.selector)).chain(
-                    f.resources
-                        .iter()
-                        .map(|r| format!("{} {} {}", r.kind, r.name, r.version)),
-                )
-            })
+            .map(|f| format!("file {} {:?} {}", f.path.display(), f.selector, f.digest))
             .collect();
         content_hash(parts.iter().map(|s| s.as_bytes()))
     }
@@ -385,18 +397,19 @@ fn assemble(
     mut errors: Vec<ConfigError>,
     options: &LoadOptions,
 ) -> Result<Config, LoadFailure> {
-    let mut checks = references::Checker::default();
-    for (index, file) in loaded.iter().enumerate() {
-        for resource in &file.resources {
-            checks.add(index, resource);
-        }
-    }
     errors.extend(duplicates(&loaded));
 
     // References are checked only across a complete set of files: with a file missing, its
     // resources would look undefined.
     let mut warnings = Vec::new();
     let problems = if errors.is_empty() {
+        let count = loaded.iter().map(|f| f.resources.len()).sum();
+        let mut checks = references::Checker::with_capacity(count);
+        for (index, file) in loaded.iter().enumerate() {
+            for resource in &file.resources {
+                checks.add(index, resource);
+            }
+        }
         checks.run(&loaded)
     } else {
         Vec::new()
@@ -649,11 +662,7 @@ pub fn load_text(path: &Path, text: &str) -> Result<SnapshotFile, Vec<ConfigErro
         }
     }
     if errors.is_empty() {
-        Ok(SnapshotFile {
-            path: path.to_path_buf(),
-            selector,
-            resources,
-        })
+        Ok(SnapshotFile::new(path.to_path_buf(), selector, resources))
     } else {
         Err(errors)
     }
@@ -849,16 +858,29 @@ pub fn content_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
 /// The same type and name in two files that a node could both match (or twice in one file).
 fn duplicates(files: &[SnapshotFile]) -> Vec<ConfigError> {
     // A VHDS alias (`<route-config>/<domain>`) must name one virtual host too (P24).
-    let mut seen: BTreeMap<(ResourceType, &str), Vec<usize>> = BTreeMap::new();
+    // Most names are defined once: the first place is kept apart, and only names seen again
+    // get a list (in (type, name) order, so errors come in a stable order).
+    let count = files.iter().map(|f| f.resources.len()).sum();
+    let mut first: rustc_hash::FxHashMap<(ResourceType, &str), usize> =
+        rustc_hash::FxHashMap::with_capacity_and_hasher(count, Default::default());
+    let mut again: BTreeMap<(ResourceType, &str), Vec<usize>> = BTreeMap::new();
     for (i, file) in files.iter().enumerate() {
         for r in &file.resources {
             for name in std::iter::once(&r.name).chain(&r.aliases) {
-                seen.entry((r.kind, name.as_str())).or_default().push(i);
+                let key = (r.kind, name.as_str());
+                match first.entry(key) {
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(i);
+                    }
+                    std::collections::hash_map::Entry::Occupied(e) => {
+                        again.entry(key).or_insert_with(|| vec![*e.get()]).push(i);
+                    }
+                }
             }
         }
     }
     let mut errors = Vec::new();
-    for ((kind, name), places) in seen {
+    for ((kind, name), places) in again {
         for (n, &a) in places.iter().enumerate() {
             for &b in &places[n + 1..] {
                 let (fa, fb) = (&files[a], &files[b]);

@@ -16,18 +16,19 @@ use super::{ConfigError, SnapshotFile};
 use crate::resource::{Resource, ResourceType};
 
 /// A reference from one resource to another.
-struct Reference {
+struct Reference<'a> {
     file: usize,
     from_kind: ResourceType,
-    from_name: String,
+    from_name: &'a str,
     to_kind: ResourceType,
-    to_name: String,
+    to_name: &'a str,
 }
 
+/// What the loaded files define and refer to, borrowed from them.
 #[derive(Default)]
-pub(super) struct Checker {
-    defined: BTreeSet<(ResourceType, String)>,
-    references: Vec<Reference>,
+pub(super) struct Checker<'a> {
+    defined: rustc_hash::FxHashSet<(ResourceType, &'a str)>,
+    references: Vec<Reference<'a>>,
 }
 
 /// What a resource of `kind` refers to (see [`Resource::references`]), read from its
@@ -118,10 +119,18 @@ pub(super) fn of(
     found
 }
 
-impl Checker {
+impl<'a> Checker<'a> {
+    /// A checker for about `resources` resources.
+    pub(super) fn with_capacity(resources: usize) -> Self {
+        Checker {
+            defined: rustc_hash::FxHashSet::with_capacity_and_hasher(resources, Default::default()),
+            references: Vec::with_capacity(resources),
+        }
+    }
+
     /// Record a loaded resource (from file number `file`) and what it refers to.
-    pub(super) fn add(&mut self, file: usize, resource: &Resource) {
-        self.defined.insert((resource.kind, resource.name.clone()));
+    pub(super) fn add(&mut self, file: usize, resource: &'a Resource) {
+        self.defined.insert((resource.kind, resource.name.as_str()));
         for (to_kind, to_name) in &resource.references {
             // A VHDS namespace is filled by whatever virtual hosts exist: nothing to check.
             if *to_kind == ResourceType::VirtualHost {
@@ -130,9 +139,9 @@ impl Checker {
             self.references.push(Reference {
                 file,
                 from_kind: resource.kind,
-                from_name: resource.name.clone(),
+                from_name: &resource.name,
                 to_kind: *to_kind,
-                to_name: to_name.clone(),
+                to_name: to_name.as_str(),
             });
         }
     }
@@ -142,20 +151,12 @@ impl Checker {
         let mut seen = BTreeSet::new();
         self.references
             .into_iter()
-            .filter(|r| !self.defined.contains(&(r.to_kind, r.to_name.clone())))
-            .filter(|r| {
-                seen.insert((
-                    r.file,
-                    r.from_kind,
-                    r.from_name.clone(),
-                    r.to_kind,
-                    r.to_name.clone(),
-                ))
-            })
+            .filter(|r| !self.defined.contains(&(r.to_kind, r.to_name)))
+            .filter(|r| seen.insert((r.file, r.from_kind, r.from_name, r.to_kind, r.to_name)))
             .map(|r| ConfigError::Reference {
                 path: files[r.file].path.clone(),
                 kind: r.from_kind,
-                name: r.from_name,
+                name: r.from_name.to_string(),
                 message: match r.to_kind {
                     ResourceType::Endpoint => format!(
                         "is an EDS cluster, but no file defines endpoints (a \
