@@ -51,6 +51,10 @@ pub enum Command {
     /// Show every connected proxy's sync state per type, from a running server's admin API;
     /// exit 2 when any proxy is NACKing, 1 when the server cannot be asked.
     Status(StatusArgs),
+    /// Load an xDS server with simulated Envoys (each its own connection and ADS stream),
+    /// run a trigger command, and report connect and sync times, convergence, responses and
+    /// the server's memory and CPU; exit 1 when the run did not complete.
+    Loadgen(Box<crate::loadgen::LoadgenArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -287,6 +291,46 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate(&args),
         Command::Serve(args) => serve(*args),
         Command::Status(args) => status(&args),
+        Command::Loadgen(args) => loadgen(*args),
+    }
+}
+
+/// `switchyard loadgen`.
+fn loadgen(args: crate::loadgen::LoadgenArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    raise_file_limit();
+    let json = args.output == crate::loadgen::ReportFormat::Json;
+    let report = match runtime.block_on(crate::loadgen::run(args)) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("error: cannot write the report: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", crate::loadgen::table(&report));
+    }
+    if report.cut_short.is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -385,13 +429,12 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             )));
         }
     }
-    let bind = |addr: SocketAddr, flag: &'static str| async move {
-        tokio::net::TcpListener::bind(addr)
-            .await
+    let bind = |addr: SocketAddr, flag: &'static str| {
+        listen(addr)
             .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot listen on {flag} {addr}: {e}")))
     };
-    let admin_listener = bind(args.admin_addr, "--admin-addr").await?;
-    let listener = bind(args.xds_addr, "--xds-addr").await?;
+    let admin_listener = bind(args.admin_addr, "--admin-addr")?;
+    let listener = bind(args.xds_addr, "--xds-addr")?;
     let local = listener
         .local_addr()
         .map_err(|e| Failure::Runtime(e.into()))?;
@@ -480,6 +523,23 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         tracing::error!("admin server task: {e}");
     }
     served.map_err(|e| Failure::Runtime(e.into()))
+}
+
+/// Connections waiting to be accepted, at most (the kernel caps it at `net.core.somaxconn`):
+/// a fleet reconnecting at once after a restart is queued rather than made to retry its SYN
+/// a second later.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`].
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Each connection and watched file takes a descriptor: raise the soft RLIMIT_NOFILE to the

@@ -28,6 +28,7 @@ pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod fleet;
+pub mod loadgen;
 pub mod metrics;
 pub mod protocol;
 pub mod redact;

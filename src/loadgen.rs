@@ -1,0 +1,1150 @@
+//! `switchyard loadgen`: simulated Envoys against any xDS server, to measure it.
+//!
+//! Owns: the simulated proxy ([`Proxy`], pure: responses in, requests out, like Envoy's xDS
+//! client: wildcard CDS and LDS, EDS for the EDS clusters it gets and RDS for the route
+//! configurations its listeners name, ACKing everything or NACKing a fraction, reconnecting
+//! with what it holds), running N of them each over its own connection and ADS stream,
+//! running a trigger command, and the report (connect time, time to the first full config,
+//! convergence after the trigger, responses and bytes by type, the server's RSS and CPU).
+//! Must not: depend on Switchyard's server or cache: it is a client, for any server.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use prost::Message;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+
+/// The most simulated proxies one run takes.
+pub const MAX_CLIENTS: u32 = 50_000;
+
+#[derive(Debug, Args)]
+pub struct LoadgenArgs {
+    /// The xDS server to load (an ADS endpoint).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:18000")]
+    pub xds_addr: SocketAddr,
+    /// Let --xds-addr be beyond loopback (a load test is not something to aim elsewhere by
+    /// mistake).
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Simulated proxies, each with its own connection and ADS stream.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=MAX_CLIENTS as i64))]
+    pub clients: u32,
+    /// State of the World or incremental (delta) ADS.
+    #[arg(long, value_enum, default_value_t = Protocol::Sotw)]
+    pub protocol: Protocol,
+    /// Node ids are `<prefix>-<n>`.
+    #[arg(long, value_name = "PREFIX", default_value = "loadgen")]
+    pub node_prefix: String,
+    /// The node cluster every simulated proxy gives.
+    #[arg(long, value_name = "NAME", default_value = "loadgen")]
+    pub node_cluster: String,
+    /// The share of responses NACKed instead of ACKed (0 to 1).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.0, value_parser = parse_fraction)]
+    pub nack_fraction: f64,
+    /// A shell command run once every proxy has its first full config (an edit of the
+    /// snapshot files, say); convergence is measured from its start.
+    #[arg(long, value_name = "COMMAND")]
+    pub trigger: Option<String>,
+    /// After the trigger, how long without any response ends the run.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub settle: Duration,
+    /// The whole run's bound: past it, the run ends and reports what it has.
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = humantime::parse_duration)]
+    pub max_time: Duration,
+    /// The server's process id on this machine: its RSS and CPU go into the report.
+    #[arg(long, value_name = "PID")]
+    pub server_pid: Option<u32>,
+    /// Report format.
+    #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
+    pub output: ReportFormat,
+}
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("expected a fraction from 0 to 1, got {text:?}")),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Sotw,
+    Delta,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    Table,
+    Json,
+}
+
+/// The types a simulated proxy asks for, in the order it asks.
+const TYPES: [&str; 4] = [CDS, EDS, LDS, RDS];
+
+fn short(type_url: &str) -> &'static str {
+    match type_url {
+        CDS => "CDS",
+        EDS => "EDS",
+        LDS => "LDS",
+        RDS => "RDS",
+        _ => "other",
+    }
+}
+
+/// What a simulated proxy holds of one type.
+#[derive(Clone, Debug, Default)]
+struct Held {
+    /// SotW: the version and nonce of the last response (for the next request).
+    version: String,
+    nonce: String,
+    /// Named types (EDS, RDS): the names it wants.
+    wanted: BTreeSet<String>,
+    /// What it has, name -> version (delta) or name -> "" (SotW).
+    resources: BTreeMap<String, String>,
+    /// CDS and LDS: what each held resource refers to (EDS and RDS names).
+    refs: BTreeMap<String, Vec<String>>,
+    /// Whether any response of this type came.
+    answered: bool,
+}
+
+/// One simulated proxy's protocol state: pure, so its logic is tested without sockets.
+#[derive(Debug)]
+pub struct Proxy {
+    node: Node,
+    protocol: Protocol,
+    held: BTreeMap<&'static str, Held>,
+    /// Deterministic choice of which responses to NACK.
+    nack_every: Option<u64>,
+    responses: u64,
+}
+
+/// A request a proxy sends.
+#[derive(Debug)]
+pub enum Outgoing {
+    Sotw(DiscoveryRequest),
+    Delta(DeltaDiscoveryRequest),
+}
+
+impl Proxy {
+    pub fn new(node: Node, protocol: Protocol, nack_fraction: f64) -> Proxy {
+        let nack_every = (nack_fraction > 0.0).then(|| (1.0 / nack_fraction).round() as u64);
+        Proxy {
+            node,
+            protocol,
+            held: TYPES.iter().map(|t| (*t, Held::default())).collect(),
+            nack_every,
+            responses: 0,
+        }
+    }
+
+    /// The first requests on a (new) stream: wildcard CDS and LDS and, after a reconnect,
+    /// the named types it wants, each with what it holds.
+    pub fn open(&mut self) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        for kind in TYPES {
+            let held = &self.held[kind];
+            let named = kind == EDS || kind == RDS;
+            if named && held.wanted.is_empty() {
+                continue;
+            }
+            out.push(self.subscribe(kind, true));
+        }
+        out
+    }
+
+    /// A request for `kind`: the opening one of a stream, or a change of names.
+    fn subscribe(&self, kind: &'static str, opening: bool) -> Outgoing {
+        let held = &self.held[kind];
+        let names: Vec<String> = held.wanted.iter().cloned().collect();
+        match self.protocol {
+            Protocol::Sotw => Outgoing::Sotw(DiscoveryRequest {
+                node: Some(self.node.clone()),
+                type_url: kind.to_string(),
+                resource_names: names,
+                version_info: held.version.clone(),
+                response_nonce: if opening {
+                    String::new()
+                } else {
+                    held.nonce.clone()
+                },
+                ..Default::default()
+            }),
+            Protocol::Delta => Outgoing::Delta(DeltaDiscoveryRequest {
+                node: Some(self.node.clone()),
+                type_url: kind.to_string(),
+                resource_names_subscribe: names,
+                initial_resource_versions: if opening {
+                    held.resources.clone().into_iter().collect()
+                } else {
+                    Default::default()
+                },
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn nack_this(&mut self) -> bool {
+        self.responses += 1;
+        self.nack_every
+            .is_some_and(|every| every > 0 && self.responses.is_multiple_of(every))
+    }
+
+    /// A SotW response: apply it, answer it (ACK or NACK), and ask for newly referenced names.
+    pub fn on_sotw(&mut self, response: &DiscoveryResponse) -> Vec<Outgoing> {
+        let Some(kind) = TYPES.iter().copied().find(|t| *t == response.type_url) else {
+            return Vec::new();
+        };
+        let nack = self.nack_this();
+        let mut out = Vec::new();
+        let previous_version = self.held[kind].version.clone();
+        {
+            let held = self.held.entry(kind).or_default();
+            held.nonce = response.nonce.clone();
+            held.answered = true;
+            if !nack {
+                held.version = response.version_info.clone();
+                if kind == CDS || kind == LDS {
+                    held.resources.clear();
+                    held.refs.clear();
+                }
+                for any in &response.resources {
+                    if let Some((name, refs)) = decode(kind, &any.value) {
+                        held.resources.insert(name.clone(), String::new());
+                        held.refs.insert(name, refs);
+                    }
+                }
+            }
+        }
+        let held = &self.held[kind];
+        out.push(Outgoing::Sotw(DiscoveryRequest {
+            node: Some(self.node.clone()),
+            type_url: kind.to_string(),
+            resource_names: held.wanted.iter().cloned().collect(),
+            version_info: if nack {
+                previous_version
+            } else {
+                response.version_info.clone()
+            },
+            response_nonce: response.nonce.clone(),
+            error_detail: nack.then(|| RpcStatus {
+                code: 3,
+                message: "loadgen: NACKed on purpose".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }));
+        if !nack {
+            out.extend(self.follow_references(kind));
+        }
+        out
+    }
+
+    /// A delta response: apply it, answer it, and subscribe to newly referenced names.
+    pub fn on_delta(&mut self, response: &DeltaDiscoveryResponse) -> Vec<Outgoing> {
+        let Some(kind) = TYPES.iter().copied().find(|t| *t == response.type_url) else {
+            return Vec::new();
+        };
+        let nack = self.nack_this();
+        let mut out = vec![Outgoing::Delta(DeltaDiscoveryRequest {
+            node: Some(self.node.clone()),
+            type_url: kind.to_string(),
+            response_nonce: response.nonce.clone(),
+            error_detail: nack.then(|| RpcStatus {
+                code: 3,
+                message: "loadgen: NACKed on purpose".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })];
+        if nack {
+            return out;
+        }
+        let held = self.held.entry(kind).or_default();
+        held.answered = true;
+        for r in &response.resources {
+            held.resources.insert(r.name.clone(), r.version.clone());
+            let refs = r
+                .resource
+                .as_ref()
+                .and_then(|any| decode(kind, &any.value))
+                .map(|(_, refs)| refs)
+                .unwrap_or_default();
+            held.refs.insert(r.name.clone(), refs);
+        }
+        for name in &response.removed_resources {
+            held.resources.remove(name);
+            held.refs.remove(name);
+        }
+        out.extend(self.follow_references(kind));
+        out
+    }
+
+    /// After CDS or LDS changed: the EDS or RDS names they now refer to, asked for when
+    /// they differ from what is wanted.
+    fn follow_references(&mut self, kind: &'static str) -> Vec<Outgoing> {
+        let (named, wanted) = match kind {
+            CDS => (EDS, self.referenced(CDS)),
+            LDS => (RDS, self.referenced(LDS)),
+            _ => return Vec::new(),
+        };
+        let held = self.held.entry(named).or_default();
+        if held.wanted == wanted {
+            return Vec::new();
+        }
+        match self.protocol {
+            Protocol::Sotw => {
+                held.wanted = wanted;
+                held.resources.retain(|n, _| held.wanted.contains(n));
+                vec![self.subscribe(named, false)]
+            }
+            Protocol::Delta => {
+                let subscribe: Vec<String> = wanted.difference(&held.wanted).cloned().collect();
+                let unsubscribe: Vec<String> = held.wanted.difference(&wanted).cloned().collect();
+                for gone in &unsubscribe {
+                    held.resources.remove(gone);
+                }
+                held.wanted = wanted;
+                vec![Outgoing::Delta(DeltaDiscoveryRequest {
+                    node: Some(self.node.clone()),
+                    type_url: named.to_string(),
+                    resource_names_subscribe: subscribe,
+                    resource_names_unsubscribe: unsubscribe,
+                    ..Default::default()
+                })]
+            }
+        }
+    }
+
+    /// The names the held resources of `kind` refer to (EDS for CDS, RDS for LDS).
+    fn referenced(&self, kind: &'static str) -> BTreeSet<String> {
+        self.held[kind].refs.values().flatten().cloned().collect()
+    }
+
+    /// Whether it has everything it asked for: CDS and LDS answered, and every EDS and RDS
+    /// name it wants held.
+    pub fn synced(&self) -> bool {
+        let cds_lds = [CDS, LDS].iter().all(|k| self.held[k].answered);
+        let named = [EDS, RDS].iter().all(|k| {
+            let held = &self.held[k];
+            held.wanted.iter().all(|n| held.resources.contains_key(n))
+        });
+        cds_lds && named
+    }
+}
+
+/// A resource of `kind` in its encoded form: its name, and what Envoy would ask for because
+/// of it (an EDS cluster's ClusterLoadAssignment, an HTTP listener's route configuration).
+fn decode(kind: &str, body: &[u8]) -> Option<(String, Vec<String>)> {
+    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+    match kind {
+        CDS => {
+            let cluster = Cluster::decode(body).ok()?;
+            let eds = cluster.cluster_discovery_type
+                == Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
+            let refs = if eds {
+                let service = cluster
+                    .eds_cluster_config
+                    .as_ref()
+                    .map(|c| c.service_name.clone())
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| cluster.name.clone());
+                vec![service]
+            } else {
+                Vec::new()
+            };
+            Some((cluster.name, refs))
+        }
+        LDS => {
+            let listener = Listener::decode(body).ok()?;
+            let refs = listener
+                .filter_chains
+                .iter()
+                .flat_map(|chain| &chain.filters)
+                .filter_map(|filter| match &filter.config_type {
+                    Some(ConfigType::TypedConfig(any))
+                        if any.type_url.ends_with(".HttpConnectionManager") =>
+                    {
+                        HttpConnectionManager::decode(any.value.as_slice()).ok()
+                    }
+                    _ => None,
+                })
+                .filter_map(|hcm| match hcm.route_specifier {
+                    Some(RouteSpecifier::Rds(rds)) => Some(rds.route_config_name),
+                    _ => None,
+                })
+                .collect();
+            Some((listener.name, refs))
+        }
+        EDS => ClusterLoadAssignment::decode(body)
+            .ok()
+            .map(|c| (c.cluster_name, Vec::new())),
+        RDS => RouteConfiguration::decode(body)
+            .ok()
+            .map(|r| (r.name, Vec::new())),
+        _ => None,
+    }
+}
+
+/// Percentiles of a set of durations, in milliseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Percentiles {
+    pub count: usize,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Percentiles {
+    fn of(mut samples: Vec<Duration>) -> Percentiles {
+        if samples.is_empty() {
+            return Percentiles::default();
+        }
+        samples.sort();
+        let at = |q: f64| {
+            let i = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+            samples[i].as_secs_f64() * 1000.0
+        };
+        Percentiles {
+            count: samples.len(),
+            p50_ms: at(0.50),
+            p90_ms: at(0.90),
+            p99_ms: at(0.99),
+            max_ms: at(1.0),
+        }
+    }
+}
+
+/// Responses and bytes of one type.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct TypeCount {
+    pub responses: u64,
+    pub bytes: u64,
+}
+
+/// The trigger and what followed it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TriggerReport {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    /// Proxies that got at least one response after the trigger started.
+    pub proxies_updated: usize,
+    /// From the trigger's start to each updated proxy's last response.
+    pub convergence: Percentiles,
+    pub responses: BTreeMap<String, TypeCount>,
+}
+
+/// The server process, when `--server-pid` names it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ServerReport {
+    pub rss_kib_before: u64,
+    pub rss_kib_synced: u64,
+    pub rss_kib_end: u64,
+    /// CPU seconds (user + system) from the first connection to every proxy synced.
+    pub cpu_s_to_sync: f64,
+    /// CPU seconds from the trigger to the end of the run.
+    pub cpu_s_after_trigger: f64,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub server: SocketAddr,
+    pub protocol: Protocol,
+    pub clients: u32,
+    pub connected: usize,
+    pub synced: usize,
+    pub reconnects: u64,
+    pub connect_failures: u64,
+    /// Time to establish each proxy's connection.
+    pub connect: Percentiles,
+    /// From a proxy's start to holding everything it asked for.
+    pub first_full_config: Percentiles,
+    /// From the first proxy's start until the last one synced.
+    pub all_synced_after_s: Option<f64>,
+    pub responses: BTreeMap<String, TypeCount>,
+    pub trigger: Option<TriggerReport>,
+    pub server_process: Option<ServerReport>,
+    pub elapsed_s: f64,
+    /// Why the run ended early, if it did.
+    pub cut_short: Option<String>,
+}
+
+/// What every proxy task shares.
+#[derive(Default)]
+struct Tally {
+    connected: AtomicUsize,
+    synced: AtomicUsize,
+    responses: AtomicUsize,
+    reconnects: AtomicUsize,
+    connect_failures: AtomicUsize,
+    by_type: Mutex<BTreeMap<&'static str, TypeCount>>,
+    after_trigger: Mutex<BTreeMap<&'static str, TypeCount>>,
+    /// Set when the trigger starts.
+    trigger_at: Mutex<Option<Instant>>,
+    last_response: Mutex<Option<Instant>>,
+    stop: AtomicBool,
+}
+
+impl Tally {
+    fn count(&self, kind: &str, bytes: usize) -> Option<Instant> {
+        let now = Instant::now();
+        self.responses.fetch_add(1, Ordering::Relaxed);
+        let kind = TYPES
+            .iter()
+            .copied()
+            .find(|t| *t == kind)
+            .unwrap_or("other");
+        let add = |map: &Mutex<BTreeMap<&'static str, TypeCount>>| {
+            let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+            let entry = map.entry(kind).or_default();
+            entry.responses += 1;
+            entry.bytes += bytes as u64;
+        };
+        add(&self.by_type);
+        let triggered = *self.trigger_at.lock().unwrap_or_else(|p| p.into_inner());
+        if triggered.is_some() {
+            add(&self.after_trigger);
+            *self.last_response.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+            return Some(now);
+        }
+        None
+    }
+}
+
+/// What one proxy saw.
+#[derive(Debug, Default)]
+struct ProxyRun {
+    connect: Option<Duration>,
+    first_full: Option<Duration>,
+    synced_at: Option<Instant>,
+    last_after_trigger: Option<Instant>,
+}
+
+fn by_type(map: &Mutex<BTreeMap<&'static str, TypeCount>>) -> BTreeMap<String, TypeCount> {
+    map.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(k, v)| (short(k).to_string(), *v))
+        .collect()
+}
+
+/// Run one simulated proxy until the run stops: connect, stream, reconnect (with what it
+/// holds) when the stream ends.
+async fn run_proxy(index: u32, args: Arc<LoadgenArgs>, tally: Arc<Tally>) -> ProxyRun {
+    let node = Node {
+        id: format!("{}-{index}", args.node_prefix),
+        cluster: args.node_cluster.clone(),
+        user_agent_name: "switchyard-loadgen".into(),
+        ..Default::default()
+    };
+    let mut proxy = Proxy::new(node, args.protocol, args.nack_fraction);
+    let mut run = ProxyRun::default();
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    while !tally.stop.load(Ordering::Relaxed) {
+        let connecting = Instant::now();
+        let endpoint =
+            match tonic::transport::Endpoint::from_shared(format!("http://{}", args.xds_addr)) {
+                Ok(e) => e.connect_timeout(Duration::from_secs(10)),
+                Err(_) => return run,
+            };
+        let channel = match endpoint.connect().await {
+            Ok(channel) => channel,
+            Err(_) => {
+                tally.connect_failures.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        if run.connect.is_none() {
+            run.connect = Some(connecting.elapsed());
+            tally.connected.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut client =
+            AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(256 << 20);
+        let ended = match args.protocol {
+            Protocol::Sotw => sotw_stream(&mut client, &mut proxy, &tally, &mut run, started).await,
+            Protocol::Delta => {
+                delta_stream(&mut client, &mut proxy, &tally, &mut run, started).await
+            }
+        };
+        if ended && !tally.stop.load(Ordering::Relaxed) {
+            tally.reconnects.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+    run
+}
+
+/// After a response: note when the proxy synced, and when it last heard after the trigger.
+fn note(proxy: &Proxy, tally: &Tally, run: &mut ProxyRun, started: Instant, at: Option<Instant>) {
+    if run.first_full.is_none() && proxy.synced() {
+        run.first_full = Some(started.elapsed());
+        run.synced_at = Some(Instant::now());
+        tally.synced.fetch_add(1, Ordering::Relaxed);
+    }
+    if at.is_some() {
+        run.last_after_trigger = at;
+    }
+}
+
+/// One SotW ADS stream, until it ends (true) or the run stops (false).
+async fn sotw_stream(
+    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    proxy: &mut Proxy,
+    tally: &Tally,
+    run: &mut ProxyRun,
+    started: Instant,
+) -> bool {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let send = |out: Vec<Outgoing>| {
+        for o in out {
+            if let Outgoing::Sotw(r) = o {
+                let _ = tx.send(r);
+            }
+        }
+    };
+    send(proxy.open());
+    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+    let Ok(response) = client.stream_aggregated_resources(stream).await else {
+        return true;
+    };
+    let mut responses = response.into_inner();
+    loop {
+        let message = tokio::select! {
+            m = responses.message() => m,
+            _ = stopped(tally) => return false,
+        };
+        match message {
+            Ok(Some(response)) => {
+                let at = tally.count(&response.type_url, response.encoded_len());
+                send(proxy.on_sotw(&response));
+                note(proxy, tally, run, started, at);
+            }
+            _ => return true,
+        }
+    }
+}
+
+/// One delta ADS stream, until it ends (true) or the run stops (false).
+async fn delta_stream(
+    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    proxy: &mut Proxy,
+    tally: &Tally,
+    run: &mut ProxyRun,
+    started: Instant,
+) -> bool {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let send = |out: Vec<Outgoing>| {
+        for o in out {
+            if let Outgoing::Delta(r) = o {
+                let _ = tx.send(r);
+            }
+        }
+    };
+    send(proxy.open());
+    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+    let Ok(response) = client.delta_aggregated_resources(stream).await else {
+        return true;
+    };
+    let mut responses = response.into_inner();
+    loop {
+        let message = tokio::select! {
+            m = responses.message() => m,
+            _ = stopped(tally) => return false,
+        };
+        match message {
+            Ok(Some(response)) => {
+                let at = tally.count(&response.type_url, response.encoded_len());
+                send(proxy.on_delta(&response));
+                note(proxy, tally, run, started, at);
+            }
+            _ => return true,
+        }
+    }
+}
+
+/// Resolves once the run stops.
+async fn stopped(tally: &Tally) {
+    while !tally.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A process's CPU seconds (user + system) and resident KiB, from /proc.
+fn process_usage(pid: u32) -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) start at field 3.
+    let rest = stat.rsplit_once(") ")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i - 3)?.parse::<f64>().ok();
+    // /proc reports CPU time in USER_HZ, 100 on Linux.
+    let cpu = (ticks(14)? + ticks(15)?) / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Some((cpu, rss))
+}
+
+/// Run the load: every proxy connects and syncs, the trigger runs, the proxies converge;
+/// then the report. Errors are for what stops a run from starting.
+pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
+    if !args.xds_addr.ip().is_loopback() && !args.allow_remote {
+        return Err(format!(
+            "--xds-addr {} is not on this host; give --allow-remote to load a remote server",
+            args.xds_addr
+        ));
+    }
+    if let Some(pid) = args.server_pid {
+        if process_usage(pid).is_none() {
+            return Err(format!(
+                "--server-pid {pid}: no such process to read in /proc"
+            ));
+        }
+    }
+    let args = Arc::new(args);
+    let tally = Arc::new(Tally::default());
+    let begun = Instant::now();
+    let before = args.server_pid.and_then(process_usage);
+    let mut proxies = Vec::new();
+    for i in 0..args.clients {
+        proxies.push(tokio::spawn(run_proxy(
+            i,
+            Arc::clone(&args),
+            Arc::clone(&tally),
+        )));
+    }
+    // A progress line: rewritten in place on a terminal, else one line every 5 s.
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let last_line = Mutex::new(Instant::now());
+    let progress = |phase: &str| {
+        let line = format!(
+            "{phase}: connected {}/{}, synced {}/{}, responses {}",
+            tally.connected.load(Ordering::Relaxed),
+            args.clients,
+            tally.synced.load(Ordering::Relaxed),
+            args.clients,
+            tally.responses.load(Ordering::Relaxed)
+        );
+        if terminal {
+            eprint!("\r{line}   ");
+        } else {
+            let mut last = last_line.lock().unwrap_or_else(|p| p.into_inner());
+            if last.elapsed() >= Duration::from_secs(5) {
+                eprintln!("{line}");
+                *last = Instant::now();
+            }
+        }
+    };
+    let deadline = begun + args.max_time;
+    let mut cut_short = None;
+    while tally.synced.load(Ordering::Relaxed) < args.clients as usize {
+        if Instant::now() >= deadline {
+            cut_short = Some(format!(
+                "not every proxy synced within --max-time {}",
+                humantime::format_duration(args.max_time)
+            ));
+            break;
+        }
+        progress("syncing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    progress("synced");
+    let all_synced_after = cut_short.is_none().then(|| begun.elapsed().as_secs_f64());
+    let at_sync = args.server_pid.and_then(process_usage);
+
+    let mut trigger = None;
+    if let (Some(command), None) = (&args.trigger, &cut_short) {
+        let started = Instant::now();
+        *tally.trigger_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
+        let shell = command.clone();
+        let status = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(shell)
+                .status()
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot run the trigger {command:?}: {e}"))?;
+        // Settle: no response for --settle after the trigger ended (or the bound).
+        loop {
+            let last = *tally
+                .last_response
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let quiet_since = last.unwrap_or(started).max(started);
+            if quiet_since.elapsed() >= args.settle {
+                break;
+            }
+            if Instant::now() >= deadline {
+                cut_short = Some("the proxies were still getting responses at --max-time".into());
+                break;
+            }
+            progress("after the trigger");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        trigger = Some((command.clone(), status.code(), started));
+    }
+    if terminal {
+        eprintln!();
+    }
+    let at_end = args.server_pid.and_then(process_usage);
+    tally.stop.store(true, Ordering::Relaxed);
+    let mut runs = Vec::new();
+    for p in proxies {
+        if let Ok(run) = p.await {
+            runs.push(run);
+        }
+    }
+    let trigger = trigger.map(|(command, exit_code, started)| {
+        let convergence: Vec<Duration> = runs
+            .iter()
+            .filter_map(|r| r.last_after_trigger)
+            .map(|at| at.saturating_duration_since(started))
+            .collect();
+        TriggerReport {
+            command,
+            exit_code,
+            proxies_updated: convergence.len(),
+            convergence: Percentiles::of(convergence),
+            responses: by_type(&tally.after_trigger),
+        }
+    });
+    let server_process = match (before, at_sync, at_end) {
+        (Some(b), Some(s), Some(e)) => Some(ServerReport {
+            rss_kib_before: b.1,
+            rss_kib_synced: s.1,
+            rss_kib_end: e.1,
+            cpu_s_to_sync: s.0 - b.0,
+            cpu_s_after_trigger: e.0 - s.0,
+        }),
+        _ => None,
+    };
+    Ok(Report {
+        server: args.xds_addr,
+        protocol: args.protocol,
+        clients: args.clients,
+        connected: tally.connected.load(Ordering::Relaxed),
+        synced: tally.synced.load(Ordering::Relaxed),
+        reconnects: tally.reconnects.load(Ordering::Relaxed) as u64,
+        connect_failures: tally.connect_failures.load(Ordering::Relaxed) as u64,
+        connect: Percentiles::of(runs.iter().filter_map(|r| r.connect).collect()),
+        first_full_config: Percentiles::of(runs.iter().filter_map(|r| r.first_full).collect()),
+        all_synced_after_s: all_synced_after,
+        responses: by_type(&tally.by_type),
+        trigger,
+        server_process,
+        elapsed_s: begun.elapsed().as_secs_f64(),
+        cut_short,
+    })
+}
+
+/// The report as a table.
+pub fn table(report: &Report) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let p = |p: &Percentiles| {
+        format!(
+            "p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms (n={})",
+            p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms, p.count
+        )
+    };
+    let _ = writeln!(
+        out,
+        "server {} ({:?}): {} proxies, {} connected, {} synced, {} reconnects, {} failed connects",
+        report.server,
+        report.protocol,
+        report.clients,
+        report.connected,
+        report.synced,
+        report.reconnects,
+        report.connect_failures
+    );
+    let _ = writeln!(out, "connect            {}", p(&report.connect));
+    let _ = writeln!(out, "first full config  {}", p(&report.first_full_config));
+    if let Some(s) = report.all_synced_after_s {
+        let _ = writeln!(out, "all synced after   {s:.2} s");
+    }
+    let types = |map: &BTreeMap<String, TypeCount>| {
+        map.iter()
+            .map(|(k, v)| format!("{k} {} ({} KiB)", v.responses, v.bytes / 1024))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(out, "responses (all)    {}", types(&report.responses));
+    if let Some(t) = &report.trigger {
+        let _ = writeln!(
+            out,
+            "trigger            {:?} exited {:?}; {} proxies updated",
+            t.command, t.exit_code, t.proxies_updated
+        );
+        let _ = writeln!(out, "convergence        {}", p(&t.convergence));
+        let _ = writeln!(out, "after the trigger  {}", types(&t.responses));
+    }
+    if let Some(s) = &report.server_process {
+        let per = |kib: u64| {
+            (kib.saturating_sub(s.rss_kib_before)) as f64 / report.connected.max(1) as f64
+        };
+        let _ = writeln!(
+            out,
+            "server RSS         {} KiB before, {} KiB synced ({:.1} KiB per proxy), {} KiB at the end",
+            s.rss_kib_before,
+            s.rss_kib_synced,
+            per(s.rss_kib_synced),
+            s.rss_kib_end
+        );
+        let _ = writeln!(
+            out,
+            "server CPU         {:.2} s to sync, {:.2} s after the trigger",
+            s.cpu_s_to_sync, s.cpu_s_after_trigger
+        );
+    }
+    let _ = writeln!(out, "elapsed            {:.2} s", report.elapsed_s);
+    if let Some(why) = &report.cut_short {
+        let _ = writeln!(out, "cut short          {why}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::EdsClusterConfig;
+    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain};
+    use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::Rds;
+    use envoy_types::pb::envoy::service::discovery::v3::Resource;
+    use envoy_types::pb::google::protobuf::Any;
+
+    fn any(type_url: &str, message: &impl Message) -> Any {
+        Any {
+            type_url: type_url.into(),
+            value: message.encode_to_vec(),
+        }
+    }
+
+    fn eds_cluster(name: &str, service: &str) -> Any {
+        any(
+            CDS,
+            &Cluster {
+                name: name.into(),
+                cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+                eds_cluster_config: Some(EdsClusterConfig {
+                    service_name: service.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn http_listener(name: &str, route: &str) -> Any {
+        let hcm = HttpConnectionManager {
+            route_specifier: Some(RouteSpecifier::Rds(Rds {
+                route_config_name: route.into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let filter = Filter {
+            name: "envoy.filters.network.http_connection_manager".into(),
+            config_type: Some(ConfigType::TypedConfig(any(
+                "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                &hcm,
+            ))),
+        };
+        any(
+            LDS,
+            &Listener {
+                name: name.into(),
+                filter_chains: vec![FilterChain {
+                    filters: vec![filter],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        )
+    }
+
+    fn sotw(kind: &str, version: &str, nonce: &str, resources: Vec<Any>) -> DiscoveryResponse {
+        DiscoveryResponse {
+            type_url: kind.into(),
+            version_info: version.into(),
+            nonce: nonce.into(),
+            resources,
+            ..Default::default()
+        }
+    }
+
+    fn sotw_requests(out: Vec<Outgoing>) -> Vec<DiscoveryRequest> {
+        out.into_iter()
+            .map(|o| match o {
+                Outgoing::Sotw(r) => r,
+                Outgoing::Delta(r) => panic!("a delta request from a SotW proxy: {r:?}"),
+            })
+            .collect()
+    }
+
+    fn delta_requests(out: Vec<Outgoing>) -> Vec<DeltaDiscoveryRequest> {
+        out.into_iter()
+            .map(|o| match o {
+                Outgoing::Delta(r) => r,
+                Outgoing::Sotw(r) => panic!("a SotW request from a delta proxy: {r:?}"),
+            })
+            .collect()
+    }
+
+    /// Like Envoy over SotW ADS: wildcard CDS and LDS, then EDS and RDS for the names they
+    /// refer to, every response ACKed with its version and nonce (P4, P5).
+    #[test]
+    fn a_sotw_proxy_follows_references_and_acks_like_envoy() {
+        let mut p = Proxy::new(Node::default(), Protocol::Sotw, 0.0);
+        let open = sotw_requests(p.open());
+        let kinds: Vec<&str> = open.iter().map(|r| r.type_url.as_str()).collect();
+        assert_eq!(kinds, [CDS, LDS]);
+        assert!(open.iter().all(|r| r.resource_names.is_empty()), "wildcard");
+
+        let out = sotw_requests(p.on_sotw(&sotw(CDS, "c1", "n1", vec![eds_cluster("a", "a-eds")])));
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(
+            (out[0].version_info.as_str(), out[0].response_nonce.as_str()),
+            ("c1", "n1")
+        );
+        assert!(out[0].error_detail.is_none(), "an ACK");
+        assert_eq!(
+            (out[1].type_url.as_str(), out[1].resource_names.clone()),
+            (EDS, vec!["a-eds".to_string()])
+        );
+
+        let out =
+            sotw_requests(p.on_sotw(&sotw(LDS, "l1", "n2", vec![http_listener("http", "main")])));
+        assert_eq!(out[1].resource_names, ["main"]);
+        assert!(!p.synced(), "EDS and RDS not held yet");
+        let cla = ClusterLoadAssignment {
+            cluster_name: "a-eds".into(),
+            ..Default::default()
+        };
+        p.on_sotw(&sotw(EDS, "e1", "n3", vec![any(EDS, &cla)]));
+        let route = RouteConfiguration {
+            name: "main".into(),
+            ..Default::default()
+        };
+        p.on_sotw(&sotw(RDS, "r1", "n4", vec![any(RDS, &route)]));
+        assert!(p.synced());
+
+        // A reconnect asks again with what it holds (P13).
+        let again = sotw_requests(p.open());
+        let versions: Vec<(&str, &str)> = again
+            .iter()
+            .map(|r| (r.type_url.as_str(), r.version_info.as_str()))
+            .collect();
+        assert_eq!(
+            versions,
+            [(CDS, "c1"), (EDS, "e1"), (LDS, "l1"), (RDS, "r1")]
+        );
+    }
+
+    /// Over delta: subscriptions follow what CDS brings and removes (P14, P15), and a
+    /// reconnect lists what it holds (P17).
+    #[test]
+    fn a_delta_proxy_subscribes_and_unsubscribes_as_clusters_come_and_go() {
+        let mut p = Proxy::new(Node::default(), Protocol::Delta, 0.0);
+        let resource = |name: &str, version: &str, body: Any| Resource {
+            name: name.into(),
+            version: version.into(),
+            resource: Some(body),
+            ..Default::default()
+        };
+        let out = delta_requests(p.on_delta(&DeltaDiscoveryResponse {
+            type_url: CDS.into(),
+            nonce: "n1".into(),
+            resources: vec![
+                resource("a", "1", eds_cluster("a", "a")),
+                resource("b", "1", eds_cluster("b", "b")),
+            ],
+            ..Default::default()
+        }));
+        assert_eq!(out[0].response_nonce, "n1");
+        assert_eq!(out[1].type_url, EDS);
+        assert_eq!(out[1].resource_names_subscribe, ["a", "b"]);
+        let out = delta_requests(p.on_delta(&DeltaDiscoveryResponse {
+            type_url: CDS.into(),
+            nonce: "n2".into(),
+            removed_resources: vec!["a".into()],
+            ..Default::default()
+        }));
+        assert_eq!(out[1].resource_names_unsubscribe, ["a"]);
+        assert!(out[1].resource_names_subscribe.is_empty());
+        let open = delta_requests(p.open());
+        let cds = open.iter().find(|r| r.type_url == CDS).expect("CDS");
+        assert_eq!(
+            cds.initial_resource_versions.get("b").map(String::as_str),
+            Some("1")
+        );
+        assert!(!cds.initial_resource_versions.contains_key("a"));
+    }
+
+    /// `--nack-fraction 1`: every response is NACKed with an error, keeping the previous
+    /// version (P6), and a NACKed CDS asks for nothing new.
+    #[test]
+    fn a_proxy_nacks_the_fraction_it_is_told_to() {
+        let mut p = Proxy::new(Node::default(), Protocol::Sotw, 1.0);
+        let out = sotw_requests(p.on_sotw(&sotw(CDS, "c1", "n1", vec![eds_cluster("a", "a")])));
+        assert_eq!(out.len(), 1, "no EDS for a rejected CDS: {out:?}");
+        assert_eq!(out[0].version_info, "");
+        assert_eq!(out[0].response_nonce, "n1");
+        assert!(out[0].error_detail.is_some());
+        let mut half = Proxy::new(Node::default(), Protocol::Sotw, 0.5);
+        let nacks = (0..10)
+            .filter(|i| {
+                let r = sotw(CDS, &format!("c{i}"), &format!("n{i}"), vec![]);
+                sotw_requests(half.on_sotw(&r))[0].error_detail.is_some()
+            })
+            .count();
+        assert_eq!(nacks, 5);
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let ms = |v: u64| Duration::from_millis(v);
+        let p = Percentiles::of((1..=100).map(ms).collect());
+        assert_eq!(
+            (p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms),
+            (50.0, 90.0, 99.0, 100.0)
+        );
+        assert_eq!(Percentiles::of(vec![]).count, 0);
+    }
+}
