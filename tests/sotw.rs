@@ -204,6 +204,43 @@ async fn p13_reconnect_with_current_version_gets_nothing_until_a_change() {
     assert_ne!(changed.version_info, v1.version_info);
 }
 
+/// P13 for names, over a socket: a client back on a new stream with the EDS names it had
+/// and the version it was sent for them gets nothing again; with one more name (its
+/// resource unchanged) it gets all of them.
+#[tokio::test]
+async fn p13_reconnect_with_named_endpoints_at_their_version_gets_nothing_again() {
+    let server = TestServer::start(&[
+        ("a.yaml", &eds_cluster("a", "1s", 8080)),
+        ("b.yaml", &eds_cluster("b", "1s", 8081)),
+    ])
+    .await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    let cds = c.recv_type(Cluster).await;
+    c.subscribe(Endpoint, &["a"]).await;
+    c.ack(&cds, &[]).await;
+    let eds = c.recv_type(Endpoint).await;
+    c.ack(&eds, &["a"]).await;
+    drop(c);
+
+    // Back like Envoy: each type with the version it last accepted.
+    let mut again = server.ads("n1").await;
+    again
+        .send(request(Cluster, &[], &cds.version_info, ""))
+        .await;
+    again
+        .send(request(Endpoint, &["a"], &eds.version_info, ""))
+        .await;
+    again
+        .expect_quiet(std::time::Duration::from_millis(300))
+        .await;
+
+    let mut more = server.ads("n1").await;
+    more.send(request(Endpoint, &["a", "b"], &eds.version_info, ""))
+        .await;
+    assert_eq!(names(&more.recv_type(Endpoint).await), ["a", "b"]);
+}
+
 #[tokio::test]
 async fn p16_explicit_names_on_cds_and_back_to_nothing() {
     let server = TestServer::start(&[

@@ -215,6 +215,14 @@ impl Flavor for Sotw {
         }
         if first {
             st.initial_version = Some(request.version_info);
+        } else if st.given.is_none() && st.initial_version.is_some() {
+            // The version the stream opened with was of what the first request named; other
+            // names, before anything was sent, prove nothing with it (P13).
+            let before = st.subscription.clone();
+            st.subscription.apply_sotw(&request.resource_names);
+            if st.subscription != before {
+                st.initial_version = None;
+            }
         }
         st.subscription.apply_sotw(&request.resource_names);
         st.pending = true;
@@ -274,6 +282,19 @@ impl Flavor for Sotw {
     }
 }
 
+/// The version of a named selection: a digest of its names and versions (in name order), so
+/// equal versions mean equal content, in every process. Marked apart from type-wide
+/// versions: a client that holds a type's version from a server that sent those (or from
+/// before a rolling upgrade) has proved nothing about which names it holds.
+fn selection_version(selected: &[&Arc<Resource>]) -> String {
+    let parts = std::iter::once(b"names".as_slice()).chain(
+        selected
+            .iter()
+            .flat_map(|r| [r.name.as_bytes(), r.version.as_bytes()]),
+    );
+    format!("n-{}", crate::config::content_hash(parts))
+}
+
 impl Sotw {
     /// Decide whether `kind` has something to send now to bring the client to `current`,
     /// and build it.
@@ -305,17 +326,28 @@ impl Sotw {
             st.refresh_at = next_refresh;
         }
 
+        // The version of what the client will hold: the type's, for a wildcard; for names,
+        // one computed from the names and versions they select, so that a client back on a
+        // new stream proves with it which resources it holds (P13).
+        let version = if st.subscription.is_wildcard() {
+            current.version.clone()
+        } else {
+            selection_version(&selected)
+        };
+
         // What to send, if anything.
         let payload: Vec<&Arc<Resource>> = match &st.given {
             None => {
-                // P13: a client back on a new stream with the current version of a wildcard
-                // LDS/CDS has everything already.
-                if full_state
-                    && st.subscription.is_wildcard()
-                    && st.initial_version.as_deref() == Some(current.version.as_str())
-                {
+                // P13: a client back on a new stream with the version of what it would get
+                // has it already: a wildcard LDS/CDS at the type's version, or named
+                // resources at the version of exactly that selection (a name more or less,
+                // or one changed, is another version). Never on a type-wide version alone.
+                let holds_it = st.initial_version.as_deref() == Some(version.as_str())
+                    && ((full_state && st.subscription.is_wildcard())
+                        || (!st.subscription.is_wildcard() && !selected.is_empty()));
+                if holds_it {
                     st.given = Some(Given::new(current, &st.subscription));
-                    core.assume_acked(kind, &current.version);
+                    core.assume_acked(kind, &version);
                     // Its TTLs have been running since the last stream: refresh now.
                     st.refresh_at = next_refresh.map(|_| now);
                     return None;
@@ -397,12 +429,12 @@ impl Sotw {
             Vec::new()
         };
 
-        let nonce = core.send(kind, &current.version);
+        let nonce = core.send(kind, &version);
         // P12: the snapshot's names are map keys, so never twice.
         st.refresh_at = next_refresh;
         let response = Response {
             kind,
-            version: current.version.clone(),
+            version,
             nonce,
             resources: payload.into_iter().cloned().collect(),
             wrap_ttl,
