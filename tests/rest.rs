@@ -105,6 +105,39 @@ async fn rest_serves_named_resources_and_every_documented_path() {
     }
 }
 
+/// A poll by name gets the version of what its names select (P13), as a SotW stream does:
+/// a change to another resource of the type leaves it unchanged (held, then 304), and a
+/// change to one of its names answers it.
+#[tokio::test]
+async fn rest_named_polls_are_versioned_by_what_they_select() {
+    let server = TestServer::start(&[
+        ("a.yaml", &eds_cluster("a", "1s", 8080)),
+        ("b.yaml", &eds_cluster("b", "1s", 8081)),
+    ])
+    .await;
+    let body = |version: &str| {
+        serde_json::json!({
+            "version_info": version,
+            "node": { "id": "rest-1", "cluster": "test" },
+            "resource_names": ["a"],
+        })
+        .to_string()
+    };
+    let (code, text) = poll(&server, "/v3/discovery:endpoints", &body("")).await;
+    assert_eq!(code, 200, "{text}");
+    let r: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let version = r["version_info"].as_str().expect("version").to_string();
+    assert!(version.starts_with("n-"), "{version}");
+
+    server.set_file("b.yaml", &eds_cluster("b", "1s", 9999));
+    let (code, text) = poll(&server, "/v3/discovery:endpoints", &body(&version)).await;
+    assert_eq!(code, 304, "another name changed: {text}");
+    server.set_file("a.yaml", &eds_cluster("a", "1s", 9998));
+    let (code, text) = poll(&server, "/v3/discovery:endpoints", &body(&version)).await;
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("9998"), "{text}");
+}
+
 #[tokio::test]
 async fn rest_rejects_bad_requests_clearly() {
     let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;

@@ -282,6 +282,21 @@ impl Flavor for Sotw {
     }
 }
 
+/// The SotW version of what `subscription` selects (`selected`) of `current`: the type's
+/// version for a wildcard, else the version of the selection. REST polling answers with the
+/// same versions.
+pub fn version_of(
+    subscription: &Subscription,
+    current: &TypeSnapshot,
+    selected: &[&Arc<Resource>],
+) -> String {
+    if subscription.is_wildcard() {
+        current.version.clone()
+    } else {
+        selection_version(selected)
+    }
+}
+
 /// The version of a named selection: a digest of its names and versions (in name order), so
 /// equal versions mean equal content, in every process. Marked apart from type-wide
 /// versions: a client that holds a type's version from a server that sent those (or from
@@ -329,11 +344,7 @@ impl Sotw {
         // The version of what the client will hold: the type's, for a wildcard; for names,
         // one computed from the names and versions they select, so that a client back on a
         // new stream proves with it which resources it holds (P13).
-        let version = if st.subscription.is_wildcard() {
-            current.version.clone()
-        } else {
-            selection_version(&selected)
-        };
+        let version = version_of(&st.subscription, current, &selected);
 
         // What to send, if anything.
         let payload: Vec<&Arc<Resource>> = match &st.given {

@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use prost_reflect::DynamicMessage;
 use tokio::sync::watch;
 
-use crate::cache::{Cache, TypeSnapshot};
+use crate::cache::Cache;
 use crate::config::descriptors;
 use crate::fleet::Fleet;
 use crate::metrics::PollLabels;
@@ -126,8 +126,11 @@ async fn discovery(
         let generation = std::sync::Arc::clone(&generations.borrow_and_update());
         let snapshot = generation.snapshot_for(&node.id, &node.cluster);
         let current = snapshot.get(kind);
-        if current.version != request.version_info {
-            return answer(&rest, kind, current, &subscription);
+        // The version of what this poll selects, as a SotW stream would give it (P13).
+        let selected = subscription.select(current);
+        let version = crate::protocol::sotw_version(&subscription, current, &selected);
+        if version != request.version_info {
+            return answer(&rest, kind, &version, selected);
         }
         tokio::select! {
             changed = generations.changed() => if changed.is_err() { break },
@@ -168,19 +171,18 @@ pub fn parse_request(body: &[u8]) -> Result<DiscoveryRequest, String> {
     message.transcode_to().map_err(|e| e.to_string())
 }
 
-/// The `DiscoveryResponse` JSON for what `subscription` selects of `current`.
+/// The `DiscoveryResponse` JSON for `selected`, at `version`.
 fn answer(
     rest: &Rest,
     kind: ResourceType,
-    current: &TypeSnapshot,
-    subscription: &Subscription,
+    version: &str,
+    selected: Vec<&std::sync::Arc<crate::resource::Resource>>,
 ) -> Response {
     // Each resource's JSON is rendered once and shared by every poll (as gRPC shares the
     // encoded bytes); the answer is assembled around it.
-    let selected = subscription.select(current);
     let count = selected.len();
     let mut body = String::from("{\"version_info\":");
-    body.push_str(&serde_json::Value::from(current.version.as_str()).to_string());
+    body.push_str(&serde_json::Value::from(version).to_string());
     body.push_str(",\"resources\":[");
     for (i, r) in selected.into_iter().enumerate() {
         if i > 0 {
