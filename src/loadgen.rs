@@ -67,7 +67,8 @@ pub struct LoadgenArgs {
     /// snapshot files, say); convergence is measured from its start.
     #[arg(long, value_name = "COMMAND")]
     pub trigger: Option<String>,
-    /// After the trigger, how long without any response ends the run.
+    /// After the trigger, how long without any response (or stream opening again) ends the
+    /// run.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
     pub settle: Duration,
     /// The whole run's bound: past it, the run ends and reports what it has.
@@ -455,6 +456,9 @@ pub struct TriggerReport {
     pub proxies_updated: usize,
     /// From the trigger's start to each updated proxy's last response.
     pub convergence: Percentiles,
+    /// From the trigger's start to each proxy's stream opening again, for those whose stream
+    /// ended after it (a server restart).
+    pub reconnected: Percentiles,
     pub responses: BTreeMap<String, TypeCount>,
 }
 
@@ -543,6 +547,8 @@ struct ProxyRun {
     first_full: Option<Duration>,
     synced_at: Option<Instant>,
     last_after_trigger: Option<Instant>,
+    /// When its stream opened again after the trigger (a server restart, say).
+    reopened_after_trigger: Option<Instant>,
 }
 
 fn by_type(map: &Mutex<BTreeMap<&'static str, TypeCount>>) -> BTreeMap<String, TypeCount> {
@@ -615,6 +621,24 @@ fn note(proxy: &Proxy, tally: &Tally, run: &mut ProxyRun, started: Instant, at: 
     }
 }
 
+/// A stream opened: note it if that is after the trigger.
+fn reopened(tally: &Tally, run: &mut ProxyRun) {
+    let triggered = tally
+        .trigger_at
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some();
+    if triggered && run.reopened_after_trigger.is_none() {
+        let now = Instant::now();
+        run.reopened_after_trigger = Some(now);
+        // Activity, for --settle: the run waits for reconnects as for responses.
+        *tally
+            .last_response
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(now);
+    }
+}
+
 /// One SotW ADS stream, until it ends (true) or the run stops (false).
 async fn sotw_stream(
     client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
@@ -636,6 +660,7 @@ async fn sotw_stream(
     let Ok(response) = client.stream_aggregated_resources(stream).await else {
         return true;
     };
+    reopened(tally, run);
     let mut responses = response.into_inner();
     loop {
         let message = tokio::select! {
@@ -674,6 +699,7 @@ async fn delta_stream(
     let Ok(response) = client.delta_aggregated_resources(stream).await else {
         return true;
     };
+    reopened(tally, run);
     let mut responses = response.into_inner();
     loop {
         let message = tokio::select! {
@@ -834,11 +860,17 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
             .filter_map(|r| r.last_after_trigger)
             .map(|at| at.saturating_duration_since(started))
             .collect();
+        let reconnected = runs
+            .iter()
+            .filter_map(|r| r.reopened_after_trigger)
+            .map(|at| at.saturating_duration_since(started))
+            .collect();
         TriggerReport {
             command,
             exit_code,
             proxies_updated: convergence.len(),
             convergence: Percentiles::of(convergence),
+            reconnected: Percentiles::of(reconnected),
             responses: by_type(&tally.after_trigger),
         }
     });
@@ -911,6 +943,9 @@ pub fn table(report: &Report) -> String {
             t.command, t.exit_code, t.proxies_updated
         );
         let _ = writeln!(out, "convergence        {}", p(&t.convergence));
+        if t.reconnected.count > 0 {
+            let _ = writeln!(out, "reconnected        {}", p(&t.reconnected));
+        }
         let _ = writeln!(out, "after the trigger  {}", types(&t.responses));
     }
     if let Some(s) = &report.server_process {

@@ -115,6 +115,7 @@ fn loadgen_syncs_proxies_runs_the_trigger_and_reports_convergence() {
         assert_eq!(trigger["exit_code"], 0);
         assert_eq!(trigger["proxies_updated"], 50, "{report:#}");
         assert_eq!(trigger["convergence"]["count"], 50);
+        assert_eq!(trigger["reconnected"]["count"], 0, "no stream ended");
         // A cluster changed: its CDS, and its endpoints again for warming (P28).
         assert_eq!(trigger["responses"]["CDS"]["responses"], 50, "{report:#}");
         assert_eq!(trigger["responses"]["EDS"]["responses"], 50, "{report:#}");
