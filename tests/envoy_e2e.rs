@@ -95,6 +95,7 @@ over_both_apis!(
     e2e_p25_ttl_resource_kept_by_heartbeats_and_dropped_when_the_server_stops,
     e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new,
     e2e_envoy_hot_restart_two_epochs_are_two_proxies_and_traffic_never_fails,
+    e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new,
 );
 
 /// Two upstreams, clusters `a` and `b` to them, a listener, and a route to `a`.
@@ -890,4 +891,100 @@ async fn e2e_envoy_hot_restart_two_epochs_are_two_proxies_and_traffic_never_fail
     assert_eq!(failed, 0, "requests failed across the hot restart");
     assert!(ok > 0);
     drop((old, new));
+}
+
+/// Two replicas on the same files give the same versions: an Envoy whose ADS cluster lists
+/// both, after the one it uses is killed, reconnects to the other and applies nothing new
+/// (P13, P23), over SotW and delta, and traffic goes on.
+async fn e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new(api: Api) {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let node = api.node("e2e-replicas");
+    let stage = Stage::new().await;
+    stage.write_mesh();
+    let (r1_dir, r2_dir) = (stage.dir.path().join("r1"), stage.dir.path().join("r2"));
+    std::fs::create_dir(&r1_dir).expect("mkdir");
+    std::fs::create_dir(&r2_dir).expect("mkdir");
+    let mut replicas = [
+        Switchyard::start(&stage.config, &r1_dir).await,
+        Switchyard::start(&stage.config, &r2_dir).await,
+    ];
+    // The example bootstrap, its `switchyard` cluster listing both replicas.
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/envoy")
+        .join(api.bootstrap());
+    let text = std::fs::read_to_string(example).expect("bootstrap");
+    let one = "              - endpoint:\n                  address:\n                    socket_address: { address: 127.0.0.1, port_value: 18000 }\n";
+    assert!(
+        text.contains(one),
+        "the example's switchyard endpoint moved"
+    );
+    let both = format!(
+        "{one}{}",
+        one.replace(
+            "port_value: 18000",
+            &format!("port_value: {}", replicas[1].port)
+        )
+    );
+    let text = text.replace(one, &both);
+    let envoy = Envoy::start_with(
+        &text,
+        &envoy_bin,
+        (replicas[0].port, free_port()),
+        &node,
+        stage.dir.path(),
+        &["--disable-hot-restart"],
+    )
+    .await;
+    assert!(
+        traffic_reaches(stage.listener, "upstream-a").await,
+        "no traffic through Envoy"
+    );
+    let serving = |r: &Switchyard| r.logged("xDS stream opened.", &[("node", node.as_str())]);
+    let used = replicas
+        .iter()
+        .position(serving)
+        .expect("a replica serves Envoy");
+    let other = 1 - used;
+    let counted = [
+        "cluster_manager.cds.update_success",
+        "listener_manager.lds.update_success",
+        "http.http.rds.main.update_success",
+        "cluster.a.update_success",
+        "cluster_manager.cds.update_rejected",
+        "listener_manager.lds.update_rejected",
+    ];
+    let mut before = Vec::new();
+    for s in counted {
+        before.push(envoy.stat(s).await);
+    }
+    replicas[used].process.kill();
+    let moved = eventually(Duration::from_secs(30), || async {
+        serving(&replicas[other])
+            && replicas[other]
+                .status()
+                .await
+                .and_then(|s| s.nodes.into_iter().find(|n| n.node_id == node))
+                .is_some_and(|n| {
+                    n.types
+                        .values()
+                        .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
+                })
+    })
+    .await;
+    assert!(moved.is_some(), "Envoy did not move to the other replica");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (s, b) in counted.iter().zip(&before) {
+        let a = envoy.stat(s).await;
+        eprintln!("{api:?} {s}: {b:?} -> {a:?}");
+        assert_eq!(
+            *b, a,
+            "{s}: Envoy applied something new from the other replica"
+        );
+    }
+    assert_eq!(
+        http_get(stage.listener).await.as_deref(),
+        Some("upstream-a")
+    );
 }
