@@ -121,69 +121,6 @@ fn help_and_version_exit_0() {
 }
 
 #[test]
-fn the_kubernetes_example_configmap_validates() {
-    use serde::Deserialize;
-    let text = std::fs::read_to_string(format!(
-        "{}/deploy/kubernetes.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .expect("deploy/kubernetes.yaml");
-    let dir = tempfile::tempdir().expect("tmp");
-    let mut files = 0;
-    let mut deployments = 0;
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let doc = serde_yaml::Value::deserialize(doc).expect("valid YAML");
-        if doc["kind"] == "Deployment" {
-            // The container's flags parse, and the admin server the probes use is reachable.
-            use clap::Parser;
-            let args: Vec<&str> = doc["spec"]["template"]["spec"]["containers"][0]["args"]
-                .as_sequence()
-                .expect("args")
-                .iter()
-                .filter_map(|a| a.as_str())
-                .collect();
-            let cli =
-                switchyard::cli::Cli::try_parse_from(std::iter::once("switchyard").chain(args))
-                    .expect("the Deployment's args parse");
-            match cli.command {
-                switchyard::cli::Command::Serve(serve) => {
-                    assert!(
-                        !serve.admin_addr.ip().is_loopback(),
-                        "probes need the pod IP"
-                    );
-                    assert!(
-                        serve.admin_token_file.is_some(),
-                        "an admin API beyond loopback needs its token"
-                    );
-                    assert!(
-                        serve.admin_tls_cert.is_some(),
-                        "an admin API beyond loopback serves HTTPS"
-                    );
-                }
-                other => panic!("the Deployment should serve, not {other:?}"),
-            }
-            deployments += 1;
-        }
-        if doc["kind"] == "ConfigMap" {
-            for (name, content) in doc["data"].as_mapping().expect("data") {
-                let name = name.as_str().expect("file name");
-                std::fs::write(dir.path().join(name), content.as_str().expect("text"))
-                    .expect("write");
-                files += 1;
-            }
-        }
-    }
-    assert!(files > 0 && deployments == 1);
-    let o = switchyard(&[
-        "validate",
-        "--strict",
-        "-c",
-        dir.path().to_str().expect("utf8"),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-}
-
-#[test]
 fn serve_stops_cleanly_on_sigterm() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;

@@ -1,0 +1,202 @@
+//! The deploy/ files: every manifest and compose file parses, the flags they give
+//! `switchyard` are ones it takes, the snapshot files they carry validate, and the ports
+//! they wire together match (Envoy's `switchyard` cluster, Switchyard's `--xds-addr`, the
+//! upstream, the published listener).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use serde::Deserialize;
+use serde_yaml::Value;
+use switchyard::cli::{Cli, Command as Sub, ServeArgs};
+
+fn deploy(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(path)
+}
+
+/// Every YAML document in a file.
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("readable");
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .collect()
+}
+
+/// `switchyard <args>` as the binary would parse it: the serve flags.
+fn serve_args(args: &[&str]) -> ServeArgs {
+    let cli = Cli::try_parse_from(std::iter::once("switchyard").chain(args.iter().copied()))
+        .unwrap_or_else(|e| panic!("{args:?} do not parse: {e}"));
+    match cli.command {
+        Sub::Serve(serve) => *serve,
+        other => panic!("expected serve, not {other:?}"),
+    }
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_sequence()
+        .expect("a list")
+        .iter()
+        .map(|v| v.as_str().expect("a string"))
+        .collect()
+}
+
+/// `switchyard validate --strict` on a directory of snapshot files.
+fn validates(dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["validate", "--strict", "-c"])
+        .arg(dir)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A ConfigMap's files written to a new directory.
+fn config_map_files(doc: &Value) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tmp");
+    for (name, content) in doc["data"].as_mapping().expect("data") {
+        std::fs::write(
+            dir.path().join(name.as_str().expect("name")),
+            content.as_str().expect("text"),
+        )
+        .expect("write");
+    }
+    dir
+}
+
+/// The port of the `switchyard` cluster in an Envoy bootstrap.
+fn switchyard_port(bootstrap: &Value) -> u64 {
+    let clusters = bootstrap["static_resources"]["clusters"]
+        .as_sequence()
+        .expect("clusters");
+    let cluster = clusters
+        .iter()
+        .find(|c| c["name"] == "switchyard")
+        .expect("a switchyard cluster");
+    cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+        ["socket_address"]["port_value"]
+        .as_u64()
+        .expect("a port")
+}
+
+#[test]
+fn the_kubernetes_deployment_parses_validates_and_guards_its_admin_port() {
+    let docs = documents(&deploy("kubernetes.yaml"));
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
+    );
+    let deployment = &docs[1];
+    assert!(
+        deployment["spec"]["replicas"].as_u64() >= Some(2),
+        "replicas"
+    );
+    let serve = serve_args(&strings(
+        &deployment["spec"]["template"]["spec"]["containers"][0]["args"],
+    ));
+    assert!(
+        !serve.admin_addr.ip().is_loopback(),
+        "probes need the pod IP"
+    );
+    assert!(
+        serve.admin_token_file.is_some() && serve.admin_tls_cert.is_some(),
+        "an admin API beyond loopback has its token and TLS"
+    );
+    let probe = &deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"];
+    assert_eq!(probe["httpGet"]["scheme"], "HTTPS");
+    assert_eq!(docs[3]["spec"]["minAvailable"], 1);
+    validates(config_map_files(&docs[0]).path());
+}
+
+#[test]
+fn the_sidecar_pod_wires_envoy_to_its_switchyard_on_loopback() {
+    let docs = documents(&deploy("sidecar.yaml"));
+    let snapshots = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "edge-snapshots")
+        .expect("snapshots");
+    validates(config_map_files(snapshots).path());
+    let envoy_cm = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "edge-envoy")
+        .expect("bootstrap");
+    let bootstrap: Value =
+        serde_yaml::from_str(envoy_cm["data"]["envoy.yaml"].as_str().expect("text"))
+            .expect("the bootstrap parses");
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("deployment");
+    let containers = deployment["spec"]["template"]["spec"]["containers"]
+        .as_sequence()
+        .expect("containers");
+    let sidecar = containers
+        .iter()
+        .find(|c| c["name"] == "switchyard")
+        .expect("switchyard container");
+    let serve = serve_args(&strings(&sidecar["args"]));
+    assert!(serve.xds_addr.ip().is_loopback() && serve.admin_addr.ip().is_loopback());
+    assert_eq!(
+        switchyard_port(&bootstrap),
+        u64::from(serve.xds_addr.port())
+    );
+}
+
+#[test]
+fn the_compose_demo_wires_switchyard_envoy_and_the_upstream() {
+    let compose = &documents(&deploy("compose/docker-compose.yaml"))[0];
+    let services = &compose["services"];
+    let serve = serve_args(&strings(&services["switchyard"]["command"]));
+    let bootstrap = &documents(&deploy("compose/envoy.yaml"))[0];
+    assert_eq!(switchyard_port(bootstrap), u64::from(serve.xds_addr.port()));
+    assert_eq!(
+        strings(&services["switchyard"]["expose"]),
+        [serve.xds_addr.port().to_string()]
+    );
+    let snapshots = deploy("compose/snapshots");
+    validates(&snapshots);
+    let mesh = &documents(&snapshots.join("mesh.yaml"))[0];
+    // The upstream listens where the snapshot's cluster points.
+    let upstream = &mesh["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+        ["endpoint"]["address"]["socket_address"];
+    assert_eq!(upstream["address"], "upstream");
+    let listen = format!(":{}", upstream["port_value"].as_u64().expect("port"));
+    assert!(
+        strings(&services["upstream"]["command"])
+            .iter()
+            .any(|a| a.ends_with(&listen)),
+        "the upstream does not listen on {listen}"
+    );
+    // Envoy publishes the snapshot's listener port.
+    let port = mesh["listeners"][0]["address"]["socket_address"]["port_value"]
+        .as_u64()
+        .expect("port");
+    assert_eq!(
+        strings(&services["envoy"]["ports"]),
+        [format!("{port}:{port}")]
+    );
+}
+
+#[test]
+fn the_dockerfile_command_parses() {
+    let text = std::fs::read_to_string(deploy("Dockerfile")).expect("Dockerfile");
+    let cmd = text
+        .split("\nCMD ")
+        .nth(1)
+        .expect("a CMD")
+        .replace("\\\n", " ");
+    let json = cmd.lines().next().expect("CMD line");
+    let args: Vec<String> = serde_json::from_str(json).expect("CMD is a JSON array");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let serve = serve_args(&args);
+    assert!(serve.admin_token_file.is_some() && serve.admin_tls_cert.is_some());
+}
