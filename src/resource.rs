@@ -194,7 +194,22 @@ pub struct Resource {
     /// on first use and shared by every poll, like `any` is for gRPC. `None` inside if it
     /// cannot be rendered.
     any_json: Rendered,
+    /// A 64-bit digest of the name and version, computed on first use (see
+    /// [`Resource::selection_key`]).
+    selection_key: Memo64,
 }
+
+/// A lazily computed digest: not part of the resource's value.
+#[derive(Clone, Debug, Default)]
+struct Memo64(std::sync::OnceLock<u64>);
+
+impl PartialEq for Memo64 {
+    fn eq(&self, _: &Memo64) -> bool {
+        true
+    }
+}
+
+impl Eq for Memo64 {}
 
 /// A resource's forms without secret material (see `redact`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -260,7 +275,24 @@ impl Resource {
             references: Vec::new(),
             redacted: None,
             any_json: Rendered::default(),
+            selection_key: Memo64::default(),
         }
+    }
+
+    /// A digest of the name and version (the first 8 bytes of their SHA-256), computed once:
+    /// what a selection's version sums, so computing one costs an addition per resource.
+    pub fn selection_key(&self) -> u64 {
+        *self.selection_key.0.get_or_init(|| {
+            use sha2::{Digest, Sha256};
+            let mut hasher = Sha256::new();
+            hasher.update(self.name.as_bytes());
+            hasher.update([0]);
+            hasher.update(self.version.as_bytes());
+            let digest = hasher.finalize();
+            let mut first = [0u8; 8];
+            first.copy_from_slice(&digest[..8]);
+            u64::from_be_bytes(first)
+        })
     }
 
     /// The resource as proto3 JSON of its `Any`, rendered by `render` the first time and

@@ -31,13 +31,19 @@ impl Subscription {
         }
         self.named = true;
         self.wildcard = resource_names.iter().any(|n| n == WILDCARD);
-        self.names = Arc::new(
-            resource_names
-                .iter()
-                .filter(|n| *n != WILDCARD)
-                .cloned()
-                .collect(),
-        );
+        // Most requests (every ACK) repeat the names: keep the set, and what shares it.
+        let mut named: Vec<&str> = resource_names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| *n != WILDCARD)
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        let same = named.len() == self.names.len()
+            && named.iter().zip(self.names.iter()).all(|(a, b)| *a == b);
+        if !same {
+            self.names = Arc::new(named.into_iter().map(str::to_string).collect());
+        }
     }
 
     /// Apply a delta request's subscribe and unsubscribe lists (P15, P16, P22). `first`: the

@@ -228,11 +228,43 @@ where
         machine: PhantomData,
     };
     Box::pin(async move {
-        let codec = tonic_prost::ProstCodec::<M::Wire, M::Request>::default();
+        let codec = SmallBuffers::<M::Wire, M::Request>(PhantomData);
         let mut grpc = tonic::server::Grpc::new(codec)
             .apply_max_message_size_config(Some(MAX_REQUEST_BYTES), Some(MAX_RESPONSE_BYTES));
         Ok(grpc.streaming(handler, request).await)
     })
+}
+
+/// How large each stream's encode and decode buffers start (tonic's default is 8 KiB each).
+/// They grow to the largest message a stream carries; most xDS requests and many responses
+/// are far smaller, and a fleet holds 10,000s of idle streams.
+const CODEC_BUFFER: usize = 1024;
+
+/// The prost codec with [`CODEC_BUFFER`]-sized buffers.
+struct SmallBuffers<T, U>(PhantomData<fn() -> (T, U)>);
+
+impl<T, U> tonic::codec::Codec for SmallBuffers<T, U>
+where
+    T: prost::Message + Send + 'static,
+    U: prost::Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = tonic_prost::ProstEncoder<T>;
+    type Decoder = tonic_prost::ProstDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstCodec::<T, U>::raw_encoder(settings())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstCodec::<T, U>::raw_decoder(settings())
+    }
+}
+
+fn settings() -> tonic::codec::BufferSettings {
+    // The yield threshold stays tonic's default (32 KiB).
+    tonic::codec::BufferSettings::new(CODEC_BUFFER, 32 * 1024)
 }
 
 struct Handler<M> {
