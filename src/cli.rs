@@ -151,6 +151,15 @@ pub struct ServeArgs {
     /// without TLS, to send its first byte before it is closed.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_handshake_timeout)]
     pub handshake_timeout: Duration,
+    /// How long an xDS connection lives, give or take 10%: then its streams end with
+    /// UNAVAILABLE and a GOAWAY is sent, so proxies reconnect (and spread over the replicas,
+    /// a scale-out included) and are sent nothing they hold. `off`: for ever.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = parse_connection_age)]
+    pub max_connection_age: ConnectionAgeFlag,
+    /// After its age, how long a connection may go on finishing requests in progress
+    /// before it is closed.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_age_grace)]
+    pub max_connection_age_grace: Duration,
     /// The largest snapshot file loaded (bytes, or with a KiB, MiB or GiB suffix); a larger
     /// one is a load error and the last good snapshot keeps serving.
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
@@ -239,6 +248,27 @@ pub enum Switch {
 }
 
 /// A step time-out: a duration such as `5s`, from 100 ms to 10 minutes.
+/// `--max-connection-age`: a duration, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionAgeFlag(pub Option<Duration>);
+
+fn parse_connection_age(text: &str) -> Result<ConnectionAgeFlag, String> {
+    if text == "off" {
+        return Ok(ConnectionAgeFlag(None));
+    }
+    parse_duration_in(
+        text,
+        Duration::from_secs(1),
+        Duration::from_secs(7 * 24 * 3600),
+    )
+    .map(|d| ConnectionAgeFlag(Some(d)))
+    .map_err(|e| format!("{e}, or `off`"))
+}
+
+fn parse_age_grace(text: &str) -> Result<Duration, String> {
+    parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(3600))
+}
+
 fn parse_handshake_timeout(text: &str) -> Result<Duration, String> {
     parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(600))
 }
@@ -515,6 +545,10 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             first_request_timeout: args.first_request_timeout,
             max_names_per_stream: args.max_names_per_stream as usize,
             handshake_timeout: args.handshake_timeout,
+            connection_age: crate::server::ConnectionAge {
+                max: args.max_connection_age.0,
+                grace: args.max_connection_age_grace,
+            },
         },
     };
     let served = crate::server::serve(listener, cache, fleet, options, stopped(stop_rx)).await;

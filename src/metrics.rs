@@ -103,6 +103,8 @@ pub struct StreamMetrics {
     pub limits: Family<LimitLabels, Counter>,
     /// Streams refused: the client certificate is not bound to the node claimed.
     pub identity_mismatches: Counter,
+    /// Connections closed for reaching `--max-connection-age`.
+    pub connections_aged: Counter,
 }
 
 /// 1 ms to ~65 s, doubling.
@@ -126,6 +128,7 @@ impl Default for StreamMetrics {
             plans: Family::default(),
             limits: Family::default(),
             identity_mismatches: Counter::default(),
+            connections_aged: Counter::default(),
         }
     }
 }
@@ -171,9 +174,16 @@ pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) 
     registry.register(
         "limit_rejections",
         "Connections and streams turned away by a limit, by limit: connections \
-         (--max-connections), names_per_stream (--max-names-per-stream), \
-         first_request_timeout (--first-request-timeout)",
+         (--max-connections), handshake_timeout (--handshake-timeout), names_per_stream \
+         (--max-names-per-stream), first_request_timeout (--first-request-timeout), \
+         admin_connections, admin_header_timeout (--admin-header-timeout)",
         m.limits.clone(),
+    );
+    registry.register(
+        "connections_aged",
+        "xDS connections closed for reaching --max-connection-age (their streams ended, a \
+         GOAWAY sent), so proxies reconnect and spread over the replicas",
+        m.connections_aged.clone(),
     );
     registry.register(
         "update_plans",

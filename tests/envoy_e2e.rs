@@ -96,6 +96,7 @@ over_both_apis!(
     e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new,
     e2e_envoy_hot_restart_two_epochs_are_two_proxies_and_traffic_never_fails,
     e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new,
+    e2e_max_connection_age_moves_envoy_between_replicas_without_losing_config_or_traffic,
 );
 
 /// Two upstreams, clusters `a` and `b` to them, a listener, and a route to `a`.
@@ -893,6 +894,25 @@ async fn e2e_envoy_hot_restart_two_epochs_are_two_proxies_and_traffic_never_fail
     drop((old, new));
 }
 
+/// The example bootstrap for `api`, its `switchyard` cluster listing a second replica on
+/// `second_port` (the first stays 18000, for `Envoy::start_with` to replace).
+fn two_replica_bootstrap(api: Api, second_port: u16) -> String {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/envoy")
+        .join(api.bootstrap());
+    let text = std::fs::read_to_string(example).expect("bootstrap");
+    let one = "              - endpoint:\n                  address:\n                    socket_address: { address: 127.0.0.1, port_value: 18000 }\n";
+    assert!(
+        text.contains(one),
+        "the example's switchyard endpoint moved"
+    );
+    let both = format!(
+        "{one}{}",
+        one.replace("port_value: 18000", &format!("port_value: {second_port}"))
+    );
+    text.replace(one, &both)
+}
+
 /// Two replicas on the same files give the same versions: an Envoy whose ADS cluster lists
 /// both, after the one it uses is killed, reconnects to the other and applies nothing new
 /// (P13, P23), over SotW and delta, and traffic goes on.
@@ -910,24 +930,7 @@ async fn e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new(api
         Switchyard::start(&stage.config, &r1_dir).await,
         Switchyard::start(&stage.config, &r2_dir).await,
     ];
-    // The example bootstrap, its `switchyard` cluster listing both replicas.
-    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/envoy")
-        .join(api.bootstrap());
-    let text = std::fs::read_to_string(example).expect("bootstrap");
-    let one = "              - endpoint:\n                  address:\n                    socket_address: { address: 127.0.0.1, port_value: 18000 }\n";
-    assert!(
-        text.contains(one),
-        "the example's switchyard endpoint moved"
-    );
-    let both = format!(
-        "{one}{}",
-        one.replace(
-            "port_value: 18000",
-            &format!("port_value: {}", replicas[1].port)
-        )
-    );
-    let text = text.replace(one, &both);
+    let text = two_replica_bootstrap(api, replicas[1].port);
     let envoy = Envoy::start_with(
         &text,
         &envoy_bin,
@@ -987,4 +990,93 @@ async fn e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new(api
         http_get(stage.listener).await.as_deref(),
         Some("upstream-a")
     );
+}
+
+/// `--max-connection-age`: two replicas close Envoy's connection every ~2 s; Envoy reconnects
+/// and, its ADS cluster listing both, comes to be served by each in turn. Nothing is applied
+/// again (the replicas agree on every version) and a request loop sees no failure.
+async fn e2e_max_connection_age_moves_envoy_between_replicas_without_losing_config_or_traffic(
+    api: Api,
+) {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let node = api.node("e2e-age");
+    let stage = Stage::new().await;
+    stage.write_mesh();
+    let (r1_dir, r2_dir) = (stage.dir.path().join("r1"), stage.dir.path().join("r2"));
+    std::fs::create_dir(&r1_dir).expect("mkdir");
+    std::fs::create_dir(&r2_dir).expect("mkdir");
+    let age = [
+        "--max-connection-age",
+        "2s",
+        "--max-connection-age-grace",
+        "1s",
+    ];
+    let replicas = [
+        Switchyard::start_with_args(&stage.config, &r1_dir, &age).await,
+        Switchyard::start_with_args(&stage.config, &r2_dir, &age).await,
+    ];
+    let text = two_replica_bootstrap(api, replicas[1].port);
+    let envoy = Envoy::start_with(
+        &text,
+        &envoy_bin,
+        (replicas[0].port, free_port()),
+        &node,
+        stage.dir.path(),
+        &["--disable-hot-restart"],
+    )
+    .await;
+    assert!(
+        traffic_reaches(stage.listener, "upstream-a").await,
+        "no traffic through Envoy"
+    );
+    let counted = [
+        "cluster_manager.cds.update_success",
+        "listener_manager.lds.update_success",
+        "http.http.rds.main.update_success",
+        "cluster.a.update_success",
+    ];
+    let mut before = Vec::new();
+    for s in counted {
+        before.push(envoy.stat(s).await);
+    }
+    // Requests every 20 ms until both replicas have served Envoy (bounded).
+    let served_by_both = || {
+        replicas
+            .iter()
+            .all(|r| r.logged("xDS stream opened.", &[("node", node.as_str())]))
+    };
+    let (mut answered, mut failed) = (0, 0);
+    let started = std::time::Instant::now();
+    while !served_by_both() && started.elapsed() < Duration::from_secs(30) {
+        match http_get(stage.listener).await.as_deref() {
+            Some("upstream-a") => answered += 1,
+            _ => failed += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "{api:?}: {answered} requests answered, {failed} failed, while Envoy moved between replicas"
+    );
+    assert!(served_by_both(), "Envoy never moved to the other replica");
+    let aged: usize = replicas
+        .iter()
+        .map(|r| {
+            r.log_lines()
+                .iter()
+                .filter(|l| {
+                    l["reason"]
+                        .as_str()
+                        .is_some_and(|why| why.contains("--max-connection-age"))
+                })
+                .count()
+        })
+        .sum();
+    assert!(aged >= 1, "no stream ended for its connection's age");
+    assert_eq!(failed, 0, "requests failed while Envoy moved");
+    for (s, b) in counted.iter().zip(&before) {
+        let a = envoy.stat(s).await;
+        assert_eq!(*b, a, "{s}: Envoy applied something again");
+    }
 }

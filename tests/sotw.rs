@@ -416,9 +416,15 @@ async fn shutdown_ends_open_streams() {
     // A second client has not read what it was sent.
     let mut idle = server.ads("n2").await;
     idle.subscribe(Cluster, &[]).await;
+    let addr = server.addr;
     server.shutdown().await;
     // The client sees its stream end, not just the server task stop.
     c.expect_end(std::time::Duration::from_secs(5)).await;
+    // And the server no longer accepts connections.
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "still listening after shutdown"
+    );
 }
 
 /// Field 4 of DiscoveryRequest is `type_url`, a string; sent as a varint it cannot decode.
@@ -754,5 +760,47 @@ async fn connections_past_the_limit_are_closed_and_the_others_go_on() {
         metrics.contains("switchyard_limit_rejections_total{limit=\"connections\"}"),
         "{metrics}"
     );
+    server.shutdown().await;
+}
+
+/// `--max-connection-age`: once a connection reaches its age (give or take 10%), its ADS
+/// stream ends with UNAVAILABLE (the client reconnects, perhaps to another replica), it is
+/// counted, and a reconnecting client is served as usual.
+#[tokio::test]
+async fn a_connection_past_its_age_ends_its_streams_and_the_client_reconnects() {
+    let server = TestServer::start_with(
+        &[("clusters.yaml", &eds_cluster("backend", "1s", 8080))],
+        limits(switchyard::server::Limits {
+            connection_age: switchyard::server::ConnectionAge {
+                max: Some(std::time::Duration::from_millis(500)),
+                grace: std::time::Duration::from_millis(500),
+            },
+            ..Default::default()
+        }),
+    )
+    .await;
+    let mut c = server.ads("aged").await;
+    c.subscribe(Cluster, &[]).await;
+    let cds = c.recv_type(Cluster).await;
+    c.ack(&cds, &[]).await;
+    let status = c.recv_error().await;
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("--max-connection-age"),
+        "{status:?}"
+    );
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains("switchyard_connections_aged_total 1"),
+        "{metrics}"
+    );
+    // Back with what it holds: nothing is sent again (P13).
+    let mut again = server.ads("aged").await;
+    again
+        .send(request(Cluster, &[], &cds.version_info, ""))
+        .await;
+    again
+        .expect_quiet(std::time::Duration::from_millis(200))
+        .await;
     server.shutdown().await;
 }

@@ -298,7 +298,7 @@ mod tests {
         assert!(CsdsFrom::Any.allows(remote, false) && CsdsFrom::Any.allows(None, false));
         let conn = super::ConnInfo {
             remote,
-            identity: None,
+            ..Default::default()
         };
         let refused = CsdsFrom::Loopback.check(Some(&conn)).expect_err("refused");
         assert_eq!(refused.code(), tonic::Code::PermissionDenied);

@@ -36,6 +36,9 @@ pub struct ConnInfo {
     pub remote: Option<SocketAddr>,
     /// With mutual TLS: what the client's verified certificate says it is.
     pub identity: Option<Arc<PeerIdentity>>,
+    /// Turns true when the connection is to close (it reached its age): its xDS streams end,
+    /// so their clients reconnect, perhaps to another replica.
+    pub closing: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Plain TCP, or TLS over it.
@@ -121,6 +124,7 @@ pub fn incoming(
                                 info: ConnInfo {
                                     remote: Some(peer),
                                     identity,
+                                    closing: None,
                                 },
                                 _permit: permit,
                             };
@@ -167,6 +171,11 @@ impl Conn {
     /// The client's address.
     pub fn peer(&self) -> Option<SocketAddr> {
         self.info.remote
+    }
+
+    /// What the services learn of this connection's peer.
+    pub fn info(&self) -> &ConnInfo {
+        &self.info
     }
 }
 

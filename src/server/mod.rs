@@ -9,8 +9,10 @@
 //!
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
+mod connection;
 mod csds;
 
+pub use connection::ConnectionAge;
 pub use csds::CsdsFrom;
 mod grpc;
 pub(crate) mod incoming;
@@ -77,6 +79,8 @@ pub struct Limits {
     /// How long a new connection may take to complete its TLS handshake or, without TLS,
     /// to send its first byte; past it the connection is closed.
     pub handshake_timeout: Duration,
+    /// How long a connection lives (`--max-connection-age`), and its grace period.
+    pub connection_age: ConnectionAge,
 }
 
 impl Default for Limits {
@@ -87,6 +91,7 @@ impl Default for Limits {
             first_request_timeout: Duration::from_secs(30),
             max_names_per_stream: crate::protocol::stream::DEFAULT_MAX_NAMES,
             handshake_timeout: incoming::HANDSHAKE_TIMEOUT,
+            connection_age: ConnectionAge::default(),
         }
     }
 }
@@ -161,17 +166,10 @@ pub async fn serve(
         },
         fleet.metrics.clone(),
     );
-    let xds = grpc::XdsServer::new(cache, fleet, &options, stop_rx);
-    let mut builder = tonic::transport::Server::builder()
-        // REST-JSON polling comes over HTTP/1.1 too.
-        .accept_http1(true)
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .tcp_keepalive(Some(Duration::from_secs(60)))
-        .tcp_nodelay(true)
-        .max_concurrent_streams(options.limits.max_streams_per_connection);
-    let router = builder
-        .add_routes(tonic::service::Routes::from(rest))
+    let metrics = fleet.metrics.clone();
+    let xds = grpc::XdsServer::new(cache, fleet, &options, stop_rx.clone());
+    // REST-JSON polling comes over HTTP/1.1 too; everything else is gRPC over HTTP/2.
+    let routes = tonic::service::Routes::from(rest)
         .add_service(grpc::Grpc::<grpc::Ads>::new(xds.clone()))
         .add_service(grpc::Grpc::<grpc::Lds>::new(xds.clone()))
         .add_service(grpc::Grpc::<grpc::Rds>::new(xds.clone()))
@@ -182,25 +180,43 @@ pub async fn serve(
         .add_service(grpc::Grpc::<grpc::Sds>::new(xds.clone()))
         .add_service(grpc::Grpc::<grpc::Rtds>::new(xds.clone()))
         .add_service(grpc::Grpc::<grpc::Ecds>::new(xds))
-        .add_service(csds);
-
-    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
-    let stop = async move {
-        shutdown.await;
-        tracing::info!("Shutting down: ending every xDS stream.");
-        let _ = stop_tx.send(true);
-        let _ = drained_tx.send(());
+        .add_service(csds)
+        .prepare();
+    let settings = connection::Settings {
+        max_streams: options.limits.max_streams_per_connection,
+        age: options.limits.connection_age,
     };
-    let served = router.serve_with_incoming_shutdown(connections, stop);
-    tokio::pin!(served);
-    tokio::select! {
-        result = &mut served => result?,
-        _ = async {
-            let _ = drained_rx.await;
-            tokio::time::sleep(DRAIN_TIMEOUT).await;
-        } => {
-            tracing::warn!("Connections did not close within {DRAIN_TIMEOUT:?}; closing them.");
+
+    let mut connections = connections;
+    let mut open = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(_) = open.join_next(), if !open.is_empty() => {}
+            conn = tokio_stream::StreamExt::next(&mut connections) => match conn {
+                Some(Ok(conn)) => {
+                    open.spawn(connection::serve(
+                        conn,
+                        routes.clone(),
+                        settings,
+                        stop_rx.clone(),
+                        metrics.clone(),
+                    ));
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "Cannot accept an xDS connection."),
+                None => break,
+            },
         }
+    }
+    // Stop accepting, end every stream (their tasks see the flag), and GOAWAY every
+    // connection; requests in progress get the drain time.
+    drop(connections);
+    tracing::info!("Shutting down: ending every xDS stream.");
+    let _ = stop_tx.send(true);
+    let drained = async { while open.join_next().await.is_some() {} };
+    if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
+        tracing::warn!("Connections did not close within {DRAIN_TIMEOUT:?}; closing them.");
     }
     Ok(())
 }

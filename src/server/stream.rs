@@ -120,6 +120,7 @@ async fn run<M: Machine>(
     tx: mpsc::Sender<Result<M::Wire, Status>>,
 ) {
     let peer = conn.remote;
+    let mut conn_closing = conn.closing.clone();
     let peer_text = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let Shared {
         cache,
@@ -244,6 +245,14 @@ async fn run<M: Machine>(
             _ = sleep_until(timeout), if timeout.is_some() => {}
             // The flag only ever goes from false to true (or its sender is gone): both mean stop.
             _ = stop.changed() => break "server shutting down".into(),
+            // The connection reached --max-connection-age: the client reconnects (perhaps to
+            // another replica) and presents what it holds.
+            _ = connection_closing(&mut conn_closing) => {
+                let _ = tx.try_send(Err(Status::unavailable(
+                    "the connection reached its maximum age (--max-connection-age); reconnect",
+                )));
+                break "the connection reached --max-connection-age".into();
+            }
             _ = tx.closed() => break "closed by the client".into(),
         }
         let node = node_id.as_deref().unwrap_or("");
@@ -316,6 +325,19 @@ fn user_agent_version(node: &Node) -> String {
             .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
             .unwrap_or_default(),
         None => String::new(),
+    }
+}
+
+/// Resolves once the stream's connection is closing, or never.
+async fn connection_closing(closing: &mut Option<watch::Receiver<bool>>) {
+    let Some(rx) = closing else {
+        return std::future::pending().await;
+    };
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            // The connection is gone; the stream ends by its own means.
+            return std::future::pending().await;
+        }
     }
 }
 
