@@ -25,6 +25,8 @@ use crate::state::StateDir;
 
 /// Quiet time after the last file event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
+/// The longest a reload waits for quiet after the first event of a burst.
+pub const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
 /// How often to look again when no path can be watched (all of them missing).
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -276,16 +278,20 @@ impl Watching {
         loop {
             match &mut armed {
                 Some((_watcher, rx)) => {
-                    // Wait for a change, then for quiet.
+                    // Wait for a change, then for quiet: but no longer than MAX_DEBOUNCE
+                    // from the first change, so files edited without pause (a deploy tool
+                    // writing many times a second) still reload.
                     tokio::select! {
                         _ = &mut shutdown => return,
                         got = rx.recv() => if got.is_none() { return },
                     }
+                    let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
                     loop {
                         tokio::select! {
                             _ = &mut shutdown => return,
                             got = rx.recv() => if got.is_none() { return },
                             _ = tokio::time::sleep(DEBOUNCE) => break,
+                            _ = tokio::time::sleep_until(at_most) => break,
                         }
                     }
                 }
@@ -497,6 +503,51 @@ mod tests {
         );
         let _ = stop_tx.send(());
         task.await.expect("watch task ends on shutdown");
+    }
+
+    /// Files edited without a pause (every 20 ms, so never 100 ms of quiet) still reload,
+    /// at least once a second (MAX_DEBOUNCE), while the edits go on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn edits_without_a_pause_still_reload() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, GOOD).expect("write");
+        let cache = Arc::new(Cache::new());
+        let reloader = Arc::new(Reloader::new(
+            vec![dir.path().to_path_buf()],
+            LoadOptions::default(),
+            Arc::clone(&cache),
+        ));
+        let watching = reloader.watching();
+        reloader.reload().expect("first load");
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(watching.run(async {
+            let _ = stop_rx.await;
+        }));
+        // 3 s of edits, one every 20 ms, each a new timeout, written aside and renamed over
+        // as a deploy tool does.
+        let aside = dir.path().join(".a.yaml.tmp");
+        let started = std::time::Instant::now();
+        let mut n = 0u32;
+        while started.elapsed() < Duration::from_secs(3) {
+            n += 1;
+            std::fs::write(
+                &aside,
+                format!("clusters: [{{name: a, connect_timeout: {n}s}}]\n"),
+            )
+            .expect("write");
+            std::fs::rename(&aside, &file).expect("rename");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let during = cache.current().number;
+        assert!(
+            during >= 3,
+            "only {} generations during 3 s of edits: reloads waited for a quiet that never came ({:?})",
+            during,
+            reloader.stats()
+        );
+        let _ = stop_tx.send(());
+        task.await.expect("watch task ends");
     }
 
     #[test]
