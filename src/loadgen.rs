@@ -599,9 +599,11 @@ async fn run_proxy(index: u32, args: Arc<LoadgenArgs>, tally: Arc<Tally>) -> Pro
         let mut client =
             AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(256 << 20);
         let ended = match args.protocol {
-            Protocol::Sotw => sotw_stream(&mut client, &mut proxy, &tally, &mut run, started).await,
+            Protocol::Sotw => {
+                ads_stream::<SotwAds>(&mut client, &mut proxy, &tally, &mut run, started).await
+            }
             Protocol::Delta => {
-                delta_stream(&mut client, &mut proxy, &tally, &mut run, started).await
+                ads_stream::<DeltaAds>(&mut client, &mut proxy, &tally, &mut run, started).await
             }
         };
         if ended && !tally.stop.load(Ordering::Relaxed) {
@@ -643,47 +645,72 @@ fn reopened(tally: &Tally, run: &mut ProxyRun) {
     }
 }
 
-/// One SotW ADS stream, until it ends (true) or the run stops (false).
-async fn sotw_stream(
-    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
-    proxy: &mut Proxy,
-    tally: &Tally,
-    run: &mut ProxyRun,
-    started: Instant,
-) -> bool {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let send = |out: Vec<Outgoing>| {
-        for o in out {
-            if let Outgoing::Sotw(r) = o {
-                let _ = tx.send(r);
-            }
+/// What differs between a SotW and a delta ADS stream, for [`ads_stream`].
+trait Ads {
+    type Request: Send + 'static;
+    type Response: Message;
+    fn take(out: Outgoing) -> Option<Self::Request>;
+    fn type_url(response: &Self::Response) -> &str;
+    fn apply(proxy: &mut Proxy, response: &Self::Response) -> Vec<Outgoing>;
+    fn open(
+        client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Request>,
+    ) -> impl std::future::Future<
+        Output = Result<tonic::Response<tonic::Streaming<Self::Response>>, tonic::Status>,
+    > + Send;
+}
+
+struct SotwAds;
+struct DeltaAds;
+
+impl Ads for SotwAds {
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+    fn take(out: Outgoing) -> Option<DiscoveryRequest> {
+        match out {
+            Outgoing::Sotw(r) => Some(r),
+            Outgoing::Delta(_) => None,
         }
-    };
-    send(proxy.open());
-    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
-    let Ok(response) = client.stream_aggregated_resources(stream).await else {
-        return true;
-    };
-    reopened(tally, run);
-    let mut responses = response.into_inner();
-    loop {
-        let message = tokio::select! {
-            m = responses.message() => m,
-            _ = stopped(tally) => return false,
-        };
-        match message {
-            Ok(Some(response)) => {
-                let at = tally.count(&response.type_url, response.encoded_len());
-                send(proxy.on_sotw(&response));
-                note(proxy, tally, run, started, at);
-            }
-            _ => return true,
-        }
+    }
+    fn type_url(response: &DiscoveryResponse) -> &str {
+        &response.type_url
+    }
+    fn apply(proxy: &mut Proxy, response: &DiscoveryResponse) -> Vec<Outgoing> {
+        proxy.on_sotw(response)
+    }
+    async fn open(
+        client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        requests: tokio_stream::wrappers::UnboundedReceiverStream<DiscoveryRequest>,
+    ) -> Result<tonic::Response<tonic::Streaming<DiscoveryResponse>>, tonic::Status> {
+        client.stream_aggregated_resources(requests).await
     }
 }
 
-/// One delta ADS stream, until it ends (true) or the run stops (false).
-async fn delta_stream(
+impl Ads for DeltaAds {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaDiscoveryResponse;
+    fn take(out: Outgoing) -> Option<DeltaDiscoveryRequest> {
+        match out {
+            Outgoing::Delta(r) => Some(r),
+            Outgoing::Sotw(_) => None,
+        }
+    }
+    fn type_url(response: &DeltaDiscoveryResponse) -> &str {
+        &response.type_url
+    }
+    fn apply(proxy: &mut Proxy, response: &DeltaDiscoveryResponse) -> Vec<Outgoing> {
+        proxy.on_delta(response)
+    }
+    async fn open(
+        client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        requests: tokio_stream::wrappers::UnboundedReceiverStream<DeltaDiscoveryRequest>,
+    ) -> Result<tonic::Response<tonic::Streaming<DeltaDiscoveryResponse>>, tonic::Status> {
+        client.delta_aggregated_resources(requests).await
+    }
+}
+
+/// One ADS stream, until it ends (true) or the run stops (false).
+async fn ads_stream<A: Ads>(
     client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
     proxy: &mut Proxy,
     tally: &Tally,
@@ -692,15 +719,13 @@ async fn delta_stream(
 ) -> bool {
     let (tx, rx) = mpsc::unbounded_channel();
     let send = |out: Vec<Outgoing>| {
-        for o in out {
-            if let Outgoing::Delta(r) = o {
-                let _ = tx.send(r);
-            }
+        for request in out.into_iter().filter_map(A::take) {
+            let _ = tx.send(request);
         }
     };
     send(proxy.open());
-    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
-    let Ok(response) = client.delta_aggregated_resources(stream).await else {
+    let requests = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+    let Ok(response) = A::open(client, requests).await else {
         return true;
     };
     reopened(tally, run);
@@ -712,8 +737,8 @@ async fn delta_stream(
         };
         match message {
             Ok(Some(response)) => {
-                let at = tally.count(&response.type_url, response.encoded_len());
-                send(proxy.on_delta(&response));
+                let at = tally.count(A::type_url(&response), response.encoded_len());
+                send(A::apply(proxy, &response));
                 note(proxy, tally, run, started, at);
             }
             _ => return true,
