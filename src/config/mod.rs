@@ -3,11 +3,13 @@
 //! Owns: finding the files under each `--config` path, parsing YAML/JSON, mapping each item
 //! to its Envoy protobuf through the descriptor pool (proto3 canonical JSON, `Any` by
 //! `"@type"`), encoding each resource once and giving it a content-hash version, node
-//! selectors, duplicate and reference checks. A load either yields a whole new [`Config`] or
-//! every error found, never a partial result.
+//! selectors, duplicate and reference checks, and (in a [`Loader`]) each file's result
+//! between loads, so that a reload parses only the files that changed, on every core. A load
+//! either yields a whole new [`Config`] or every error found, never a partial result.
+//! Errors in sensitive fields leave the value out (`sensitive`).
 //!
-//! Must not: serve, cache per node, or keep state between loads; swapping configs is the
-//! cache's job, watching files is `watch`'s.
+//! Must not: serve, or cache per node; swapping configs is the cache's job, watching files
+//! is `watch`'s.
 
 pub mod descriptors;
 mod references;

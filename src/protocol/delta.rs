@@ -40,7 +40,7 @@ pub struct DeltaResource {
     /// `Resource.ttl`, only for clients that support TTLs (P25, P27).
     pub ttl: Option<Duration>,
     /// Whether the resource's body goes out. Without it: a heartbeat (same version, refreshes
-    /// the TTL only, P25), or a VHDS alias nothing answers to (see [`unresolved_alias`]).
+    /// the TTL only, P25), or a VHDS alias nothing answers to (see `unresolved_alias`).
     pub body: bool,
 }
 

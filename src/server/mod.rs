@@ -1,8 +1,9 @@
 //! The gRPC server: tonic services that adapt streams to the `protocol` state machine.
 //!
 //! Owns: binding the services (ADS, every per-type service, CSDS, and REST-JSON polling) on a
-//! listener (over TLS, with node identities, in `tls` and `incoming`), keepalive, message
-//! size and per-client limits ([`Limits`]), one task per stream that feeds requests, cache
+//! listener (over TLS, with node identities, in `tls` and `incoming`; each connection served
+//! in `connection`, with keepalive and its maximum age), message size and per-client limits
+//! ([`Limits`]), one task per stream that feeds requests, cache
 //! generations, sibling streams' references (`peers`) and timers into a
 //! [`crate::protocol::SotwStream`] or [`crate::protocol::DeltaStream`] and writes out what it
 //! returns (with or without secrets), graceful shutdown.
@@ -12,7 +13,7 @@
 mod connection;
 mod csds;
 
-pub use connection::ConnectionAge;
+pub use connection::{ConnectionAge, AGE_JITTER};
 pub use csds::CsdsFrom;
 mod grpc;
 pub(crate) mod incoming;
