@@ -913,29 +913,29 @@ fn two_replica_bootstrap(api: Api, second_port: u16) -> String {
     text.replace(one, &both)
 }
 
-/// Two replicas on the same files give the same versions: an Envoy whose ADS cluster lists
-/// both, after the one it uses is killed, reconnects to the other and applies nothing new
-/// (P13, P23), over SotW and delta, and traffic goes on.
-async fn e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new(api: Api) {
-    let Some(envoy_bin) = envoy_binary() else {
-        return;
-    };
-    let node = api.node("e2e-replicas");
+/// The usual mesh served by two replicas (started with `flags`), and an Envoy for `node`
+/// whose ADS cluster lists both, its traffic flowing; `None` without Envoy outside CI.
+async fn two_replicas_and_envoy(
+    api: Api,
+    node: &str,
+    flags: &[&str],
+) -> Option<(Stage, [Switchyard; 2], Envoy)> {
+    let envoy_bin = envoy_binary()?;
     let stage = Stage::new().await;
     stage.write_mesh();
     let (r1_dir, r2_dir) = (stage.dir.path().join("r1"), stage.dir.path().join("r2"));
     std::fs::create_dir(&r1_dir).expect("mkdir");
     std::fs::create_dir(&r2_dir).expect("mkdir");
-    let mut replicas = [
-        Switchyard::start(&stage.config, &r1_dir).await,
-        Switchyard::start(&stage.config, &r2_dir).await,
+    let replicas = [
+        Switchyard::start_with_args(&stage.config, &r1_dir, flags).await,
+        Switchyard::start_with_args(&stage.config, &r2_dir, flags).await,
     ];
     let text = two_replica_bootstrap(api, replicas[1].port);
     let envoy = Envoy::start_with(
         &text,
         &envoy_bin,
         (replicas[0].port, free_port()),
-        &node,
+        node,
         stage.dir.path(),
         &["--disable-hot-restart"],
     )
@@ -944,6 +944,17 @@ async fn e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new(api
         traffic_reaches(stage.listener, "upstream-a").await,
         "no traffic through Envoy"
     );
+    Some((stage, replicas, envoy))
+}
+
+/// Two replicas on the same files give the same versions: an Envoy whose ADS cluster lists
+/// both, after the one it uses is killed, reconnects to the other and applies nothing new
+/// (P13, P23), over SotW and delta, and traffic goes on.
+async fn e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new(api: Api) {
+    let node = api.node("e2e-replicas");
+    let Some((stage, mut replicas, envoy)) = two_replicas_and_envoy(api, &node, &[]).await else {
+        return;
+    };
     let serving = |r: &Switchyard| r.logged("xDS stream opened.", &[("node", node.as_str())]);
     let used = replicas
         .iter()
@@ -998,39 +1009,16 @@ async fn e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new(api
 async fn e2e_max_connection_age_moves_envoy_between_replicas_without_losing_config_or_traffic(
     api: Api,
 ) {
-    let Some(envoy_bin) = envoy_binary() else {
-        return;
-    };
     let node = api.node("e2e-age");
-    let stage = Stage::new().await;
-    stage.write_mesh();
-    let (r1_dir, r2_dir) = (stage.dir.path().join("r1"), stage.dir.path().join("r2"));
-    std::fs::create_dir(&r1_dir).expect("mkdir");
-    std::fs::create_dir(&r2_dir).expect("mkdir");
     let age = [
         "--max-connection-age",
         "2s",
         "--max-connection-age-grace",
         "1s",
     ];
-    let replicas = [
-        Switchyard::start_with_args(&stage.config, &r1_dir, &age).await,
-        Switchyard::start_with_args(&stage.config, &r2_dir, &age).await,
-    ];
-    let text = two_replica_bootstrap(api, replicas[1].port);
-    let envoy = Envoy::start_with(
-        &text,
-        &envoy_bin,
-        (replicas[0].port, free_port()),
-        &node,
-        stage.dir.path(),
-        &["--disable-hot-restart"],
-    )
-    .await;
-    assert!(
-        traffic_reaches(stage.listener, "upstream-a").await,
-        "no traffic through Envoy"
-    );
+    let Some((stage, replicas, envoy)) = two_replicas_and_envoy(api, &node, &age).await else {
+        return;
+    };
     let counted = [
         "cluster_manager.cds.update_success",
         "listener_manager.lds.update_success",
