@@ -150,12 +150,23 @@ impl TypeReport {
         }
     }
 
-    /// Equal apart from when it changed.
-    fn same(&self, other: &TypeReport) -> bool {
-        TypeReport {
-            last_change: other.last_change,
-            ..self.clone()
-        } == *other
+    /// Whether this report already says what `status` says (apart from when it changed),
+    /// compared in place: streams report after every input, and mostly nothing changed.
+    fn matches(&self, status: &TypeStatus) -> bool {
+        let (error, rejected_version) = match &status.state {
+            SyncState::Nacked {
+                error,
+                rejected_version,
+                ..
+            } => (Some(error.as_str()), Some(rejected_version.as_str())),
+            _ => (None, None),
+        };
+        self.state == state_name(&status.state)
+            && self.version_sent == status.state.sent_version().unwrap_or_default()
+            && self.version_acked == status.acked_version
+            && self.nonce == status.state.nonce().unwrap_or_default()
+            && self.error.as_deref() == error
+            && self.rejected_version.as_deref() == rejected_version
     }
 }
 
@@ -274,12 +285,13 @@ impl StreamHandle {
             (_, new) => new,
         };
         for (kind, status) in statuses {
-            let fresh = TypeReport::new(&status, now);
             match report.types.get_mut(kind.short_name()) {
-                Some(old) if old.same(&fresh) => {}
-                Some(old) => *old = fresh,
+                Some(old) if old.matches(&status) => {}
+                Some(old) => *old = TypeReport::new(&status, now),
                 None => {
-                    report.types.insert(kind.short_name(), fresh);
+                    report
+                        .types
+                        .insert(kind.short_name(), TypeReport::new(&status, now));
                 }
             }
         }
