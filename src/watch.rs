@@ -243,11 +243,6 @@ impl Reloader {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
     }
 
-    /// Watch the paths and reload after each burst of changes, until `shutdown` completes.
-    pub async fn watch(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
-        self.watching().run(shutdown).await
-    }
-
     /// Arm the watch on the paths now; [`Watching::run`] then reloads after each burst of
     /// changes. Armed before the first load, a write that lands while it reads the files
     /// (a large config takes seconds) is seen, and loaded, once the watch runs.
@@ -408,6 +403,27 @@ mod tests {
         false
     }
 
+    /// A reloader over `root`, publishing into a fresh cache.
+    fn reloader_over(root: PathBuf) -> (Arc<Cache>, Arc<Reloader>) {
+        let cache = Arc::new(Cache::new());
+        let reloader = Reloader::new(vec![root], LoadOptions::default(), Arc::clone(&cache));
+        (cache, Arc::new(reloader))
+    }
+
+    /// Run `watching` in a task until the returned sender is used.
+    fn run_watch(
+        watching: Watching,
+    ) -> (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(watching.run(async {
+            let _ = stop_rx.await;
+        }));
+        (stop_tx, task)
+    }
+
     const GOOD: &str = "clusters: [{name: a, connect_timeout: 1s}]\n";
     const CHANGED: &str = "clusters: [{name: a, connect_timeout: 2s}]\n";
 
@@ -416,18 +432,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let file = dir.path().join("a.yaml");
         std::fs::write(&file, GOOD).expect("write");
-        let cache = Arc::new(Cache::new());
-        let reloader = Arc::new(Reloader::new(
-            vec![dir.path().to_path_buf()],
-            LoadOptions::default(),
-            Arc::clone(&cache),
-        ));
+        let (cache, reloader) = reloader_over(dir.path().to_path_buf());
         reloader.reload().expect("first load");
         assert_eq!(cache.current().number, 1);
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(Arc::clone(&reloader).watch(async {
-            let _ = stop_rx.await;
-        }));
+        let (stop_tx, task) = run_watch(reloader.watching());
         tokio::time::sleep(Duration::from_millis(200)).await;
 
         // An edit in place.
@@ -479,21 +487,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let file = dir.path().join("a.yaml");
         std::fs::write(&file, GOOD).expect("write");
-        let cache = Arc::new(Cache::new());
-        let reloader = Arc::new(Reloader::new(
-            vec![dir.path().to_path_buf()],
-            LoadOptions::default(),
-            Arc::clone(&cache),
-        ));
+        let (cache, reloader) = reloader_over(dir.path().to_path_buf());
         let watching = reloader.watching();
         reloader.reload().expect("first load");
         // The edit lands after the first load read the files, before the watch task runs.
         std::fs::write(&file, CHANGED).expect("write");
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(watching.run(async {
-            let _ = stop_rx.await;
-        }));
+        let (stop_tx, task) = run_watch(watching);
         let c = Arc::clone(&cache);
         assert!(
             tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 2))
@@ -512,18 +512,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let file = dir.path().join("a.yaml");
         std::fs::write(&file, GOOD).expect("write");
-        let cache = Arc::new(Cache::new());
-        let reloader = Arc::new(Reloader::new(
-            vec![dir.path().to_path_buf()],
-            LoadOptions::default(),
-            Arc::clone(&cache),
-        ));
+        let (cache, reloader) = reloader_over(dir.path().to_path_buf());
         let watching = reloader.watching();
         reloader.reload().expect("first load");
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(watching.run(async {
-            let _ = stop_rx.await;
-        }));
+        let (stop_tx, task) = run_watch(watching);
         // 3 s of edits, one every 20 ms, each a new timeout, written aside and renamed over
         // as a deploy tool does.
         let aside = dir.path().join(".a.yaml.tmp");
@@ -582,17 +574,9 @@ mod tests {
         let dir = parent.path().join("snap");
         std::fs::create_dir(&dir).expect("mkdir");
         std::fs::write(dir.join("a.yaml"), GOOD).expect("write");
-        let cache = Arc::new(Cache::new());
-        let reloader = Arc::new(Reloader::new(
-            vec![dir.clone()],
-            LoadOptions::default(),
-            Arc::clone(&cache),
-        ));
+        let (cache, reloader) = reloader_over(dir.clone());
         reloader.reload().expect("first load");
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(Arc::clone(&reloader).watch(async {
-            let _ = stop_rx.await;
-        }));
+        let (stop_tx, task) = run_watch(reloader.watching());
         tokio::time::sleep(Duration::from_millis(200)).await;
         for (round, content) in [CHANGED, GOOD].into_iter().enumerate() {
             // Build a new directory beside it and rename it over the old one.

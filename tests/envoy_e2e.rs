@@ -99,6 +99,17 @@ over_both_apis!(
     e2e_max_connection_age_moves_envoy_between_replicas_without_losing_config_or_traffic,
 );
 
+/// Envoy's counters of configuration applied and rejected, which a reconnect that brings
+/// nothing new must leave alone.
+const UPDATE_COUNTERS: [&str; 6] = [
+    "cluster_manager.cds.update_success",
+    "listener_manager.lds.update_success",
+    "http.http.rds.main.update_success",
+    "cluster.a.update_success",
+    "cluster_manager.cds.update_rejected",
+    "listener_manager.lds.update_rejected",
+];
+
 /// Two upstreams, clusters `a` and `b` to them, a listener, and a route to `a`.
 struct Fleet {
     _a: Upstream,
@@ -736,23 +747,13 @@ async fn e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new
     let Some(mut fleet) = Fleet::start(api, &node).await else {
         return;
     };
-    let counted = [
-        "cluster_manager.cds.update_success",
-        "listener_manager.lds.update_success",
-        "http.http.rds.main.update_success",
-        "cluster.a.update_success",
-        "cluster_manager.cds.update_rejected",
-        "listener_manager.lds.update_rejected",
-    ];
+    let counted = UPDATE_COUNTERS;
     let route_version = |dump: serde_json::Value| {
         dump["configs"][0]["version_info"]
             .as_str()
             .map(str::to_string)
     };
-    let mut before = Vec::new();
-    for s in counted {
-        before.push(fleet.envoy.stat(s).await);
-    }
+    let before = fleet.envoy.stats(&counted).await;
     let routes_before = route_version(fleet.envoy.config_dump("dynamic_route_configs").await);
     let ports = (fleet.switchyard.port, fleet.switchyard.admin_port);
     fleet.switchyard.process.kill();
@@ -763,24 +764,12 @@ async fn e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new
         fleet
             .switchyard
             .logged("xDS stream opened.", &[("node", node.as_str())])
-            && fleet
-                .switchyard
-                .status()
-                .await
-                .and_then(|s| s.nodes.into_iter().find(|n| n.node_id == node))
-                .is_some_and(|n| {
-                    n.types
-                        .values()
-                        .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
-                })
+            && fleet.switchyard.node_synced(&node).await
     })
     .await;
     assert!(back.is_some(), "Envoy did not reconnect and sync");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut after = Vec::new();
-    for s in counted {
-        after.push(fleet.envoy.stat(s).await);
-    }
+    let after = fleet.envoy.stats(&counted).await;
     for ((name, b), a) in counted.iter().zip(&before).zip(&after) {
         eprintln!("{api:?} {name}: {b:?} -> {a:?}");
     }
@@ -961,30 +950,11 @@ async fn e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new(api
         .position(serving)
         .expect("a replica serves Envoy");
     let other = 1 - used;
-    let counted = [
-        "cluster_manager.cds.update_success",
-        "listener_manager.lds.update_success",
-        "http.http.rds.main.update_success",
-        "cluster.a.update_success",
-        "cluster_manager.cds.update_rejected",
-        "listener_manager.lds.update_rejected",
-    ];
-    let mut before = Vec::new();
-    for s in counted {
-        before.push(envoy.stat(s).await);
-    }
+    let counted = UPDATE_COUNTERS;
+    let before = envoy.stats(&counted).await;
     replicas[used].process.kill();
     let moved = eventually(Duration::from_secs(30), || async {
-        serving(&replicas[other])
-            && replicas[other]
-                .status()
-                .await
-                .and_then(|s| s.nodes.into_iter().find(|n| n.node_id == node))
-                .is_some_and(|n| {
-                    n.types
-                        .values()
-                        .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
-                })
+        serving(&replicas[other]) && replicas[other].node_synced(&node).await
     })
     .await;
     assert!(moved.is_some(), "Envoy did not move to the other replica");
@@ -1019,16 +989,8 @@ async fn e2e_max_connection_age_moves_envoy_between_replicas_without_losing_conf
     let Some((stage, replicas, envoy)) = two_replicas_and_envoy(api, &node, &age).await else {
         return;
     };
-    let counted = [
-        "cluster_manager.cds.update_success",
-        "listener_manager.lds.update_success",
-        "http.http.rds.main.update_success",
-        "cluster.a.update_success",
-    ];
-    let mut before = Vec::new();
-    for s in counted {
-        before.push(envoy.stat(s).await);
-    }
+    let counted = &UPDATE_COUNTERS[..4];
+    let before = envoy.stats(counted).await;
     // Requests every 20 ms until both replicas have served Envoy (bounded).
     let served_by_both = || {
         replicas

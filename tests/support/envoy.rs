@@ -296,6 +296,18 @@ impl Switchyard {
             .collect()
     }
 
+    /// Whether `/status` shows `node` with every type it asked for ACKed.
+    pub async fn node_synced(&self, node: &str) -> bool {
+        self.status()
+            .await
+            .and_then(|s| s.nodes.into_iter().find(|n| n.node_id == node))
+            .is_some_and(|n| {
+                n.types
+                    .values()
+                    .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
+            })
+    }
+
     /// Whether a log line has `message` containing `text` and every `(field, contains)`.
     pub fn logged(&self, message: &str, fields: &[(&str, &str)]) -> bool {
         self.log_lines().iter().any(|line| {
@@ -401,6 +413,15 @@ impl Envoy {
             .await
             .ok()?;
         response.text().await.ok()
+    }
+
+    /// Several counters or gauges from /stats, in order.
+    pub async fn stats(&self, names: &[&str]) -> Vec<Option<u64>> {
+        let mut values = Vec::new();
+        for name in names {
+            values.push(self.stat(name).await);
+        }
+        values
     }
 
     /// One counter or gauge from /stats.
