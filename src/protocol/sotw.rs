@@ -341,14 +341,14 @@ impl Sotw {
             st.refresh_at = next_refresh;
         }
 
-        // The version of what the client will hold: the type's, for a wildcard; for names,
-        // one computed from the names and versions they select, so that a client back on a
-        // new stream proves with it which resources it holds (P13).
-        let version = version_of(&st.subscription, current, &selected);
-
         // What to send, if anything.
-        let payload: Vec<&Arc<Resource>> = match &st.given {
+        let (payload, version): (Vec<&Arc<Resource>>, String) = match &st.given {
             None => {
+                // The version of what the client will hold: the type's, for a wildcard; for
+                // names, one computed from the names and versions they select, so that a
+                // client back on a new stream proves with it what it holds (P13). Computed
+                // only when a response goes out, or on a stream's first decision.
+                let version = version_of(&st.subscription, current, &selected);
                 // P13: a client back on a new stream with the version of what it would get
                 // has it already: a wildcard LDS/CDS at the type's version, or named
                 // resources at the version of exactly that selection (a name more or less,
@@ -368,7 +368,7 @@ impl Sotw {
                 if !(full_state && st.subscription.is_wildcard()) && selected.is_empty() {
                     return None;
                 }
-                selected
+                (selected, version)
             }
             // Nothing changed on either side since the last decision.
             Some(given)
@@ -386,7 +386,8 @@ impl Sotw {
                     st.given = Some(Given::new(current, &st.subscription));
                     return None;
                 }
-                selected
+                let version = version_of(&st.subscription, current, &selected);
+                (selected, version)
             }
             Some(given) => {
                 // P8/P9/P10: other types carry only what is new to the client, changed, due
@@ -421,7 +422,7 @@ impl Sotw {
                     st.given = Some(Given::new(current, &st.subscription));
                     return None;
                 }
-                fresh
+                (fresh, version_of(&st.subscription, current, &selected))
             }
         };
 
