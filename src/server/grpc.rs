@@ -14,12 +14,13 @@ use std::task::{Context, Poll};
 use tokio::sync::watch;
 use tonic::body::Body;
 use tonic::codegen::{http, Body as HttpBody, BoxFuture, Service, StdError};
-use tonic::server::{NamedService, StreamingService};
-use tonic::{Request, Response, Status, Streaming};
+use tonic::server::NamedService;
+use tonic::{Status, Streaming};
 
+use super::body::ResponseBody;
 use super::status;
-use super::stream::{spawn, Machine, Responses, Shared};
-use super::{MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
+use super::stream::{spawn, Machine, Shared};
+use super::MAX_REQUEST_BYTES;
 use crate::cache::Cache;
 use crate::fleet::Fleet;
 use crate::protocol::{Delta, Sotw, Variant};
@@ -211,7 +212,9 @@ where
     }
 }
 
-/// Serve one streaming call with state machine `M`.
+/// Serve one streaming call with state machine `M`: requests decoded by tonic's `Streaming`,
+/// responses written by [`ResponseBody`]. This is what tonic's `Grpc::streaming` does with no
+/// compression enabled, except for the response buffers (see `server::body`).
 fn stream_method<M, B>(
     server: XdsServer,
     variant: Variant,
@@ -222,74 +225,81 @@ where
     B: HttpBody + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
-    let handler = Handler::<M> {
-        server,
-        variant,
-        machine: PhantomData,
+    let response = match refuse_compressed(request.headers()) {
+        Err(status) => status.into_http(),
+        Ok(()) => {
+            let conn = request
+                .extensions()
+                .get::<super::incoming::ConnInfo>()
+                .cloned()
+                .unwrap_or_default();
+            let requests = Streaming::new_request(
+                tonic_prost::ProstCodec::<M::Wire, M::Request>::raw_decoder(decode_buffer()),
+                request.into_body(),
+                None,
+                Some(MAX_REQUEST_BYTES),
+            );
+            let responses = spawn::<M>(variant, server.shared, requests, conn);
+            let mut response = http::Response::new(Body::new(ResponseBody::new(responses)));
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/grpc"),
+            );
+            response
+        }
     };
-    Box::pin(async move {
-        let codec = SmallBuffers::<M::Wire, M::Request>(PhantomData);
-        let mut grpc = tonic::server::Grpc::new(codec)
-            .apply_max_message_size_config(Some(MAX_REQUEST_BYTES), Some(MAX_RESPONSE_BYTES));
-        Ok(grpc.streaming(handler, request).await)
-    })
+    Box::pin(async move { Ok(response) })
 }
 
-/// How large each stream's encode and decode buffers start (tonic's default is 8 KiB each).
-/// They grow to the largest message a stream carries; most xDS requests and many responses
-/// are far smaller, and a fleet holds 10,000s of idle streams.
-const CODEC_BUFFER: usize = 1024;
-
-/// The prost codec with [`CODEC_BUFFER`]-sized buffers.
-struct SmallBuffers<T, U>(PhantomData<fn() -> (T, U)>);
-
-impl<T, U> tonic::codec::Codec for SmallBuffers<T, U>
-where
-    T: prost::Message + Send + 'static,
-    U: prost::Message + Default + Send + 'static,
-{
-    type Encode = T;
-    type Decode = U;
-    type Encoder = tonic_prost::ProstEncoder<T>;
-    type Decoder = tonic_prost::ProstDecoder<U>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstCodec::<T, U>::raw_encoder(settings())
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        tonic_prost::ProstCodec::<T, U>::raw_decoder(settings())
+/// Requests must not be compressed: no compression is enabled, so a `grpc-encoding` other
+/// than `identity` is refused with `UNIMPLEMENTED`, naming the one encoding accepted, as tonic
+/// refuses it.
+fn refuse_compressed(headers: &http::HeaderMap) -> Result<(), Status> {
+    match headers.get("grpc-encoding") {
+        None => Ok(()),
+        Some(v) if v.as_bytes() == b"identity" => Ok(()),
+        Some(v) => {
+            let mut status = Status::unimplemented(format!(
+                "Content is compressed with `{}` which isn't supported",
+                String::from_utf8_lossy(v.as_bytes())
+            ));
+            status.metadata_mut().insert(
+                "grpc-accept-encoding",
+                tonic::metadata::MetadataValue::from_static("identity"),
+            );
+            Err(status)
+        }
     }
 }
 
-fn settings() -> tonic::codec::BufferSettings {
-    // The yield threshold stays tonic's default (32 KiB).
-    tonic::codec::BufferSettings::new(CODEC_BUFFER, 32 * 1024)
+/// How large each stream's decode buffer starts (tonic's default is 8 KiB). It grows to the
+/// largest request the stream carries; most xDS requests are far smaller, and a fleet holds
+/// 10,000s of idle streams.
+fn decode_buffer() -> tonic::codec::BufferSettings {
+    // The yield threshold is for encoding, which tonic does not do here.
+    tonic::codec::BufferSettings::new(1024, 32 * 1024)
 }
 
-struct Handler<M> {
-    server: XdsServer,
-    variant: Variant,
-    machine: PhantomData<fn() -> M>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl<M: Machine> StreamingService<M::Request> for Handler<M> {
-    type Response = M::Wire;
-    type ResponseStream = Responses<M::Wire>;
-    type Future = BoxFuture<Response<Responses<M::Wire>>, Status>;
-
-    fn call(&mut self, request: Request<Streaming<M::Request>>) -> Self::Future {
-        let conn = request
-            .extensions()
-            .get::<super::incoming::ConnInfo>()
-            .cloned()
-            .unwrap_or_default();
-        let responses = spawn::<M>(
-            self.variant,
-            self.server.shared.clone(),
-            request.into_inner(),
-            conn,
+    #[test]
+    fn compressed_requests_are_refused_naming_the_encoding_accepted() {
+        let mut headers = http::HeaderMap::new();
+        assert!(refuse_compressed(&headers).is_ok());
+        headers.insert("grpc-encoding", http::HeaderValue::from_static("identity"));
+        assert!(refuse_compressed(&headers).is_ok());
+        headers.insert("grpc-encoding", http::HeaderValue::from_static("gzip"));
+        let refused = refuse_compressed(&headers).expect_err("gzip is not enabled");
+        assert_eq!(refused.code(), tonic::Code::Unimplemented);
+        assert!(refused.message().contains("`gzip`"), "{refused:?}");
+        assert_eq!(
+            refused
+                .metadata()
+                .get("grpc-accept-encoding")
+                .map(|v| v.to_str().ok()),
+            Some(Some("identity"))
         );
-        Box::pin(async move { Ok(Response::new(responses)) })
     }
 }

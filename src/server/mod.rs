@@ -10,6 +10,7 @@
 //!
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
+mod body;
 mod connection;
 mod csds;
 

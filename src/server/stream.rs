@@ -1,21 +1,21 @@
 //! One task per xDS stream (SotW or delta): requests, cache generations and heartbeat
 //! timers in; responses out. The same loop drives both state machines through [`Machine`].
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream as AsyncStream;
 use tonic::{Status, Streaming};
 
+use super::body::{self, Outgoing};
 use super::incoming::ConnInfo;
 use super::peers::{PeerHandle, Peers};
 use super::status;
 use super::tls::IdentityPolicy;
 use super::wire::{WireDeltaResponse, WireResponse};
+use super::MAX_RESPONSE_BYTES;
 use crate::cache::{Cache, Generation};
 use crate::fleet::{Fleet, StreamHandle, StreamReport};
 use crate::metrics::{observe, PlanLabels, StreamLabels, StreamMetrics, TypeLabels};
@@ -28,8 +28,8 @@ use crate::resource::ResourceType;
 /// Responses buffered per stream before the task waits for the client to read.
 const RESPONSE_BUFFER: usize = 16;
 
-/// The response stream of a stream method.
-pub type Responses<W> = Pin<Box<dyn AsyncStream<Item = Result<W, Status>> + Send>>;
+/// The response stream of a stream method: what its task wrote, for `body::ResponseBody`.
+pub type Responses = ReceiverStream<Outgoing>;
 
 /// A flavor of the protocol (SotW or delta) as the stream task writes it out: its wire type.
 pub trait Machine: Flavor<Request: prost::Message + Default> {
@@ -106,10 +106,10 @@ pub fn spawn<M: Machine>(
     shared: Shared,
     requests: Streaming<M::Request>,
     conn: ConnInfo,
-) -> Responses<M::Wire> {
+) -> Responses {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
     tokio::spawn(run::<M>(variant, shared, requests, conn, tx));
-    Box::pin(ReceiverStream::new(rx))
+    ReceiverStream::new(rx)
 }
 
 async fn run<M: Machine>(
@@ -117,7 +117,7 @@ async fn run<M: Machine>(
     shared: Shared,
     mut requests: Streaming<M::Request>,
     conn: ConnInfo,
-    tx: mpsc::Sender<Result<M::Wire, Status>>,
+    tx: mpsc::Sender<Outgoing>,
 ) {
     let peer = conn.remote;
     let mut conn_closing = conn.closing.clone();
@@ -164,7 +164,7 @@ async fn run<M: Machine>(
                         if e.is_limit() {
                             metrics.limit_reached("names_per_stream");
                         }
-                        let _ = tx.send(Err(status::from_protocol(&e))).await;
+                        let _ = tx.send(Outgoing::end(status::from_protocol(&e))).await;
                         break format!("protocol error: {e}");
                     }
                     if node_id.is_none() {
@@ -174,7 +174,7 @@ async fn run<M: Machine>(
                                 Err(why) => {
                                     metrics.identity_mismatches.inc();
                                     tracing::warn!(node = %node.id, peer = %peer_text, reason = %why, "Refused a stream: its client certificate is not bound to the node it claims.");
-                                    let _ = tx.send(Err(Status::permission_denied(format!(
+                                    let _ = tx.send(Outgoing::end(Status::permission_denied(format!(
                                         "node {:?}: {why}", node.id
                                     )))).await;
                                     break format!("identity mismatch: {why}");
@@ -212,7 +212,7 @@ async fn run<M: Machine>(
                 // why, if it is still there, and end this stream only.
                 Err(status) => {
                     let reason = format!("bad request: {}", status.message());
-                    let _ = tx.send(Err(status)).await;
+                    let _ = tx.send(Outgoing::end(status)).await;
                     break reason;
                 }
             },
@@ -236,7 +236,7 @@ async fn run<M: Machine>(
             _ = tokio::time::sleep_until(first_request_by), if node_id.is_none() => {
                 metrics.limit_reached("first_request_timeout");
                 let waited = limits.first_request_timeout;
-                let _ = tx.send(Err(Status::deadline_exceeded(format!(
+                let _ = tx.send(Outgoing::end(Status::deadline_exceeded(format!(
                     "no request with a node within {waited:?} of opening the stream (--first-request-timeout)"
                 )))).await;
                 break format!("no first request within {waited:?}");
@@ -248,7 +248,7 @@ async fn run<M: Machine>(
             // The connection reached --max-connection-age: the client reconnects (perhaps to
             // another replica) and presents what it holds.
             _ = connection_closing(&mut conn_closing) => {
-                let _ = tx.try_send(Err(Status::unavailable(
+                let _ = tx.try_send(Outgoing::end(Status::unavailable(
                     "the connection reached its maximum age (--max-connection-age); reconnect",
                 )));
                 break "the connection reached --max-connection-age".into();
@@ -266,10 +266,20 @@ async fn run<M: Machine>(
             .map(|r| M::wire(r, &control_plane, secrets))
         {
             tracing::debug!(node, r#type = %kind, version, resources, protocol, "Sending response.");
-            let bytes = prost::Message::encoded_len(&wire);
+            // Framed here, once, into a buffer of its size: the body only passes it on.
+            let framed = match body::frame(&wire, MAX_RESPONSE_BYTES) {
+                Ok(framed) => framed,
+                Err(status) => {
+                    tracing::error!(node, r#type = %kind, version, resources, protocol, error = %status.message(), "A response is too large to send; ending the stream.");
+                    let _ = tx.send(Outgoing::end(status)).await;
+                    gone = Some("a response too large to send");
+                    break;
+                }
+            };
+            let bytes = framed.len() - body::PREFIX;
             // A client that does not read blocks this send; shutdown must not wait for it.
             let sent = tokio::select! {
-                sent = tx.send(Ok(wire)) => sent.is_ok(),
+                sent = tx.send(Outgoing::Message(framed)) => sent.is_ok(),
                 _ = stop.changed() => {
                     gone = Some("server shutting down");
                     break;
