@@ -1,7 +1,8 @@
 //! What a client subscribes to, for one type on one stream: names and the wildcard.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::cache::TypeSnapshot;
 use crate::resource::Resource;
@@ -42,7 +43,7 @@ impl Subscription {
         let same = named.len() == self.names.len()
             && named.iter().zip(self.names.iter()).all(|(a, b)| *a == b);
         if !same {
-            self.names = Arc::new(named.into_iter().map(str::to_string).collect());
+            self.names = NameSets::global().share(&named);
         }
     }
 
@@ -142,6 +143,58 @@ impl Subscription {
     }
 }
 
+/// The name sets of State-of-the-World subscriptions, shared between the streams that
+/// subscribe to the same names: a fleet's proxies of one kind ask for the same endpoints and
+/// routes, so 10,000 streams keep one copy of each set instead of 10,000. A set lives as
+/// long as a stream holds it (the table keeps only weak references).
+///
+/// Not for delta subscriptions: they change by increments, which would copy a shared set
+/// on every change.
+#[derive(Debug, Default)]
+struct NameSets {
+    /// By a hash of the names (seeded per process, so that clients cannot aim collisions).
+    sets: HashMap<u64, Vec<Weak<BTreeSet<String>>>>,
+    hasher: RandomState,
+    /// Entries (live or dead) past which the table is swept of dead ones.
+    sweep_at: usize,
+}
+
+/// Below this many entries the table is never swept.
+const MIN_SWEEP: usize = 1024;
+
+impl NameSets {
+    fn global() -> MutexGuard<'static, NameSets> {
+        static SETS: OnceLock<Mutex<NameSets>> = OnceLock::new();
+        SETS.get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The shared set of `names` (sorted, without duplicates).
+    fn share(&mut self, names: &[&str]) -> Arc<BTreeSet<String>> {
+        let key = self.hasher.hash_one(names);
+        let same = |set: &BTreeSet<String>| {
+            set.len() == names.len() && set.iter().zip(names).all(|(a, b)| a == b)
+        };
+        let entry = self.sets.entry(key).or_default();
+        entry.retain(|w| w.strong_count() > 0);
+        if let Some(found) = entry.iter().filter_map(Weak::upgrade).find(|set| same(set)) {
+            return found;
+        }
+        let set = Arc::new(names.iter().map(|n| n.to_string()).collect());
+        entry.push(Arc::downgrade(&set));
+        let entries = self.sets.len();
+        if entries > self.sweep_at.max(MIN_SWEEP) {
+            self.sets.retain(|_, sets| {
+                sets.retain(|w| w.strong_count() > 0);
+                !sets.is_empty()
+            });
+            self.sweep_at = 2 * self.sets.len();
+        }
+        set
+    }
+}
+
 /// What one delta request changed in a subscription.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeltaChange {
@@ -177,6 +230,45 @@ mod tests {
         s.apply_sotw(&[]);
         assert!(!s.is_wildcard(), "[] after a name is nothing, not wildcard");
         assert!(s.names().is_empty());
+    }
+
+    #[test]
+    fn sotw_streams_asking_for_the_same_names_share_one_set() {
+        let mut a = Subscription::default();
+        let mut b = Subscription::default();
+        a.apply_sotw(&names(&["shared-x", "shared-y"]));
+        b.apply_sotw(&names(&["shared-y", "*", "shared-x", "shared-y"]));
+        assert!(Arc::ptr_eq(&a.names, &b.names), "same names, one set");
+        b.apply_sotw(&names(&["shared-y"]));
+        assert!(!Arc::ptr_eq(&a.names, &b.names));
+        assert_eq!(
+            a.names().iter().collect::<Vec<_>>(),
+            ["shared-x", "shared-y"]
+        );
+        assert_eq!(b.names().iter().collect::<Vec<_>>(), ["shared-y"]);
+        // Once no stream holds a set, it is gone: a new one is built.
+        let weak = Arc::downgrade(&a.names);
+        drop(a);
+        assert!(weak.upgrade().is_none());
+        let mut c = Subscription::default();
+        c.apply_sotw(&names(&["shared-x", "shared-y"]));
+        assert_eq!(c.names().len(), 2);
+    }
+
+    #[test]
+    fn the_shared_name_table_is_swept_of_sets_no_stream_holds() {
+        let mut sets = NameSets::default();
+        let kept = sets.share(&["kept"]);
+        for i in 0..(3 * MIN_SWEEP) {
+            let name = format!("gone-{i}");
+            drop(sets.share(&[name.as_str()]));
+        }
+        assert!(
+            sets.sets.len() <= MIN_SWEEP + 1,
+            "{} entries",
+            sets.sets.len()
+        );
+        assert!(Arc::ptr_eq(&kept, &sets.share(&["kept"])));
     }
 
     #[test]
