@@ -15,8 +15,10 @@
 //!    endpoints-only change (no plan: the same one response) and a route cut-over that
 //!    removes a cluster (a plan, computed once per node group).
 //!
-//! Each timing is the median of 5 runs. Bounded: N and S are fixed below; it runs in well
-//! under a minute on the 2-core machine. Results and method: docs/benchmarks.md.
+//! Each timing is the median of 5 runs. Bounded: N, S and D are 10,000, 1,000 and 200 unless
+//! `FLEET_CLUSTERS`, `FLEET_STREAMS` and `FLEET_DELTA_STREAMS` say otherwise; with those it
+//! runs in well under a minute on the 2-core machine. Results and method:
+//! docs/benchmarks.md.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,14 +32,26 @@ use switchyard::protocol::{DeltaStream, Ordering, SotwStream, Variant};
 use switchyard::resource::ResourceType;
 use switchyard::server::{WireDeltaResponse, WireResponse};
 
-const CLUSTERS: usize = 10_000;
-const STREAMS: usize = 1_000;
-/// Delta streams hold what their client has, name -> version (~1.4 MiB each at 20,000
-/// resources): fewer of them.
-const DELTA_STREAMS: usize = 200;
+/// A size from the environment (`FLEET_CLUSTERS`, `FLEET_STREAMS`, `FLEET_DELTA_STREAMS`), or
+/// its default: 10,000 clusters, 1,000 SotW streams, 200 delta streams (which hold what their
+/// client has, name -> version: ~1.4 MiB each at 20,000 resources). The clusters are a
+/// multiple of 1,000 (one file each).
+fn size(var: &str, default: usize) -> usize {
+    match std::env::var(var) {
+        Ok(v) => match v.parse() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("{var}={v:?}: not a positive number"),
+        },
+        Err(_) => default,
+    }
+}
+
+fn clusters() -> usize {
+    let n = size("FLEET_CLUSTERS", 10_000);
+    assert!(n % 1000 == 0, "FLEET_CLUSTERS={n}: not a multiple of 1,000");
+    n
+}
 const RUNS: usize = 5;
-/// Streams per side in the ordering comparison.
-const PLAN_STREAMS: usize = 200;
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -70,7 +84,7 @@ fn write_mesh(
     port: impl Fn(usize) -> u16,
     has: impl Fn(usize) -> bool,
 ) {
-    for file in 0..CLUSTERS / 1000 {
+    for file in 0..clusters() / 1000 {
         let mut text = String::from("clusters:\n");
         for i in (file * 1000..(file + 1) * 1000).filter(|i| has(*i)) {
             text.push_str(&format!(
@@ -119,6 +133,11 @@ fn request(
 }
 
 fn main() {
+    let clusters = clusters();
+    let sotw_streams = size("FLEET_STREAMS", 1_000);
+    let delta_streams = size("FLEET_DELTA_STREAMS", 200);
+    // Streams per side in the ordering comparison.
+    let plan_streams = delta_streams;
     let dir = tempfile::tempdir().expect("tmp");
     write_files(dir.path(), |_| "1s");
     let paths = vec![dir.path().to_path_buf()];
@@ -130,12 +149,12 @@ fn main() {
             .map(|_| {
                 let t = Instant::now();
                 let c = config::load(&paths, &options).expect("loads");
-                assert_eq!(c.resource_count(), 2 * CLUSTERS);
+                assert_eq!(c.resource_count(), 2 * clusters);
                 t.elapsed()
             })
             .collect(),
     );
-    println!("load {CLUSTERS} clusters + {CLUSTERS} endpoints: {load:?}");
+    println!("load {clusters} clusters + {clusters} endpoints: {load:?}");
 
     // 2. Snapshot build and lookup.
     let cache = Cache::new();
@@ -147,7 +166,7 @@ fn main() {
                 let t = Instant::now();
                 let s = g.snapshot_for("bench", "");
                 let took = t.elapsed();
-                assert_eq!(s.get(ResourceType::Cluster).resources.len(), CLUSTERS);
+                assert_eq!(s.get(ResourceType::Cluster).resources.len(), clusters);
                 took
             })
             .collect(),
@@ -167,12 +186,12 @@ fn main() {
     let control_plane: Arc<str> = "bench".into();
     let rss_before = rss_kib();
     let live_before = live_kib();
-    let mut streams: Vec<SotwStream> = Vec::with_capacity(STREAMS);
-    let names: Vec<String> = (0..CLUSTERS).map(|i| format!("c{i}")).collect();
+    let mut streams: Vec<SotwStream> = Vec::with_capacity(sotw_streams);
+    let names: Vec<String> = (0..clusters).map(|i| format!("c{i}")).collect();
     let t = Instant::now();
     let mut bytes = 0usize;
-    for _ in 0..STREAMS {
-        let mut s = SotwStream::new(Variant::Aggregated);
+    for _ in 0..sotw_streams {
+        let mut s = SotwStream::new(Variant::Aggregated).with_name_limit(2 * clusters);
         s.handle_request(request(ResourceType::Cluster, &[], "", "", true))
             .expect("ok");
         s.handle_snapshot(Arc::clone(&snapshot));
@@ -199,14 +218,14 @@ fn main() {
         .expect("ack");
         streams.push(s);
     }
-    let per_stream = t.elapsed() / STREAMS as u32;
+    let per_stream = t.elapsed() / sotw_streams as u32;
     let rss_after = rss_kib();
     println!(
-        "{STREAMS} streams, each sent CDS + EDS of {CLUSTERS}: {per_stream:?} per stream ({} MiB of CDS responses on the wire in all); RSS {} MiB -> {} MiB; {} KiB live heap per stream of state",
+        "{sotw_streams} streams, each sent CDS + EDS of {clusters}: {per_stream:?} per stream ({} MiB of CDS responses on the wire in all); RSS {} MiB -> {} MiB; {} KiB live heap per stream of state",
         bytes / (1024 * 1024),
         rss_before / 1024,
         rss_after / 1024,
-        live_kib().saturating_sub(live_before) / STREAMS
+        live_kib().saturating_sub(live_before) / sotw_streams
     );
 
     // 4. One cluster changes.
@@ -217,7 +236,7 @@ fn main() {
     for s in &mut streams {
         s.handle_snapshot(Arc::clone(&changed));
         let cds = s.poll_response(Instant::now()).expect("cds");
-        assert_eq!(cds.resources.len(), CLUSTERS, "SotW CDS is the full set");
+        assert_eq!(cds.resources.len(), clusters, "SotW CDS is the full set");
         let eds = s
             .poll_response(Instant::now())
             .expect("eds re-sent for warming (P28)");
@@ -232,7 +251,7 @@ fn main() {
     }
     println!(
         "one cluster changed: {:?} per stream to decide, build and encode CDS + EDS",
-        t.elapsed() / STREAMS as u32
+        t.elapsed() / sotw_streams as u32
     );
     drop(streams);
 
@@ -249,27 +268,32 @@ fn main() {
             ..Default::default()
         };
     let live_before = live_kib();
-    let mut deltas: Vec<DeltaStream> = Vec::with_capacity(DELTA_STREAMS);
+    let mut deltas: Vec<DeltaStream> = Vec::with_capacity(delta_streams);
     let t = Instant::now();
-    for _ in 0..DELTA_STREAMS {
-        let mut s = DeltaStream::new(Variant::Aggregated);
+    for _ in 0..delta_streams {
+        let mut s = DeltaStream::new(Variant::Aggregated).with_name_limit(2 * clusters);
         s.handle_request(delta_request(ResourceType::Cluster, &[], "", true))
             .expect("ok");
         s.handle_request(delta_request(ResourceType::Endpoint, &names, "", false))
             .expect("ok");
         s.handle_snapshot(Arc::clone(&changed));
         while let Some(r) = s.poll_response(Instant::now()) {
-            assert_eq!(r.resources.len(), CLUSTERS);
+            assert_eq!(r.resources.len(), clusters);
             s.handle_request(delta_request(r.kind, &[], &r.nonce, false))
                 .expect("ack");
         }
         deltas.push(s);
     }
-    let per_stream = t.elapsed() / DELTA_STREAMS as u32;
+    let per_stream = t.elapsed() / delta_streams as u32;
     let live_after = live_kib();
     write_files(dir.path(), |_| "1s");
     cache.publish(config::load(&paths, &options).expect("loads"));
     let back = cache.current().snapshot_for("bench", "");
+    // The names changed are computed once per node group, by whichever stream comes first:
+    // timed apart, so that the per-stream figure is what each stream adds.
+    let t = Instant::now();
+    warm(&changed, &back);
+    let diff_once = t.elapsed();
     let t = Instant::now();
     for s in &mut deltas {
         s.handle_snapshot(Arc::clone(&back));
@@ -288,18 +312,19 @@ fn main() {
         assert_eq!(sent, 2, "CDS, then EDS for warming (P28)");
     }
     println!(
-        "{DELTA_STREAMS} delta streams, each sent CDS + EDS of {CLUSTERS}: {per_stream:?} per stream; {} KiB live heap per stream of state; one cluster changed: {:?} per stream to decide, build and encode CDS (1) + EDS (1)",
-        live_after.saturating_sub(live_before) / DELTA_STREAMS,
-        t.elapsed() / DELTA_STREAMS as u32
+        "{delta_streams} delta streams, each sent CDS + EDS of {clusters}: {per_stream:?} per stream; {} KiB live heap per stream of state; one cluster changed: the names changed computed once per node group in {diff_once:?}, then {:?} per stream to decide, build and encode CDS (1) + EDS (1)",
+        live_after.saturating_sub(live_before) / delta_streams,
+        t.elapsed() / delta_streams as u32
     );
     drop(deltas);
 
     // 6. Make-before-break: what ordering costs. The same streams with ordering on (the
     // default) and off, on the same changes.
     let streams_on = |ordering: Ordering| -> Vec<DeltaStream> {
-        (0..PLAN_STREAMS)
+        (0..plan_streams)
             .map(|_| {
-                let mut s = DeltaStream::with_ordering(Variant::Aggregated, ordering);
+                let mut s = DeltaStream::with_ordering(Variant::Aggregated, ordering)
+                    .with_name_limit(2 * clusters);
                 s.handle_request(delta_request(ResourceType::Cluster, &[], "", true))
                     .expect("ok");
                 s.handle_request(delta_request(ResourceType::Endpoint, &names, "", false))
@@ -349,7 +374,7 @@ fn main() {
     let (n_on, t_on) = apply(&mut on, &endpoints_only);
     assert_eq!((n_on, n_off), (1, 1), "one EDS response either way");
     println!(
-        "endpoints-only change, {PLAN_STREAMS} delta streams: ordering on {t_on:?} per stream, off {t_off:?} per stream; {n_on} response each"
+        "endpoints-only change, {plan_streams} delta streams: ordering on {t_on:?} per stream, off {t_off:?} per stream; {n_on} response each"
     );
     // 6b. A cut-over that crosses types: a route from c0 to c1, c0 removed.
     let route = |to: &str| {
@@ -388,6 +413,6 @@ fn main() {
     let (n_off, t_off) = apply(&mut off, &cut_over);
     let (n_on, t_on) = apply(&mut on, &cut_over);
     println!(
-        "route cut-over with a cluster removed, {CLUSTERS} clusters: the plan computed once per node group in {plan_once:?}; {PLAN_STREAMS} delta streams: ordering on {t_on:?} and {n_on} responses per stream, off {t_off:?} and {n_off} responses per stream"
+        "route cut-over with a cluster removed, {clusters} clusters: the plan computed once per node group in {plan_once:?}; {plan_streams} delta streams: ordering on {t_on:?} and {n_on} responses per stream, off {t_off:?} and {n_off} responses per stream"
     );
 }
