@@ -85,24 +85,35 @@ fn write_mesh(
     has: impl Fn(usize) -> bool,
 ) {
     for file in 0..clusters() / 1000 {
-        let mut text = String::from("clusters:\n");
-        for i in (file * 1000..(file + 1) * 1000).filter(|i| has(*i)) {
-            text.push_str(&format!(
-                "  - name: c{i}\n    connect_timeout: {}\n    type: EDS\n    eds_cluster_config: {{ eds_config: {{ ads: {{}} }} }}\n",
-                timeout(i)
-            ));
-        }
-        text.push_str("endpoints:\n");
-        for i in (file * 1000..(file + 1) * 1000).filter(|i| has(*i)) {
-            text.push_str(&format!(
-                "  - cluster_name: c{i}\n    endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 10.0.{}.{}, port_value: {} }} }} }} }}] }}]\n",
-                (i / 250) % 256,
-                i % 250,
-                port(i)
-            ));
-        }
-        std::fs::write(dir.join(format!("f{file:02}.yaml")), text).expect("write");
+        write_file(dir, file, &timeout, &port, &has);
     }
+}
+
+/// File `file` of the bench's files (clusters `c{1000 file}` to `c{1000 file + 999}`).
+fn write_file(
+    dir: &std::path::Path,
+    file: usize,
+    timeout: impl Fn(usize) -> &'static str,
+    port: impl Fn(usize) -> u16,
+    has: impl Fn(usize) -> bool,
+) {
+    let mut text = String::from("clusters:\n");
+    for i in (file * 1000..(file + 1) * 1000).filter(|i| has(*i)) {
+        text.push_str(&format!(
+            "  - name: c{i}\n    connect_timeout: {}\n    type: EDS\n    eds_cluster_config: {{ eds_config: {{ ads: {{}} }} }}\n",
+            timeout(i)
+        ));
+    }
+    text.push_str("endpoints:\n");
+    for i in (file * 1000..(file + 1) * 1000).filter(|i| has(*i)) {
+        text.push_str(&format!(
+            "  - cluster_name: c{i}\n    endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 10.0.{}.{}, port_value: {} }} }} }} }}] }}]\n",
+            (i / 250) % 256,
+            i % 250,
+            port(i)
+        ));
+    }
+    std::fs::write(dir.join(format!("f{file:02}.yaml")), text).expect("write");
 }
 
 /// Compute (and memoize) the names changed between two snapshots, every type.
@@ -255,7 +266,12 @@ fn main() {
     );
     drop(streams);
 
-    // 5. Delta streams, then one cluster changes (back to 1s everywhere).
+    // 5. Delta streams, then one cluster changes (back to 1s everywhere), loaded as the
+    // server loads: by a `Loader`, which parses only the file that changed and keeps the
+    // other files' resources (the same `Arc`s).
+    let mut loader = config::Loader::default();
+    cache.publish(loader.load(&paths, &options).expect("loads"));
+    let changed = cache.current().snapshot_for("bench", "");
     let delta_request =
         |kind: ResourceType, subscribe: &[String], nonce: &str, node: bool| DeltaDiscoveryRequest {
             node: node.then(|| Node {
@@ -286,8 +302,8 @@ fn main() {
     }
     let per_stream = t.elapsed() / delta_streams as u32;
     let live_after = live_kib();
-    write_files(dir.path(), |_| "1s");
-    cache.publish(config::load(&paths, &options).expect("loads"));
+    write_file(dir.path(), 0, |_| "1s", |_| 8080, |_| true);
+    cache.publish(loader.load(&paths, &options).expect("loads"));
     let back = cache.current().snapshot_for("bench", "");
     // The names changed are computed once per node group, by whichever stream comes first:
     // timed apart, so that the per-stream figure is what each stream adds.

@@ -84,6 +84,12 @@ impl TypeSnapshot {
         let mut changed = Vec::new();
         let mut old = older.resources.iter().peekable();
         for (name, r) in &self.resources {
+            // A resource no file change touched is the same `Arc` in both (keyed by its name):
+            // a pointer compare instead of string compares, for most of a large type.
+            if let Some((same, _)) = old.next_if(|(_, o)| Arc::ptr_eq(o, r)) {
+                debug_assert_eq!(same, name, "keyed by name");
+                continue;
+            }
             while let Some((gone, _)) = old.next_if(|(o, _)| *o < name) {
                 changed.push(gone.clone());
             }
