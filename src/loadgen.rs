@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
@@ -515,10 +515,15 @@ struct Tally {
     /// Set when the trigger starts.
     trigger_at: Mutex<Option<Instant>>,
     last_response: Mutex<Option<Instant>>,
-    stop: AtomicBool,
+    /// Set (to true) when the run stops; every proxy waits on it without a timer.
+    stop: watch::Sender<bool>,
 }
 
 impl Tally {
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
     fn count(&self, kind: &str, bytes: usize) -> Option<Instant> {
         let now = Instant::now();
         self.responses.fetch_add(1, Ordering::Relaxed);
@@ -576,7 +581,7 @@ async fn run_proxy(index: u32, args: Arc<LoadgenArgs>, tally: Arc<Tally>) -> Pro
     let mut run = ProxyRun::default();
     let started = Instant::now();
     let mut backoff = Duration::from_millis(100);
-    while !tally.stop.load(Ordering::Relaxed) {
+    while !tally.stopped() {
         let connecting = Instant::now();
         let endpoint =
             match tonic::transport::Endpoint::from_shared(format!("http://{}", args.xds_addr)) {
@@ -606,7 +611,7 @@ async fn run_proxy(index: u32, args: Arc<LoadgenArgs>, tally: Arc<Tally>) -> Pro
                 ads_stream::<DeltaAds>(&mut client, &mut proxy, &tally, &mut run, started).await
             }
         };
-        if ended && !tally.stop.load(Ordering::Relaxed) {
+        if ended && !tally.stopped() {
             tally.reconnects.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -730,10 +735,11 @@ async fn ads_stream<A: Ads>(
     };
     reopened(tally, run);
     let mut responses = response.into_inner();
+    let mut stop = tally.stop.subscribe();
     loop {
         let message = tokio::select! {
             m = responses.message() => m,
-            _ = stopped(tally) => return false,
+            _ = stop.wait_for(|stopped| *stopped) => return false,
         };
         match message {
             Ok(Some(response)) => {
@@ -743,13 +749,6 @@ async fn ads_stream<A: Ads>(
             }
             _ => return true,
         }
-    }
-}
-
-/// Resolves once the run stops.
-async fn stopped(tally: &Tally) {
-    while !tally.stop.load(Ordering::Relaxed) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -876,7 +875,7 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
         eprintln!();
     }
     let at_end = args.server_pid.and_then(process_usage);
-    tally.stop.store(true, Ordering::Relaxed);
+    tally.stop.send_replace(true);
     let mut runs = Vec::new();
     for p in proxies {
         if let Ok(run) = p.await {
