@@ -6,7 +6,8 @@
 //! ([`Limits`]), one task per stream that feeds requests, cache
 //! generations, sibling streams' references (`peers`) and timers into a
 //! [`crate::protocol::SotwStream`] or [`crate::protocol::DeltaStream`] and writes out what it
-//! returns (with or without secrets), graceful shutdown.
+//! returns (with or without secrets; each response framed into a buffer of its size, in
+//! `body`), graceful shutdown.
 //!
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
