@@ -48,7 +48,10 @@ fn size(var: &str, default: usize) -> usize {
 
 fn clusters() -> usize {
     let n = size("FLEET_CLUSTERS", 10_000);
-    assert!(n % 1000 == 0, "FLEET_CLUSTERS={n}: not a multiple of 1,000");
+    assert!(
+        n.is_multiple_of(1000),
+        "FLEET_CLUSTERS={n}: not a multiple of 1,000"
+    );
     n
 }
 const RUNS: usize = 5;

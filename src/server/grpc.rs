@@ -2,9 +2,10 @@
 //!
 //! Not the generated `*Server` wrappers: those fix the response type to the prost
 //! `DiscoveryResponse`, which would mean copying every resource into a fresh `Any` per client.
-//! Here the SotW methods answer with [`WireResponse`](super::WireResponse) and the Delta methods with
-//! [`WireDeltaResponse`](super::WireDeltaResponse), written from bytes encoded once per snapshot, each framed into a
-//! buffer of its size (`server::body`) rather than into tonic's per-stream encode buffer.
+//! Here the SotW methods answer with [`WireResponse`](super::WireResponse) and the Delta
+//! methods with [`WireDeltaResponse`](super::WireDeltaResponse), written from bytes encoded
+//! once per snapshot, each framed into a buffer of its size (`server::body`) rather than
+//! into tonic's per-stream encode buffer.
 //! Paths, request decoding and limits are otherwise what the generated code does.
 
 use std::convert::Infallible;
