@@ -231,10 +231,16 @@ impl Proxy {
                     held.resources.clear();
                     held.refs.clear();
                 }
+                // Only CDS and LDS refer on; a name already held is not copied again.
+                let refers = kind == CDS || kind == LDS;
                 for any in &response.resources {
                     if let Some((name, refs)) = decode(kind, &any.value) {
-                        held.resources.insert(name.clone(), String::new());
-                        held.refs.insert(name, refs);
+                        if !held.resources.contains_key(&name) {
+                            held.resources.insert(name.clone(), String::new());
+                        }
+                        if refers {
+                            held.refs.insert(name, refs);
+                        }
                     }
                 }
             }
@@ -285,15 +291,24 @@ impl Proxy {
         }
         let held = self.held.entry(kind).or_default();
         held.answered = true;
+        // Only CDS and LDS refer on; a name already held is not copied again.
+        let refers = kind == CDS || kind == LDS;
         for r in &response.resources {
-            held.resources.insert(r.name.clone(), r.version.clone());
-            let refs = r
-                .resource
-                .as_ref()
-                .and_then(|any| decode(kind, &any.value))
-                .map(|(_, refs)| refs)
-                .unwrap_or_default();
-            held.refs.insert(r.name.clone(), refs);
+            match held.resources.get_mut(&r.name) {
+                Some(version) => version.clone_from(&r.version),
+                None => {
+                    held.resources.insert(r.name.clone(), r.version.clone());
+                }
+            }
+            if refers {
+                let refs = r
+                    .resource
+                    .as_ref()
+                    .and_then(|any| decode(kind, &any.value))
+                    .map(|(_, refs)| refs)
+                    .unwrap_or_default();
+                held.refs.insert(r.name.clone(), refs);
+            }
         }
         for name in &response.removed_resources {
             held.resources.remove(name);
