@@ -84,6 +84,35 @@ async fn p3_unknown_type_on_ads_ends_only_that_stream_with_invalid_argument() {
 }
 
 #[tokio::test]
+async fn a_compressed_request_stream_is_refused_naming_the_encoding_accepted() {
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    let server = standard_server().await;
+    let mut r = request(Cluster, &[], "", "");
+    r.node = Some(node("gzip", "edge"));
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(r).await.expect("queued");
+    let mut client = AggregatedDiscoveryServiceClient::new(server.channel().await)
+        .send_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let status = match client
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+    {
+        Err(status) => status,
+        Ok(response) => response
+            .into_inner()
+            .message()
+            .await
+            .expect_err("no compression is enabled"),
+    };
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+    assert!(status.message().contains("`gzip`"), "{status:?}");
+    // The server carries on for others.
+    let mut plain = server.ads("plain").await;
+    plain.subscribe(Cluster, &[]).await;
+    assert_eq!(names(&plain.recv_type(Cluster).await), ["backend"]);
+}
+
+#[tokio::test]
 async fn p1_first_request_without_node_is_rejected() {
     let server = standard_server().await;
     let mut c = server.ads("n1").await;

@@ -5,10 +5,11 @@
 //! of the largest batch it ever wrote (up to its 32 KiB yield threshold, more for one large
 //! message), for as long as the stream lives. An idle xDS stream lives for hours and its
 //! largest response is its first full config, so on a fleet that buffer was the largest part
-//! of an idle proxy's memory (see docs/benchmarks.md, "Memory per idle proxy"). Everything
-//! else is what tonic does for a server stream without compression: one DATA frame per
-//! message, then trailers with the status (`grpc-status: 0` at the end of the stream), and
-//! a message over the size limit ends the stream with `OUT_OF_RANGE` (see [`frame`]).
+//! of an idle proxy's memory (see docs/benchmarks.md, "Memory per idle proxy"). The rest is
+//! what tonic does for a server stream without compression: the messages as DATA (here one
+//! chunk each; tonic joins messages ready together), then trailers with the status
+//! (`grpc-status: 0` at the end of the stream); a message over the size limit ends the
+//! stream with `OUT_OF_RANGE` (see [`frame`]).
 //!
 //! Requests are still decoded by tonic (`Streaming`); see `grpc::stream_method`.
 
