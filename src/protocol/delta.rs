@@ -177,6 +177,15 @@ impl TypeState {
         }
     }
 
+    /// The client holds `resource` at the version it claimed on reconnecting (P23): keep it
+    /// as if sent, sharing the snapshot's resource instead of the claimed name and version
+    /// (a proxy back after a restart would otherwise keep a copy of every name it holds).
+    fn confirm(&mut self, resource: &Arc<Resource>) {
+        if let Some(Held::Claimed(_)) = self.held.get(resource.name.as_str()) {
+            self.held.replace(Held::Sent(Arc::clone(resource)));
+        }
+    }
+
     /// Record that the client now holds `resource`, remembering the former value for a NACK.
     fn hold(&mut self, resource: &Arc<Resource>, before: &mut Vec<Before>) {
         before.push(match self.held.replace(Held::Sent(Arc::clone(resource))) {
@@ -253,6 +262,17 @@ impl DeltaStream {
             .iter()
             .map(|h| (h.name(), h.version()))
             .collect()
+    }
+
+    /// How many resources of `kind` the stream knows of only by the client's claim (P23),
+    /// as copies of their names and versions.
+    #[cfg(test)]
+    pub(crate) fn claimed(&self, kind: ResourceType) -> usize {
+        self.flavor().types[kind.index()]
+            .held
+            .iter()
+            .filter(|h| matches!(h, Held::Claimed(_)))
+            .count()
     }
 }
 
@@ -449,6 +469,8 @@ impl Delta {
                         if st.held.get(name.as_str()).map(Held::version) != Some(r.version.as_str())
                         {
                             send.insert(&r.name, (r, false));
+                        } else {
+                            st.confirm(r);
                         }
                     }
                     Some(_) => {}
@@ -469,8 +491,11 @@ impl Delta {
             for r in current.resources.values() {
                 if st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str()) {
                     send.insert(&r.name, (r, false));
-                } else if ttl_ok {
-                    st.refresh_soon(r, now);
+                } else {
+                    st.confirm(r);
+                    if ttl_ok {
+                        st.refresh_soon(r, now);
+                    }
                 }
             }
         }
@@ -497,8 +522,11 @@ impl Delta {
                     || st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str())
                 {
                     send.insert(&r.name, (r, false));
-                } else if ttl_ok {
-                    st.refresh_soon(r, now);
+                } else {
+                    st.confirm(r);
+                    if ttl_ok {
+                        st.refresh_soon(r, now);
+                    }
                 }
             }
         }

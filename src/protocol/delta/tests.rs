@@ -440,6 +440,35 @@ fn p23_initial_resource_versions_are_not_sent_again() {
 }
 
 #[test]
+fn p23_a_claim_the_snapshot_matches_is_kept_as_its_shared_resource() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Cluster, "a", "1"), (Cluster, "b", "2")]));
+    let mut r = req(Cluster, &["*"], &[], "");
+    r.initial_resource_versions = HashMap::from([
+        ("a".to_string(), version(Cluster, "a", "1")),
+        ("b".to_string(), version(Cluster, "b", "1")),
+    ]);
+    s.handle_request(r).expect("ok");
+    assert_eq!(s.claimed(Cluster), 2);
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["b"]);
+    // a: held as claimed and unchanged, now the snapshot's own; b: sent.
+    assert_eq!(s.claimed(Cluster), 0);
+    assert_eq!(s.held(Cluster).len(), 2);
+    ack(&mut s, &r);
+
+    // By name, through the subscription's names.
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Endpoint, "x", "1")]));
+    let mut r = req(Endpoint, &["x"], &[], "");
+    r.initial_resource_versions = HashMap::from([("x".to_string(), version(Endpoint, "x", "1"))]);
+    s.handle_request(r).expect("ok");
+    none(&mut s);
+    assert_eq!(s.claimed(Endpoint), 0);
+    assert_eq!(s.held(Endpoint)["x"], version(Endpoint, "x", "1"));
+}
+
+#[test]
 fn p24_virtual_hosts_by_alias_and_by_route_config_namespace() {
     let vh = |name: &str, content: &str, aliases: &[&str]| {
         Arc::new(res(VirtualHost, name, content).with_aliases(strings(aliases)))
