@@ -1,22 +1,25 @@
-//! A stream method's response body: each message framed (gRPC's 5-byte prefix) by the stream
-//! task into a buffer of exactly its size, which is freed once HTTP/2 has written it.
+//! A stream method's bodies: requests read, and responses written, one message at a time,
+//! each in a buffer of exactly its size which is freed once the message is decoded or sent.
 //!
-//! Not tonic's `EncodeBody`: that encodes into one buffer per stream which keeps the capacity
-//! of the largest batch it ever wrote (up to its 32 KiB yield threshold, more for one large
-//! message), for as long as the stream lives. An idle xDS stream lives for hours and its
-//! largest response is its first full config, so on a fleet that buffer was the largest part
-//! of an idle proxy's memory (see docs/benchmarks.md, "Memory per idle proxy"). The rest is
-//! what tonic does for a server stream without compression: the messages as DATA (here one
-//! chunk each; tonic joins messages ready together), then trailers with the status
-//! (`grpc-status: 0` at the end of the stream); a message over the size limit ends the
-//! stream with `OUT_OF_RANGE` (see [`frame`]).
-//!
-//! Requests are still decoded by tonic (`Streaming`); see `grpc::stream_method`.
+//! Not tonic's `Streaming` and `EncodeBody`: each keeps one buffer per stream with the
+//! capacity of the largest message (or batch of messages) it ever carried, for as long as
+//! the stream lives. An idle xDS stream lives for hours; its largest response is its first
+//! full config, its largest request often its first (a delta proxy back from a restart lists
+//! every resource it holds; a delta EDS subscription at 100,000 clusters is 0.8 MiB of
+//! names). On a fleet those buffers were the largest part of an idle proxy's memory (see
+//! docs/benchmarks.md, "Memory per idle proxy"). The rest is what tonic does for a server
+//! stream without compression:
+//! - requests: a compressed message is refused (`INTERNAL`), one over the size limit ends
+//!   the stream with `OUT_OF_RANGE`, a cancelled request stream is the client going away;
+//! - responses: the messages as DATA (one chunk each; tonic joins messages ready together),
+//!   then trailers with the status (`grpc-status: 0` at the end of the stream); a message
+//!   over the size limit ends the stream with `OUT_OF_RANGE` (see [`frame`]).
 
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio_stream::Stream;
 use tonic::codegen::http;
@@ -24,6 +27,103 @@ use tonic::Status;
 
 /// gRPC's message prefix: a compressed flag and a 32-bit length.
 pub const PREFIX: usize = 5;
+
+/// The requests of one stream method, decoded from its request body.
+pub struct Requests<T> {
+    body: tonic::body::Body,
+    /// What has arrived of the next message (and perhaps the ones after it).
+    buf: BytesMut,
+    max_message: usize,
+    /// The body ended.
+    ended: bool,
+    message: PhantomData<fn() -> T>,
+}
+
+impl<T: prost::Message + Default> Requests<T> {
+    /// Messages longer than `max_message` bytes end the stream with `OUT_OF_RANGE`.
+    pub fn new(body: tonic::body::Body, max_message: usize) -> Requests<T> {
+        Requests {
+            body,
+            buf: BytesMut::new(),
+            max_message,
+            ended: false,
+            message: PhantomData,
+        }
+    }
+
+    /// The next request; `None` once the client has closed its side (or cancelled).
+    pub async fn message(&mut self) -> Result<Option<T>, Status> {
+        loop {
+            if let Some(message) = self.take()? {
+                return Ok(Some(message));
+            }
+            if self.ended {
+                return match self.buf.is_empty() {
+                    true => Ok(None),
+                    false => Err(Status::internal("Unexpected EOF decoding stream.")),
+                };
+            }
+            match std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await {
+                None => self.ended = true,
+                Some(Ok(frame)) => {
+                    // Trailers end nothing on a request; the end of the body does.
+                    if let Ok(data) = frame.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(status)) if status.code() == tonic::Code::Cancelled => {
+                    self.ended = true;
+                    self.buf.clear();
+                }
+                Some(Err(status)) => return Err(status),
+            }
+        }
+    }
+
+    /// A whole message off the front of the buffer, if one is there.
+    fn take(&mut self) -> Result<Option<T>, Status> {
+        let Some(&[flag, a, b, c, d]) = self.buf.get(..PREFIX) else {
+            return Ok(None);
+        };
+        match flag {
+            0 => {}
+            1 => {
+                return Err(Status::internal(
+                    "protocol error: received message with compressed-flag but no \
+                     grpc-encoding was specified",
+                ))
+            }
+            f => {
+                return Err(Status::internal(format!(
+                    "protocol error: received message with invalid compression flag: {f} \
+                     (valid flags are 0 and 1)"
+                )))
+            }
+        }
+        let len = u32::from_be_bytes([a, b, c, d]) as usize;
+        if len > self.max_message {
+            return Err(Status::out_of_range(format!(
+                "Error, decoded message length too large: found {len} bytes, the limit is: \
+                 {} bytes",
+                self.max_message
+            )));
+        }
+        if self.buf.len() < PREFIX + len {
+            // Room for the rest of it, once.
+            self.buf.reserve(PREFIX + len - self.buf.len());
+            return Ok(None);
+        }
+        let mut framed = self.buf.split_to(PREFIX + len);
+        framed.advance(PREFIX);
+        if self.buf.is_empty() {
+            // Nothing of a next message: let the buffer go with this one.
+            self.buf = BytesMut::new();
+        }
+        T::decode(framed.freeze())
+            .map(Some)
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+}
 
 /// What a stream task hands its response body: a framed message (see [`frame`]), or the
 /// status that ends the stream. Boxed, so that each slot of the channel between them is the
@@ -177,6 +277,81 @@ mod tests {
         let trailers = frames[1].trailers_ref().expect("trailers");
         assert_eq!(trailers["grpc-status"], "14");
         assert_eq!(trailers["grpc-message"], "going%20away");
+    }
+
+    /// A request body of these frames (or errors), in order.
+    struct Chunks(std::collections::VecDeque<Result<Frame<Bytes>, Status>>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = Status;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+            Poll::Ready(self.0.pop_front())
+        }
+    }
+
+    fn requests(chunks: Vec<Result<Frame<Bytes>, Status>>, max: usize) -> Requests<Any> {
+        Requests::new(tonic::body::Body::new(Chunks(chunks.into())), max)
+    }
+
+    fn data(bytes: &[u8]) -> Result<Frame<Bytes>, Status> {
+        Ok(Frame::data(Bytes::copy_from_slice(bytes)))
+    }
+
+    #[tokio::test]
+    async fn requests_are_read_across_chunks_and_several_to_a_chunk() {
+        let a = frame(&message("first"), 1024).expect("framed");
+        let b = frame(&message("second"), 1024).expect("framed");
+        let c = frame(&message(""), 1024).expect("framed");
+        let both = [&a[..], &b[..3]].concat();
+        let chunks = vec![
+            data(&both[..2]),
+            data(&both[2..]),
+            data(&[&b[3..], &c[..]].concat()),
+            Ok(Frame::trailers(http::HeaderMap::new())),
+        ];
+        let mut r = requests(chunks, 1024);
+        assert_eq!(r.message().await.expect("ok"), Some(message("first")));
+        assert_eq!(r.message().await.expect("ok"), Some(message("second")));
+        assert_eq!(r.message().await.expect("ok"), Some(message("")));
+        assert_eq!(r.message().await.expect("ok"), None, "the end of the body");
+        assert_eq!(r.buf.capacity(), 0, "no buffer kept between messages");
+    }
+
+    #[tokio::test]
+    async fn bad_request_streams_end_with_the_status_tonic_gives() {
+        let a = frame(&message("0123456789"), 1024).expect("framed");
+        let over = requests(vec![data(&a)], 8).message().await;
+        assert_eq!(over.expect_err("too long").code(), tonic::Code::OutOfRange);
+        let mut compressed = a.to_vec();
+        compressed[0] = 1;
+        let refused = requests(vec![data(&compressed)], 1024).message().await;
+        assert_eq!(
+            refused.expect_err("compressed").code(),
+            tonic::Code::Internal
+        );
+        let cut = requests(vec![data(&a[..7])], 1024).message().await;
+        assert_eq!(cut.expect_err("ends within").code(), tonic::Code::Internal);
+        let junk = requests(vec![data(&[0, 0, 0, 0, 2, 0xff, 0xff])], 1024)
+            .message()
+            .await;
+        assert_eq!(
+            junk.expect_err("not protobuf").code(),
+            tonic::Code::Internal
+        );
+        let reset = requests(vec![data(&a[..7]), Err(Status::unavailable("reset"))], 1024)
+            .message()
+            .await;
+        assert_eq!(reset.expect_err("broken").code(), tonic::Code::Unavailable);
+        // A client that goes away (cancelled) has ended its stream.
+        let gone = requests(vec![data(&a[..7]), Err(Status::cancelled("gone"))], 1024)
+            .message()
+            .await;
+        assert_eq!(gone.expect("the end"), None);
     }
 
     #[test]

@@ -4,9 +4,9 @@
 //! `DiscoveryResponse`, which would mean copying every resource into a fresh `Any` per client.
 //! Here the SotW methods answer with [`WireResponse`](super::WireResponse) and the Delta
 //! methods with [`WireDeltaResponse`](super::WireDeltaResponse), written from bytes encoded
-//! once per snapshot, each framed into a buffer of its size (`server::body`) rather than
-//! into tonic's per-stream encode buffer.
-//! Paths, request decoding and limits are otherwise what the generated code does.
+//! once per snapshot; requests and responses each go through a buffer of their size
+//! (`server::body`) rather than tonic's per-stream buffers. Paths and limits are otherwise
+//! what the generated code does.
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
@@ -15,11 +15,11 @@ use std::task::{Context, Poll};
 
 use tokio::sync::watch;
 use tonic::body::Body;
-use tonic::codegen::{http, Body as HttpBody, BoxFuture, Service, StdError};
+use tonic::codegen::{http, Body as HttpBody, BoxFuture, Bytes, Service, StdError};
 use tonic::server::NamedService;
-use tonic::{Status, Streaming};
+use tonic::Status;
 
-use super::body::ResponseBody;
+use super::body::{Requests, ResponseBody};
 use super::status;
 use super::stream::{spawn, Machine, Shared};
 use super::MAX_REQUEST_BYTES;
@@ -179,7 +179,7 @@ impl<S: Spec> NamedService for Grpc<S> {
 impl<S, B> Service<http::Request<B>> for Grpc<S>
 where
     S: Spec,
-    B: HttpBody + Send + 'static,
+    B: HttpBody<Data = Bytes> + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
     type Response = http::Response<Body>;
@@ -214,9 +214,9 @@ where
     }
 }
 
-/// Serve one streaming call with state machine `M`: requests decoded by tonic's `Streaming`,
-/// responses written by [`ResponseBody`]. This is what tonic's `Grpc::streaming` does with no
-/// compression enabled, except for the response buffers (see `server::body`).
+/// Serve one streaming call with state machine `M`: requests read by [`Requests`], responses
+/// written by [`ResponseBody`]. This is what tonic's `Grpc::streaming` does with no
+/// compression enabled, except for the buffers (see `server::body`).
 fn stream_method<M, B>(
     server: XdsServer,
     variant: Variant,
@@ -224,7 +224,7 @@ fn stream_method<M, B>(
 ) -> BoxFuture<http::Response<Body>, Infallible>
 where
     M: Machine,
-    B: HttpBody + Send + 'static,
+    B: HttpBody<Data = Bytes> + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
     let response = match refuse_compressed(request.headers()) {
@@ -235,12 +235,7 @@ where
                 .get::<super::incoming::ConnInfo>()
                 .cloned()
                 .unwrap_or_default();
-            let requests = Streaming::new_request(
-                tonic_prost::ProstCodec::<M::Wire, M::Request>::raw_decoder(decode_buffer()),
-                request.into_body(),
-                None,
-                Some(MAX_REQUEST_BYTES),
-            );
+            let requests = Requests::new(Body::new(request.into_body()), MAX_REQUEST_BYTES);
             let responses = spawn::<M>(variant, server.shared, requests, conn);
             let mut response = http::Response::new(Body::new(ResponseBody::new(responses)));
             response.headers_mut().insert(
@@ -272,14 +267,6 @@ fn refuse_compressed(headers: &http::HeaderMap) -> Result<(), Status> {
             Err(status)
         }
     }
-}
-
-/// How large each stream's decode buffer starts (tonic's default is 8 KiB). It grows to the
-/// largest request the stream carries; most xDS requests are far smaller, and a fleet holds
-/// 10,000s of idle streams.
-fn decode_buffer() -> tonic::codec::BufferSettings {
-    // The yield threshold is for encoding, which tonic does not do here.
-    tonic::codec::BufferSettings::new(1024, 32 * 1024)
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@ use std::time::Instant;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Status, Streaming};
+use tonic::Status;
 
-use super::body::{self, Outgoing};
+use super::body::{self, Outgoing, Requests};
 use super::incoming::ConnInfo;
 use super::peers::{PeerHandle, Peers};
 use super::status;
@@ -104,7 +104,7 @@ pub struct Shared {
 pub fn spawn<M: Machine>(
     variant: Variant,
     shared: Shared,
-    requests: Streaming<M::Request>,
+    requests: Requests<M::Request>,
     conn: ConnInfo,
 ) -> Responses {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
@@ -115,7 +115,7 @@ pub fn spawn<M: Machine>(
 async fn run<M: Machine>(
     variant: Variant,
     shared: Shared,
-    mut requests: Streaming<M::Request>,
+    mut requests: Requests<M::Request>,
     conn: ConnInfo,
     tx: mpsc::Sender<Outgoing>,
 ) {
