@@ -109,8 +109,8 @@ impl<T: prost::Message + Default> Requests<T> {
             )));
         }
         if self.buf.len() < PREFIX + len {
-            // Room for the rest of it, once.
-            self.buf.reserve(PREFIX + len - self.buf.len());
+            // The buffer grows with what arrives, not with what the prefix announces: a
+            // client that announces 16 MiB and sends slowly holds only what it sent.
             return Ok(None);
         }
         let mut framed = self.buf.split_to(PREFIX + len);
