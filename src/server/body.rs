@@ -134,6 +134,9 @@ pub enum Outgoing {
     End(Box<Status>),
 }
 
+// The slot size the channel's blocks are made of (32 slots each).
+const _: () = assert!(std::mem::size_of::<Outgoing>() == std::mem::size_of::<Bytes>());
+
 impl Outgoing {
     pub fn end(status: Status) -> Outgoing {
         Outgoing::End(Box::new(status))
