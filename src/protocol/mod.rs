@@ -9,7 +9,9 @@
 //! [`plan`] (which snapshot the types serve, step by step, P28-P30). A [`stream::Flavor`]
 //! adds what differs: [`SotwStream`] (State of the World: whole name lists, what the client
 //! was given) and [`DeltaStream`] (incremental: subscribe/unsubscribe, name -> version), with
-//! the subscription logic ([`Subscription`]) shared.
+//! the subscription logic ([`Subscription`]) shared. The one state beyond a stream is the
+//! table through which SotW streams asking for the same names share one name set (in
+//! `subscription`): it changes what is allocated, never what is decided.
 //!
 //! Call order (in the vocabulary of quinn-proto): feed inputs with `handle_request` (each
 //! message from the client) and `handle_snapshot` (each new snapshot of the cache for this
