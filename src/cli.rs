@@ -327,15 +327,9 @@ pub fn main() -> ExitCode {
 
 /// `switchyard loadgen`.
 fn loadgen(args: crate::loadgen::LoadgenArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     raise_file_limit();
     let json = args.output == crate::loadgen::ReportFormat::Json;
@@ -396,17 +390,22 @@ fn validate(args: &ConfigArgs) -> ExitCode {
     }
 }
 
+/// A tokio runtime from `builder` (with I/O and time), or the exit code after saying why not.
+fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("error: cannot start the async runtime: {e}");
+        ExitCode::FAILURE
+    })
+}
+
 fn serve(args: ServeArgs) -> ExitCode {
     if let Err(e) = init_logging(&args.log_level, args.log_format) {
         eprintln!("error: {e:#}");
         return ExitCode::from(EXIT_USAGE);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         match run_server(args).await {
@@ -630,15 +629,9 @@ fn log_secret_policy(cache: &Cache, secrets: Secrets, bound: bool) {
 
 /// `switchyard status`: ask a running server's admin API and print what every proxy has.
 fn status(args: &StatusArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let token = match args.admin_token_file.as_deref().map(read_token).transpose() {
         Ok(token) => token,
