@@ -13,6 +13,7 @@
 
 pub mod descriptors;
 mod references;
+pub mod rules;
 pub mod selector;
 mod sensitive;
 
@@ -729,6 +730,8 @@ fn decode_resource(
             ),
         ));
     }
+    // Envoy's own field rules: what every proxy would NACK stops here, with its words.
+    rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;
     // Versions hash the canonical JSON, not the bytes: map fields (Struct metadata, runtime
     // layers) encode in HashMap order, which differs between processes, while serde_json's
     // map is sorted. So the same files give the same versions in every process.

@@ -1,0 +1,281 @@
+//! Envoy's field rules at load, checked against the real Envoy 1.40: for each rule kind, a
+//! resource that breaks it (and resources that break nothing) goes through Switchyard's
+//! loader and through `envoy --mode validate` with the resource as a static resource of a
+//! bootstrap. The two verdicts must agree, and Envoy's error must end with the words the
+//! loader reports (Envoy's adds the bootstrap's own levels in front).
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+use support::envoy::envoy_binary;
+
+const HCM: &str =
+    "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+
+/// Where a resource goes in a snapshot file, and how a bootstrap holds it.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Cluster,
+    Endpoints,
+    Listener,
+    Routes,
+}
+
+struct Case {
+    /// The rule broken, as named in the loader's error (`None`: a valid resource).
+    rule: Option<&'static str>,
+    kind: Kind,
+    resource: Value,
+}
+
+fn case(rule: &'static str, kind: Kind, resource: Value) -> Case {
+    Case {
+        rule: Some(rule),
+        kind,
+        resource,
+    }
+}
+
+fn valid(kind: Kind, resource: Value) -> Case {
+    Case {
+        rule: None,
+        kind,
+        resource,
+    }
+}
+
+fn cluster(extra: Value) -> Value {
+    let mut c = json!({"name": "c", "connect_timeout": "1s", "type": "STATIC",
+        "load_assignment": {"cluster_name": "c", "endpoints": [{"lb_endpoints": [
+            {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 8080}}}}]}]}});
+    merge(&mut c, extra);
+    c
+}
+
+fn cla(lb_endpoint: Value) -> Value {
+    json!({"cluster_name": "c", "endpoints": [{"lb_endpoints": [lb_endpoint]}]})
+}
+
+fn endpoint(port: u64) -> Value {
+    json!({"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}})
+}
+
+fn hcm(extra: Value) -> Value {
+    let mut h = json!({"@type": HCM, "stat_prefix": "s", "route_config": routes(json!({})),
+        "http_filters": [{"name": "router", "typed_config": {"@type": ROUTER}}]});
+    merge(&mut h, extra);
+    h
+}
+
+fn listener(extra: Value) -> Value {
+    let mut l = json!({"name": "l", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+        "filter_chains": [{"filters": [{"name": "hcm", "typed_config": hcm(json!({}))}]}]});
+    merge(&mut l, extra);
+    l
+}
+
+fn routes(vhost_extra: Value) -> Value {
+    let mut vh = json!({"name": "vh", "domains": ["*"],
+        "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "c"}}]});
+    merge(&mut vh, vhost_extra);
+    json!({"name": "r", "virtual_hosts": [vh]})
+}
+
+fn merge(into: &mut Value, extra: Value) {
+    if let (Some(into), Value::Object(extra)) = (into.as_object_mut(), extra) {
+        for (k, v) in extra {
+            into.insert(k, v);
+        }
+    }
+}
+
+fn corpus() -> Vec<Case> {
+    use Kind::*;
+    vec![
+        valid(Cluster, cluster(json!({}))),
+        valid(Endpoints, cla(endpoint(8080))),
+        valid(Listener, listener(json!({}))),
+        valid(Routes, routes(json!({}))),
+        // duration.gt (the issue's own example)
+        case("duration.gt", Cluster, cluster(json!({"connect_timeout": "0s"}))),
+        // duration.gt with a bound that is not zero (dns_refresh_rate > 1ms)
+        case("duration.gt", Cluster, cluster(json!({"dns_refresh_rate": "0.001s"}))),
+        // duration.required (HealthCheck.timeout)
+        case("duration.required", Cluster, cluster(json!({"health_checks": [
+            {"interval": "1s", "unhealthy_threshold": 1, "healthy_threshold": 1,
+             "tcp_health_check": {}}]}))),
+        // uint32.lte, deep in an embedded message
+        case("uint32.lte", Endpoints, cla(endpoint(70000))),
+        // uint32.gte on a wrapper (load_balancing_weight >= 1)
+        case("uint32.gte", Endpoints, cla(json!({"load_balancing_weight": 0,
+            "endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 1}}}}))),
+        // double range (Percent: [0, 100])
+        case("double.gte", Cluster, cluster(json!({"common_lb_config": {"healthy_panic_threshold": {"value": 150.0}}}))),
+        // uint32.gt (max_requests_per_connection is a wrapper; per_connection_buffer_limit...)
+        case("uint32.gte", Cluster, cluster(json!({"lb_policy": "LEAST_REQUEST",
+            "least_request_lb_config": {"choice_count": 1}}))),
+        // enum.defined_only
+        case("enum.defined_only", Cluster, cluster(json!({"lb_policy": 99}))),
+        // enum.not_in (health check method CONNECT)
+        case("enum.not_in", Cluster, cluster(json!({"health_checks": [
+            {"timeout": "1s", "interval": "1s", "unhealthy_threshold": 1, "healthy_threshold": 1,
+             "http_health_check": {"path": "/", "method": "CONNECT"}}]}))),
+        // string.min_len
+        case("string.min_len", Routes, routes(json!({"name": ""}))),
+        // repeated.min_items
+        case("repeated.min_items", Routes, routes(json!({"domains": []}))),
+        // repeated.items.string.min_len
+        case("repeated.items.string.min_len", Routes, routes(json!({"response_headers_to_remove": ["x", ""]}))),
+        // string.well_known_regex (a header name with a newline, loose)
+        case("string.well_known_regex", Routes, routes(json!({"routes": [{"match": {"prefix": "/",
+            "headers": [{"name": "a\nb", "present_match": true}]}, "route": {"cluster": "c"}}]}))),
+        // string.max_bytes (a header value over 16 KiB)
+        case("string.max_bytes", Routes, routes(json!({"request_headers_to_add": [
+            {"header": {"key": "x", "value": "v".repeat(16385)}}]}))),
+        // string.pattern (path_separated_prefix must not end in /)
+        case("string.pattern", Routes, routes(json!({"routes": [{"match": {"path_separated_prefix": "/a/"},
+            "route": {"cluster": "c"}}]}))),
+        // message.required (a route without match)
+        case("message.required", Routes, routes(json!({"routes": [{"route": {"cluster": "c"}}]}))),
+        // oneof.required (a route without an action)
+        case("oneof.required", Routes, routes(json!({"routes": [{"match": {"prefix": "/"}}]}))),
+        // repeated.unique
+        case("repeated.unique", Routes, routes(json!({"routes": [{"match": {"prefix": "/"},
+            "route": {"cluster": "c", "internal_redirect_policy": {"response_headers_to_copy": ["x", "x"]}}}]}))),
+        // repeated.max_items (at most 100 hash policies? retry_on? request_mirror...)
+        case("repeated.items.uint32.gte,lte", Listener, listener(json!({"filter_chains": [{
+            "filter_chain_match": {"source_ports": [70000]},
+            "filters": [{"name": "hcm", "typed_config": hcm(json!({}))}]}]}))),
+        // map.keys.string.min_len (metadata with an empty filter name)
+        case("map.keys.string.min_len", Cluster, cluster(json!({"metadata": {"filter_metadata": {"": {"a": 1}}}}))),
+        // any.required (a typed extension without its config)
+        case("any.required", Cluster, cluster(json!({"typed_dns_resolver_config": {"name": "x"}}))),
+        // bool.const (a listener filter's disabling predicate)
+        case("bool.const", Listener, listener(json!({"listener_filters": [{"name": "tls",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"},
+            "filter_disabled": {"any_match": false}}]}))),
+        // string.in, inside an Any payload (the HTTP connection manager)
+        case("string.in", Listener, listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
+            "typed_config": hcm(json!({"scheme_header_transformation": {"scheme_to_overwrite": "ftp"}}))}]}]}))),
+        // string.min_len inside an Any payload
+        case("string.min_len", Listener, listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
+            "typed_config": hcm(json!({"stat_prefix": ""}))}]}]}))),
+        // uint64.gt in a Cluster (circuit breaker tracking budget percent...) -> per_connection_buffer_limit_bytes? use
+        case("uint32.lte", Listener, listener(json!({"address": {"socket_address": {"address": "127.0.0.1", "port_value": 65536}}}))),
+        // bytes.min_len (raw_value of a header, empty, with key)
+        case("duration.gt", Cluster, cluster(json!({"health_checks": [
+            {"timeout": "1s", "interval": "1s", "unhealthy_threshold": 1, "healthy_threshold": 1,
+             "tcp_health_check": {}, "no_traffic_interval": "0s"}]}))),
+    ]
+}
+
+/// The loader's verdict: `None` if the file loads, else (rule, Envoy's words).
+fn load(case: &Case, dir: &Path) -> Option<(String, String)> {
+    let key = match case.kind {
+        Kind::Cluster => "clusters",
+        Kind::Endpoints => "endpoints",
+        Kind::Listener => "listeners",
+        Kind::Routes => "routes",
+    };
+    let file = json!({ key: [case.resource.clone()] });
+    let path = dir.join("snapshot.json");
+    let text = serde_json::to_string(&file).expect("json");
+    match switchyard::config::load_text(&path, &text) {
+        Ok(_) => None,
+        Err(errors) => {
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            let message = errors[0].to_string();
+            let rule = message
+                .split("breaks Envoy's rule ")
+                .nth(1)
+                .and_then(|s| s.split(';').next())
+                .unwrap_or_else(|| panic!("not a rule error: {message}"))
+                .to_string();
+            let words = message
+                .split("Proto constraint validation failed (")
+                .nth(1)
+                .and_then(|s| s.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("no Envoy words: {message}"))
+                .to_string();
+            Some((rule, words))
+        }
+    }
+}
+
+/// Envoy's verdict on a bootstrap holding the resource: `None` if valid, else its error.
+fn envoy_verdict(envoy: &Path, case: &Case, dir: &Path) -> Option<String> {
+    let r = case.resource.clone();
+    let statics = match case.kind {
+        Kind::Cluster => json!({"clusters": [r]}),
+        Kind::Endpoints => json!({"clusters": [{"name": "c", "connect_timeout": "1s",
+            "type": "STATIC", "load_assignment": r}]}),
+        Kind::Listener => json!({"listeners": [r]}),
+        Kind::Routes => json!({"listeners": [{"name": "l",
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+            "filter_chains": [{"filters": [{"name": "hcm", "typed_config": {
+                "@type": HCM, "stat_prefix": "s", "route_config": r,
+                "http_filters": [{"name": "router", "typed_config": {"@type": ROUTER}}]}}]}]}],
+            "clusters": [cluster(json!({}))]}),
+    };
+    let mut statics = statics;
+    if matches!(case.kind, Kind::Listener) {
+        statics["clusters"] = json!([cluster(json!({}))]);
+    }
+    let bootstrap = json!({"static_resources": statics});
+    let path = dir.join("bootstrap.json");
+    std::fs::write(&path, serde_json::to_string(&bootstrap).expect("json")).expect("write");
+    let out = Command::new(envoy)
+        .args(["--mode", "validate", "--disable-hot-restart", "-l", "critical", "-c"])
+        .arg(&path)
+        .output()
+        .expect("run envoy");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        return None;
+    }
+    Some(
+        text.split("Proto constraint validation failed (")
+            .nth(1)
+            .and_then(|s| s.trim_end().strip_suffix(')'))
+            .map(str::to_string)
+            .unwrap_or(text),
+    )
+}
+
+#[test]
+fn loader_and_envoy_agree_on_every_rule_kind() {
+    let Some(envoy) = envoy_binary() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut disagreements = Vec::new();
+    let mut kinds = std::collections::BTreeSet::new();
+    for (i, case) in corpus().iter().enumerate() {
+        let ours = load(case, dir.path());
+        let theirs = envoy_verdict(&envoy, case, dir.path());
+        eprintln!("case {i} {:?} {:?}\n  ours:   {ours:?}\n  envoy:  {theirs:?}", case.rule, case.kind);
+        match (&ours, &theirs, case.rule) {
+            (None, None, None) => {}
+            (Some((rule, words)), Some(envoy_words), Some(expected)) => {
+                kinds.insert(rule.clone());
+                if rule != expected || !envoy_words.ends_with(words.as_str()) {
+                    disagreements.push(format!(
+                        "case {i} ({expected}): loader {rule}: {words}\n    envoy: {envoy_words}"
+                    ));
+                }
+            }
+            _ => disagreements.push(format!(
+                "case {i} ({:?}): loader {ours:?}, envoy {theirs:?}",
+                case.rule
+            )),
+        }
+    }
+    eprintln!("rule kinds checked against Envoy: {} {kinds:?}", kinds.len());
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}
