@@ -101,75 +101,199 @@ fn corpus() -> Vec<Case> {
         valid(Listener, listener(json!({}))),
         valid(Routes, routes(json!({}))),
         // duration.gt (the issue's own example)
-        case("duration.gt", Cluster, cluster(json!({"connect_timeout": "0s"}))),
+        case(
+            "duration.gt",
+            Cluster,
+            cluster(json!({"connect_timeout": "0s"})),
+        ),
         // duration.gt with a bound that is not zero (dns_refresh_rate > 1ms)
-        case("duration.gt", Cluster, cluster(json!({"dns_refresh_rate": "0.001s"}))),
+        case(
+            "duration.gt",
+            Cluster,
+            cluster(json!({"dns_refresh_rate": "0.001s"})),
+        ),
         // duration.required (HealthCheck.timeout)
-        case("duration.required", Cluster, cluster(json!({"health_checks": [
+        case(
+            "duration.required",
+            Cluster,
+            cluster(json!({"health_checks": [
             {"interval": "1s", "unhealthy_threshold": 1, "healthy_threshold": 1,
-             "tcp_health_check": {}}]}))),
+             "tcp_health_check": {}}]})),
+        ),
         // uint32.lte, deep in an embedded message
         case("uint32.lte", Endpoints, cla(endpoint(70000))),
         // uint32.gte on a wrapper (load_balancing_weight >= 1)
-        case("uint32.gte", Endpoints, cla(json!({"load_balancing_weight": 0,
-            "endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 1}}}}))),
+        case(
+            "uint32.gte",
+            Endpoints,
+            cla(json!({"load_balancing_weight": 0,
+            "endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 1}}}})),
+        ),
         // double range (Percent: [0, 100])
-        case("double.gte", Cluster, cluster(json!({"common_lb_config": {"healthy_panic_threshold": {"value": 150.0}}}))),
+        case(
+            "double.gte,lte",
+            Cluster,
+            cluster(json!({"common_lb_config": {"healthy_panic_threshold": {"value": 150.0}}})),
+        ),
         // uint32.gt (max_requests_per_connection is a wrapper; per_connection_buffer_limit...)
-        case("uint32.gte", Cluster, cluster(json!({"lb_policy": "LEAST_REQUEST",
-            "least_request_lb_config": {"choice_count": 1}}))),
+        case(
+            "uint32.gte",
+            Cluster,
+            cluster(json!({"lb_policy": "LEAST_REQUEST",
+            "least_request_lb_config": {"choice_count": 1}})),
+        ),
         // enum.defined_only
-        case("enum.defined_only", Cluster, cluster(json!({"lb_policy": 99}))),
+        case(
+            "enum.defined_only",
+            Cluster,
+            cluster(json!({"lb_policy": 99})),
+        ),
         // enum.not_in (health check method CONNECT)
-        case("enum.not_in", Cluster, cluster(json!({"health_checks": [
+        case(
+            "enum.not_in",
+            Cluster,
+            cluster(json!({"health_checks": [
             {"timeout": "1s", "interval": "1s", "unhealthy_threshold": 1, "healthy_threshold": 1,
-             "http_health_check": {"path": "/", "method": "CONNECT"}}]}))),
+             "http_health_check": {"path": "/", "method": "CONNECT"}}]})),
+        ),
         // string.min_len
         case("string.min_len", Routes, routes(json!({"name": ""}))),
         // repeated.min_items
         case("repeated.min_items", Routes, routes(json!({"domains": []}))),
         // repeated.items.string.min_len
-        case("repeated.items.string.min_len", Routes, routes(json!({"response_headers_to_remove": ["x", ""]}))),
+        case(
+            "repeated.items.string.min_len",
+            Routes,
+            routes(json!({"response_headers_to_remove": ["x", ""]})),
+        ),
         // string.well_known_regex (a header name with a newline, loose)
-        case("string.well_known_regex", Routes, routes(json!({"routes": [{"match": {"prefix": "/",
-            "headers": [{"name": "a\nb", "present_match": true}]}, "route": {"cluster": "c"}}]}))),
+        case(
+            "string.well_known_regex",
+            Routes,
+            routes(json!({"routes": [{"match": {"prefix": "/",
+            "headers": [{"name": "a\nb", "present_match": true}]}, "route": {"cluster": "c"}}]})),
+        ),
         // string.max_bytes (a header value over 16 KiB)
-        case("string.max_bytes", Routes, routes(json!({"request_headers_to_add": [
-            {"header": {"key": "x", "value": "v".repeat(16385)}}]}))),
+        case(
+            "string.max_bytes",
+            Routes,
+            routes(json!({"request_headers_to_add": [
+            {"header": {"key": "x", "value": "v".repeat(16385)}}]})),
+        ),
         // string.pattern (path_separated_prefix must not end in /)
-        case("string.pattern", Routes, routes(json!({"routes": [{"match": {"path_separated_prefix": "/a/"},
-            "route": {"cluster": "c"}}]}))),
+        case(
+            "string.pattern",
+            Routes,
+            routes(
+                json!({"routes": [{"match": {"path_separated_prefix": "/a/"},
+            "route": {"cluster": "c"}}]}),
+            ),
+        ),
         // message.required (a route without match)
-        case("message.required", Routes, routes(json!({"routes": [{"route": {"cluster": "c"}}]}))),
+        case(
+            "message.required",
+            Routes,
+            routes(json!({"routes": [{"route": {"cluster": "c"}}]})),
+        ),
         // oneof.required (a route without an action)
-        case("oneof.required", Routes, routes(json!({"routes": [{"match": {"prefix": "/"}}]}))),
+        case(
+            "oneof.required",
+            Routes,
+            routes(json!({"routes": [{"match": {"prefix": "/"}}]})),
+        ),
         // repeated.unique
-        case("repeated.unique", Routes, routes(json!({"routes": [{"match": {"prefix": "/"},
-            "route": {"cluster": "c", "internal_redirect_policy": {"response_headers_to_copy": ["x", "x"]}}}]}))),
+        case(
+            "repeated.unique",
+            Routes,
+            routes(json!({"routes": [{"match": {"prefix": "/"},
+            "route": {"cluster": "c", "internal_redirect_policy": {"response_headers_to_copy": ["x", "x"]}}}]})),
+        ),
         // repeated.max_items (at most 100 hash policies? retry_on? request_mirror...)
-        case("repeated.items.uint32.gte,lte", Listener, listener(json!({"filter_chains": [{
+        case(
+            "repeated.items.uint32.gte,lte",
+            Listener,
+            listener(json!({"filter_chains": [{
             "filter_chain_match": {"source_ports": [70000]},
-            "filters": [{"name": "hcm", "typed_config": hcm(json!({}))}]}]}))),
+            "filters": [{"name": "hcm", "typed_config": hcm(json!({}))}]}]})),
+        ),
         // map.keys.string.min_len (metadata with an empty filter name)
-        case("map.keys.string.min_len", Cluster, cluster(json!({"metadata": {"filter_metadata": {"": {"a": 1}}}}))),
+        case(
+            "map.keys.string.min_len",
+            Cluster,
+            cluster(json!({"metadata": {"filter_metadata": {"": {"a": 1}}}})),
+        ),
         // any.required (a typed extension without its config)
-        case("any.required", Cluster, cluster(json!({"typed_dns_resolver_config": {"name": "x"}}))),
+        case(
+            "any.required",
+            Cluster,
+            cluster(json!({"typed_dns_resolver_config": {"name": "x"}})),
+        ),
         // bool.const (a listener filter's disabling predicate)
-        case("bool.const", Listener, listener(json!({"listener_filters": [{"name": "tls",
+        case(
+            "bool.const",
+            Listener,
+            listener(json!({"listener_filters": [{"name": "tls",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"},
-            "filter_disabled": {"any_match": false}}]}))),
+            "filter_disabled": {"any_match": false}}]})),
+        ),
         // string.in, inside an Any payload (the HTTP connection manager)
-        case("string.in", Listener, listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
-            "typed_config": hcm(json!({"scheme_header_transformation": {"scheme_to_overwrite": "ftp"}}))}]}]}))),
+        case(
+            "string.in",
+            Listener,
+            listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
+            "typed_config": hcm(json!({"scheme_header_transformation": {"scheme_to_overwrite": "ftp"}}))}]}]})),
+        ),
         // string.min_len inside an Any payload
-        case("string.min_len", Listener, listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
-            "typed_config": hcm(json!({"stat_prefix": ""}))}]}]}))),
-        // uint64.gt in a Cluster (circuit breaker tracking budget percent...) -> per_connection_buffer_limit_bytes? use
-        case("uint32.lte", Listener, listener(json!({"address": {"socket_address": {"address": "127.0.0.1", "port_value": 65536}}}))),
-        // bytes.min_len (raw_value of a header, empty, with key)
-        case("duration.gt", Cluster, cluster(json!({"health_checks": [
+        case(
+            "string.min_len",
+            Listener,
+            listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
+            "typed_config": hcm(json!({"stat_prefix": ""}))}]}]})),
+        ),
+        // uint64.lte, string.prefix (a rate limit's hits addend)
+        case(
+            "uint64.lte",
+            Routes,
+            routes(
+                json!({"rate_limits": [{"actions": [{"generic_key": {"descriptor_value": "x"}}],
+            "hits_addend": {"number": 2000000000u64}}]}),
+            ),
+        ),
+        case(
+            "string.prefix",
+            Routes,
+            routes(
+                json!({"rate_limits": [{"actions": [{"generic_key": {"descriptor_value": "x"}}],
+            "hits_addend": {"format": "abc"}}]}),
+            ),
+        ),
+        // repeated.items.enum.defined_only
+        case(
+            "repeated.items.enum.defined_only",
+            Cluster,
+            cluster(json!({"common_lb_config":
+            {"override_host_status": {"statuses": [1, 99]}}})),
+        ),
+        // repeated.items.string.well_known_regex
+        case(
+            "repeated.items.string.well_known_regex",
+            Routes,
+            routes(json!({"request_headers_to_remove": ["a\rb"]})),
+        ),
+        case(
+            "uint32.lte",
+            Listener,
+            listener(
+                json!({"address": {"socket_address": {"address": "127.0.0.1", "port_value": 65536}}}),
+            ),
+        ),
+        case(
+            "duration.gt",
+            Cluster,
+            cluster(json!({"health_checks": [
             {"timeout": "1s", "interval": "1s", "unhealthy_threshold": 1, "healthy_threshold": 1,
-             "tcp_health_check": {}, "no_traffic_interval": "0s"}]}))),
+             "tcp_health_check": {}, "no_traffic_interval": "0s"}]})),
+        ),
     ]
 }
 
@@ -229,7 +353,14 @@ fn envoy_verdict(envoy: &Path, case: &Case, dir: &Path) -> Option<String> {
     let path = dir.join("bootstrap.json");
     std::fs::write(&path, serde_json::to_string(&bootstrap).expect("json")).expect("write");
     let out = Command::new(envoy)
-        .args(["--mode", "validate", "--disable-hot-restart", "-l", "critical", "-c"])
+        .args([
+            "--mode",
+            "validate",
+            "--disable-hot-restart",
+            "-l",
+            "critical",
+            "-c",
+        ])
         .arg(&path)
         .output()
         .expect("run envoy");
@@ -259,7 +390,10 @@ fn loader_and_envoy_agree_on_every_rule_kind() {
     for (i, case) in corpus().iter().enumerate() {
         let ours = load(case, dir.path());
         let theirs = envoy_verdict(&envoy, case, dir.path());
-        eprintln!("case {i} {:?} {:?}\n  ours:   {ours:?}\n  envoy:  {theirs:?}", case.rule, case.kind);
+        eprintln!(
+            "case {i} {:?} {:?}\n  ours:   {ours:?}\n  envoy:  {theirs:?}",
+            case.rule, case.kind
+        );
         match (&ours, &theirs, case.rule) {
             (None, None, None) => {}
             (Some((rule, words)), Some(envoy_words), Some(expected)) => {
@@ -276,6 +410,9 @@ fn loader_and_envoy_agree_on_every_rule_kind() {
             )),
         }
     }
-    eprintln!("rule kinds checked against Envoy: {} {kinds:?}", kinds.len());
+    eprintln!(
+        "rule kinds checked against Envoy: {} {kinds:?}",
+        kinds.len()
+    );
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 }

@@ -21,11 +21,11 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use envoy_types::pb::validate as pgv;
 use pgv::field_rules::Type as RuleType;
-use rustc_hash::FxHashMap;
 use prost_reflect::{
     DynamicMessage, ExtensionDescriptor, FieldDescriptor, Kind, MapKey, MessageDescriptor,
     ReflectMessage, Value,
 };
+use rustc_hash::FxHashMap;
 
 use super::descriptors;
 
@@ -56,9 +56,9 @@ impl fmt::Display for Violation {
 /// embedded in it first, as Envoy's `Validate()` does, then each `Any` payload (and any
 /// message its parent's rules skip) on its own, in the order of the tree.
 pub fn check(message: &DynamicMessage) -> Result<(), Violation> {
-    let mut deferred = Vec::new();
-    validate(message, &mut deferred).map_err(Failure::into_violation)?;
-    for item in deferred {
+    let mut walk = Walk::default();
+    validate(message, &mut walk).map_err(Failure::into_violation)?;
+    for item in walk.deferred {
         match item {
             Deferred::Message { path, message } => {
                 check(message).map_err(|v| v.under(&path))?;
@@ -107,6 +107,38 @@ enum Deferred<'a> {
         path: String,
         any: &'a DynamicMessage,
     },
+}
+
+/// The state of one `validate` pass: where it is (field segments from the message checked)
+/// and what it left for later.
+#[derive(Default)]
+struct Walk<'a> {
+    at: Vec<String>,
+    deferred: Vec<Deferred<'a>>,
+}
+
+impl<'a> Walk<'a> {
+    /// Leave `message`, found at `segment` of the current place, for Envoy's tree walk.
+    fn defer(&mut self, segment: String, message: &'a DynamicMessage) {
+        let mut path = self.at.join(".");
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(&segment);
+        self.deferred.push(if is_any(message) {
+            Deferred::Any { path, any: message }
+        } else {
+            Deferred::Message { path, message }
+        });
+    }
+
+    /// Validate an embedded message found at `segment`.
+    fn descend(&mut self, segment: String, message: &'a DynamicMessage) -> Result<(), Failure> {
+        self.at.push(segment);
+        let result = validate(message, self);
+        self.at.pop();
+        result
+    }
 }
 
 /// A rule broken somewhere below the message being validated: Envoy's words so far and the
@@ -260,22 +292,35 @@ impl<T: PartialOrd + Copy> Range<T> {
         if let Some(lt) = self.lt {
             if let Some(gt) = self.gt {
                 return if lt > gt {
-                    (v <= gt || v >= lt)
-                        .then(|| ("gt,lt", format!("value must be inside range ({}, {})", s(gt), s(lt))))
+                    (v <= gt || v >= lt).then(|| {
+                        (
+                            "gt,lt",
+                            format!("value must be inside range ({}, {})", s(gt), s(lt)),
+                        )
+                    })
                 } else {
                     (v >= lt && v <= gt).then(|| {
-                        ("gt,lt", format!("value must be outside range [{}, {}]", s(lt), s(gt)))
+                        (
+                            "gt,lt",
+                            format!("value must be outside range [{}, {}]", s(lt), s(gt)),
+                        )
                     })
                 };
             }
             if let Some(gte) = self.gte {
                 return if lt > gte {
                     (v < gte || v >= lt).then(|| {
-                        ("gte,lt", format!("value must be inside range [{}, {})", s(gte), s(lt)))
+                        (
+                            "gte,lt",
+                            format!("value must be inside range [{}, {})", s(gte), s(lt)),
+                        )
                     })
                 } else {
                     (v >= lt && v < gte).then(|| {
-                        ("gte,lt", format!("value must be outside range [{}, {})", s(lt), s(gte)))
+                        (
+                            "gte,lt",
+                            format!("value must be outside range [{}, {})", s(lt), s(gte)),
+                        )
                     })
                 };
             }
@@ -285,34 +330,54 @@ impl<T: PartialOrd + Copy> Range<T> {
             if let Some(gt) = self.gt {
                 return if lte > gt {
                     (v <= gt || v > lte).then(|| {
-                        ("gt,lte", format!("value must be inside range ({}, {}]", s(gt), s(lte)))
+                        (
+                            "gt,lte",
+                            format!("value must be inside range ({}, {}]", s(gt), s(lte)),
+                        )
                     })
                 } else {
                     (v > lte && v <= gt).then(|| {
-                        ("gt,lte", format!("value must be outside range ({}, {}]", s(lte), s(gt)))
+                        (
+                            "gt,lte",
+                            format!("value must be outside range ({}, {}]", s(lte), s(gt)),
+                        )
                     })
                 };
             }
             if let Some(gte) = self.gte {
                 return if lte > gte {
                     (v < gte || v > lte).then(|| {
-                        ("gte,lte", format!("value must be inside range [{}, {}]", s(gte), s(lte)))
+                        (
+                            "gte,lte",
+                            format!("value must be inside range [{}, {}]", s(gte), s(lte)),
+                        )
                     })
                 } else {
                     (v > lte && v < gte).then(|| {
-                        ("gte,lte", format!("value must be outside range ({}, {})", s(lte), s(gte)))
+                        (
+                            "gte,lte",
+                            format!("value must be outside range ({}, {})", s(lte), s(gte)),
+                        )
                     })
                 };
             }
-            return (v > lte)
-                .then(|| ("lte", format!("value must be less than or equal to {}", s(lte))));
+            return (v > lte).then(|| {
+                (
+                    "lte",
+                    format!("value must be less than or equal to {}", s(lte)),
+                )
+            });
         }
         if let Some(gt) = self.gt {
             return (v <= gt).then(|| ("gt", format!("value must be greater than {}", s(gt))));
         }
         if let Some(gte) = self.gte {
-            return (v < gte)
-                .then(|| ("gte", format!("value must be greater than or equal to {}", s(gte))));
+            return (v < gte).then(|| {
+                (
+                    "gte",
+                    format!("value must be greater than or equal to {}", s(gte)),
+                )
+            });
         }
         None
     }
@@ -462,9 +527,7 @@ impl Plan {
         let mut steps = Vec::new();
         let mut oneofs_done = Vec::new();
         for field in descriptor.fields() {
-            let real_oneof = field
-                .containing_oneof()
-                .filter(|o| !o.is_synthetic());
+            let real_oneof = field.containing_oneof().filter(|o| !o.is_synthetic());
             match real_oneof {
                 None => {
                     let optional = field.containing_oneof().is_some();
@@ -500,7 +563,6 @@ impl Plan {
             steps,
         }
     }
-
 }
 
 impl FieldPlan {
@@ -590,7 +652,15 @@ macro_rules! numbers {
     ($kind:literal, $r:expr) => {{
         let r = $r;
         number_rules(
-            $kind, r.r#const, r.lt, r.lte, r.gt, r.gte, &r.r#in, &r.not_in, r.ignore_empty,
+            $kind,
+            r.r#const,
+            r.lt,
+            r.lte,
+            r.gt,
+            r.gte,
+            &r.r#in,
+            &r.not_in,
+            r.ignore_empty,
         )
     }};
 }
@@ -789,11 +859,11 @@ impl BytesRules {
 type Broken = (&'static str, String);
 
 /// Validate `message` and everything embedded in it (not `Any` payloads), as Envoy's
-/// generated `Validate()`; what Envoy's tree walk checks on its own goes to `deferred`.
-fn validate<'a>(message: &'a DynamicMessage, deferred: &mut Vec<Deferred<'a>>) -> Result<(), Failure> {
+/// generated `Validate()`; what Envoy's tree walk checks on its own is left in `walk`.
+fn validate<'a>(message: &'a DynamicMessage, walk: &mut Walk<'a>) -> Result<(), Failure> {
     let plan = plan(&message.descriptor());
     if plan.disabled {
-        defer_children(message, deferred);
+        defer_children(message, walk);
         return Ok(());
     }
     for step in &plan.steps {
@@ -802,63 +872,57 @@ fn validate<'a>(message: &'a DynamicMessage, deferred: &mut Vec<Deferred<'a>>) -
                 if f.optional && !message.has_field(&f.field) {
                     continue;
                 }
-                check_field(message, &plan, f, deferred)?;
+                check_field(message, &plan, f, walk)?;
             }
-            Step::Oneof { name, required, fields } => {
-                match fields.iter().find(|f| message.has_field(&f.field)) {
-                    Some(f) => check_field(message, &plan, f, deferred)?,
-                    None if *required => {
-                        let oneof_set = message
-                            .descriptor()
-                            .oneofs()
-                            .find(|o| o.name() == name)
-                            .is_some_and(|o| o.fields().any(|f| message.has_field(&f)));
-                        if !oneof_set {
-                            return Err(Failure {
-                                path: vec![name.clone()],
-                                rule: "oneof.required".into(),
-                                envoy: format!("field: {name:?}, reason: is required"),
-                            });
-                        }
+            Step::Oneof {
+                name,
+                required,
+                fields,
+            } => match fields.iter().find(|f| message.has_field(&f.field)) {
+                Some(f) => check_field(message, &plan, f, walk)?,
+                None if *required => {
+                    let oneof_set = message
+                        .descriptor()
+                        .oneofs()
+                        .find(|o| o.name() == name)
+                        .is_some_and(|o| o.fields().any(|f| message.has_field(&f)));
+                    if !oneof_set {
+                        return Err(Failure {
+                            path: vec![name.clone()],
+                            rule: "oneof.required".into(),
+                            envoy: format!("field: {name:?}, reason: is required"),
+                        });
                     }
-                    None => {}
                 }
-            }
+                None => {}
+            },
         }
     }
     Ok(())
 }
 
 /// Every message set directly in `message`, for Envoy's walk to validate on its own.
-fn defer_children<'a>(message: &'a DynamicMessage, deferred: &mut Vec<Deferred<'a>>) {
+fn defer_children<'a>(message: &'a DynamicMessage, walk: &mut Walk<'a>) {
     for (field, value) in message.fields() {
         let name = field.name();
         match value {
-            Value::Message(m) => deferred.push(defer(name.to_string(), m)),
+            Value::Message(m) => walk.defer(name.to_string(), m),
             Value::List(items) => {
                 for (i, item) in items.iter().enumerate() {
                     if let Value::Message(m) = item {
-                        deferred.push(defer(format!("{name}[{i}]"), m));
+                        walk.defer(format!("{name}[{i}]"), m);
                     }
                 }
             }
             Value::Map(map) => {
                 for (key, item) in map {
                     if let Value::Message(m) = item {
-                        deferred.push(defer(format!("{name}[{}]", show_key(key)), m));
+                        walk.defer(format!("{name}[{}]", show_key(key)), m);
                     }
                 }
             }
             _ => {}
         }
-    }
-}
-
-fn defer(path: String, message: &DynamicMessage) -> Deferred<'_> {
-    if is_any(message) {
-        Deferred::Any { path, any: message }
-    } else {
-        Deferred::Message { path, message }
     }
 }
 
@@ -902,7 +966,7 @@ fn check_field<'a>(
     message: &'a DynamicMessage,
     plan: &Plan,
     f: &FieldPlan,
-    deferred: &mut Vec<Deferred<'a>>,
+    walk: &mut Walk<'a>,
 ) -> Result<(), Failure> {
     // `index` is what Envoy's words show; `at` is the path's (a map key quoted).
     let fail = |index: Option<(String, String)>, kind: &str, (rule, reason): Broken| {
@@ -949,7 +1013,13 @@ fn check_field<'a>(
         };
         if let Some(r) = rules {
             if !(r.ignore_empty && items.is_empty()) {
-                if let Some(broken) = check_count(items.len() as u64, r.min_items, r.max_items, "item(s)", "items") {
+                if let Some(broken) = check_count(
+                    items.len() as u64,
+                    r.min_items,
+                    r.max_items,
+                    "item(s)",
+                    "items",
+                ) {
                     return Err(fail(None, "repeated", broken));
                 }
             }
@@ -974,12 +1044,11 @@ fn check_field<'a>(
             if let Value::Message(m) = item {
                 let skip = item_rules.is_some_and(|r| r.message.skip);
                 let path = || format!("{}[{i}]", f.field.name());
-                if is_any(m) {
-                    deferred.push(Deferred::Any { path: path(), any: m });
-                } else if skip {
-                    deferred.push(Deferred::Message { path: path(), message: m });
+                if is_any(m) || skip {
+                    walk.defer(path(), m);
                 } else {
-                    validate(m, deferred).map_err(|inner| embedded(index(), inner))?;
+                    walk.descend(path(), m)
+                        .map_err(|inner| embedded(index(), inner))?;
                 }
             }
         }
@@ -995,7 +1064,9 @@ fn check_field<'a>(
         };
         if let Some(r) = rules {
             if !(r.ignore_empty && len == 0) {
-                if let Some(broken) = check_count(len as u64, r.min_pairs, r.max_pairs, "pair(s)", "pairs") {
+                if let Some(broken) =
+                    check_count(len as u64, r.min_pairs, r.max_pairs, "pair(s)", "pairs")
+                {
                     return Err(fail(None, "map", broken));
                 }
             }
@@ -1020,12 +1091,11 @@ fn check_field<'a>(
             }
             if let Value::Message(m) = item {
                 let path = || format!("{}[{}]", f.field.name(), show_key(key));
-                if is_any(m) {
-                    deferred.push(Deferred::Any { path: path(), any: m });
-                } else if value_rules.is_some_and(|r| r.message.skip) {
-                    deferred.push(Deferred::Message { path: path(), message: m });
+                if is_any(m) || value_rules.is_some_and(|r| r.message.skip) {
+                    walk.defer(path(), m);
                 } else {
-                    validate(m, deferred).map_err(|inner| embedded(index(), inner))?;
+                    walk.descend(path(), m)
+                        .map_err(|inner| embedded(index(), inner))?;
                 }
             }
         }
@@ -1049,12 +1119,11 @@ fn check_field<'a>(
             }
         }
         let path = f.field.name().to_string();
-        if is_any(sub) {
-            deferred.push(Deferred::Any { path, any: sub });
-        } else if f.rules.message.skip {
-            deferred.push(Deferred::Message { path, message: sub });
+        if is_any(sub) || f.rules.message.skip {
+            walk.defer(path, sub);
         } else {
-            validate(sub, deferred).map_err(|inner| embedded(None, inner))?;
+            walk.descend(path, sub)
+                .map_err(|inner| embedded(None, inner))?;
         }
         return Ok(());
     }
@@ -1077,19 +1146,38 @@ fn set_value<'a>(message: &'a DynamicMessage, field: &FieldDescriptor) -> Option
 }
 
 /// min/max items or pairs, in PGV's words.
-fn check_count(n: u64, min: Option<u64>, max: Option<u64>, unit: &str, units: &str) -> Option<Broken> {
+fn check_count(
+    n: u64,
+    min: Option<u64>,
+    max: Option<u64>,
+    unit: &str,
+    units: &str,
+) -> Option<Broken> {
     match (min, max) {
-        (Some(lo), Some(hi)) if lo == hi => (n != lo)
-            .then(|| ("min_items", format!("value must contain exactly {lo} {unit}"))),
-        (Some(lo), Some(hi)) => (n < lo || n > hi).then(|| {
-            ("min_items", format!("value must contain between {lo} and {hi} {units}, inclusive"))
+        (Some(lo), Some(hi)) if lo == hi => (n != lo).then(|| {
+            (
+                "min_items",
+                format!("value must contain exactly {lo} {unit}"),
+            )
         }),
-        (Some(lo), None) => {
-            (n < lo).then(|| ("min_items", format!("value must contain at least {lo} {unit}")))
-        }
-        (None, Some(hi)) => {
-            (n > hi).then(|| ("max_items", format!("value must contain no more than {hi} {unit}")))
-        }
+        (Some(lo), Some(hi)) => (n < lo || n > hi).then(|| {
+            (
+                "min_items",
+                format!("value must contain between {lo} and {hi} {units}, inclusive"),
+            )
+        }),
+        (Some(lo), None) => (n < lo).then(|| {
+            (
+                "min_items",
+                format!("value must contain at least {lo} {unit}"),
+            )
+        }),
+        (None, Some(hi)) => (n > hi).then(|| {
+            (
+                "max_items",
+                format!("value must contain no more than {hi} {unit}"),
+            )
+        }),
         (None, None) => None,
     }
     .map(|(rule, words)| {
@@ -1132,8 +1220,9 @@ fn go_list<T>(items: &[T], show: impl Fn(&T) -> String) -> String {
 fn check_scalar(value: &Value, rules: &Rules) -> Option<Broken> {
     match rules {
         Rules::Number(r) => check_number(number_of(value)?, r),
-        Rules::Bool(want) => (value.as_bool()? != *want)
-            .then(|| ("const", format!("value must equal {want}"))),
+        Rules::Bool(want) => {
+            (value.as_bool()? != *want).then(|| ("const", format!("value must equal {want}")))
+        }
         Rules::String(r) => check_string(value.as_str()?, r),
         Rules::Bytes(r) => check_bytes(value.as_bytes()?, r),
         Rules::Enum(r) => check_enum(value.as_enum_number()?, r),
@@ -1159,12 +1248,21 @@ fn check_number(v: Number, r: &NumberRules) -> Option<Broken> {
         return Some(broken);
     }
     if !r.r#in.is_empty() && !r.r#in.contains(&v) {
-        return Some(("in", format!("value must be in list {}", go_list(&r.r#in, Number::to_string))));
+        return Some((
+            "in",
+            format!(
+                "value must be in list {}",
+                go_list(&r.r#in, Number::to_string)
+            ),
+        ));
     }
     if r.not_in.contains(&v) {
         return Some((
             "not_in",
-            format!("value must not be in list {}", go_list(&r.not_in, Number::to_string)),
+            format!(
+                "value must not be in list {}",
+                go_list(&r.not_in, Number::to_string)
+            ),
         ));
     }
     None
@@ -1184,14 +1282,23 @@ fn check_enum(v: i32, r: &EnumRules) -> Option<Broken> {
         }
     }
     if !r.r#in.is_empty() && !r.r#in.contains(&v) {
-        return Some(("in", format!("value must be in list {}", go_list(&r.r#in, name))));
+        return Some((
+            "in",
+            format!("value must be in list {}", go_list(&r.r#in, name)),
+        ));
     }
     if r.not_in.contains(&v) {
-        return Some(("not_in", format!("value must not be in list {}", go_list(&r.not_in, name))));
+        return Some((
+            "not_in",
+            format!("value must not be in list {}", go_list(&r.not_in, name)),
+        ));
     }
     if let Some(e) = &r.defined_only {
         if e.get_value(v).is_none() {
-            return Some(("defined_only", "value must be one of the defined enum values".into()));
+            return Some((
+                "defined_only",
+                "value must be one of the defined enum values".into(),
+            ));
         }
     }
     None
@@ -1207,10 +1314,19 @@ fn check_string(v: &str, r: &StringRules) -> Option<Broken> {
         }
     }
     if !r.r#in.is_empty() && !r.r#in.iter().any(|s| s == v) {
-        return Some(("in", format!("value must be in list {}", go_list(&r.r#in, String::clone))));
+        return Some((
+            "in",
+            format!("value must be in list {}", go_list(&r.r#in, String::clone)),
+        ));
     }
     if r.not_in.iter().any(|s| s == v) {
-        return Some(("not_in", format!("value must not be in list {}", go_list(&r.not_in, String::clone))));
+        return Some((
+            "not_in",
+            format!(
+                "value must not be in list {}",
+                go_list(&r.not_in, String::clone)
+            ),
+        ));
     }
     let chars = || v.chars().count() as u64;
     if let Some(n) = r.len.or(r.min_len.filter(|lo| Some(*lo) == r.max_len)) {
@@ -1226,36 +1342,60 @@ fn check_string(v: &str, r: &StringRules) -> Option<Broken> {
                 ))
             }
             None if chars() < lo => {
-                return Some(("min_len", format!("value length must be at least {lo} characters")))
+                return Some((
+                    "min_len",
+                    format!("value length must be at least {lo} characters"),
+                ))
             }
             _ => {}
         }
     } else if let Some(hi) = r.max_len {
         if chars() > hi {
-            return Some(("max_len", format!("value length must be at most {hi} characters")));
+            return Some((
+                "max_len",
+                format!("value length must be at most {hi} characters"),
+            ));
         }
     }
-    if let Some(broken) = check_byte_len(v.len() as u64, r.len_bytes, r.min_bytes, r.max_bytes, "_bytes") {
+    if let Some(broken) = check_byte_len(
+        v.len() as u64,
+        r.len_bytes,
+        r.min_bytes,
+        r.max_bytes,
+        "_bytes",
+    ) {
         return Some(broken);
     }
     if let Some(p) = &r.prefix {
         if !v.starts_with(p.as_str()) {
-            return Some(("prefix", format!("value does not have prefix {}", go_quote(p))));
+            return Some((
+                "prefix",
+                format!("value does not have prefix {}", go_quote(p)),
+            ));
         }
     }
     if let Some(p) = &r.suffix {
         if !v.ends_with(p.as_str()) {
-            return Some(("suffix", format!("value does not have suffix {}", go_quote(p))));
+            return Some((
+                "suffix",
+                format!("value does not have suffix {}", go_quote(p)),
+            ));
         }
     }
     if let Some(p) = &r.contains {
         if !v.contains(p.as_str()) {
-            return Some(("contains", format!("value does not contain substring {}", go_quote(p))));
+            return Some((
+                "contains",
+                format!("value does not contain substring {}", go_quote(p)),
+            ));
         }
     }
     if let Some(p) = &r.not_contains {
         if v.contains(p.as_str()) {
-            return Some(("not_contains", format!("value contains substring {}", go_quote(p))));
+            return Some((
+                "not_contains",
+                format!("value contains substring {}", go_quote(p)),
+            ));
         }
     }
     if let Some(broken) = r.well_known.and_then(|w| check_well_known(v, w)) {
@@ -1263,14 +1403,23 @@ fn check_string(v: &str, r: &StringRules) -> Option<Broken> {
     }
     if let Some((text, Some(re))) = &r.pattern {
         if !re.is_match(v) {
-            return Some(("pattern", format!("value does not match regex pattern {}", go_quote(text))));
+            return Some((
+                "pattern",
+                format!("value does not match regex pattern {}", go_quote(text)),
+            ));
         }
     }
     None
 }
 
 /// len/min/max in bytes (`suffix` names the rule: `_bytes` for strings, `` for bytes).
-fn check_byte_len(n: u64, len: Option<u64>, min: Option<u64>, max: Option<u64>, suffix: &str) -> Option<Broken> {
+fn check_byte_len(
+    n: u64,
+    len: Option<u64>,
+    min: Option<u64>,
+    max: Option<u64>,
+    suffix: &str,
+) -> Option<Broken> {
     let rule = |r: &'static str| -> &'static str {
         match (r, suffix) {
             ("len", "_bytes") => "len_bytes",
@@ -1286,14 +1435,23 @@ fn check_byte_len(n: u64, len: Option<u64>, min: Option<u64>, max: Option<u64>, 
     }
     match (min, max) {
         (Some(lo), Some(hi)) => (n < lo || n > hi).then(|| {
-            (rule("min"), format!("value length must be between {lo} and {hi} bytes, inclusive"))
+            (
+                rule("min"),
+                format!("value length must be between {lo} and {hi} bytes, inclusive"),
+            )
         }),
-        (Some(lo), None) => {
-            (n < lo).then(|| (rule("min"), format!("value length must be at least {lo} bytes")))
-        }
-        (None, Some(hi)) => {
-            (n > hi).then(|| (rule("max"), format!("value length must be at most {hi} bytes")))
-        }
+        (Some(lo), None) => (n < lo).then(|| {
+            (
+                rule("min"),
+                format!("value length must be at least {lo} bytes"),
+            )
+        }),
+        (None, Some(hi)) => (n > hi).then(|| {
+            (
+                rule("max"),
+                format!("value length must be at most {hi} bytes"),
+            )
+        }),
         (None, None) => None,
     }
 }
@@ -1328,8 +1486,12 @@ fn check_well_known(v: &str, w: WellKnown) -> Option<Broken> {
             .parse::<Ipv6Addr>()
             .is_err()
             .then(|| ("ipv6", "value must be a valid IPv6 Address".into())),
-        WellKnown::Address => (!is_hostname(v) && !ip())
-            .then(|| ("address", "value must be an ip address, or a hostname.".into())),
+        WellKnown::Address => (!is_hostname(v) && !ip()).then(|| {
+            (
+                "address",
+                "value must be an ip address, or a hostname.".into(),
+            )
+        }),
         WellKnown::Hostname => {
             (!is_hostname(v)).then(|| ("hostname", "value must be a valid hostname".into()))
         }
@@ -1337,7 +1499,10 @@ fn check_well_known(v: &str, w: WellKnown) -> Option<Broken> {
         WellKnown::HeaderName(strict) | WellKnown::HeaderValue(strict) => {
             let (text, re) = header_regex(matches!(w, WellKnown::HeaderName(_)), strict);
             (!re.is_match(v)).then(|| {
-                ("well_known_regex", format!("value does not match regex pattern {}", go_quote(text)))
+                (
+                    "well_known_regex",
+                    format!("value does not match regex pattern {}", go_quote(text)),
+                )
             })
         }
         WellKnown::Unchecked => None,
@@ -1356,7 +1521,9 @@ fn is_hostname(v: &str) -> bool {
             && label.len() <= 63
             && !label.starts_with('-')
             && !label.ends_with('-')
-            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
     })
 }
 
@@ -1414,32 +1581,56 @@ fn check_bytes(v: &[u8], r: &BytesRules) -> Option<Broken> {
         }
     }
     if !r.r#in.is_empty() && !r.r#in.iter().any(|s| s == v) {
-        return Some(("in", format!("value must be in list {}", go_list(&r.r#in, |b| show_bytes(b)))));
+        return Some((
+            "in",
+            format!(
+                "value must be in list {}",
+                go_list(&r.r#in, |b| show_bytes(b))
+            ),
+        ));
     }
     if r.not_in.iter().any(|s| s == v) {
-        return Some(("not_in", format!("value must not be in list {}", go_list(&r.not_in, |b| show_bytes(b)))));
+        return Some((
+            "not_in",
+            format!(
+                "value must not be in list {}",
+                go_list(&r.not_in, |b| show_bytes(b))
+            ),
+        ));
     }
     if let Some(broken) = check_byte_len(v.len() as u64, r.len, r.min_len, r.max_len, "") {
         return Some(broken);
     }
     if let Some(p) = &r.prefix {
         if !v.starts_with(p) {
-            return Some(("prefix", format!("value does not have prefix {}", show_bytes(p))));
+            return Some((
+                "prefix",
+                format!("value does not have prefix {}", show_bytes(p)),
+            ));
         }
     }
     if let Some(p) = &r.suffix {
         if !v.ends_with(p) {
-            return Some(("suffix", format!("value does not have suffix {}", show_bytes(p))));
+            return Some((
+                "suffix",
+                format!("value does not have suffix {}", show_bytes(p)),
+            ));
         }
     }
     if let Some(p) = &r.contains {
         if !p.is_empty() && !v.windows(p.len()).any(|w| w == p.as_slice()) {
-            return Some(("contains", format!("value does not contain substring {}", show_bytes(p))));
+            return Some((
+                "contains",
+                format!("value does not contain substring {}", show_bytes(p)),
+            ));
         }
     }
     if let Some((text, Some(re))) = &r.pattern {
         if !re.is_match(v) {
-            return Some(("pattern", format!("value does not match regex pattern {}", go_quote(text))));
+            return Some((
+                "pattern",
+                format!("value does not match regex pattern {}", go_quote(text)),
+            ));
         }
     }
     None
@@ -1485,8 +1676,14 @@ fn go_duration(nanos: i128) -> String {
 }
 
 fn message_nanos(m: &DynamicMessage) -> i128 {
-    let seconds = m.get_field_by_number(1).and_then(|v| v.as_i64()).unwrap_or(0);
-    let nanos = m.get_field_by_number(2).and_then(|v| v.as_i32()).unwrap_or(0);
+    let seconds = m
+        .get_field_by_number(1)
+        .and_then(|v| v.as_i64())
+        .unwrap_or(0);
+    let nanos = m
+        .get_field_by_number(2)
+        .and_then(|v| v.as_i32())
+        .unwrap_or(0);
     i128::from(seconds) * 1_000_000_000 + i128::from(nanos)
 }
 
@@ -1498,12 +1695,21 @@ fn check_message_value(m: &DynamicMessage, rules: &Rules) -> Option<Broken> {
             let url = m.get_field_by_number(1);
             let url = url.as_deref().and_then(Value::as_str).unwrap_or("");
             if !r.r#in.is_empty() && !r.r#in.iter().any(|u| u == url) {
-                return Some(("in", format!("type URL must be in list {}", go_list(&r.r#in, String::clone))));
+                return Some((
+                    "in",
+                    format!(
+                        "type URL must be in list {}",
+                        go_list(&r.r#in, String::clone)
+                    ),
+                ));
             }
             if r.not_in.iter().any(|u| u == url) {
                 return Some((
                     "not_in",
-                    format!("type URL must not be in list {}", go_list(&r.not_in, String::clone)),
+                    format!(
+                        "type URL must not be in list {}",
+                        go_list(&r.not_in, String::clone)
+                    ),
                 ));
             }
             None
@@ -1530,10 +1736,19 @@ fn check_time(v: i128, r: &TimeRules, show: fn(i128) -> String) -> Option<Broken
         return Some(broken);
     }
     if !r.r#in.is_empty() && !r.r#in.contains(&v) {
-        return Some(("in", format!("value must be in list {}", go_list(&r.r#in, |n| show(*n)))));
+        return Some((
+            "in",
+            format!("value must be in list {}", go_list(&r.r#in, |n| show(*n))),
+        ));
     }
     if r.not_in.contains(&v) {
-        return Some(("not_in", format!("value must not be in list {}", go_list(&r.not_in, |n| show(*n)))));
+        return Some((
+            "not_in",
+            format!(
+                "value must not be in list {}",
+                go_list(&r.not_in, |n| show(*n))
+            ),
+        ));
     }
     None
 }
@@ -1574,7 +1789,9 @@ pub fn census() -> Census {
                 rule_names(rules, "", &mut names);
                 for name in names {
                     if name.ends_with(".pattern") && !pattern_compiles(rules) {
-                        census.unevaluated.push(format!("{} ({name})", field.full_name()));
+                        census
+                            .unevaluated
+                            .push(format!("{} ({name})", field.full_name()));
                     }
                     census
                         .example
@@ -1603,7 +1820,9 @@ fn rule_names(rules: &DynamicMessage, prefix: &str, out: &mut Vec<String>) {
 }
 
 fn pattern_compiles(rules: &DynamicMessage) -> bool {
-    let Ok(rules) = rules.transcode_to::<pgv::FieldRules>() else { return false };
+    let Ok(rules) = rules.transcode_to::<pgv::FieldRules>() else {
+        return false;
+    };
     let pattern = match rules.r#type {
         Some(RuleType::String(s)) => s.pattern,
         Some(RuleType::Bytes(b)) => b.pattern,
