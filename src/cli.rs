@@ -29,6 +29,9 @@ use crate::watch::Reloader;
 pub const EXIT_USAGE: u8 = 64;
 /// Exit code of `switchyard status` when a node rejected its latest configuration.
 pub const EXIT_NACKED: u8 = 2;
+/// Exit code of `switchyard status` when the server's last config load failed (it serves the
+/// last good snapshot; the edit never took). Checked before NACKs.
+pub const EXIT_LOAD_FAILED: u8 = 3;
 /// The admin server's default address.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:19000";
 
@@ -49,7 +52,8 @@ pub enum Command {
     /// Load the snapshot files and report every problem; exit 0 when they load, 1 when not.
     Validate(ConfigArgs),
     /// Show every connected proxy's sync state per type, from a running server's admin API;
-    /// exit 2 when any proxy is NACKing, 1 when the server cannot be asked.
+    /// exit 3 when the server's last config load failed, 2 when any proxy is NACKing, 1
+    /// when the server cannot be asked.
     Status(StatusArgs),
     /// Load an xDS server with simulated Envoys (each its own connection and ADS stream),
     /// run a trigger command, and report connect and sync times, convergence, responses and
@@ -664,7 +668,9 @@ fn status(args: &StatusArgs) -> ExitCode {
         Output::Json => println!("{body}"),
         Output::Table => print!("{}", status_table(&status)),
     }
-    if status.any_nacked() {
+    if status.config.as_ref().is_some_and(|c| !c.ok) {
+        ExitCode::from(EXIT_LOAD_FAILED)
+    } else if status.any_nacked() {
         ExitCode::from(EXIT_NACKED)
     } else {
         ExitCode::SUCCESS

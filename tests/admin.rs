@@ -168,7 +168,7 @@ async fn status_lists_delta_streams_and_the_last_failed_load() {
 }
 
 #[tokio::test]
-async fn status_command_prints_a_table_and_exits_2_while_a_node_nacks() {
+async fn status_command_exits_2_while_a_node_nacks_and_3_after_a_failed_load() {
     let server = server().await;
     let mut c = server.ads("edge-1").await;
     c.subscribe(Cluster, &[]).await;
@@ -210,6 +210,21 @@ async fn status_command_prints_a_table_and_exits_2_while_a_node_nacks() {
     assert_eq!(code, Some(2));
     let parsed: Status = serde_json::from_str(&out).expect("JSON");
     assert_eq!(state(&parsed, "edge-1", "CDS").as_deref(), Some("NACKED"));
+
+    // An edit Envoy would reject (its own field rule) does not load: status exits 3, the
+    // code a CI step gates on, and says why; the last good snapshot keeps serving.
+    let errors = server.set_bad_file("clusters.yaml", &eds_cluster("backend", "0s", 8080));
+    assert!(
+        errors[0].contains("breaks Envoy's rule duration.gt"),
+        "{errors:?}"
+    );
+    status_until(&server, |s| s.config.as_ref().is_some_and(|c| !c.ok)).await;
+    let (code, out, _) = status_command(&server, &[]).await;
+    assert_eq!(code, Some(3), "last load failed: exit 3\n{out}");
+    assert!(
+        out.contains("ClusterValidationError.ConnectTimeout: value must be greater than 0s"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
