@@ -1,7 +1,9 @@
 //! `GET /`: the fleet at a glance, for a person. Server-rendered HTML with inline CSS, no
 //! JavaScript and no external assets. Summary counts first, then a table of nodes filtered and
 //! paged on the server (`?q=` matches node id or cluster, `?state=` keeps nodes with a type in
-//! that state, `?page=`), so it stays usable at 10,000 nodes.
+//! that state, `?page=`), so it stays usable at 10,000 nodes. Nodes with a problem come first
+//! (NACKED, then STALE), then by node id in natural order (`edge-2` before `edge-10`); each
+//! summary count links to the filter that lists its nodes.
 
 use std::fmt::Write;
 
@@ -19,7 +21,8 @@ pub struct PageQuery {
     /// Substring of node id or cluster.
     #[serde(default)]
     pub q: String,
-    /// `SYNCED`, `STALE`, `NACKED` or `NOT_SENT`: nodes with some type in that state.
+    /// `SYNCED`, `STALE`, `NACKED` or `NOT_SENT`: nodes with some type in that state;
+    /// `ALL_SYNCED`: every type synced; `UPDATING`: a make-before-break update in progress.
     #[serde(default)]
     pub state: String,
     /// 1-based.
@@ -60,7 +63,72 @@ fn matches(node: &NodeStatus, query: &PageQuery) -> bool {
     (q.is_empty()
         || node.node_id.to_lowercase().contains(&q)
         || node.node_cluster.to_lowercase().contains(&q))
-        && (query.state.is_empty() || node.types.values().any(|t| t.state == query.state))
+        && match query.state.as_str() {
+            "" => true,
+            "ALL_SYNCED" => all_synced(node),
+            "UPDATING" => updating(node),
+            state => node.types.values().any(|t| t.state == state),
+        }
+}
+
+fn all_synced(node: &NodeStatus) -> bool {
+    node.types.values().all(|t| t.state == "SYNCED")
+}
+
+fn updating(node: &NodeStatus) -> bool {
+    node.streams.iter().any(|s| s.plan.is_some())
+}
+
+/// Where a node is listed: NACKing first, then with a response not yet ACKed, then the rest.
+fn problem_rank(node: &NodeStatus) -> u8 {
+    if node.types.values().any(|t| t.state == "NACKED") {
+        0
+    } else if node.types.values().any(|t| t.state == "STALE") {
+        1
+    } else {
+        2
+    }
+}
+
+/// Natural order: runs of digits compare as numbers (`edge-2` < `edge-10`), the rest as text.
+fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    let run = |s: &[u8], digits: bool| {
+        s.iter()
+            .position(|c| c.is_ascii_digit() != digits)
+            .unwrap_or(s.len())
+    };
+    while !a.is_empty() && !b.is_empty() {
+        let digits = a[0].is_ascii_digit();
+        if digits != b[0].is_ascii_digit() {
+            return a[0].cmp(&b[0]);
+        }
+        let (ra, rb) = (run(a, digits), run(b, digits));
+        let (pa, pb) = (&a[..ra], &b[..rb]);
+        let order = if digits {
+            let (ta, tb) = (trim_zeros(pa), trim_zeros(pb));
+            ta.len()
+                .cmp(&tb.len())
+                .then(ta.cmp(tb))
+                .then(pa.len().cmp(&pb.len()))
+        } else {
+            pa.cmp(pb)
+        };
+        if order != Ordering::Equal {
+            return order;
+        }
+        (a, b) = (&a[ra..], &b[rb..]);
+    }
+    a.len().cmp(&b.len())
+}
+
+fn trim_zeros(digits: &[u8]) -> &[u8] {
+    let start = digits
+        .iter()
+        .position(|&c| c != b'0')
+        .unwrap_or(digits.len());
+    &digits[start..]
 }
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
@@ -91,22 +159,16 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
     );
     let _ = write!(
         html,
-        "<p class=\"sum\"><span><b>{}</b> nodes</span><span class=\"bad\"><b>{}</b> NACKing</span>\
-         <span><b>{}</b> with a response not yet ACKed</span><span><b>{}</b> mid-update (make-before-break)</span>\
-         <span><b>{}</b> with every type SYNCED</span></p>",
+        "<p class=\"sum\"><span><a href=\"/\"><b>{}</b> nodes</a></span>\
+         <span class=\"bad\"><a href=\"/?state=NACKED\"><b>{}</b> NACKing</a></span>\
+         <span><a href=\"/?state=STALE\"><b>{}</b> with a response not yet ACKed</a></span>\
+         <span><a href=\"/?state=UPDATING\"><b>{}</b> mid-update (make-before-break)</a></span>\
+         <span><a href=\"/?state=ALL_SYNCED\"><b>{}</b> with every type SYNCED</a></span></p>",
         status.nodes.len(),
         count("NACKED"),
         count("STALE"),
-        status
-            .nodes
-            .iter()
-            .filter(|n| n.streams.iter().any(|s| s.plan.is_some()))
-            .count(),
-        status
-            .nodes
-            .iter()
-            .filter(|n| n.types.values().all(|t| t.state == "SYNCED"))
-            .count()
+        status.nodes.iter().filter(|n| updating(n)).count(),
+        status.nodes.iter().filter(|n| all_synced(n)).count()
     );
     match &status.config {
         Some(c) if c.ok => {
@@ -142,13 +204,25 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
          <select name=\"state\"><option value=\"\">any state</option>",
         esc(&query.q)
     );
-    for s in ["NACKED", "STALE", "SYNCED", "NOT_SENT"] {
+    for s in [
+        "NACKED",
+        "STALE",
+        "SYNCED",
+        "NOT_SENT",
+        "ALL_SYNCED",
+        "UPDATING",
+    ] {
         let selected = if query.state == s { " selected" } else { "" };
         let _ = write!(html, "<option{selected}>{s}</option>");
     }
     html.push_str("</select> <button>Show</button></form>");
 
-    let shown: Vec<&NodeStatus> = status.nodes.iter().filter(|n| matches(n, query)).collect();
+    let mut shown: Vec<&NodeStatus> = status.nodes.iter().filter(|n| matches(n, query)).collect();
+    shown.sort_by(|a, b| {
+        problem_rank(a)
+            .cmp(&problem_rank(b))
+            .then_with(|| natural_cmp(&a.node_id, &b.node_id))
+    });
     let pages = shown.len().div_ceil(PAGE_SIZE).max(1);
     let page = query.page.unwrap_or(1).clamp(1, pages);
     let _ = write!(
@@ -309,6 +383,77 @@ mod tests {
             html.contains("ADS/delta (updating 2/3, 1 held back by a CDS NACK)"),
             "{html}"
         );
+    }
+
+    /// The order of rows in the page's table: the node ids as they appear.
+    fn row_ids(html: &str) -> Vec<String> {
+        html.split("<tr><td><a href=\"/config_dump?node=")
+            .skip(1)
+            .filter_map(|row| row.split('>').nth(1))
+            .filter_map(|rest| rest.split('<').next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn problems_first_then_node_ids_in_natural_order() {
+        let status = Status {
+            nodes: vec![
+                node("edge-10", "SYNCED", None),
+                node("edge-9", "STALE", None),
+                node("edge-2", "SYNCED", None),
+                node("edge-100", "NACKED", Some("no")),
+                node("edge-1", "SYNCED", None),
+                node("edge-11", "STALE", None),
+                node("edge-007", "SYNCED", None),
+            ],
+            config: None,
+        };
+        let html = render(&status, &PageQuery::default());
+        assert_eq!(
+            row_ids(&html),
+            ["edge-100", "edge-9", "edge-11", "edge-1", "edge-2", "edge-007", "edge-10"]
+        );
+        assert_eq!(natural_cmp("a2", "a10"), std::cmp::Ordering::Less);
+        assert_eq!(natural_cmp("a02", "a2"), std::cmp::Ordering::Greater);
+        assert_eq!(natural_cmp("b", "a9"), std::cmp::Ordering::Greater);
+        assert_eq!(natural_cmp("9", "a"), std::cmp::Ordering::Less);
+    }
+
+    #[test]
+    fn summary_counts_link_to_their_filters() {
+        let mut status = fleet(9);
+        status.nodes[3].streams[0].plan = Some(crate::admin::PlanStatusJson {
+            step: 1,
+            steps: 2,
+            held_back: 0,
+            nacked: None,
+            since: "t".into(),
+        });
+        let html = render(&status, &PageQuery::default());
+        for (filter, count) in [
+            ("NACKED", "<b>1</b> NACKing"),
+            ("STALE", "<b>0</b> with a response"),
+            ("UPDATING", "<b>1</b> mid-update"),
+            ("ALL_SYNCED", "<b>8</b> with every type SYNCED"),
+        ] {
+            assert!(
+                html.contains(&format!("<a href=\"/?state={filter}\">{count}")),
+                "{filter}: {html}"
+            );
+        }
+        let only = |state: &str| {
+            row_ids(&render(
+                &status,
+                &PageQuery {
+                    state: state.into(),
+                    ..Default::default()
+                },
+            ))
+        };
+        assert_eq!(only("UPDATING"), ["edge-00003"]);
+        assert_eq!(only("ALL_SYNCED").len(), 8);
+        assert!(!only("ALL_SYNCED").contains(&"edge-00007".to_string()));
     }
 
     #[test]
