@@ -10,7 +10,9 @@ use std::time::Duration;
 use support::envoy::{
     envoy_binary, eventually, free_port, http_get, http_get_host, Api, Envoy, Switchyard, Upstream,
 };
-use support::{eds_cluster, rds_listener, route_to, write};
+use support::{
+    eds_cluster, envoy_rejected_cluster, rds_listener, route_to, write, ENVOY_REJECTED_CLUSTER,
+};
 
 /// How long config may take to reach Envoy.
 const ARRIVE: Duration = Duration::from_secs(20);
@@ -256,8 +258,8 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
     let Some(fleet) = Fleet::start(api, &node).await else {
         return;
     };
-    // Valid protobuf, but Envoy's validation requires connect_timeout > 0.
-    fleet.edit("a.yaml", &eds_cluster("a", "0s", fleet.a_port));
+    // Valid protobuf within every field rule (so Switchyard serves it), but Envoy rejects it.
+    fleet.edit("a.yaml", &envoy_rejected_cluster("a", fleet.a_port));
     fleet.envoy.expect_cds_rejected().await;
     // Switchyard recorded the NACK with Envoy's own error text, for this node and type.
     let recorded = eventually(ARRIVE, || async {
@@ -266,7 +268,7 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
             &[
                 ("node", node.as_str()),
                 ("type", "CDS"),
-                ("error", "ConnectTimeout"),
+                ("error", ENVOY_REJECTED_CLUSTER),
             ],
         )
     })
@@ -287,13 +289,13 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
         nacked
             .error
             .as_deref()
-            .is_some_and(|e| e.contains("ConnectTimeout")),
+            .is_some_and(|e| e.contains(ENVOY_REJECTED_CLUSTER)),
         "{nacked:?}"
     );
     let (code, table) = fleet.switchyard.status_command(&[]);
     assert_eq!(code, Some(2), "{table}");
     assert!(
-        table.contains("NACKED") && table.contains("ConnectTimeout"),
+        table.contains("NACKED") && table.contains(ENVOY_REJECTED_CLUSTER),
         "{table}"
     );
     // Envoy keeps the previous cluster and keeps serving.

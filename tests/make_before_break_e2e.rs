@@ -478,7 +478,8 @@ async fn e2e_p28_p30_cluster_only_change_drops_nothing_and_leaves_warming_at_onc
     judge(&tally, true);
 }
 
-/// (e) A cut-over to a cluster Envoy rejects (`connect_timeout: 0s`), `x` removed: the NACK
+/// (e) A cut-over to a cluster Envoy rejects (`lb_policy: CLUSTER_PROVIDED` on EDS, which
+/// breaks no field rule, so Switchyard serves it), `x` removed: the NACK
 /// holds back the route that names it and keeps `x`, so traffic stays on `x`; the fix then
 /// goes out in order. Without ordering, `x` goes and the route points at nothing.
 async fn e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix(
@@ -500,7 +501,10 @@ async fn e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix
     let load = Load::start(setup.listener, false);
     tokio::time::sleep(Duration::from_millis(300)).await;
     setup.edit(
-        &cut_over(&cluster_y.replace("connect_timeout: 1s", "connect_timeout: 0s")),
+        &cut_over(&cluster_y.replace(
+            "    type: EDS\n",
+            "    type: EDS\n    lb_policy: CLUSTER_PROVIDED\n",
+        )),
         0,
     );
     setup.envoy.expect_cds_rejected().await;

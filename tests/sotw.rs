@@ -3,7 +3,10 @@
 
 mod support;
 
-use support::{eds_cluster, names, node, rds_listener, request, route_to, TestServer, XdsClient};
+use support::{
+    eds_cluster, envoy_rejected_cluster, names, node, rds_listener, request, route_to, TestServer,
+    XdsClient,
+};
 use switchyard::resource::ResourceType::{self, Cluster, Endpoint, Listener, Route};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -131,7 +134,7 @@ async fn p5_nack_is_recorded_not_resent_and_a_fix_is_sent() {
     c.subscribe(Cluster, &[]).await;
     let v1 = c.recv_type(Cluster).await;
     c.ack(&v1, &[]).await;
-    server.set_file("clusters.yaml", &eds_cluster("backend", "0s", 8080));
+    server.set_file("clusters.yaml", &envoy_rejected_cluster("backend", 8080));
     let bad = c.recv_type(Cluster).await;
     c.nack(
         &bad,
@@ -141,7 +144,7 @@ async fn p5_nack_is_recorded_not_resent_and_a_fix_is_sent() {
     )
     .await;
     // Touch an unrelated type: the next thing on the stream is that, not the rejected CDS.
-    server.set_file("clusters.yaml", &eds_cluster("backend", "0s", 8080));
+    server.set_file("clusters.yaml", &envoy_rejected_cluster("backend", 8080));
     c.subscribe(Listener, &[]).await;
     assert_eq!(names(&c.recv_type(Listener).await), ["http"]);
     // A fix is sent.

@@ -540,6 +540,20 @@ endpoints:
     )
 }
 
+/// A cluster like [`eds_cluster`] that Envoy rejects although it breaks none of Envoy's field
+/// rules (so Switchyard loads and serves it): an EDS cluster asking for the load balancer
+/// only a cluster type that provides one may ask for. Envoy 1.40: "cluster provided LB
+/// specified but cluster '<name>' did not provide one".
+pub fn envoy_rejected_cluster(name: &str, port: u16) -> String {
+    eds_cluster(name, "1s", port).replace(
+        "    type: EDS\n",
+        "    type: EDS\n    lb_policy: CLUSTER_PROVIDED\n",
+    )
+}
+
+/// The words of Envoy's NACK of [`envoy_rejected_cluster`].
+pub const ENVOY_REJECTED_CLUSTER: &str = "cluster provided LB specified";
+
 /// An HTTP listener `name` on `port` whose routes come from RDS `route`.
 pub fn rds_listener(name: &str, port: u16, route: &str) -> String {
     format!("\nlisteners:{}", listener_item(name, port, route))

@@ -178,7 +178,12 @@ fn ranges_name_both_bounds_and_use_pgv_words() {
 #[test]
 fn every_rule_in_the_descriptor_set_is_evaluated() {
     let c = census();
-    eprintln!("{} messages, {} fields, {} rules", c.messages, c.fields, c.rules.len());
+    eprintln!(
+        "{} messages, {} fields, {} rules",
+        c.messages,
+        c.fields,
+        c.rules.len()
+    );
     assert!(c.fields > 1_000, "{} fields with rules", c.fields);
     assert!(c.unevaluated.is_empty(), "{:?}", c.unevaluated);
     let evaluated = [
