@@ -50,7 +50,7 @@ pub enum Command {
     /// and per-type), reloading them when they change.
     Serve(Box<ServeArgs>),
     /// Load the snapshot files and report every problem; exit 0 when they load, 1 when not.
-    Validate(ConfigArgs),
+    Validate(ValidateArgs),
     /// Show every connected proxy's sync state per type, from a running server's admin API;
     /// exit 3 when the server's last config load failed, 2 when any proxy is NACKing, 1
     /// when the server cannot be asked.
@@ -98,6 +98,24 @@ pub struct ConfigArgs {
     /// Treat reference problems (a route naming a missing cluster, ...) as errors.
     #[arg(long)]
     pub strict: bool,
+    /// Do not check Envoy's own field rules at load: only for clients that do not apply them
+    /// (proxyless gRPC) with resources Envoy would reject, such as a listener without
+    /// `stat_prefix`.
+    #[arg(long)]
+    pub skip_envoy_rules: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Also check each node group's snapshot with this Envoy binary: `envoy --mode validate`
+    /// on a bootstrap that holds it (endpoints, route configurations and secrets inlined).
+    #[arg(long, value_name = "PATH")]
+    pub envoy: Option<PathBuf>,
+    /// How long one Envoy check may take.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub envoy_timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +148,14 @@ pub struct ServeArgs {
     /// have some (refused by default: the usual cause is a broken deploy of the files).
     #[arg(long)]
     pub allow_empty: bool,
+    /// Check every reload with this Envoy binary before publishing it (as `validate
+    /// --envoy`): a node group Envoy rejects makes the reload a load error, and so does an
+    /// Envoy that cannot be run. The last good snapshot keeps serving.
+    #[arg(long, value_name = "PATH")]
+    pub preflight_envoy: Option<PathBuf>,
+    /// How long one pre-flight Envoy check may take.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub preflight_timeout: Duration,
     /// Send private key material (private keys, session ticket keys, generic secrets) to
     /// every client, whether or not a certificate binds it to its node: only for a sidecar
     /// on loopback. Without it, only streams bound by --node-identity get it.
@@ -362,25 +388,15 @@ fn loadgen(args: crate::loadgen::LoadgenArgs) -> ExitCode {
     }
 }
 
-fn validate(args: &ConfigArgs) -> ExitCode {
+fn validate(args: &ValidateArgs) -> ExitCode {
     let options = LoadOptions {
-        strict: args.strict,
+        strict: args.config.strict,
         allow_empty: true,
+        envoy_rules: !args.config.skip_envoy_rules,
         ..LoadOptions::default()
     };
-    match config::load(&args.paths, &options) {
-        Ok(config) => {
-            for w in &config.warnings {
-                eprintln!("warning: {w}");
-            }
-            println!(
-                "OK: {} file(s), {} resource(s), {} warning(s)",
-                config.files.len(),
-                config.resource_count(),
-                config.warnings.len()
-            );
-            ExitCode::SUCCESS
-        }
+    let config = match config::load(&args.config.paths, &options) {
+        Ok(config) => config,
         Err(failure) => {
             for w in &failure.warnings {
                 eprintln!("warning: {w}");
@@ -389,9 +405,46 @@ fn validate(args: &ConfigArgs) -> ExitCode {
                 eprintln!("error: {e}");
             }
             eprintln!("invalid: {} error(s)", failure.errors.len());
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
+        }
+    };
+    for w in &config.warnings {
+        eprintln!("warning: {w}");
+    }
+    let mut rejected = 0;
+    if let Some(envoy) = &args.envoy {
+        if !envoy.is_file() {
+            eprintln!("error: --envoy {}: no such file", envoy.display());
+            return ExitCode::from(EXIT_USAGE);
+        }
+        let verdicts = match crate::preflight::check(envoy, &config, args.envoy_timeout) {
+            Ok(verdicts) => verdicts,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        for v in &verdicts {
+            match &v.result {
+                Ok(()) => eprintln!("envoy: OK: {}", v.group),
+                Err(message) => {
+                    rejected += 1;
+                    eprintln!("error: Envoy rejects the {}: {message}", v.group);
+                }
+            }
         }
     }
+    if rejected > 0 {
+        eprintln!("invalid: Envoy rejects {rejected} node group(s)");
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "OK: {} file(s), {} resource(s), {} warning(s)",
+        config.files.len(),
+        config.resource_count(),
+        config.warnings.len()
+    );
+    ExitCode::SUCCESS
 }
 
 /// A tokio runtime from `builder` (with I/O and time), or the exit code after saying why not.
@@ -442,9 +495,19 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             strict: args.config.strict,
             allow_empty: args.allow_empty,
             max_file_bytes: args.max_file_size,
+            envoy_rules: !args.config.skip_envoy_rules,
         },
         Arc::clone(&cache),
     );
+    if let Some(envoy) = &args.preflight_envoy {
+        if !envoy.is_file() {
+            return Err(Failure::Usage(anyhow::anyhow!(
+                "--preflight-envoy {}: no such file",
+                envoy.display()
+            )));
+        }
+        reloader = reloader.with_preflight(envoy.clone(), args.preflight_timeout);
+    }
     if let Some(dir) = &args.state_dir {
         let state = StateDir::open(dir)
             .map_err(|e| Failure::Usage(anyhow::anyhow!("cannot use --state-dir: {e}")))?;

@@ -19,6 +19,8 @@
 //!   the World and delta; no IO, and time only as an argument.
 //! - [`server`] runs the gRPC services that feed the protocol and write what it returns,
 //!   straight from the resources' shared bytes.
+//! - [`preflight`] checks each node group's snapshot with the real Envoy (`envoy --mode
+//!   validate` on a bootstrap that holds it) before it is published, when asked to.
 //! - [`watch`] reloads on file changes (and keeps each good load with [`state`]); [`redact`]
 //!   knows what is secret; [`cli`] is the command line.
 #![forbid(unsafe_code)]
@@ -30,6 +32,7 @@ pub mod config;
 pub mod fleet;
 pub mod loadgen;
 pub mod metrics;
+pub mod preflight;
 pub mod protocol;
 pub mod redact;
 pub mod resource;

@@ -62,6 +62,8 @@ pub struct Reloader {
     watch_events: Arc<AtomicU64>,
     /// Where each good load is kept (`--state-dir`).
     state: Option<StateDir>,
+    /// `--preflight-envoy`: the Envoy binary that checks each new config, and its time limit.
+    preflight: Option<(PathBuf, std::time::Duration)>,
 }
 
 /// Counts since start, for the metrics.
@@ -85,6 +87,39 @@ impl Reloader {
             loads_failed: AtomicU64::new(0),
             watch_events: Arc::new(AtomicU64::new(0)),
             state: None,
+            preflight: None,
+        }
+    }
+
+    /// The same, checking each new config with the Envoy at `envoy` before publishing it.
+    pub fn with_preflight(mut self, envoy: PathBuf, timeout: std::time::Duration) -> Reloader {
+        self.preflight = Some((envoy, timeout));
+        self
+    }
+
+    /// Envoy's verdict on a config that differs from the one serving: the groups it rejects
+    /// as errors (an Envoy that cannot be run is one too: the check fails closed).
+    fn preflight(&self, config: &Config) -> Vec<ConfigError> {
+        let Some((envoy, timeout)) = &self.preflight else {
+            return Vec::new();
+        };
+        if self.cache.current().config.version() == config.version() {
+            return Vec::new();
+        }
+        match crate::preflight::check(envoy, config, *timeout) {
+            Ok(verdicts) => verdicts
+                .into_iter()
+                .filter_map(|v| {
+                    v.result.err().map(|message| ConfigError::Preflight {
+                        group: v.group.to_string(),
+                        message,
+                    })
+                })
+                .collect(),
+            Err(e) => vec![ConfigError::Preflight {
+                group: "configuration".into(),
+                message: e.to_string(),
+            }],
         }
     }
 
@@ -141,6 +176,13 @@ impl Reloader {
             .unwrap_or_else(|p| p.into_inner())
             .load_counting(&self.paths, &self.options);
         let result = loaded.and_then(|config| {
+            let rejected = self.preflight(&config);
+            if !rejected.is_empty() {
+                return Err(LoadFailure {
+                    errors: rejected,
+                    warnings: config.warnings,
+                });
+            }
             if self.options.allow_empty {
                 return Ok(config);
             }

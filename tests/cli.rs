@@ -495,3 +495,29 @@ async fn status_asks_an_https_admin_api() {
         "the certificate names switchyard.test, not 127.0.0.1"
     );
 }
+
+/// Envoy's field rules stop a resource every Envoy would NACK; `--skip-envoy-rules` lets it
+/// through (for clients that do not apply them).
+#[test]
+fn validate_checks_envoys_field_rules_unless_told_not_to() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        "clusters:\n  - { name: backend, connect_timeout: 0s }\n",
+    )
+    .expect("write");
+    let path = dir.path().to_str().expect("utf-8");
+    let o = switchyard(&["validate", "--config", path]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(
+            "c.yaml: clusters[0] \"backend\": connect_timeout: breaks Envoy's rule duration.gt; \
+             Envoy would reject it with: Proto constraint validation failed \
+             (ClusterValidationError.ConnectTimeout: value must be greater than 0s)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let o = switchyard(&["validate", "--config", path, "--skip-envoy-rules"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -23,6 +23,7 @@ listeners:
     api_listener:
       api_listener:
         "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+        stat_prefix: echo
         rds: {{ route_config_name: echo-route, config_source: {{ ads: {{}}, resource_api_version: V3 }} }}
         http_filters:
           - name: router

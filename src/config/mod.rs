@@ -40,6 +40,10 @@ pub struct LoadOptions {
     pub allow_empty: bool,
     /// The largest snapshot file read; a larger one is a load error.
     pub max_file_bytes: u64,
+    /// Check Envoy's own field rules (`rules`) on every resource (on by default; off only
+    /// for clients that do not apply them, such as proxyless gRPC, with resources Envoy
+    /// would reject).
+    pub envoy_rules: bool,
 }
 
 /// The largest snapshot file read, by default.
@@ -51,6 +55,7 @@ impl Default for LoadOptions {
             strict: false,
             allow_empty: false,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            envoy_rules: true,
         }
     }
 }
@@ -169,6 +174,10 @@ pub enum ConfigError {
         node: (String, String),
         now: usize,
     },
+    /// `--preflight-envoy`: the real Envoy rejects a node group's snapshot (or cannot be
+    /// run, which fails closed).
+    #[error("Envoy rejects the {group}: {message}")]
+    Preflight { group: String, message: String },
     #[error("{}: {kind} {name:?}: {message}", .path.display())]
     Reference {
         path: PathBuf,
@@ -196,8 +205,8 @@ pub struct Loader {
 #[derive(Debug)]
 struct Parsed {
     stamp: FileStamp,
-    /// The limit it was loaded under (a file over the limit is an error under a lower one).
-    max_bytes: u64,
+    /// The options it was loaded under (a file over the limit is an error under a lower one).
+    under: PerFile,
     /// When the file was read, and a digest of what was read (`None`: it could not be).
     read_at: std::time::SystemTime,
     digest: Option<String>,
@@ -211,8 +220,8 @@ const RACY: Duration = Duration::from_secs(2);
 
 impl Parsed {
     /// Whether this is still the load of the file at `path`, now stamped `stamp`.
-    fn fresh(&self, path: &Path, stamp: &FileStamp, max_bytes: u64) -> bool {
-        if self.stamp != *stamp || self.max_bytes != max_bytes {
+    fn fresh(&self, path: &Path, stamp: &FileStamp, under: PerFile) -> bool {
+        if self.stamp != *stamp || self.under != under {
             return false;
         }
         let racy = match stamp.modified {
@@ -302,7 +311,7 @@ impl Loader {
             .iter()
             .zip(&stamps)
             .filter(|(path, stamp)| match (self.files.get(*path), stamp) {
-                (Some(kept), Some(stamp)) => !kept.fresh(path, stamp, options.max_file_bytes),
+                (Some(kept), Some(stamp)) => !kept.fresh(path, stamp, PerFile::of(options)),
                 _ => true,
             })
             .map(|(path, stamp)| (path, *stamp))
@@ -312,7 +321,7 @@ impl Loader {
             reused: files.len() - stale.len(),
         };
         let read_at = std::time::SystemTime::now();
-        let parsed = parse_in_parallel(&stale, options.max_file_bytes);
+        let parsed = parse_in_parallel(&stale, PerFile::of(options));
         for ((path, stamp), (digest, result)) in stale.into_iter().zip(parsed) {
             match stamp {
                 Some(stamp) => {
@@ -320,7 +329,7 @@ impl Loader {
                         path.clone(),
                         Parsed {
                             stamp,
-                            max_bytes: options.max_file_bytes,
+                            under: PerFile::of(options),
                             read_at,
                             digest,
                             result,
@@ -347,11 +356,27 @@ impl Loader {
     }
 }
 
+/// The options that decide one file's own result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PerFile {
+    max_bytes: u64,
+    envoy_rules: bool,
+}
+
+impl PerFile {
+    fn of(options: &LoadOptions) -> PerFile {
+        PerFile {
+            max_bytes: options.max_file_bytes,
+            envoy_rules: options.envoy_rules,
+        }
+    }
+}
+
 /// What loading one file gives: a digest of the bytes read (if read), and the result.
 type FileLoad = (Option<String>, Result<SnapshotFile, Vec<ConfigError>>);
 
 /// Load `files` (with their stamps; no stamp: unreadable), on up to one thread per core.
-fn parse_in_parallel(files: &[(&PathBuf, Option<FileStamp>)], max_bytes: u64) -> Vec<FileLoad> {
+fn parse_in_parallel(files: &[(&PathBuf, Option<FileStamp>)], under: PerFile) -> Vec<FileLoad> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -359,7 +384,7 @@ fn parse_in_parallel(files: &[(&PathBuf, Option<FileStamp>)], max_bytes: u64) ->
     if threads <= 1 {
         return files
             .iter()
-            .map(|(path, _)| load_file(path, max_bytes))
+            .map(|(path, _)| load_file(path, under))
             .collect();
     }
     // Files go to threads in turn (a large file does not hold up a whole share).
@@ -373,7 +398,7 @@ fn parse_in_parallel(files: &[(&PathBuf, Option<FileStamp>)], max_bytes: u64) ->
                 let Some((path, _)) = files.get(at) else {
                     break;
                 };
-                let result = load_file(path, max_bytes);
+                let result = load_file(path, under);
                 done.lock().unwrap_or_else(|p| p.into_inner())[at] = Some(result);
             });
         }
@@ -606,7 +631,8 @@ fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
 
 /// Load one file: its selector and its resources. Collects every error in the file.
 /// Load one file, and a digest of the bytes read.
-fn load_file(path: &Path, max_bytes: u64) -> FileLoad {
+fn load_file(path: &Path, under: PerFile) -> FileLoad {
+    let max_bytes = under.max_bytes;
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     if size > max_bytes {
         let too_big = ConfigError::Read {
@@ -629,7 +655,7 @@ fn load_file(path: &Path, max_bytes: u64) -> FileLoad {
     };
     let digest = Some(content_hash([bytes.as_slice()]));
     let result = match String::from_utf8(bytes) {
-        Ok(text) => load_text(path, &text),
+        Ok(text) => load_text_with(path, &text, under.envoy_rules),
         Err(e) => Err(vec![ConfigError::Read {
             path: path.to_path_buf(),
             message: format!("cannot read file: not UTF-8 text ({e})"),
@@ -642,6 +668,15 @@ fn load_file(path: &Path, max_bytes: u64) -> FileLoad {
 /// its selector and its resources, or every error in it. The loader's core, without the
 /// file system (the fuzz target feeds it arbitrary text).
 pub fn load_text(path: &Path, text: &str) -> Result<SnapshotFile, Vec<ConfigError>> {
+    load_text_with(path, text, true)
+}
+
+/// [`load_text`], checking Envoy's field rules or not.
+pub fn load_text_with(
+    path: &Path,
+    text: &str,
+    envoy_rules: bool,
+) -> Result<SnapshotFile, Vec<ConfigError>> {
     let mut raw = parse_file(path, text).map_err(|e| vec![e])?;
     let mut errors = Vec::new();
     let selector = match raw.nodes.take() {
@@ -658,7 +693,7 @@ pub fn load_text(path: &Path, text: &str) -> Result<SnapshotFile, Vec<ConfigErro
     let mut resources = Vec::new();
     for kind in ResourceType::ALL {
         for (index, item) in raw.take(kind).into_iter().enumerate() {
-            match decode_resource(path, kind, index, &item) {
+            match decode_resource(path, kind, index, &item, envoy_rules) {
                 Ok(resource) => resources.push(Arc::new(resource)),
                 Err(e) => errors.push(e),
             }
@@ -677,6 +712,7 @@ fn decode_resource(
     kind: ResourceType,
     index: usize,
     item: &serde_yaml::Value,
+    envoy_rules: bool,
 ) -> Result<Resource, ConfigError> {
     // Name the resource in errors by the name the item gives, even when it does not decode.
     let claimed = item
@@ -731,7 +767,9 @@ fn decode_resource(
         ));
     }
     // Envoy's own field rules: what every proxy would NACK stops here, with its words.
-    rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;
+    if envoy_rules {
+        rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;
+    }
     // Versions hash the canonical JSON, not the bytes: map fields (Struct metadata, runtime
     // layers) encode in HashMap order, which differs between processes, while serde_json's
     // map is sorted. So the same files give the same versions in every process.

@@ -184,7 +184,7 @@ pub struct Plan {
 }
 
 enum Step {
-    Field(FieldPlan),
+    Field(Box<FieldPlan>),
     Oneof {
         name: String,
         required: bool,
@@ -532,7 +532,7 @@ impl Plan {
                 None => {
                     let optional = field.containing_oneof().is_some();
                     if let Some(plan) = FieldPlan::of(&field, optional) {
-                        steps.push(Step::Field(plan));
+                        steps.push(Step::Field(Box::new(plan)));
                     }
                 }
                 Some(oneof) => {
@@ -613,32 +613,6 @@ fn upper_camel(name: &str) -> String {
     out
 }
 
-fn number_rules<T: Copy + Into<Number>>(
-    kind: &'static str,
-    konst: Option<T>,
-    lt: Option<T>,
-    lte: Option<T>,
-    gt: Option<T>,
-    gte: Option<T>,
-    r#in: &[T],
-    not_in: &[T],
-    ignore_empty: Option<bool>,
-) -> Rules {
-    Rules::Number(NumberRules {
-        kind,
-        konst: konst.map(Into::into),
-        range: Range {
-            lt: lt.map(Into::into),
-            lte: lte.map(Into::into),
-            gt: gt.map(Into::into),
-            gte: gte.map(Into::into),
-        },
-        r#in: r#in.iter().map(|&n| n.into()).collect(),
-        not_in: not_in.iter().map(|&n| n.into()).collect(),
-        ignore_empty: ignore_empty.unwrap_or(false),
-    })
-}
-
 macro_rules! into_number {
     ($($t:ty => $v:ident),*) => {$(
         impl From<$t> for Number {
@@ -651,17 +625,19 @@ into_number!(i32 => Int, i64 => Int, u32 => Int, u64 => Int, f32 => Float, f64 =
 macro_rules! numbers {
     ($kind:literal, $r:expr) => {{
         let r = $r;
-        number_rules(
-            $kind,
-            r.r#const,
-            r.lt,
-            r.lte,
-            r.gt,
-            r.gte,
-            &r.r#in,
-            &r.not_in,
-            r.ignore_empty,
-        )
+        Rules::Number(NumberRules {
+            kind: $kind,
+            konst: r.r#const.map(Into::into),
+            range: Range {
+                lt: r.lt.map(Into::into),
+                lte: r.lte.map(Into::into),
+                gt: r.gt.map(Into::into),
+                gte: r.gte.map(Into::into),
+            },
+            r#in: r.r#in.iter().map(|&n| n.into()).collect(),
+            not_in: r.not_in.iter().map(|&n| n.into()).collect(),
+            ignore_empty: r.ignore_empty.unwrap_or(false),
+        })
     }};
 }
 

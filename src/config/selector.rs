@@ -49,6 +49,11 @@ impl Selector {
     }
 
     /// Whether a node with this id and cluster is selected.
+    /// The entries (none for a selector of every node).
+    pub fn entries(&self) -> &[NodeMatch] {
+        self.entries.as_deref().unwrap_or_default()
+    }
+
     pub fn matches(&self, node_id: &str, node_cluster: &str) -> bool {
         match &self.entries {
             None => true,

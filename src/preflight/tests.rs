@@ -1,0 +1,173 @@
+//! Choosing groups and rendering bootstraps, without Envoy (tests/preflight_envoy.rs runs
+//! the real one).
+
+use super::*;
+use std::path::Path;
+
+fn load(files: &[(&str, &str)]) -> Config {
+    let dir = std::env::temp_dir().join(format!(
+        "switchyard-preflight-test-{}-{}",
+        std::process::id(),
+        SEQUENCE_FOR_TESTS.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).expect("write");
+    }
+    let config = crate::config::load(
+        std::slice::from_ref(&dir),
+        &crate::config::LoadOptions::default(),
+    )
+    .expect("loads");
+    let _ = std::fs::remove_dir_all(&dir);
+    config
+}
+
+static SEQUENCE_FOR_TESTS: AtomicU64 = AtomicU64::new(0);
+
+const MESH: &str = r#"
+clusters:
+  - name: a
+    connect_timeout: 1s
+    type: EDS
+    eds_cluster_config: { eds_config: { ads: {} }, service_name: a-endpoints }
+    transport_socket:
+      name: tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          tls_certificate_sds_secret_configs: [{ name: client-cert, sds_config: { ads: {} } }]
+endpoints:
+  - cluster_name: a-endpoints
+    endpoints:
+      - lb_endpoints:
+          - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 8080 } } }
+listeners:
+  - name: http
+    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }
+    filter_chains:
+      - filters:
+          - name: hcm
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+              stat_prefix: http
+              rds: { route_config_name: main, config_source: { ads: {} } }
+              http_filters:
+                - name: router
+                  typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
+routes:
+  - name: main
+    virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: a } }] }]
+"#;
+
+#[test]
+fn a_bootstrap_holds_endpoints_routes_and_secrets_inline() {
+    let config = load(&[("mesh.yaml", MESH)]);
+    let groups = groups(&config);
+    assert_eq!(groups.len(), 1, "no selectors: one group");
+    let (group, resources) = &groups[0];
+    let b = bootstrap(&group.node_id, &group.node_cluster, resources);
+    let clusters = b["staticResources"]["clusters"]
+        .as_array()
+        .expect("clusters");
+    let a = clusters
+        .iter()
+        .find(|c| c["name"] == "a")
+        .expect("cluster a");
+    assert_eq!(a["type"], "STATIC");
+    assert!(a.get("edsClusterConfig").is_none());
+    assert_eq!(a["loadAssignment"]["clusterName"], "a-endpoints");
+    assert_eq!(
+        a["loadAssignment"]["endpoints"][0]["lbEndpoints"][0]["endpoint"]["address"]
+            ["socketAddress"]["portValue"],
+        8080
+    );
+    let sds = &a["transportSocket"]["typedConfig"]["commonTlsContext"]
+        ["tlsCertificateSdsSecretConfigs"][0];
+    assert_eq!(sds["name"], "client-cert");
+    assert!(sds.get("sdsConfig").is_none(), "a static secret by name");
+    let hcm = &b["staticResources"]["listeners"][0]["filterChains"][0]["filters"][0]["typedConfig"];
+    assert!(hcm.get("rds").is_none());
+    assert_eq!(hcm["routeConfig"]["name"], "main");
+    assert_eq!(hcm["routeConfig"]["virtualHosts"][0]["domains"][0], "*");
+    assert_eq!(b["node"]["id"], ANY_NODE);
+}
+
+#[test]
+fn one_group_per_selector_entry_and_one_for_the_nodes_none_names() {
+    let config = load(&[
+        ("all.yaml", MESH),
+        (
+            "edge.yaml",
+            "nodes: [{ id: \"edge-*\" }, { cluster: canary }]\nclusters:\n  - { name: e, connect_timeout: 1s }\n",
+        ),
+        (
+            "core.yaml",
+            "nodes: [{ id: \"core-?\" }]\nclusters:\n  - { name: k, connect_timeout: 1s }\n",
+        ),
+    ]);
+    let groups = groups(&config);
+    let described: Vec<(String, String, Vec<String>)> = groups
+        .iter()
+        .map(|(g, _)| {
+            let files = g
+                .files
+                .iter()
+                .map(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect();
+            (g.node_id.clone(), g.node_cluster.clone(), files)
+        })
+        .collect();
+    assert_eq!(
+        described,
+        [
+            (
+                ANY_NODE.into(),
+                ANY_NODE.into(),
+                vec!["all.yaml".to_string()]
+            ),
+            (
+                "core-x".into(),
+                ANY_NODE.into(),
+                vec!["all.yaml".into(), "core.yaml".into()]
+            ),
+            (
+                "edge-".into(),
+                ANY_NODE.into(),
+                vec!["all.yaml".into(), "edge.yaml".into()]
+            ),
+        ],
+        "the canary entry's group has the same files as edge-*: checked once"
+    );
+    let (_, resources) = &groups[2];
+    assert!(resources.iter().any(|r| r.name == "e"));
+    assert!(!resources.iter().any(|r| r.name == "k"));
+}
+
+#[test]
+fn envoy_errors_lose_their_preamble() {
+    let path = Path::new("/tmp/b.json");
+    let text = "error initializing configuration '/tmp/b.json': goo.gle/debugstr\nstatic_resources {\n}\n: Proto constraint validation failed (X: y)\n";
+    assert_eq!(
+        envoy_error(text, path),
+        "Proto constraint validation failed (X: y)"
+    );
+    let text = "error initializing configuration '/tmp/b.json': missing ): a(b\n";
+    assert_eq!(envoy_error(text, path), "missing ): a(b");
+}
+
+#[test]
+fn a_missing_envoy_is_an_error_not_a_verdict() {
+    let err = run_envoy(Path::new("/nonexistent/envoy"), &json!({}), DEFAULT_TIMEOUT)
+        .expect_err("cannot run");
+    assert!(
+        err.to_string()
+            .contains("cannot run Envoy (/nonexistent/envoy)"),
+        "{err}"
+    );
+}

@@ -1,0 +1,154 @@
+//! Pre-flight with the real Envoy 1.40: `switchyard validate --envoy` and `serve
+//! --preflight-envoy` catch what field rules cannot (here a regex Envoy's engine rejects, and
+//! a load balancer an EDS cluster cannot have), per node group.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::envoy::{envoy_binary, eventually, Switchyard};
+use support::{eds_cluster, envoy_rejected_cluster, rds_listener, route_to, write};
+
+/// `switchyard ARGS`: exit code, stdout and stderr.
+fn switchyard(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The usual mesh: cluster `a` (EDS), listener `http` with RDS `main`, routes to `a`.
+fn write_mesh(dir: &std::path::Path) {
+    write(dir, "a.yaml", &eds_cluster("a", "1s", 8080));
+    write(dir, "listener.yaml", &rds_listener("http", 10000, "main"));
+    write(dir, "routes.yaml", &route_to("main", "a"));
+}
+
+/// Routes `main` with a regex Envoy's engine does not compile ("missing )"); no field rule
+/// says so, so the loader alone accepts it.
+const BAD_REGEX_ROUTES: &str = r#"
+routes:
+  - name: main
+    virtual_hosts:
+      - name: all
+        domains: ["*"]
+        routes:
+          - match: { safe_regex: { regex: "a(b" } }
+            route: { cluster: a }
+"#;
+
+#[test]
+fn validate_envoy_reports_envoys_verdict_per_node_group() {
+    let Some(envoy) = envoy_binary() else { return };
+    let envoy = envoy.to_str().expect("utf-8 path").to_string();
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().to_str().expect("utf-8").to_string();
+    write_mesh(dir.path());
+
+    let (code, out, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("OK: 3 file(s)"), "{out}");
+    assert!(err.contains("envoy: OK: node group"), "{err}");
+
+    // A regex Envoy rejects: the loader passes it, Envoy does not.
+    write(dir.path(), "routes.yaml", BAD_REGEX_ROUTES);
+    let (code, _, err) = switchyard(&["validate", "--config", &config]);
+    assert_eq!(code, Some(0), "field rules cannot see a bad regex: {err}");
+    let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("Envoy rejects the node group") && err.contains("missing )"),
+        "{err}"
+    );
+    write(dir.path(), "routes.yaml", &route_to("main", "a"));
+
+    // A file for edge-* nodes only, with a cluster Envoy rejects: only that group fails,
+    // and the error names it.
+    let edge = format!(
+        "nodes: [{{ id: \"edge-*\" }}]\n{}",
+        envoy_rejected_cluster("edge-only", 8081)
+    );
+    write(dir.path(), "edge.yaml", &edge);
+    let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
+    assert_eq!(code, Some(1), "{err}");
+    let rejected: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(rejected.len(), 1, "{err}");
+    assert!(
+        rejected[0].contains("id \"edge-\"")
+            && rejected[0].contains("edge.yaml")
+            && rejected[0].contains("cluster provided LB specified"),
+        "{err}"
+    );
+    assert!(
+        err.contains("envoy: OK: node group of id \"switchyard-preflight\""),
+        "{err}"
+    );
+
+    // A missing Envoy is a usage error.
+    let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", "/nonexistent"]);
+    assert_eq!(code, Some(64), "{err}");
+}
+
+#[tokio::test]
+async fn serve_preflight_envoy_refuses_a_reload_envoy_rejects() {
+    let Some(envoy) = envoy_binary() else { return };
+    let envoy = envoy.to_str().expect("utf-8 path").to_string();
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    write_mesh(&config);
+    let server =
+        Switchyard::start_with_args(&config, dir.path(), &["--preflight-envoy", &envoy]).await;
+    let config_status = || async { server.status().await.and_then(|s| s.config) };
+    let loaded = eventually(Duration::from_secs(30), || async {
+        config_status()
+            .await
+            .is_some_and(|c| c.ok && c.generation == 1)
+    })
+    .await;
+    assert!(
+        loaded.is_some(),
+        "the good config passes pre-flight and serves"
+    );
+
+    write(&config, "routes.yaml", BAD_REGEX_ROUTES);
+    let refused = eventually(Duration::from_secs(30), || async {
+        config_status().await.is_some_and(|c| !c.ok)
+    })
+    .await;
+    assert!(refused.is_some(), "the reload is refused");
+    let failed = config_status().await.expect("a config status");
+    assert_eq!(
+        failed.generation, 1,
+        "the last good generation keeps serving"
+    );
+    assert!(
+        failed
+            .errors
+            .iter()
+            .any(|e| e.contains("Envoy rejects the node group") && e.contains("missing )")),
+        "{failed:?}"
+    );
+    let (code, out) = server.status_command(&[]);
+    assert_eq!(code, Some(3), "status gates on the failed load\n{out}");
+
+    // The fix passes and is published.
+    write(
+        &config,
+        "routes.yaml",
+        &BAD_REGEX_ROUTES.replace("a(b", "a(b)"),
+    );
+    let fixed = eventually(Duration::from_secs(30), || async {
+        config_status()
+            .await
+            .is_some_and(|c| c.ok && c.generation == 2)
+    })
+    .await;
+    assert!(fixed.is_some(), "the fix is published");
+}
