@@ -51,6 +51,10 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Load the snapshot files and report every problem; exit 0 when they load, 1 when not.
     Validate(ValidateArgs),
+    /// Show what a change of the snapshot files does to each node group: resources added,
+    /// removed and changed per type, with the fields that change; exit 0 when nothing
+    /// changes, 1 when something does, 2 when either side does not load.
+    Diff(DiffArgs),
     /// Show every connected proxy's sync state per type, from a running server's admin API;
     /// exit 3 when the server's last config load failed, 2 when any proxy is NACKing, 1
     /// when the server cannot be asked.
@@ -104,6 +108,24 @@ pub struct ConfigArgs {
     #[arg(long)]
     pub skip_envoy_rules: bool,
 }
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The changed snapshot files (as --config of serve). Repeatable.
+    #[arg(long = "config", short = 'c', value_name = "PATH", required = true)]
+    pub new: Vec<PathBuf>,
+    /// The files as they are now (what serves). Repeatable.
+    #[arg(long = "against", value_name = "PATH", required = true)]
+    pub old: Vec<PathBuf>,
+    /// Do not check Envoy's own field rules when loading either side.
+    #[arg(long)]
+    pub skip_envoy_rules: bool,
+}
+
+/// Exit code of `switchyard diff` when something changes.
+pub const EXIT_DIFF_CHANGES: u8 = 1;
+/// Exit code of `switchyard diff` when either side does not load.
+pub const EXIT_DIFF_ERROR: u8 = 2;
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -349,6 +371,7 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Validate(args) => validate(&args),
+        Command::Diff(args) => diff(&args),
         Command::Serve(args) => serve(*args),
         Command::Status(args) => status(&args),
         Command::Loadgen(args) => loadgen(*args),
@@ -385,6 +408,33 @@ fn loadgen(args: crate::loadgen::LoadgenArgs) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `switchyard diff`: load both sides, compare them per node group.
+fn diff(args: &DiffArgs) -> ExitCode {
+    let options = LoadOptions {
+        allow_empty: true,
+        envoy_rules: !args.skip_envoy_rules,
+        ..LoadOptions::default()
+    };
+    let load = |paths: &[PathBuf], side: &str| {
+        config::load(paths, &options).map_err(|failure| {
+            for e in &failure.errors {
+                eprintln!("error: {side}: {e}");
+            }
+            eprintln!("invalid: the {side} side does not load");
+        })
+    };
+    let (Ok(old), Ok(new)) = (load(&args.old, "--against"), load(&args.new, "--config")) else {
+        return ExitCode::from(EXIT_DIFF_ERROR);
+    };
+    let report = crate::diff::diff(&old, &new);
+    print!("{report}");
+    if report.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_DIFF_CHANGES)
     }
 }
 

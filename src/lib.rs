@@ -19,6 +19,7 @@
 //!   the World and delta; no IO, and time only as an argument.
 //! - [`server`] runs the gRPC services that feed the protocol and write what it returns,
 //!   straight from the resources' shared bytes.
+//! - [`diff`] says what a change of the files does to each node group (`switchyard diff`).
 //! - [`preflight`] checks each node group's snapshot with the real Envoy (`envoy --mode
 //!   validate` on a bootstrap that holds it) before it is published, when asked to.
 //! - [`watch`] reloads on file changes (and keeps each good load with [`state`]); [`redact`]
@@ -29,6 +30,7 @@ pub mod admin;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod diff;
 pub mod fleet;
 pub mod loadgen;
 pub mod metrics;

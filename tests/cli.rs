@@ -521,3 +521,42 @@ fn validate_checks_envoys_field_rules_unless_told_not_to() {
     let o = switchyard(&["validate", "--config", path, "--skip-envoy-rules"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// `switchyard diff`: 0 when nothing changes, 1 when something does (and what), 2 when a
+/// side does not load.
+#[test]
+fn diff_exits_0_1_or_2_and_names_what_changes() {
+    let old = tempfile::tempdir().expect("tmp");
+    let new = tempfile::tempdir().expect("tmp");
+    let cluster =
+        |timeout: &str| format!("clusters:\n  - {{ name: backend, connect_timeout: {timeout} }}\n");
+    std::fs::write(old.path().join("c.yaml"), cluster("1s")).expect("write");
+    std::fs::write(new.path().join("c.yaml"), cluster("1s")).expect("write");
+    let (o, n) = (
+        old.path().to_str().expect("utf-8"),
+        new.path().to_str().expect("utf-8"),
+    );
+    let same = switchyard(&["diff", "--config", n, "--against", o]);
+    assert_eq!(same.status.code(), Some(0), "{}", stderr(&same));
+    assert_eq!(String::from_utf8_lossy(&same.stdout), "no changes\n");
+
+    std::fs::write(new.path().join("c.yaml"), cluster("2s")).expect("write");
+    let changed = switchyard(&["diff", "--config", n, "--against", o]);
+    assert_eq!(changed.status.code(), Some(1), "{}", stderr(&changed));
+    let out = String::from_utf8_lossy(&changed.stdout);
+    assert!(
+        out.contains("CDS: 0 added, 0 removed, 1 changed")
+            && out.contains("~ backend")
+            && out.contains("connectTimeout: \"1s\" -> \"2s\""),
+        "{out}"
+    );
+
+    std::fs::write(new.path().join("c.yaml"), cluster("0s")).expect("write");
+    let broken = switchyard(&["diff", "--config", n, "--against", o]);
+    assert_eq!(broken.status.code(), Some(2));
+    assert!(
+        stderr(&broken).contains("--config: "),
+        "{}",
+        stderr(&broken)
+    );
+}

@@ -1,0 +1,245 @@
+//! `switchyard diff`: what a change of the snapshot files does to each node group, for code
+//! review and CI.
+//!
+//! Owns: comparing two loaded configs node group by node group (the groups of
+//! [`crate::preflight::groups`], taken from both configs), per type: resources added, removed
+//! and changed, and for each changed resource the fields that differ, as proto3 JSON paths
+//! (`loadAssignment.endpoints[0].lbEndpoints[0].endpoint.address.socketAddress.portValue`).
+//! Sensitive fields are compared by version only and never shown.
+//!
+//! Must not: load files (the CLI does) or print (it returns a [`Report`]).
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::config::{descriptors, Config};
+use crate::redact::Secrets;
+use crate::resource::{Resource, ResourceType};
+
+/// What changed for one node group.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct GroupDiff {
+    /// The node group, as [`crate::preflight::Group`] names it.
+    pub group: String,
+    /// By type, in send order.
+    pub types: Vec<TypeDiff>,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TypeDiff {
+    pub kind: String,
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    /// Changed resources: name and the fields that differ.
+    pub changed: Vec<(String, Vec<FieldChange>)>,
+}
+
+/// One field that differs, with both values as proto3 JSON (`None`: absent on that side).
+#[derive(Debug, PartialEq, Eq)]
+pub struct FieldChange {
+    pub path: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+/// Every node group's changes; empty when nothing changes for any node.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub groups: Vec<GroupDiff>,
+}
+
+impl Report {
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+}
+
+/// Compare `old` and `new` for every node group either of them has.
+pub fn diff(old: &Config, new: &Config) -> Report {
+    let mut nodes: Vec<(String, String, String)> = Vec::new();
+    for config in [new, old] {
+        for (group, _) in crate::preflight::groups(config) {
+            let node = (group.node_id.clone(), group.node_cluster.clone());
+            if !nodes
+                .iter()
+                .any(|(id, cluster, _)| (id, cluster) == (&node.0, &node.1))
+            {
+                nodes.push((node.0, node.1, group.to_string()));
+            }
+        }
+    }
+    let mut groups = Vec::new();
+    let mut seen: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
+    for (id, cluster, label) in nodes {
+        let files = |c: &Config| -> Vec<usize> {
+            c.files
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.selector.matches(&id, &cluster))
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let key = (files(old), files(new));
+        if seen.contains(&key) {
+            continue;
+        }
+        let resources = |c: &Config, files: &[usize]| -> Vec<Arc<Resource>> {
+            files
+                .iter()
+                .flat_map(|&i| c.files[i].resources.iter().cloned())
+                .collect()
+        };
+        let group = compare(&label, &resources(old, &key.0), &resources(new, &key.1));
+        seen.push(key);
+        if !group.types.is_empty() {
+            groups.push(group);
+        }
+    }
+    Report { groups }
+}
+
+fn compare(label: &str, old: &[Arc<Resource>], new: &[Arc<Resource>]) -> GroupDiff {
+    let index = |resources: &'_ [Arc<Resource>], kind| -> BTreeMap<String, Arc<Resource>> {
+        resources
+            .iter()
+            .filter(|r| r.kind == kind)
+            .map(|r| (r.name.clone(), Arc::clone(r)))
+            .collect()
+    };
+    let mut types = Vec::new();
+    for kind in ResourceType::ALL {
+        let (before, after) = (index(old, kind), index(new, kind));
+        let mut t = TypeDiff {
+            kind: kind.short_name().to_string(),
+            ..TypeDiff::default()
+        };
+        for (name, r) in &after {
+            match before.get(name) {
+                None => t.added.push(name.clone()),
+                Some(o) if o.version != r.version => t.changed.push((name.clone(), fields(o, r))),
+                Some(_) => {}
+            }
+        }
+        t.removed = before
+            .keys()
+            .filter(|name| !after.contains_key(*name))
+            .cloned()
+            .collect();
+        if !(t.added.is_empty() && t.removed.is_empty() && t.changed.is_empty()) {
+            types.push(t);
+        }
+    }
+    GroupDiff {
+        group: label.to_string(),
+        types,
+    }
+}
+
+/// The fields that differ between two versions of a resource, secrets left out. A change
+/// only in a sensitive field (or in the TTL) shows as one line saying so.
+fn fields(old: &Resource, new: &Resource) -> Vec<FieldChange> {
+    let json = |r: &Resource| {
+        descriptors::resource_json(r, r.body_shown(Secrets::Redact)).unwrap_or(Value::Null)
+    };
+    let mut out = Vec::new();
+    walk("", Some(&json(old)), Some(&json(new)), &mut out);
+    if old.ttl != new.ttl {
+        let ttl = |r: &Resource| r.ttl.map(|t| format!("{t:?}"));
+        out.push(FieldChange {
+            path: "(ttl)".into(),
+            old: ttl(old),
+            new: ttl(new),
+        });
+    }
+    if out.is_empty() {
+        out.push(FieldChange {
+            path: "(sensitive fields, not shown)".into(),
+            old: None,
+            new: None,
+        });
+    }
+    out
+}
+
+fn walk(path: &str, old: Option<&Value>, new: Option<&Value>, out: &mut Vec<FieldChange>) {
+    let child = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match (old, new) {
+        (Some(Value::Object(a)), Some(Value::Object(b))) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                walk(&child(key), a.get(key), b.get(key), out);
+            }
+        }
+        (Some(Value::Array(a)), Some(Value::Array(b))) => {
+            for i in 0..a.len().max(b.len()) {
+                walk(&format!("{path}[{i}]"), a.get(i), b.get(i), out);
+            }
+        }
+        (a, b) if a == b => {}
+        (a, b) => out.push(FieldChange {
+            path: if path.is_empty() {
+                ".".into()
+            } else {
+                path.to_string()
+            },
+            old: a.map(Value::to_string),
+            new: b.map(Value::to_string),
+        }),
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.groups.is_empty() {
+            return writeln!(f, "no changes");
+        }
+        for g in &self.groups {
+            writeln!(f, "{}:", g.group)?;
+            for t in &g.types {
+                writeln!(
+                    f,
+                    "  {}: {} added, {} removed, {} changed",
+                    t.kind,
+                    t.added.len(),
+                    t.removed.len(),
+                    t.changed.len()
+                )?;
+                for name in &t.added {
+                    writeln!(f, "    + {name}")?;
+                }
+                for name in &t.removed {
+                    writeln!(f, "    - {name}")?;
+                }
+                for (name, changes) in &t.changed {
+                    writeln!(f, "    ~ {name}")?;
+                    for c in changes {
+                        let mut line = format!("        {}", c.path);
+                        match (&c.old, &c.new) {
+                            (None, None) => {}
+                            (old, new) => {
+                                let show = |v: &Option<String>| {
+                                    v.clone().unwrap_or_else(|| "(absent)".into())
+                                };
+                                let _ = write!(line, ": {} -> {}", show(old), show(new));
+                            }
+                        }
+                        writeln!(f, "{line}")?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
