@@ -60,13 +60,23 @@ pub struct Group {
 impl std::fmt::Display for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let files: Vec<String> = self.files.iter().map(|p| p.display().to_string()).collect();
-        write!(
-            f,
-            "node group of id {:?}, cluster {:?} ({})",
-            self.node_id,
-            self.node_cluster,
-            files.join(", ")
-        )
+        let mut named = Vec::new();
+        if self.node_id != ANY_NODE {
+            named.push(format!("id {:?}", self.node_id));
+        }
+        if self.node_cluster != ANY_NODE {
+            named.push(format!("cluster {:?}", self.node_cluster));
+        }
+        if named.is_empty() {
+            write!(f, "nodes no selector names ({})", files.join(", "))
+        } else {
+            write!(
+                f,
+                "node group of {} ({})",
+                named.join(", "),
+                files.join(", ")
+            )
+        }
     }
 }
 

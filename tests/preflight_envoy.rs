@@ -54,7 +54,10 @@ fn validate_envoy_reports_envoys_verdict_per_node_group() {
     let (code, out, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.starts_with("OK: 3 file(s)"), "{out}");
-    assert!(err.contains("envoy: OK: node group"), "{err}");
+    assert!(
+        err.contains("envoy: OK: nodes no selector names ("),
+        "{err}"
+    );
 
     // A regex Envoy rejects: the loader passes it, Envoy does not.
     write(dir.path(), "routes.yaml", BAD_REGEX_ROUTES);
@@ -63,7 +66,7 @@ fn validate_envoy_reports_envoys_verdict_per_node_group() {
     let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("Envoy rejects the node group") && err.contains("missing )"),
+        err.contains("Envoy rejects the nodes no selector names") && err.contains("missing )"),
         "{err}"
     );
     write(dir.path(), "routes.yaml", &route_to("main", "a"));
@@ -85,10 +88,7 @@ fn validate_envoy_reports_envoys_verdict_per_node_group() {
             && rejected[0].contains("cluster provided LB specified"),
         "{err}"
     );
-    assert!(
-        err.contains("envoy: OK: node group of id \"switchyard-preflight\""),
-        "{err}"
-    );
+    assert!(err.contains("envoy: OK: nodes no selector names"), "{err}");
 
     // A missing Envoy is a usage error.
     let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", "/nonexistent"]);
@@ -132,7 +132,8 @@ async fn serve_preflight_envoy_refuses_a_reload_envoy_rejects() {
         failed
             .errors
             .iter()
-            .any(|e| e.contains("Envoy rejects the node group") && e.contains("missing )")),
+            .any(|e| e.contains("Envoy rejects the nodes no selector names")
+                && e.contains("missing )")),
         "{failed:?}"
     );
     let (code, out) = server.status_command(&[]);
