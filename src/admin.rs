@@ -430,7 +430,8 @@ async fn config_dump(
             .map(|r| r.node_cluster)
             .unwrap_or_default()
     });
-    let generation = admin.cache.current();
+    // The generation this node gets (during a rollout, the candidate only for a canary).
+    let generation = admin.cache.for_node(&node, &cluster);
     let snapshot = generation.snapshot_for(&node, &cluster);
     let mut types = serde_json::Map::new();
     for kind in crate::resource::ResourceType::ALL {

@@ -2,7 +2,10 @@
 //!
 //! Owns: the current [`Generation`] (one successfully loaded [`Config`]), the per node group
 //! [`Snapshot`]s built from it (once per group per generation, resources shared by `Arc`),
-//! per-type versions, and waking every stream when a new generation is published.
+//! per-type versions, and waking every stream when a new generation is published. Under a
+//! rollout policy ([`Cache::with_rollouts`]) it holds two generations, the stable one and the
+//! candidate the canary nodes get ([`Serving`]), and wakes every stream when a rollout is
+//! promoted or aborted; deciding when is `rollout`'s.
 //!
 //! A node group is the set of files whose selectors match a node; nodes with the same set
 //! share one `Snapshot`. Groups are found lazily, when a node of that group first asks.
@@ -11,12 +14,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
 use crate::config::{content_hash, Config};
 use crate::resource::{Resource, ResourceType};
+use crate::rollout::{Phase, Policy};
 
 /// The resources of one type that one node group gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -303,10 +307,56 @@ impl Generation {
     }
 }
 
-/// The cache: the current generation, and a watch every stream holds to learn of the next.
+/// What the cache serves: the stable generation, and during a staged rollout the candidate
+/// generation that the canary nodes get.
+#[derive(Debug)]
+pub struct Serving {
+    pub stable: Arc<Generation>,
+    pub rollout: Option<Rollout>,
+}
+
+/// A staged rollout in progress (see `crate::rollout`).
+#[derive(Clone, Debug)]
+pub struct Rollout {
+    pub candidate: Arc<Generation>,
+    pub policy: Arc<Policy>,
+    pub phase: Phase,
+    /// When the rollout entered `phase`.
+    pub since: SystemTime,
+}
+
+impl Serving {
+    /// The newest generation: the candidate during a rollout, else the stable one.
+    pub fn newest(&self) -> &Arc<Generation> {
+        self.rollout.as_ref().map_or(&self.stable, |r| &r.candidate)
+    }
+
+    /// The generation a node gets: the candidate for a canary during a rollout, else the
+    /// stable one.
+    pub fn for_node(&self, node_id: &str, node_cluster: &str) -> &Arc<Generation> {
+        match &self.rollout {
+            Some(r) if r.policy.is_canary(node_id, node_cluster) => &r.candidate,
+            _ => &self.stable,
+        }
+    }
+}
+
+/// There is no rollout to promote or abort.
+#[derive(Debug, thiserror::Error)]
+#[error("no rollout is in progress (generation {stable} serves every node)")]
+pub struct NoRollout {
+    pub stable: u64,
+}
+
+/// The cache: what is served, and a watch every stream holds to learn of changes (a new
+/// generation, or a rollout promoted or aborted).
 #[derive(Debug)]
 pub struct Cache {
-    current: watch::Sender<Arc<Generation>>,
+    current: watch::Sender<Arc<Serving>>,
+    /// With a policy, each new generation after the first is rolled out to canaries first.
+    policy: Option<Arc<Policy>>,
+    /// The last generation number given (an aborted candidate's number is not reused).
+    numbered: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Cache {
@@ -319,22 +369,132 @@ impl Cache {
     /// An empty cache (generation 0: no resources). Streams opened now get nothing until the
     /// first [`Cache::publish`].
     pub fn new() -> Cache {
-        let (current, _) =
-            watch::channel(Arc::new(Generation::new(0, Arc::new(Config::default()))));
-        Cache { current }
+        let empty = Arc::new(Generation::new(0, Arc::new(Config::default())));
+        let (current, _) = watch::channel(Arc::new(Serving {
+            stable: empty,
+            rollout: None,
+        }));
+        Cache {
+            current,
+            policy: None,
+            numbered: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
-    /// Swap in a new configuration, whole, and wake every stream.
+    /// An empty cache that rolls each new generation (after the first) out to the canaries
+    /// of `policy` first.
+    pub fn with_rollouts(policy: Policy) -> Cache {
+        Cache {
+            policy: Some(Arc::new(policy)),
+            ..Cache::new()
+        }
+    }
+
+    /// The rollout policy, if any.
+    pub fn policy(&self) -> Option<&Policy> {
+        self.policy.as_deref()
+    }
+
+    /// Swap in a new configuration, whole, and wake every stream. Under a rollout policy it
+    /// becomes the candidate of a new rollout (replacing any rollout in progress, from the
+    /// same stable generation), except the first, which every node gets.
     pub fn publish(&self, config: Config) -> Arc<Generation> {
-        let number = self.current.borrow().number + 1;
-        let generation = Arc::new(Generation::new(number, Arc::new(config)));
-        self.current.send_replace(Arc::clone(&generation));
-        generation
+        let mut published = None;
+        self.current.send_modify(|serving| {
+            let number = self
+                .numbered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            let generation = Arc::new(Generation::new(number, Arc::new(config)));
+            published = Some(Arc::clone(&generation));
+            *serving = Arc::new(match &self.policy {
+                Some(policy) if serving.stable.number > 0 => Serving {
+                    stable: Arc::clone(&serving.stable),
+                    rollout: Some(Rollout {
+                        candidate: generation,
+                        policy: Arc::clone(policy),
+                        phase: Phase::Canary,
+                        since: SystemTime::now(),
+                    }),
+                },
+                _ => Serving {
+                    stable: generation,
+                    rollout: None,
+                },
+            });
+        });
+        published.unwrap_or_else(|| self.current())
     }
 
-    /// The current generation.
+    /// The newest generation (during a rollout, the candidate).
     pub fn current(&self) -> Arc<Generation> {
+        Arc::clone(self.current.borrow().newest())
+    }
+
+    /// What is served now.
+    pub fn serving(&self) -> Arc<Serving> {
         Arc::clone(&self.current.borrow())
+    }
+
+    /// The generation a node gets now.
+    pub fn for_node(&self, node_id: &str, node_cluster: &str) -> Arc<Generation> {
+        Arc::clone(self.current.borrow().for_node(node_id, node_cluster))
+    }
+
+    /// End the rollout: every node gets the candidate. Returns the generation now stable.
+    pub fn promote(&self) -> Result<u64, NoRollout> {
+        self.end_rollout(true)
+    }
+
+    /// End the rollout: the canaries go back to the stable generation. Returns it.
+    pub fn abort(&self) -> Result<u64, NoRollout> {
+        self.end_rollout(false)
+    }
+
+    fn end_rollout(&self, promote: bool) -> Result<u64, NoRollout> {
+        let mut result = Err(NoRollout { stable: 0 });
+        self.current.send_if_modified(|serving| {
+            let Some(rollout) = &serving.rollout else {
+                result = Err(NoRollout {
+                    stable: serving.stable.number,
+                });
+                return false;
+            };
+            let stable = if promote {
+                Arc::clone(&rollout.candidate)
+            } else {
+                Arc::clone(&serving.stable)
+            };
+            result = Ok(stable.number);
+            *serving = Arc::new(Serving {
+                stable,
+                rollout: None,
+            });
+            true
+        });
+        result
+    }
+
+    /// Move the rollout of generation `candidate` (if it is still the one in progress) to
+    /// `phase`. Who gets what does not change, so no stream is woken.
+    pub fn set_phase(&self, candidate: u64, phase: Phase) {
+        self.current.send_if_modified(|serving| {
+            if let Some(rollout) = serving
+                .rollout
+                .as_ref()
+                .filter(|r| r.candidate.number == candidate)
+            {
+                *serving = Arc::new(Serving {
+                    stable: Arc::clone(&serving.stable),
+                    rollout: Some(Rollout {
+                        phase,
+                        since: SystemTime::now(),
+                        ..rollout.clone()
+                    }),
+                });
+            }
+            false
+        });
     }
 
     /// The node groups built so far (those with a node connected since the generation was
@@ -378,8 +538,8 @@ impl Cache {
         emptied
     }
 
-    /// A receiver that sees every later publication.
-    pub fn subscribe(&self) -> watch::Receiver<Arc<Generation>> {
+    /// A receiver that sees every later publication, promotion and abort.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Serving>> {
         self.current.subscribe()
     }
 }
@@ -473,10 +633,68 @@ mod tests {
     async fn publish_wakes_subscribers() {
         let cache = Cache::new();
         let mut rx = cache.subscribe();
-        assert_eq!(rx.borrow().number, 0);
+        assert_eq!(rx.borrow().stable.number, 0);
         cache.publish(Config::default());
         rx.changed().await.expect("sender alive");
-        assert_eq!(rx.borrow_and_update().number, 1);
+        assert_eq!(rx.borrow_and_update().stable.number, 1);
+    }
+
+    /// A rollout: the first generation goes to every node; later ones to the canaries
+    /// only, until promoted (everyone) or aborted (the canaries go back). A newer edit
+    /// during a rollout replaces the candidate and keeps the stable generation.
+    #[tokio::test]
+    async fn rollouts_serve_the_candidate_to_canaries_until_promoted_or_aborted() {
+        let policy =
+            Policy::new(Some("canary-*".into()), None, std::time::Duration::ZERO).expect("policy");
+        let cache = Cache::with_rollouts(policy);
+        let mut rx = cache.subscribe();
+        cache.publish(Config::default());
+        assert_eq!(cache.for_node("canary-1", "").number, 1);
+        assert_eq!(cache.for_node("edge-1", "").number, 1);
+        assert!(
+            cache.serving().rollout.is_none(),
+            "the first load goes everywhere"
+        );
+
+        cache.publish(Config::default());
+        assert_eq!(cache.for_node("canary-1", "").number, 2);
+        assert_eq!(cache.for_node("edge-1", "").number, 1);
+        assert_eq!(cache.current().number, 2, "the newest generation");
+        cache.publish(Config::default());
+        assert_eq!(cache.for_node("canary-1", "").number, 3);
+        assert_eq!(
+            cache.for_node("edge-1", "").number,
+            1,
+            "stable kept across edits"
+        );
+
+        rx.borrow_and_update();
+        cache.set_phase(3, Phase::Halted { reason: "r".into() });
+        assert!(
+            !rx.has_changed().expect("alive"),
+            "a phase change wakes no stream"
+        );
+        assert_eq!(
+            cache.serving().rollout.as_ref().map(|r| r.phase.name()),
+            Some("HALTED")
+        );
+        cache.set_phase(2, Phase::Canary);
+        assert_eq!(
+            cache.serving().rollout.as_ref().map(|r| r.phase.name()),
+            Some("HALTED"),
+            "a phase for an older candidate is ignored"
+        );
+
+        assert_eq!(cache.abort().expect("in progress"), 1);
+        assert!(rx.has_changed().expect("alive"));
+        assert_eq!(cache.for_node("canary-1", "").number, 1);
+        assert_eq!(cache.abort().expect_err("none").stable, 1);
+
+        cache.publish(Config::default());
+        assert_eq!(cache.for_node("canary-1", "").number, 4);
+        assert_eq!(cache.promote().expect("in progress"), 4);
+        assert_eq!(cache.for_node("edge-1", "").number, 4);
+        assert!(cache.serving().rollout.is_none());
     }
 
     /// Model-based check: a snapshot built from random resources equals a plain BTreeMap

@@ -66,7 +66,7 @@ pub struct StreamReport {
 impl StreamReport {
     /// Every type the client asked for is ACKed (or has nothing to send), and no plan is
     /// still in progress.
-    fn synced(&self) -> bool {
+    pub fn synced(&self) -> bool {
         self.plan.is_none()
             && self
                 .types

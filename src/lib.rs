@@ -38,6 +38,7 @@ pub mod preflight;
 pub mod protocol;
 pub mod redact;
 pub mod resource;
+pub mod rollout;
 pub mod server;
 pub mod state;
 #[cfg(test)]

@@ -116,7 +116,7 @@ impl Csds {
             }
             matchers.push(m.node_id.clone());
         }
-        let generation = self.cache.current();
+        let serving = self.cache.serving();
         let mut nodes: std::collections::BTreeMap<String, Vec<StreamReport>> = Default::default();
         for r in self.fleet.reports() {
             nodes.entry(r.node_id.clone()).or_default().push(r);
@@ -132,7 +132,9 @@ impl Csds {
                 continue;
             }
             let first = &streams[0];
-            let snapshot = generation.snapshot_for(&first.node_id, &first.node_cluster);
+            let snapshot = serving
+                .for_node(&first.node_id, &first.node_cluster)
+                .snapshot_for(&first.node_id, &first.node_cluster);
             let mut generic = Vec::new();
             for kind in ResourceType::ALL {
                 let Some(t) = streams.iter().find_map(|s| s.types.get(kind.short_name())) else {

@@ -123,7 +123,11 @@ async fn discovery(
     let mut stop = rest.stop.clone();
     let deadline = tokio::time::Instant::now() + REST_HOLD;
     loop {
-        let generation = std::sync::Arc::clone(&generations.borrow_and_update());
+        let generation = std::sync::Arc::clone(
+            generations
+                .borrow_and_update()
+                .for_node(&node.id, &node.cluster),
+        );
         let snapshot = generation.snapshot_for(&node.id, &node.cluster);
         let current = snapshot.get(kind);
         // The version of what this poll selects, as a SotW stream would give it (P13).

@@ -201,7 +201,9 @@ async fn run<M: Machine>(
                             if variant != Variant::Aggregated && ordering.enabled {
                                 sibling = Some(peers.join(&node.id));
                             }
-                            let generation = Arc::clone(&generations.borrow_and_update());
+                            let generation = Arc::clone(
+                                generations.borrow_and_update().for_node(&node.id, &node.cluster),
+                            );
                             attach(&mut machine, &generation);
                             attached = generation.number;
                         }
@@ -220,11 +222,20 @@ async fn run<M: Machine>(
                 if changed.is_err() {
                     break "server shutting down".into();
                 }
-                let generation = Arc::clone(&generations.borrow_and_update());
-                attach(&mut machine, &generation);
-                attached = generation.number;
-                fleet.generation_arrived(generation.number, generation.published);
-                push_from = Some(generation.published);
+                // A new generation, or a rollout promoted or aborted: what this node gets
+                // may not have changed (a rollout's candidate goes to canaries only).
+                let generation = match machine.node() {
+                    Some(node) => Arc::clone(
+                        generations.borrow_and_update().for_node(&node.id, &node.cluster),
+                    ),
+                    None => continue,
+                };
+                if generation.number != attached {
+                    attach(&mut machine, &generation);
+                    attached = generation.number;
+                    fleet.generation_arrived(generation.number, generation.published);
+                    push_from = Some(generation.published);
+                }
             }
             // A sibling stream's client refers to something new.
             changed = sibling_changed(&mut sibling) => {
