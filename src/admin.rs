@@ -86,6 +86,9 @@ pub struct Status {
     pub nodes: Vec<NodeStatus>,
     /// The last config load, or `None` before the first.
     pub config: Option<ConfigStatus>,
+    /// A staged rollout in progress (serve --canary-id/--canary-cluster), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
 }
 
 /// One connected node: who it is, its streams, and per type what it has.
@@ -96,6 +99,9 @@ pub struct NodeStatus {
     pub user_agent: String,
     pub user_agent_version: String,
     pub client_features: Vec<String>,
+    /// The generation the node's streams have taken (the oldest, if they differ).
+    #[serde(default)]
+    pub generation: u64,
     pub streams: Vec<StreamStatus>,
     /// By type (`CDS`, `EDS`, ...), from whichever of its streams serves that type.
     pub types: BTreeMap<String, TypeStatusJson>,
@@ -205,9 +211,11 @@ impl Status {
                     user_agent: r.user_agent.clone(),
                     user_agent_version: r.user_agent_version.clone(),
                     client_features: r.client_features.clone(),
+                    generation: r.generation,
                     streams: Vec::new(),
                     types: BTreeMap::new(),
                 });
+            node.generation = node.generation.min(r.generation);
             node.streams.push(StreamStatus {
                 peer: r.peer.clone(),
                 stream: r.stream.clone(),
@@ -228,6 +236,7 @@ impl Status {
         Status {
             nodes: nodes.into_values().collect(),
             config,
+            rollout: None,
         }
     }
 
@@ -247,6 +256,8 @@ pub fn router(admin: Admin) -> Router {
         .route("/", get(index))
         .route("/status", get(status))
         .route("/config_dump", get(config_dump))
+        .route("/rollout/promote", axum::routing::post(rollout_promote))
+        .route("/rollout/abort", axum::routing::post(rollout_abort))
         .route_layer(axum::middleware::from_fn_with_state(
             admin.clone(),
             require_token,
@@ -500,7 +511,58 @@ fn current_status(admin: &Admin) -> Status {
         errors: r.errors.clone(),
         warnings: r.warnings.clone(),
     });
-    Status::from_reports(admin.fleet.reports(), config)
+    let mut status = Status::from_reports(admin.fleet.reports(), config);
+    let serving = admin.cache.serving();
+    status.rollout = serving.rollout.as_ref().map(|r| {
+        crate::rollout::RolloutStatus::new(
+            &r.phase,
+            serving.stable.number,
+            r.candidate.number,
+            &r.policy,
+            r.since,
+        )
+    });
+    status
+}
+
+/// `POST /rollout/promote`: every node gets the candidate now.
+async fn rollout_promote(State(admin): State<Admin>) -> Response {
+    end_rollout(&admin, true)
+}
+
+/// `POST /rollout/abort`: the canaries go back to the stable generation.
+async fn rollout_abort(State(admin): State<Admin>) -> Response {
+    end_rollout(&admin, false)
+}
+
+fn end_rollout(admin: &Admin, promote: bool) -> Response {
+    let (result, outcome) = if promote {
+        (admin.cache.promote(), "promoted")
+    } else {
+        (admin.cache.abort(), "aborted")
+    };
+    match result {
+        Ok(generation) => {
+            admin
+                .fleet
+                .metrics
+                .rollouts
+                .get_or_create(&crate::metrics::RolloutLabels { outcome })
+                .inc();
+            let what = if promote {
+                "promoted by an operator: every node gets it"
+            } else {
+                "aborted by an operator: the canaries go back to it"
+            };
+            tracing::warn!(generation, "Rollout {what}.");
+            (
+                StatusCode::OK,
+                format!("rollout {outcome}: generation {generation} serves every node\n"),
+            )
+                .into_response()
+        }
+        Err(none) => (StatusCode::CONFLICT, format!("{none}\n")).into_response(),
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,10 @@ pub enum Command {
     /// exit 3 when the server's last config load failed, 2 when any proxy is NACKing, 1
     /// when the server cannot be asked.
     Status(StatusArgs),
+    /// A staged rollout on a running server (serve --canary-id/--canary-cluster): show it,
+    /// promote it to every node now, or abort it (the canaries go back to the stable
+    /// generation); exit 1 when there is none or the server cannot be asked.
+    Rollout(RolloutArgs),
     /// Load an xDS server with simulated Envoys (each its own connection and ADS stream),
     /// run a trigger command, and report connect and sync times, convergence, responses and
     /// the server's memory and CPU; exit 1 when the run did not complete.
@@ -67,12 +71,19 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The running server's admin address.
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADMIN_ADDR)]
-    pub admin_addr: SocketAddr,
+    #[command(flatten)]
+    pub admin: AdminArgs,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+/// How `switchyard status` and `switchyard rollout` reach a running server's admin API.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// The running server's admin address.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADMIN_ADDR)]
+    pub admin_addr: SocketAddr,
     /// A file holding the admin API's bearer token (the server's --admin-token-file).
     #[arg(long, value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
@@ -107,6 +118,25 @@ pub struct ConfigArgs {
     /// `stat_prefix`.
     #[arg(long)]
     pub skip_envoy_rules: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    #[command(subcommand)]
+    pub action: RolloutAction,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Subcommand)]
+pub enum RolloutAction {
+    /// The rollout in progress: its state, the stable and candidate generations, and which
+    /// generation each node has.
+    Status,
+    /// Serve the candidate to every node now.
+    Promote,
+    /// Stop the rollout: the canaries go back to the stable generation.
+    Abort,
 }
 
 #[derive(Debug, Args)]
@@ -178,6 +208,18 @@ pub struct ServeArgs {
     /// How long one pre-flight Envoy check may take.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
     pub preflight_timeout: Duration,
+    /// Staged rollouts: each change of the files goes first to the nodes whose id matches
+    /// this glob (and --canary-cluster, if given), and to every node once they have all
+    /// ACKed it and --rollout-bake has passed without a NACK. A NACK halts it.
+    #[arg(long, value_name = "GLOB")]
+    pub canary_id: Option<String>,
+    /// Staged rollouts: the canaries' node cluster (a glob).
+    #[arg(long, value_name = "GLOB")]
+    pub canary_cluster: Option<String>,
+    /// How long every canary must hold a change, ACKed and without a NACK, before it goes
+    /// to every node.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub rollout_bake: Duration,
     /// Send private key material (private keys, session ticket keys, generic secrets) to
     /// every client, whether or not a certificate binds it to its node: only for a sidecar
     /// on loopback. Without it, only streams bound by --node-identity get it.
@@ -372,6 +414,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate(&args),
         Command::Diff(args) => diff(&args),
+        Command::Rollout(args) => rollout(&args),
         Command::Serve(args) => serve(*args),
         Command::Status(args) => status(&args),
         Command::Loadgen(args) => loadgen(*args),
@@ -538,7 +581,19 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     let signalled = shutdown_signal()
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
     raise_file_limit();
-    let cache = Arc::new(Cache::new());
+    let cache = Arc::new(
+        if args.canary_id.is_some() || args.canary_cluster.is_some() {
+            let policy = crate::rollout::Policy::new(
+                args.canary_id.clone(),
+                args.canary_cluster.clone(),
+                args.rollout_bake,
+            )
+            .map_err(|e| Failure::Usage(anyhow::anyhow!("--canary-id/--canary-cluster: {e}")))?;
+            Cache::with_rollouts(policy)
+        } else {
+            Cache::new()
+        },
+    );
     let mut reloader = Reloader::new(
         args.config.paths.clone(),
         LoadOptions {
@@ -750,24 +805,9 @@ fn status(args: &StatusArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let token = match args.admin_token_file.as_deref().map(read_token).transpose() {
-        Ok(token) => token,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    let ca = match args.admin_ca.as_deref().map(read_ca).transpose() {
-        Ok(ca) => ca,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    let target = AdminTarget {
-        addr: args.admin_addr,
-        ca,
-        server_name: args.admin_server_name.clone(),
+    let (target, token) = match admin_target(&args.admin) {
+        Ok(found) => found,
+        Err(code) => return code,
     };
     let fetched = runtime.block_on(fetch_status(&target, token.as_deref()));
     let (status, body) = match fetched {
@@ -811,13 +851,120 @@ fn read_ca(path: &std::path::Path) -> anyhow::Result<Vec<reqwest::Certificate>> 
     Ok(certs)
 }
 
-async fn fetch_status(
+/// The admin API `args` name, and its token: or the exit code after saying why not.
+fn admin_target(args: &AdminArgs) -> Result<(AdminTarget, Option<Arc<str>>), ExitCode> {
+    let usage = |e: anyhow::Error| {
+        eprintln!("error: {e:#}");
+        ExitCode::from(EXIT_USAGE)
+    };
+    let token = args
+        .admin_token_file
+        .as_deref()
+        .map(read_token)
+        .transpose()
+        .map_err(usage)?;
+    let ca = args
+        .admin_ca
+        .as_deref()
+        .map(read_ca)
+        .transpose()
+        .map_err(usage)?;
+    let target = AdminTarget {
+        addr: args.admin_addr,
+        ca,
+        server_name: args.admin_server_name.clone(),
+    };
+    Ok((target, token))
+}
+
+/// `switchyard rollout`: ask a running server about its rollout, or act on it.
+fn rollout(args: &RolloutArgs) -> ExitCode {
+    let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let (target, token) = match admin_target(&args.admin) {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    let path = match args.action {
+        RolloutAction::Status => {
+            let (status, _) = match runtime.block_on(fetch_status(&target, token.as_deref())) {
+                Ok(found) => found,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            print!("{}", rollout_text(&status));
+            return ExitCode::SUCCESS;
+        }
+        RolloutAction::Promote => "/rollout/promote",
+        RolloutAction::Abort => "/rollout/abort",
+    };
+    let answered = runtime.block_on(admin_call(
+        &target,
+        token.as_deref(),
+        reqwest::Method::POST,
+        path,
+    ));
+    match answered {
+        Ok((code, body, _)) if code.is_success() => {
+            print!("{body}");
+            ExitCode::SUCCESS
+        }
+        Ok((_, body, url)) => {
+            eprintln!("error: {url}: {}", body.trim());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The rollout part of a status, for people.
+pub fn rollout_text(status: &crate::admin::Status) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let Some(r) = &status.rollout else {
+        let serving = status.config.as_ref().map_or(0, |c| c.generation);
+        let _ = writeln!(
+            out,
+            "no rollout in progress: generation {serving} serves every node"
+        );
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "rollout {} since {}: generation {} to the canaries ({}), {} to every other node",
+        r.state, r.since, r.candidate, r.canary, r.stable
+    );
+    if let Some(reason) = &r.reason {
+        let _ = writeln!(out, "  halted: {}", printable(reason));
+    }
+    for n in &status.nodes {
+        let _ = writeln!(
+            out,
+            "  {:<32} generation {}",
+            printable(&n.node_id),
+            n.generation
+        );
+    }
+    out
+}
+
+/// One request to the admin API: its status code, body and URL.
+async fn admin_call(
     target: &AdminTarget,
     token: Option<&str>,
-) -> anyhow::Result<(crate::admin::Status, String)> {
+    method: reqwest::Method,
+    path: &str,
+) -> anyhow::Result<(reqwest::StatusCode, String, String)> {
     let mut client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10));
     let url = match (&target.ca, &target.server_name) {
-        (None, _) => format!("http://{}/status", target.addr),
+        (None, _) => format!("http://{}{path}", target.addr),
         (Some(ca), name) => {
             client = client.tls_built_in_root_certs(false);
             for cert in ca {
@@ -826,13 +973,13 @@ async fn fetch_status(
             match name {
                 Some(name) => {
                     client = client.resolve(name, target.addr);
-                    format!("https://{name}:{}/status", target.addr.port())
+                    format!("https://{name}:{}{path}", target.addr.port())
                 }
-                None => format!("https://{}/status", target.addr),
+                None => format!("https://{}{path}", target.addr),
             }
         }
     };
-    let mut request = client.build()?.get(&url);
+    let mut request = client.build()?.request(method, &url);
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
@@ -845,6 +992,14 @@ async fn fetch_status(
     })?;
     let code = response.status();
     let body = response.text().await?;
+    Ok((code, body, url))
+}
+
+async fn fetch_status(
+    target: &AdminTarget,
+    token: Option<&str>,
+) -> anyhow::Result<(crate::admin::Status, String)> {
+    let (code, body, url) = admin_call(target, token, reqwest::Method::GET, "/status").await?;
     if !code.is_success() {
         anyhow::bail!("{url} answered {code}: {}", body.trim());
     }
@@ -960,6 +1115,10 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         }
         None => out.push_str("\nconfig: nothing loaded yet\n"),
     }
+    if status.rollout.is_some() {
+        out.push('\n');
+        out.push_str(&rollout_text(status));
+    }
     out
 }
 
@@ -1023,6 +1182,7 @@ mod tests {
                 user_agent: "envoy".into(),
                 user_agent_version: String::new(),
                 client_features: vec![],
+                generation: 1,
                 streams: vec![StreamStatus {
                     peer: "p".into(),
                     stream: "ADS".into(),
@@ -1045,6 +1205,7 @@ mod tests {
                 .into(),
             }],
             config: None,
+            rollout: None,
         };
         let table = status_table(&status);
         assert!(

@@ -68,6 +68,13 @@ pub struct PlanLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabels {
+    /// `promoted` (by the canaries' ACKs and the bake, or `rollout promote`), `halted` (a
+    /// canary NACKed) or `aborted` (`rollout abort`).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TypeLabels {
     pub type_url: &'static str,
 }
@@ -105,6 +112,8 @@ pub struct StreamMetrics {
     pub identity_mismatches: Counter,
     /// Connections closed for reaching `--max-connection-age`.
     pub connections_aged: Counter,
+    /// Staged rollouts, by how they ended (or halted).
+    pub rollouts: Family<RolloutLabels, Counter>,
 }
 
 /// 1 ms to ~65 s, doubling.
@@ -129,6 +138,7 @@ impl Default for StreamMetrics {
             limits: Family::default(),
             identity_mismatches: Counter::default(),
             connections_aged: Counter::default(),
+            rollouts: Family::default(),
         }
     }
 }
@@ -193,6 +203,13 @@ pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) 
          arrived mid-plan)",
         m.plans.clone(),
     );
+    registry.register(
+        "rollouts",
+        "Staged rollouts (--canary-id, --canary-cluster), by outcome: promoted (every canary \
+         ACKed and the bake passed, or rollout promote), halted (a canary NACKed), aborted \
+         (rollout abort)",
+        m.rollouts.clone(),
+    );
     registry.register("nacks", "NACKs received, by type URL", m.nacks.clone());
     registry.register(
         "resources_sent",
@@ -246,6 +263,16 @@ struct ScrapeTime {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoleLabels {
+    role: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -305,6 +332,35 @@ impl Collector for ScrapeTime {
             None,
             nacking.metric_type(),
         )?)?;
+        let serving = self.cache.serving();
+        {
+            let mut family = encoder.encode_descriptor(
+                "generation",
+                "The generation served, by role: stable (every node but the canaries during a \
+                 rollout) and candidate (the canaries', during a rollout; 0 without one)",
+                None,
+                MetricType::Gauge,
+            )?;
+            let candidate = serving.rollout.as_ref().map_or(0, |r| r.candidate.number);
+            for (role, number) in [("stable", serving.stable.number), ("candidate", candidate)] {
+                ConstGauge::new(number as i64)
+                    .encode(family.encode_family(&RoleLabels { role })?)?;
+            }
+        }
+        if self.cache.policy().is_some() {
+            let mut family = encoder.encode_descriptor(
+                "rollout_state",
+                "1 for the state of the rollout in progress (CANARY, BAKING, HALTED), or for \
+                 NONE without one",
+                None,
+                MetricType::Gauge,
+            )?;
+            let now = serving.rollout.as_ref().map_or("NONE", |r| r.phase.name());
+            for state in ["NONE", "CANARY", "BAKING", "HALTED"] {
+                ConstGauge::new(i64::from(state == now))
+                    .encode(family.encode_family(&StateLabels { state })?)?;
+            }
+        }
         let generation = self.cache.current();
         let mut family = encoder.encode_descriptor(
             "snapshot_version",

@@ -194,6 +194,23 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         }
         None => html.push_str("<p>Config: nothing loaded yet.</p>"),
     }
+    if let Some(r) = &status.rollout {
+        let class = if r.state == "HALTED" { "bad" } else { "ok" };
+        let _ = write!(
+            html,
+            "<p class=\"{class}\">Rollout {} since {}: generation {} to the canaries ({}), \
+             generation {} to every other node.",
+            esc(&r.state),
+            esc(&r.since),
+            r.candidate,
+            esc(&r.canary),
+            r.stable
+        );
+        if let Some(reason) = &r.reason {
+            let _ = write!(html, " Halted: {}", esc(reason));
+        }
+        html.push_str("</p>");
+    }
     html.push_str(
         "<p><a href=\"/status\">/status</a> · <a href=\"/metrics\">/metrics</a> · \
          <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>",
@@ -228,7 +245,7 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
     let _ = write!(
         html,
         "<p>{} node(s) match; page {page} of {pages}.</p><table><tr><th>Node</th><th>Cluster</th>\
-         <th>Streams</th><th>Agent</th>",
+         <th>Streams</th><th>Agent</th><th>Generation</th>",
         shown.len()
     );
     for k in &kinds {
@@ -239,13 +256,14 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         let streams: Vec<String> = n.streams.iter().map(|s| s.label()).collect();
         let _ = write!(
             html,
-            "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td><td>{}</td><td>{} {}</td>",
+            "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td><td>{}</td><td>{} {}</td><td>{}</td>",
             query_value(&n.node_id),
             esc(&n.node_id),
             esc(&n.node_cluster),
             esc(&streams.join(", ")),
             esc(&n.user_agent),
-            esc(&n.user_agent_version)
+            esc(&n.user_agent_version),
+            n.generation
         );
         for k in &kinds {
             match n.types.get(*k) {
@@ -301,6 +319,7 @@ mod tests {
             user_agent: "envoy".into(),
             user_agent_version: "1.40.0".into(),
             client_features: vec![],
+            generation: 3,
             streams: vec![StreamStatus {
                 peer: "p".into(),
                 stream: "ADS".into(),
@@ -346,6 +365,7 @@ mod tests {
                 errors: vec![],
                 warnings: vec![],
             }),
+            rollout: None,
         }
     }
 
@@ -408,6 +428,7 @@ mod tests {
                 node("edge-007", "SYNCED", None),
             ],
             config: None,
+            rollout: None,
         };
         let html = render(&status, &PageQuery::default());
         assert_eq!(
@@ -454,6 +475,28 @@ mod tests {
         assert_eq!(only("UPDATING"), ["edge-00003"]);
         assert_eq!(only("ALL_SYNCED").len(), 8);
         assert!(!only("ALL_SYNCED").contains(&"edge-00007".to_string()));
+    }
+
+    #[test]
+    fn a_rollout_shows_its_state_generations_and_why_it_halted() {
+        let mut status = fleet(2);
+        status.rollout = Some(crate::rollout::RolloutStatus {
+            state: "HALTED".into(),
+            stable: 3,
+            candidate: 4,
+            canary: "id \"canary-*\"".into(),
+            reason: Some("canary \"canary-1\" rejected CDS: <bad>".into()),
+            since: "t".into(),
+        });
+        let html = render(&status, &PageQuery::default());
+        assert!(
+            html.contains("Rollout HALTED since t: generation 4 to the canaries (id &quot;canary-*&quot;), generation 3 to every other node. Halted: canary &quot;canary-1&quot; rejected CDS: &lt;bad&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<th>Generation</th>") && html.contains("<td>3</td>"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod grpc;
 pub(crate) mod incoming;
 mod peers;
 pub mod rest;
+mod rollout;
 mod status;
 mod stream;
 pub mod tls;
@@ -170,6 +171,12 @@ pub async fn serve(
         fleet.metrics.clone(),
     );
     let metrics = fleet.metrics.clone();
+    // Staged rollouts, when the cache has a policy.
+    let rollouts = tokio::spawn(rollout::drive(
+        Arc::clone(&cache),
+        Arc::clone(&fleet),
+        stop_rx.clone(),
+    ));
     let xds = grpc::XdsServer::new(cache, fleet, &options, stop_rx.clone());
     // REST-JSON polling comes over HTTP/1.1 too; everything else is gRPC over HTTP/2.
     let routes = tonic::service::Routes::from(rest)
@@ -217,6 +224,7 @@ pub async fn serve(
     drop(connections);
     tracing::info!("Shutting down: ending every xDS stream.");
     let _ = stop_tx.send(true);
+    rollouts.abort();
     let drained = async { while open.join_next().await.is_some() {} };
     if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("Connections did not close within {DRAIN_TIMEOUT:?}; closing them.");
