@@ -124,19 +124,17 @@ pub struct ConfigArgs {
 pub struct RolloutArgs {
     #[command(subcommand)]
     pub action: RolloutAction,
-    #[command(flatten)]
-    pub admin: AdminArgs,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Subcommand)]
 pub enum RolloutAction {
     /// The rollout in progress: its state, the stable and candidate generations, and which
     /// generation each node has.
-    Status,
+    Status(AdminArgs),
     /// Serve the candidate to every node now.
-    Promote,
+    Promote(AdminArgs),
     /// Stop the rollout: the canaries go back to the stable generation.
-    Abort,
+    Abort(AdminArgs),
 }
 
 #[derive(Debug, Args)]
@@ -883,12 +881,15 @@ fn rollout(args: &RolloutArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let (target, token) = match admin_target(&args.admin) {
+    let admin = match &args.action {
+        RolloutAction::Status(a) | RolloutAction::Promote(a) | RolloutAction::Abort(a) => a,
+    };
+    let (target, token) = match admin_target(admin) {
         Ok(found) => found,
         Err(code) => return code,
     };
     let path = match args.action {
-        RolloutAction::Status => {
+        RolloutAction::Status(_) => {
             let (status, _) = match runtime.block_on(fetch_status(&target, token.as_deref())) {
                 Ok(found) => found,
                 Err(e) => {
@@ -899,8 +900,8 @@ fn rollout(args: &RolloutArgs) -> ExitCode {
             print!("{}", rollout_text(&status));
             return ExitCode::SUCCESS;
         }
-        RolloutAction::Promote => "/rollout/promote",
-        RolloutAction::Abort => "/rollout/abort",
+        RolloutAction::Promote(_) => "/rollout/promote",
+        RolloutAction::Abort(_) => "/rollout/abort",
     };
     let answered = runtime.block_on(admin_call(
         &target,
