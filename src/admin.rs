@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_stream::StreamExt;
 
-mod page;
+pub(crate) mod page;
 
 use crate::cache::Cache;
 use crate::fleet::{format_time, Fleet, StreamReport, TypeReport};

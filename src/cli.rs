@@ -84,6 +84,13 @@ pub struct AdminArgs {
     /// The running server's admin address.
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADMIN_ADDR)]
     pub admin_addr: SocketAddr,
+    #[command(flatten)]
+    pub access: AdminAccess,
+}
+
+/// The admin API's token and TLS trust.
+#[derive(Debug, Args)]
+pub struct AdminAccess {
     /// A file holding the admin API's bearer token (the server's --admin-token-file).
     #[arg(long, value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
@@ -143,8 +150,18 @@ pub struct DiffArgs {
     #[arg(long = "config", short = 'c', value_name = "PATH", required = true)]
     pub new: Vec<PathBuf>,
     /// The files as they are now (what serves). Repeatable.
-    #[arg(long = "against", value_name = "PATH", required = true)]
+    #[arg(
+        long = "against",
+        value_name = "PATH",
+        required_unless_present = "server"
+    )]
     pub old: Vec<PathBuf>,
+    /// Compare with what a running server serves instead, through its admin API at ADDR
+    /// (each node group's /config_dump).
+    #[arg(long, value_name = "ADDR", conflicts_with = "old")]
+    pub server: Option<SocketAddr>,
+    #[command(flatten)]
+    pub access: AdminAccess,
     /// Do not check Envoy's own field rules when loading either side.
     #[arg(long)]
     pub skip_envoy_rules: bool,
@@ -452,7 +469,8 @@ fn loadgen(args: crate::loadgen::LoadgenArgs) -> ExitCode {
     }
 }
 
-/// `switchyard diff`: load both sides, compare them per node group.
+/// `switchyard diff`: load both sides (or ask the server for its side), compare them per
+/// node group.
 fn diff(args: &DiffArgs) -> ExitCode {
     let options = LoadOptions {
         allow_empty: true,
@@ -467,10 +485,52 @@ fn diff(args: &DiffArgs) -> ExitCode {
             eprintln!("invalid: the {side} side does not load");
         })
     };
-    let (Ok(old), Ok(new)) = (load(&args.old, "--against"), load(&args.new, "--config")) else {
+    let Ok(new) = load(&args.new, "--config") else {
         return ExitCode::from(EXIT_DIFF_ERROR);
     };
-    let report = crate::diff::diff(&old, &new);
+    let report = match args.server {
+        Some(addr) => {
+            let (target, token) = match admin_at(addr, &args.access) {
+                Ok(found) => found,
+                Err(_) => return ExitCode::from(EXIT_DIFF_ERROR),
+            };
+            let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
+                Ok(r) => r,
+                Err(_) => return ExitCode::from(EXIT_DIFF_ERROR),
+            };
+            let dump = |id: &str, cluster: &str| -> anyhow::Result<serde_json::Value> {
+                let path = format!(
+                    "/config_dump?node={}&cluster={}",
+                    crate::admin::page::query_value(id),
+                    crate::admin::page::query_value(cluster)
+                );
+                let (code, body, url) = runtime.block_on(admin_call(
+                    &target,
+                    token.as_deref(),
+                    reqwest::Method::GET,
+                    &path,
+                ))?;
+                if !code.is_success() {
+                    anyhow::bail!("{url} answered {code}: {}", body.trim());
+                }
+                serde_json::from_str(&body)
+                    .map_err(|e| anyhow::anyhow!("{url} did not answer with a config dump: {e}"))
+            };
+            match crate::diff::against_server(&new, dump) {
+                Ok(report) => report,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(EXIT_DIFF_ERROR);
+                }
+            }
+        }
+        None => {
+            let Ok(old) = load(&args.old, "--against") else {
+                return ExitCode::from(EXIT_DIFF_ERROR);
+            };
+            crate::diff::diff(&old, &new)
+        }
+    };
     print!("{report}");
     if report.is_empty() {
         ExitCode::SUCCESS
@@ -851,6 +911,14 @@ fn read_ca(path: &std::path::Path) -> anyhow::Result<Vec<reqwest::Certificate>> 
 
 /// The admin API `args` name, and its token: or the exit code after saying why not.
 fn admin_target(args: &AdminArgs) -> Result<(AdminTarget, Option<Arc<str>>), ExitCode> {
+    admin_at(args.admin_addr, &args.access)
+}
+
+/// The admin API at `addr`, and its token: or the exit code after saying why not.
+fn admin_at(
+    addr: SocketAddr,
+    args: &AdminAccess,
+) -> Result<(AdminTarget, Option<Arc<str>>), ExitCode> {
     let usage = |e: anyhow::Error| {
         eprintln!("error: {e:#}");
         ExitCode::from(EXIT_USAGE)
@@ -868,7 +936,7 @@ fn admin_target(args: &AdminArgs) -> Result<(AdminTarget, Option<Arc<str>>), Exi
         .transpose()
         .map_err(usage)?;
     let target = AdminTarget {
-        addr: args.admin_addr,
+        addr,
         ca,
         server_name: args.admin_server_name.clone(),
     };

@@ -2,7 +2,8 @@
 //! review and CI.
 //!
 //! Owns: comparing two loaded configs node group by node group (the groups of
-//! [`crate::preflight::groups`], taken from both configs), per type: resources added, removed
+//! [`crate::preflight::groups`], taken from both configs), or a loaded config with what a
+//! server's `/config_dump` says each of its groups gets, per type: resources added, removed
 //! and changed, and for each changed resource the fields that differ, as proto3 JSON paths
 //! (`loadAssignment.endpoints[0].lbEndpoints[0].endpoint.address.socketAddress.portValue`).
 //! Sensitive fields are compared by version only and never shown.
@@ -57,6 +58,87 @@ impl Report {
     }
 }
 
+/// One side of a comparison for one node group: by type and name, each resource's version,
+/// its proto3 JSON without secrets, and its TTL.
+type Side = BTreeMap<ResourceType, BTreeMap<String, Entry>>;
+
+#[derive(Debug)]
+struct Entry {
+    version: String,
+    json: Value,
+    ttl: Option<String>,
+}
+
+fn side_of(resources: &[Arc<Resource>]) -> Side {
+    let mut side = Side::new();
+    for r in resources {
+        let json =
+            descriptors::resource_json(r, r.body_shown(Secrets::Redact)).unwrap_or(Value::Null);
+        side.entry(r.kind).or_default().insert(
+            r.name.clone(),
+            Entry {
+                version: r.version.clone(),
+                json,
+                ttl: r.ttl.map(|t| format!("{}s", t.as_secs_f64())),
+            },
+        );
+    }
+    side
+}
+
+/// A side from a server's `/config_dump` answer. Secrets are taken out again here (the
+/// server may show them, with --admin-show-secrets).
+fn side_of_dump(dump: &Value) -> Side {
+    let mut side = Side::new();
+    let Some(types) = dump.get("types").and_then(Value::as_object) else {
+        return side;
+    };
+    for (short, t) in types {
+        let Some(kind) = ResourceType::ALL
+            .into_iter()
+            .find(|k| k.short_name() == short)
+        else {
+            continue;
+        };
+        for entry in t
+            .get("resources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (Some(name), Some(version)) = (
+                entry.get("name").and_then(Value::as_str),
+                entry.get("version").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let json = entry
+                .get("resource")
+                .map_or(Value::Null, |r| redacted(kind, r));
+            side.entry(kind).or_default().insert(
+                name.to_string(),
+                Entry {
+                    version: version.to_string(),
+                    json,
+                    ttl: entry.get("ttl").and_then(Value::as_str).map(str::to_string),
+                },
+            );
+        }
+    }
+    side
+}
+
+/// A resource's proto3 JSON with its sensitive fields taken out (as the operator sees it).
+fn redacted(kind: ResourceType, json: &Value) -> Value {
+    let Ok(mut message) =
+        prost_reflect::DynamicMessage::deserialize(descriptors::message(kind), json.clone())
+    else {
+        return Value::Null;
+    };
+    crate::redact::redact(&mut message, crate::redact::Audience::Operator);
+    serde_json::to_value(&message).unwrap_or(Value::Null)
+}
+
 /// Compare `old` and `new` for every node group either of them has.
 pub fn diff(old: &Config, new: &Config) -> Report {
     let mut nodes: Vec<(String, String, String)> = Vec::new();
@@ -92,7 +174,11 @@ pub fn diff(old: &Config, new: &Config) -> Report {
                 .flat_map(|&i| c.files[i].resources.iter().cloned())
                 .collect()
         };
-        let group = compare(&label, &resources(old, &key.0), &resources(new, &key.1));
+        let group = compare(
+            &label,
+            &side_of(&resources(old, &key.0)),
+            &side_of(&resources(new, &key.1)),
+        );
         seen.push(key);
         if !group.types.is_empty() {
             groups.push(group);
@@ -101,22 +187,40 @@ pub fn diff(old: &Config, new: &Config) -> Report {
     Report { groups }
 }
 
-fn compare(label: &str, old: &[Arc<Resource>], new: &[Arc<Resource>]) -> GroupDiff {
-    let index = |resources: &'_ [Arc<Resource>], kind| -> BTreeMap<String, Arc<Resource>> {
-        resources
-            .iter()
-            .filter(|r| r.kind == kind)
-            .map(|r| (r.name.clone(), Arc::clone(r)))
-            .collect()
-    };
+/// Compare what a server serves with `new`, for each node group of `new`: `dump` answers
+/// the server's `/config_dump` for a node id and cluster.
+pub fn against_server<E>(
+    new: &Config,
+    mut dump: impl FnMut(&str, &str) -> Result<Value, E>,
+) -> Result<Report, E> {
+    let mut groups = Vec::new();
+    for (group, resources) in crate::preflight::groups(new) {
+        let served = dump(&group.node_id, &group.node_cluster)?;
+        let diff = compare(
+            &group.to_string(),
+            &side_of_dump(&served),
+            &side_of(&resources),
+        );
+        if !diff.types.is_empty() {
+            groups.push(diff);
+        }
+    }
+    Ok(Report { groups })
+}
+
+fn compare(label: &str, old: &Side, new: &Side) -> GroupDiff {
+    let empty = BTreeMap::new();
     let mut types = Vec::new();
     for kind in ResourceType::ALL {
-        let (before, after) = (index(old, kind), index(new, kind));
+        let (before, after) = (
+            old.get(&kind).unwrap_or(&empty),
+            new.get(&kind).unwrap_or(&empty),
+        );
         let mut t = TypeDiff {
             kind: kind.short_name().to_string(),
             ..TypeDiff::default()
         };
-        for (name, r) in &after {
+        for (name, r) in after {
             match before.get(name) {
                 None => t.added.push(name.clone()),
                 Some(o) if o.version != r.version => t.changed.push((name.clone(), fields(o, r))),
@@ -139,19 +243,15 @@ fn compare(label: &str, old: &[Arc<Resource>], new: &[Arc<Resource>]) -> GroupDi
 }
 
 /// The fields that differ between two versions of a resource, secrets left out. A change
-/// only in a sensitive field (or in the TTL) shows as one line saying so.
-fn fields(old: &Resource, new: &Resource) -> Vec<FieldChange> {
-    let json = |r: &Resource| {
-        descriptors::resource_json(r, r.body_shown(Secrets::Redact)).unwrap_or(Value::Null)
-    };
+/// only in a sensitive field shows as one line saying so.
+fn fields(old: &Entry, new: &Entry) -> Vec<FieldChange> {
     let mut out = Vec::new();
-    walk("", Some(&json(old)), Some(&json(new)), &mut out);
+    walk("", Some(&old.json), Some(&new.json), &mut out);
     if old.ttl != new.ttl {
-        let ttl = |r: &Resource| r.ttl.map(|t| format!("{t:?}"));
         out.push(FieldChange {
             path: "(ttl)".into(),
-            old: ttl(old),
-            new: ttl(new),
+            old: old.ttl.clone(),
+            new: new.ttl.clone(),
         });
     }
     if out.is_empty() {

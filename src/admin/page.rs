@@ -46,8 +46,8 @@ fn esc(text: &str) -> String {
     out
 }
 
-/// A URL query value (only what the page's own links carry).
-fn query_value(text: &str) -> String {
+/// A URL query value, percent-encoded (the page's own links, `switchyard diff --server`).
+pub(crate) fn query_value(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

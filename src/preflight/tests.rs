@@ -1,4 +1,4 @@
-//! Choosing groups and rendering bootstraps, without Envoy (tests/preflight_envoy.rs runs
+//! Choosing groups and rendering bootstraps, without Envoy (tests/safe_changes.rs runs
 //! the real one).
 
 use super::*;

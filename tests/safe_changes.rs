@@ -1,6 +1,7 @@
-//! Pre-flight with the real Envoy 1.40: `switchyard validate --envoy` and `serve
-//! --preflight-envoy` catch what field rules cannot (here a regex Envoy's engine rejects, and
-//! a load balancer an EDS cluster cannot have), per node group.
+//! Safe changes against real processes. Pre-flight with the real Envoy 1.40: `switchyard
+//! validate --envoy` and `serve --preflight-envoy` catch what field rules cannot (here a
+//! regex Envoy's engine rejects, and a load balancer an EDS cluster cannot have), per node
+//! group. And `switchyard diff --server` against a running server.
 
 mod support;
 
@@ -152,4 +153,64 @@ async fn serve_preflight_envoy_refuses_a_reload_envoy_rejects() {
     })
     .await;
     assert!(fixed.is_some(), "the fix is published");
+}
+
+/// `switchyard diff --server`: the running server's side comes from its /config_dump, per
+/// node group of the new files; secrets stay hidden even when the server shows them.
+#[tokio::test]
+async fn diff_against_a_running_server() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    write_mesh(&config);
+    let secret = |key: &str| {
+        format!(
+            "secrets:\n  - name: tls\n    tls_certificate:\n      certificate_chain: {{ inline_string: cert }}\n      private_key: {{ inline_string: {key} }}\n"
+        )
+    };
+    write(&config, "secret.yaml", &secret("SERVED-KEY"));
+    let server = Switchyard::start_with_args(&config, dir.path(), &["--admin-show-secrets"]).await;
+    let admin = format!("127.0.0.1:{}", server.admin_port);
+    let new = dir.path().join("new");
+    std::fs::create_dir(&new).expect("mkdir");
+    write_mesh(&new);
+    write(&new, "secret.yaml", &secret("SERVED-KEY"));
+    let (code, out, err) = switchyard(&[
+        "diff",
+        "--config",
+        new.to_str().expect("utf-8"),
+        "--server",
+        &admin,
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(out, "no changes\n");
+
+    write(&new, "a.yaml", &eds_cluster("a", "3s", 8080));
+    write(&new, "secret.yaml", &secret("NEW-KEY"));
+    let (code, out, err) = switchyard(&[
+        "diff",
+        "--config",
+        new.to_str().expect("utf-8"),
+        "--server",
+        &admin,
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        out.contains("~ a\n        connectTimeout: \"1s\" -> \"3s\"\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("~ tls\n        (sensitive fields, not shown)\n"),
+        "{out}"
+    );
+    assert!(!out.contains("KEY"), "{out}");
+
+    let (code, _, err) = switchyard(&[
+        "diff",
+        "--config",
+        new.to_str().expect("utf-8"),
+        "--server",
+        "127.0.0.1:1",
+    ]);
+    assert_eq!(code, Some(2), "an unreachable server is an error: {err}");
 }
