@@ -7,7 +7,8 @@
 //! generations, sibling streams' references (`peers`) and timers into a
 //! [`crate::protocol::SotwStream`] or [`crate::protocol::DeltaStream`] and writes out what it
 //! returns (with or without secrets; each response framed into a buffer of its size, in
-//! `body`), graceful shutdown.
+//! `body`), the staged rollout's driver (`rollout`: the fleet's reports to
+//! `crate::rollout`'s decisions, applied to the cache), graceful shutdown.
 //!
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
