@@ -679,10 +679,14 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     let reloader = Arc::new(reloader);
     // The watch is armed before the first load, so an edit made while it runs is not lost.
     let watching = reloader.watching();
+    // Under a rollout policy, the last promoted copy in the state directory serves every
+    // node first, and the files roll out to the canaries from it, as before a restart.
+    let promoted_first = reloader.serve_promoted_first().is_some();
+    tokio::spawn(Arc::clone(&reloader).keep_promoted());
     // Load before binding: a config that cannot load at start is a usage error, unless the
     // state directory keeps a good copy to serve meanwhile.
     if let Err(failure) = reloader.reload() {
-        if reloader.serve_last_good(&failure).is_none() {
+        if !promoted_first && reloader.serve_last_good(&failure).is_none() {
             return Err(Failure::Usage(anyhow::anyhow!(
                 "the configuration cannot be loaded, not starting: {failure}"
             )));

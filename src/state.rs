@@ -20,6 +20,8 @@ pub enum StateError {
     Io { path: PathBuf, message: String },
     #[error("the copy in {} does not load: {message}", .path.display())]
     Unloadable { path: PathBuf, message: String },
+    #[error("the files changed since generation {expected} was loaded; the copy is not kept")]
+    Changed { expected: String },
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> StateError + '_ {
@@ -61,8 +63,14 @@ impl StateDir {
     }
 
     /// Copy the snapshot files under `roots` into a new generation, check that it loads
-    /// with `options`, and make it the current one.
-    pub fn persist(&self, roots: &[PathBuf], options: &LoadOptions) -> Result<(), StateError> {
+    /// with `options` (and, with `expect`, that it has that `Config::content_version`: what
+    /// was promoted, not a later edit), and make it the current one.
+    pub fn persist(
+        &self,
+        roots: &[PathBuf],
+        options: &LoadOptions,
+        expect: Option<&str>,
+    ) -> Result<(), StateError> {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -98,12 +106,22 @@ impl StateDir {
             allow_empty: true,
             ..options.clone()
         };
-        if let Err(failure) = config::load(&copied, &check) {
-            let _ = std::fs::remove_dir_all(&generation);
-            return Err(StateError::Unloadable {
-                path: generation,
-                message: failure.to_string(),
-            });
+        match config::load(&copied, &check) {
+            Err(failure) => {
+                let _ = std::fs::remove_dir_all(&generation);
+                return Err(StateError::Unloadable {
+                    path: generation,
+                    message: failure.to_string(),
+                });
+            }
+            Ok(copy) => {
+                if let Some(expected) = expect.filter(|v| *v != copy.content_version()) {
+                    let _ = std::fs::remove_dir_all(&generation);
+                    return Err(StateError::Changed {
+                        expected: expected.to_string(),
+                    });
+                }
+            }
         }
         let link = self.dir.join(".current.tmp");
         let _ = std::fs::remove_file(&link);
@@ -153,7 +171,7 @@ mod tests {
         let roots = vec![files.path().to_path_buf(), single];
         let dir = StateDir::open(state.path()).expect("opens");
         assert_eq!(dir.last_good(), None);
-        dir.persist(&roots, &LoadOptions::default())
+        dir.persist(&roots, &LoadOptions::default(), None)
             .expect("persists");
         let copy = dir.last_good().expect("a copy");
         assert_eq!(copy.len(), 2);
@@ -161,7 +179,7 @@ mod tests {
         assert_eq!(loaded.resource_count(), 2, "{loaded:?}");
         // A broken file is not persisted; the last good copy stays.
         std::fs::write(sub.join("a.yaml"), "clusters: [{name: a, bad: 1}]\n").expect("write");
-        assert!(dir.persist(&roots, &LoadOptions::default()).is_err());
+        assert!(dir.persist(&roots, &LoadOptions::default(), None).is_err());
         let still = dir.last_good().expect("still a copy");
         assert!(config::load(&still, &LoadOptions::default()).is_ok());
         let generations = std::fs::read_dir(state.path())
@@ -170,5 +188,29 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().starts_with("gen-"))
             .count();
         assert_eq!(generations, 1, "one generation kept");
+    }
+
+    /// With an expected content version (what was promoted), files edited since are not kept.
+    #[test]
+    fn a_copy_of_files_changed_since_the_promotion_is_not_kept() {
+        let files = tempfile::tempdir().expect("tmp");
+        let state = tempfile::tempdir().expect("tmp");
+        let file = files.path().join("a.yaml");
+        std::fs::write(&file, "clusters: [{name: a}]\n").expect("write");
+        let roots = vec![files.path().to_path_buf()];
+        let promoted = config::load(&roots, &LoadOptions::default())
+            .expect("loads")
+            .content_version();
+        let dir = StateDir::open(state.path()).expect("opens");
+        dir.persist(&roots, &LoadOptions::default(), Some(&promoted))
+            .expect("the same content is kept, under another path");
+        std::fs::write(&file, "clusters: [{name: b}]\n").expect("write");
+        let err = dir
+            .persist(&roots, &LoadOptions::default(), Some(&promoted))
+            .expect_err("changed since");
+        assert!(matches!(err, StateError::Changed { .. }), "{err}");
+        let kept = dir.last_good().expect("the promoted copy stays");
+        let loaded = config::load(&kept, &LoadOptions::default()).expect("loads");
+        assert_eq!(loaded.content_version(), promoted);
     }
 }

@@ -153,6 +153,65 @@ impl Reloader {
         Some(generation)
     }
 
+    /// Under a rollout policy, with a state directory: serve the last promoted copy kept
+    /// there to every node first, so that the files (loaded next) roll out to the canaries
+    /// from it, as they would have before a restart. Returns the generation, or `None`
+    /// without a copy (or a policy).
+    pub fn serve_promoted_first(&self) -> Option<u64> {
+        self.cache.policy()?;
+        let roots = self.state.as_ref()?.last_good()?;
+        let config = match config::load(&roots, &self.options) {
+            Ok(config) => config,
+            Err(e) => {
+                tracing::error!("The last promoted copy in --state-dir does not load: {e}");
+                return None;
+            }
+        };
+        let generation = self.cache.publish(config).number;
+        tracing::info!(
+            generation,
+            "Serving the last promoted copy from --state-dir to every node; the snapshot files roll out to the canaries from it."
+        );
+        Some(generation)
+    }
+
+    /// Under a rollout policy, with a state directory: keep each generation that becomes
+    /// stable (promoted) there, until the cache closes. The copy is made from the files, and
+    /// kept only if they are still what was promoted.
+    pub async fn keep_promoted(self: Arc<Self>) {
+        if self.cache.policy().is_none() || self.state.is_none() {
+            return;
+        }
+        let mut serving = self.cache.subscribe();
+        let mut kept = serving.borrow_and_update().stable.number;
+        while serving.changed().await.is_ok() {
+            let stable = std::sync::Arc::clone(&serving.borrow_and_update().stable);
+            if stable.number == kept {
+                continue;
+            }
+            kept = stable.number;
+            let reloader = std::sync::Arc::clone(&self);
+            let version = stable.config.content_version();
+            let kept_copy = tokio::task::spawn_blocking(move || {
+                reloader
+                    .state
+                    .as_ref()
+                    .map(|state| state.persist(&reloader.paths, &reloader.options, Some(&version)))
+            })
+            .await;
+            match kept_copy {
+                Ok(Some(Err(e))) => {
+                    tracing::error!(error = %e, generation = stable.number, "Cannot keep the promoted snapshot in --state-dir; the previous copy stays.")
+                }
+                Ok(_) => tracing::debug!(
+                    generation = stable.number,
+                    "Kept the promoted snapshot in --state-dir."
+                ),
+                Err(e) => tracing::error!(error = %e, "Keeping the promoted snapshot failed."),
+            }
+        }
+    }
+
     /// The outcome of the latest load, if any.
     pub fn last_report(&self) -> Option<LoadReport> {
         self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -261,10 +320,13 @@ impl Reloader {
             tracing::debug!(generation = current.number, "Reloaded; nothing changed.");
             return current.number;
         }
-        if let Some(state) = &self.state {
+        // Under a rollout policy a new generation is kept only once promoted (see
+        // `keep_promoted`); the first one goes to every node at once.
+        let stable_now = self.cache.policy().is_none() || current.number == 0;
+        if let (Some(state), true) = (&self.state, stable_now) {
             // Kept before it is published, from the files as they are now (checked by
             // loading the copy); a failure here does not stop serving.
-            if let Err(e) = state.persist(&self.paths, &self.options) {
+            if let Err(e) = state.persist(&self.paths, &self.options, None) {
                 tracing::error!(error = %e, "Cannot keep the good snapshot in --state-dir; the previous copy stays.");
             }
         }
@@ -468,6 +530,83 @@ mod tests {
 
     const GOOD: &str = "clusters: [{name: a, connect_timeout: 1s}]\n";
     const CHANGED: &str = "clusters: [{name: a, connect_timeout: 2s}]\n";
+
+    /// The connect_timeout of cluster `a` in the generation `node` gets.
+    fn timeout_for(cache: &Cache, node: &str) -> String {
+        let snapshot = cache.for_node(node, "").snapshot_for(node, "");
+        let a = &snapshot
+            .get(crate::resource::ResourceType::Cluster)
+            .resources["a"];
+        let json = crate::config::descriptors::resource_json(a, &a.body).expect("json");
+        json["connectTimeout"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Under a rollout policy the state directory keeps what was promoted, not every load;
+    /// after a restart that copy serves every node and the files roll out from it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_rollouts_the_state_dir_keeps_what_was_promoted() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let config = dir.path().join("config");
+        std::fs::create_dir(&config).expect("mkdir");
+        let file = config.join("a.yaml");
+        let state_dir = dir.path().join("state");
+        let policy = || {
+            crate::rollout::Policy::new(Some("canary-*".into()), None, Duration::ZERO)
+                .expect("policy")
+        };
+        let start = || {
+            let cache = Arc::new(Cache::with_rollouts(policy()));
+            let reloader = Reloader::new(
+                vec![config.clone()],
+                LoadOptions::default(),
+                Arc::clone(&cache),
+            )
+            .with_state(StateDir::open(&state_dir).expect("state"));
+            (cache, Arc::new(reloader))
+        };
+        let kept = {
+            let state_dir = state_dir.clone();
+            move || {
+                let roots = StateDir::open(&state_dir)
+                    .expect("state")
+                    .last_good()
+                    .expect("a copy");
+                std::fs::read_to_string(roots[0].join("a.yaml")).expect("copy")
+            }
+        };
+
+        std::fs::write(&file, GOOD).expect("write");
+        let (cache, reloader) = start();
+        tokio::spawn(Arc::clone(&reloader).keep_promoted());
+        reloader.reload().expect("loads");
+        assert_eq!(kept(), GOOD, "the first generation is stable at once");
+
+        std::fs::write(&file, CHANGED).expect("write");
+        reloader.reload().expect("loads");
+        assert_eq!(timeout_for(&cache, "canary-1"), "2s");
+        assert_eq!(timeout_for(&cache, "edge-1"), "1s");
+        assert_eq!(kept(), GOOD, "a candidate is not kept");
+        cache.promote().expect("in progress");
+        let waiting = kept.clone();
+        let promoted = tokio::task::spawn_blocking(move || wait_until(|| waiting() == CHANGED))
+            .await
+            .expect("joins");
+        assert!(promoted, "the promoted generation is kept");
+
+        // A restart with newer files: the kept copy serves every node, the files roll out.
+        drop(reloader);
+        let third = "clusters: [{name: a, connect_timeout: 3s}]\n";
+        std::fs::write(&file, third).expect("write");
+        let (cache, reloader) = start();
+        assert!(reloader.serve_promoted_first().is_some());
+        reloader.reload().expect("loads");
+        assert_eq!(timeout_for(&cache, "edge-1"), "2s");
+        assert_eq!(timeout_for(&cache, "canary-1"), "3s");
+        assert_eq!(kept(), CHANGED);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn edits_reload_and_broken_files_keep_the_last_good_config() {

@@ -110,6 +110,18 @@ impl Config {
             .collect();
         content_hash(parts.iter().map(|s| s.as_bytes()))
     }
+
+    /// A digest of what would be served, whatever the files are called or where they are
+    /// (each file's selector and resources): equal for a copy of the same files.
+    pub fn content_version(&self) -> String {
+        let mut parts: Vec<String> = self
+            .files
+            .iter()
+            .map(|f| format!("{:?} {}", f.selector, f.digest))
+            .collect();
+        parts.sort();
+        content_hash(parts.iter().map(|s| s.as_bytes()))
+    }
 }
 
 /// Why a load failed: every error found, and the warnings seen on the way.
