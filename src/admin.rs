@@ -89,6 +89,9 @@ pub struct Status {
     /// A staged rollout in progress (serve --canary-id/--canary-cluster), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::RolloutStatus>,
+    /// The generation every node gets (during a rollout, every node but the canaries).
+    #[serde(default)]
+    pub generation: u64,
 }
 
 /// One connected node: who it is, its streams, and per type what it has.
@@ -237,6 +240,7 @@ impl Status {
             nodes: nodes.into_values().collect(),
             config,
             rollout: None,
+            generation: 0,
         }
     }
 
@@ -513,6 +517,7 @@ fn current_status(admin: &Admin) -> Status {
     });
     let mut status = Status::from_reports(admin.fleet.reports(), config);
     let serving = admin.cache.serving();
+    status.generation = serving.stable.number;
     status.rollout = serving.rollout.as_ref().map(|r| {
         crate::rollout::RolloutStatus::new(
             &r.phase,

@@ -1002,10 +1002,10 @@ pub fn rollout_text(status: &crate::admin::Status) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let Some(r) = &status.rollout else {
-        let serving = status.config.as_ref().map_or(0, |c| c.generation);
         let _ = writeln!(
             out,
-            "no rollout in progress: generation {serving} serves every node"
+            "no rollout in progress: generation {} serves every node",
+            status.generation
         );
         return out;
     };
@@ -1279,6 +1279,7 @@ mod tests {
             }],
             config: None,
             rollout: None,
+            generation: 1,
         };
         let table = status_table(&status);
         assert!(

@@ -139,10 +139,16 @@ async fn e2e_a_change_reaches_the_canary_first_and_a_rejected_one_never_leaves_i
     assert_eq!(rollout_state(&server).await, None);
     let (code, _) = rollout(&server, "abort");
     assert_eq!(code, Some(1), "nothing left to abort");
+    let (code, text) = rollout(&server, "status");
+    assert_eq!(code, Some(0));
+    let stable = server.status().await.map(|s| s.generation).expect("status");
+    assert_eq!(
+        text,
+        format!("no rollout in progress: generation {stable} serves every node\n")
+    );
     let back = eventually(ARRIVE, || async {
         server.status().await.is_some_and(|s| {
-            let generations: Vec<u64> = s.nodes.iter().map(|n| n.generation).collect();
-            generations.len() == 2 && generations[0] == generations[1]
+            s.nodes.len() == 2 && s.nodes.iter().all(|n| n.generation == s.generation)
         })
     })
     .await;

@@ -366,6 +366,7 @@ mod tests {
                 warnings: vec![],
             }),
             rollout: None,
+            generation: 3,
         }
     }
 
@@ -429,6 +430,7 @@ mod tests {
             ],
             config: None,
             rollout: None,
+            generation: 3,
         };
         let html = render(&status, &PageQuery::default());
         assert_eq!(
