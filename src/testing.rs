@@ -74,3 +74,16 @@ pub fn stream_report(node: &str, peer: &str, stream: &str) -> crate::fleet::Stre
         plan: None,
     }
 }
+
+/// A config loaded from these files (name, text), written to a temporary directory.
+pub fn load_files(files: &[(&str, &str)]) -> crate::config::Config {
+    let dir = tempfile::tempdir().expect("tmp");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write");
+    }
+    crate::config::load(
+        &[dir.path().to_path_buf()],
+        &crate::config::LoadOptions::default(),
+    )
+    .expect("loads")
+}

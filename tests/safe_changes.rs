@@ -175,25 +175,15 @@ async fn diff_against_a_running_server() {
     std::fs::create_dir(&new).expect("mkdir");
     write_mesh(&new);
     write(&new, "secret.yaml", &secret("SERVED-KEY"));
-    let (code, out, err) = switchyard(&[
-        "diff",
-        "--config",
-        new.to_str().expect("utf-8"),
-        "--server",
-        &admin,
-    ]);
+    let new_path = new.to_str().expect("utf-8").to_string();
+    let diff = |server: &str| switchyard(&["diff", "--config", &new_path, "--server", server]);
+    let (code, out, err) = diff(&admin);
     assert_eq!(code, Some(0), "{out}{err}");
     assert_eq!(out, "no changes\n");
 
     write(&new, "a.yaml", &eds_cluster("a", "3s", 8080));
     write(&new, "secret.yaml", &secret("NEW-KEY"));
-    let (code, out, err) = switchyard(&[
-        "diff",
-        "--config",
-        new.to_str().expect("utf-8"),
-        "--server",
-        &admin,
-    ]);
+    let (code, out, err) = diff(&admin);
     assert_eq!(code, Some(1), "{err}");
     assert!(
         out.contains("~ a\n        connectTimeout: \"1s\" -> \"3s\"\n"),
@@ -205,12 +195,6 @@ async fn diff_against_a_running_server() {
     );
     assert!(!out.contains("KEY"), "{out}");
 
-    let (code, _, err) = switchyard(&[
-        "diff",
-        "--config",
-        new.to_str().expect("utf-8"),
-        "--server",
-        "127.0.0.1:1",
-    ]);
+    let (code, _, err) = diff("127.0.0.1:1");
     assert_eq!(code, Some(2), "an unreachable server is an error: {err}");
 }

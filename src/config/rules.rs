@@ -577,7 +577,7 @@ impl FieldPlan {
         }
         Some(FieldPlan {
             field: field.clone(),
-            camel: upper_camel(field.name()),
+            camel: pgv_name(field),
             rules,
             optional,
         })
@@ -593,24 +593,15 @@ fn field_rules(field: &FieldDescriptor) -> Option<pgv::FieldRules> {
     options.get_extension(ext).as_message()?.transcode_to().ok()
 }
 
-/// `connect_timeout` -> `ConnectTimeout`, as protoc-gen-star's `PGGUpperCamelCase`.
-fn upper_camel(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut upper = true;
-    for (i, c) in name.chars().enumerate() {
-        if c == '_' {
-            if i == 0 {
-                out.push('X');
-            }
-            upper = true;
-        } else if upper {
-            out.extend(c.to_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
+/// The field's name as Envoy's messages write it (protoc-gen-star's `PGGUpperCamelCase`):
+/// its JSON name with the first letter upper case, `connect_timeout` -> `ConnectTimeout`.
+fn pgv_name(field: &FieldDescriptor) -> String {
+    let json = field.json_name();
+    let mut chars = json.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
-    out
 }
 
 macro_rules! into_number {
@@ -1187,6 +1178,30 @@ fn number_of(value: &Value) -> Option<Number> {
     })
 }
 
+/// `in` and `not_in`, in PGV's words (`what`: "value", or "type URL" for an Any): `is`
+/// says whether a listed value is the one checked.
+fn check_in<T>(
+    allowed: &[T],
+    refused: &[T],
+    show: impl Fn(&T) -> String,
+    what: &str,
+    is: impl Fn(&T) -> bool,
+) -> Option<Broken> {
+    if !allowed.is_empty() && !allowed.iter().any(&is) {
+        return Some((
+            "in",
+            format!("{what} must be in list {}", go_list(allowed, &show)),
+        ));
+    }
+    if refused.iter().any(&is) {
+        return Some((
+            "not_in",
+            format!("{what} must not be in list {}", go_list(refused, &show)),
+        ));
+    }
+    None
+}
+
 /// Go's `%v` of a list: `[a b c]`.
 fn go_list<T>(items: &[T], show: impl Fn(&T) -> String) -> String {
     let shown: Vec<String> = items.iter().map(show).collect();
@@ -1223,23 +1238,8 @@ fn check_number(v: Number, r: &NumberRules) -> Option<Broken> {
     if let Some(broken) = r.range.check(v, |n| n.to_string()) {
         return Some(broken);
     }
-    if !r.r#in.is_empty() && !r.r#in.contains(&v) {
-        return Some((
-            "in",
-            format!(
-                "value must be in list {}",
-                go_list(&r.r#in, Number::to_string)
-            ),
-        ));
-    }
-    if r.not_in.contains(&v) {
-        return Some((
-            "not_in",
-            format!(
-                "value must not be in list {}",
-                go_list(&r.not_in, Number::to_string)
-            ),
-        ));
+    if let Some(broken) = check_in(&r.r#in, &r.not_in, Number::to_string, "value", |x| x == &v) {
+        return Some(broken);
     }
     None
 }
@@ -1257,17 +1257,8 @@ fn check_enum(v: i32, r: &EnumRules) -> Option<Broken> {
             return Some(("const", format!("value must equal {}", name(&c))));
         }
     }
-    if !r.r#in.is_empty() && !r.r#in.contains(&v) {
-        return Some((
-            "in",
-            format!("value must be in list {}", go_list(&r.r#in, name)),
-        ));
-    }
-    if r.not_in.contains(&v) {
-        return Some((
-            "not_in",
-            format!("value must not be in list {}", go_list(&r.not_in, name)),
-        ));
+    if let Some(broken) = check_in(&r.r#in, &r.not_in, name, "value", |x| x == &v) {
+        return Some(broken);
     }
     if let Some(e) = &r.defined_only {
         if e.get_value(v).is_none() {
@@ -1289,20 +1280,8 @@ fn check_string(v: &str, r: &StringRules) -> Option<Broken> {
             return Some(("const", format!("value must equal {}", go_quote(c))));
         }
     }
-    if !r.r#in.is_empty() && !r.r#in.iter().any(|s| s == v) {
-        return Some((
-            "in",
-            format!("value must be in list {}", go_list(&r.r#in, String::clone)),
-        ));
-    }
-    if r.not_in.iter().any(|s| s == v) {
-        return Some((
-            "not_in",
-            format!(
-                "value must not be in list {}",
-                go_list(&r.not_in, String::clone)
-            ),
-        ));
+    if let Some(broken) = check_in(&r.r#in, &r.not_in, String::clone, "value", |x| x == v) {
+        return Some(broken);
     }
     let chars = || v.chars().count() as u64;
     if let Some(n) = r.len.or(r.min_len.filter(|lo| Some(*lo) == r.max_len)) {
@@ -1556,23 +1535,8 @@ fn check_bytes(v: &[u8], r: &BytesRules) -> Option<Broken> {
             return Some(("const", format!("value must equal {}", show_bytes(c))));
         }
     }
-    if !r.r#in.is_empty() && !r.r#in.iter().any(|s| s == v) {
-        return Some((
-            "in",
-            format!(
-                "value must be in list {}",
-                go_list(&r.r#in, |b| show_bytes(b))
-            ),
-        ));
-    }
-    if r.not_in.iter().any(|s| s == v) {
-        return Some((
-            "not_in",
-            format!(
-                "value must not be in list {}",
-                go_list(&r.not_in, |b| show_bytes(b))
-            ),
-        ));
+    if let Some(broken) = check_in(&r.r#in, &r.not_in, |b| show_bytes(b), "value", |x| x == v) {
+        return Some(broken);
     }
     if let Some(broken) = check_byte_len(v.len() as u64, r.len, r.min_len, r.max_len, "") {
         return Some(broken);
@@ -1670,23 +1634,10 @@ fn check_message_value(m: &DynamicMessage, rules: &Rules) -> Option<Broken> {
         Rules::Any(r) => {
             let url = m.get_field_by_number(1);
             let url = url.as_deref().and_then(Value::as_str).unwrap_or("");
-            if !r.r#in.is_empty() && !r.r#in.iter().any(|u| u == url) {
-                return Some((
-                    "in",
-                    format!(
-                        "type URL must be in list {}",
-                        go_list(&r.r#in, String::clone)
-                    ),
-                ));
-            }
-            if r.not_in.iter().any(|u| u == url) {
-                return Some((
-                    "not_in",
-                    format!(
-                        "type URL must not be in list {}",
-                        go_list(&r.not_in, String::clone)
-                    ),
-                ));
+            if let Some(broken) =
+                check_in(&r.r#in, &r.not_in, String::clone, "type URL", |x| x == url)
+            {
+                return Some(broken);
             }
             None
         }
@@ -1711,20 +1662,8 @@ fn check_time(v: i128, r: &TimeRules, show: fn(i128) -> String) -> Option<Broken
     if let Some(broken) = r.range.check(v, show) {
         return Some(broken);
     }
-    if !r.r#in.is_empty() && !r.r#in.contains(&v) {
-        return Some((
-            "in",
-            format!("value must be in list {}", go_list(&r.r#in, |n| show(*n))),
-        ));
-    }
-    if r.not_in.contains(&v) {
-        return Some((
-            "not_in",
-            format!(
-                "value must not be in list {}",
-                go_list(&r.not_in, |n| show(*n))
-            ),
-        ));
+    if let Some(broken) = check_in(&r.r#in, &r.not_in, |n| show(*n), "value", |x| x == &v) {
+        return Some(broken);
     }
     None
 }

@@ -1,25 +1,6 @@
 use super::*;
 
-fn load(files: &[(&str, &str)]) -> Config {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "switchyard-diff-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("dir");
-    for (name, text) in files {
-        std::fs::write(dir.join(name), text).expect("write");
-    }
-    let config = crate::config::load(
-        std::slice::from_ref(&dir),
-        &crate::config::LoadOptions::default(),
-    )
-    .expect("loads");
-    let _ = std::fs::remove_dir_all(&dir);
-    config
-}
+use crate::testing::load_files as load;
 
 fn cluster(name: &str, timeout: &str, port: u16) -> String {
     format!(

@@ -4,26 +4,7 @@
 use super::*;
 use std::path::Path;
 
-fn load(files: &[(&str, &str)]) -> Config {
-    let dir = std::env::temp_dir().join(format!(
-        "switchyard-preflight-test-{}-{}",
-        std::process::id(),
-        SEQUENCE_FOR_TESTS.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("dir");
-    for (name, text) in files {
-        std::fs::write(dir.join(name), text).expect("write");
-    }
-    let config = crate::config::load(
-        std::slice::from_ref(&dir),
-        &crate::config::LoadOptions::default(),
-    )
-    .expect("loads");
-    let _ = std::fs::remove_dir_all(&dir);
-    config
-}
-
-static SEQUENCE_FOR_TESTS: AtomicU64 = AtomicU64::new(0);
+use crate::testing::load_files as load;
 
 const MESH: &str = r#"
 clusters:

@@ -123,9 +123,11 @@ fn go_formats_match_the_generator() {
     assert_eq!(go_float(0.5), "0.5");
     assert_eq!(go_float(1e-5), "1e-05");
     assert_eq!(go_quote("^[^\u{0}\n\r]*$"), "\"^[^\\x00\\n\\r]*$\"");
-    assert_eq!(upper_camel("port_value"), "PortValue");
+    let cluster = descriptors::message(ResourceType::Cluster);
+    let field = |name: &str| cluster.get_field_by_name(name).expect("a Cluster field");
+    assert_eq!(pgv_name(&field("connect_timeout")), "ConnectTimeout");
     assert_eq!(
-        upper_camel("http2_protocol_options"),
+        pgv_name(&field("http2_protocol_options")),
         "Http2ProtocolOptions"
     );
 }
