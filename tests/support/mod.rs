@@ -58,11 +58,20 @@ impl TestServer {
         files: &[(&str, &str)],
         options: switchyard::server::ServeOptions,
     ) -> TestServer {
+        TestServer::start_in(files, options, Cache::new()).await
+    }
+
+    /// Start with these files, options and cache (one with a rollout policy, say).
+    pub async fn start_in(
+        files: &[(&str, &str)],
+        options: switchyard::server::ServeOptions,
+        cache: Cache,
+    ) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         for (name, text) in files {
             write(dir.path(), name, text);
         }
-        let cache = Arc::new(Cache::new());
+        let cache = Arc::new(cache);
         let reloader = Arc::new(Reloader::new(
             vec![dir.path().to_path_buf()],
             LoadOptions::default(),
@@ -155,6 +164,17 @@ impl TestServer {
     /// `GET path` on the admin server: (status code, body).
     pub async fn admin_get(&self, path: &str) -> (u16, String) {
         let r = reqwest::get(format!("http://{}{path}", self.admin_addr))
+            .await
+            .expect("admin answers");
+        let code = r.status().as_u16();
+        (code, r.text().await.expect("body"))
+    }
+
+    /// `POST path` on the admin API: status code and body.
+    pub async fn admin_post(&self, path: &str) -> (u16, String) {
+        let r = reqwest::Client::new()
+            .post(format!("http://{}{path}", self.admin_addr))
+            .send()
             .await
             .expect("admin answers");
         let code = r.status().as_u16();
