@@ -85,6 +85,26 @@ fn routes(vhost_extra: Value) -> Value {
     json!({"name": "r", "virtual_hosts": [vh]})
 }
 
+/// Standard base64, as proto3 JSON writes bytes.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 fn merge(into: &mut Value, extra: Value) {
     if let (Some(into), Value::Object(extra)) = (into.as_object_mut(), extra) {
         for (k, v) in extra {
@@ -279,6 +299,30 @@ fn corpus() -> Vec<Case> {
             "repeated.items.string.well_known_regex",
             Routes,
             routes(json!({"request_headers_to_remove": ["a\rb"]})),
+        ),
+        // repeated.max_items (more than 1,000 headers to add)
+        case(
+            "repeated.max_items",
+            Routes,
+            routes(json!({"request_headers_to_add": (0..1001)
+                .map(|i| json!({"header": {"key": format!("x-{i}"), "value": "v"}}))
+                .collect::<Vec<_>>()})),
+        ),
+        // bytes.max_len (a raw header value over 16 KiB)
+        case(
+            "bytes.min_len,max_len",
+            Routes,
+            routes(json!({"request_headers_to_add": [
+                {"header": {"key": "x", "raw_value": base64(&[b'v'; 16385])}}]})),
+        ),
+        // repeated.items.string.in, in an access log filter inside an Any payload
+        case(
+            "repeated.items.string.in",
+            Listener,
+            listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
+                "typed_config": hcm(json!({"access_log": [{"name": "stdout",
+                    "filter": {"response_flag_filter": {"flags": ["UH", "XX"]}},
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"}}]}))}]}]})),
         ),
         case(
             "uint32.lte",

@@ -1129,7 +1129,7 @@ fn check_count(
         }),
         (Some(lo), Some(hi)) => (n < lo || n > hi).then(|| {
             (
-                "min_items",
+                "min_items,max_items",
                 format!("value must contain between {lo} and {hi} {units}, inclusive"),
             )
         }),
@@ -1151,6 +1151,7 @@ fn check_count(
         let rule = match (rule, unit) {
             ("min_items", "pair(s)") => "min_pairs",
             ("max_items", "pair(s)") => "max_pairs",
+            ("min_items,max_items", "pair(s)") => "min_pairs,max_pairs",
             (r, _) => r,
         };
         (rule, words)
@@ -1292,7 +1293,7 @@ fn check_string(v: &str, r: &StringRules) -> Option<Broken> {
         match r.max_len {
             Some(hi) if chars() < lo || chars() > hi => {
                 return Some((
-                    "min_len",
+                    "min_len,max_len",
                     format!("value length must be between {lo} and {hi} characters, inclusive"),
                 ))
             }
@@ -1380,8 +1381,10 @@ fn check_byte_len(
             ("len", "_bytes") => "len_bytes",
             ("min", "_bytes") => "min_bytes",
             ("max", "_bytes") => "max_bytes",
+            ("range", "_bytes") => "min_bytes,max_bytes",
             ("min", _) => "min_len",
             ("max", _) => "max_len",
+            ("range", _) => "min_len,max_len",
             (r, _) => r,
         }
     };
@@ -1391,7 +1394,7 @@ fn check_byte_len(
     match (min, max) {
         (Some(lo), Some(hi)) => (n < lo || n > hi).then(|| {
             (
-                rule("min"),
+                rule("range"),
                 format!("value length must be between {lo} and {hi} bytes, inclusive"),
             )
         }),
