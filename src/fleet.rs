@@ -199,6 +199,11 @@ impl Fleet {
         self.lock().values().cloned().collect()
     }
 
+    /// The reports `keep` selects (copied under the lock: only those).
+    pub fn reports_where(&self, keep: impl Fn(&StreamReport) -> bool) -> Vec<StreamReport> {
+        self.lock().values().filter(|r| keep(r)).cloned().collect()
+    }
+
     /// How many nodes have a type whose latest response was NACKed.
     pub fn nodes_nacking(&self) -> usize {
         let streams = self.lock();

@@ -32,7 +32,9 @@ pub async fn drive(cache: Arc<Cache>, fleet: Arc<Fleet>, mut stop: watch::Receiv
             continue;
         };
         let candidate = rollout.candidate.number;
-        let seen = Observation::of(&fleet.reports(), &policy, candidate);
+        // Only the canaries' reports are copied: the rest of the fleet may be thousands.
+        let canaries = fleet.reports_where(|r| policy.is_canary(&r.node_id, &r.node_cluster));
+        let seen = Observation::of(&canaries, &policy, candidate);
         match decide(&rollout.phase, &seen, Instant::now(), policy.bake) {
             Decision::Stay => {}
             Decision::Promote => {
