@@ -133,15 +133,7 @@ impl Reloader {
     /// the state directory, if there is one, keeping `failure` as the last load's report so
     /// operators see it. Returns the generation serving, or `None` without a copy.
     pub fn serve_last_good(&self, failure: &LoadFailure) -> Option<u64> {
-        let roots = self.state.as_ref()?.last_good()?;
-        let config = match config::load(&roots, &self.options) {
-            Ok(config) => config,
-            Err(e) => {
-                tracing::error!("The last good copy in --state-dir does not load either: {e}");
-                return None;
-            }
-        };
-        let generation = self.cache.publish(config).number;
+        let generation = self.publish_kept_copy()?;
         tracing::error!(
             serving_generation = generation,
             "The snapshot files do not load; serving the last good copy from --state-dir until \
@@ -159,20 +151,25 @@ impl Reloader {
     /// without a copy (or a policy).
     pub fn serve_promoted_first(&self) -> Option<u64> {
         self.cache.policy()?;
-        let roots = self.state.as_ref()?.last_good()?;
-        let config = match config::load(&roots, &self.options) {
-            Ok(config) => config,
-            Err(e) => {
-                tracing::error!("The last promoted copy in --state-dir does not load: {e}");
-                return None;
-            }
-        };
-        let generation = self.cache.publish(config).number;
+        let generation = self.publish_kept_copy()?;
         tracing::info!(
             generation,
             "Serving the last promoted copy from --state-dir to every node; the snapshot files roll out to the canaries from it."
         );
         Some(generation)
+    }
+
+    /// Load the copy kept in the state directory and publish it: its generation, or `None`
+    /// without a copy (or when it does not load, which is logged).
+    fn publish_kept_copy(&self) -> Option<u64> {
+        let roots = self.state.as_ref()?.last_good()?;
+        match config::load(&roots, &self.options) {
+            Ok(config) => Some(self.cache.publish(config).number),
+            Err(e) => {
+                tracing::error!("The copy kept in --state-dir does not load: {e}");
+                None
+            }
+        }
     }
 
     /// Under a rollout policy, with a state directory: keep each generation that becomes

@@ -7,7 +7,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{json, Value};
 use support::envoy::envoy_binary;
@@ -375,7 +374,7 @@ fn load(case: &Case, dir: &Path) -> Option<(String, String)> {
 }
 
 /// Envoy's verdict on a bootstrap holding the resource: `None` if valid, else its error.
-fn envoy_verdict(envoy: &Path, case: &Case, dir: &Path) -> Option<String> {
+fn envoy_verdict(envoy: &Path, case: &Case) -> Option<String> {
     let r = case.resource.clone();
     let statics = match case.kind {
         Kind::Cluster => json!({"clusters": [r]}),
@@ -394,35 +393,15 @@ fn envoy_verdict(envoy: &Path, case: &Case, dir: &Path) -> Option<String> {
         statics["clusters"] = json!([cluster(json!({}))]);
     }
     let bootstrap = json!({"static_resources": statics});
-    let path = dir.join("bootstrap.json");
-    std::fs::write(&path, serde_json::to_string(&bootstrap).expect("json")).expect("write");
-    let out = Command::new(envoy)
-        .args([
-            "--mode",
-            "validate",
-            "--disable-hot-restart",
-            "-l",
-            "critical",
-            "-c",
-        ])
-        .arg(&path)
-        .output()
-        .expect("run envoy");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.status.success() {
-        return None;
-    }
-    Some(
-        text.split("Proto constraint validation failed (")
-            .nth(1)
+    // The same runner as `validate --envoy`: Envoy's own verdict, its preamble cut.
+    let verdict =
+        switchyard::preflight::run_envoy(envoy, &bootstrap, switchyard::preflight::DEFAULT_TIMEOUT)
+            .expect("Envoy runs");
+    verdict.err().map(|text| {
+        text.strip_prefix("Proto constraint validation failed (")
             .and_then(|s| s.trim_end().strip_suffix(')'))
-            .map(str::to_string)
-            .unwrap_or(text),
-    )
+            .map_or(text.clone(), str::to_string)
+    })
 }
 
 #[test]
@@ -433,7 +412,7 @@ fn loader_and_envoy_agree_on_every_rule_kind() {
     let mut kinds = std::collections::BTreeSet::new();
     for (i, case) in corpus().iter().enumerate() {
         let ours = load(case, dir.path());
-        let theirs = envoy_verdict(&envoy, case, dir.path());
+        let theirs = envoy_verdict(&envoy, case);
         eprintln!(
             "case {i} {:?} {:?}\n  ours:   {ours:?}\n  envoy:  {theirs:?}",
             case.rule, case.kind
