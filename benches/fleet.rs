@@ -29,6 +29,7 @@ use prost::Message;
 use switchyard::cache::Cache;
 use switchyard::config::{self, LoadOptions};
 use switchyard::protocol::{DeltaStream, Ordering, SotwStream, Variant};
+use switchyard::redact::Secrets;
 use switchyard::resource::ResourceType;
 use switchyard::server::{WireDeltaResponse, WireResponse};
 
@@ -241,7 +242,7 @@ fn main() {
             .expect("ok");
         s.handle_snapshot(Arc::clone(&snapshot));
         let r = s.poll_response(Instant::now()).expect("cds");
-        bytes += WireResponse::new(r.clone(), Arc::clone(&control_plane)).encoded_len();
+        bytes += WireResponse::new(r.clone(), &control_plane, Secrets::default()).encoded_len();
         s.handle_request(request(
             ResourceType::Cluster,
             &[],
@@ -288,7 +289,7 @@ fn main() {
         assert_eq!(eds.kind, ResourceType::Endpoint);
         // What the server then does with each: encode to the wire, from the shared bytes.
         for response in [cds, eds] {
-            let wire = WireResponse::new(response, Arc::clone(&control_plane));
+            let wire = WireResponse::new(response, &control_plane, Secrets::default());
             let mut buf = Vec::with_capacity(wire.encoded_len());
             wire.encode(&mut buf).expect("buffer sized by encoded_len");
             assert!(!buf.is_empty());
@@ -353,7 +354,7 @@ fn main() {
             sent += 1;
             let nonce = r.nonce.clone();
             let kind = r.kind;
-            let wire = WireDeltaResponse::new(r, Arc::clone(&control_plane));
+            let wire = WireDeltaResponse::new(r, &control_plane, Secrets::default());
             let mut buf = Vec::with_capacity(wire.encoded_len());
             wire.encode(&mut buf).expect("buffer sized by encoded_len");
             s.handle_request(delta_request(kind, &[], &nonce, false))

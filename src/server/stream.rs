@@ -56,7 +56,7 @@ impl Machine for Sotw {
     ) -> (WireResponse, ResourceType, String, usize) {
         let (kind, version, count) = (r.kind, r.version.clone(), r.resources.len());
         (
-            WireResponse::new(r, Arc::clone(control_plane)).with_secrets(secrets),
+            WireResponse::new(r, control_plane, secrets),
             kind,
             version,
             count,
@@ -76,7 +76,7 @@ impl Machine for Delta {
         let (kind, version) = (r.kind, r.system_version.clone());
         let count = r.resources.len() + r.removed.len();
         (
-            WireDeltaResponse::new(r, Arc::clone(control_plane)).with_secrets(secrets),
+            WireDeltaResponse::new(r, control_plane, secrets),
             kind,
             version,
             count,

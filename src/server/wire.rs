@@ -1,378 +1,169 @@
-//! Writing responses: `DiscoveryResponse` on the wire, assembled from each resource's
-//! pre-encoded `Any` (encoded once per snapshot, in `Resource::any`) instead of building and
-//! encoding a prost `DiscoveryResponse` per client.
+//! Writing responses: `DiscoveryResponse` and `DeltaDiscoveryResponse` on the wire, assembled
+//! from each resource's pre-encoded `Any` (encoded once per snapshot, in `Resource::any`)
+//! instead of building and encoding Envoy's generated messages per client.
 //!
-//! [`WireResponse`] encodes exactly as `envoy.service.discovery.v3.DiscoveryResponse` does
-//! (fields 1, 2, 4, 5, 6; `canary` and `resource_errors` are never set), and
-//! [`WireDeltaResponse`] as `DeltaDiscoveryResponse` (fields 1, 2, 4, 5, 6, 7) with each
-//! `Resource` (fields 1, 2, 3, 4, 6); tests check that the generated types decode them to the
-//! same messages, byte for byte. Both are encode-only.
+//! The messages here are prost-derived twins of the generated ones, with the resources held as
+//! `bytes::Bytes` shared with the snapshot: a length-delimited `bytes` field and an embedded
+//! message field are the same on the wire, so a pre-encoded `Any` goes out as it is, with no
+//! copy. Tests check that the generated types decode them to the same messages, byte for
+//! byte. Owns: the field layout. Must not: decide what goes in a response (`protocol`).
 
-use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::{Buf, BufMut};
-use prost::encoding::{self, DecodeContext, WireType};
-use prost::DecodeError;
+use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::ControlPlane;
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use prost::Message;
 
 use crate::protocol::{DeltaResource, DeltaResponse, Response};
 use crate::redact::Secrets;
 use crate::resource::Resource;
 
-/// A `DiscoveryResponse` whose resources are written from shared, pre-encoded bytes.
-#[derive(Clone, Debug, Default)]
+/// The type URL of the `Resource` wrapper in SotW (P26).
+pub const RESOURCE_TYPE_URL: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
+
+/// `envoy.service.discovery.v3.DiscoveryResponse` (`canary` and `resource_errors` are never
+/// set).
+#[derive(Clone, PartialEq, Message)]
 pub struct WireResponse {
+    #[prost(string, tag = "1")]
     pub version_info: String,
-    pub resources: Vec<Arc<Resource>>,
-    pub type_url: &'static str,
+    /// Each an encoded `google.protobuf.Any`.
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    pub resources: Vec<Bytes>,
+    #[prost(string, tag = "4")]
+    pub type_url: String,
+    #[prost(string, tag = "5")]
     pub nonce: String,
-    /// `control_plane.identifier`.
-    pub control_plane: Arc<str>,
-    /// Wrap resources with a TTL in `Resource` (P26).
-    pub wrap_ttl: bool,
-    /// Private key material goes out, or each resource's form without it.
-    pub secrets: Secrets,
+    #[prost(message, optional, tag = "6")]
+    pub control_plane: Option<ControlPlane>,
 }
 
-const VERSION_INFO: u32 = 1;
-const RESOURCES: u32 = 2;
-const TYPE_URL: u32 = 4;
-const NONCE: u32 = 5;
-const CONTROL_PLANE: u32 = 6;
-/// `ControlPlane.identifier`.
-const IDENTIFIER: u32 = 1;
-
-impl WireResponse {
-    pub fn new(response: Response, control_plane: Arc<str>) -> WireResponse {
-        WireResponse {
-            version_info: response.version,
-            resources: response.resources,
-            type_url: response.kind.type_url(),
-            nonce: response.nonce,
-            control_plane,
-            wrap_ttl: response.wrap_ttl,
-            secrets: Secrets::default(),
-        }
-    }
-
-    /// The same, sending private key material as `secrets` says.
-    pub fn with_secrets(mut self, secrets: Secrets) -> WireResponse {
-        self.secrets = secrets;
-        self
-    }
-
-    /// The resource wrapped with its TTL, if it goes out that way (P26).
-    fn wrapped<'a>(&self, r: &'a Resource) -> Option<Wrapped<'a>> {
-        let ttl = r.ttl.filter(|_| self.wrap_ttl)?;
-        Some(Wrapped {
-            resource: r,
-            aliases: &[],
-            ttl: Some(ttl),
-            heartbeat: false,
-            secrets: self.secrets,
-        })
-    }
-}
-
-fn string_len(tag: u32, value: &str) -> usize {
-    if value.is_empty() {
-        0
-    } else {
-        encoding::key_len(tag) + encoding::encoded_len_varint(value.len() as u64) + value.len()
-    }
-}
-
-fn put_string(tag: u32, value: &str, buf: &mut impl BufMut) {
-    if !value.is_empty() {
-        encoding::encode_key(tag, WireType::LengthDelimited, buf);
-        encoding::encode_varint(value.len() as u64, buf);
-        buf.put_slice(value.as_bytes());
-    }
-}
-
-impl prost::Message for WireResponse {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        put_string(VERSION_INFO, &self.version_info, buf);
-        for r in &self.resources {
-            match self.wrapped(r) {
-                Some(w) => {
-                    put_message_header(RESOURCES, w.any_len(), buf);
-                    w.put_any(buf);
-                }
-                None => {
-                    let any = r.any_for(self.secrets);
-                    put_message_header(RESOURCES, any.len(), buf);
-                    buf.put_slice(any);
-                }
-            }
-        }
-        put_string(TYPE_URL, self.type_url, buf);
-        put_string(NONCE, &self.nonce, buf);
-        put_control_plane(CONTROL_PLANE, &self.control_plane, buf);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        // Encode-only: never decoded by the server.
-        encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        let resources: usize = self
-            .resources
-            .iter()
-            .map(|r| match self.wrapped(r) {
-                Some(w) => message_len(RESOURCES, w.any_len()),
-                None => message_len(RESOURCES, r.any_for(self.secrets).len()),
-            })
-            .sum();
-        string_len(VERSION_INFO, &self.version_info)
-            + resources
-            + string_len(TYPE_URL, self.type_url)
-            + string_len(NONCE, &self.nonce)
-            + control_plane_field_len(CONTROL_PLANE, &self.control_plane)
-    }
-
-    fn clear(&mut self) {
-        *self = WireResponse::default();
-    }
-}
-
-/// A `DeltaDiscoveryResponse` whose resources are written from shared, pre-encoded bytes.
-#[derive(Clone, Debug, Default)]
+/// `envoy.service.discovery.v3.DeltaDiscoveryResponse`.
+#[derive(Clone, PartialEq, Message)]
 pub struct WireDeltaResponse {
+    #[prost(string, tag = "1")]
     pub system_version_info: String,
-    pub resources: Vec<DeltaResource>,
-    pub type_url: &'static str,
+    #[prost(message, repeated, tag = "2")]
+    pub resources: Vec<WireResource>,
+    #[prost(string, tag = "4")]
+    pub type_url: String,
+    #[prost(string, tag = "5")]
     pub nonce: String,
+    #[prost(string, repeated, tag = "6")]
     pub removed_resources: Vec<String>,
-    pub control_plane: Arc<str>,
-    /// Private key material goes out, or each resource's form without it.
-    pub secrets: Secrets,
+    #[prost(message, optional, tag = "7")]
+    pub control_plane: Option<ControlPlane>,
 }
 
-/// `DeltaDiscoveryResponse` fields.
-mod delta_field {
-    pub const SYSTEM_VERSION_INFO: u32 = 1;
-    pub const RESOURCES: u32 = 2;
-    pub const TYPE_URL: u32 = 4;
-    pub const NONCE: u32 = 5;
-    pub const REMOVED_RESOURCES: u32 = 6;
-    pub const CONTROL_PLANE: u32 = 7;
+/// `envoy.service.discovery.v3.Resource`: in delta responses, and around a SotW resource with
+/// a TTL (P26).
+#[derive(Clone, PartialEq, Message)]
+pub struct WireResource {
+    #[prost(string, tag = "1")]
+    pub version: String,
+    /// The encoded `Any`; `None` for a heartbeat (name and version only, P25).
+    #[prost(bytes = "bytes", optional, tag = "2")]
+    pub resource: Option<Bytes>,
+    #[prost(string, tag = "3")]
+    pub name: String,
+    #[prost(string, repeated, tag = "4")]
+    pub aliases: Vec<String>,
+    #[prost(message, optional, tag = "6")]
+    pub ttl: Option<PbDuration>,
 }
 
-/// `envoy.service.discovery.v3.Resource` fields.
-mod resource_field {
-    pub const VERSION: u32 = 1;
-    pub const RESOURCE: u32 = 2;
-    pub const NAME: u32 = 3;
-    pub const ALIASES: u32 = 4;
-    pub const TTL: u32 = 6;
+/// `google.protobuf.Any` holding a [`WireResource`] (SotW with TTLs, P26).
+#[derive(Clone, PartialEq, Message)]
+struct WrappedAny {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(message, optional, tag = "2")]
+    value: Option<WireResource>,
 }
 
-impl WireDeltaResponse {
-    pub fn new(response: DeltaResponse, control_plane: Arc<str>) -> WireDeltaResponse {
-        WireDeltaResponse {
-            system_version_info: response.system_version,
-            resources: response.resources,
-            type_url: response.kind.type_url(),
-            nonce: response.nonce,
-            removed_resources: response.removed,
-            control_plane,
-            secrets: Secrets::default(),
-        }
-    }
-
-    /// The same, sending private key material as `secrets` says.
-    pub fn with_secrets(mut self, secrets: Secrets) -> WireDeltaResponse {
-        self.secrets = secrets;
-        self
-    }
-
-    fn wrapped<'a>(&self, d: &'a DeltaResource) -> Wrapped<'a> {
-        Wrapped {
-            resource: &d.resource,
-            aliases: &d.aliases,
-            ttl: d.ttl,
-            heartbeat: !d.body,
-            secrets: self.secrets,
-        }
-    }
-}
-
-/// Length of a message field with this tag and body length.
-fn message_len(tag: u32, body: usize) -> usize {
-    encoding::key_len(tag) + encoding::encoded_len_varint(body as u64) + body
-}
-
-fn put_message_header(tag: u32, body: usize, buf: &mut impl BufMut) {
-    encoding::encode_key(tag, WireType::LengthDelimited, buf);
-    encoding::encode_varint(body as u64, buf);
-}
-
-/// `google.protobuf.Duration` body length.
-fn duration_len(d: std::time::Duration) -> usize {
-    let (secs, nanos) = (d.as_secs() as i64, d.subsec_nanos() as i32);
-    (if secs != 0 {
-        encoding::int64::encoded_len(1, &secs)
-    } else {
-        0
-    }) + (if nanos != 0 {
-        encoding::int32::encoded_len(2, &nanos)
-    } else {
-        0
+fn control_plane(identifier: &str) -> Option<ControlPlane> {
+    (!identifier.is_empty()).then(|| ControlPlane {
+        identifier: identifier.to_string(),
     })
 }
 
-fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
-    let (secs, nanos) = (d.as_secs() as i64, d.subsec_nanos() as i32);
-    put_message_header(tag, duration_len(d), buf);
-    if secs != 0 {
-        encoding::int64::encode(1, &secs, buf);
-    }
-    if nanos != 0 {
-        encoding::int32::encode(2, &nanos, buf);
+fn duration(d: Duration) -> PbDuration {
+    PbDuration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
     }
 }
 
-/// One `Resource` message: the resource, the aliases it was asked for by, its TTL, and
-/// whether it is a heartbeat (name and version only).
-#[derive(Clone, Copy)]
-struct Wrapped<'a> {
-    resource: &'a Resource,
-    aliases: &'a [String],
-    ttl: Option<std::time::Duration>,
-    heartbeat: bool,
-    secrets: Secrets,
-}
-
-impl Wrapped<'_> {
-    /// Body length of the `Resource` message.
-    fn len(&self) -> usize {
-        let r = self.resource;
-        string_len(resource_field::VERSION, &r.version)
-            + if self.heartbeat {
-                0
-            } else {
-                message_len(resource_field::RESOURCE, r.any_for(self.secrets).len())
-            }
-            + string_len(resource_field::NAME, &r.name)
-            + self
-                .aliases
-                .iter()
-                .map(|a| message_len(resource_field::ALIASES, a.len()))
-                .sum::<usize>()
-            + self
-                .ttl
-                .map_or(0, |t| message_len(resource_field::TTL, duration_len(t)))
-    }
-
-    /// The `Resource` message body: version, the `Any` (unless a heartbeat), name, aliases,
-    /// TTL (in field order, as prost writes them).
-    fn put(&self, buf: &mut impl BufMut) {
-        let r = self.resource;
-        put_string(resource_field::VERSION, &r.version, buf);
-        if !self.heartbeat {
-            let any = r.any_for(self.secrets);
-            put_message_header(resource_field::RESOURCE, any.len(), buf);
-            buf.put_slice(any);
+impl WireResource {
+    /// `r` as a proxy gets it (see [`Resource::any_for`]), with these aliases and TTL;
+    /// without its body (`body: false`) for a heartbeat.
+    fn new(
+        r: &Resource,
+        aliases: Vec<String>,
+        ttl: Option<Duration>,
+        body: bool,
+        secrets: Secrets,
+    ) -> WireResource {
+        WireResource {
+            version: r.version.clone(),
+            resource: body.then(|| r.any_for(secrets).clone()),
+            name: r.name.clone(),
+            aliases,
+            ttl: ttl.map(duration),
         }
-        put_string(resource_field::NAME, &r.name, buf);
-        for alias in self.aliases {
-            put_message_header(resource_field::ALIASES, alias.len(), buf);
-            buf.put_slice(alias.as_bytes());
-        }
-        if let Some(ttl) = self.ttl {
-            put_duration(resource_field::TTL, ttl, buf);
-        }
-    }
-
-    /// As a SotW resource (P26): `Any { type_url: ...Resource, value: <Resource> }`.
-    fn any_len(&self) -> usize {
-        string_len(ANY_TYPE_URL, RESOURCE_TYPE_URL) + message_len(ANY_VALUE, self.len())
-    }
-
-    fn put_any(&self, buf: &mut impl BufMut) {
-        put_string(ANY_TYPE_URL, RESOURCE_TYPE_URL, buf);
-        put_message_header(ANY_VALUE, self.len(), buf);
-        self.put(buf);
     }
 }
 
-/// The type URL of the `Resource` wrapper in SotW (P26).
-pub const RESOURCE_TYPE_URL: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
-/// `google.protobuf.Any` fields.
-const ANY_TYPE_URL: u32 = 1;
-const ANY_VALUE: u32 = 2;
-
-fn control_plane_field_len(tag: u32, control_plane: &str) -> usize {
-    if control_plane.is_empty() {
-        0
-    } else {
-        message_len(tag, string_len(IDENTIFIER, control_plane))
+impl WireResponse {
+    /// `response` on the wire; private key material goes out as `secrets` says.
+    pub fn new(response: Response, control_plane_id: &str, secrets: Secrets) -> WireResponse {
+        let resources = response
+            .resources
+            .iter()
+            .map(|r| match r.ttl.filter(|_| response.wrap_ttl) {
+                // Wrapped with its TTL (P26): encoded here, the only per-client encoding.
+                Some(ttl) => WrappedAny {
+                    type_url: RESOURCE_TYPE_URL.to_string(),
+                    value: Some(WireResource::new(r, Vec::new(), Some(ttl), true, secrets)),
+                }
+                .encode_to_vec()
+                .into(),
+                None => r.any_for(secrets).clone(),
+            })
+            .collect();
+        WireResponse {
+            version_info: response.version,
+            resources,
+            type_url: response.kind.type_url().to_string(),
+            nonce: response.nonce,
+            control_plane: control_plane(control_plane_id),
+        }
     }
 }
 
-fn put_control_plane(tag: u32, control_plane: &str, buf: &mut impl BufMut) {
-    if !control_plane.is_empty() {
-        put_message_header(tag, string_len(IDENTIFIER, control_plane), buf);
-        put_string(IDENTIFIER, control_plane, buf);
-    }
-}
-
-impl prost::Message for WireDeltaResponse {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        use delta_field::*;
-        put_string(SYSTEM_VERSION_INFO, &self.system_version_info, buf);
-        for d in &self.resources {
-            let w = self.wrapped(d);
-            put_message_header(RESOURCES, w.len(), buf);
-            w.put(buf);
+impl WireDeltaResponse {
+    /// `response` on the wire; private key material goes out as `secrets` says.
+    pub fn new(
+        response: DeltaResponse,
+        control_plane_id: &str,
+        secrets: Secrets,
+    ) -> WireDeltaResponse {
+        let resources = response
+            .resources
+            .into_iter()
+            .map(|d: DeltaResource| {
+                WireResource::new(&d.resource, d.aliases, d.ttl, d.body, secrets)
+            })
+            .collect();
+        WireDeltaResponse {
+            system_version_info: response.system_version,
+            resources,
+            type_url: response.kind.type_url().to_string(),
+            nonce: response.nonce,
+            removed_resources: response.removed,
+            control_plane: control_plane(control_plane_id),
         }
-        put_string(TYPE_URL, self.type_url, buf);
-        put_string(NONCE, &self.nonce, buf);
-        for name in &self.removed_resources {
-            put_message_header(REMOVED_RESOURCES, name.len(), buf);
-            buf.put_slice(name.as_bytes());
-        }
-        put_control_plane(CONTROL_PLANE, &self.control_plane, buf);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        // Encode-only: never decoded by the server.
-        encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        use delta_field::*;
-        string_len(SYSTEM_VERSION_INFO, &self.system_version_info)
-            + self
-                .resources
-                .iter()
-                .map(|d| message_len(RESOURCES, self.wrapped(d).len()))
-                .sum::<usize>()
-            + string_len(TYPE_URL, self.type_url)
-            + string_len(NONCE, &self.nonce)
-            + self
-                .removed_resources
-                .iter()
-                .map(|n| message_len(REMOVED_RESOURCES, n.len()))
-                .sum::<usize>()
-            + control_plane_field_len(CONTROL_PLANE, &self.control_plane)
-    }
-
-    fn clear(&mut self) {
-        *self = WireDeltaResponse::default();
     }
 }
 
@@ -381,9 +172,11 @@ mod tests {
     use super::*;
     use crate::resource::ResourceType;
     use envoy_types::pb::envoy::config::core::v3::ControlPlane;
-    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
-    use envoy_types::pb::google::protobuf::Any;
-    use prost::Message;
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DiscoveryResponse, Resource as PbResource,
+    };
+    use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
+    use std::sync::Arc;
 
     #[test]
     fn encodes_exactly_like_the_generated_discovery_response() {
@@ -392,32 +185,54 @@ mod tests {
             .into_iter()
             .enumerate()
             .map(|(i, body)| {
-                Arc::new(Resource::new(
-                    ResourceType::Cluster,
-                    format!("c{i}"),
-                    "v",
-                    body,
-                    None,
-                ))
+                Arc::new(
+                    Resource::new(ResourceType::Cluster, format!("c{i}"), "v", body, None)
+                        // One resource with a TTL, wrapped when the client takes TTLs.
+                        .with_ttl((i == 1).then(|| Duration::from_millis(1500))),
+                )
             })
             .collect();
-        for (version, nonce, control_plane) in [("v1", "7", "switchyard/1"), ("", "", "")] {
-            let wire = WireResponse {
-                version_info: version.into(),
-                resources: resources.clone(),
-                type_url: ResourceType::Cluster.type_url(),
-                nonce: nonce.into(),
-                control_plane: control_plane.into(),
-                wrap_ttl: false,
-                secrets: Secrets::Serve,
+        for (version, nonce, control_plane, wrap_ttl) in [
+            ("v1", "7", "switchyard/1", false),
+            ("", "", "", false),
+            ("v2", "8", "switchyard/1", true),
+        ] {
+            let wire = WireResponse::new(
+                Response {
+                    kind: ResourceType::Cluster,
+                    version: version.into(),
+                    nonce: nonce.into(),
+                    resources: resources.clone(),
+                    wrap_ttl,
+                },
+                control_plane,
+                Secrets::Serve,
+            );
+            let any = |r: &Resource| Any {
+                type_url: ResourceType::Cluster.type_url().into(),
+                value: r.body.to_vec(),
             };
             let expected = DiscoveryResponse {
                 version_info: version.into(),
                 resources: resources
                     .iter()
-                    .map(|r| Any {
-                        type_url: ResourceType::Cluster.type_url().into(),
-                        value: r.body.to_vec(),
+                    .map(|r| match r.ttl.filter(|_| wrap_ttl) {
+                        // P26: a resource with a TTL goes out in a `Resource` wrapper.
+                        Some(ttl) => Any {
+                            type_url: RESOURCE_TYPE_URL.into(),
+                            value: PbResource {
+                                name: r.name.clone(),
+                                version: r.version.clone(),
+                                resource: Some(any(r)),
+                                ttl: Some(PbDuration {
+                                    seconds: ttl.as_secs() as i64,
+                                    nanos: ttl.subsec_nanos() as i32,
+                                }),
+                                ..Default::default()
+                            }
+                            .encode_to_vec(),
+                        },
+                        None => any(r),
                     })
                     .collect(),
                 type_url: ResourceType::Cluster.type_url().into(),
@@ -447,8 +262,7 @@ mod delta_tests {
         DeltaDiscoveryResponse, Resource as PbResource,
     };
     use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
-    use prost::Message;
-    use std::time::Duration;
+    use std::sync::Arc;
 
     #[test]
     fn delta_encodes_exactly_like_the_generated_delta_discovery_response() {
@@ -495,15 +309,17 @@ mod delta_tests {
             ),
             ("", "", "", vec![]),
         ] {
-            let wire = WireDeltaResponse {
-                system_version_info: version.into(),
-                resources: items.clone(),
-                type_url: ResourceType::Cluster.type_url(),
-                nonce: nonce.into(),
-                removed_resources: removed.clone(),
-                control_plane: cp.into(),
-                secrets: Secrets::Serve,
-            };
+            let wire = WireDeltaResponse::new(
+                DeltaResponse {
+                    kind: ResourceType::Cluster,
+                    system_version: version.into(),
+                    nonce: nonce.into(),
+                    resources: items.clone(),
+                    removed: removed.clone(),
+                },
+                cp,
+                Secrets::Serve,
+            );
             let any = |r: &Resource| Any {
                 type_url: ResourceType::Cluster.type_url().into(),
                 value: r.body.to_vec(),
