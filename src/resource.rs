@@ -29,35 +29,120 @@ pub enum ResourceType {
     ExtensionConfig,
 }
 
+/// Everything Switchyard knows about one resource type: the one table every per-type fact
+/// comes from (file keys, type URLs, REST paths, gRPC services, send order, ...).
+#[derive(Debug)]
+pub struct TypeFacts {
+    pub kind: ResourceType,
+    /// Fully qualified protobuf message name.
+    pub message: &'static str,
+    /// The type URL on the wire: [`TYPE_URL_PREFIX`] and the message name.
+    pub type_url: &'static str,
+    /// The key of this type's list in a snapshot file.
+    pub file_key: &'static str,
+    /// The conventional short name (CDS, EDS, ...), for logs and tables.
+    pub short_name: &'static str,
+    /// The message field that names a resource.
+    pub name_field: &'static str,
+    /// REST-JSON polling: `POST /v3/<rest_path>`; `None` where Envoy has no REST API (VHDS).
+    pub rest_path: Option<&'static str>,
+    /// The per-type gRPC service, its SotW method (none for VHDS, P24) and its delta method.
+    pub service: &'static str,
+    pub sotw_method: Option<&'static str>,
+    pub delta_method: &'static str,
+    /// Position in [`ResourceType::SEND_ORDER`].
+    pub send_rank: usize,
+    /// Rule P10: responses carry the client's whole set of the type, so a resource left out
+    /// of one is deleted (LDS, CDS).
+    pub full_state: bool,
+}
+
+macro_rules! facts {
+    ($kind:ident, $message:literal, $file_key:literal, $short:literal, $name_field:literal,
+     $rest:expr, $service:literal, $sotw:expr, $delta:literal, $rank:literal, $full:literal) => {
+        TypeFacts {
+            kind: ResourceType::$kind,
+            message: $message,
+            type_url: concat!("type.googleapis.com/", $message),
+            file_key: $file_key,
+            short_name: $short,
+            name_field: $name_field,
+            rest_path: $rest,
+            service: $service,
+            sotw_method: $sotw,
+            delta_method: $delta,
+            send_rank: $rank,
+            full_state: $full,
+        }
+    };
+}
+
+/// The table, in [`ResourceType::ALL`] order. The send order (P30) puts what others refer to
+/// first: secrets, clusters and their endpoints, then listeners, their routes, scoped routes,
+/// virtual hosts, extension configs, runtimes.
+#[rustfmt::skip]
+const TYPES: [TypeFacts; 9] = [
+    facts!(Cluster, "envoy.config.cluster.v3.Cluster", "clusters", "CDS", "name",
+        Some("discovery:clusters"), "envoy.service.cluster.v3.ClusterDiscoveryService",
+        Some("StreamClusters"), "DeltaClusters", 1, true),
+    facts!(Endpoint, "envoy.config.endpoint.v3.ClusterLoadAssignment", "endpoints", "EDS",
+        "cluster_name", Some("discovery:endpoints"),
+        "envoy.service.endpoint.v3.EndpointDiscoveryService", Some("StreamEndpoints"),
+        "DeltaEndpoints", 2, false),
+    facts!(Listener, "envoy.config.listener.v3.Listener", "listeners", "LDS", "name",
+        Some("discovery:listeners"), "envoy.service.listener.v3.ListenerDiscoveryService",
+        Some("StreamListeners"), "DeltaListeners", 3, true),
+    facts!(Route, "envoy.config.route.v3.RouteConfiguration", "routes", "RDS", "name",
+        Some("discovery:routes"), "envoy.service.route.v3.RouteDiscoveryService",
+        Some("StreamRoutes"), "DeltaRoutes", 4, false),
+    facts!(ScopedRoute, "envoy.config.route.v3.ScopedRouteConfiguration", "scoped_routes",
+        "SRDS", "name", Some("discovery:scoped-routes"),
+        "envoy.service.route.v3.ScopedRoutesDiscoveryService", Some("StreamScopedRoutes"),
+        "DeltaScopedRoutes", 5, false),
+    // VHDS exists only as a delta service (P24), and has no REST API.
+    facts!(VirtualHost, "envoy.config.route.v3.VirtualHost", "virtual_hosts", "VHDS", "name",
+        None, "envoy.service.route.v3.VirtualHostDiscoveryService", None, "DeltaVirtualHosts",
+        6, false),
+    facts!(Secret, "envoy.extensions.transport_sockets.tls.v3.Secret", "secrets", "SDS",
+        "name", Some("discovery:secrets"), "envoy.service.secret.v3.SecretDiscoveryService",
+        Some("StreamSecrets"), "DeltaSecrets", 0, false),
+    facts!(Runtime, "envoy.service.runtime.v3.Runtime", "runtimes", "RTDS", "name",
+        Some("discovery:runtime"), "envoy.service.runtime.v3.RuntimeDiscoveryService",
+        Some("StreamRuntime"), "DeltaRuntime", 8, false),
+    facts!(ExtensionConfig, "envoy.config.core.v3.TypedExtensionConfig", "extension_configs",
+        "ECDS", "name", Some("discovery:extension_configs"),
+        "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
+        Some("StreamExtensionConfigs"), "DeltaExtensionConfigs", 7, false),
+];
+
 impl ResourceType {
     /// Every type (the order of per-type arrays and tables).
-    pub const ALL: [ResourceType; 9] = [
-        ResourceType::Cluster,
-        ResourceType::Endpoint,
-        ResourceType::Listener,
-        ResourceType::Route,
-        ResourceType::ScopedRoute,
-        ResourceType::VirtualHost,
-        ResourceType::Secret,
-        ResourceType::Runtime,
-        ResourceType::ExtensionConfig,
-    ];
+    pub const ALL: [ResourceType; 9] = {
+        let mut all = [ResourceType::Cluster; 9];
+        let mut i = 0;
+        while i < TYPES.len() {
+            all[i] = TYPES[i].kind;
+            i += 1;
+        }
+        all
+    };
 
     /// The order in which an aggregated stream sends types that have something to send at
-    /// once (make-before-break, P30): what others refer to first, secrets, clusters and their
-    /// endpoints, then listeners, their routes, scoped routes, virtual hosts, extension
-    /// configs, runtimes.
-    pub const SEND_ORDER: [ResourceType; 9] = [
-        ResourceType::Secret,
-        ResourceType::Cluster,
-        ResourceType::Endpoint,
-        ResourceType::Listener,
-        ResourceType::Route,
-        ResourceType::ScopedRoute,
-        ResourceType::VirtualHost,
-        ResourceType::ExtensionConfig,
-        ResourceType::Runtime,
-    ];
+    /// once (make-before-break, P30): the table's `send_rank`s.
+    pub const SEND_ORDER: [ResourceType; 9] = {
+        let mut order = [ResourceType::Cluster; 9];
+        let mut i = 0;
+        while i < TYPES.len() {
+            order[TYPES[i].send_rank] = TYPES[i].kind;
+            i += 1;
+        }
+        order
+    };
+
+    /// This type's row of the table.
+    pub const fn facts(self) -> &'static TypeFacts {
+        &TYPES[self as usize]
+    }
 
     /// Position in [`ResourceType::ALL`]; used to index per-type arrays.
     pub fn index(self) -> usize {
@@ -66,40 +151,12 @@ impl ResourceType {
 
     /// Fully qualified protobuf message name.
     pub fn message_name(self) -> &'static str {
-        match self {
-            ResourceType::Cluster => "envoy.config.cluster.v3.Cluster",
-            ResourceType::Endpoint => "envoy.config.endpoint.v3.ClusterLoadAssignment",
-            ResourceType::Listener => "envoy.config.listener.v3.Listener",
-            ResourceType::Route => "envoy.config.route.v3.RouteConfiguration",
-            ResourceType::ScopedRoute => "envoy.config.route.v3.ScopedRouteConfiguration",
-            ResourceType::VirtualHost => "envoy.config.route.v3.VirtualHost",
-            ResourceType::Secret => "envoy.extensions.transport_sockets.tls.v3.Secret",
-            ResourceType::Runtime => "envoy.service.runtime.v3.Runtime",
-            ResourceType::ExtensionConfig => "envoy.config.core.v3.TypedExtensionConfig",
-        }
+        self.facts().message
     }
 
     /// The type URL on the wire.
     pub fn type_url(self) -> &'static str {
-        match self {
-            ResourceType::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-            ResourceType::Endpoint => {
-                "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-            }
-            ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
-            ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
-            ResourceType::ScopedRoute => {
-                "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration"
-            }
-            ResourceType::VirtualHost => "type.googleapis.com/envoy.config.route.v3.VirtualHost",
-            ResourceType::Secret => {
-                "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
-            }
-            ResourceType::Runtime => "type.googleapis.com/envoy.service.runtime.v3.Runtime",
-            ResourceType::ExtensionConfig => {
-                "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
-            }
-        }
+        self.facts().type_url
     }
 
     /// The type a type URL names, if Switchyard serves it.
@@ -109,46 +166,30 @@ impl ResourceType {
 
     /// The key of this type's list in a snapshot file.
     pub fn file_key(self) -> &'static str {
-        match self {
-            ResourceType::Cluster => "clusters",
-            ResourceType::Endpoint => "endpoints",
-            ResourceType::Listener => "listeners",
-            ResourceType::Route => "routes",
-            ResourceType::ScopedRoute => "scoped_routes",
-            ResourceType::VirtualHost => "virtual_hosts",
-            ResourceType::Secret => "secrets",
-            ResourceType::Runtime => "runtimes",
-            ResourceType::ExtensionConfig => "extension_configs",
-        }
+        self.facts().file_key
     }
 
     /// The conventional short name (CDS, EDS, ...), for logs and tables.
     pub fn short_name(self) -> &'static str {
-        match self {
-            ResourceType::Cluster => "CDS",
-            ResourceType::Endpoint => "EDS",
-            ResourceType::Listener => "LDS",
-            ResourceType::Route => "RDS",
-            ResourceType::ScopedRoute => "SRDS",
-            ResourceType::VirtualHost => "VHDS",
-            ResourceType::Secret => "SDS",
-            ResourceType::Runtime => "RTDS",
-            ResourceType::ExtensionConfig => "ECDS",
-        }
+        self.facts().short_name
     }
 
     /// The message field that names a resource of this type.
     pub fn name_field(self) -> &'static str {
-        match self {
-            ResourceType::Endpoint => "cluster_name",
-            _ => "name",
-        }
+        self.facts().name_field
     }
 
     /// Rule P10: LDS and CDS responses carry the client's whole set of that type, so a
     /// resource left out of a response is deleted.
     pub fn is_full_state(self) -> bool {
-        matches!(self, ResourceType::Listener | ResourceType::Cluster)
+        self.facts().full_state
+    }
+
+    /// The type a REST-JSON polling path (`discovery:clusters`, ...) names.
+    pub fn from_rest_path(path: &str) -> Option<ResourceType> {
+        ResourceType::ALL
+            .into_iter()
+            .find(|t| t.facts().rest_path == Some(path))
     }
 }
 
@@ -413,6 +454,7 @@ mod tests {
                 format!("{TYPE_URL_PREFIX}{}", t.message_name())
             );
             assert_eq!(ResourceType::ALL[t.index()], t);
+            assert_eq!(t.facts().kind, t, "the table is in ALL order");
         }
         assert_eq!(
             ResourceType::from_type_url("type.googleapis.com/foo.Bar"),

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prost_reflect::{DeserializeOptions, DynamicMessage};
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::resource::{Resource, ResourceType};
@@ -554,46 +553,70 @@ fn is_snapshot_file(path: &Path) -> bool {
     )
 }
 
-/// The top level of a snapshot file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The top level of a snapshot file: `nodes`, and each type's list under its file key (the
+/// table in `resource`).
+#[derive(Debug, Default)]
 struct RawFile {
-    #[serde(default)]
     nodes: Option<Vec<NodeMatch>>,
-    #[serde(default)]
-    clusters: Option<Vec<serde_yaml::Value>>,
-    #[serde(default)]
-    endpoints: Option<Vec<serde_yaml::Value>>,
-    #[serde(default)]
-    listeners: Option<Vec<serde_yaml::Value>>,
-    #[serde(default)]
-    routes: Option<Vec<serde_yaml::Value>>,
-    #[serde(default)]
-    scoped_routes: Option<Vec<serde_yaml::Value>>,
-    #[serde(default)]
-    virtual_hosts: Option<Vec<serde_yaml::Value>>,
-    #[serde(default)]
-    secrets: Option<Vec<serde_yaml::Value>>,
-    #[serde(default)]
-    runtimes: Option<Vec<serde_yaml::Value>>,
-    #[serde(default)]
-    extension_configs: Option<Vec<serde_yaml::Value>>,
+    lists: [Vec<serde_yaml::Value>; ResourceType::ALL.len()],
 }
 
 impl RawFile {
     fn take(&mut self, kind: ResourceType) -> Vec<serde_yaml::Value> {
-        let list = match kind {
-            ResourceType::Cluster => &mut self.clusters,
-            ResourceType::Endpoint => &mut self.endpoints,
-            ResourceType::Listener => &mut self.listeners,
-            ResourceType::Route => &mut self.routes,
-            ResourceType::ScopedRoute => &mut self.scoped_routes,
-            ResourceType::VirtualHost => &mut self.virtual_hosts,
-            ResourceType::Secret => &mut self.secrets,
-            ResourceType::Runtime => &mut self.runtimes,
-            ResourceType::ExtensionConfig => &mut self.extension_configs,
+        std::mem::take(&mut self.lists[kind.index()])
+    }
+
+    /// Read the top-level mapping: `nodes` and the file keys, nothing else.
+    fn from_mapping(path: &Path, mapping: serde_yaml::Mapping) -> Result<RawFile, ConfigError> {
+        let structure = |at: String, message: String| ConfigError::Structure {
+            path: path.to_path_buf(),
+            at,
+            message,
         };
-        list.take().unwrap_or_default()
+        // Where in `value` (under `key`) deserializing it failed, and why.
+        fn field<T: serde::de::DeserializeOwned>(
+            key: &str,
+            value: serde_yaml::Value,
+        ) -> Result<T, (String, String)> {
+            serde_path_to_error::deserialize(value).map_err(|e| {
+                let inner = e.path().to_string();
+                let at = match inner.as_str() {
+                    "." => key.to_string(),
+                    _ if inner.starts_with('[') => format!("{key}{inner}"),
+                    _ => format!("{key}.{inner}"),
+                };
+                (at, e.into_inner().to_string())
+            })
+        }
+        let mut raw = RawFile::default();
+        for (key, value) in mapping {
+            let Some(key) = key.as_str() else {
+                return Err(structure(
+                    "top level".into(),
+                    format!("keys must be strings, found {key:?}"),
+                ));
+            };
+            if key == "nodes" {
+                raw.nodes = field(key, value).map_err(|(at, m)| structure(at, m))?;
+            } else if let Some(kind) = ResourceType::ALL.into_iter().find(|t| t.file_key() == key) {
+                let list: Option<Vec<serde_yaml::Value>> =
+                    field(key, value).map_err(|(at, m)| structure(at, m))?;
+                raw.lists[kind.index()] = list.unwrap_or_default();
+            } else {
+                let expected: Vec<String> = std::iter::once("nodes")
+                    .chain(ResourceType::ALL.map(ResourceType::file_key))
+                    .map(|k| format!("`{k}`"))
+                    .collect();
+                return Err(structure(
+                    "top level".into(),
+                    format!(
+                        "unknown field `{key}`, expected one of {}",
+                        expected.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(raw)
     }
 }
 
@@ -622,7 +645,7 @@ fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
                 .into(),
         });
     }
-    if !value.is_mapping() {
+    let serde_yaml::Value::Mapping(mapping) = value else {
         return Err(ConfigError::Structure {
             path: path.to_path_buf(),
             at: "top level".into(),
@@ -630,15 +653,8 @@ fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
                 "expected a mapping with `nodes` and resource lists (clusters, listeners, ...)"
                     .into(),
         });
-    }
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let at = e.path().to_string();
-        ConfigError::Structure {
-            path: path.to_path_buf(),
-            at: if at == "." { "top level".into() } else { at },
-            message: e.into_inner().to_string(),
-        }
-    })
+    };
+    RawFile::from_mapping(path, mapping)
 }
 
 /// Load one file: its selector and its resources. Collects every error in the file.

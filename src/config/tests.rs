@@ -230,8 +230,28 @@ fn unknown_top_level_key_is_an_error() {
     write(dir.path(), "a.yaml", "clusterz: []\n");
     let errs = errors(dir.path());
     assert!(errs[0].contains("unknown field `clusterz`"), "{errs:?}");
+    // The keys offered come from the type table: every file key.
+    for kind in ResourceType::ALL {
+        assert!(
+            errs[0].contains(&format!("`{}`", kind.file_key())),
+            "{errs:?}"
+        );
+    }
     write(dir.path(), "a.yaml", "- just a list\n");
     assert!(errors(dir.path())[0].contains("expected a mapping"));
+    // A list that is not one, and a bad selector entry: named by where they are.
+    write(dir.path(), "a.yaml", "clusters: 5\n");
+    let errs = errors(dir.path());
+    assert!(
+        errs[0].contains("clusters") && errs[0].contains("expected a sequence"),
+        "{errs:?}"
+    );
+    write(dir.path(), "a.yaml", "nodes:\n- id: a\n- idd: b\n");
+    let errs = errors(dir.path());
+    assert!(
+        errs[0].contains("nodes[1]") && errs[0].contains("unknown field `idd`"),
+        "{errs:?}"
+    );
 }
 
 #[test]

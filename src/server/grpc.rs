@@ -9,14 +9,12 @@
 //! what the generated code does.
 
 use std::convert::Infallible;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::sync::watch;
 use tonic::body::Body;
 use tonic::codegen::{http, Body as HttpBody, BoxFuture, Bytes, Service, StdError};
-use tonic::server::NamedService;
 use tonic::Status;
 
 use super::body::{Requests, ResponseBody};
@@ -58,127 +56,55 @@ impl XdsServer {
 
 /// One gRPC service: its full name, its SotW and Delta streaming methods and what they
 /// serve. Every other method of the service (Fetch*) answers UNIMPLEMENTED.
-pub trait Spec: Send + Sync + 'static {
-    const NAME: &'static str;
-    const SOTW_METHOD: Option<&'static str>;
-    const DELTA_METHOD: &'static str;
-    const VARIANT: Variant;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    pub name: &'static str,
+    pub sotw_method: Option<&'static str>,
+    pub delta_method: &'static str,
+    pub variant: Variant,
 }
 
-macro_rules! spec {
-    ($marker:ident, $name:literal, $method:expr, $delta:literal, $variant:expr) => {
-        #[derive(Debug)]
-        pub struct $marker;
-        impl Spec for $marker {
-            const NAME: &'static str = $name;
-            const SOTW_METHOD: Option<&'static str> = $method;
-            const DELTA_METHOD: &'static str = $delta;
-            const VARIANT: Variant = $variant;
-        }
+/// Every xDS service: ADS, then one per resource type, from the table in `resource`.
+pub fn specs() -> impl Iterator<Item = Spec> {
+    let ads = Spec {
+        name: "envoy.service.discovery.v3.AggregatedDiscoveryService",
+        sotw_method: Some("StreamAggregatedResources"),
+        delta_method: "DeltaAggregatedResources",
+        variant: Variant::Aggregated,
     };
+    std::iter::once(ads).chain(ResourceType::ALL.into_iter().map(|kind| {
+        let facts = kind.facts();
+        Spec {
+            name: facts.service,
+            sotw_method: facts.sotw_method,
+            delta_method: facts.delta_method,
+            variant: Variant::Single(kind),
+        }
+    }))
 }
 
-spec!(
-    Ads,
-    "envoy.service.discovery.v3.AggregatedDiscoveryService",
-    Some("StreamAggregatedResources"),
-    "DeltaAggregatedResources",
-    Variant::Aggregated
-);
-spec!(
-    Lds,
-    "envoy.service.listener.v3.ListenerDiscoveryService",
-    Some("StreamListeners"),
-    "DeltaListeners",
-    Variant::Single(ResourceType::Listener)
-);
-spec!(
-    Rds,
-    "envoy.service.route.v3.RouteDiscoveryService",
-    Some("StreamRoutes"),
-    "DeltaRoutes",
-    Variant::Single(ResourceType::Route)
-);
-spec!(
-    Srds,
-    "envoy.service.route.v3.ScopedRoutesDiscoveryService",
-    Some("StreamScopedRoutes"),
-    "DeltaScopedRoutes",
-    Variant::Single(ResourceType::ScopedRoute)
-);
-// VHDS exists only as a Delta service (P24).
-spec!(
-    Vhds,
-    "envoy.service.route.v3.VirtualHostDiscoveryService",
-    None,
-    "DeltaVirtualHosts",
-    Variant::Single(ResourceType::VirtualHost)
-);
-spec!(
-    Cds,
-    "envoy.service.cluster.v3.ClusterDiscoveryService",
-    Some("StreamClusters"),
-    "DeltaClusters",
-    Variant::Single(ResourceType::Cluster)
-);
-spec!(
-    Eds,
-    "envoy.service.endpoint.v3.EndpointDiscoveryService",
-    Some("StreamEndpoints"),
-    "DeltaEndpoints",
-    Variant::Single(ResourceType::Endpoint)
-);
-spec!(
-    Sds,
-    "envoy.service.secret.v3.SecretDiscoveryService",
-    Some("StreamSecrets"),
-    "DeltaSecrets",
-    Variant::Single(ResourceType::Secret)
-);
-spec!(
-    Rtds,
-    "envoy.service.runtime.v3.RuntimeDiscoveryService",
-    Some("StreamRuntime"),
-    "DeltaRuntime",
-    Variant::Single(ResourceType::Runtime)
-);
-spec!(
-    Ecds,
-    "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
-    Some("StreamExtensionConfigs"),
-    "DeltaExtensionConfigs",
-    Variant::Single(ResourceType::ExtensionConfig)
-);
+/// Every xDS service, routed by path (`/<service>/<method>`), added to `router`.
+pub fn route(router: axum::Router, server: &XdsServer) -> axum::Router {
+    specs().fold(router, |router, spec| {
+        router.route_service(
+            &format!("/{}/{{*method}}", spec.name),
+            Grpc {
+                server: server.clone(),
+                spec,
+            },
+        )
+    })
+}
 
 /// The tower service of one gRPC service.
-#[derive(Debug)]
-pub struct Grpc<S> {
+#[derive(Clone, Debug)]
+pub struct Grpc {
     server: XdsServer,
-    spec: PhantomData<fn() -> S>,
+    spec: Spec,
 }
 
-impl<S> Grpc<S> {
-    pub fn new(server: XdsServer) -> Grpc<S> {
-        Grpc {
-            server,
-            spec: PhantomData,
-        }
-    }
-}
-
-impl<S> Clone for Grpc<S> {
-    fn clone(&self) -> Self {
-        Grpc::new(self.server.clone())
-    }
-}
-
-impl<S: Spec> NamedService for Grpc<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-impl<S, B> Service<http::Request<B>> for Grpc<S>
+impl<B> Service<http::Request<B>> for Grpc
 where
-    S: Spec,
     B: HttpBody<Data = Bytes> + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
@@ -191,24 +117,25 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let spec = self.spec;
         let method = request
             .uri()
             .path()
             .strip_prefix('/')
-            .and_then(|p| p.strip_prefix(S::NAME))
+            .and_then(|p| p.strip_prefix(spec.name))
             .and_then(|p| p.strip_prefix('/'))
             .unwrap_or_default()
             .to_string();
-        if S::SOTW_METHOD == Some(method.as_str()) {
-            return stream_method::<Sotw, B>(self.server.clone(), S::VARIANT, request);
+        if spec.sotw_method == Some(method.as_str()) {
+            return stream_method::<Sotw, B>(self.server.clone(), spec.variant, request);
         }
-        if S::DELTA_METHOD == method {
-            return stream_method::<Delta, B>(self.server.clone(), S::VARIANT, request);
+        if spec.delta_method == method {
+            return stream_method::<Delta, B>(self.server.clone(), spec.variant, request);
         }
         let status = if method.starts_with("Fetch") {
             status::fetch_unimplemented()
         } else {
-            Status::unimplemented(format!("{} has no method {method:?}", S::NAME))
+            Status::unimplemented(format!("{} has no method {method:?}", spec.name))
         };
         Box::pin(async move { Ok(status.into_http()) })
     }
@@ -272,6 +199,42 @@ fn refuse_compressed(headers: &http::HeaderMap) -> Result<(), Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_service_and_method_in_the_table_exists_in_envoys_api() {
+        let pool = crate::config::descriptors::pool();
+        let specs: Vec<Spec> = specs().collect();
+        assert_eq!(specs.len(), 1 + ResourceType::ALL.len());
+        for spec in specs {
+            let service = pool
+                .get_service_by_name(spec.name)
+                .unwrap_or_else(|| panic!("{} is not in Envoy's API", spec.name));
+            let method = |name: &str| {
+                service
+                    .methods()
+                    .find(|m| m.name() == name)
+                    .unwrap_or_else(|| panic!("{} has no method {name}", spec.name))
+            };
+            let delta = method(spec.delta_method);
+            assert!(delta.is_client_streaming() && delta.is_server_streaming());
+            assert_eq!(
+                delta.output().full_name(),
+                "envoy.service.discovery.v3.DeltaDiscoveryResponse"
+            );
+            match spec.sotw_method {
+                Some(sotw) => {
+                    let sotw = method(sotw);
+                    assert!(sotw.is_client_streaming() && sotw.is_server_streaming());
+                    assert_eq!(
+                        sotw.output().full_name(),
+                        "envoy.service.discovery.v3.DiscoveryResponse"
+                    );
+                }
+                // P24: VHDS is delta only.
+                None => assert_eq!(spec.variant, Variant::Single(ResourceType::VirtualHost)),
+            }
+        }
+    }
 
     #[test]
     fn compressed_requests_are_refused_naming_the_encoding_accepted() {

@@ -180,17 +180,7 @@ pub async fn serve(
     ));
     let xds = grpc::XdsServer::new(cache, fleet, &options, stop_rx.clone());
     // REST-JSON polling comes over HTTP/1.1 too; everything else is gRPC over HTTP/2.
-    let routes = tonic::service::Routes::from(rest)
-        .add_service(grpc::Grpc::<grpc::Ads>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Lds>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Rds>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Srds>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Vhds>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Cds>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Eds>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Sds>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Rtds>::new(xds.clone()))
-        .add_service(grpc::Grpc::<grpc::Ecds>::new(xds))
+    let routes = tonic::service::Routes::from(grpc::route(rest, &xds))
         .add_service(csds)
         .prepare();
     let settings = connection::Settings {

@@ -53,21 +53,6 @@ pub fn router(rest: Rest) -> Router {
         .with_state(rest)
 }
 
-/// The type a `discovery:<name>` path segment names.
-fn path_type(segment: &str) -> Option<ResourceType> {
-    Some(match segment.strip_prefix("discovery:")? {
-        "clusters" => ResourceType::Cluster,
-        "endpoints" => ResourceType::Endpoint,
-        "listeners" => ResourceType::Listener,
-        "routes" => ResourceType::Route,
-        "scoped-routes" => ResourceType::ScopedRoute,
-        "secrets" => ResourceType::Secret,
-        "runtime" => ResourceType::Runtime,
-        "extension_configs" => ResourceType::ExtensionConfig,
-        _ => return None,
-    })
-}
-
 fn bad_request(message: String) -> Response {
     (StatusCode::BAD_REQUEST, message + "\n").into_response()
 }
@@ -78,7 +63,7 @@ async fn discovery(
     extensions: axum::http::Extensions,
     body: Bytes,
 ) -> Response {
-    let Some(kind) = path_type(&segment) else {
+    let Some(kind) = ResourceType::from_rest_path(&segment) else {
         return (
             StatusCode::NOT_FOUND,
             format!(
@@ -211,17 +196,23 @@ mod tests {
 
     #[test]
     fn paths_name_every_rest_type() {
-        assert_eq!(path_type("discovery:clusters"), Some(ResourceType::Cluster));
         assert_eq!(
-            path_type("discovery:scoped-routes"),
+            ResourceType::from_rest_path("discovery:clusters"),
+            Some(ResourceType::Cluster)
+        );
+        assert_eq!(
+            ResourceType::from_rest_path("discovery:scoped-routes"),
             Some(ResourceType::ScopedRoute)
         );
         assert_eq!(
-            path_type("discovery:extension_configs"),
+            ResourceType::from_rest_path("discovery:extension_configs"),
             Some(ResourceType::ExtensionConfig)
         );
-        assert_eq!(path_type("discovery:virtual_hosts"), None);
-        assert_eq!(path_type("clusters"), None);
+        assert_eq!(
+            ResourceType::from_rest_path("discovery:virtual_hosts"),
+            None
+        );
+        assert_eq!(ResourceType::from_rest_path("clusters"), None);
     }
 
     #[test]
