@@ -34,11 +34,14 @@ use tokio_stream::StreamExt;
 pub(crate) mod page;
 
 use crate::cache::Cache;
-use crate::fleet::{format_time, Fleet, StreamReport, TypeReport};
+use crate::fleet::{format_time, Fleet, StreamReport, SyncStatus, TypeReport};
+use crate::metrics::Scraped;
 use crate::redact::Secrets;
+use crate::resource::ResourceType;
 use crate::server::incoming::{incoming, Accept, Conn, HANDSHAKE_TIMEOUT};
 use crate::server::tls::Tls;
 use crate::server::DRAIN_TIMEOUT;
+use crate::telemetry::{Limit, RolloutEnd, Telemetry};
 use crate::watch::Reloader;
 
 /// What the admin routes read.
@@ -47,6 +50,8 @@ pub struct Admin {
     pub fleet: Arc<Fleet>,
     pub cache: Arc<Cache>,
     pub reloader: Arc<Reloader>,
+    /// Where the admin server's events go, and the metrics `/metrics` shows.
+    pub telemetry: Telemetry,
     /// `/config_dump` shows sensitive fields only with `--admin-show-secrets`.
     pub show_secrets: Secrets,
     /// With `--admin-token-file`: the bearer token `/`, `/status` and `/config_dump` need.
@@ -161,8 +166,7 @@ impl StreamStatus {
 /// One type of one node.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TypeStatusJson {
-    /// `SYNCED`, `NOT_SENT`, `STALE` (sent, not yet ACKed) or `NACKED`.
-    pub state: String,
+    pub state: SyncStatus,
     pub version_sent: String,
     pub version_acked: String,
     pub nonce: String,
@@ -187,7 +191,7 @@ pub struct ConfigStatus {
 impl From<&TypeReport> for TypeStatusJson {
     fn from(t: &TypeReport) -> Self {
         TypeStatusJson {
-            state: t.state.to_string(),
+            state: t.state,
             version_sent: t.version_sent.clone(),
             version_acked: t.version_acked.clone(),
             nonce: t.nonce.clone(),
@@ -248,7 +252,7 @@ impl Status {
     pub fn any_nacked(&self) -> bool {
         self.nodes
             .iter()
-            .any(|n| n.types.values().any(|t| t.state == "NACKED"))
+            .any(|n| n.types.values().any(|t| t.state == SyncStatus::Nacked))
     }
 }
 
@@ -315,7 +319,7 @@ pub async fn serve(
     transport: Transport,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let metrics = admin.fleet.metrics.clone();
+    let telemetry = admin.telemetry.clone();
     let app = router(admin);
     let accept = Accept {
         port: "admin",
@@ -325,7 +329,7 @@ pub async fn serve(
         // A connection that sends nothing is closed like one whose headers are slow.
         handshake_timeout: transport.header_timeout.min(HANDSHAKE_TIMEOUT),
     };
-    let mut connections = incoming(listener, accept, metrics.clone());
+    let mut connections = incoming(listener, accept, telemetry.clone());
     let (closing, closed) = watch::channel(());
     let mut open = JoinSet::new();
     tokio::pin!(shutdown);
@@ -336,13 +340,12 @@ pub async fn serve(
             conn = connections.next() => match conn {
                 Some(Ok(conn)) => {
                     let served = connection(conn, app.clone(), transport.header_timeout, closed.clone());
-                    let metrics = metrics.clone();
+                    let telemetry = telemetry.clone();
                     open.spawn(async move {
                         let (peer, ended) = served.await;
                         match ended {
                             Err(e) if e.is_timeout() => {
-                                metrics.limit_reached("admin_header_timeout");
-                                tracing::info!(?peer, "Closed an admin connection: its request headers took longer than --admin-header-timeout.");
+                                telemetry.limit_reached(Limit::AdminHeaderTimeout { peer });
                             }
                             Err(e) => tracing::debug!(?peer, error = %e, "An admin connection ended with an error."),
                             Ok(()) => {}
@@ -403,8 +406,41 @@ async fn readyz(State(admin): State<Admin>) -> Response {
     }
 }
 
+/// What `/metrics` reads from the fleet and the cache when scraped.
+fn scraped(admin: &Admin) -> Scraped {
+    let serving = admin.cache.serving();
+    let generation = admin.cache.current();
+    let mut snapshots = Vec::new();
+    for (files, snapshot) in generation.groups() {
+        let group = files
+            .iter()
+            .filter_map(|&i| generation.config.files.get(i))
+            .map(|f| {
+                f.path.file_name().map_or_else(
+                    || f.path.display().to_string(),
+                    |n| n.to_string_lossy().into(),
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("+");
+        for kind in ResourceType::ALL {
+            snapshots.push((group.clone(), kind, snapshot.get(kind).version.clone()));
+        }
+    }
+    Scraped {
+        nodes_nacking: admin.fleet.nodes_nacking(),
+        stable_generation: serving.stable.number,
+        candidate_generation: serving.rollout.as_ref().map_or(0, |r| r.candidate.number),
+        rollout_state: admin
+            .cache
+            .policy()
+            .map(|_| serving.rollout.as_ref().map_or("NONE", |r| r.phase.name())),
+        snapshots,
+    }
+}
+
 async fn metrics(State(admin): State<Admin>) -> Response {
-    let text = crate::metrics::encode(&admin.fleet, &admin.cache, &admin.reloader);
+    let text = crate::metrics::encode(admin.telemetry.metrics(), scraped(&admin));
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -548,18 +584,10 @@ fn end_rollout(admin: &Admin, promote: bool) -> Response {
     };
     match result {
         Ok(generation) => {
-            admin
-                .fleet
-                .metrics
-                .rollouts
-                .get_or_create(&crate::metrics::RolloutLabels { outcome })
-                .inc();
-            let what = if promote {
-                "promoted by an operator: every node gets it"
-            } else {
-                "aborted by an operator: the canaries go back to it"
-            };
-            tracing::warn!(generation, "Rollout {what}.");
+            admin.telemetry.rollout_ended(RolloutEnd::ByOperator {
+                generation,
+                promote,
+            });
             (
                 StatusCode::OK,
                 format!("rollout {outcome}: generation {generation} serves every node\n"),

@@ -15,15 +15,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
-use crate::cache::Cache;
 use crate::config::{self, LoadOptions};
-use crate::fleet::Fleet;
+use crate::daemon::{Daemon, Listeners, Options, RunError};
 use crate::protocol::Ordering;
 use crate::redact::Secrets;
 use crate::server::tls::{IdentityPolicy, Tls, TlsFiles};
 use crate::server::{CsdsFrom, Limits, ServeOptions};
-use crate::state::StateDir;
-use crate::watch::Reloader;
 
 /// Exit code for bad flags or a config that cannot load at start (sysexits EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
@@ -639,79 +636,18 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     let signalled = shutdown_signal()
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
     raise_file_limit();
-    let cache = Arc::new(
-        if args.canary_id.is_some() || args.canary_cluster.is_some() {
-            let policy = crate::rollout::Policy::new(
+    let rollout = if args.canary_id.is_some() || args.canary_cluster.is_some() {
+        Some(
+            crate::rollout::Policy::new(
                 args.canary_id.clone(),
                 args.canary_cluster.clone(),
                 args.rollout_bake,
             )
-            .map_err(|e| Failure::Usage(anyhow::anyhow!("--canary-id/--canary-cluster: {e}")))?;
-            Cache::with_rollouts(policy)
-        } else {
-            Cache::new()
-        },
-    );
-    let mut reloader = Reloader::new(
-        args.config.paths.clone(),
-        LoadOptions {
-            strict: args.config.strict,
-            allow_empty: args.allow_empty,
-            max_file_bytes: args.max_file_size,
-            envoy_rules: !args.config.skip_envoy_rules,
-        },
-        Arc::clone(&cache),
-    );
-    if let Some(envoy) = &args.preflight_envoy {
-        if !envoy.is_file() {
-            return Err(Failure::Usage(anyhow::anyhow!(
-                "--preflight-envoy {}: no such file",
-                envoy.display()
-            )));
-        }
-        reloader = reloader.with_preflight(envoy.clone(), args.preflight_timeout);
-    }
-    if let Some(dir) = &args.state_dir {
-        let state = StateDir::open(dir)
-            .map_err(|e| Failure::Usage(anyhow::anyhow!("cannot use --state-dir: {e}")))?;
-        reloader = reloader.with_state(state);
-    }
-    let reloader = Arc::new(reloader);
-    // The watch is armed before the first load, so an edit made while it runs is not lost.
-    let watching = reloader.watching();
-    // Under a rollout policy, the last promoted copy in the state directory serves every
-    // node first, and the files roll out to the canaries from it, as before a restart.
-    let promoted_first = reloader.serve_promoted_first().is_some();
-    tokio::spawn(Arc::clone(&reloader).keep_promoted());
-    // Load before binding: a config that cannot load at start is a usage error, unless the
-    // state directory keeps a good copy to serve meanwhile.
-    if let Err(failure) = reloader.reload() {
-        if !promoted_first && reloader.serve_last_good(&failure).is_none() {
-            return Err(Failure::Usage(anyhow::anyhow!(
-                "the configuration cannot be loaded, not starting: {failure}"
-            )));
-        }
-    }
-    let bind = |addr: SocketAddr, flag: &'static str| {
-        listen(addr)
-            .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot listen on {flag} {addr}: {e}")))
+            .map_err(|e| Failure::Usage(anyhow::anyhow!("--canary-id/--canary-cluster: {e}")))?,
+        )
+    } else {
+        None
     };
-    let admin_listener = bind(args.admin_addr, "--admin-addr")?;
-    let listener = bind(args.xds_addr, "--xds-addr")?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Failure::Runtime(e.into()))?;
-    let admin_local = admin_listener
-        .local_addr()
-        .map_err(|e| Failure::Runtime(e.into()))?;
-    let fleet = Arc::new(Fleet::default());
-    tracing::info!(xds_addr = %local, admin_addr = %admin_local, "Serving xDS.");
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let watcher = tokio::spawn(watching.run(stopped(stop_rx.clone())));
     let token = match &args.admin_token_file {
         Some(path) => Some(read_token(path).map_err(Failure::Usage)?),
         None => {
@@ -732,7 +668,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         ),
         _ => None,
     };
-    let admin_transport = crate::admin::Transport {
+    let admin = crate::admin::Transport {
         tls: match (&args.admin_tls_cert, &args.admin_tls_key) {
             (Some(cert), Some(key)) => Some(Tls::admin(cert, key).map_err(|e| {
                 Failure::Usage(anyhow::anyhow!("cannot set up TLS on the admin port: {e}"))
@@ -741,55 +677,65 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         },
         header_timeout: args.admin_header_timeout,
     };
-    let secrets = Secrets::serve_if(args.insecure_serve_secrets);
-    let show_secrets = Secrets::serve_if(args.admin_show_secrets);
-    log_secret_policy(&cache, secrets, args.node_identity.is_some());
-    let admin = crate::admin::Admin {
-        fleet: Arc::clone(&fleet),
-        cache: Arc::clone(&cache),
-        reloader,
-        show_secrets,
-        token,
-    };
-    // Started once the xDS listener is bound, so /readyz needs only a loaded config.
-    let admin_task = tokio::spawn(crate::admin::serve(
-        admin_listener,
-        admin,
-        admin_transport,
-        stopped(stop_rx.clone()),
-    ));
-    tokio::spawn(async move {
-        signalled.await;
-        let _ = stop_tx.send(true);
-    });
-    let options = ServeOptions {
-        ordering: Ordering {
-            enabled: args.ordering == Switch::On,
-            step_timeout: args.ordering_timeout,
+    let options = Options {
+        paths: args.config.paths.clone(),
+        load: LoadOptions {
+            strict: args.config.strict,
+            allow_empty: args.allow_empty,
+            max_file_bytes: args.max_file_size,
+            envoy_rules: !args.config.skip_envoy_rules,
         },
-        secrets,
-        show_secrets,
-        csds_from: args.csds_from,
-        tls,
-        identity: args.node_identity.clone().map(Arc::new),
-        limits: Limits {
-            max_connections: args.max_connections as usize,
-            max_streams_per_connection: args.max_streams_per_connection,
-            first_request_timeout: args.first_request_timeout,
-            max_names_per_stream: args.max_names_per_stream as usize,
-            handshake_timeout: args.handshake_timeout,
-            connection_age: crate::server::ConnectionAge {
-                max: args.max_connection_age.0,
-                grace: args.max_connection_age_grace,
+        serve: ServeOptions {
+            ordering: Ordering {
+                enabled: args.ordering == Switch::On,
+                step_timeout: args.ordering_timeout,
+            },
+            secrets: Secrets::serve_if(args.insecure_serve_secrets),
+            show_secrets: Secrets::serve_if(args.admin_show_secrets),
+            csds_from: args.csds_from,
+            tls,
+            identity: args.node_identity.clone().map(Arc::new),
+            limits: Limits {
+                max_connections: args.max_connections as usize,
+                max_streams_per_connection: args.max_streams_per_connection,
+                first_request_timeout: args.first_request_timeout,
+                max_names_per_stream: args.max_names_per_stream as usize,
+                handshake_timeout: args.handshake_timeout,
+                connection_age: crate::server::ConnectionAge {
+                    max: args.max_connection_age.0,
+                    grace: args.max_connection_age_grace,
+                },
             },
         },
+        admin,
+        admin_token: token,
+        watch: true,
+        rollout,
+        state_dir: args.state_dir.clone(),
+        preflight: args
+            .preflight_envoy
+            .clone()
+            .map(|envoy| (envoy, args.preflight_timeout)),
     };
-    let served = crate::server::serve(listener, cache, fleet, options, stopped(stop_rx)).await;
-    let _ = watcher.await;
-    if let Err(e) = admin_task.await {
-        tracing::error!("admin server task: {e}");
-    }
-    served.map_err(|e| Failure::Runtime(e.into()))
+    // Load before binding: a config that cannot load at start is a usage error, unless the
+    // state directory keeps a good copy to serve meanwhile.
+    let fail = |e: RunError| {
+        if e.is_usage() {
+            Failure::Usage(e.into())
+        } else {
+            Failure::Runtime(e.into())
+        }
+    };
+    let daemon = Daemon::load(options).map_err(fail)?;
+    let bind = |addr: SocketAddr, flag: &'static str| {
+        listen(addr)
+            .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot listen on {flag} {addr}: {e}")))
+    };
+    let listeners = Listeners {
+        admin: bind(args.admin_addr, "--admin-addr")?,
+        xds: bind(args.xds_addr, "--xds-addr")?,
+    };
+    daemon.serve(listeners, signalled).await.map_err(fail)
 }
 
 /// Connections waiting to be accepted, at most (the kernel caps it at `net.core.somaxconn`):
@@ -823,43 +769,6 @@ fn raise_file_limit() {
 
 #[cfg(not(unix))]
 fn raise_file_limit() {}
-
-/// Say at start whether the snapshot holds private key material and how it is served.
-fn log_secret_policy(cache: &Cache, secrets: Secrets, bound: bool) {
-    let current = cache.current();
-    let holding: Vec<&str> = current
-        .config
-        .files
-        .iter()
-        .flat_map(|f| &f.resources)
-        .filter(|r| r.has_private_material())
-        .map(|r| r.name.as_str())
-        .collect();
-    if holding.is_empty() {
-        return;
-    }
-    match secrets {
-        Secrets::Redact if bound => tracing::info!(
-            resources = holding.len(),
-            names = ?holding,
-            "The snapshot holds private key material. It goes only to streams whose client \
-             certificate is bound to their node (--node-identity)."
-        ),
-        Secrets::Redact => tracing::warn!(
-            resources = holding.len(),
-            names = ?holding,
-            "The snapshot holds private key material. Proxies get these resources without it \
-             (they cannot prove who they are); serve with --insecure-serve-secrets for a \
-             sidecar on loopback."
-        ),
-        Secrets::Serve => tracing::warn!(
-            resources = holding.len(),
-            names = ?holding,
-            "The snapshot holds private key material, and --insecure-serve-secrets sends it to \
-             any client that asks for it."
-        ),
-    }
-}
 
 /// `switchyard status`: ask a running server's admin API and print what every proxy has.
 fn status(args: &StatusArgs) -> ExitCode {
@@ -1124,7 +1033,7 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         row.extend(kinds.iter().map(|k| {
             n.types
                 .get(*k)
-                .map_or_else(|| "-".to_string(), |t| t.state.replace('_', " "))
+                .map_or_else(|| "-".to_string(), |t| t.state.name().replace('_', " "))
         }));
         rows.push(row);
     }
@@ -1266,7 +1175,7 @@ mod tests {
                 types: [(
                     "CDS".to_string(),
                     TypeStatusJson {
-                        state: "NACKED".into(),
+                        state: crate::fleet::SyncStatus::Nacked,
                         version_sent: "v2".into(),
                         version_acked: "v1".into(),
                         nonce: "1".into(),

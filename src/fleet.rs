@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::metrics::{StreamLabels, StreamMetrics};
 use crate::protocol::{PlanStatus, SyncState, TypeStatus};
 use crate::resource::ResourceType;
+use crate::telemetry::Telemetry;
 
-/// Every open stream's report, and the stream metrics.
+/// Every open stream's report.
 #[derive(Debug, Default)]
 pub struct Fleet {
     next_id: AtomicU64,
@@ -25,7 +25,65 @@ pub struct Fleet {
     /// The generation whose convergence is being timed. Locked after `streams`, never
     /// before.
     converging: Mutex<Option<Converging>>,
-    pub metrics: StreamMetrics,
+    /// Where convergence is reported.
+    telemetry: Telemetry,
+}
+
+/// Where one type stands on one stream, as `/status`, CSDS, the page and `switchyard status`
+/// show it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SyncStatus {
+    /// The latest response was ACKed.
+    Synced,
+    /// Nothing sent yet.
+    NotSent,
+    /// Sent, not yet ACKed.
+    Stale,
+    /// The latest response was NACKed.
+    Nacked,
+}
+
+impl SyncStatus {
+    /// Every status, in the order the page lists its filters.
+    pub const ALL: [SyncStatus; 4] = [
+        SyncStatus::Nacked,
+        SyncStatus::Stale,
+        SyncStatus::Synced,
+        SyncStatus::NotSent,
+    ];
+
+    /// The name in JSON and tables: `SYNCED`, `NOT_SENT`, `STALE`, `NACKED`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncStatus::Synced => "SYNCED",
+            SyncStatus::NotSent => "NOT_SENT",
+            SyncStatus::Stale => "STALE",
+            SyncStatus::Nacked => "NACKED",
+        }
+    }
+
+    /// The status a name names.
+    pub fn from_name(name: &str) -> Option<SyncStatus> {
+        SyncStatus::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl From<&SyncState> for SyncStatus {
+    fn from(state: &SyncState) -> SyncStatus {
+        match state {
+            SyncState::NotSent => SyncStatus::NotSent,
+            SyncState::Sent { .. } => SyncStatus::Stale,
+            SyncState::Acked { .. } => SyncStatus::Synced,
+            SyncState::Nacked { .. } => SyncStatus::Nacked,
+        }
+    }
+}
+
+impl std::fmt::Display for SyncStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A generation being timed until every stream has ACKed what it got from it.
@@ -71,7 +129,7 @@ impl StreamReport {
             && self
                 .types
                 .values()
-                .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
+                .all(|t| matches!(t.state, SyncStatus::Synced | SyncStatus::NotSent))
     }
 }
 
@@ -114,9 +172,7 @@ impl PlanReport {
 /// One type on one stream.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TypeReport {
-    /// `SYNCED` (the latest response ACKed), `NOT_SENT`, `STALE` (sent, not yet ACKed) or
-    /// `NACKED`.
-    pub state: &'static str,
+    pub state: SyncStatus,
     pub version_sent: String,
     pub version_acked: String,
     pub nonce: String,
@@ -140,7 +196,7 @@ impl TypeReport {
             _ => (None, None),
         };
         TypeReport {
-            state: state_name(&status.state),
+            state: SyncStatus::from(&status.state),
             version_sent: status.state.sent_version().unwrap_or_default().to_string(),
             version_acked: status.acked_version.clone(),
             nonce: status.state.nonce().unwrap_or_default().to_string(),
@@ -161,7 +217,7 @@ impl TypeReport {
             } => (Some(error.as_str()), Some(rejected_version.as_str())),
             _ => (None, None),
         };
-        self.state == state_name(&status.state)
+        self.state == SyncStatus::from(&status.state)
             && self.version_sent == status.state.sent_version().unwrap_or_default()
             && self.version_acked == status.acked_version
             && self.nonce == status.state.nonce().unwrap_or_default()
@@ -170,27 +226,22 @@ impl TypeReport {
     }
 }
 
-/// The name of a state in `/status` and `switchyard status`.
-pub fn state_name(state: &SyncState) -> &'static str {
-    match state {
-        SyncState::NotSent => "NOT_SENT",
-        SyncState::Sent { .. } => "STALE",
-        SyncState::Acked { .. } => "SYNCED",
-        SyncState::Nacked { .. } => "NACKED",
-    }
-}
-
 impl Fleet {
-    /// Register a stream (and count it in `switchyard_streams`); it stays listed until the
-    /// returned handle is dropped.
-    pub fn open(self: &Arc<Self>, report: StreamReport, labels: StreamLabels) -> StreamHandle {
+    /// An empty fleet, reporting convergence to `telemetry`.
+    pub fn new(telemetry: Telemetry) -> Fleet {
+        Fleet {
+            telemetry,
+            ..Fleet::default()
+        }
+    }
+
+    /// Register a stream; it stays listed until the returned handle is dropped.
+    pub fn open(self: &Arc<Self>, report: StreamReport) -> StreamHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.lock().insert(id, report);
-        self.metrics.streams.get_or_create(&labels).inc();
         StreamHandle {
             fleet: Arc::clone(self),
             id,
-            labels,
         }
     }
 
@@ -209,7 +260,7 @@ impl Fleet {
         let streams = self.lock();
         let nacking: std::collections::BTreeSet<&str> = streams
             .values()
-            .filter(|r| r.types.values().any(|t| t.state == "NACKED"))
+            .filter(|r| r.types.values().any(|t| t.state == SyncStatus::Nacked))
             .map(|r| r.node_id.as_str())
             .collect();
         nacking.len()
@@ -245,7 +296,7 @@ impl Fleet {
             }
         }
         if c.unsynced.is_empty() {
-            crate::metrics::observe(&self.metrics.convergence, c.published.elapsed());
+            self.telemetry.converged(c.published.elapsed());
             *converging = None;
         }
     }
@@ -261,7 +312,6 @@ impl Fleet {
 pub struct StreamHandle {
     fleet: Arc<Fleet>,
     id: u64,
-    labels: StreamLabels,
 }
 
 impl StreamHandle {
@@ -308,7 +358,6 @@ impl Drop for StreamHandle {
     fn drop(&mut self) {
         let mut streams = self.fleet.lock();
         streams.remove(&self.id);
-        self.fleet.metrics.streams.get_or_create(&self.labels).dec();
         // The stream that held convergence back may be the one leaving.
         self.fleet.track_convergence(self.id, None);
     }
@@ -336,8 +385,7 @@ mod tests {
     #[test]
     fn streams_are_listed_while_open_and_types_follow_the_protocol_state() {
         let fleet = Arc::new(Fleet::default());
-        let labels = StreamLabels::new("sotw", crate::protocol::Variant::Aggregated);
-        let handle = fleet.open(report(), labels);
+        let handle = fleet.open(report());
         assert_eq!(fleet.reports().len(), 1);
         handle.update(
             1,
@@ -353,7 +401,7 @@ mod tests {
         let cds = fleet.reports()[0].types["CDS"].clone();
         assert_eq!(
             (cds.state, cds.version_sent.as_str(), cds.nonce.as_str()),
-            ("STALE", "v1", "1")
+            (SyncStatus::Stale, "v1", "1")
         );
         // An unchanged state keeps its last_change.
         std::thread::sleep(Duration::from_millis(5));
@@ -386,7 +434,7 @@ mod tests {
             None,
         );
         let cds = fleet.reports()[0].types["CDS"].clone();
-        assert_eq!(cds.state, "NACKED");
+        assert_eq!(cds.state, SyncStatus::Nacked);
         assert_eq!(cds.error.as_deref(), Some("bad"));
         assert_eq!(cds.rejected_version.as_deref(), Some("v1"));
         assert_eq!(cds.version_acked, "v0");
@@ -403,15 +451,9 @@ mod tests {
     }
 
     fn convergences(fleet: &Fleet) -> u64 {
-        let text = {
-            let mut registry = prometheus_client::registry::Registry::default();
-            registry.register("c", "", fleet.metrics.convergence.clone());
-            let mut out = String::new();
-            prometheus_client::encoding::text::encode(&mut out, &registry).expect("encodes");
-            out
-        };
+        let text = crate::metrics::encode(fleet.telemetry.metrics(), Default::default());
         text.lines()
-            .find(|l| l.starts_with("c_count"))
+            .find(|l| l.starts_with("switchyard_convergence_seconds_count"))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or(0)
     }
@@ -419,11 +461,7 @@ mod tests {
     #[test]
     fn convergence_is_observed_once_every_stream_acked_or_left() {
         let fleet = Arc::new(Fleet::default());
-        let labels = || StreamLabels::new("sotw", crate::protocol::Variant::Aggregated);
-        let (a, b) = (
-            fleet.open(report(), labels()),
-            fleet.open(report(), labels()),
-        );
+        let (a, b) = (fleet.open(report()), fleet.open(report()));
         let acked = || {
             status(SyncState::Acked {
                 version: "v2".into(),

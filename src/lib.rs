@@ -30,6 +30,7 @@ pub mod admin;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod diff;
 pub mod fleet;
 pub mod loadgen;
@@ -41,6 +42,7 @@ pub mod resource;
 pub mod rollout;
 pub mod server;
 pub mod state;
+pub mod telemetry;
 #[cfg(test)]
 mod testing;
 pub mod watch;

@@ -1,27 +1,27 @@
 //! Prometheus metrics (OpenMetrics text, through the `prometheus-client` crate).
 //!
-//! Owns: the metric names, types, labels and help texts, the handles stream tasks update
-//! ([`StreamMetrics`]), and the values read at scrape time from the fleet, the cache and the
-//! reloader ([`encode`]). Labels stay bounded: protocol and stream kind, type URL, load result,
-//! node group; never node ids. Must not: serve HTTP (`admin`) or decide anything.
+//! Owns: the metric names, types, labels and help texts, the handles events update
+//! ([`Metrics`], updated only by `telemetry`), and the exposition of those handles with the
+//! values the admin server reads at scrape time ([`Scraped`]). Labels stay bounded: protocol
+//! and stream kind, type URL, load result, node group; never node ids.
+//!
+//! A leaf: it knows nothing of the fleet, the cache or the reloader. Must not: serve HTTP
+//! (`admin`), log, or decide anything.
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::cache::Cache;
-use crate::fleet::Fleet;
 use crate::protocol::Variant;
 use crate::resource::ResourceType;
-use crate::watch::Reloader;
 
 /// The content type of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -87,9 +87,15 @@ impl TypeLabels {
     }
 }
 
-/// What stream tasks count. Cheap to clone (shared handles).
-#[derive(Clone, Debug)]
-pub struct StreamMetrics {
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `ok` or `failed`.
+    pub result: &'static str,
+}
+
+/// Every handle events update (through `telemetry`).
+#[derive(Debug)]
+pub struct Metrics {
     pub streams: Family<StreamLabels, Gauge>,
     pub responses: Family<TypeLabels, Counter>,
     pub acks: Family<TypeLabels, Counter>,
@@ -114,6 +120,14 @@ pub struct StreamMetrics {
     pub connections_aged: Counter,
     /// Staged rollouts, by how they ended (or halted).
     pub rollouts: Family<RolloutLabels, Counter>,
+    /// Config loads, by result.
+    pub config_loads: Family<ResultLabels, Counter>,
+    /// When the last load (good or bad) happened, Unix seconds; 0 before the first.
+    pub config_last_load: Gauge<f64, AtomicU64>,
+    /// 1 when the last load succeeded.
+    pub config_last_load_ok: Gauge,
+    /// File-system events seen on the config paths (before debouncing).
+    pub file_watch_events: Counter,
 }
 
 /// 1 ms to ~65 s, doubling.
@@ -121,9 +135,14 @@ fn latency_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.001, 2.0, 17)
 }
 
-impl Default for StreamMetrics {
+impl Default for Metrics {
     fn default() -> Self {
-        StreamMetrics {
+        let config_loads = Family::<ResultLabels, Counter>::default();
+        // Both results are listed from the start, at 0.
+        for result in ["ok", "failed"] {
+            let _ = config_loads.get_or_create(&ResultLabels { result });
+        }
+        Metrics {
             streams: Family::default(),
             responses: Family::default(),
             acks: Family::default(),
@@ -139,30 +158,35 @@ impl Default for StreamMetrics {
             identity_mismatches: Counter::default(),
             connections_aged: Counter::default(),
             rollouts: Family::default(),
+            config_loads,
+            config_last_load: Gauge::default(),
+            config_last_load_ok: Gauge::default(),
+            file_watch_events: Counter::default(),
         }
     }
 }
 
-impl StreamMetrics {
-    /// Count a connection or stream turned away by `limit`.
-    pub fn limit_reached(&self, limit: &'static str) {
-        self.limits.get_or_create(&LimitLabels { limit }).inc();
-    }
-
-    /// Count a response written to a stream.
-    pub fn sent(&self, kind: ResourceType, resources: usize, bytes: usize) {
-        let labels = TypeLabels::new(kind);
-        self.responses.get_or_create(&labels).inc();
-        self.resources_sent
-            .get_or_create(&labels)
-            .inc_by(resources as u64);
-        self.bytes_sent.get_or_create(&labels).inc_by(bytes as u64);
-    }
+/// What the admin server reads from the fleet and the cache when scraped.
+#[derive(Clone, Debug, Default)]
+pub struct Scraped {
+    /// Connected nodes whose latest response of some type was NACKed.
+    pub nodes_nacking: usize,
+    /// The generation every node but the canaries gets.
+    pub stable_generation: u64,
+    /// The canaries' generation during a rollout; 0 without one.
+    pub candidate_generation: u64,
+    /// Under a rollout policy: the state of the rollout (`NONE` without one). `None`
+    /// without a policy (the metric is left out).
+    pub rollout_state: Option<&'static str>,
+    /// The version served per node group (its files' names, joined by `+`) and type.
+    pub snapshots: Vec<(String, ResourceType, String)>,
 }
 
-/// The whole exposition: the stream metrics, and what is read at scrape time.
-pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) -> String {
-    let m = &fleet.metrics;
+/// The rollout states `switchyard_rollout_state` has a series for.
+pub const ROLLOUT_STATES: [&str; 4] = ["NONE", "CANARY", "BAKING", "HALTED"];
+
+/// The whole exposition: the handles, and what was read at scrape time.
+pub fn encode(m: &Metrics, scraped: Scraped) -> String {
     let mut registry = Registry::with_prefix("switchyard");
     registry.register(
         "streams",
@@ -241,28 +265,31 @@ pub fn encode(fleet: &Arc<Fleet>, cache: &Arc<Cache>, reloader: &Arc<Reloader>) 
         "REST-JSON polls answered, by type URL and result (changed, not_modified)",
         m.rest_polls.clone(),
     );
-    registry.register_collector(Box::new(ScrapeTime {
-        fleet: Arc::clone(fleet),
-        cache: Arc::clone(cache),
-        reloader: Arc::clone(reloader),
-    }));
+    registry.register(
+        "config_loads",
+        "Config loads, by result (ok, failed)",
+        m.config_loads.clone(),
+    );
+    registry.register(
+        "config_last_load_timestamp_seconds",
+        "When the last config load (good or bad) happened, Unix time",
+        m.config_last_load.clone(),
+    );
+    registry.register(
+        "config_last_load_ok",
+        "1 when the last config load succeeded, 0 when it failed (the last good one serves)",
+        m.config_last_load_ok.clone(),
+    );
+    registry.register(
+        "file_watch_events",
+        "File-system events seen on the watched config paths",
+        m.file_watch_events.clone(),
+    );
+    registry.register_collector(Box::new(scraped));
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
     out
-}
-
-/// Values read when scraped.
-#[derive(Debug)]
-struct ScrapeTime {
-    fleet: Arc<Fleet>,
-    cache: Arc<Cache>,
-    reloader: Arc<Reloader>,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -283,56 +310,15 @@ struct SnapshotLabels {
     version: String,
 }
 
-impl Collector for ScrapeTime {
+impl Collector for Scraped {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let stats = self.reloader.stats();
-        {
-            let mut family = encoder.encode_descriptor(
-                "config_loads",
-                "Config loads, by result (ok, failed)",
-                None,
-                MetricType::Counter,
-            )?;
-            for (result, n) in [("ok", stats.loads_ok), ("failed", stats.loads_failed)] {
-                ConstCounter::new(n).encode(family.encode_family(&ResultLabels { result })?)?;
-            }
-        }
-        let last = self
-            .reloader
-            .last_report()
-            .map(|r| unix_seconds(r.at))
-            .unwrap_or_default();
-        let gauge = ConstGauge::new(last);
-        gauge.encode(encoder.encode_descriptor(
-            "config_last_load_timestamp_seconds",
-            "When the last config load (good or bad) happened, Unix time",
-            None,
-            gauge.metric_type(),
-        )?)?;
-        let gauge = ConstGauge::new(i64::from(
-            self.reloader.last_report().is_some_and(|r| r.ok()),
-        ));
-        gauge.encode(encoder.encode_descriptor(
-            "config_last_load_ok",
-            "1 when the last config load succeeded, 0 when it failed (the last good one serves)",
-            None,
-            gauge.metric_type(),
-        )?)?;
-        let counter = ConstCounter::new(stats.watch_events);
-        counter.encode(encoder.encode_descriptor(
-            "file_watch_events",
-            "File-system events seen on the watched config paths",
-            None,
-            counter.metric_type(),
-        )?)?;
-        let nacking = ConstGauge::new(self.fleet.nodes_nacking() as i64);
+        let nacking = ConstGauge::new(self.nodes_nacking as i64);
         nacking.encode(encoder.encode_descriptor(
             "nodes_nacking",
             "Connected nodes whose latest response of some type was NACKed",
             None,
             nacking.metric_type(),
         )?)?;
-        let serving = self.cache.serving();
         {
             let mut family = encoder.encode_descriptor(
                 "generation",
@@ -341,13 +327,15 @@ impl Collector for ScrapeTime {
                 None,
                 MetricType::Gauge,
             )?;
-            let candidate = serving.rollout.as_ref().map_or(0, |r| r.candidate.number);
-            for (role, number) in [("stable", serving.stable.number), ("candidate", candidate)] {
+            for (role, number) in [
+                ("stable", self.stable_generation),
+                ("candidate", self.candidate_generation),
+            ] {
                 ConstGauge::new(number as i64)
                     .encode(family.encode_family(&RoleLabels { role })?)?;
             }
         }
-        if self.cache.policy().is_some() {
+        if let Some(now) = self.rollout_state {
             let mut family = encoder.encode_descriptor(
                 "rollout_state",
                 "1 for the state of the rollout in progress (CANARY, BAKING, HALTED), or for \
@@ -355,50 +343,35 @@ impl Collector for ScrapeTime {
                 None,
                 MetricType::Gauge,
             )?;
-            let now = serving.rollout.as_ref().map_or("NONE", |r| r.phase.name());
-            for state in ["NONE", "CANARY", "BAKING", "HALTED"] {
+            for state in ROLLOUT_STATES {
                 ConstGauge::new(i64::from(state == now))
                     .encode(family.encode_family(&StateLabels { state })?)?;
             }
         }
-        let generation = self.cache.current();
         let mut family = encoder.encode_descriptor(
             "snapshot_version",
             "The version served per node group and type (1 per current version)",
             None,
             MetricType::Gauge,
         )?;
-        for (files, snapshot) in generation.groups() {
-            let group = files
-                .iter()
-                .filter_map(|&i| generation.config.files.get(i))
-                .map(|f| {
-                    f.path.file_name().map_or_else(
-                        || f.path.display().to_string(),
-                        |n| n.to_string_lossy().into(),
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("+");
-            for kind in ResourceType::ALL {
-                let labels = SnapshotLabels {
-                    group: group.clone(),
-                    type_url: kind.type_url(),
-                    version: snapshot.get(kind).version.clone(),
-                };
-                ConstGauge::new(1).encode(family.encode_family(&labels)?)?;
-            }
+        for (group, kind, version) in &self.snapshots {
+            let labels = SnapshotLabels {
+                group: group.clone(),
+                type_url: kind.type_url(),
+                version: version.clone(),
+            };
+            ConstGauge::new(1).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }
 }
 
-fn unix_seconds(t: std::time::SystemTime) -> f64 {
+/// Seconds since the Unix epoch (0 before it).
+pub fn unix_seconds(t: std::time::SystemTime) -> f64 {
     t.duration_since(std::time::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_secs_f64()
 }
-
 /// Write `value` as seconds into a histogram.
 pub fn observe(histogram: &Histogram, value: Duration) {
     histogram.observe(value.as_secs_f64());

@@ -102,7 +102,7 @@ impl Observation {
                 nacked = r
                     .types
                     .iter()
-                    .find(|(_, t)| t.state == "NACKED")
+                    .find(|(_, t)| t.state == crate::fleet::SyncStatus::Nacked)
                     .map(|(kind, t)| {
                         (
                             r.node_id.clone(),

@@ -11,17 +11,17 @@
 //! Must not: parse files itself (that is `config`) or know about streams.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::cache::Cache;
 use crate::config::{self, Config, ConfigError, LoadFailure, LoadOptions, LoadWork, Loader};
 use crate::state::StateDir;
+use crate::telemetry::{Loaded, Telemetry};
 
 /// Quiet time after the last file event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -55,37 +55,35 @@ pub struct Reloader {
     cache: Arc<Cache>,
     /// Keeps each file's result, so a reload parses only the files that changed.
     loader: Mutex<Loader>,
-    last: Mutex<Option<LoadReport>>,
-    loads_ok: AtomicU64,
-    loads_failed: AtomicU64,
-    /// Shared with the watcher's callback thread.
-    watch_events: Arc<AtomicU64>,
+    /// The last load's report, watched by whoever waits for a load.
+    last: watch::Sender<Option<LoadReport>>,
+    /// Where loads and file events are logged and counted.
+    telemetry: Telemetry,
+    /// The generation the state directory last kept (0: none yet), watched by whoever waits
+    /// for it.
+    kept: watch::Sender<u64>,
     /// Where each good load is kept (`--state-dir`).
     state: Option<StateDir>,
     /// `--preflight-envoy`: the Envoy binary that checks each new config, and its time limit.
     preflight: Option<(PathBuf, std::time::Duration)>,
 }
 
-/// Counts since start, for the metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReloadStats {
-    pub loads_ok: u64,
-    pub loads_failed: u64,
-    /// File-system events on the config paths (before debouncing).
-    pub watch_events: u64,
-}
-
 impl Reloader {
-    pub fn new(paths: Vec<PathBuf>, options: LoadOptions, cache: Arc<Cache>) -> Reloader {
+    /// Load `paths` as `options` say into `cache`, reporting each load to `telemetry`.
+    pub fn new(
+        paths: Vec<PathBuf>,
+        options: LoadOptions,
+        cache: Arc<Cache>,
+        telemetry: Telemetry,
+    ) -> Reloader {
         Reloader {
             paths,
             options,
             cache,
             loader: Mutex::new(Loader::default()),
-            last: Mutex::new(None),
-            loads_ok: AtomicU64::new(0),
-            loads_failed: AtomicU64::new(0),
-            watch_events: Arc::new(AtomicU64::new(0)),
+            last: watch::Sender::new(None),
+            telemetry,
+            kept: watch::Sender::new(0),
             state: None,
             preflight: None,
         }
@@ -139,9 +137,11 @@ impl Reloader {
             "The snapshot files do not load; serving the last good copy from --state-dir until \
              they do. {failure}"
         );
-        if let Some(report) = self.last.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            report.generation = generation;
-        }
+        self.last.send_modify(|last| {
+            if let Some(report) = last.as_mut() {
+                report.generation = generation;
+            }
+        });
         Some(generation)
     }
 
@@ -200,10 +200,13 @@ impl Reloader {
                 Ok(Some(Err(e))) => {
                     tracing::error!(error = %e, generation = stable.number, "Cannot keep the promoted snapshot in --state-dir; the previous copy stays.")
                 }
-                Ok(_) => tracing::debug!(
-                    generation = stable.number,
-                    "Kept the promoted snapshot in --state-dir."
-                ),
+                Ok(_) => {
+                    tracing::debug!(
+                        generation = stable.number,
+                        "Kept the promoted snapshot in --state-dir."
+                    );
+                    self.kept.send_replace(stable.number);
+                }
                 Err(e) => tracing::error!(error = %e, "Keeping the promoted snapshot failed."),
             }
         }
@@ -211,16 +214,17 @@ impl Reloader {
 
     /// The outcome of the latest load, if any.
     pub fn last_report(&self) -> Option<LoadReport> {
-        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.last.borrow().clone()
     }
 
-    /// Loads and file events so far.
-    pub fn stats(&self) -> ReloadStats {
-        ReloadStats {
-            loads_ok: self.loads_ok.load(Ordering::Relaxed),
-            loads_failed: self.loads_failed.load(Ordering::Relaxed),
-            watch_events: self.watch_events.load(Ordering::Relaxed),
-        }
+    /// Each load's report as it is made (to wait for one without polling).
+    pub fn reports(&self) -> watch::Receiver<Option<LoadReport>> {
+        self.last.subscribe()
+    }
+
+    /// The generation the state directory last kept a copy of (0: none yet).
+    pub fn kept(&self) -> watch::Receiver<u64> {
+        self.kept.subscribe()
     }
 
     /// Load now (parsing only the files that changed); publish when good and different
@@ -263,85 +267,74 @@ impl Reloader {
                 })
             }
         });
-        let report = match &result {
+        match result {
             Ok(config) => {
-                for w in &config.warnings {
-                    tracing::warn!(warning = %w, "Configuration warning.");
-                }
-                let warnings = config.warnings.iter().map(|w| w.to_string()).collect();
-                LoadReport {
+                let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
+                let generation = self.publish(config, work, &warnings);
+                self.store(LoadReport {
                     at: SystemTime::now(),
                     errors: Vec::new(),
                     warnings,
-                    generation: 0,
-                }
+                    generation,
+                });
+                Ok(())
             }
             Err(failure) => {
                 let current = self.cache.current().number;
-                tracing::error!(
-                    errors = failure.errors.len(),
-                    serving_generation = current,
-                    "Configuration load failed; the last good snapshot keeps serving. {failure}"
-                );
-                LoadReport {
+                self.telemetry
+                    .config_failed(failure.errors.len(), current, &failure);
+                self.store(LoadReport {
                     at: SystemTime::now(),
                     errors: failure.errors.iter().map(|e| e.to_string()).collect(),
                     warnings: failure.warnings.iter().map(|e| e.to_string()).collect(),
                     generation: current,
-                }
+                });
+                Err(failure)
             }
-        };
-        let report = match result {
-            Ok(config) => {
-                let generation = self.publish(config, work);
-                LoadReport {
-                    generation,
-                    ..report
-                }
-            }
-            Err(failure) => {
-                self.loads_failed.fetch_add(1, Ordering::Relaxed);
-                self.store(report);
-                return Err(failure);
-            }
-        };
-        self.loads_ok.fetch_add(1, Ordering::Relaxed);
-        self.store(report);
-        Ok(())
+        }
     }
 
-    fn publish(&self, config: Config, work: LoadWork) -> u64 {
+    /// Publish a good load unless it is what serves; the generation serving after it.
+    fn publish(&self, config: Config, work: LoadWork, warnings: &[String]) -> u64 {
         let current = self.cache.current();
         let version = config.version();
+        let mut loaded = Loaded {
+            generation: current.number,
+            changed: false,
+            files: config.files.len(),
+            parsed: work.parsed,
+            resources: config.resource_count(),
+            version: &version,
+        };
         if current.number > 0 && current.config.version() == version {
-            tracing::debug!(generation = current.number, "Reloaded; nothing changed.");
+            self.telemetry.config_loaded(loaded, warnings);
             return current.number;
         }
         // Under a rollout policy a new generation is kept only once promoted (see
         // `keep_promoted`); the first one goes to every node at once.
         let stable_now = self.cache.policy().is_none() || current.number == 0;
+        let mut kept = false;
         if let (Some(state), true) = (&self.state, stable_now) {
             // Kept before it is published, from the files as they are now (checked by
             // loading the copy); a failure here does not stop serving.
-            if let Err(e) = state.persist(&self.paths, &self.options, None) {
-                tracing::error!(error = %e, "Cannot keep the good snapshot in --state-dir; the previous copy stays.");
+            match state.persist(&self.paths, &self.options, None) {
+                Ok(_) => kept = true,
+                Err(e) => {
+                    tracing::error!(error = %e, "Cannot keep the good snapshot in --state-dir; the previous copy stays.")
+                }
             }
         }
-        let (files, resources) = (config.files.len(), config.resource_count());
-        let generation = self.cache.publish(config);
-        tracing::info!(
-            generation = generation.number,
-            files,
-            parsed = work.parsed,
-            resources,
-            config_version = %version,
-            "Loaded snapshot files."
-        );
-        generation.number
+        loaded.generation = self.cache.publish(config).number;
+        loaded.changed = true;
+        if kept {
+            self.kept.send_replace(loaded.generation);
+        }
+        self.telemetry.config_loaded(loaded, warnings);
+        loaded.generation
     }
 
     fn store(&self, report: LoadReport) {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
+        self.last.send_replace(Some(report));
     }
 
     /// Arm the watch on the paths now; [`Watching::run`] then reloads after each burst of
@@ -374,21 +367,9 @@ impl Watching {
         loop {
             match &mut armed {
                 Some((_watcher, rx)) => {
-                    // Wait for a change, then for quiet: but no longer than MAX_DEBOUNCE
-                    // from the first change, so files edited without pause (a deploy tool
-                    // writing many times a second) still reload.
                     tokio::select! {
                         _ = &mut shutdown => return,
-                        got = rx.recv() => if got.is_none() { return },
-                    }
-                    let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
-                    loop {
-                        tokio::select! {
-                            _ = &mut shutdown => return,
-                            got = rx.recv() => if got.is_none() { return },
-                            _ = tokio::time::sleep(DEBOUNCE) => break,
-                            _ = tokio::time::sleep_until(at_most) => break,
-                        }
+                        burst = next_burst(rx) => if !burst { return },
                     }
                 }
                 None => {
@@ -411,20 +392,37 @@ impl Watching {
     }
 }
 
+/// Wait for a change, then for quiet ([`DEBOUNCE`]): but no longer than [`MAX_DEBOUNCE`]
+/// from the first change, so files edited without pause (a deploy tool writing many times a
+/// second) still reload. `false` once the events end (the watcher is gone).
+async fn next_burst(events: &mut mpsc::UnboundedReceiver<()>) -> bool {
+    if events.recv().await.is_none() {
+        return false;
+    }
+    let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
+    loop {
+        tokio::select! {
+            got = events.recv() => if got.is_none() { return false },
+            _ = tokio::time::sleep(DEBOUNCE) => return true,
+            _ = tokio::time::sleep_until(at_most) => return true,
+        }
+    }
+}
+
 impl Reloader {
     /// A fresh watcher on the paths (new inodes after a swap) and the channel of its change
     /// events; `None` when nothing can be watched.
     fn arm(&self) -> Option<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
         let (tx, rx) = mpsc::unbounded_channel();
         let relevant = self.paths.clone();
-        let events = Arc::clone(&self.watch_events);
+        let telemetry = self.telemetry.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let wanted = match &event {
                 Ok(e) => is_change(&e.kind) && touches(&relevant, &e.paths),
                 Err(_) => true, // e.g. a queue overflow: reload to be sure
             };
             if wanted {
-                events.fetch_add(1, Ordering::Relaxed);
+                telemetry.file_event();
                 let _ = tx.send(());
             }
         });
@@ -493,22 +491,45 @@ fn touches(paths: &[PathBuf], event_paths: &[PathBuf]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::ResultLabels;
 
-    fn wait_until(mut done: impl FnMut() -> bool) -> bool {
-        for _ in 0..100 {
-            if done() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    /// How long to wait for what a file event should bring about.
+    const WAIT: Duration = Duration::from_secs(5);
+
+    /// Wait until the newest generation is `number` (woken by each publication, not polled).
+    async fn generation(cache: &Cache, number: u64) {
+        let mut serving = cache.subscribe();
+        let reached = serving.wait_for(|s| s.newest().number == number);
+        if tokio::time::timeout(WAIT, reached).await.is_err() {
+            panic!(
+                "generation {number} never came (have {})",
+                cache.current().number
+            );
         }
-        false
+    }
+
+    /// Wait until a load's report says `done` (woken by each load).
+    async fn report(reloader: &Reloader, done: impl Fn(&LoadReport) -> bool) {
+        let mut reports = reloader.reports();
+        let reached = reports.wait_for(|r| r.as_ref().is_some_and(&done));
+        assert!(
+            tokio::time::timeout(WAIT, reached).await.is_ok(),
+            "no such load: the last was {:?}",
+            reloader.last_report()
+        );
     }
 
     /// A reloader over `root`, publishing into a fresh cache.
-    fn reloader_over(root: PathBuf) -> (Arc<Cache>, Arc<Reloader>) {
+    fn reloader_over(root: PathBuf) -> (Arc<Cache>, Arc<Reloader>, Telemetry) {
         let cache = Arc::new(Cache::new());
-        let reloader = Reloader::new(vec![root], LoadOptions::default(), Arc::clone(&cache));
-        (cache, Arc::new(reloader))
+        let telemetry = Telemetry::default();
+        let reloader = Reloader::new(
+            vec![root],
+            LoadOptions::default(),
+            Arc::clone(&cache),
+            telemetry.clone(),
+        );
+        (cache, Arc::new(reloader), telemetry)
     }
 
     /// Run `watching` in a task until the returned sender is used.
@@ -560,6 +581,7 @@ mod tests {
                 vec![config.clone()],
                 LoadOptions::default(),
                 Arc::clone(&cache),
+                Telemetry::default(),
             )
             .with_state(StateDir::open(&state_dir).expect("state"));
             (cache, Arc::new(reloader))
@@ -586,12 +608,14 @@ mod tests {
         assert_eq!(timeout_for(&cache, "canary-1"), "2s");
         assert_eq!(timeout_for(&cache, "edge-1"), "1s");
         assert_eq!(kept(), GOOD, "a candidate is not kept");
-        cache.promote().expect("in progress");
-        let waiting = kept.clone();
-        let promoted = tokio::task::spawn_blocking(move || wait_until(|| waiting() == CHANGED))
-            .await
-            .expect("joins");
-        assert!(promoted, "the promoted generation is kept");
+        let promoted = cache.promote().expect("in progress");
+        let mut kept_generation = reloader.kept();
+        let keeping = kept_generation.wait_for(|&n| n == promoted);
+        assert!(
+            tokio::time::timeout(WAIT, keeping).await.is_ok(),
+            "the promoted generation is never kept"
+        );
+        assert_eq!(kept(), CHANGED, "the promoted generation is kept");
 
         // A restart with newer files: the kept copy serves every node, the files roll out.
         drop(reloader);
@@ -610,48 +634,34 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let file = dir.path().join("a.yaml");
         std::fs::write(&file, GOOD).expect("write");
-        let (cache, reloader) = reloader_over(dir.path().to_path_buf());
+        let (cache, reloader, telemetry) = reloader_over(dir.path().to_path_buf());
         reloader.reload().expect("first load");
         assert_eq!(cache.current().number, 1);
+        // Armed here, before the edits below.
         let (stop_tx, task) = run_watch(reloader.watching());
-        tokio::time::sleep(Duration::from_millis(200)).await;
 
         // An edit in place.
         std::fs::write(&file, CHANGED).expect("write");
-        let c = Arc::clone(&cache);
-        assert!(
-            tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 2))
-                .await
-                .expect("join")
-        );
+        generation(&cache, 2).await;
 
         // A broken edit: reported, not served.
         std::fs::write(&file, "clusters: [{name: a, connect_timeout: ").expect("write");
-        let r = Arc::clone(&reloader);
-        assert!(tokio::task::spawn_blocking(move || wait_until(|| r
-            .last_report()
-            .is_some_and(|r| !r.ok())))
-        .await
-        .expect("join"));
+        report(&reloader, |r| !r.ok()).await;
         assert_eq!(
             cache.current().number,
             2,
             "the last good config keeps serving"
         );
-        let stats = reloader.stats();
-        assert!(stats.watch_events >= 2, "{stats:?}");
-        assert!(stats.loads_ok >= 2 && stats.loads_failed >= 1, "{stats:?}");
+        let m = telemetry.metrics();
+        let loads = |result| m.config_loads.get_or_create(&ResultLabels { result }).get();
+        assert!(m.file_watch_events.get() >= 2);
+        assert!(loads("ok") >= 2 && loads("failed") >= 1);
 
         // An editor's atomic rename-over fixes it.
         let tmp = dir.path().join(".a.yaml.swp");
         std::fs::write(&tmp, GOOD).expect("write");
         std::fs::rename(&tmp, &file).expect("rename");
-        let c = Arc::clone(&cache);
-        assert!(
-            tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 3))
-                .await
-                .expect("join")
-        );
+        generation(&cache, 3).await;
         assert!(reloader.last_report().expect("report").ok());
 
         let _ = stop_tx.send(());
@@ -665,59 +675,66 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let file = dir.path().join("a.yaml");
         std::fs::write(&file, GOOD).expect("write");
-        let (cache, reloader) = reloader_over(dir.path().to_path_buf());
+        let (cache, reloader, _) = reloader_over(dir.path().to_path_buf());
         let watching = reloader.watching();
         reloader.reload().expect("first load");
         // The edit lands after the first load read the files, before the watch task runs.
         std::fs::write(&file, CHANGED).expect("write");
-        tokio::time::sleep(Duration::from_millis(200)).await;
         let (stop_tx, task) = run_watch(watching);
-        let c = Arc::clone(&cache);
-        assert!(
-            tokio::task::spawn_blocking(move || wait_until(|| c.current().number == 2))
-                .await
-                .expect("join"),
-            "the edit was lost"
-        );
+        generation(&cache, 2).await;
         let _ = stop_tx.send(());
         task.await.expect("watch task ends on shutdown");
     }
 
-    /// Files edited without a pause (every 20 ms, so never 100 ms of quiet) still reload,
-    /// at least once a second (MAX_DEBOUNCE), while the edits go on.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    /// Send an event into `tx` every `every`, `count` times (on tokio's clock).
+    fn events_every(
+        tx: mpsc::UnboundedSender<()>,
+        every: Duration,
+        count: u32,
+    ) -> tokio::task::JoinHandle<mpsc::UnboundedSender<()>> {
+        tokio::spawn(async move {
+            for _ in 0..count {
+                let _ = tx.send(());
+                tokio::time::sleep(every).await;
+            }
+            tx
+        })
+    }
+
+    /// A burst of events reloads once, DEBOUNCE after its last event. On tokio's paused
+    /// clock: the times are exact, and nothing waits in real time.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_reloads_once_after_quiet() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let start = tokio::time::Instant::now();
+        // Events at 0, 30, 60 and 90 ms, then quiet.
+        let sender = events_every(tx, Duration::from_millis(30), 4);
+        assert!(next_burst(&mut rx).await);
+        assert_eq!(start.elapsed(), Duration::from_millis(90) + DEBOUNCE);
+        assert!(rx.is_empty(), "the whole burst was taken in");
+        // The watcher gone (its sender dropped): no more bursts.
+        drop(sender.await.expect("sender"));
+        assert!(!next_burst(&mut rx).await);
+    }
+
+    /// Files edited without a pause (an event every 30 ms, never DEBOUNCE of quiet) still
+    /// reload, MAX_DEBOUNCE after the first event of each burst, while the edits go on.
+    #[tokio::test(start_paused = true)]
     async fn edits_without_a_pause_still_reload() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let file = dir.path().join("a.yaml");
-        std::fs::write(&file, GOOD).expect("write");
-        let (cache, reloader) = reloader_over(dir.path().to_path_buf());
-        let watching = reloader.watching();
-        reloader.reload().expect("first load");
-        let (stop_tx, task) = run_watch(watching);
-        // 3 s of edits, one every 20 ms, each a new timeout, written aside and renamed over
-        // as a deploy tool does.
-        let aside = dir.path().join(".a.yaml.tmp");
-        let started = std::time::Instant::now();
-        let mut n = 0u32;
-        while started.elapsed() < Duration::from_secs(3) {
-            n += 1;
-            std::fs::write(
-                &aside,
-                format!("clusters: [{{name: a, connect_timeout: {n}s}}]\n"),
-            )
-            .expect("write");
-            std::fs::rename(&aside, &file).expect("rename");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let start = tokio::time::Instant::now();
+        // 100 events, at 0, 30, ..., 2970 ms.
+        let sender = events_every(tx, Duration::from_millis(30), 100);
+        let mut ends = Vec::new();
+        for _ in 0..3 {
+            assert!(next_burst(&mut rx).await);
+            ends.push(start.elapsed().as_millis());
         }
-        let during = cache.current().number;
-        assert!(
-            during >= 3,
-            "only {} generations during 3 s of edits: reloads waited for a quiet that never came ({:?})",
-            during,
-            reloader.stats()
-        );
-        let _ = stop_tx.send(());
-        task.await.expect("watch task ends");
+        // Bursts from 0, 1020 (the first event after 1000) and 2040 ms, each ended by
+        // MAX_DEBOUNCE: the third too, since 2970 + DEBOUNCE comes later than 3040.
+        assert_eq!(ends, [1000, 2020, 3040]);
+        drop(sender.await.expect("sender"));
+        assert!(!next_burst(&mut rx).await, "no reload once the edits stop");
     }
 
     #[test]
@@ -729,6 +746,7 @@ mod tests {
             vec![dir.path().to_path_buf()],
             LoadOptions::default(),
             Arc::clone(&cache),
+            Telemetry::default(),
         );
         reloader.reload().expect("loads");
         // Same content, rewritten (and with keys in another order).
@@ -752,10 +770,9 @@ mod tests {
         let dir = parent.path().join("snap");
         std::fs::create_dir(&dir).expect("mkdir");
         std::fs::write(dir.join("a.yaml"), GOOD).expect("write");
-        let (cache, reloader) = reloader_over(dir.clone());
+        let (cache, reloader, _) = reloader_over(dir.clone());
         reloader.reload().expect("first load");
         let (stop_tx, task) = run_watch(reloader.watching());
-        tokio::time::sleep(Duration::from_millis(200)).await;
         for (round, content) in [CHANGED, GOOD].into_iter().enumerate() {
             // Build a new directory beside it and rename it over the old one.
             let next = parent.path().join(format!("snap.new{round}"));
@@ -764,15 +781,7 @@ mod tests {
             let old = parent.path().join(format!("snap.old{round}"));
             std::fs::rename(&dir, &old).expect("move old away");
             std::fs::rename(&next, &dir).expect("move new in");
-            let want = round as u64 + 2;
-            let c = Arc::clone(&cache);
-            assert!(
-                tokio::task::spawn_blocking(move || wait_until(|| c.current().number == want))
-                    .await
-                    .expect("join"),
-                "round {round}: generation {want} expected, have {}",
-                cache.current().number
-            );
+            generation(&cache, round as u64 + 2).await;
         }
         let _ = stop_tx.send(());
         task.await.expect("ends");

@@ -37,7 +37,7 @@ fn node<'a>(status: &'a Status, id: &str) -> Option<&'a NodeStatus> {
 fn state(status: &Status, id: &str, kind: &str) -> Option<String> {
     node(status, id)
         .and_then(|n| n.types.get(kind))
-        .map(|t| t.state.clone())
+        .map(|t| t.state.name().to_string())
 }
 
 /// `switchyard status --admin-addr <server's>` with `args`: (exit code, stdout, stderr).
@@ -511,10 +511,12 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
     use std::sync::Arc;
     let cache = Arc::new(switchyard::cache::Cache::new());
     let dir = tempfile::tempdir().expect("tmp");
+    let telemetry = switchyard::telemetry::Telemetry::default();
     let reloader = Arc::new(switchyard::watch::Reloader::new(
         vec![dir.path().to_path_buf()],
         switchyard::config::LoadOptions::default(),
         Arc::clone(&cache),
+        telemetry.clone(),
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -524,6 +526,7 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
         fleet: Arc::new(switchyard::fleet::Fleet::default()),
         cache,
         reloader: Arc::clone(&reloader),
+        telemetry,
         show_secrets: Default::default(),
         token: None,
     };

@@ -6,6 +6,7 @@
 mod support;
 
 use std::time::Duration;
+use switchyard::fleet::SyncStatus;
 
 use support::envoy::{
     envoy_binary, eventually, free_port, http_get, http_get_host, Api, Envoy, Switchyard, Upstream,
@@ -284,7 +285,7 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
             .and_then(|mut n| n.types.remove("CDS"))
     };
     let nacked = cds_state(fleet.switchyard.status().await).expect("CDS of the node listed");
-    assert_eq!(nacked.state, "NACKED");
+    assert_eq!(nacked.state, SyncStatus::Nacked);
     assert!(
         nacked
             .error
@@ -315,7 +316,7 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
     .await;
     assert!(fixed.is_some());
     let synced = eventually(ARRIVE, || async {
-        cds_state(fleet.switchyard.status().await).is_some_and(|t| t.state == "SYNCED")
+        cds_state(fleet.switchyard.status().await).is_some_and(|t| t.state == SyncStatus::Synced)
     })
     .await;
     assert!(synced.is_some(), "CDS never showed SYNCED after the fix");

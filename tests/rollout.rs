@@ -7,7 +7,6 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use switchyard::cache::Cache;
 use switchyard::resource::ResourceType::Cluster;
 use switchyard::rollout::Policy;
 
@@ -15,10 +14,12 @@ const QUIET: Duration = Duration::from_millis(500);
 
 async fn server(bake: Duration) -> TestServer {
     let policy = Policy::new(Some("canary-*".into()), None, bake).expect("policy");
-    TestServer::start_in(
+    TestServer::start_daemon(
         &[("clusters.yaml", &eds_cluster("backend", "1s", 8080))],
-        switchyard::server::ServeOptions::default(),
-        Cache::with_rollouts(policy),
+        switchyard::daemon::Options {
+            rollout: Some(policy),
+            ..Default::default()
+        },
     )
     .await
 }

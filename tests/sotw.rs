@@ -670,6 +670,7 @@ async fn allow_empty_lets_a_reload_empty_a_node() {
             ..Default::default()
         },
         std::sync::Arc::clone(&cache),
+        Default::default(),
     );
     reloader.reload().expect("loads");
     cache.current().snapshot_for("n1", "test"); // a node of the group connected

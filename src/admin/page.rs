@@ -10,6 +10,7 @@ use std::fmt::Write;
 use serde::Deserialize;
 
 use super::{NodeStatus, Status};
+use crate::fleet::SyncStatus;
 use crate::resource::ResourceType;
 
 /// Rows per page.
@@ -67,12 +68,13 @@ fn matches(node: &NodeStatus, query: &PageQuery) -> bool {
             "" => true,
             "ALL_SYNCED" => all_synced(node),
             "UPDATING" => updating(node),
-            state => node.types.values().any(|t| t.state == state),
+            state => SyncStatus::from_name(state)
+                .is_some_and(|state| node.types.values().any(|t| t.state == state)),
         }
 }
 
 fn all_synced(node: &NodeStatus) -> bool {
-    node.types.values().all(|t| t.state == "SYNCED")
+    node.types.values().all(|t| t.state == SyncStatus::Synced)
 }
 
 fn updating(node: &NodeStatus) -> bool {
@@ -81,9 +83,9 @@ fn updating(node: &NodeStatus) -> bool {
 
 /// Where a node is listed: NACKing first, then with a response not yet ACKed, then the rest.
 fn problem_rank(node: &NodeStatus) -> u8 {
-    if node.types.values().any(|t| t.state == "NACKED") {
+    if node.types.values().any(|t| t.state == SyncStatus::Nacked) {
         0
-    } else if node.types.values().any(|t| t.state == "STALE") {
+    } else if node.types.values().any(|t| t.state == SyncStatus::Stale) {
         1
     } else {
         2
@@ -144,7 +146,7 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         .map(|k| k.short_name())
         .filter(|k| status.nodes.iter().any(|n| n.types.contains_key(*k)))
         .collect();
-    let count = |state: &str| {
+    let count = |state: SyncStatus| {
         status
             .nodes
             .iter()
@@ -165,8 +167,8 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
          <span><a href=\"/?state=UPDATING\"><b>{}</b> mid-update (make-before-break)</a></span>\
          <span><a href=\"/?state=ALL_SYNCED\"><b>{}</b> with every type SYNCED</a></span></p>",
         status.nodes.len(),
-        count("NACKED"),
-        count("STALE"),
+        count(SyncStatus::Nacked),
+        count(SyncStatus::Stale),
         status.nodes.iter().filter(|n| updating(n)).count(),
         status.nodes.iter().filter(|n| all_synced(n)).count()
     );
@@ -221,14 +223,8 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
          <select name=\"state\"><option value=\"\">any state</option>",
         esc(&query.q)
     );
-    for s in [
-        "NACKED",
-        "STALE",
-        "SYNCED",
-        "NOT_SENT",
-        "ALL_SYNCED",
-        "UPDATING",
-    ] {
+    let states = SyncStatus::ALL.map(SyncStatus::name);
+    for s in states.into_iter().chain(["ALL_SYNCED", "UPDATING"]) {
         let selected = if query.state == s { " selected" } else { "" };
         let _ = write!(html, "<option{selected}>{s}</option>");
     }
@@ -275,9 +271,9 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
                     let _ = write!(
                         html,
                         "<td class=\"{}\" title=\"{}\">{}",
-                        esc(&t.state),
+                        t.state,
                         esc(&title),
-                        esc(&t.state.replace('_', " "))
+                        t.state.name().replace('_', " ")
                     );
                     if let Some(e) = &t.error {
                         let _ = write!(html, "<div class=\"err\">{}</div>", esc(e));
@@ -330,7 +326,7 @@ mod tests {
             types: [(
                 "CDS".to_string(),
                 TypeStatusJson {
-                    state: cds.into(),
+                    state: SyncStatus::from_name(cds).expect("a state"),
                     version_sent: "v2".into(),
                     version_acked: "v1".into(),
                     nonce: "1".into(),

@@ -1,7 +1,7 @@
 //! The rollout's decisions, without a server (tests/rollout_e2e.rs runs two real Envoys).
 
 use super::*;
-use crate::fleet::TypeReport;
+use crate::fleet::{SyncStatus, TypeReport};
 
 const BAKE: Duration = Duration::from_secs(30);
 
@@ -88,11 +88,7 @@ fn report(node: &str, generation: u64, cds: &str) -> StreamReport {
         types: [(
             "CDS",
             TypeReport {
-                state: if cds == "NACKED" {
-                    "NACKED"
-                } else {
-                    cds_state(cds)
-                },
+                state: SyncStatus::from_name(cds).expect("a state"),
                 version_sent: "v".into(),
                 version_acked: "v".into(),
                 nonce: "1".into(),
@@ -104,13 +100,6 @@ fn report(node: &str, generation: u64, cds: &str) -> StreamReport {
         .into(),
         generation,
         plan: None,
-    }
-}
-
-fn cds_state(state: &str) -> &'static str {
-    match state {
-        "SYNCED" => "SYNCED",
-        _ => "STALE",
     }
 }
 

@@ -67,7 +67,7 @@ pub async fn serve(
     routes: tonic::service::Routes,
     settings: Settings,
     mut stopping: watch::Receiver<bool>,
-    metrics: crate::metrics::StreamMetrics,
+    telemetry: crate::telemetry::Telemetry,
 ) {
     let peer = conn.peer();
     let (aged_tx, aged_rx) = watch::channel(false);
@@ -107,8 +107,7 @@ pub async fn serve(
     let ended = tokio::select! {
         ended = served.as_mut() => Some(ended),
         _ = &mut aged => {
-            metrics.connections_aged.inc();
-            tracing::debug!(?peer, ?age, "A connection reached --max-connection-age: ending its streams, GOAWAY.");
+            telemetry.connection_aged(peer, age);
             let _ = aged_tx.send(true);
             served.as_mut().graceful_shutdown();
             None

@@ -24,7 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::incoming::ConnInfo;
 use crate::cache::Cache;
-use crate::fleet::{Fleet, StreamReport, TypeReport};
+use crate::fleet::{Fleet, StreamReport, SyncStatus, TypeReport};
 use crate::redact::Secrets;
 use crate::resource::ResourceType;
 
@@ -185,10 +185,10 @@ fn resource_config(
     secrets: Secrets,
 ) -> GenericXdsConfig {
     let (config_status, client_status) = match t.state {
-        "SYNCED" => (ConfigStatus::Synced, ClientResourceStatus::Acked),
-        "STALE" => (ConfigStatus::Stale, ClientResourceStatus::Requested),
-        "NACKED" => (ConfigStatus::Error, ClientResourceStatus::Nacked),
-        _ => (ConfigStatus::NotSent, ClientResourceStatus::Requested),
+        SyncStatus::Synced => (ConfigStatus::Synced, ClientResourceStatus::Acked),
+        SyncStatus::Stale => (ConfigStatus::Stale, ClientResourceStatus::Requested),
+        SyncStatus::Nacked => (ConfigStatus::Error, ClientResourceStatus::Nacked),
+        SyncStatus::NotSent => (ConfigStatus::NotSent, ClientResourceStatus::Requested),
     };
     let last_updated = t
         .last_change
@@ -251,7 +251,7 @@ mod tests {
         report.types.insert(
             "CDS",
             crate::fleet::TypeReport {
-                state: "SYNCED",
+                state: crate::fleet::SyncStatus::Synced,
                 version_sent: "v".into(),
                 version_acked: "v".into(),
                 nonce: "1".into(),
@@ -260,10 +260,7 @@ mod tests {
                 last_change: std::time::SystemTime::UNIX_EPOCH,
             },
         );
-        let _listed = fleet.open(
-            report,
-            crate::metrics::StreamLabels::new("sotw", crate::protocol::Variant::Aggregated),
-        );
+        let _listed = fleet.open(report);
         let csds = |max_answer| super::Csds {
             fleet: Arc::clone(&fleet),
             cache: Arc::new(crate::cache::Cache::new()),

@@ -25,6 +25,7 @@ use crate::cache::Cache;
 use crate::fleet::Fleet;
 use crate::protocol::{Delta, Sotw, Variant};
 use crate::resource::ResourceType;
+use crate::telemetry::Telemetry;
 
 /// What every xDS service shares: the cache, and the signal that ends streams on shutdown.
 #[derive(Clone, Debug)]
@@ -36,6 +37,7 @@ impl XdsServer {
     pub fn new(
         cache: Arc<Cache>,
         fleet: Arc<Fleet>,
+        telemetry: Telemetry,
         options: &super::ServeOptions,
         stop: watch::Receiver<bool>,
     ) -> XdsServer {
@@ -43,6 +45,7 @@ impl XdsServer {
             shared: Shared {
                 cache,
                 fleet,
+                telemetry,
                 peers: Arc::default(),
                 ordering: options.ordering,
                 secrets: options.secrets,

@@ -24,7 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
 use super::tls::{PeerIdentity, Tls};
-use crate::metrics::StreamMetrics;
+use crate::telemetry::{Limit, Telemetry};
 
 /// How long a TLS handshake (or, without TLS, a connection's first byte) may take, by
 /// default.
@@ -84,7 +84,7 @@ pub struct Accept {
 pub fn incoming(
     listener: TcpListener,
     accept: Accept,
-    metrics: StreamMetrics,
+    telemetry: Telemetry,
 ) -> ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(16);
     let permits = Arc::new(Semaphore::new(accept.max));
@@ -101,7 +101,7 @@ pub fn incoming(
                         let _ = tcp.set_nodelay(true);
                         let tx = tx.clone();
                         let tls = accept.tls.clone();
-                        let (timeout, metrics) = (accept.handshake_timeout, metrics.clone());
+                        let (timeout, telemetry) = (accept.handshake_timeout, telemetry.clone());
                         tokio::spawn(async move {
                             // Checks the TLS files (a `stat` each) here, not in the loop.
                             let acceptor = tls.as_ref().map(Tls::acceptor);
@@ -114,8 +114,11 @@ pub fn incoming(
                                     return;
                                 }
                                 Err(_) => {
-                                    metrics.limit_reached("handshake_timeout");
-                                    tracing::info!(port, %peer, ?timeout, "Closed a new connection: no TLS handshake or first byte in time.");
+                                    telemetry.limit_reached(Limit::HandshakeTimeout {
+                                        port,
+                                        peer,
+                                        timeout,
+                                    });
                                     return;
                                 }
                             };
@@ -132,8 +135,12 @@ pub fn incoming(
                         });
                     }
                     Err(_) => {
-                        metrics.limit_reached(accept.limit);
-                        tracing::warn!(port, %peer, max = accept.max, limit = accept.limit, "Closed a new connection: the limit on open connections is reached.");
+                        telemetry.limit_reached(Limit::Connections {
+                            limit: accept.limit,
+                            port,
+                            peer,
+                            max: accept.max,
+                        });
                     }
                 },
                 Err(e) => {

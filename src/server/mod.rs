@@ -43,6 +43,7 @@ use crate::cache::Cache;
 use crate::fleet::Fleet;
 use crate::protocol::Ordering;
 use crate::redact::Secrets;
+use crate::telemetry::Telemetry;
 
 /// Largest request accepted (a delta reconnect can list every resource it has).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
@@ -135,13 +136,14 @@ impl std::fmt::Debug for ServeOptions {
     }
 }
 
-/// Serve xDS on `listener` from `cache`, reporting every stream in `fleet`, as `options`
-/// say, until `shutdown` completes; then end every stream and wait (up to
-/// [`DRAIN_TIMEOUT`]) for connections to close.
+/// Serve xDS on `listener` from `cache`, reporting every stream in `fleet` and every event
+/// to `telemetry`, as `options` say, until `shutdown` completes; then end every stream and
+/// wait (up to [`DRAIN_TIMEOUT`]) for connections to close.
 pub async fn serve(
     listener: TcpListener,
     cache: Arc<Cache>,
     fleet: Arc<Fleet>,
+    telemetry: Telemetry,
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
@@ -155,7 +157,7 @@ pub async fn serve(
     });
     let rest = rest::router(rest::Rest {
         cache: Arc::clone(&cache),
-        fleet: Arc::clone(&fleet),
+        telemetry: telemetry.clone(),
         stop: stop_rx.clone(),
         secrets: options.secrets,
         identity: options.identity.clone(),
@@ -169,16 +171,16 @@ pub async fn serve(
             tls: options.tls.clone(),
             handshake_timeout: options.limits.handshake_timeout,
         },
-        fleet.metrics.clone(),
+        telemetry.clone(),
     );
-    let metrics = fleet.metrics.clone();
     // Staged rollouts, when the cache has a policy.
     let rollouts = tokio::spawn(rollout::drive(
         Arc::clone(&cache),
         Arc::clone(&fleet),
+        telemetry.clone(),
         stop_rx.clone(),
     ));
-    let xds = grpc::XdsServer::new(cache, fleet, &options, stop_rx.clone());
+    let xds = grpc::XdsServer::new(cache, fleet, telemetry.clone(), &options, stop_rx.clone());
     // REST-JSON polling comes over HTTP/1.1 too; everything else is gRPC over HTTP/2.
     let routes = tonic::service::Routes::from(grpc::route(rest, &xds))
         .add_service(csds)
@@ -202,7 +204,7 @@ pub async fn serve(
                         routes.clone(),
                         settings,
                         stop_rx.clone(),
-                        metrics.clone(),
+                        telemetry.clone(),
                     ));
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "Cannot accept an xDS connection."),

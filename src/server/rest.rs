@@ -22,11 +22,10 @@ use tokio::sync::watch;
 
 use crate::cache::Cache;
 use crate::config::descriptors;
-use crate::fleet::Fleet;
-use crate::metrics::PollLabels;
 use crate::protocol::Subscription;
 use crate::redact::Secrets;
 use crate::resource::ResourceType;
+use crate::telemetry::Telemetry;
 
 /// How long a request for the version the client already has is held before `304`. Below
 /// Envoy's default REST `request_timeout` (1 s), so the answer arrives before Envoy gives up.
@@ -36,7 +35,7 @@ pub const REST_HOLD: Duration = Duration::from_millis(500);
 #[derive(Clone, Debug)]
 pub struct Rest {
     pub cache: Arc<Cache>,
-    pub fleet: Arc<Fleet>,
+    pub telemetry: Telemetry,
     pub stop: watch::Receiver<bool>,
     /// Private key material only with `--insecure-serve-secrets`: a poll proves nothing about
     /// who it comes from (even a poll bound by `--node-identity` gets none: each resource's
@@ -92,8 +91,12 @@ async fn discovery(
             .get::<super::incoming::ConnInfo>()
             .and_then(|c| c.identity.as_deref());
         if let Err(why) = policy.check(identity, &node.id, &node.cluster) {
-            rest.fleet.metrics.identity_mismatches.inc();
-            tracing::warn!(node = %node.id, reason = %why, "Refused a REST poll: its client certificate is not bound to the node it claims.");
+            let peer = extensions
+                .get::<super::incoming::ConnInfo>()
+                .and_then(|c| c.remote)
+                .map_or_else(|| "unknown".to_string(), |p| p.to_string());
+            rest.telemetry
+                .identity_mismatch("REST poll", &node.id, &peer, &why);
             return (
                 StatusCode::FORBIDDEN,
                 format!("node {:?}: {why}\n", node.id),
@@ -127,19 +130,8 @@ async fn discovery(
             _ = stop.changed() => break,
         }
     }
-    poll_counted(&rest, kind, "not_modified");
+    rest.telemetry.poll_answered(kind, None);
     StatusCode::NOT_MODIFIED.into_response()
-}
-
-fn poll_counted(rest: &Rest, kind: ResourceType, result: &'static str) {
-    rest.fleet
-        .metrics
-        .rest_polls
-        .get_or_create(&PollLabels {
-            type_url: kind.type_url(),
-            result,
-        })
-        .inc();
 }
 
 /// A resource as the proto3 JSON of an `Any`: its fields plus `"@type"`.
@@ -185,8 +177,8 @@ fn answer(
     body.push_str(",\"control_plane\":{\"identifier\":");
     body.push_str(&serde_json::Value::from(super::control_plane_id()).to_string());
     body.push_str("}}");
-    rest.fleet.metrics.sent(kind, count, body.len());
-    poll_counted(rest, kind, "changed");
+    rest.telemetry
+        .poll_answered(kind, Some((count, body.len())));
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

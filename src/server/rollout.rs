@@ -11,12 +11,18 @@ use tokio::sync::watch;
 use crate::cache::Cache;
 use crate::fleet::Fleet;
 use crate::rollout::{decide, Decision, Observation, Phase};
+use crate::telemetry::{RolloutEnd, Telemetry};
 
 /// How often the canaries' reports are read.
 const TICK: Duration = Duration::from_millis(200);
 
 /// Drive rollouts until `stop` turns true. Does nothing without a rollout policy.
-pub async fn drive(cache: Arc<Cache>, fleet: Arc<Fleet>, mut stop: watch::Receiver<bool>) {
+pub async fn drive(
+    cache: Arc<Cache>,
+    fleet: Arc<Fleet>,
+    telemetry: Telemetry,
+    mut stop: watch::Receiver<bool>,
+) {
     let Some(policy) = cache.policy().cloned() else {
         return;
     };
@@ -39,16 +45,10 @@ pub async fn drive(cache: Arc<Cache>, fleet: Arc<Fleet>, mut stop: watch::Receiv
             Decision::Stay => {}
             Decision::Promote => {
                 if cache.promote().is_ok() {
-                    fleet
-                        .metrics
-                        .rollouts
-                        .get_or_create(&outcome("promoted"))
-                        .inc();
-                    tracing::info!(
-                        generation = candidate,
-                        canaries = seen.canaries,
-                        "Rollout promoted: every canary took the new generation and the bake time passed without a NACK; it now goes to every node."
-                    );
+                    telemetry.rollout_ended(RolloutEnd::Promoted {
+                        generation: candidate,
+                        canaries: seen.canaries,
+                    });
                 }
             }
             Decision::Enter(phase) => {
@@ -59,19 +59,11 @@ pub async fn drive(cache: Arc<Cache>, fleet: Arc<Fleet>, mut stop: watch::Receiv
                         bake = ?policy.bake,
                         "Rollout baking: every canary has ACKed the new generation."
                     ),
-                    Phase::Halted { reason } => {
-                        fleet
-                            .metrics
-                            .rollouts
-                            .get_or_create(&outcome("halted"))
-                            .inc();
-                        tracing::error!(
-                            generation = candidate,
-                            stable = serving.stable.number,
-                            reason = %reason,
-                            "Rollout halted: a canary rejected the new generation; the other nodes stay on the stable one (fix the files, or `switchyard rollout abort`)."
-                        );
-                    }
+                    Phase::Halted { reason } => telemetry.rollout_ended(RolloutEnd::Halted {
+                        generation: candidate,
+                        stable: serving.stable.number,
+                        reason,
+                    }),
                     Phase::Canary => tracing::info!(
                         generation = candidate,
                         "Rollout waiting: a canary has not ACKed the new generation yet."
@@ -81,8 +73,4 @@ pub async fn drive(cache: Arc<Cache>, fleet: Arc<Fleet>, mut stop: watch::Receiv
             }
         }
     }
-}
-
-fn outcome(outcome: &'static str) -> crate::metrics::RolloutLabels {
-    crate::metrics::RolloutLabels { outcome }
 }

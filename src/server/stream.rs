@@ -18,12 +18,12 @@ use super::wire::{WireDeltaResponse, WireResponse};
 use super::MAX_RESPONSE_BYTES;
 use crate::cache::{Cache, Generation};
 use crate::fleet::{Fleet, StreamHandle, StreamReport};
-use crate::metrics::{observe, PlanLabels, StreamLabels, StreamMetrics, TypeLabels};
 use crate::protocol::stream::Flavor;
-use crate::protocol::{Delta, DeltaResponse, Event, Ordering, PlanEvent, Response, Sotw};
+use crate::protocol::{Delta, DeltaResponse, Ordering, Response, Sotw};
 use crate::protocol::{Stream, Variant};
 use crate::redact::Secrets;
 use crate::resource::ResourceType;
+use crate::telemetry::{Limit, Telemetry};
 
 /// Responses buffered per stream before the task waits for the client to read.
 const RESPONSE_BUFFER: usize = 16;
@@ -84,12 +84,13 @@ impl Machine for Delta {
     }
 }
 
-/// What every stream task shares: the cache, the fleet registry, the node peers, the
-/// ordering, and the signal that ends streams on shutdown.
+/// What every stream task shares: the cache, the fleet registry, the telemetry, the node
+/// peers, the ordering, and the signal that ends streams on shutdown.
 #[derive(Clone, Debug)]
 pub struct Shared {
     pub cache: Arc<Cache>,
     pub fleet: Arc<Fleet>,
+    pub telemetry: Telemetry,
     pub peers: Arc<Peers>,
     pub ordering: Ordering,
     /// Private key material to proxies, or not.
@@ -125,6 +126,7 @@ async fn run<M: Machine>(
     let Shared {
         cache,
         fleet,
+        telemetry,
         peers,
         ordering,
         secrets,
@@ -146,15 +148,13 @@ async fn run<M: Machine>(
     let control_plane: Arc<str> = super::control_plane_id().into();
     let mut generations = cache.subscribe();
     let mut node_id: Option<String> = None;
-    // Listed in the fleet from the first request (which names the node) until the end.
+    // Listed in the fleet, and counted, from the first request (which names the node) until
+    // the end.
     let mut listed: Option<StreamHandle> = None;
-    // The generation the machine has, and when the newest one was published (until its
-    // first response is written: the push latency).
+    let mut counted = None;
+    // The generation the machine has.
     let mut attached = 0;
-    let mut push_from: Option<Instant> = None;
-    // When each type's latest response was written (for the ACK latency).
-    let mut sent_at: [Option<Instant>; ResourceType::ALL.len()] = Default::default();
-    let metrics = &fleet.metrics;
+    let mut events = telemetry.stream(protocol);
     let reason: String = loop {
         let timeout = machine.poll_timeout();
         tokio::select! {
@@ -162,7 +162,7 @@ async fn run<M: Machine>(
                 Ok(Some(request)) => {
                     if let Err(e) = machine.handle_request(request) {
                         if e.is_limit() {
-                            metrics.limit_reached("names_per_stream");
+                            telemetry.limit_reached(Limit::NamesPerStream { peer: &peer, error: &e.to_string() });
                         }
                         let _ = tx.send(Outgoing::end(status::from_protocol(&e))).await;
                         break format!("protocol error: {e}");
@@ -172,8 +172,7 @@ async fn run<M: Machine>(
                             match policy.check(conn.identity.as_deref(), &node.id, &node.cluster) {
                                 Ok(()) => secrets = Secrets::Serve,
                                 Err(why) => {
-                                    metrics.identity_mismatches.inc();
-                                    tracing::warn!(node = %node.id, peer = %peer_text, reason = %why, "Refused a stream: its client certificate is not bound to the node it claims.");
+                                    telemetry.identity_mismatch("stream", &node.id, &peer_text, &why);
                                     let _ = tx.send(Outgoing::end(Status::permission_denied(format!(
                                         "node {:?}: {why}", node.id
                                     )))).await;
@@ -182,7 +181,8 @@ async fn run<M: Machine>(
                             }
                         }
                         if let Some(node) = machine.node() {
-                            tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, features = ?node.client_features, "xDS stream opened.");
+                            counted = Some(telemetry.stream_opened(node, &peer, variant, protocol));
+                            events.named(&node.id);
                             node_id = Some(node.id.clone());
                             listed = Some(fleet.open(StreamReport {
                                 node_id: node.id.clone(),
@@ -197,7 +197,7 @@ async fn run<M: Machine>(
                                 types: Default::default(),
                                 generation: 0,
                                 plan: None,
-                            }, StreamLabels::new(protocol, variant)));
+                            }));
                             if variant != Variant::Aggregated && ordering.enabled {
                                 sibling = Some(peers.join(&node.id));
                             }
@@ -234,7 +234,7 @@ async fn run<M: Machine>(
                     attach(&mut machine, &generation);
                     attached = generation.number;
                     fleet.generation_arrived(generation.number, generation.published);
-                    push_from = Some(generation.published);
+                    events.generation_arrived(generation.published);
                 }
             }
             // A sibling stream's client refers to something new.
@@ -245,8 +245,8 @@ async fn run<M: Machine>(
             }
             // A stream that never says who it is holds resources for nothing.
             _ = tokio::time::sleep_until(first_request_by), if node_id.is_none() => {
-                metrics.limit_reached("first_request_timeout");
                 let waited = limits.first_request_timeout;
+                telemetry.limit_reached(Limit::FirstRequestTimeout { peer: &peer, waited });
                 let _ = tx.send(Outgoing::end(Status::deadline_exceeded(format!(
                     "no request with a node within {waited:?} of opening the stream (--first-request-timeout)"
                 )))).await;
@@ -266,22 +266,19 @@ async fn run<M: Machine>(
             }
             _ = tx.closed() => break "closed by the client".into(),
         }
-        let node = node_id.as_deref().unwrap_or("");
         while let Some(event) = machine.poll_event() {
-            log_event(node, &event);
-            count_event(metrics, &event, &mut sent_at);
+            events.protocol(&event);
         }
         let mut gone: Option<&str> = None;
         while let Some((wire, kind, version, resources)) = machine
             .poll_response(Instant::now())
             .map(|r| M::wire(r, &control_plane, secrets))
         {
-            tracing::debug!(node, r#type = %kind, version, resources, protocol, "Sending response.");
             // Framed here, once, into a buffer of its size: the body only passes it on.
             let framed = match body::frame(&wire, MAX_RESPONSE_BYTES) {
                 Ok(framed) => framed,
                 Err(status) => {
-                    tracing::error!(node, r#type = %kind, version, resources, protocol, error = %status.message(), "A response is too large to send; ending the stream.");
+                    events.too_large(kind, &version, resources, status.message());
                     let _ = tx.send(Outgoing::end(status)).await;
                     gone = Some("a response too large to send");
                     break;
@@ -300,17 +297,12 @@ async fn run<M: Machine>(
                 gone = Some("closed by the client");
                 break;
             }
-            metrics.sent(kind, resources, bytes);
-            sent_at[kind.index()] = Some(Instant::now());
-            if let Some(published) = push_from.take() {
-                observe(&metrics.push_latency, published.elapsed());
-            }
+            events.sent(kind, &version, resources, bytes);
         }
         // What deciding the responses did (plan steps), counted and logged now, not at the
         // next input.
         while let Some(event) = machine.poll_event() {
-            log_event(node, &event);
-            count_event(metrics, &event, &mut sent_at);
+            events.protocol(&event);
         }
         if let (Some((handle, _)), Some((changes, references))) = (&sibling, machine.references()) {
             if changes != published {
@@ -332,7 +324,14 @@ async fn run<M: Machine>(
         }
     };
     drop(listed);
-    tracing::info!(node = node_id.as_deref().unwrap_or(""), %peer, stream = %variant, protocol, %reason, "xDS stream closed.");
+    telemetry.stream_closed(
+        counted,
+        node_id.as_deref().unwrap_or(""),
+        &peer,
+        variant,
+        protocol,
+        &reason,
+    );
 }
 
 /// `node.user_agent_version`, or the build version's `major.minor.patch` (Envoy sends that).
@@ -383,90 +382,5 @@ fn attach<M: Machine>(machine: &mut Stream<M>, generation: &Generation) {
     if let Some(node) = machine.node() {
         let snapshot = generation.snapshot_for(&node.id, &node.cluster);
         machine.handle_snapshot(snapshot);
-    }
-}
-
-/// Count ACKs and NACKs, and time ACKs from their response.
-fn count_event(
-    metrics: &StreamMetrics,
-    event: &Event,
-    sent_at: &mut [Option<Instant>; ResourceType::ALL.len()],
-) {
-    match event {
-        Event::Acked { kind, .. } => {
-            metrics.acks.get_or_create(&TypeLabels::new(*kind)).inc();
-            if let Some(at) = sent_at[kind.index()].take() {
-                observe(&metrics.ack_latency, at.elapsed());
-            }
-        }
-        Event::Nacked { kind, .. } => {
-            metrics.nacks.get_or_create(&TypeLabels::new(*kind)).inc();
-            sent_at[kind.index()] = None;
-        }
-        Event::Plan(plan) => {
-            let event = match plan {
-                PlanEvent::Started { .. } => "started",
-                PlanEvent::Completed { .. } => "completed",
-                PlanEvent::TimedOut { .. } => "timed_out",
-                PlanEvent::Stopped { .. } => "stopped",
-                PlanEvent::Replaced { .. } => "replaced",
-                PlanEvent::Advanced { .. } => return,
-            };
-            metrics.plans.get_or_create(&PlanLabels { event }).inc();
-        }
-        Event::Subscribed { .. } | Event::Stale { .. } => {}
-    }
-}
-
-fn log_event(node: &str, event: &Event) {
-    match event {
-        Event::Acked { kind, version } => {
-            tracing::debug!(node, r#type = %kind, version, "ACK.");
-        }
-        Event::Nacked {
-            kind,
-            rejected_version,
-            error,
-        } => {
-            tracing::warn!(node, r#type = %kind, rejected_version, error, "NACK: the proxy rejected the configuration and keeps its previous one.");
-        }
-        Event::Subscribed {
-            kind,
-            wildcard,
-            subscribed,
-            unsubscribed,
-        } => {
-            tracing::debug!(node, r#type = %kind, wildcard, subscribed = ?subscribed, unsubscribed = ?unsubscribed, "Subscription changed.");
-        }
-        Event::Stale { kind, nonce } => {
-            tracing::debug!(node, r#type = %kind, nonce, "Ignored a request with a stale nonce.");
-        }
-        Event::Plan(PlanEvent::Started { steps }) => {
-            tracing::debug!(
-                node,
-                steps,
-                "Update plan started: the new snapshot goes out make-before-break."
-            );
-        }
-        Event::Plan(PlanEvent::Advanced { step, steps }) => {
-            tracing::debug!(
-                node,
-                step,
-                steps,
-                "Update plan: the client ACKed the previous step; sending the next."
-            );
-        }
-        Event::Plan(PlanEvent::Completed { steps, took }) => {
-            tracing::debug!(node, steps, took = ?took, "Update plan completed.");
-        }
-        Event::Plan(PlanEvent::TimedOut { step, waited }) => {
-            tracing::warn!(node, step, waited = ?waited, "Update plan: the client did not ACK this step in time; sending the next step anyway.");
-        }
-        Event::Plan(PlanEvent::Stopped { step, kind }) => {
-            tracing::warn!(node, step, r#type = %kind, "Update plan: the proxy NACKed; what depends on the rejected resources is held back, the rest goes on.");
-        }
-        Event::Plan(PlanEvent::Replaced { step }) => {
-            tracing::debug!(node, step, "Update plan replaced by a newer snapshot.");
-        }
     }
 }

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use switchyard::fleet::SyncStatus;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -304,7 +305,7 @@ impl Switchyard {
             .is_some_and(|n| {
                 n.types
                     .values()
-                    .all(|t| t.state == "SYNCED" || t.state == "NOT_SENT")
+                    .all(|t| matches!(t.state, SyncStatus::Synced | SyncStatus::NotSent))
             })
     }
 

@@ -18,8 +18,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use switchyard::cache::Cache;
-use switchyard::config::LoadOptions;
-use switchyard::fleet::Fleet;
+use switchyard::daemon::{Daemon, Listeners, Options};
 use switchyard::resource::ResourceType;
 use switchyard::watch::Reloader;
 use tokio::sync::{mpsc, oneshot};
@@ -30,14 +29,14 @@ use tonic::Streaming;
 /// How long to wait for something that should happen.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// The server, in-process, on a free port, over a temp config directory. Tests change files
-/// and call [`TestServer::reload`] (the watcher has its own tests), so nothing here depends
-/// on timing.
+/// The server, in-process, on a free port, over a temp config directory: the daemon as
+/// `serve` runs it (`switchyard::daemon`), without the file watcher. Tests change files and
+/// call [`TestServer::reload`] (the watcher has its own tests), so nothing here depends on
+/// timing.
 pub struct TestServer {
     pub addr: SocketAddr,
     /// The admin HTTP server (/healthz, /readyz, /status).
     pub admin_addr: SocketAddr,
-    admin_task: tokio::task::JoinHandle<()>,
     pub dir: tempfile::TempDir,
     pub cache: Arc<Cache>,
     pub reloader: Arc<Reloader>,
@@ -58,66 +57,52 @@ impl TestServer {
         files: &[(&str, &str)],
         options: switchyard::server::ServeOptions,
     ) -> TestServer {
-        TestServer::start_in(files, options, Cache::new()).await
+        TestServer::start_daemon(
+            files,
+            Options {
+                serve: options,
+                ..Default::default()
+            },
+        )
+        .await
     }
 
-    /// Start with these files, options and cache (one with a rollout policy, say).
-    pub async fn start_in(
-        files: &[(&str, &str)],
-        options: switchyard::server::ServeOptions,
-        cache: Cache,
-    ) -> TestServer {
+    /// Start with these files and daemon options (a rollout policy, say); the config paths
+    /// are the temp directory.
+    pub async fn start_daemon(files: &[(&str, &str)], options: Options) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         for (name, text) in files {
             write(dir.path(), name, text);
         }
-        let cache = Arc::new(cache);
-        let reloader = Arc::new(Reloader::new(
-            vec![dir.path().to_path_buf()],
-            LoadOptions::default(),
-            Arc::clone(&cache),
-        ));
-        reloader.reload().expect("the initial config loads");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server_cache = Arc::clone(&cache);
-        let fleet = Arc::new(Fleet::default());
-        let server_fleet = Arc::clone(&fleet);
-        let show_secrets = options.show_secrets;
-        let task = tokio::spawn(async move {
-            switchyard::server::serve(listener, server_cache, server_fleet, options, async {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("server runs");
-        });
-        let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind admin");
-        let admin_addr = admin_listener.local_addr().expect("admin addr");
-        let admin = switchyard::admin::Admin {
-            fleet,
-            cache: Arc::clone(&cache),
-            reloader: Arc::clone(&reloader),
-            show_secrets,
-            token: None,
+        let daemon = Daemon::load(Options {
+            paths: vec![dir.path().to_path_buf()],
+            ..options
+        })
+        .expect("the initial config loads");
+        let bind = || async {
+            tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind")
         };
-        let admin_task = tokio::spawn(async move {
-            switchyard::admin::serve(
-                admin_listener,
-                admin,
-                switchyard::admin::Transport::default(),
-                std::future::pending(),
-            )
-            .await;
+        let listeners = Listeners {
+            xds: bind().await,
+            admin: bind().await,
+        };
+        let addr = listeners.xds.local_addr().expect("addr");
+        let admin_addr = listeners.admin.local_addr().expect("admin addr");
+        let (cache, reloader) = (Arc::clone(&daemon.cache), Arc::clone(&daemon.reloader));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            daemon
+                .serve(listeners, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("server runs");
         });
         TestServer {
             addr,
             admin_addr,
-            admin_task,
             dir,
             cache,
             reloader,
@@ -208,7 +193,6 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        self.admin_task.abort();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -1,0 +1,247 @@
+//! The daemon as one library call: load the snapshot files, then serve xDS and the admin API
+//! on the listeners given until shutdown, with the watcher, the rollout driver and the state
+//! directory wired in. `switchyard serve` and every in-process test start the same way.
+//!
+//! Owns: the order things start and stop in, and which part gets which handle (cache,
+//! fleet, reloader, telemetry). Must not: parse flags or read the process's environment (the
+//! CLI does), or hold protocol or serving logic (`protocol`, `server`, `admin`).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::admin::{self, Admin};
+use crate::cache::Cache;
+use crate::config::{LoadFailure, LoadOptions};
+use crate::fleet::Fleet;
+use crate::redact::Secrets;
+use crate::rollout::Policy;
+use crate::server::{self, ServeOptions, ServerError};
+use crate::state::{StateDir, StateError};
+use crate::telemetry::Telemetry;
+use crate::watch::{Reloader, Watching};
+
+/// Everything the daemon is told, beyond its listeners.
+#[derive(Debug, Default)]
+pub struct Options {
+    /// The snapshot files and directories (`--config`).
+    pub paths: Vec<PathBuf>,
+    pub load: LoadOptions,
+    pub serve: ServeOptions,
+    /// How the admin port is served (TLS, header timeout).
+    pub admin: admin::Transport,
+    /// `--admin-token-file`'s token: what shows nodes and configuration needs it.
+    pub admin_token: Option<Arc<str>>,
+    /// Reload when the files change (`serve` always does; tests that reload by hand don't).
+    pub watch: bool,
+    /// `--canary-id`/`--canary-cluster` and `--rollout-bake`: staged rollouts.
+    pub rollout: Option<Policy>,
+    /// `--state-dir`: where each good (or promoted) load is kept, and served from at start
+    /// when the files do not load.
+    pub state_dir: Option<PathBuf>,
+    /// `--preflight-envoy` and `--preflight-timeout`: the Envoy that checks each new config.
+    pub preflight: Option<(PathBuf, Duration)>,
+}
+
+/// The two ports, bound by the caller.
+#[derive(Debug)]
+pub struct Listeners {
+    pub xds: TcpListener,
+    pub admin: TcpListener,
+}
+
+/// Why the daemon did not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot use --state-dir: {0}")]
+    StateDir(#[from] StateError),
+    #[error("--preflight-envoy {}: no such file", .0.display())]
+    NoEnvoy(PathBuf),
+    #[error("the configuration cannot be loaded, not starting: {0}")]
+    Load(LoadFailure),
+    #[error(transparent)]
+    Server(#[from] ServerError),
+}
+
+impl RunError {
+    /// Whether the operator's input is at fault (a usage error) rather than the run.
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, RunError::Server(_))
+    }
+}
+
+/// A daemon whose configuration is loaded, not yet serving. Its parts are public for the
+/// callers that look inside: tests reload by hand and read the cache.
+pub struct Daemon {
+    pub cache: Arc<Cache>,
+    pub fleet: Arc<Fleet>,
+    pub reloader: Arc<Reloader>,
+    pub telemetry: Telemetry,
+    watching: Option<Watching>,
+    serve: ServeOptions,
+    admin: admin::Transport,
+    admin_token: Option<Arc<str>>,
+}
+
+impl Daemon {
+    /// Load the configuration, as `serve` does before it binds: the watch is armed first (an
+    /// edit made during a long first load is not lost); under a rollout policy the last
+    /// promoted copy in the state directory serves first; a config that does not load is an
+    /// error unless the state directory keeps a good copy to serve meanwhile.
+    pub fn load(options: Options) -> Result<Daemon, RunError> {
+        let telemetry = Telemetry::default();
+        let cache = Arc::new(match options.rollout {
+            Some(policy) => Cache::with_rollouts(policy),
+            None => Cache::new(),
+        });
+        let mut reloader = Reloader::new(
+            options.paths,
+            options.load,
+            Arc::clone(&cache),
+            telemetry.clone(),
+        );
+        if let Some((envoy, timeout)) = options.preflight {
+            if !envoy.is_file() {
+                return Err(RunError::NoEnvoy(envoy));
+            }
+            reloader = reloader.with_preflight(envoy, timeout);
+        }
+        if let Some(dir) = &options.state_dir {
+            reloader = reloader.with_state(StateDir::open(dir)?);
+        }
+        let reloader = Arc::new(reloader);
+        let watching = options.watch.then(|| reloader.watching());
+        let promoted_first = reloader.serve_promoted_first().is_some();
+        if let Err(failure) = reloader.reload() {
+            if !promoted_first && reloader.serve_last_good(&failure).is_none() {
+                return Err(RunError::Load(failure));
+            }
+        }
+        log_secret_policy(
+            &cache,
+            options.serve.secrets,
+            options.serve.identity.is_some(),
+        );
+        Ok(Daemon {
+            fleet: Arc::new(Fleet::new(telemetry.clone())),
+            cache,
+            reloader,
+            telemetry,
+            watching,
+            serve: options.serve,
+            admin: options.admin,
+            admin_token: options.admin_token,
+        })
+    }
+
+    /// Serve xDS and the admin API on `listeners` until `shutdown` completes; then end every
+    /// stream, stop watching, and close the admin port.
+    pub async fn serve(
+        self,
+        listeners: Listeners,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), RunError> {
+        let Daemon {
+            cache,
+            fleet,
+            reloader,
+            telemetry,
+            watching,
+            serve,
+            admin,
+            admin_token,
+        } = self;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        if let (Ok(xds), Ok(admin)) = (listeners.xds.local_addr(), listeners.admin.local_addr()) {
+            tracing::info!(xds_addr = %xds, admin_addr = %admin, "Serving xDS.");
+        }
+        let watcher = watching.map(|w| tokio::spawn(w.run(stopped(stop_rx.clone()))));
+        let keeper = tokio::spawn(Arc::clone(&reloader).keep_promoted());
+        let admin_task = tokio::spawn(admin::serve(
+            listeners.admin,
+            Admin {
+                fleet: Arc::clone(&fleet),
+                cache: Arc::clone(&cache),
+                reloader,
+                telemetry: telemetry.clone(),
+                show_secrets: serve.show_secrets,
+                token: admin_token,
+            },
+            admin,
+            stopped(stop_rx.clone()),
+        ));
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        });
+        let served = server::serve(
+            listeners.xds,
+            cache,
+            fleet,
+            telemetry,
+            serve,
+            stopped(stop_rx),
+        )
+        .await;
+        if let Some(watcher) = watcher {
+            let _ = watcher.await;
+        }
+        keeper.abort();
+        if let Err(e) = admin_task.await {
+            tracing::error!("admin server task: {e}");
+        }
+        Ok(served?)
+    }
+}
+
+/// Load, then serve until `shutdown`: [`Daemon::load`] and [`Daemon::serve`] in one call.
+pub async fn run(
+    listeners: Listeners,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    Daemon::load(options)?.serve(listeners, shutdown).await
+}
+
+/// Say at start whether the snapshot holds private key material, and who gets it.
+fn log_secret_policy(cache: &Cache, secrets: Secrets, bound: bool) {
+    let current = cache.current();
+    let holding: Vec<&str> = current
+        .config
+        .files
+        .iter()
+        .flat_map(|f| &f.resources)
+        .filter(|r| r.has_private_material())
+        .map(|r| r.name.as_str())
+        .collect();
+    if holding.is_empty() {
+        return;
+    }
+    match secrets {
+        Secrets::Redact if bound => tracing::info!(
+            resources = holding.len(),
+            names = ?holding,
+            "The snapshot holds private key material. It goes only to streams whose client \
+             certificate is bound to their node (--node-identity)."
+        ),
+        Secrets::Redact => tracing::warn!(
+            resources = holding.len(),
+            names = ?holding,
+            "The snapshot holds private key material. Proxies get these resources without it \
+             (they cannot prove who they are); serve with --insecure-serve-secrets for a \
+             sidecar on loopback."
+        ),
+        Secrets::Serve => tracing::warn!(
+            resources = holding.len(),
+            names = ?holding,
+            "The snapshot holds private key material, and --insecure-serve-secrets sends it to \
+             any client that asks for it."
+        ),
+    }
+}

@@ -1,0 +1,557 @@
+//! Operational events, each logged and counted in one place, as vector's internal events are:
+//! a stream opened or closed, a response sent, an ACK, a NACK, a plan step, a limit reached,
+//! a REST poll answered, a config load, a file event, a rollout's end.
+//!
+//! Owns: what each event logs (level, message, fields) and which metric it moves. Callers say
+//! what happened; they neither log it nor touch a metric handle themselves. Must not: decide
+//! anything (the protocol and the server do), or read the fleet or the cache (scrape-time
+//! values are the admin server's to collect).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+
+use crate::metrics::{
+    observe, LimitLabels, Metrics, PlanLabels, PollLabels, ResultLabels, RolloutLabels,
+    StreamLabels, TypeLabels,
+};
+use crate::protocol::{Event, PlanEvent, Variant};
+use crate::resource::ResourceType;
+
+/// Where events go: the metrics (shared by every clone) and the log.
+#[derive(Clone, Debug, Default)]
+pub struct Telemetry {
+    metrics: Arc<Metrics>,
+}
+
+/// A limit that turned a connection, a stream or a request away.
+#[derive(Clone, Copy, Debug)]
+pub enum Limit<'a> {
+    /// `--max-connections` (`limit`: `connections`) or the admin port's cap
+    /// (`admin_connections`).
+    Connections {
+        limit: &'static str,
+        port: &'static str,
+        peer: std::net::SocketAddr,
+        max: usize,
+    },
+    /// `--handshake-timeout`: no TLS handshake or first byte in time.
+    HandshakeTimeout {
+        port: &'static str,
+        peer: std::net::SocketAddr,
+        timeout: Duration,
+    },
+    /// `--max-names-per-stream`.
+    NamesPerStream { peer: &'a str, error: &'a str },
+    /// `--first-request-timeout`: a stream that never said who it is.
+    FirstRequestTimeout { peer: &'a str, waited: Duration },
+    /// `--admin-header-timeout`.
+    AdminHeaderTimeout { peer: Option<std::net::SocketAddr> },
+}
+
+impl Limit<'_> {
+    fn label(&self) -> &'static str {
+        match self {
+            Limit::Connections { limit, .. } => limit,
+            Limit::HandshakeTimeout { .. } => "handshake_timeout",
+            Limit::NamesPerStream { .. } => "names_per_stream",
+            Limit::FirstRequestTimeout { .. } => "first_request_timeout",
+            Limit::AdminHeaderTimeout { .. } => "admin_header_timeout",
+        }
+    }
+}
+
+/// How a staged rollout ended, or halted.
+#[derive(Clone, Copy, Debug)]
+pub enum RolloutEnd<'a> {
+    /// Every canary ACKed and the bake passed.
+    Promoted { generation: u64, canaries: usize },
+    /// A canary NACKed.
+    Halted {
+        generation: u64,
+        stable: u64,
+        reason: &'a str,
+    },
+    /// `rollout promote` (`promote: true`) or `rollout abort`.
+    ByOperator { generation: u64, promote: bool },
+}
+
+/// A config load that succeeded.
+#[derive(Clone, Copy, Debug)]
+pub struct Loaded<'a> {
+    pub generation: u64,
+    /// Whether it differs from what was serving (and was published).
+    pub changed: bool,
+    pub files: usize,
+    /// Files parsed anew (the rest were unchanged).
+    pub parsed: usize,
+    pub resources: usize,
+    pub version: &'a str,
+}
+
+impl Telemetry {
+    /// The handles, for the exposition.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// A stream named its node: listed in `switchyard_streams` until the returned guard
+    /// goes (see [`Telemetry::stream_closed`]).
+    pub fn stream_opened(
+        &self,
+        node: &Node,
+        peer: &str,
+        variant: Variant,
+        protocol: &'static str,
+    ) -> OpenStream {
+        tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, features = ?node.client_features, "xDS stream opened.");
+        let labels = StreamLabels::new(protocol, variant);
+        self.metrics.streams.get_or_create(&labels).inc();
+        OpenStream {
+            metrics: Arc::clone(&self.metrics),
+            labels,
+        }
+    }
+
+    /// A stream ended (`opened`: if it had named its node).
+    pub fn stream_closed(
+        &self,
+        opened: Option<OpenStream>,
+        node: &str,
+        peer: &str,
+        variant: Variant,
+        protocol: &'static str,
+        reason: &str,
+    ) {
+        drop(opened);
+        tracing::info!(node, %peer, stream = %variant, protocol, %reason, "xDS stream closed.");
+    }
+
+    /// A client's certificate is not bound to the node it claims (`what`: `stream`, `REST
+    /// poll`).
+    pub fn identity_mismatch(
+        &self,
+        what: &str,
+        node: &str,
+        peer: &str,
+        why: &impl std::fmt::Display,
+    ) {
+        self.metrics.identity_mismatches.inc();
+        tracing::warn!(node, %peer, reason = %why, "Refused a {what}: its client certificate is not bound to the node it claims.");
+    }
+
+    /// A limit turned something away.
+    pub fn limit_reached(&self, limit: Limit<'_>) {
+        self.metrics
+            .limits
+            .get_or_create(&LimitLabels {
+                limit: limit.label(),
+            })
+            .inc();
+        match limit {
+            Limit::Connections {
+                limit,
+                port,
+                peer,
+                max,
+            } => tracing::warn!(port, %peer, max, limit, "Closed a new connection: the limit on open connections is reached."),
+            Limit::HandshakeTimeout {
+                port,
+                peer,
+                timeout,
+            } => tracing::info!(port, %peer, ?timeout, "Closed a new connection: no TLS handshake or first byte in time."),
+            Limit::NamesPerStream { peer, error } => {
+                tracing::debug!(%peer, %error, "Ended a stream: it subscribed to more names than --max-names-per-stream.")
+            }
+            Limit::FirstRequestTimeout { peer, waited } => {
+                tracing::debug!(%peer, ?waited, "Ended a stream: no request naming a node within --first-request-timeout.")
+            }
+            Limit::AdminHeaderTimeout { peer } => tracing::info!(?peer, "Closed an admin connection: its request headers took longer than --admin-header-timeout."),
+        }
+    }
+
+    /// A connection reached `--max-connection-age`.
+    pub fn connection_aged(&self, peer: Option<std::net::SocketAddr>, age: Option<Duration>) {
+        self.metrics.connections_aged.inc();
+        tracing::debug!(
+            ?peer,
+            ?age,
+            "A connection reached --max-connection-age: ending its streams, GOAWAY."
+        );
+    }
+
+    /// Every connected stream ACKed what it got of a generation, `took` after its
+    /// publication.
+    pub fn converged(&self, took: Duration) {
+        observe(&self.metrics.convergence, took);
+    }
+
+    /// A REST-JSON poll answered: with `resources` (`changed`, `bytes` of JSON) or 304.
+    pub fn poll_answered(&self, kind: ResourceType, changed: Option<(usize, usize)>) {
+        let result = match changed {
+            Some((resources, bytes)) => {
+                self.count_sent(kind, resources, bytes);
+                "changed"
+            }
+            None => "not_modified",
+        };
+        self.metrics
+            .rest_polls
+            .get_or_create(&PollLabels {
+                type_url: kind.type_url(),
+                result,
+            })
+            .inc();
+        tracing::debug!(r#type = %kind, result, "Answered a REST poll.");
+    }
+
+    fn count_sent(&self, kind: ResourceType, resources: usize, bytes: usize) {
+        let labels = TypeLabels::new(kind);
+        let m = &self.metrics;
+        m.responses.get_or_create(&labels).inc();
+        m.resources_sent
+            .get_or_create(&labels)
+            .inc_by(resources as u64);
+        m.bytes_sent.get_or_create(&labels).inc_by(bytes as u64);
+    }
+
+    /// A staged rollout ended or halted.
+    pub fn rollout_ended(&self, end: RolloutEnd<'_>) {
+        let outcome = match end {
+            RolloutEnd::Promoted {
+                generation,
+                canaries,
+            } => {
+                tracing::info!(
+                    generation,
+                    canaries,
+                    "Rollout promoted: every canary took the new generation and the bake time passed without a NACK; it now goes to every node."
+                );
+                "promoted"
+            }
+            RolloutEnd::Halted {
+                generation,
+                stable,
+                reason,
+            } => {
+                tracing::error!(
+                    generation,
+                    stable,
+                    reason = %reason,
+                    "Rollout halted: a canary rejected the new generation; the other nodes stay on the stable one (fix the files, or `switchyard rollout abort`)."
+                );
+                "halted"
+            }
+            RolloutEnd::ByOperator {
+                generation,
+                promote: true,
+            } => {
+                tracing::warn!(
+                    generation,
+                    "Rollout promoted by an operator: every node gets it."
+                );
+                "promoted"
+            }
+            RolloutEnd::ByOperator {
+                generation,
+                promote: false,
+            } => {
+                tracing::warn!(
+                    generation,
+                    "Rollout aborted by an operator: the canaries go back to it."
+                );
+                "aborted"
+            }
+        };
+        self.metrics
+            .rollouts
+            .get_or_create(&RolloutLabels { outcome })
+            .inc();
+    }
+
+    /// A file-system event on the config paths (counted before debouncing).
+    pub fn file_event(&self) {
+        self.metrics.file_watch_events.inc();
+    }
+
+    /// A config load succeeded (with these warnings).
+    pub fn config_loaded(&self, load: Loaded<'_>, warnings: &[impl std::fmt::Display]) {
+        for w in warnings {
+            tracing::warn!(warning = %w, "Configuration warning.");
+        }
+        if load.changed {
+            tracing::info!(
+                generation = load.generation,
+                files = load.files,
+                parsed = load.parsed,
+                resources = load.resources,
+                config_version = %load.version,
+                "Loaded snapshot files."
+            );
+        } else {
+            tracing::debug!(generation = load.generation, "Reloaded; nothing changed.");
+        }
+        self.count_load("ok");
+    }
+
+    /// A config load failed; `serving` keeps serving.
+    pub fn config_failed(&self, errors: usize, serving: u64, failure: &impl std::fmt::Display) {
+        tracing::error!(
+            errors,
+            serving_generation = serving,
+            "Configuration load failed; the last good snapshot keeps serving. {failure}"
+        );
+        self.count_load("failed");
+    }
+
+    fn count_load(&self, result: &'static str) {
+        let m = &self.metrics;
+        m.config_loads.get_or_create(&ResultLabels { result }).inc();
+        m.config_last_load
+            .set(crate::metrics::unix_seconds(SystemTime::now()));
+        m.config_last_load_ok.set(i64::from(result == "ok"));
+    }
+
+    /// The events of one stream, from its first request to its end.
+    pub fn stream(&self, protocol: &'static str) -> StreamEvents {
+        StreamEvents {
+            telemetry: self.clone(),
+            protocol,
+            node: String::new(),
+            sent_at: Default::default(),
+            push_from: None,
+        }
+    }
+}
+
+/// A stream counted in `switchyard_streams`; uncounted when dropped.
+#[derive(Debug)]
+pub struct OpenStream {
+    metrics: Arc<Metrics>,
+    labels: StreamLabels,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.metrics.streams.get_or_create(&self.labels).dec();
+    }
+}
+
+/// One stream's events: what it needs to time pushes and ACKs.
+#[derive(Debug)]
+pub struct StreamEvents {
+    telemetry: Telemetry,
+    protocol: &'static str,
+    /// The node id, once known.
+    node: String,
+    /// When each type's latest response was written (for the ACK latency).
+    sent_at: [Option<Instant>; ResourceType::ALL.len()],
+    /// When the newest generation was published, until its first response is written (the
+    /// push latency).
+    push_from: Option<Instant>,
+}
+
+impl StreamEvents {
+    /// The stream named its node.
+    pub fn named(&mut self, node: &str) {
+        self.node = node.to_string();
+    }
+
+    /// The stream took in a generation published at `published`.
+    pub fn generation_arrived(&mut self, published: Instant) {
+        self.push_from = Some(published);
+    }
+
+    /// What the state machine reported: ACKs, NACKs, subscriptions, plan steps.
+    pub fn protocol(&mut self, event: &Event) {
+        let (m, node) = (&self.telemetry.metrics, self.node.as_str());
+        match event {
+            Event::Acked { kind, version } => {
+                tracing::debug!(node, r#type = %kind, version, "ACK.");
+                m.acks.get_or_create(&TypeLabels::new(*kind)).inc();
+                if let Some(at) = self.sent_at[kind.index()].take() {
+                    observe(&m.ack_latency, at.elapsed());
+                }
+            }
+            Event::Nacked {
+                kind,
+                rejected_version,
+                error,
+            } => {
+                tracing::warn!(node, r#type = %kind, rejected_version, error, "NACK: the proxy rejected the configuration and keeps its previous one.");
+                m.nacks.get_or_create(&TypeLabels::new(*kind)).inc();
+                self.sent_at[kind.index()] = None;
+            }
+            Event::Subscribed {
+                kind,
+                wildcard,
+                subscribed,
+                unsubscribed,
+            } => {
+                tracing::debug!(node, r#type = %kind, wildcard, subscribed = ?subscribed, unsubscribed = ?unsubscribed, "Subscription changed.");
+            }
+            Event::Stale { kind, nonce } => {
+                tracing::debug!(node, r#type = %kind, nonce, "Ignored a request with a stale nonce.");
+            }
+            Event::Plan(plan) => {
+                let counted = match plan {
+                    PlanEvent::Started { steps } => {
+                        tracing::debug!(
+                            node,
+                            steps,
+                            "Update plan started: the new snapshot goes out make-before-break."
+                        );
+                        "started"
+                    }
+                    PlanEvent::Advanced { step, steps } => {
+                        tracing::debug!(
+                            node,
+                            step,
+                            steps,
+                            "Update plan: the client ACKed the previous step; sending the next."
+                        );
+                        return;
+                    }
+                    PlanEvent::Completed { steps, took } => {
+                        tracing::debug!(node, steps, took = ?took, "Update plan completed.");
+                        "completed"
+                    }
+                    PlanEvent::TimedOut { step, waited } => {
+                        tracing::warn!(node, step, waited = ?waited, "Update plan: the client did not ACK this step in time; sending the next step anyway.");
+                        "timed_out"
+                    }
+                    PlanEvent::Stopped { step, kind } => {
+                        tracing::warn!(node, step, r#type = %kind, "Update plan: the proxy NACKed; what depends on the rejected resources is held back, the rest goes on.");
+                        "stopped"
+                    }
+                    PlanEvent::Replaced { step } => {
+                        tracing::debug!(node, step, "Update plan replaced by a newer snapshot.");
+                        "replaced"
+                    }
+                };
+                m.plans.get_or_create(&PlanLabels { event: counted }).inc();
+            }
+        }
+    }
+
+    /// A response was written: `resources` resources, `bytes` encoded.
+    pub fn sent(&mut self, kind: ResourceType, version: &str, resources: usize, bytes: usize) {
+        tracing::debug!(node = %self.node, r#type = %kind, version, resources, bytes, protocol = self.protocol, "Sent a response.");
+        self.telemetry.count_sent(kind, resources, bytes);
+        self.sent_at[kind.index()] = Some(Instant::now());
+        if let Some(published) = self.push_from.take() {
+            observe(&self.telemetry.metrics.push_latency, published.elapsed());
+        }
+    }
+
+    /// A response too large to send: the stream ends.
+    pub fn too_large(&self, kind: ResourceType, version: &str, resources: usize, error: &str) {
+        tracing::error!(node = %self.node, r#type = %kind, version, resources, protocol = self.protocol, error, "A response is too large to send; ending the stream.");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exposition(t: &Telemetry) -> String {
+        crate::metrics::encode(t.metrics(), Default::default())
+    }
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    #[test]
+    fn a_stream_is_counted_while_open_and_its_acks_and_nacks_by_type() {
+        let t = Telemetry::default();
+        let node = Node {
+            id: "n1".into(),
+            ..Default::default()
+        };
+        let open = t.stream_opened(&node, "127.0.0.1:1", Variant::Aggregated, "sotw");
+        let gauge = r#"switchyard_streams{protocol="sotw",stream="ads"}"#;
+        assert_eq!(value(&exposition(&t), gauge), Some(1.0));
+        let mut events = t.stream("sotw");
+        events.named("n1");
+        events.sent(ResourceType::Cluster, "v1", 3, 100);
+        events.protocol(&Event::Acked {
+            kind: ResourceType::Cluster,
+            version: "v1".into(),
+        });
+        events.protocol(&Event::Nacked {
+            kind: ResourceType::Cluster,
+            rejected_version: "v2".into(),
+            error: "bad".into(),
+        });
+        let text = exposition(&t);
+        let cds = r#"{type_url="type.googleapis.com/envoy.config.cluster.v3.Cluster"}"#;
+        assert_eq!(
+            value(&text, &format!("switchyard_acks_total{cds}")),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, &format!("switchyard_nacks_total{cds}")),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, &format!("switchyard_resources_sent_total{cds}")),
+            Some(3.0)
+        );
+        assert_eq!(
+            value(&text, "switchyard_ack_latency_seconds_count"),
+            Some(1.0)
+        );
+        t.stream_closed(
+            Some(open),
+            "n1",
+            "127.0.0.1:1",
+            Variant::Aggregated,
+            "sotw",
+            "done",
+        );
+        assert_eq!(value(&exposition(&t), gauge), Some(0.0));
+    }
+
+    #[test]
+    fn loads_are_counted_by_result_and_the_last_one_is_kept() {
+        let t = Telemetry::default();
+        let text = exposition(&t);
+        assert_eq!(
+            value(&text, r#"switchyard_config_loads_total{result="ok"}"#),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(&text, "switchyard_config_last_load_timestamp_seconds"),
+            Some(0.0)
+        );
+        let loaded = Loaded {
+            generation: 1,
+            changed: true,
+            files: 1,
+            parsed: 1,
+            resources: 2,
+            version: "v",
+        };
+        t.config_loaded(loaded, &[] as &[String]);
+        assert_eq!(
+            value(&exposition(&t), "switchyard_config_last_load_ok"),
+            Some(1.0)
+        );
+        t.config_failed(1, 1, &"broken");
+        let text = exposition(&t);
+        assert_eq!(
+            value(&text, r#"switchyard_config_loads_total{result="ok"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, r#"switchyard_config_loads_total{result="failed"}"#),
+            Some(1.0)
+        );
+        assert_eq!(value(&text, "switchyard_config_last_load_ok"), Some(0.0));
+        assert!(value(&text, "switchyard_config_last_load_timestamp_seconds") > Some(1.7e9));
+    }
+}
