@@ -195,7 +195,8 @@ virtual_hosts:
 const TTL_CLUSTER: &str =
     "clusters:\n  - { name: t, connect_timeout: 1s, type: STATIC, ttl: 1s }\n  - { name: plain, connect_timeout: 1s, type: STATIC }\n";
 
-#[tokio::test]
+/// On tokio's paused clock: the heartbeats' times are exact, and nothing waits in real time.
+#[tokio::test(start_paused = true)]
 async fn p25_ttl_and_heartbeats_for_clients_that_announce_support() {
     let server = TestServer::start(&[("t.yaml", TTL_CLUSTER)]).await;
     let mut n = node("n1", "test");
@@ -209,9 +210,20 @@ async fn p25_ttl_and_heartbeats_for_clients_that_announce_support() {
     assert!(by_name["plain"].ttl.is_none());
     let version = by_name["t"].version.clone();
     c.ack(&r).await;
-    // Heartbeats: same version, no body, the TTL again; only for `t`.
+    // Heartbeats: same version, no body, the TTL again; only for `t`, each a third of the
+    // TTL after the last time it went out.
+    let mut last = tokio::time::Instant::now();
     for _ in 0..3 {
         let hb = c.recv().await;
+        let now = tokio::time::Instant::now();
+        // Tokio's timers fire on the millisecond after the deadline.
+        let interval = switchyard::protocol::heartbeat_interval(Duration::from_secs(1));
+        let waited = now - last;
+        assert!(
+            waited >= interval && waited <= interval + Duration::from_millis(1),
+            "a heartbeat {waited:?} after the last, not {interval:?}"
+        );
+        last = now;
         assert_eq!(delta_names(&hb), ["t"]);
         assert_eq!(hb.resources[0].version, version);
         assert!(
@@ -223,7 +235,8 @@ async fn p25_ttl_and_heartbeats_for_clients_that_announce_support() {
     }
 }
 
-#[tokio::test]
+/// On tokio's paused clock: the wait for a heartbeat that must not come takes no real time.
+#[tokio::test(start_paused = true)]
 async fn p27_clients_without_the_feature_never_see_ttls() {
     let server = TestServer::start(&[("t.yaml", TTL_CLUSTER)]).await;
     let mut c = server.delta("n1").await;

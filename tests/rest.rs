@@ -3,10 +3,13 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use support::*;
 use switchyard::resource::ResourceType::Cluster;
+use switchyard::server::rest::REST_HOLD;
 
 async fn poll(server: &TestServer, path: &str, body: &str) -> (u16, String) {
     let r = reqwest::Client::new()
@@ -30,7 +33,8 @@ fn request(version: &str, names: &[&str]) -> String {
     .to_string()
 }
 
-#[tokio::test]
+/// On tokio's paused clock: the hold's length is exact, and nothing waits in real time.
+#[tokio::test(start_paused = true)]
 async fn rest_answers_json_then_holds_an_unchanged_version_and_answers_304() {
     let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
     let (code, body) = poll(&server, "/v3/discovery:clusters", &request("", &[])).await;
@@ -46,9 +50,11 @@ async fn rest_answers_json_then_holds_an_unchanged_version_and_answers_304() {
     let started = Instant::now();
     let (code, body) = poll(&server, "/v3/discovery:clusters", &request(&version, &[])).await;
     assert_eq!(code, 304, "{body}");
+    // Held for REST_HOLD (tokio's timers fire on the millisecond after the deadline).
+    let held = started.elapsed();
     assert!(
-        started.elapsed() >= Duration::from_millis(400),
-        "held before answering"
+        held >= REST_HOLD && held <= REST_HOLD + Duration::from_millis(1),
+        "held {held:?}, not {REST_HOLD:?}"
     );
 
     // A change while held is answered at once with the new version.
@@ -66,9 +72,15 @@ async fn rest_answers_json_then_holds_an_unchanged_version_and_answers_304() {
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
+    let changed = Instant::now();
     server.set_file("c.yaml", &eds_cluster("backend", "3s", 8080));
     let (code, body) = poller.await.expect("joins");
     assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        changed.elapsed(),
+        Duration::ZERO,
+        "answered at once, not held"
+    );
     let r: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     assert_ne!(r["version_info"], version);
     assert_eq!(r["resources"][0]["connectTimeout"], "3s");

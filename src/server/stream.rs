@@ -271,7 +271,8 @@ async fn run<M: Machine>(
         }
         let mut gone: Option<&str> = None;
         while let Some((wire, kind, version, resources)) = machine
-            .poll_response(Instant::now())
+            // Tokio's clock (the same as the system's, but for tests on a paused clock).
+            .poll_response(tokio::time::Instant::now().into_std())
             .map(|r| M::wire(r, &control_plane, secrets))
         {
             // Framed here, once, into a buffer of its size: the body only passes it on.
