@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use prost::Message;
 
@@ -161,6 +162,15 @@ fn unknown_field_names_file_resource_and_field_path() {
         "{e}"
     );
     assert!(e.contains("adress"), "{e}");
+    // The resource is named by its name field in either spelling (here EDS's
+    // `cluster_name` as `clusterName`, its proto3 JSON name).
+    write(
+        dir.path(),
+        "bad.yaml",
+        "endpoints:\n  - clusterName: e1\n    bogus: 1\n",
+    );
+    let errs = errors(dir.path());
+    assert!(errs[0].contains("endpoints[0] \"e1\""), "{errs:?}");
 }
 
 #[test]
@@ -443,6 +453,29 @@ fn empty_files_dangling_links_and_directories_are_errors() {
     std::fs::create_dir(&as_dir).expect("mkdir");
     let failure = load(&[as_dir], &LoadOptions::default()).expect_err("a directory");
     assert!(failure.errors[0].to_string().contains("is a directory"));
+}
+
+/// A symlink back to a directory being read is named as a loop, not walked for ever (nor
+/// cut at an arbitrary depth).
+#[test]
+fn a_symlink_loop_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "good.yaml", "clusters: [{name: a}]\n");
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).expect("mkdir");
+    std::os::unix::fs::symlink(dir.path(), sub.join("back")).expect("link");
+    let errs = errors(dir.path());
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].contains("back") && errs[0].contains("symlink loop"),
+        "{errs:?}"
+    );
+    // A link to a directory elsewhere is followed.
+    let other = tempfile::tempdir().expect("tmp");
+    write(other.path(), "more.yaml", "clusters: [{name: b}]\n");
+    std::fs::remove_file(sub.join("back")).expect("unlink");
+    std::os::unix::fs::symlink(other.path(), sub.join("more")).expect("link");
+    assert_eq!(load_dir(dir.path()).expect("loads").resource_count(), 2);
 }
 
 #[test]

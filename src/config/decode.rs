@@ -1,0 +1,121 @@
+//! One list item to its Envoy protobuf: mapped through the descriptor pool (proto3 JSON),
+//! checked against Envoy's field rules, encoded once (with its forms without secrets), and
+//! given a content-hash version, its references, TTL and aliases.
+//!
+//! Must not: look at other resources (references are checked in `loader`).
+
+use std::path::Path;
+
+use prost_reflect::{DeserializeOptions, DynamicMessage};
+
+use super::hash::content_hash;
+use super::keys::{parse_ttl, vhds_aliases, TTL_KEY};
+use super::{descriptors, references, rules, sensitive, ConfigError};
+use crate::resource::{Resource, ResourceType};
+
+/// Map one list item to its protobuf, encode it once and hash it.
+pub(super) fn decode_resource(
+    path: &Path,
+    kind: ResourceType,
+    index: usize,
+    item: &serde_yaml::Value,
+    envoy_rules: bool,
+) -> Result<Resource, ConfigError> {
+    // Name the resource in errors by the name the item gives (in either spelling), even when
+    // it does not decode.
+    let json_name = descriptors::message(kind)
+        .get_field_by_name(kind.name_field())
+        .map(|f| f.json_name().to_string());
+    let claimed = item
+        .get(kind.name_field())
+        .or_else(|| json_name.and_then(|n| item.get(n)))
+        .and_then(|v| v.as_str());
+    let label = match claimed {
+        Some(name) => format!("{}[{index}] {name:?}", kind.file_key()),
+        None => format!("{}[{index}]", kind.file_key()),
+    };
+    let error = |field: String, message: String| ConfigError::Resource {
+        path: path.to_path_buf(),
+        resource: label.clone(),
+        field,
+        message,
+    };
+
+    // `ttl` sits beside the resource's own fields (no resource type has a field of that
+    // name; a test checks): take it out before the item is decoded as the message.
+    let mut item = item.clone();
+    let ttl = match item.as_mapping_mut().and_then(|m| m.remove(TTL_KEY)) {
+        None => None,
+        Some(value) => Some(parse_ttl(&value).map_err(|message| error(TTL_KEY.into(), message))?),
+    };
+
+    let mut track = serde_path_to_error::Track::new();
+    let message = DynamicMessage::deserialize_with_options(
+        descriptors::message(kind),
+        serde_path_to_error::Deserializer::new(&item, &mut track),
+        &DeserializeOptions::new(),
+    )
+    .map_err(|e| {
+        let path = track.path();
+        let mut message = e.to_string();
+        if sensitive::at_sensitive(descriptors::message(kind), &item, &path) {
+            message = sensitive::hidden(&message);
+        }
+        error(path.to_string(), message)
+    })?;
+
+    let name = message
+        .get_field_by_name(kind.name_field())
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    if name.is_empty() {
+        return Err(error(
+            kind.name_field().into(),
+            format!(
+                "missing `{}`: every resource needs a name",
+                kind.name_field()
+            ),
+        ));
+    }
+    // Envoy's own field rules: what every proxy would NACK stops here, with its words.
+    if envoy_rules {
+        rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;
+    }
+    // Versions hash the canonical JSON, not the bytes: map fields (Struct metadata, runtime
+    // layers) encode in HashMap order, which differs between processes, while serde_json's
+    // map is sorted. So the same files give the same versions in every process.
+    let json = serde_json::to_value(&message)
+        .map_err(|e| error(".".into(), format!("cannot be represented as JSON: {e}")))?;
+    let canonical = serde_json::to_vec(&json).map_err(|e| error(".".into(), e.to_string()))?;
+    // The TTL is part of the version: changing it re-sends the resource (P25).
+    let ttl_text = ttl.map(|t| t.as_millis().to_string()).unwrap_or_default();
+    let version = content_hash([canonical.as_slice(), ttl_text.as_bytes()]);
+    let warms_with = match kind {
+        ResourceType::Cluster => references::eds_service_name(&name, &json),
+        _ => None,
+    };
+    let aliases = match kind {
+        ResourceType::VirtualHost => {
+            vhds_aliases(&name, &json).map_err(|m| error("name".into(), m))?
+        }
+        _ => Vec::new(),
+    };
+    let references = references::of(kind, &name, &json, warms_with.as_deref());
+    // Each resource's forms without secret material are encoded once, here, like the
+    // resource itself.
+    let without = |audience| {
+        let mut copy = message.clone();
+        crate::redact::redact(&mut copy, audience).then(|| prost::Message::encode_to_vec(&copy))
+    };
+    let (for_proxy, for_operator) = (
+        without(crate::redact::Audience::Proxy),
+        without(crate::redact::Audience::Operator),
+    );
+    let body = prost::Message::encode_to_vec(&message);
+    let resource = Resource::new(kind, name, version, body, warms_with)
+        .with_ttl(ttl)
+        .with_aliases(aliases)
+        .with_references(references)
+        .with_redactions(for_proxy, for_operator);
+    Ok(resource)
+}

@@ -1,0 +1,336 @@
+//! Loading again and again: each file's result kept with what identifies its content on
+//! disk, so a reload parses only the files that changed (on every core), and the
+//! configuration put together from the kept results, checked across files (duplicates,
+//! references).
+//!
+//! Must not: parse a file itself (`parse`) or find the files (`walk`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::hash::content_hash;
+use super::parse::load_file;
+use super::walk::snapshot_files;
+use super::{references, Config, ConfigError, LoadFailure, LoadOptions, SnapshotFile};
+use crate::resource::ResourceType;
+
+/// Loads again and again, parsing only the files that changed since its last load: each
+/// file's result (its resources, or its errors) is kept with what identifies the file's
+/// content on disk (modification time, size, inode), and the configuration is put together
+/// from the kept results. Files that did change are parsed in parallel, one thread per core.
+#[derive(Debug, Default)]
+pub struct Loader {
+    files: BTreeMap<PathBuf, Parsed>,
+}
+
+/// One file's load, and the stamp of the file it came from.
+#[derive(Debug)]
+struct Parsed {
+    stamp: FileStamp,
+    /// The options it was loaded under (a file over the limit is an error under a lower one).
+    under: PerFile,
+    /// When the file was read, and a digest of what was read (`None`: it could not be).
+    read_at: std::time::SystemTime,
+    digest: Option<String>,
+    result: Result<SnapshotFile, Vec<ConfigError>>,
+}
+
+/// A file modified this close to when it was read may have changed again within the file
+/// system's timestamp granularity (a coarse clock tick, or seconds on some file systems)
+/// without its stamp showing it: its content is compared instead.
+const RACY: Duration = Duration::from_secs(2);
+
+impl Parsed {
+    /// Whether this is still the load of the file at `path`, now stamped `stamp`.
+    fn fresh(&self, path: &Path, stamp: &FileStamp, under: PerFile) -> bool {
+        if self.stamp != *stamp || self.under != under {
+            return false;
+        }
+        let racy = match stamp.modified {
+            Some(modified) => modified + RACY >= self.read_at,
+            None => true,
+        };
+        !racy || (self.digest.is_some() && read_digest(path) == self.digest)
+    }
+}
+
+/// A digest of a file's bytes, if it can be read.
+fn read_digest(path: &Path) -> Option<String> {
+    std::fs::read(path)
+        .ok()
+        .map(|b| content_hash([b.as_slice()]))
+}
+
+/// What identifies a file's content on disk without reading it: modification time, size,
+/// and (on Unix) device and inode, so a rename-over or a symlink swap is a new file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+    device: u64,
+    inode: u64,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        let meta = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let (device, inode) = {
+            use std::os::unix::fs::MetadataExt;
+            (meta.dev(), meta.ino())
+        };
+        #[cfg(not(unix))]
+        let (device, inode) = (0, 0);
+        Some(FileStamp {
+            modified: meta.modified().ok(),
+            len: meta.len(),
+            device,
+            inode,
+        })
+    }
+}
+
+/// How many files were parsed, and how many reused, by the latest [`Loader::load`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadWork {
+    pub parsed: usize,
+    pub reused: usize,
+}
+
+impl Loader {
+    /// Load every snapshot file under `paths`, parsing only files that changed since this
+    /// loader's previous load. Either the whole configuration, or every error.
+    pub fn load(
+        &mut self,
+        paths: &[PathBuf],
+        options: &LoadOptions,
+    ) -> Result<Config, LoadFailure> {
+        self.load_counting(paths, options).0
+    }
+
+    /// [`Loader::load`], and how many files it parsed and reused.
+    pub fn load_counting(
+        &mut self,
+        paths: &[PathBuf],
+        options: &LoadOptions,
+    ) -> (Result<Config, LoadFailure>, LoadWork) {
+        let mut errors = Vec::new();
+        let mut files = Vec::new();
+        for root in paths {
+            match snapshot_files(root) {
+                Ok(found) => files.extend(found),
+                Err(e) => errors.push(e),
+            }
+        }
+        files.sort();
+        files.dedup();
+
+        // Forget files that are gone; find those that changed.
+        let wanted: std::collections::BTreeSet<&PathBuf> = files.iter().collect();
+        self.files.retain(|path, _| wanted.contains(path));
+        let stamps: Vec<Option<FileStamp>> = files.iter().map(|p| FileStamp::of(p)).collect();
+        let stale: Vec<(&PathBuf, Option<FileStamp>)> = files
+            .iter()
+            .zip(&stamps)
+            .filter(|(path, stamp)| match (self.files.get(*path), stamp) {
+                (Some(kept), Some(stamp)) => !kept.fresh(path, stamp, PerFile::of(options)),
+                _ => true,
+            })
+            .map(|(path, stamp)| (path, *stamp))
+            .collect();
+        let work = LoadWork {
+            parsed: stale.len(),
+            reused: files.len() - stale.len(),
+        };
+        let read_at = std::time::SystemTime::now();
+        let parsed = parse_in_parallel(&stale, PerFile::of(options));
+        for ((path, stamp), (digest, result)) in stale.into_iter().zip(parsed) {
+            match stamp {
+                Some(stamp) => {
+                    self.files.insert(
+                        path.clone(),
+                        Parsed {
+                            stamp,
+                            under: PerFile::of(options),
+                            read_at,
+                            digest,
+                            result,
+                        },
+                    );
+                }
+                // Gone between listing and reading: report it, keep nothing.
+                None => {
+                    self.files.remove(path);
+                    errors.extend(result.err().unwrap_or_default());
+                }
+            }
+        }
+
+        let mut loaded = Vec::new();
+        for path in &files {
+            match self.files.get(path).map(|kept| &kept.result) {
+                Some(Ok(file)) => loaded.push(file.clone()),
+                Some(Err(file_errors)) => errors.extend(file_errors.iter().cloned()),
+                None => {}
+            }
+        }
+        (assemble(loaded, errors, options), work)
+    }
+}
+
+/// The options that decide one file's own result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct PerFile {
+    pub(super) max_bytes: u64,
+    pub(super) envoy_rules: bool,
+}
+
+impl PerFile {
+    fn of(options: &LoadOptions) -> PerFile {
+        PerFile {
+            max_bytes: options.max_file_bytes,
+            envoy_rules: options.envoy_rules,
+        }
+    }
+}
+
+/// What loading one file gives: a digest of the bytes read (if read), and the result.
+pub(super) type FileLoad = (Option<String>, Result<SnapshotFile, Vec<ConfigError>>);
+
+/// Load `files` (with their stamps; no stamp: unreadable), on up to one thread per core.
+fn parse_in_parallel(files: &[(&PathBuf, Option<FileStamp>)], under: PerFile) -> Vec<FileLoad> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(files.len());
+    if threads <= 1 {
+        return files
+            .iter()
+            .map(|(path, _)| load_file(path, under))
+            .collect();
+    }
+    // Files go to threads in turn (a large file does not hold up a whole share).
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<Option<FileLoad>> = files.iter().map(|_| None).collect();
+    let done = std::sync::Mutex::new(&mut results);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((path, _)) = files.get(at) else {
+                    break;
+                };
+                let result = load_file(path, under);
+                done.lock().unwrap_or_else(|p| p.into_inner())[at] = Some(result);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .zip(files)
+        .map(|(result, (path, _))| {
+            result.unwrap_or_else(|| {
+                let failed = ConfigError::Read {
+                    path: path.to_path_buf(),
+                    message: "was not loaded (a loader thread failed)".into(),
+                };
+                (None, Err(vec![failed]))
+            })
+        })
+        .collect()
+}
+
+/// The configuration from loaded files (in path order) and the errors so far: duplicates
+/// and references checked across every file.
+fn assemble(
+    loaded: Vec<SnapshotFile>,
+    mut errors: Vec<ConfigError>,
+    options: &LoadOptions,
+) -> Result<Config, LoadFailure> {
+    errors.extend(duplicates(&loaded));
+
+    // References are checked only across a complete set of files: with a file missing, its
+    // resources would look undefined.
+    let mut warnings = Vec::new();
+    let problems = if errors.is_empty() {
+        let count = loaded.iter().map(|f| f.resources.len()).sum();
+        let mut checks = references::Checker::with_capacity(count);
+        for (index, file) in loaded.iter().enumerate() {
+            for resource in &file.resources {
+                checks.add(index, resource);
+            }
+        }
+        checks.run(&loaded)
+    } else {
+        Vec::new()
+    };
+    for problem in problems {
+        if options.strict {
+            errors.push(problem);
+        } else {
+            warnings.push(problem);
+        }
+    }
+    if errors.is_empty() {
+        Ok(Config {
+            files: loaded,
+            warnings,
+        })
+    } else {
+        Err(LoadFailure { errors, warnings })
+    }
+}
+
+/// The same type and name in two files that a node could both match (or twice in one file).
+fn duplicates(files: &[SnapshotFile]) -> Vec<ConfigError> {
+    // A VHDS alias (`<route-config>/<domain>`) must name one virtual host too (P24).
+    // Most names are defined once: the first place is kept apart, and only names seen again
+    // get a list (in (type, name) order, so errors come in a stable order).
+    let count = files.iter().map(|f| f.resources.len()).sum();
+    let mut first: rustc_hash::FxHashMap<(ResourceType, &str), usize> =
+        rustc_hash::FxHashMap::with_capacity_and_hasher(count, Default::default());
+    let mut again: BTreeMap<(ResourceType, &str), Vec<usize>> = BTreeMap::new();
+    for (i, file) in files.iter().enumerate() {
+        for r in &file.resources {
+            for name in std::iter::once(&r.name).chain(&r.aliases) {
+                let key = (r.kind, name.as_str());
+                match first.entry(key) {
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(i);
+                    }
+                    std::collections::hash_map::Entry::Occupied(e) => {
+                        again.entry(key).or_insert_with(|| vec![*e.get()]).push(i);
+                    }
+                }
+            }
+        }
+    }
+    let mut errors = Vec::new();
+    for ((kind, name), places) in again {
+        for (n, &a) in places.iter().enumerate() {
+            for &b in &places[n + 1..] {
+                let (fa, fb) = (&files[a], &files[b]);
+                if a == b || !fa.selector.is_disjoint(&fb.selector) {
+                    let why = if a == b {
+                        String::new()
+                    } else {
+                        format!(
+                            " (their node selectors can match the same node: {} / {})",
+                            fa.selector.describe(),
+                            fb.selector.describe()
+                        )
+                    };
+                    errors.push(ConfigError::Duplicate {
+                        kind,
+                        name: name.to_string(),
+                        first: fa.path.clone(),
+                        second: fb.path.clone(),
+                        why,
+                    });
+                }
+            }
+        }
+    }
+    errors
+}

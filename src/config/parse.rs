@@ -1,0 +1,194 @@
+//! Reading one snapshot file: its size limit, YAML or JSON, the top level (`nodes` and each
+//! type's list under its file key), each item decoded (`decode`).
+//!
+//! Must not: look at other files (duplicates and references are `loader`'s).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::decode::decode_resource;
+use super::hash::content_hash;
+use super::loader::{FileLoad, PerFile};
+use super::{ConfigError, NodeMatch, Selector, SnapshotFile};
+use crate::resource::ResourceType;
+
+/// The top level of a snapshot file: `nodes`, and each type's list under its file key (the
+/// table in `resource`).
+#[derive(Debug, Default)]
+struct RawFile {
+    nodes: Option<Vec<NodeMatch>>,
+    lists: [Vec<serde_yaml::Value>; ResourceType::ALL.len()],
+}
+
+impl RawFile {
+    fn take(&mut self, kind: ResourceType) -> Vec<serde_yaml::Value> {
+        std::mem::take(&mut self.lists[kind.index()])
+    }
+
+    /// Read the top-level mapping: `nodes` and the file keys, nothing else.
+    fn from_mapping(path: &Path, mapping: serde_yaml::Mapping) -> Result<RawFile, ConfigError> {
+        let structure = |at: String, message: String| ConfigError::Structure {
+            path: path.to_path_buf(),
+            at,
+            message,
+        };
+        // Where in `value` (under `key`) deserializing it failed, and why.
+        fn field<T: serde::de::DeserializeOwned>(
+            key: &str,
+            value: serde_yaml::Value,
+        ) -> Result<T, (String, String)> {
+            serde_path_to_error::deserialize(value).map_err(|e| {
+                let inner = e.path().to_string();
+                let at = match inner.as_str() {
+                    "." => key.to_string(),
+                    _ if inner.starts_with('[') => format!("{key}{inner}"),
+                    _ => format!("{key}.{inner}"),
+                };
+                (at, e.into_inner().to_string())
+            })
+        }
+        let mut raw = RawFile::default();
+        for (key, value) in mapping {
+            let Some(key) = key.as_str() else {
+                return Err(structure(
+                    "top level".into(),
+                    format!("keys must be strings, found {key:?}"),
+                ));
+            };
+            if key == "nodes" {
+                raw.nodes = field(key, value).map_err(|(at, m)| structure(at, m))?;
+            } else if let Some(kind) = ResourceType::ALL.into_iter().find(|t| t.file_key() == key) {
+                let list: Option<Vec<serde_yaml::Value>> =
+                    field(key, value).map_err(|(at, m)| structure(at, m))?;
+                raw.lists[kind.index()] = list.unwrap_or_default();
+            } else {
+                let expected: Vec<String> = std::iter::once("nodes")
+                    .chain(ResourceType::ALL.map(ResourceType::file_key))
+                    .map(|k| format!("`{k}`"))
+                    .collect();
+                return Err(structure(
+                    "top level".into(),
+                    format!(
+                        "unknown field `{key}`, expected one of {}",
+                        expected.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(raw)
+    }
+}
+
+/// Parse one file's text (YAML, or JSON when the name ends in `.json`) into its top level.
+fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
+    let is_json = path.extension().and_then(|e| e.to_str()) == Some("json");
+    let value: serde_yaml::Value = if is_json {
+        serde_json::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: format!("invalid JSON: {e}"),
+        })?
+    } else {
+        serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: format!("invalid YAML: {e}"),
+        })?
+    };
+    if value.is_null() {
+        // Truncated by a failed copy or a half-finished write, more often than meant: a file
+        // that defines nothing says so.
+        return Err(ConfigError::Structure {
+            path: path.to_path_buf(),
+            at: "top level".into(),
+            message: "the file is empty (or only comments); write `{}` for a file that defines \
+                      nothing"
+                .into(),
+        });
+    }
+    let serde_yaml::Value::Mapping(mapping) = value else {
+        return Err(ConfigError::Structure {
+            path: path.to_path_buf(),
+            at: "top level".into(),
+            message:
+                "expected a mapping with `nodes` and resource lists (clusters, listeners, ...)"
+                    .into(),
+        });
+    };
+    RawFile::from_mapping(path, mapping)
+}
+
+/// Load one file: its selector and its resources. Collects every error in the file.
+/// Load one file, and a digest of the bytes read.
+pub(super) fn load_file(path: &Path, under: PerFile) -> FileLoad {
+    let max_bytes = under.max_bytes;
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if size > max_bytes {
+        let too_big = ConfigError::Read {
+            path: path.to_path_buf(),
+            message: format!(
+                "the file is {size} bytes, more than the limit of {max_bytes} (--max-file-size)"
+            ),
+        };
+        return (None, Err(vec![too_big]));
+    }
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            let unreadable = ConfigError::Read {
+                path: path.to_path_buf(),
+                message: format!("cannot read file: {e}"),
+            };
+            return (None, Err(vec![unreadable]));
+        }
+    };
+    let digest = Some(content_hash([bytes.as_slice()]));
+    let result = match String::from_utf8(bytes) {
+        Ok(text) => load_text_with(path, &text, under.envoy_rules),
+        Err(e) => Err(vec![ConfigError::Read {
+            path: path.to_path_buf(),
+            message: format!("cannot read file: not UTF-8 text ({e})"),
+        }]),
+    };
+    (digest, result)
+}
+
+/// One snapshot file's text, as if read from `path` (whose extension says YAML or JSON):
+/// its selector and its resources, or every error in it. The loader's core, without the
+/// file system (the fuzz target feeds it arbitrary text).
+pub fn load_text(path: &Path, text: &str) -> Result<SnapshotFile, Vec<ConfigError>> {
+    load_text_with(path, text, true)
+}
+
+/// [`load_text`], checking Envoy's field rules or not.
+pub fn load_text_with(
+    path: &Path,
+    text: &str,
+    envoy_rules: bool,
+) -> Result<SnapshotFile, Vec<ConfigError>> {
+    let mut raw = parse_file(path, text).map_err(|e| vec![e])?;
+    let mut errors = Vec::new();
+    let selector = match raw.nodes.take() {
+        None => Selector::all(),
+        Some(entries) => Selector::new(entries).unwrap_or_else(|message| {
+            errors.push(ConfigError::Structure {
+                path: path.to_path_buf(),
+                at: "nodes".into(),
+                message,
+            });
+            Selector::all()
+        }),
+    };
+    let mut resources = Vec::new();
+    for kind in ResourceType::ALL {
+        for (index, item) in raw.take(kind).into_iter().enumerate() {
+            match decode_resource(path, kind, index, &item, envoy_rules) {
+                Ok(resource) => resources.push(Arc::new(resource)),
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(SnapshotFile::new(path.to_path_buf(), selector, resources))
+    } else {
+        Err(errors)
+    }
+}
