@@ -424,7 +424,11 @@ fn scraped(admin: &Admin) -> Scraped {
             .collect::<Vec<_>>()
             .join("+");
         for kind in ResourceType::ALL {
-            snapshots.push((group.clone(), kind, snapshot.get(kind).version.clone()));
+            snapshots.push((
+                group.clone(),
+                kind.type_url(),
+                snapshot.get(kind).version.clone(),
+            ));
         }
     }
     Scraped {

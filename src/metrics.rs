@@ -20,9 +20,6 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::protocol::Variant;
-use crate::resource::ResourceType;
-
 /// The content type of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -32,18 +29,6 @@ pub struct StreamLabels {
     pub protocol: &'static str,
     /// `ads` or `per_type`.
     pub stream: &'static str,
-}
-
-impl StreamLabels {
-    pub fn new(protocol: &'static str, variant: Variant) -> StreamLabels {
-        StreamLabels {
-            protocol,
-            stream: match variant {
-                Variant::Aggregated => "ads",
-                Variant::Single(_) => "per_type",
-            },
-        }
-    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -77,14 +62,6 @@ pub struct RolloutLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TypeLabels {
     pub type_url: &'static str,
-}
-
-impl TypeLabels {
-    pub fn new(kind: ResourceType) -> TypeLabels {
-        TypeLabels {
-            type_url: kind.type_url(),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -178,8 +155,8 @@ pub struct Scraped {
     /// Under a rollout policy: the state of the rollout (`NONE` without one). `None`
     /// without a policy (the metric is left out).
     pub rollout_state: Option<&'static str>,
-    /// The version served per node group (its files' names, joined by `+`) and type.
-    pub snapshots: Vec<(String, ResourceType, String)>,
+    /// The version served per node group (its files' names, joined by `+`) and type URL.
+    pub snapshots: Vec<(String, &'static str, String)>,
 }
 
 /// The rollout states `switchyard_rollout_state` has a series for.
@@ -354,10 +331,10 @@ impl Collector for Scraped {
             None,
             MetricType::Gauge,
         )?;
-        for (group, kind, version) in &self.snapshots {
+        for (group, type_url, version) in &self.snapshots {
             let labels = SnapshotLabels {
                 group: group.clone(),
-                type_url: kind.type_url(),
+                type_url,
                 version: version.clone(),
             };
             ConstGauge::new(1).encode(family.encode_family(&labels)?)?;

@@ -106,7 +106,13 @@ impl Telemetry {
         protocol: &'static str,
     ) -> OpenStream {
         tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, features = ?node.client_features, "xDS stream opened.");
-        let labels = StreamLabels::new(protocol, variant);
+        let labels = StreamLabels {
+            protocol,
+            stream: match variant {
+                Variant::Aggregated => "ads",
+                Variant::Single(_) => "per_type",
+            },
+        };
         self.metrics.streams.get_or_create(&labels).inc();
         OpenStream {
             metrics: Arc::clone(&self.metrics),
@@ -207,7 +213,7 @@ impl Telemetry {
     }
 
     fn count_sent(&self, kind: ResourceType, resources: usize, bytes: usize) {
-        let labels = TypeLabels::new(kind);
+        let labels = type_labels(kind);
         let m = &self.metrics;
         m.responses.get_or_create(&labels).inc();
         m.resources_sent
@@ -325,6 +331,13 @@ impl Telemetry {
     }
 }
 
+/// The labels of a per-type metric.
+fn type_labels(kind: ResourceType) -> TypeLabels {
+    TypeLabels {
+        type_url: kind.type_url(),
+    }
+}
+
 /// A stream counted in `switchyard_streams`; uncounted when dropped.
 #[derive(Debug)]
 pub struct OpenStream {
@@ -369,7 +382,7 @@ impl StreamEvents {
         match event {
             Event::Acked { kind, version } => {
                 tracing::debug!(node, r#type = %kind, version, "ACK.");
-                m.acks.get_or_create(&TypeLabels::new(*kind)).inc();
+                m.acks.get_or_create(&type_labels(*kind)).inc();
                 if let Some(at) = self.sent_at[kind.index()].take() {
                     observe(&m.ack_latency, at.elapsed());
                 }
@@ -380,7 +393,7 @@ impl StreamEvents {
                 error,
             } => {
                 tracing::warn!(node, r#type = %kind, rejected_version, error, "NACK: the proxy rejected the configuration and keeps its previous one.");
-                m.nacks.get_or_create(&TypeLabels::new(*kind)).inc();
+                m.nacks.get_or_create(&type_labels(*kind)).inc();
                 self.sent_at[kind.index()] = None;
             }
             Event::Subscribed {
