@@ -662,7 +662,8 @@ mod tests {
         std::fs::write(&tmp, GOOD).expect("write");
         std::fs::rename(&tmp, &file).expect("rename");
         generation(&cache, 3).await;
-        assert!(reloader.last_report().expect("report").ok());
+        // The report is stored just after the publication.
+        report(&reloader, |r| r.ok() && r.generation == 3).await;
 
         let _ = stop_tx.send(());
         task.await.expect("watch task ends on shutdown");
