@@ -164,7 +164,12 @@ impl Reloader {
     fn publish_kept_copy(&self) -> Option<u64> {
         let roots = self.state.as_ref()?.last_good()?;
         match config::load(&roots, &self.options) {
-            Ok(config) => Some(self.cache.publish(config).number),
+            Ok(config) => {
+                let generation = self.cache.publish(config).number;
+                // What serves is what the state directory keeps.
+                self.kept.send_replace(generation);
+                Some(generation)
+            }
             Err(e) => {
                 tracing::error!("The copy kept in --state-dir does not load: {e}");
                 None
@@ -180,35 +185,44 @@ impl Reloader {
             return;
         }
         let mut serving = self.cache.subscribe();
-        let mut kept = serving.borrow_and_update().stable.number;
-        while serving.changed().await.is_ok() {
-            let stable = std::sync::Arc::clone(&serving.borrow_and_update().stable);
-            if stable.number == kept {
-                continue;
+        // Checked against what the state directory keeps, from the start: a promotion may
+        // come before this task first runs. Each generation is tried once.
+        let mut tried = None;
+        loop {
+            let stable = Arc::clone(&serving.borrow_and_update().stable);
+            if stable.number != *self.kept.borrow() && tried != Some(stable.number) {
+                tried = Some(stable.number);
+                self.keep(&stable).await;
             }
-            kept = stable.number;
-            let reloader = std::sync::Arc::clone(&self);
-            let version = stable.config.content_version();
-            let kept_copy = tokio::task::spawn_blocking(move || {
-                reloader
-                    .state
-                    .as_ref()
-                    .map(|state| state.persist(&reloader.paths, &reloader.options, Some(&version)))
-            })
-            .await;
-            match kept_copy {
-                Ok(Some(Err(e))) => {
-                    tracing::error!(error = %e, generation = stable.number, "Cannot keep the promoted snapshot in --state-dir; the previous copy stays.")
-                }
-                Ok(_) => {
-                    tracing::debug!(
-                        generation = stable.number,
-                        "Kept the promoted snapshot in --state-dir."
-                    );
-                    self.kept.send_replace(stable.number);
-                }
-                Err(e) => tracing::error!(error = %e, "Keeping the promoted snapshot failed."),
+            if serving.changed().await.is_err() {
+                return;
             }
+        }
+    }
+
+    /// Keep `stable`'s files in the state directory, if they are still what it holds.
+    async fn keep(self: &Arc<Self>, stable: &crate::cache::Generation) {
+        let reloader = Arc::clone(self);
+        let version = stable.config.content_version();
+        let kept_copy = tokio::task::spawn_blocking(move || {
+            reloader
+                .state
+                .as_ref()
+                .map(|state| state.persist(&reloader.paths, &reloader.options, Some(&version)))
+        })
+        .await;
+        match kept_copy {
+            Ok(Some(Err(e))) => {
+                tracing::error!(error = %e, generation = stable.number, "Cannot keep the promoted snapshot in --state-dir; the previous copy stays.")
+            }
+            Ok(_) => {
+                tracing::debug!(
+                    generation = stable.number,
+                    "Kept the promoted snapshot in --state-dir."
+                );
+                self.kept.send_replace(stable.number);
+            }
+            Err(e) => tracing::error!(error = %e, "Keeping the promoted snapshot failed."),
         }
     }
 
@@ -599,7 +613,6 @@ mod tests {
 
         std::fs::write(&file, GOOD).expect("write");
         let (cache, reloader) = start();
-        tokio::spawn(Arc::clone(&reloader).keep_promoted());
         reloader.reload().expect("loads");
         assert_eq!(kept(), GOOD, "the first generation is stable at once");
 
@@ -609,6 +622,9 @@ mod tests {
         assert_eq!(timeout_for(&cache, "edge-1"), "1s");
         assert_eq!(kept(), GOOD, "a candidate is not kept");
         let promoted = cache.promote().expect("in progress");
+        // The keeper starts after the promotion (a task may first run that late): it goes by
+        // what the state directory keeps, not by what serves when it starts.
+        tokio::spawn(Arc::clone(&reloader).keep_promoted());
         let mut kept_generation = reloader.kept();
         let keeping = kept_generation.wait_for(|&n| n == promoted);
         assert!(
