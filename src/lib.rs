@@ -23,7 +23,12 @@
 //! - [`preflight`] checks each node group's snapshot with the real Envoy (`envoy --mode
 //!   validate` on a bootstrap that holds it) before it is published, when asked to.
 //! - [`watch`] reloads on file changes (and keeps each good load with [`state`]); [`redact`]
-//!   knows what is secret; [`cli`] is the command line.
+//!   knows what is secret.
+//! - [`telemetry`] logs and counts every operational event, into [`metrics`] (a leaf: the
+//!   handles and the exposition).
+//! - [`daemon`] wires it all: [`run`] loads the files and serves xDS and the admin API on the
+//!   listeners given until shutdown. [`cli`] (`switchyard serve`) and the in-process tests
+//!   start the server through it.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -46,3 +51,5 @@ pub mod telemetry;
 #[cfg(test)]
 mod testing;
 pub mod watch;
+
+pub use daemon::run;

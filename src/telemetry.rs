@@ -450,7 +450,7 @@ impl StreamEvents {
 
     /// A response was written: `resources` resources, `bytes` encoded.
     pub fn sent(&mut self, kind: ResourceType, version: &str, resources: usize, bytes: usize) {
-        tracing::debug!(node = %self.node, r#type = %kind, version, resources, bytes, protocol = self.protocol, "Sent a response.");
+        tracing::debug!(node = %self.node, r#type = %kind, version, resources, bytes, protocol = self.protocol, "Sending response.");
         self.telemetry.count_sent(kind, resources, bytes);
         self.sent_at[kind.index()] = Some(Instant::now());
         if let Some(published) = self.push_from.take() {
