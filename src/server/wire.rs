@@ -1,19 +1,27 @@
 //! Writing responses: `DiscoveryResponse` and `DeltaDiscoveryResponse` on the wire, assembled
-//! from each resource's pre-encoded `Any` (encoded once per snapshot, in `Resource::any`)
-//! instead of building and encoding Envoy's generated messages per client.
+//! from each resource's bytes encoded once per snapshot (`Resource::any` for SotW,
+//! `Resource::delta` for delta) instead of building and encoding Envoy's generated messages
+//! per client.
 //!
-//! The messages here are prost-derived twins of the generated ones, with the resources held as
-//! `bytes::Bytes` shared with the snapshot: a length-delimited `bytes` field and an embedded
-//! message field are the same on the wire, so a pre-encoded `Any` goes out as it is, with no
-//! copy. Tests check that the generated types decode them to the same messages, byte for
-//! byte. Owns: the field layout. Must not: decide what goes in a response (`protocol`).
+//! The responses are prost-derived twins of the generated messages. Each resource in them is
+//! an [`Item`]: a length-delimited field whose body is written straight from the snapshot's
+//! bytes, with no copy, and without touching their reference counts (the `Arc<Resource>`
+//! moves in from the protocol's response): what every stream shares stays out of the cache
+//! lines both cores write. Only what differs per client is encoded here (its `Any` still the
+//! snapshot's bytes): a SotW resource wrapped with its TTL (P26), and a delta resource with aliases
+//! (P24), a TTL or as a heartbeat (P25). Tests check that the generated types decode the
+//! responses to the same messages, byte for byte.
+//!
+//! Owns: the field layout. Must not: decide what goes in a response (`protocol`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::config::core::v3::ControlPlane;
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use prost::Message;
+use prost::encoding::{DecodeContext, WireType};
+use prost::{DecodeError, Message};
 
 use crate::protocol::{DeltaResource, DeltaResponse, Response};
 use crate::redact::Secrets;
@@ -24,13 +32,13 @@ pub const RESOURCE_TYPE_URL: &str = "type.googleapis.com/envoy.service.discovery
 
 /// `envoy.service.discovery.v3.DiscoveryResponse` (`canary` and `resource_errors` are never
 /// set).
-#[derive(Clone, PartialEq, Message)]
+#[derive(Clone, Message)]
 pub struct WireResponse {
     #[prost(string, tag = "1")]
     pub version_info: String,
-    /// Each an encoded `google.protobuf.Any`.
-    #[prost(bytes = "bytes", repeated, tag = "2")]
-    pub resources: Vec<Bytes>,
+    /// Each a `google.protobuf.Any`.
+    #[prost(message, repeated, tag = "2")]
+    pub resources: Vec<Item>,
     #[prost(string, tag = "4")]
     pub type_url: String,
     #[prost(string, tag = "5")]
@@ -40,12 +48,13 @@ pub struct WireResponse {
 }
 
 /// `envoy.service.discovery.v3.DeltaDiscoveryResponse`.
-#[derive(Clone, PartialEq, Message)]
+#[derive(Clone, Message)]
 pub struct WireDeltaResponse {
     #[prost(string, tag = "1")]
     pub system_version_info: String,
+    /// Each an `envoy.service.discovery.v3.Resource`.
     #[prost(message, repeated, tag = "2")]
-    pub resources: Vec<WireResource>,
+    pub resources: Vec<Item>,
     #[prost(string, tag = "4")]
     pub type_url: String,
     #[prost(string, tag = "5")]
@@ -56,30 +65,57 @@ pub struct WireDeltaResponse {
     pub control_plane: Option<ControlPlane>,
 }
 
-/// `envoy.service.discovery.v3.Resource`: in delta responses, and around a SotW resource with
-/// a TTL (P26).
-#[derive(Clone, PartialEq, Message)]
-pub struct WireResource {
-    #[prost(string, tag = "1")]
-    pub version: String,
-    /// The encoded `Any`; `None` for a heartbeat (name and version only, P25).
-    #[prost(bytes = "bytes", optional, tag = "2")]
-    pub resource: Option<Bytes>,
-    #[prost(string, tag = "3")]
-    pub name: String,
-    #[prost(string, repeated, tag = "4")]
-    pub aliases: Vec<String>,
-    #[prost(message, optional, tag = "6")]
-    pub ttl: Option<PbDuration>,
+/// One resource of a response: a message body already encoded, written as it is.
+#[derive(Clone, Debug, Default)]
+pub struct Item(Body);
+
+#[derive(Clone, Debug, Default)]
+enum Body {
+    /// The snapshot's bytes, shared: the resource's `Any` (SotW) or delta `Resource`, as a
+    /// proxy gets it (see [`Resource::any_for`]).
+    Any(Arc<Resource>, Secrets),
+    Delta(Arc<Resource>, Secrets),
+    /// Encoded for this client alone.
+    Own(Bytes),
+    /// What prost decodes into (the server never does).
+    #[default]
+    Empty,
 }
 
-/// `google.protobuf.Any` holding a [`WireResource`] (SotW with TTLs, P26).
-#[derive(Clone, PartialEq, Message)]
-struct WrappedAny {
-    #[prost(string, tag = "1")]
-    type_url: String,
-    #[prost(message, optional, tag = "2")]
-    value: Option<WireResource>,
+impl Item {
+    fn bytes(&self) -> &[u8] {
+        match &self.0 {
+            Body::Any(r, secrets) => r.any_for(*secrets),
+            Body::Delta(r, secrets) => r.delta_for(*secrets),
+            Body::Own(bytes) => bytes,
+            Body::Empty => &[],
+        }
+    }
+}
+
+/// Encode-only: the server never decodes a response.
+impl Message for Item {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        buf.put_slice(self.bytes());
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    fn clear(&mut self) {
+        self.0 = Body::Empty;
+    }
 }
 
 fn control_plane(identifier: &str) -> Option<ControlPlane> {
@@ -88,14 +124,33 @@ fn control_plane(identifier: &str) -> Option<ControlPlane> {
     })
 }
 
-fn duration(d: Duration) -> PbDuration {
-    PbDuration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
+/// `envoy.service.discovery.v3.Resource` for one client (with aliases, a TTL, or as a
+/// heartbeat): its `Any` still the snapshot's bytes, not copied.
+#[derive(Clone, Message)]
+struct OwnResource {
+    #[prost(string, tag = "1")]
+    version: String,
+    /// The encoded `Any`; `None` for a heartbeat (name and version only, P25).
+    #[prost(bytes = "bytes", optional, tag = "2")]
+    resource: Option<Bytes>,
+    #[prost(string, tag = "3")]
+    name: String,
+    #[prost(string, repeated, tag = "4")]
+    aliases: Vec<String>,
+    #[prost(message, optional, tag = "6")]
+    ttl: Option<PbDuration>,
 }
 
-impl WireResource {
+/// `google.protobuf.Any` holding an [`OwnResource`] (SotW with TTLs, P26).
+#[derive(Clone, Message)]
+struct WrappedAny {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(message, optional, tag = "2")]
+    value: Option<OwnResource>,
+}
+
+impl OwnResource {
     /// `r` as a proxy gets it (see [`Resource::any_for`]), with these aliases and TTL;
     /// without its body (`body: false`) for a heartbeat.
     fn new(
@@ -104,13 +159,16 @@ impl WireResource {
         ttl: Option<Duration>,
         body: bool,
         secrets: Secrets,
-    ) -> WireResource {
-        WireResource {
+    ) -> OwnResource {
+        OwnResource {
             version: r.version.clone(),
             resource: body.then(|| r.any_for(secrets).clone()),
             name: r.name.clone(),
             aliases,
-            ttl: ttl.map(duration),
+            ttl: ttl.map(|d| PbDuration {
+                seconds: d.as_secs() as i64,
+                nanos: d.subsec_nanos() as i32,
+            }),
         }
     }
 }
@@ -118,18 +176,20 @@ impl WireResource {
 impl WireResponse {
     /// `response` on the wire; private key material goes out as `secrets` says.
     pub fn new(response: Response, control_plane_id: &str, secrets: Secrets) -> WireResponse {
+        let wrap_ttl = response.wrap_ttl;
         let resources = response
             .resources
-            .iter()
-            .map(|r| match r.ttl.filter(|_| response.wrap_ttl) {
-                // Wrapped with its TTL (P26): encoded here, the only per-client encoding.
-                Some(ttl) => WrappedAny {
-                    type_url: RESOURCE_TYPE_URL.to_string(),
-                    value: Some(WireResource::new(r, Vec::new(), Some(ttl), true, secrets)),
+            .into_iter()
+            .map(|r| match r.ttl.filter(|_| wrap_ttl) {
+                // Wrapped with its TTL (P26).
+                Some(ttl) => {
+                    let wrapped = WrappedAny {
+                        type_url: RESOURCE_TYPE_URL.to_string(),
+                        value: Some(OwnResource::new(&r, Vec::new(), Some(ttl), true, secrets)),
+                    };
+                    Item(Body::Own(wrapped.encode_to_vec().into()))
                 }
-                .encode_to_vec()
-                .into(),
-                None => r.any_for(secrets).clone(),
+                None => Item(Body::Any(r, secrets)),
             })
             .collect();
         WireResponse {
@@ -153,7 +213,12 @@ impl WireDeltaResponse {
             .resources
             .into_iter()
             .map(|d: DeltaResource| {
-                WireResource::new(&d.resource, d.aliases, d.ttl, d.body, secrets)
+                if d.aliases.is_empty() && d.ttl.is_none() && d.body {
+                    Item(Body::Delta(d.resource, secrets))
+                } else {
+                    let own = OwnResource::new(&d.resource, d.aliases, d.ttl, d.body, secrets);
+                    Item(Body::Own(own.encode_to_vec().into()))
+                }
             })
             .collect();
         WireDeltaResponse {
