@@ -8,9 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::service::discovery::v3::Resource as PbResource;
 use envoy_types::pb::google::protobuf::Any;
-use prost::Message;
 
 use crate::redact::Secrets;
 
@@ -209,12 +207,8 @@ pub struct Resource {
     pub name: String,
     /// Content hash of the resource; equal content, equal version, in every process.
     pub version: String,
-    /// The resource as a delta response carries it, encoded: an
-    /// `envoy.service.discovery.v3.Resource` with its version, `Any` and name, written to the
-    /// wire as is.
-    pub delta: Bytes,
-    /// The resource wrapped in a `google.protobuf.Any`, encoded: what a SotW response
-    /// carries, written to the wire as is (a view into `delta`).
+    /// The resource wrapped in a `google.protobuf.Any`, encoded: what a response carries,
+    /// written to the wire as is.
     pub any: Bytes,
     /// The protobuf encoding of the resource message itself (a view into `any`).
     pub body: Bytes,
@@ -267,47 +261,24 @@ pub struct Redacted {
     pub for_operator: Option<Encoded>,
 }
 
-/// A message body, its `Any` wrapping and its delta `Resource` wrapping, encoded once, in one
-/// buffer.
+/// A message body and its `Any` wrapping, encoded once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Encoded {
-    /// `Resource { version, resource: <any>, name }`.
-    pub delta: Bytes,
-    /// A view into `delta`.
     pub any: Bytes,
     /// A view into `any`.
     pub body: Bytes,
 }
 
 impl Encoded {
-    fn new(kind: ResourceType, name: &str, version: &str, body: Vec<u8>) -> Encoded {
+    fn new(kind: ResourceType, body: Vec<u8>) -> Encoded {
         let body_len = body.len();
-        let any = Any {
+        let any = Bytes::from(prost::Message::encode_to_vec(&Any {
             type_url: kind.type_url().to_string(),
             value: body,
-        };
-        let any_len = any.encoded_len();
-        let delta = Bytes::from(
-            PbResource {
-                version: version.to_string(),
-                resource: Some(any),
-                name: name.to_string(),
-                ..Default::default()
-            }
-            .encode_to_vec(),
-        );
-        // Fields go out in tag order: version (1), the Any (2), then the name (3). So the Any
-        // ends where the name's field starts, and the body is the Any's tail (`value` is its
-        // last field).
-        let name_field = PbResource {
-            name: name.to_string(),
-            ..Default::default()
-        }
-        .encoded_len();
-        let any_end = delta.len() - name_field;
-        let any = delta.slice(any_end - any_len..any_end);
+        }));
+        // `value` is the last field of an Any, so the body is the tail of its encoding.
         let body = any.slice(any.len() - body_len..);
-        Encoded { delta, any, body }
+        Encoded { any, body }
     }
 }
 
@@ -332,13 +303,11 @@ impl Resource {
         body: Vec<u8>,
         warms_with: Option<String>,
     ) -> Resource {
-        let (name, version) = (name.into(), version.into());
-        let Encoded { delta, any, body } = Encoded::new(kind, &name, &version, body);
+        let Encoded { any, body } = Encoded::new(kind, body);
         Resource {
             kind,
-            name,
-            version,
-            delta,
+            name: name.into(),
+            version: version.into(),
             any,
             body,
             warms_with,
@@ -398,12 +367,11 @@ impl Resource {
         if for_proxy.is_none() && for_operator.is_none() {
             return self;
         }
-        let encode = |body| Encoded::new(self.kind, &self.name, &self.version, body);
-        let redacted = Redacted {
-            for_proxy: for_proxy.map(encode),
-            for_operator: for_operator.map(encode),
-        };
-        self.redacted = Some(Box::new(redacted));
+        let kind = self.kind;
+        self.redacted = Some(Box::new(Redacted {
+            for_proxy: for_proxy.map(|body| Encoded::new(kind, body)),
+            for_operator: for_operator.map(|body| Encoded::new(kind, body)),
+        }));
         self
     }
 
@@ -413,14 +381,6 @@ impl Resource {
         match (&self.redacted, secrets) {
             (Some(r), Secrets::Redact) => r.for_proxy.as_ref().map_or(&self.any, |e| &e.any),
             _ => &self.any,
-        }
-    }
-
-    /// The delta `Resource` bytes a proxy gets (as [`Resource::any_for`]).
-    pub fn delta_for(&self, secrets: Secrets) -> &Bytes {
-        match (&self.redacted, secrets) {
-            (Some(r), Secrets::Redact) => r.for_proxy.as_ref().map_or(&self.delta, |e| &e.delta),
-            _ => &self.delta,
         }
     }
 
@@ -503,22 +463,17 @@ mod tests {
     }
 
     #[test]
-    fn delta_wraps_the_any_which_wraps_the_body_each_a_view_of_the_one_before() {
-        for (name, body) in [("", vec![]), ("c", vec![1, 2, 3]), ("long", vec![7; 300])] {
-            let r = Resource::new(ResourceType::Cluster, name, "v1", body.clone(), None);
-            let delta = PbResource::decode(r.delta.clone()).expect("a Resource");
+    fn any_wraps_the_body_and_body_is_a_view_of_it() {
+        use prost::Message;
+        for body in [vec![], vec![1, 2, 3], vec![7; 300]] {
+            let r = Resource::new(ResourceType::Cluster, "c", "v", body.clone(), None);
             let any = Any::decode(r.any.clone()).expect("an Any");
-            assert_eq!((delta.name.as_str(), delta.version.as_str()), (name, "v1"));
-            assert_eq!(delta.resource.as_ref(), Some(&any));
             assert_eq!(any.type_url, ResourceType::Cluster.type_url());
             assert_eq!(any.value, body);
             assert_eq!(&r.body[..], &body[..]);
-            // Views, not copies.
-            let within = |inner: &Bytes, outer: &Bytes| {
-                let (o, i) = (outer.as_ptr() as usize, inner.as_ptr() as usize);
-                i >= o && i + inner.len() <= o + outer.len()
-            };
-            assert!(within(&r.any, &r.delta) && within(&r.body, &r.any));
+            // A view, not a copy.
+            let (outer, inner) = (r.any.as_ptr() as usize, r.body.as_ptr() as usize);
+            assert!(inner >= outer && inner + r.body.len() <= outer + r.any.len());
         }
     }
 

@@ -1,11 +1,11 @@
 //! Writing responses: `DiscoveryResponse` and `DeltaDiscoveryResponse` on the wire, assembled
-//! from each resource's bytes encoded once per snapshot (`Resource::any` for SotW,
-//! `Resource::delta` for delta) instead of building and encoding Envoy's generated messages
-//! per client.
+//! from each resource's `Any`, encoded once per snapshot (`Resource::any`), instead of
+//! building and encoding Envoy's generated messages per client.
 //!
 //! The responses are prost-derived twins of the generated messages. Each resource in them is
-//! an [`Item`]: a length-delimited field whose body is written straight from the snapshot's
-//! bytes, with no copy, and without touching their reference counts (the `Arc<Resource>`
+//! an [`Item`]: a message written straight from the snapshot's bytes (a SotW `Any` as it is;
+//! a delta `Resource` as its version, that `Any` and its name, through prost's field
+//! encoders), with no copy, and without touching their reference counts (the `Arc<Resource>`
 //! moves in from the protocol's response): what every stream shares stays out of the cache
 //! lines both cores write. Only what differs per client is encoded here (its `Any` still the
 //! snapshot's bytes): a SotW resource wrapped with its TTL (P26), and a delta resource with aliases
@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::config::core::v3::ControlPlane;
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use prost::encoding::{DecodeContext, WireType};
+use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
 
 use crate::protocol::{DeltaResource, DeltaResponse, Response};
@@ -71,8 +71,9 @@ pub struct Item(Body);
 
 #[derive(Clone, Debug, Default)]
 enum Body {
-    /// The snapshot's bytes, shared: the resource's `Any` (SotW) or delta `Resource`, as a
-    /// proxy gets it (see [`Resource::any_for`]).
+    /// The snapshot's bytes, shared: the resource's `Any` as a proxy gets it (see
+    /// [`Resource::any_for`]), alone (SotW) or in a delta `Resource` with its version and
+    /// name.
     Any(Arc<Resource>, Secrets),
     Delta(Arc<Resource>, Secrets),
     /// Encoded for this client alone.
@@ -82,21 +83,29 @@ enum Body {
     Empty,
 }
 
-impl Item {
-    fn bytes(&self) -> &[u8] {
-        match &self.0 {
-            Body::Any(r, secrets) => r.any_for(*secrets),
-            Body::Delta(r, secrets) => r.delta_for(*secrets),
-            Body::Own(bytes) => bytes,
-            Body::Empty => &[],
-        }
-    }
-}
+/// `envoy.service.discovery.v3.Resource` fields a delta item writes.
+const VERSION: u32 = 1;
+const RESOURCE: u32 = 2;
+const NAME: u32 = 3;
 
 /// Encode-only: the server never decodes a response.
 impl Message for Item {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        buf.put_slice(self.bytes());
+        match &self.0 {
+            Body::Any(r, secrets) => buf.put_slice(r.any_for(*secrets)),
+            // In tag order, each left out when empty, as prost writes a message.
+            Body::Delta(r, secrets) => {
+                if !r.version.is_empty() {
+                    encoding::string::encode(VERSION, &r.version, buf);
+                }
+                encoding::bytes::encode(RESOURCE, r.any_for(*secrets), buf);
+                if !r.name.is_empty() {
+                    encoding::string::encode(NAME, &r.name, buf);
+                }
+            }
+            Body::Own(bytes) => buf.put_slice(bytes),
+            Body::Empty => {}
+        }
     }
 
     fn merge_field(
@@ -106,11 +115,27 @@ impl Message for Item {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+        encoding::skip_field(wire_type, tag, buf, ctx)
     }
 
     fn encoded_len(&self) -> usize {
-        self.bytes().len()
+        match &self.0 {
+            Body::Any(r, secrets) => r.any_for(*secrets).len(),
+            Body::Delta(r, secrets) => {
+                let string = |tag, value: &String| {
+                    if value.is_empty() {
+                        0
+                    } else {
+                        encoding::string::encoded_len(tag, value)
+                    }
+                };
+                string(VERSION, &r.version)
+                    + encoding::bytes::encoded_len(RESOURCE, r.any_for(*secrets))
+                    + string(NAME, &r.name)
+            }
+            Body::Own(bytes) => bytes.len(),
+            Body::Empty => 0,
+        }
     }
 
     fn clear(&mut self) {
