@@ -23,12 +23,12 @@ pub(super) fn decode_resource(
 ) -> Result<Resource, ConfigError> {
     // Name the resource in errors by the name the item gives (in either spelling), even when
     // it does not decode.
-    let json_name = descriptors::message(kind)
-        .get_field_by_name(kind.name_field())
-        .map(|f| f.json_name().to_string());
     let claimed = item
         .get(kind.name_field())
-        .or_else(|| json_name.and_then(|n| item.get(n)))
+        .or_else(|| {
+            let field = descriptors::message(kind).get_field_by_name(kind.name_field())?;
+            item.get(field.json_name())
+        })
         .and_then(|v| v.as_str());
     let label = match claimed {
         Some(name) => format!("{}[{index}] {name:?}", kind.file_key()),
