@@ -76,8 +76,9 @@ enum Body {
     /// name.
     Any(Arc<Resource>, Secrets),
     Delta(Arc<Resource>, Secrets),
-    /// Encoded for this client alone.
-    Own(Bytes),
+    /// Made for this client alone (its `Any` still the snapshot's bytes).
+    Wrapped(Box<WrappedAny>),
+    Own(Box<OwnResource>),
     /// What prost decodes into (the server never does).
     #[default]
     Empty,
@@ -103,7 +104,8 @@ impl Message for Item {
                     encoding::string::encode(NAME, &r.name, buf);
                 }
             }
-            Body::Own(bytes) => buf.put_slice(bytes),
+            Body::Wrapped(w) => w.encode_raw(buf),
+            Body::Own(r) => r.encode_raw(buf),
             Body::Empty => {}
         }
     }
@@ -133,7 +135,8 @@ impl Message for Item {
                     + encoding::bytes::encoded_len(RESOURCE, r.any_for(*secrets))
                     + string(NAME, &r.name)
             }
-            Body::Own(bytes) => bytes.len(),
+            Body::Wrapped(w) => w.encoded_len(),
+            Body::Own(r) => r.encoded_len(),
             Body::Empty => 0,
         }
     }
@@ -212,7 +215,7 @@ impl WireResponse {
                         type_url: RESOURCE_TYPE_URL.to_string(),
                         value: Some(OwnResource::new(&r, Vec::new(), Some(ttl), true, secrets)),
                     };
-                    Item(Body::Own(wrapped.encode_to_vec().into()))
+                    Item(Body::Wrapped(Box::new(wrapped)))
                 }
                 None => Item(Body::Any(r, secrets)),
             })
@@ -242,7 +245,7 @@ impl WireDeltaResponse {
                     Item(Body::Delta(d.resource, secrets))
                 } else {
                     let own = OwnResource::new(&d.resource, d.aliases, d.ttl, d.body, secrets);
-                    Item(Body::Own(own.encode_to_vec().into()))
+                    Item(Body::Own(Box::new(own)))
                 }
             })
             .collect();
