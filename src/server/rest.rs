@@ -87,12 +87,10 @@ async fn discovery(
         return bad_request("a REST DiscoveryRequest must carry `node`".into());
     };
     if let Some(policy) = &rest.identity {
-        let identity = extensions
-            .get::<super::incoming::ConnInfo>()
-            .and_then(|c| c.identity.as_deref());
+        let conn = extensions.get::<super::incoming::ConnInfo>();
+        let identity = conn.and_then(|c| c.identity.as_deref());
         if let Err(why) = policy.check(identity, &node.id, &node.cluster) {
-            let peer = extensions
-                .get::<super::incoming::ConnInfo>()
+            let peer = conn
                 .and_then(|c| c.remote)
                 .map_or_else(|| "unknown".to_string(), |p| p.to_string());
             rest.telemetry

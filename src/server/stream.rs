@@ -120,9 +120,10 @@ async fn run<M: Machine>(
     conn: ConnInfo,
     tx: mpsc::Sender<Outgoing>,
 ) {
-    let peer = conn.remote;
+    let peer = conn
+        .remote
+        .map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let mut conn_closing = conn.closing.clone();
-    let peer_text = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let Shared {
         cache,
         fleet,
@@ -137,7 +138,6 @@ async fn run<M: Machine>(
     // Private key material goes to a client whose certificate is bound to its node (checked
     // on its first request), or to every client with --insecure-serve-secrets.
     let mut secrets = secrets;
-    let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let protocol = M::PROTOCOL;
     let mut machine =
         Stream::<M>::with_ordering(variant, ordering).with_name_limit(limits.max_names_per_stream);
@@ -172,7 +172,7 @@ async fn run<M: Machine>(
                             match policy.check(conn.identity.as_deref(), &node.id, &node.cluster) {
                                 Ok(()) => secrets = Secrets::Serve,
                                 Err(why) => {
-                                    telemetry.identity_mismatch("stream", &node.id, &peer_text, &why);
+                                    telemetry.identity_mismatch("stream", &node.id, &peer, &why);
                                     let _ = tx.send(Outgoing::end(Status::permission_denied(format!(
                                         "node {:?}: {why}", node.id
                                     )))).await;
