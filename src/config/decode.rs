@@ -10,7 +10,7 @@ use prost_reflect::{DeserializeOptions, DynamicMessage};
 
 use super::hash::content_hash;
 use super::keys::{parse_ttl, vhds_aliases, TTL_KEY};
-use super::{descriptors, references, rules, sensitive, ConfigError};
+use super::{descriptors, json, references, rules, sensitive, ConfigError};
 use crate::resource::{Resource, ResourceType};
 
 /// Map one list item to its protobuf, encode it once and hash it.
@@ -50,18 +50,21 @@ pub(super) fn decode_resource(
     };
 
     let mut track = serde_path_to_error::Track::new();
-    let message = DynamicMessage::deserialize_with_options(
-        descriptors::message(kind),
-        serde_path_to_error::Deserializer::new(&item, &mut track),
-        &DeserializeOptions::new(),
-    )
-    .map_err(|e| {
-        let path = track.path();
-        let mut message = e.to_string();
-        if sensitive::at_sensitive(descriptors::message(kind), &item, &path) {
-            message = sensitive::hidden(&message);
-        }
-        error(path.to_string(), message)
+    let descriptor = descriptors::message(kind);
+    let message = json::from_value(&descriptor, item, |item| {
+        DynamicMessage::deserialize_with_options(
+            descriptor.clone(),
+            serde_path_to_error::Deserializer::new(item, &mut track),
+            &DeserializeOptions::new(),
+        )
+        .map_err(|e| {
+            let path = track.path();
+            let mut message = e.to_string();
+            if sensitive::at_sensitive(descriptor.clone(), item, &path) {
+                message = sensitive::hidden(&message);
+            }
+            error(path.to_string(), message)
+        })
     })?;
 
     let name = message
@@ -84,7 +87,7 @@ pub(super) fn decode_resource(
     // Versions hash the canonical JSON, not the bytes: map fields (Struct metadata, runtime
     // layers) encode in HashMap order, which differs between processes, while serde_json's
     // map is sorted. So the same files give the same versions in every process.
-    let json = serde_json::to_value(&message)
+    let json = json::to_json(&message)
         .map_err(|e| error(".".into(), format!("cannot be represented as JSON: {e}")))?;
     let canonical = serde_json::to_vec(&json).map_err(|e| error(".".into(), e.to_string()))?;
     // The TTL is part of the version: changing it re-sends the resource (P25).

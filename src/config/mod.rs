@@ -18,6 +18,7 @@
 //! is `watch`'s.
 
 mod decode;
+pub mod json;
 pub mod descriptors;
 mod hash;
 mod keys;

@@ -1,0 +1,307 @@
+//! Envoy's way of reading a resource's YAML/JSON: protobuf's JSON mapping (prost-reflect,
+//! driven by the descriptor pool) and, before it, the leniencies Envoy's own loader adds.
+//!
+//! Owns, in the direction files -> protobuf ([`from_value`]):
+//! - a single value where a repeated field wants a list (`domains: "*"`), read as a list of
+//!   one, as Envoy does;
+//! - an enum name in another case (`type: strict_dns`), read as its upper-case name when only
+//!   that is a name of the enum: Envoy parses with protobuf's `case_insensitive_enum_parsing`,
+//!   which does exactly this;
+//! - an empty `Any` (`config: {}`): protobuf's JSON mapping, and so Envoy, reads `{}` as an
+//!   `Any` with no type and no value. prost-reflect wants an `"@type"`, so the item is given
+//!   a marker type first and the marker is cleared from the decoded message.
+//!
+//! And in the direction protobuf -> JSON ([`to_json`]): an empty `Any` is written `{}`
+//! (prost-reflect refuses to write an `Any` without a type).
+//!
+//! Must not: read files, or check Envoy's rules (`rules`, `envoy_checks`): this only decides
+//! what a text means.
+
+use prost_reflect::{
+    DeserializeOptions, DynamicMessage, Kind, MessageDescriptor, ReflectMessage, Value,
+};
+use serde_yaml::Value as Yaml;
+
+use super::descriptors;
+
+/// The message an empty `Any` is read as in between, under a type URL of its own (never
+/// served: cleared before the message leaves [`from_value`]): any message of the built-in
+/// pool that is not a well-known type and may be empty.
+const EMPTY_ANY_MESSAGE: &str = "envoy.config.core.v3.Metadata";
+
+fn marker_url() -> String {
+    format!("switchyard.invalid/{EMPTY_ANY_MESSAGE}")
+}
+
+/// Decode `item` as `descriptor`, as Envoy reads it. `deserialize` is the JSON mapping
+/// itself (the caller tracks error paths through it).
+pub fn from_value<E>(
+    descriptor: &MessageDescriptor,
+    mut item: Yaml,
+    deserialize: impl FnOnce(&Yaml) -> Result<DynamicMessage, E>,
+) -> Result<DynamicMessage, E> {
+    let mut empty_anys = 0;
+    prepare_message(descriptor, &mut item, &mut empty_anys);
+    let mut message = deserialize(&item)?;
+    if empty_anys > 0 {
+        let marker = marker_url();
+        rewrite_anys(&mut message, &mut |any| {
+            let is_marker = any
+                .get_field_by_number(1)
+                .is_some_and(|v| v.as_str() == Some(marker.as_str()));
+            if is_marker {
+                any.clear_field_by_number(1);
+                any.clear_field_by_number(2);
+            }
+            is_marker
+        });
+    }
+    Ok(message)
+}
+
+/// Decode JSON as `descriptor` with protobuf's mapping and Envoy's leniencies (for JSON that
+/// [`to_json`] wrote, or a client sent).
+pub fn from_json(
+    descriptor: &MessageDescriptor,
+    json: &serde_json::Value,
+) -> Result<DynamicMessage, String> {
+    let item: Yaml = serde_yaml::to_value(json).map_err(|e| e.to_string())?;
+    from_value(descriptor, item, |item| {
+        DynamicMessage::deserialize_with_options(
+            descriptor.clone(),
+            item,
+            &DeserializeOptions::new(),
+        )
+        .map_err(|e| e.to_string())
+    })
+}
+
+/// A message's proto3 JSON; an empty `Any` is `{}`.
+pub fn to_json(message: &DynamicMessage) -> Result<serde_json::Value, String> {
+    match serde_json::to_value(message) {
+        Ok(json) => Ok(json),
+        Err(first) => {
+            // The one thing prost-reflect cannot write is an Any without a type: write those
+            // as the marker, then the marker as `{}`.
+            let mut copy = message.clone();
+            let marker = marker_url();
+            let marked = rewrite_anys(&mut copy, &mut |any| {
+                let empty = any
+                    .get_field_by_number(1)
+                    .is_none_or(|v| v.as_str().is_some_and(str::is_empty));
+                if empty {
+                    any.set_field_by_number(1, Value::String(marker.clone()));
+                    any.clear_field_by_number(2);
+                }
+                empty
+            });
+            if !marked {
+                return Err(first.to_string());
+            }
+            let mut json = serde_json::to_value(&copy).map_err(|e| e.to_string())?;
+            unmark_json(&mut json, &marker);
+            Ok(json)
+        }
+    }
+}
+
+fn unmark_json(json: &mut serde_json::Value, marker: &str) {
+    match json {
+        serde_json::Value::Object(map) => {
+            if map.get("@type").and_then(|v| v.as_str()) == Some(marker) {
+                map.clear();
+                return;
+            }
+            map.values_mut().for_each(|v| unmark_json(v, marker));
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| unmark_json(v, marker)),
+        _ => {}
+    }
+}
+
+/// Call `f` on every `google.protobuf.Any` in `message`, at any depth, including inside the
+/// payloads of other `Any`s (decoded, and encoded back when something changed inside).
+/// Returns whether `f` changed anything.
+fn rewrite_anys(message: &mut DynamicMessage, f: &mut dyn FnMut(&mut DynamicMessage) -> bool) -> bool {
+    if message.descriptor().full_name() == "google.protobuf.Any" {
+        if f(message) {
+            return true;
+        }
+        let Some(name) = message
+            .get_field_by_number(1)
+            .and_then(|v| v.as_str().and_then(|u| u.rsplit_once('/')).map(|(_, n)| n.to_string()))
+        else {
+            return false;
+        };
+        let Some(descriptor) = descriptors::message_named(&name) else {
+            return false;
+        };
+        let bytes = message
+            .get_field_by_number(2)
+            .and_then(|v| v.as_bytes().cloned())
+            .unwrap_or_default();
+        let Ok(mut inner) = DynamicMessage::decode(descriptor, bytes) else {
+            return false;
+        };
+        if !rewrite_anys(&mut inner, f) {
+            return false;
+        }
+        message.set_field_by_number(2, Value::Bytes(prost::Message::encode_to_vec(&inner).into()));
+        return true;
+    }
+    let mut changed = false;
+    for (field, value) in message.fields_mut() {
+        if matches!(field.kind(), Kind::Message(_)) {
+            changed |= rewrite_value(value, f);
+        }
+    }
+    changed
+}
+
+fn rewrite_value(value: &mut Value, f: &mut dyn FnMut(&mut DynamicMessage) -> bool) -> bool {
+    match value {
+        Value::Message(m) => rewrite_anys(m, f),
+        Value::List(items) => items.iter_mut().fold(false, |acc, v| rewrite_value(v, f) | acc),
+        Value::Map(entries) => entries
+            .values_mut()
+            .fold(false, |acc, v| rewrite_value(v, f) | acc),
+        _ => false,
+    }
+}
+
+/// Messages whose JSON form is not an object of fields: left to the mapping as they are.
+fn free_form(name: &str) -> bool {
+    matches!(
+        name,
+        "google.protobuf.Struct"
+            | "google.protobuf.Value"
+            | "google.protobuf.ListValue"
+            | "google.protobuf.Duration"
+            | "google.protobuf.Timestamp"
+            | "google.protobuf.FieldMask"
+            | "google.protobuf.Empty"
+            | "google.protobuf.DoubleValue"
+            | "google.protobuf.FloatValue"
+            | "google.protobuf.Int64Value"
+            | "google.protobuf.UInt64Value"
+            | "google.protobuf.Int32Value"
+            | "google.protobuf.UInt32Value"
+            | "google.protobuf.BoolValue"
+            | "google.protobuf.StringValue"
+            | "google.protobuf.BytesValue"
+    )
+}
+
+/// Apply Envoy's leniencies to `item`, read as `descriptor`, in place. What does not fit the
+/// message is left for the mapping to report.
+fn prepare_message(descriptor: &MessageDescriptor, item: &mut Yaml, empty_anys: &mut usize) {
+    let name = descriptor.full_name();
+    if name == "google.protobuf.Any" {
+        return prepare_any(item, empty_anys);
+    }
+    if free_form(name) {
+        return;
+    }
+    let Yaml::Mapping(mapping) = item else {
+        return;
+    };
+    for (key, value) in mapping.iter_mut() {
+        let Some(key) = key.as_str() else { continue };
+        let field = descriptor
+            .get_field_by_name(key)
+            .or_else(|| descriptor.get_field_by_json_name(key));
+        if let Some(field) = field {
+            prepare_field(&field, value, empty_anys);
+        }
+    }
+}
+
+fn prepare_field(field: &prost_reflect::FieldDescriptor, value: &mut Yaml, empty_anys: &mut usize) {
+    if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            return;
+        };
+        let value_field = entry.map_entry_value_field();
+        if let Yaml::Mapping(entries) = value {
+            for (_, v) in entries.iter_mut() {
+                prepare_kind(&value_field.kind(), v, empty_anys);
+            }
+        }
+        return;
+    }
+    if field.is_list() {
+        if !matches!(value, Yaml::Sequence(_) | Yaml::Null) {
+            // Envoy reads a single value as a list of one.
+            let single = std::mem::take(value);
+            *value = Yaml::Sequence(vec![single]);
+        }
+        if let Yaml::Sequence(items) = value {
+            for v in items.iter_mut() {
+                prepare_kind(&field.kind(), v, empty_anys);
+            }
+        }
+        return;
+    }
+    prepare_kind(&field.kind(), value, empty_anys);
+}
+
+fn prepare_kind(kind: &Kind, value: &mut Yaml, empty_anys: &mut usize) {
+    match kind {
+        Kind::Message(descriptor) => prepare_message(descriptor, value, empty_anys),
+        Kind::Enum(descriptor) => {
+            if let Yaml::String(name) = value {
+                if descriptor.get_value_by_name(name).is_none() {
+                    let upper = name.to_ascii_uppercase();
+                    if descriptor.get_value_by_name(&upper).is_some() {
+                        *name = upper;
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn prepare_any(item: &mut Yaml, empty_anys: &mut usize) {
+    let Yaml::Mapping(mapping) = item else {
+        return;
+    };
+    if mapping.is_empty() {
+        mapping.insert(Yaml::from("@type"), Yaml::from(marker_url()));
+        *empty_anys += 1;
+        return;
+    }
+    let Some(name) = mapping
+        .get("@type")
+        .and_then(Yaml::as_str)
+        .and_then(|url| url.rsplit_once('/'))
+        .map(|(_, name)| name.to_string())
+    else {
+        return;
+    };
+    let Some(descriptor) = descriptors::message_named(&name) else {
+        return;
+    };
+    if free_form(descriptor.full_name()) || descriptor.full_name() == "google.protobuf.Any" {
+        // A well-known type's payload is under `value`.
+        if let Some(value) = mapping.get_mut("value") {
+            prepare_message(&descriptor, value, empty_anys);
+        }
+        return;
+    }
+    for (key, value) in mapping.iter_mut() {
+        let Some(key) = key.as_str() else { continue };
+        if key == "@type" {
+            continue;
+        }
+        let field = descriptor
+            .get_field_by_name(key)
+            .or_else(|| descriptor.get_field_by_json_name(key));
+        if let Some(field) = field {
+            prepare_field(&field, value, empty_anys);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
