@@ -97,6 +97,34 @@ pub struct Status {
     /// The generation every node gets (during a rollout, every node but the canaries).
     #[serde(default)]
     pub generation: u64,
+    /// This server: its version, the Envoy API it reads files with, and the operator's
+    /// descriptor sets.
+    #[serde(default)]
+    pub server: ServerInfo,
+}
+
+/// What this server is and reads files with.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ServerInfo {
+    pub version: String,
+    /// The Envoy release whose API (every message, extension, cncf/xds and udpa) the files
+    /// are read with.
+    pub envoy_api: String,
+    /// `--descriptor-set` files, whose types are read too.
+    pub descriptor_sets: Vec<String>,
+}
+
+impl ServerInfo {
+    pub fn current() -> ServerInfo {
+        ServerInfo {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            envoy_api: crate::config::descriptors::ENVOY_API_VERSION.to_string(),
+            descriptor_sets: crate::config::descriptors::installed_sets()
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect(),
+        }
+    }
 }
 
 /// One connected node: who it is, its streams, and per type what it has.
@@ -245,6 +273,7 @@ impl Status {
             config,
             rollout: None,
             generation: 0,
+            server: ServerInfo::current(),
         }
     }
 

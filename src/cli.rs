@@ -29,13 +29,20 @@ pub const EXIT_NACKED: u8 = 2;
 /// Exit code of `switchyard status` when the server's last config load failed (it serves the
 /// last good snapshot; the edit never took). Checked before NACKs.
 pub const EXIT_LOAD_FAILED: u8 = 3;
+/// `switchyard --version`: this release and the Envoy API it reads files with.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (Envoy API ",
+    env!("SWITCHYARD_ENVOY_API_VERSION"),
+    ")"
+);
 /// The admin server's default address.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:19000";
 
 /// Switchyard: an xDS management server for Envoy fleets, driven by YAML/JSON snapshot
 /// files.
 #[derive(Debug, Parser)]
-#[command(name = "switchyard", version, about, long_about = None)]
+#[command(name = "switchyard", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -122,6 +129,18 @@ pub struct ConfigArgs {
     /// `stat_prefix`.
     #[arg(long)]
     pub skip_envoy_rules: bool,
+    #[command(flatten)]
+    pub descriptors: DescriptorArgs,
+}
+
+/// Descriptors beyond Envoy's API: custom and contrib extensions.
+#[derive(Debug, Args, Default)]
+pub struct DescriptorArgs {
+    /// A FileDescriptorSet (`protoc --include_imports --descriptor_set_out=FILE ...`) whose
+    /// messages may be used in any `Any` (`typed_config` of a custom or contrib filter),
+    /// checked with their field rules like Envoy's own. Repeatable.
+    #[arg(long = "descriptor-set", value_name = "FILE")]
+    pub sets: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -162,6 +181,8 @@ pub struct DiffArgs {
     /// Do not check Envoy's own field rules when loading either side.
     #[arg(long)]
     pub skip_envoy_rules: bool,
+    #[command(flatten)]
+    pub descriptors: DescriptorArgs,
 }
 
 /// Exit code of `switchyard diff` when something changes.
@@ -423,6 +444,17 @@ pub fn main() -> ExitCode {
             };
         }
     };
+    // Custom descriptors go into the pool before anything reads a file.
+    let sets: &[PathBuf] = match &cli.command {
+        Command::Validate(args) => &args.config.descriptors.sets,
+        Command::Serve(args) => &args.config.descriptors.sets,
+        Command::Diff(args) => &args.descriptors.sets,
+        _ => &[],
+    };
+    if let Err(e) = config::descriptors::install(sets) {
+        eprintln!("error: --descriptor-set: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     match cli.command {
         Command::Validate(args) => validate(&args),
         Command::Diff(args) => diff(&args),

@@ -60,6 +60,12 @@ pub(super) fn decode_resource(
         .map_err(|e| {
             let path = track.path();
             let mut message = e.to_string();
+            if message.starts_with("message '") && message.ends_with("' not found") {
+                message.push_str(
+                    ": not a type of Envoy's API; a custom or contrib extension's type needs \
+                     its descriptors (--descriptor-set)",
+                );
+            }
             if sensitive::at_sensitive(descriptor.clone(), item, &path) {
                 message = sensitive::hidden(&message);
             }
