@@ -61,7 +61,10 @@ fn main() {
             api.display()
         );
     }
-    println!("cargo:rustc-env=SWITCHYARD_DESCRIPTOR_SET={}", api.display());
+    println!(
+        "cargo:rustc-env=SWITCHYARD_DESCRIPTOR_SET={}",
+        api.display()
+    );
     println!("cargo:rustc-env=SWITCHYARD_ENVOY_API_VERSION={ENVOY_API_VERSION}");
 }
 

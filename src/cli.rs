@@ -1221,6 +1221,7 @@ mod tests {
             config: None,
             rollout: None,
             generation: 1,
+            server: Default::default(),
         };
         let table = status_table(&status);
         assert!(

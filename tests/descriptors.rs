@@ -36,7 +36,10 @@ fn the_tests_envoy_is_the_api_release() {
     let o = Command::new(envoy).arg("--version").output().expect("runs");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains(&format!("/{}/", switchyard::config::descriptors::ENVOY_API_VERSION)),
+        out.contains(&format!(
+            "/{}/",
+            switchyard::config::descriptors::ENVOY_API_VERSION
+        )),
         "Envoy {out} is not the release of the API in proto/"
     );
 }

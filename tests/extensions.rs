@@ -142,7 +142,13 @@ fn a_custom_types_field_rules_and_fields_are_checked() {
     // The custom PGV rule: greeting's min_len 1, checked like Envoy's own.
     let config = dir.path().join("empty-greeting.yaml");
     std::fs::write(&config, listener_with("repeat: 2")).unwrap();
-    let o = switchyard(&["validate", "-c", config.to_str().unwrap(), "--descriptor-set", set]);
+    let o = switchyard(&[
+        "validate",
+        "-c",
+        config.to_str().unwrap(),
+        "--descriptor-set",
+        set,
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("greeting"), "{err}");
@@ -150,7 +156,13 @@ fn a_custom_types_field_rules_and_fields_are_checked() {
     // An unknown field of the custom type.
     let config = dir.path().join("unknown.yaml");
     std::fs::write(&config, listener_with("greting: hello")).unwrap();
-    let o = switchyard(&["validate", "-c", config.to_str().unwrap(), "--descriptor-set", set]);
+    let o = switchyard(&[
+        "validate",
+        "-c",
+        config.to_str().unwrap(),
+        "--descriptor-set",
+        set,
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("greting"), "{}", stderr(&o));
 }
@@ -178,7 +190,10 @@ fn a_descriptor_set_redefining_an_envoy_type_is_refused_naming_both() {
         assert_eq!(o.status.code(), Some(64), "{command}: {}", stderr(&o));
         let err = stderr(&o);
         assert!(err.contains("mine/cluster.proto"), "{err}");
-        assert!(err.contains("envoy/config/cluster/v3/cluster.proto"), "{err}");
+        assert!(
+            err.contains("envoy/config/cluster/v3/cluster.proto"),
+            "{err}"
+        );
         assert!(err.contains("envoy.config.cluster.v3.Cluster"), "{err}");
     }
     // Not a descriptor set at all.
@@ -256,7 +271,8 @@ fn serve_loads_custom_types_and_status_names_the_set() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(serving, "never logged that it serves");
-    let status: serde_json::Value = serde_json::from_str(&status.expect("/status answers")).unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(&status.expect("/status answers")).unwrap();
     assert_eq!(status["server"]["envoy_api"], "1.40.0");
     assert_eq!(
         status["server"]["descriptor_sets"][0],

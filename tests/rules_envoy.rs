@@ -1,8 +1,10 @@
-//! Envoy's field rules at load, checked against the real Envoy 1.40: for each rule kind, a
-//! resource that breaks it (and resources that break nothing) goes through Switchyard's
+//! Envoy's field rules and its checks beyond them (`config::checks`) at load, checked
+//! against the real Envoy 1.40: for each rule kind and each check, a resource that breaks it
+//! (and resources that break nothing, near misses among them) goes through Switchyard's
 //! loader and through `envoy --mode validate` with the resource as a static resource of a
 //! bootstrap. The two verdicts must agree, and Envoy's error must end with the words the
-//! loader reports (Envoy's adds the bootstrap's own levels in front).
+//! loader reports for a field rule (Envoy's adds the bootstrap's own levels in front), or
+//! contain them for a check (Envoy adds the listener's address, the duplicate match, ...).
 
 mod support;
 
@@ -338,6 +340,230 @@ fn corpus() -> Vec<Case> {
              "tcp_health_check": {}, "no_traffic_interval": "0s"}]})),
         ),
     ]
+    .into_iter()
+    .chain(checks())
+    .collect()
+}
+
+/// A route configuration with `vhosts` as its virtual hosts.
+fn route_config(vhosts: Value) -> Value {
+    json!({"name": "r", "virtual_hosts": vhosts})
+}
+
+fn vhost(name: &str, domains: Value) -> Value {
+    json!({"name": name, "domains": domains,
+        "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "c"}}]})
+}
+
+fn regex_route(regex: &str) -> Value {
+    routes(
+        json!({"routes": [{"match": {"safe_regex": {"regex": regex}}, "route": {"cluster": "c"}}]}),
+    )
+}
+
+fn tls_cluster(params: Value) -> Value {
+    cluster(json!({"transport_socket": {"name": "tls", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+        "common_tls_context": {"tls_params": params}}}}))
+}
+
+fn tcp_chain(name: &str, filter_chain_match: Option<Value>) -> Value {
+    let mut chain = json!({"name": name, "filters": [{"name": "tcp", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+        "stat_prefix": "t", "cluster": "c"}}]});
+    if let Some(m) = filter_chain_match {
+        chain["filter_chain_match"] = m;
+    }
+    chain
+}
+
+fn compat_listener(address: &str) -> Value {
+    listener(
+        json!({"address": {"socket_address": {"address": address, "port_value": 10000,
+        "ipv4_compat": true}}}),
+    )
+}
+
+/// Envoy's checks beyond field rules (`config::checks`): each refusal, and near misses that
+/// both accept.
+fn checks() -> Vec<Case> {
+    use Kind::*;
+    let mut cases = vec![
+        // More than one `*` domain in a route configuration.
+        case(
+            "envoy",
+            Routes,
+            route_config(json!([vhost("a", json!(["*"])), vhost("b", json!(["*"]))])),
+        ),
+        case(
+            "envoy",
+            Routes,
+            route_config(json!([
+                vhost("a", json!(["*"])),
+                vhost("b", json!(["x.com", "*"]))
+            ])),
+        ),
+        // One domain twice, in another case.
+        case(
+            "envoy",
+            Routes,
+            route_config(json!([
+                vhost("a", json!(["a.com"])),
+                vhost("b", json!(["A.com"]))
+            ])),
+        ),
+        valid(
+            Routes,
+            route_config(json!([
+                vhost("a", json!(["*"])),
+                vhost("b", json!(["*.a.com", "a.com"]))
+            ])),
+        ),
+        // An HTTP filter, and a network filter, with no typed_config.
+        case(
+            "envoy",
+            Listener,
+            listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
+            "typed_config": hcm(json!({"http_filters": [{"name": "envoy.filters.http.router"}]}))}]}]})),
+        ),
+        case(
+            "envoy",
+            Listener,
+            listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
+            "typed_config": hcm(json!({"http_filters": [{"name": "envoy.filters.http.router", "typed_config": {}}]}))}]}]})),
+        ),
+        case(
+            "envoy",
+            Listener,
+            listener(
+                json!({"filter_chains": [{"filters": [{"name": "envoy.filters.network.tcp_proxy"}]}]}),
+            ),
+        ),
+        valid(
+            Listener,
+            listener(json!({"filter_chains": [{"filters": [{"name": "hcm",
+            "typed_config": hcm(json!({"http_filters": [{"name": "acme.optional", "is_optional": true},
+                {"name": "router", "typed_config": {"@type": ROUTER}}]}))}]}]})),
+        ),
+        // Two filter chains with the same match (none at all, or the same server names).
+        case(
+            "envoy",
+            Listener,
+            listener(
+                json!({"filter_chains": [tcp_chain("first", None), tcp_chain("second", None)]}),
+            ),
+        ),
+        case(
+            "envoy",
+            Listener,
+            listener(json!({"filter_chains": [
+            tcp_chain("first", Some(json!({"server_names": ["a.com"]}))),
+            tcp_chain("second", Some(json!({"server_names": ["a.com"]})))]})),
+        ),
+        valid(
+            Listener,
+            listener(json!({"filter_chains": [
+            tcp_chain("first", Some(json!({"server_names": ["a.com"]}))),
+            tcp_chain("second", Some(json!({"server_names": ["b.com"]})))]})),
+        ),
+        // ipv4_compat on an address other than `::` or an IPv4-mapped one.
+        case("envoy", Listener, compat_listener("127.0.0.1")),
+        case("envoy", Listener, compat_listener("::1")),
+        valid(Listener, compat_listener("::")),
+        valid(Listener, compat_listener("::ffff:127.0.0.1")),
+        // ECDH curves and cipher suites BoringSSL does not have.
+        case(
+            "envoy",
+            Cluster,
+            tls_cluster(json!({"ecdh_curves": ["ECDHE-RSA-AES128-GCM-SHA256"]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            tls_cluster(json!({"ecdh_curves": ["X25519", "P-224"]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            tls_cluster(json!({"cipher_suites": ["X25519"]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            tls_cluster(
+                json!({"cipher_suites": ["NOPE-ONE", "ECDHE-RSA-AES128-GCM-SHA256", "nope-two"]}),
+            ),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            tls_cluster(json!({"cipher_suites": ["TLS_AES_128_GCM_SHA256"]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            tls_cluster(json!({"cipher_suites": ["SHA256", "SHA384"]})),
+        ),
+        valid(
+            Cluster,
+            tls_cluster(
+                json!({"cipher_suites": ["ECDHE-RSA-AES128-GCM-SHA256", "TLS_AES_128_GCM_SHA256", "!aRSA", "ECDHE+AESGCM"]}),
+            ),
+        ),
+        valid(
+            Cluster,
+            tls_cluster(
+                json!({"ecdh_curves": ["X25519:P-256", "secp384r1", "X25519MLKEM768"],
+            "cipher_suites": ["[ECDHE-ECDSA-AES128-GCM-SHA256|ECDHE-ECDSA-CHACHA20-POLY1305]", "ECDHE-RSA-AES128-GCM-SHA256"]}),
+            ),
+        ),
+    ];
+    // Every cipher alias is one BoringSSL has, and selects something alone.
+    for alias in switchyard::config::checks::CIPHER_ALIASES {
+        cases.push(valid(
+            Cluster,
+            tls_cluster(json!({"cipher_suites": [alias]})),
+        ));
+    }
+    // Regexes, judged by RE2's syntax: what RE2 refuses, and what it accepts though Rust's
+    // regex would not.
+    for bad in [
+        "*",
+        "+a",
+        "a**",
+        "a{2}{3}",
+        "(a",
+        "a)",
+        "[a",
+        "[z-a]",
+        "\\q",
+        "\\1",
+        "\\Z",
+        "a{1001}",
+        "x{2,1}",
+        "(?x)a",
+        "(?=a)",
+        "[[:foo:]]",
+    ] {
+        cases.push(case("envoy", Routes, regex_route(bad)));
+    }
+    for good in [
+        "^/api/v[0-9]+/.*$",
+        "\\Qa.b\\E",
+        "\\C",
+        "a{,3}",
+        "(?P<n>a)",
+        "(?<m>b)",
+        "[[:alpha:]]",
+        "\\pN",
+        "\\z",
+        "[a&&b]",
+        "(?i)a",
+        "\\_",
+    ] {
+        cases.push(valid(Routes, regex_route(good)));
+    }
+    cases
 }
 
 /// The loader's verdict: `None` if the file loads, else (rule, Envoy's words).
@@ -356,6 +582,13 @@ fn load(case: &Case, dir: &Path) -> Option<(String, String)> {
         Err(errors) => {
             assert_eq!(errors.len(), 1, "{errors:?}");
             let message = errors[0].to_string();
+            if !message.contains("breaks Envoy's rule ") {
+                let words = message
+                    .split("Envoy would reject it with: ")
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("neither a rule nor a check: {message}"));
+                return Some(("envoy".to_string(), words.to_string()));
+            }
             let rule = message
                 .split("breaks Envoy's rule ")
                 .nth(1)
@@ -421,7 +654,12 @@ fn loader_and_envoy_agree_on_every_rule_kind() {
             (None, None, None) => {}
             (Some((rule, words)), Some(envoy_words), Some(expected)) => {
                 kinds.insert(rule.clone());
-                if rule != expected || !envoy_words.ends_with(words.as_str()) {
+                let agree = if rule == "envoy" {
+                    envoy_words.contains(words.as_str())
+                } else {
+                    envoy_words.ends_with(words.as_str())
+                };
+                if rule != expected || !agree {
                     disagreements.push(format!(
                         "case {i} ({expected}): loader {rule}: {words}\n    envoy: {envoy_words}"
                     ));

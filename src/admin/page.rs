@@ -363,6 +363,7 @@ mod tests {
             }),
             rollout: None,
             generation: 3,
+            server: Default::default(),
         }
     }
 
@@ -427,6 +428,7 @@ mod tests {
             config: None,
             rollout: None,
             generation: 3,
+            server: Default::default(),
         };
         let html = render(&status, &PageQuery::default());
         assert_eq!(

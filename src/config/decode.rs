@@ -10,7 +10,7 @@ use prost_reflect::{DeserializeOptions, DynamicMessage};
 
 use super::hash::content_hash;
 use super::keys::{parse_ttl, vhds_aliases, TTL_KEY};
-use super::{descriptors, json, references, rules, sensitive, ConfigError};
+use super::{checks, descriptors, json, references, rules, sensitive, ConfigError};
 use crate::resource::{Resource, ResourceType};
 
 /// Map one list item to its protobuf, encode it once and hash it.
@@ -89,6 +89,8 @@ pub(super) fn decode_resource(
     // Envoy's own field rules: what every proxy would NACK stops here, with its words.
     if envoy_rules {
         rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;
+        // And what Envoy refuses in its C++ code, beyond the field rules.
+        checks::check(&message).map_err(|r| error(r.path.clone(), r.to_string()))?;
     }
     // Versions hash the canonical JSON, not the bytes: map fields (Struct metadata, runtime
     // layers) encode in HashMap order, which differs between processes, while serde_json's

@@ -142,7 +142,10 @@ struct RawSet {
 }
 
 /// `base` with the files of `sets` added.
-pub fn with_sets(mut base: DescriptorPool, sets: &[PathBuf]) -> Result<DescriptorPool, DescriptorError> {
+pub fn with_sets(
+    mut base: DescriptorPool,
+    sets: &[PathBuf],
+) -> Result<DescriptorPool, DescriptorError> {
     // Every type name added so far by the operator's sets: (file, set).
     let mut added: std::collections::HashMap<String, (String, PathBuf)> = Default::default();
     for path in sets {
@@ -223,7 +226,10 @@ fn defined_names(file: &prost_reflect::prost_types::FileDescriptorProto) -> Vec<
     let mut out = Vec::new();
     let mut top = Vec::new();
     messages(&prefix, &file.message_type, &mut top);
-    out.extend(top.into_iter().map(|n| n.trim_start_matches('.').to_string()));
+    out.extend(
+        top.into_iter()
+            .map(|n| n.trim_start_matches('.').to_string()),
+    );
     out.extend(file.enum_type.iter().map(|e| join(e.name())));
     out.extend(file.service.iter().map(|s| join(s.name())));
     out.extend(file.extension.iter().map(|e| join(e.name())));
@@ -236,7 +242,10 @@ fn defined_by(pool: &DescriptorPool, name: &str) -> Option<String> {
     pool.get_message_by_name(name)
         .map(|m| file(m.parent_file()))
         .or_else(|| pool.get_enum_by_name(name).map(|e| file(e.parent_file())))
-        .or_else(|| pool.get_service_by_name(name).map(|s| file(s.parent_file())))
+        .or_else(|| {
+            pool.get_service_by_name(name)
+                .map(|s| file(s.parent_file()))
+        })
         .or_else(|| {
             pool.get_extension_by_name(name)
                 .map(|e| file(e.parent_file()))

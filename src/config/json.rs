@@ -122,15 +122,19 @@ fn unmark_json(json: &mut serde_json::Value, marker: &str) {
 /// Call `f` on every `google.protobuf.Any` in `message`, at any depth, including inside the
 /// payloads of other `Any`s (decoded, and encoded back when something changed inside).
 /// Returns whether `f` changed anything.
-fn rewrite_anys(message: &mut DynamicMessage, f: &mut dyn FnMut(&mut DynamicMessage) -> bool) -> bool {
+fn rewrite_anys(
+    message: &mut DynamicMessage,
+    f: &mut dyn FnMut(&mut DynamicMessage) -> bool,
+) -> bool {
     if message.descriptor().full_name() == "google.protobuf.Any" {
         if f(message) {
             return true;
         }
-        let Some(name) = message
-            .get_field_by_number(1)
-            .and_then(|v| v.as_str().and_then(|u| u.rsplit_once('/')).map(|(_, n)| n.to_string()))
-        else {
+        let Some(name) = message.get_field_by_number(1).and_then(|v| {
+            v.as_str()
+                .and_then(|u| u.rsplit_once('/'))
+                .map(|(_, n)| n.to_string())
+        }) else {
             return false;
         };
         let Some(descriptor) = descriptors::message_named(&name) else {
@@ -146,7 +150,10 @@ fn rewrite_anys(message: &mut DynamicMessage, f: &mut dyn FnMut(&mut DynamicMess
         if !rewrite_anys(&mut inner, f) {
             return false;
         }
-        message.set_field_by_number(2, Value::Bytes(prost::Message::encode_to_vec(&inner).into()));
+        message.set_field_by_number(
+            2,
+            Value::Bytes(prost::Message::encode_to_vec(&inner).into()),
+        );
         return true;
     }
     let mut changed = false;
@@ -161,7 +168,9 @@ fn rewrite_anys(message: &mut DynamicMessage, f: &mut dyn FnMut(&mut DynamicMess
 fn rewrite_value(value: &mut Value, f: &mut dyn FnMut(&mut DynamicMessage) -> bool) -> bool {
     match value {
         Value::Message(m) => rewrite_anys(m, f),
-        Value::List(items) => items.iter_mut().fold(false, |acc, v| rewrite_value(v, f) | acc),
+        Value::List(items) => items
+            .iter_mut()
+            .fold(false, |acc, v| rewrite_value(v, f) | acc),
         Value::Map(entries) => entries
             .values_mut()
             .fold(false, |acc, v| rewrite_value(v, f) | acc),

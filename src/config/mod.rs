@@ -17,10 +17,11 @@
 //! Must not: serve, or cache per node; swapping configs is the cache's job, watching files
 //! is `watch`'s.
 
+pub mod checks;
 mod decode;
-pub mod json;
 pub mod descriptors;
 mod hash;
+pub mod json;
 mod keys;
 mod loader;
 mod parse;

@@ -42,7 +42,10 @@ fn the_pool_is_envoy_1_40s_api() {
             "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
             "record_route_resolution_stats",
         ),
-        ("envoy.extensions.filters.http.basic_auth.v3.BasicAuth", "realm"),
+        (
+            "envoy.extensions.filters.http.basic_auth.v3.BasicAuth",
+            "realm",
+        ),
         ("envoy.extensions.filters.http.lua.v3.Lua", "shared_vm_id"),
         (
             "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
@@ -91,8 +94,8 @@ fn pool_agrees_with_generated_types_on_the_wire() {
         ..Default::default()
     };
     let bytes = cluster.encode_to_vec();
-    let dynamic = DynamicMessage::decode(message(ResourceType::Cluster), bytes.as_slice())
-        .expect("decodes");
+    let dynamic =
+        DynamicMessage::decode(message(ResourceType::Cluster), bytes.as_slice()).expect("decodes");
     assert_eq!(dynamic.encode_to_vec(), bytes);
     let json = serde_json::to_value(&dynamic).expect("serializes");
     assert_eq!(json["type"], "EDS");
@@ -206,10 +209,16 @@ fn one_message_set(file: &str, package: &str, name: &str) -> Vec<u8> {
 fn a_descriptor_set_adds_its_types() {
     let dir = tempfile::tempdir().unwrap();
     let set = dir.path().join("acme.pb");
-    std::fs::write(&set, one_message_set("acme/hello.proto", "acme.v1", "Hello")).unwrap();
+    std::fs::write(
+        &set,
+        one_message_set("acme/hello.proto", "acme.v1", "Hello"),
+    )
+    .unwrap();
     let pool = with_sets(built_in(), &[set]).expect("adds");
     assert!(pool.get_message_by_name("acme.v1.Hello").is_some());
-    assert!(pool.get_message_by_name("envoy.config.cluster.v3.Cluster").is_some());
+    assert!(pool
+        .get_message_by_name("envoy.config.cluster.v3.Cluster")
+        .is_some());
 }
 
 #[test]
@@ -226,7 +235,10 @@ fn a_descriptor_set_that_redefines_a_built_in_type_names_both_files() {
     assert!(matches!(err, DescriptorError::Clash { .. }), "{text}");
     assert!(text.contains("clash.pb"), "{text}");
     assert!(text.contains("mine/cluster.proto"), "{text}");
-    assert!(text.contains("envoy/config/cluster/v3/cluster.proto"), "{text}");
+    assert!(
+        text.contains("envoy/config/cluster/v3/cluster.proto"),
+        "{text}"
+    );
     assert!(text.contains("envoy.config.cluster.v3.Cluster"), "{text}");
 }
 
@@ -238,7 +250,10 @@ fn two_descriptor_sets_defining_one_type_name_both() {
     std::fs::write(&a, one_message_set("a/hello.proto", "acme.v1", "Hello")).unwrap();
     std::fs::write(&b, one_message_set("b/hello.proto", "acme.v1", "Hello")).unwrap();
     let text = with_sets(built_in(), &[a, b]).unwrap_err().to_string();
-    assert!(text.contains("a/hello.proto") && text.contains("b/hello.proto"), "{text}");
+    assert!(
+        text.contains("a/hello.proto") && text.contains("b/hello.proto"),
+        "{text}"
+    );
     assert!(text.contains("a.pb") && text.contains("b.pb"), "{text}");
 }
 
@@ -268,12 +283,18 @@ fn a_bad_descriptor_set_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.pb");
     let text = with_sets(built_in(), &[missing]).unwrap_err().to_string();
-    assert!(text.contains("missing.pb") && text.contains("cannot read"), "{text}");
+    assert!(
+        text.contains("missing.pb") && text.contains("cannot read"),
+        "{text}"
+    );
 
     let garbage = dir.path().join("garbage.pb");
     std::fs::write(&garbage, b"clusters: []\n").unwrap();
     let text = with_sets(built_in(), &[garbage]).unwrap_err().to_string();
-    assert!(text.contains("garbage.pb") && text.contains("FileDescriptorSet"), "{text}");
+    assert!(
+        text.contains("garbage.pb") && text.contains("FileDescriptorSet"),
+        "{text}"
+    );
 
     let empty = dir.path().join("empty.pb");
     std::fs::write(&empty, b"").unwrap();

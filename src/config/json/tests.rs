@@ -43,8 +43,21 @@ fn an_empty_any_is_an_any_with_nothing_in_it() {
     let vh = message.get_field_by_name("virtual_hosts").unwrap();
     let vh = vh.as_list().unwrap()[0].as_message().unwrap().clone();
     let map = vh.get_field_by_name("typed_per_filter_config").unwrap();
-    let any = map.as_map().unwrap().values().next().unwrap().as_message().unwrap().clone();
-    let payload = any.get_field_by_number(2).unwrap().as_bytes().unwrap().clone();
+    let any = map
+        .as_map()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .as_message()
+        .unwrap()
+        .clone();
+    let payload = any
+        .get_field_by_number(2)
+        .unwrap()
+        .as_bytes()
+        .unwrap()
+        .clone();
     assert_eq!(payload.as_ref(), &[0x0a, 0x00]);
     // And JSON that says `{}` reads back to the same message.
     let again = from_json(&route_descriptor(), &json).expect("reads its own JSON");
@@ -75,11 +88,17 @@ fn an_empty_any_as_a_typed_config_is_empty_too() {
 #[test]
 fn an_enum_name_in_lower_case_is_its_upper_case_name() {
     let cluster = descriptors::message_named("envoy.config.cluster.v3.Cluster").unwrap();
-    let message = read(&cluster, "name: c\ntype: strict_dns\nlb_policy: Round_Robin\n")
-        .expect("reads");
+    let message = read(
+        &cluster,
+        "name: c\ntype: strict_dns\nlb_policy: Round_Robin\n",
+    )
+    .expect("reads");
     let json = to_json(&message).unwrap();
     assert_eq!(json["type"], "STRICT_DNS");
-    assert!(json.get("lbPolicy").is_none(), "ROUND_ROBIN is the default: {json}");
+    assert!(
+        json.get("lbPolicy").is_none(),
+        "ROUND_ROBIN is the default: {json}"
+    );
     let message = read(&cluster, "name: c\nlb_policy: least_request\n").unwrap();
     assert_eq!(to_json(&message).unwrap()["lbPolicy"], "LEAST_REQUEST");
     // A name that is no name of the enum in any case is still an error.

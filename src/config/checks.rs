@@ -1,0 +1,499 @@
+//! Envoy's checks beyond its field rules: what Envoy 1.40 refuses in its C++ code when it
+//! builds a resource, though every field rule holds. Each is worded as Envoy words it, and
+//! each is checked against the real Envoy by `tests/checks_envoy.rs`.
+//!
+//! Owns, at any depth of a resource (inside `Any` payloads too):
+//! - a route configuration with more than one `*` domain, or one domain twice (Envoy compares
+//!   domains in lower case);
+//! - a regex (`RegexMatcher.regex`) that RE2 refuses, judged by RE2's syntax (`regex`);
+//! - TLS parameters naming ECDH curves or cipher suites BoringSSL does not have;
+//! - a listener with two filter chains whose `filter_chain_match` is the same;
+//! - `ipv4_compat` on an address other than `::` or an IPv4-mapped IPv6 address;
+//! - an HTTP or network filter with no `typed_config` (nor `config_discovery`).
+//!
+//! Must not: know about files, or check field rules (`rules` does); nothing here guesses:
+//! a check is here only when Envoy's behaviour is known and tested.
+
+use std::net::IpAddr;
+
+use prost_reflect::{DynamicMessage, ReflectMessage, Value};
+
+use super::descriptors;
+
+mod regex;
+
+/// What Envoy would refuse, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// From the resource, as in field-rule violations (`.` for the resource itself).
+    pub path: String,
+    /// Envoy's words.
+    pub envoy: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Envoy would reject it with: {}", self.envoy)
+    }
+}
+
+/// The first thing in `message` that Envoy refuses beyond its field rules.
+pub fn check(message: &DynamicMessage) -> Result<(), Refusal> {
+    let mut at = Vec::new();
+    visit(message, &mut at)
+}
+
+fn path_of(at: &[String]) -> String {
+    if at.is_empty() {
+        return ".".into();
+    }
+    let mut out = String::new();
+    for segment in at {
+        if !segment.starts_with('[') && !out.is_empty() {
+            out.push('.');
+        }
+        out.push_str(segment);
+    }
+    out
+}
+
+fn refuse(at: &[String], envoy: String) -> Result<(), Refusal> {
+    Err(Refusal {
+        path: path_of(at),
+        envoy,
+    })
+}
+
+fn visit(message: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> {
+    let descriptor = message.descriptor();
+    match descriptor.full_name() {
+        "google.protobuf.Any" => return visit_any(message, at),
+        "envoy.config.route.v3.RouteConfiguration" => route_configuration(message, at)?,
+        "envoy.type.matcher.v3.RegexMatcher" => {
+            if let Some(pattern) = string(message, "regex") {
+                if let Err(words) = regex::check(&pattern) {
+                    at.push("regex".into());
+                    let result = refuse(at, words);
+                    at.pop();
+                    return result;
+                }
+            }
+        }
+        "envoy.extensions.transport_sockets.tls.v3.TlsParameters" => tls_parameters(message, at)?,
+        "envoy.config.listener.v3.Listener" => listener(message, at)?,
+        "envoy.config.core.v3.SocketAddress" => socket_address(message, at)?,
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter"
+        | "envoy.config.listener.v3.Filter" => filter(message, at)?,
+        _ => {}
+    }
+    for (field, value) in message.fields() {
+        at.push(field.name().to_string());
+        let result = visit_value(value, at);
+        at.pop();
+        result?;
+    }
+    Ok(())
+}
+
+fn visit_value(value: &Value, at: &mut Vec<String>) -> Result<(), Refusal> {
+    match value {
+        Value::Message(m) => visit(m, at),
+        Value::List(items) => {
+            for (i, item) in items.iter().enumerate() {
+                at.push(format!("[{i}]"));
+                let result = visit_value(item, at);
+                at.pop();
+                result?;
+            }
+            Ok(())
+        }
+        Value::Map(entries) => {
+            let mut keys: Vec<_> = entries.iter().collect();
+            keys.sort_by_key(|(k, _)| format!("{k:?}"));
+            for (key, item) in keys {
+                let key = match key {
+                    prost_reflect::MapKey::String(s) => s.clone(),
+                    other => format!("{other:?}"),
+                };
+                at.push(format!("[{key:?}]"));
+                let result = visit_value(item, at);
+                at.pop();
+                result?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// An `Any`'s payload, checked as its type (the path goes on into it, as for field rules).
+fn visit_any(any: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> {
+    let Some(name) =
+        string(any, "type_url").and_then(|u| u.rsplit_once('/').map(|(_, n)| n.to_string()))
+    else {
+        return Ok(());
+    };
+    let Some(descriptor) = descriptors::message_named(&name) else {
+        return Ok(());
+    };
+    let bytes = any
+        .get_field_by_name("value")
+        .and_then(|v| v.as_bytes().cloned())
+        .unwrap_or_default();
+    match DynamicMessage::decode(descriptor, bytes) {
+        Ok(payload) => visit(&payload, at),
+        Err(_) => Ok(()),
+    }
+}
+
+fn string(message: &DynamicMessage, field: &str) -> Option<String> {
+    message
+        .get_field_by_name(field)
+        .and_then(|v| v.as_str().map(str::to_string))
+}
+
+fn has(message: &DynamicMessage, field: &str) -> bool {
+    message
+        .descriptor()
+        .get_field_by_name(field)
+        .is_some_and(|f| message.has_field(&f))
+}
+
+fn messages(message: &DynamicMessage, field: &str) -> Vec<DynamicMessage> {
+    message
+        .get_field_by_name(field)
+        .and_then(|v| {
+            v.as_list().map(|items| {
+                items
+                    .iter()
+                    .filter_map(|i| i.as_message().cloned())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn strings(message: &DynamicMessage, field: &str) -> Vec<String> {
+    message
+        .get_field_by_name(field)
+        .and_then(|v| {
+            v.as_list().map(|items| {
+                items
+                    .iter()
+                    .filter_map(|i| i.as_str().map(str::to_string))
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// Envoy's RouteMatcher: one `*` among all virtual hosts, and each other domain once
+/// (compared in lower case).
+fn route_configuration(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    let name = string(message, "name").unwrap_or_default();
+    let mut wildcard = false;
+    let mut seen = std::collections::HashSet::new();
+    for (i, vhost) in messages(message, "virtual_hosts").iter().enumerate() {
+        for (j, domain) in strings(vhost, "domains").iter().enumerate() {
+            let mut here = at.to_vec();
+            here.extend([
+                "virtual_hosts".to_string(),
+                format!("[{i}]"),
+                "domains".to_string(),
+                format!("[{j}]"),
+            ]);
+            if domain == "*" {
+                if wildcard {
+                    return refuse(
+                        &here,
+                        format!("Only a single wildcard domain is permitted in route {name}"),
+                    );
+                }
+                wildcard = true;
+                continue;
+            }
+            let lower = domain.to_ascii_lowercase();
+            if !seen.insert(lower.clone()) {
+                return refuse(
+                    &here,
+                    format!(
+                        "Only unique values for domains are permitted. Duplicate entry of domain \
+                         {lower} in route {name}"
+                    ),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The ECDH curves (groups) BoringSSL in Envoy 1.40 knows, by every name it accepts.
+const CURVES: &[&str] = &[
+    "P-256",
+    "prime256v1",
+    "P-384",
+    "secp384r1",
+    "P-521",
+    "secp521r1",
+    "X25519",
+    "x25519",
+    "X25519MLKEM768",
+    "MLKEM1024",
+];
+
+/// BoringSSL's cipher suite names (TLS 1.0-1.2; TLS 1.3 suites are not configurable).
+const CIPHERS: &[&str] = &[
+    "DES-CBC3-SHA",
+    "AES128-SHA",
+    "AES256-SHA",
+    "AES128-GCM-SHA256",
+    "AES256-GCM-SHA384",
+    "ECDHE-ECDSA-AES128-SHA",
+    "ECDHE-ECDSA-AES256-SHA",
+    "ECDHE-RSA-AES128-SHA",
+    "ECDHE-RSA-AES256-SHA",
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-PSK-AES128-CBC-SHA",
+    "ECDHE-PSK-AES256-CBC-SHA",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+    "ECDHE-PSK-CHACHA20-POLY1305",
+    "PSK-AES128-CBC-SHA",
+    "PSK-AES256-CBC-SHA",
+    "ECDHE-RSA-AES128-SHA256",
+    "ECDHE-ECDSA-AES128-SHA256",
+];
+
+/// TLS 1.3 suites: BoringSSL knows the names but does not configure them, so alone they
+/// select nothing.
+const TLS13_CIPHERS: &[&str] = &[
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+];
+
+/// BoringSSL's cipher aliases (each selects a family).
+pub const CIPHER_ALIASES: &[&str] = &[
+    "ALL", "kRSA", "kECDHE", "kEECDH", "kPSK", "aRSA", "aECDSA", "aPSK", "ECDHE", "EECDH", "RSA",
+    "ECDSA", "PSK", "3DES", "AES128", "AES256", "AES", "AESGCM", "CHACHA20", "SHA1", "SHA",
+    "SSLv3", "TLSv1", "TLSv1.2", "HIGH", "FIPS",
+];
+
+/// Aliases BoringSSL knows that select no cipher it has (tested against Envoy).
+const EMPTY_CIPHER_ALIASES: &[&str] = &["SHA256", "SHA384"];
+
+/// What one entry of a cipher list does on its own.
+#[derive(PartialEq)]
+enum Entry {
+    /// A name BoringSSL does not have.
+    Unknown,
+    /// Known, but selects no cipher alone (`!aNULL`, `-RSA`, a TLS 1.3 name).
+    SelectsNothing,
+    Selects,
+}
+
+fn cipher_entry(entry: &str) -> Entry {
+    let operator = entry.starts_with(['!', '-', '+', '@']);
+    let body = entry.trim_start_matches(['!', '-', '+', '@']);
+    let names: Vec<&str> = match body.strip_prefix('[').and_then(|e| e.strip_suffix(']')) {
+        Some(group) => group.split('|').collect(),
+        None => vec![body],
+    };
+    let mut selects = false;
+    for name in names {
+        let parts: Vec<&str> = name.split('+').collect();
+        for part in &parts {
+            let known = CIPHERS.contains(part)
+                || TLS13_CIPHERS.contains(part)
+                || CIPHER_ALIASES.contains(part)
+                || EMPTY_CIPHER_ALIASES.contains(part)
+                || (operator && entry.starts_with('@'));
+            if !known {
+                return Entry::Unknown;
+            }
+        }
+        selects |= parts
+            .iter()
+            .all(|p| !TLS13_CIPHERS.contains(p) && !EMPTY_CIPHER_ALIASES.contains(p));
+    }
+    if operator || !selects {
+        Entry::SelectsNothing
+    } else {
+        Entry::Selects
+    }
+}
+
+fn tls_parameters(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    let curves = strings(message, "ecdh_curves");
+    if curves
+        .iter()
+        .flat_map(|c| c.split(':'))
+        .any(|c| !CURVES.contains(&c))
+    {
+        let mut here = at.to_vec();
+        here.push("ecdh_curves".into());
+        return refuse(
+            &here,
+            format!("Failed to initialize ECDH curves {}", curves.join(":")),
+        );
+    }
+    // Envoy sets the whole list; when BoringSSL refuses it, Envoy tries each entry alone and
+    // names those refused alone. The list is refused when a name is unknown, or when no
+    // entry selects a cipher.
+    let ciphers = strings(message, "cipher_suites");
+    let entries: Vec<Entry> = ciphers.iter().map(|c| cipher_entry(c)).collect();
+    let list_refused = !ciphers.is_empty()
+        && (entries.contains(&Entry::Unknown) || !entries.contains(&Entry::Selects));
+    if list_refused {
+        let rejected: Vec<&str> = ciphers
+            .iter()
+            .zip(&entries)
+            .filter(|(_, e)| **e != Entry::Selects)
+            .map(|(c, _)| c.as_str())
+            .collect();
+        let mut here = at.to_vec();
+        here.push("cipher_suites".into());
+        return refuse(
+            &here,
+            format!(
+                "Failed to initialize cipher suites {}. The following ciphers were rejected when \
+                 tried individually: {}",
+                ciphers.join(":"),
+                rejected.join(", ")
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// An address as Envoy prints it: `127.0.0.1:80`, `[::1]:80`.
+fn address_text(socket: &DynamicMessage) -> String {
+    let address = string(socket, "address").unwrap_or_default();
+    let port = socket
+        .get_field_by_name("port_value")
+        .and_then(|v| v.as_u32())
+        .unwrap_or(0);
+    match address.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
+        Ok(IpAddr::V4(v4)) => format!("{v4}:{port}"),
+        Err(_) => format!("{address}:{port}"),
+    }
+}
+
+/// Envoy's listener manager: no two filter chains with the same `filter_chain_match` (an
+/// absent one is the empty match). Not when the listener matches with
+/// `filter_chain_matcher`, which replaces the matches.
+fn listener(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    if has(message, "filter_chain_matcher") {
+        return Ok(());
+    }
+    let chains = messages(message, "filter_chains");
+    let matches: Vec<Vec<u8>> = chains
+        .iter()
+        .map(
+            |chain| match chain.get_field_by_name("filter_chain_match") {
+                Some(m) => m.as_message().map(canonical).unwrap_or_default(),
+                None => Vec::new(),
+            },
+        )
+        .collect();
+    for (i, m) in matches.iter().enumerate() {
+        if let Some(first) = matches[..i].iter().position(|earlier| earlier == m) {
+            let address = message
+                .get_field_by_name("address")
+                .and_then(|a| a.as_message().cloned())
+                .and_then(|a| {
+                    a.get_field_by_name("socket_address")
+                        .and_then(|s| s.as_message().cloned())
+                })
+                .map(|s| address_text(&s))
+                .unwrap_or_else(|| string(message, "name").unwrap_or_default());
+            let name = |chain: &DynamicMessage| string(chain, "name").unwrap_or_default();
+            let mut here = at.to_vec();
+            here.extend(["filter_chains".to_string(), format!("[{i}]")]);
+            return refuse(
+                &here,
+                format!(
+                    "error adding listener '{address}': filter chain '{}' has the same matching \
+                     rules defined as '{}'",
+                    name(&chains[i]),
+                    name(&chains[first])
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A message's identity for comparison: its canonical JSON (map order is not stable in
+/// the binary encoding).
+fn canonical(message: &DynamicMessage) -> Vec<u8> {
+    super::json::to_json(message)
+        .ok()
+        .and_then(|j| serde_json::to_vec(&j).ok())
+        .unwrap_or_default()
+}
+
+/// Envoy's address resolver: `ipv4_compat` only on `::` or an IPv4-mapped IPv6 address.
+fn socket_address(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    let compat = message
+        .get_field_by_name("ipv4_compat")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    if !compat {
+        return Ok(());
+    }
+    let address = string(message, "address").unwrap_or_default();
+    let allowed = match address.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) => v6.is_unspecified() || v6.to_ipv4_mapped().is_some(),
+        Ok(IpAddr::V4(_)) => false,
+        // A name resolved later (DNS clusters, a custom resolver): not judged here.
+        Err(_) => return Ok(()),
+    };
+    if allowed {
+        return Ok(());
+    }
+    let mut here = at.to_vec();
+    here.push("ipv4_compat".into());
+    refuse(
+        &here,
+        format!(
+            "Only IPv6 address '::' or valid IPv4-mapped IPv6 address can set ipv4_compat: {}",
+            address_text(message)
+        ),
+    )
+}
+
+/// An HTTP or network filter must say what it is: a `typed_config` with a type (or a
+/// `config_discovery`). Envoy 1.40 has no implementation found by name alone.
+fn filter(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    // An optional HTTP filter Envoy cannot find is skipped (tested).
+    let optional = message
+        .get_field_by_name("is_optional")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    if has(message, "config_discovery") || optional {
+        return Ok(());
+    }
+    let type_url = message
+        .get_field_by_name("typed_config")
+        .and_then(|v| v.as_message().cloned())
+        .and_then(|any| string(&any, "type_url"))
+        .unwrap_or_default();
+    if !type_url.is_empty() {
+        return Ok(());
+    }
+    let name = string(message, "name").unwrap_or_default();
+    let mut here = at.to_vec();
+    here.push("typed_config".into());
+    refuse(
+        &here,
+        format!("Didn't find a registered implementation for '{name}' with type URL: ''"),
+    )
+}
+
+#[cfg(test)]
+mod tests;
