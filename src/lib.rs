@@ -20,6 +20,8 @@
 //! - [`server`] runs the gRPC services that feed the protocol and write what it returns,
 //!   straight from the resources' shared bytes.
 //! - [`diff`] says what a change of the files does to each node group (`switchyard diff`).
+//! - [`import`] turns an Envoy bootstrap's static resources into snapshot files and a
+//!   bootstrap that takes them over ADS (`switchyard import`).
 //! - [`preflight`] checks each node group's snapshot with the real Envoy (`envoy --mode
 //!   validate` on a bootstrap that holds it) before it is published, when asked to.
 //! - [`watch`] reloads on file changes (and keeps each good load with [`state`]); [`redact`]
@@ -38,6 +40,7 @@ pub mod config;
 pub mod daemon;
 pub mod diff;
 pub mod fleet;
+pub mod import;
 pub mod loadgen;
 pub mod metrics;
 pub mod preflight;

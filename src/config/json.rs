@@ -18,7 +18,8 @@
 //! what a text means.
 
 use prost_reflect::{
-    DeserializeOptions, DynamicMessage, Kind, MessageDescriptor, ReflectMessage, Value,
+    DeserializeOptions, DynamicMessage, Kind, MessageDescriptor, ReflectMessage, SerializeOptions,
+    Value,
 };
 use serde_yaml::Value as Yaml;
 
@@ -78,7 +79,22 @@ pub fn from_json(
 
 /// A message's proto3 JSON; an empty `Any` is `{}`.
 pub fn to_json(message: &DynamicMessage) -> Result<serde_json::Value, String> {
-    match serde_json::to_value(message) {
+    to_json_with(message, &SerializeOptions::new())
+}
+
+/// [`to_json`] with the .proto field names (`connect_timeout`), as Envoy's own YAML is
+/// written and its config dumps are.
+pub fn to_json_proto_names(message: &DynamicMessage) -> Result<serde_json::Value, String> {
+    to_json_with(message, &SerializeOptions::new().use_proto_field_name(true))
+}
+
+fn to_json_with(
+    message: &DynamicMessage,
+    options: &SerializeOptions,
+) -> Result<serde_json::Value, String> {
+    let write =
+        |m: &DynamicMessage| m.serialize_with_options(serde_json::value::Serializer, options);
+    match write(message) {
         Ok(json) => Ok(json),
         Err(first) => {
             // The one thing prost-reflect cannot write is an Any without a type: write those
@@ -98,7 +114,7 @@ pub fn to_json(message: &DynamicMessage) -> Result<serde_json::Value, String> {
             if !marked {
                 return Err(first.to_string());
             }
-            let mut json = serde_json::to_value(&copy).map_err(|e| e.to_string())?;
+            let mut json = write(&copy).map_err(|e| e.to_string())?;
             unmark_json(&mut json, &marker);
             Ok(json)
         }
@@ -120,43 +136,51 @@ fn unmark_json(json: &mut serde_json::Value, marker: &str) {
 }
 
 /// Call `f` on every `google.protobuf.Any` in `message`, at any depth, including inside the
-/// payloads of other `Any`s (decoded, and encoded back when something changed inside).
-/// Returns whether `f` changed anything.
+/// payloads of other `Any`s. Returns whether `f` changed anything.
 fn rewrite_anys(
     message: &mut DynamicMessage,
     f: &mut dyn FnMut(&mut DynamicMessage) -> bool,
 ) -> bool {
+    rewrite(message, &mut |m| {
+        m.descriptor().full_name() == "google.protobuf.Any" && f(m)
+    })
+}
+
+/// Call `f` on every message in `message` (itself first, then its fields), at any depth,
+/// including the payloads of `Any`s whose type the pool knows (decoded, and encoded back
+/// when something changed inside). Returns whether `f` changed anything.
+pub fn rewrite(
+    message: &mut DynamicMessage,
+    f: &mut dyn FnMut(&mut DynamicMessage) -> bool,
+) -> bool {
+    let mut changed = f(message);
     if message.descriptor().full_name() == "google.protobuf.Any" {
-        if f(message) {
-            return true;
-        }
         let Some(name) = message.get_field_by_number(1).and_then(|v| {
             v.as_str()
                 .and_then(|u| u.rsplit_once('/'))
                 .map(|(_, n)| n.to_string())
         }) else {
-            return false;
+            return changed;
         };
         let Some(descriptor) = descriptors::message_named(&name) else {
-            return false;
+            return changed;
         };
         let bytes = message
             .get_field_by_number(2)
             .and_then(|v| v.as_bytes().cloned())
             .unwrap_or_default();
         let Ok(mut inner) = DynamicMessage::decode(descriptor, bytes) else {
-            return false;
+            return changed;
         };
-        if !rewrite_anys(&mut inner, f) {
-            return false;
+        if rewrite(&mut inner, f) {
+            message.set_field_by_number(
+                2,
+                Value::Bytes(prost::Message::encode_to_vec(&inner).into()),
+            );
+            changed = true;
         }
-        message.set_field_by_number(
-            2,
-            Value::Bytes(prost::Message::encode_to_vec(&inner).into()),
-        );
-        return true;
+        return changed;
     }
-    let mut changed = false;
     for (field, value) in message.fields_mut() {
         if matches!(field.kind(), Kind::Message(_)) {
             changed |= rewrite_value(value, f);
@@ -167,7 +191,7 @@ fn rewrite_anys(
 
 fn rewrite_value(value: &mut Value, f: &mut dyn FnMut(&mut DynamicMessage) -> bool) -> bool {
     match value {
-        Value::Message(m) => rewrite_anys(m, f),
+        Value::Message(m) => rewrite(m, f),
         Value::List(items) => items
             .iter_mut()
             .fold(false, |acc, v| rewrite_value(v, f) | acc),

@@ -252,7 +252,10 @@ fn assemble(
 
     // References are checked only across a complete set of files: with a file missing, its
     // resources would look undefined.
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<ConfigError> = loaded
+        .iter()
+        .flat_map(|f| f.warnings.iter().cloned())
+        .collect();
     let problems = if errors.is_empty() {
         let count = loaded.iter().map(|f| f.resources.len()).sum();
         let mut checks = references::Checker::with_capacity(count);

@@ -30,6 +30,7 @@ pub mod rules;
 pub mod selector;
 mod sensitive;
 mod walk;
+pub mod yaml;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -87,6 +88,8 @@ pub struct SnapshotFile {
     pub path: PathBuf,
     pub selector: Selector,
     pub resources: Vec<Arc<Resource>>,
+    /// What in the file loads but deserves a word (a key given twice).
+    pub warnings: Vec<ConfigError>,
     /// A digest of its resources' kinds, names and versions, computed once when it loads.
     digest: String,
 }
@@ -101,8 +104,15 @@ impl SnapshotFile {
             path,
             selector,
             resources,
+            warnings: Vec::new(),
             digest: content_hash(parts.iter().map(|s| s.as_bytes())),
         }
+    }
+
+    /// The same, with warnings.
+    pub fn with_warnings(mut self, warnings: Vec<ConfigError>) -> Self {
+        self.warnings = warnings;
+        self
     }
 }
 
@@ -203,6 +213,17 @@ pub enum ConfigError {
     /// run, which fails closed).
     #[error("Envoy rejects the {group}: {message}")]
     Preflight { group: String, message: String },
+    /// A YAML mapping key given twice: Envoy keeps the last value, and so does the loader.
+    #[error(
+        "{}: line {second_line}: `{key}` is given twice (first at line {first_line}); the last \
+         one counts, as in Envoy", .path.display()
+    )]
+    DuplicateKey {
+        path: PathBuf,
+        key: String,
+        first_line: usize,
+        second_line: usize,
+    },
     #[error("{}: {kind} {name:?}: {message}", .path.display())]
     Reference {
         path: PathBuf,

@@ -79,19 +79,28 @@ impl RawFile {
     }
 }
 
-/// Parse one file's text (YAML, or JSON when the name ends in `.json`) into its top level.
-fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
+/// Parse one file's text (YAML as Envoy reads it, or JSON when the name ends in `.json`)
+/// into its top level, and the keys given twice.
+fn parse_file(path: &Path, text: &str) -> Result<(RawFile, Vec<ConfigError>), ConfigError> {
     let is_json = path.extension().and_then(|e| e.to_str()) == Some("json");
+    let mut warnings = Vec::new();
     let value: serde_yaml::Value = if is_json {
         serde_json::from_str(text).map_err(|e| ConfigError::Syntax {
             path: path.to_path_buf(),
             message: format!("invalid JSON: {e}"),
         })?
     } else {
-        serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax {
+        let (value, duplicates) = super::yaml::parse(text).map_err(|e| ConfigError::Syntax {
             path: path.to_path_buf(),
             message: format!("invalid YAML: {e}"),
-        })?
+        })?;
+        warnings.extend(duplicates.into_iter().map(|d| ConfigError::DuplicateKey {
+            path: path.to_path_buf(),
+            key: d.key,
+            first_line: d.first_line,
+            second_line: d.second_line,
+        }));
+        value
     };
     if value.is_null() {
         // Truncated by a failed copy or a half-finished write, more often than meant: a file
@@ -113,7 +122,7 @@ fn parse_file(path: &Path, text: &str) -> Result<RawFile, ConfigError> {
                     .into(),
         });
     };
-    RawFile::from_mapping(path, mapping)
+    Ok((RawFile::from_mapping(path, mapping)?, warnings))
 }
 
 /// Load one file: its selector and its resources. Collects every error in the file.
@@ -164,7 +173,7 @@ pub fn load_text_with(
     text: &str,
     envoy_rules: bool,
 ) -> Result<SnapshotFile, Vec<ConfigError>> {
-    let mut raw = parse_file(path, text).map_err(|e| vec![e])?;
+    let (mut raw, warnings) = parse_file(path, text).map_err(|e| vec![e])?;
     let mut errors = Vec::new();
     let selector = match raw.nodes.take() {
         None => Selector::all(),
@@ -187,7 +196,7 @@ pub fn load_text_with(
         }
     }
     if errors.is_empty() {
-        Ok(SnapshotFile::new(path.to_path_buf(), selector, resources))
+        Ok(SnapshotFile::new(path.to_path_buf(), selector, resources).with_warnings(warnings))
     } else {
         Err(errors)
     }

@@ -716,7 +716,7 @@ fn errors_in_sensitive_fields_do_not_show_the_value() {
         r#"
 secrets:
   - name: numeric-token
-    generic_secret: { secret: { inline_string: 31415926535 } }
+    generic_secret: { secret: { inline_string: 314159 } }
   - name: bad-key
     tls_certificate:
       certificate_chain: { inline_string: "CHAIN" }
@@ -736,7 +736,7 @@ clusters:
         "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
         common_tls_context:
           tls_certificates:
-            - private_key: { inline_string: 27182818284 }
+            - private_key: { inline_string: 271828 }
   - name: plain
     connect_timeout: 1s
     alt_stat_name: 424242
@@ -745,7 +745,7 @@ clusters:
     let errs = errors(dir.path());
     assert_eq!(errs.len(), 4, "{errs:?}");
     let all = errs.join("\n");
-    for secret in ["31415926535", "TOPSECRET", "27182818284"] {
+    for secret in ["314159", "TOPSECRET", "271828"] {
         assert!(!all.contains(secret), "{secret} shown: {all}");
     }
     for path in [
@@ -889,4 +889,55 @@ fn a_loader_keeps_reporting_a_broken_file_until_it_changes() {
         }
     );
     assert_eq!(fixed.expect("loads").resource_count(), 2);
+}
+
+/// Envoy's YAML keeps the last of a key given twice: the load does too, and warns with both
+/// lines.
+#[test]
+fn a_key_given_twice_loads_the_last_with_a_warning_naming_both_lines() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "c.yaml",
+        "clusters:\n  - name: a\n    connect_timeout: 1s\n    connect_timeout: 2s\n",
+    );
+    let config = load_dir(dir.path()).expect("loads");
+    let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("c.yaml: line 4: `connect_timeout` is given twice (first at line 3)"),
+        "{warnings:?}"
+    );
+    let json = crate::config::descriptors::resource_json(
+        &config.files[0].resources[0],
+        config.files[0].resources[0].body_for(crate::redact::Secrets::Serve),
+    )
+    .unwrap();
+    assert_eq!(json["connectTimeout"], "2s");
+}
+
+/// Envoy's YAML reads a plain `yes` as a boolean: a bool field takes it, a string field
+/// refuses it (quoted, it is a string).
+#[test]
+fn plain_yes_is_a_boolean_as_in_envoy() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "c.yaml",
+        "clusters:\n  - name: a\n    connect_timeout: 1s\n    respect_dns_ttl: yes\n",
+    );
+    assert!(load_dir(dir.path()).is_ok());
+    write(
+        dir.path(),
+        "c.yaml",
+        "clusters:\n  - name: a\n    connect_timeout: 1s\n    alt_stat_name: yes\n",
+    );
+    let errs = errors(dir.path());
+    assert!(errs[0].contains("alt_stat_name"), "{errs:?}");
+    write(
+        dir.path(),
+        "c.yaml",
+        "clusters:\n  - name: a\n    connect_timeout: 1s\n    alt_stat_name: 'yes'\n",
+    );
+    assert!(load_dir(dir.path()).is_ok());
 }

@@ -1,0 +1,561 @@
+//! `switchyard import`: from an Envoy bootstrap's `static_resources` to snapshot files, and
+//! a bootstrap for the same Envoy that gets them from Switchyard over ADS.
+//!
+//! Owns: reading the bootstrap as Envoy reads it (`config::yaml`, `config::json`, its field
+//! rules and checks), moving its static listeners, clusters and secrets into snapshot files
+//! (inline `load_assignment` and `route_config` kept, or split into EDS + endpoints and RDS +
+//! route configurations), pointing references to static secrets at SDS, naming unnamed
+//! listeners, and writing the new bootstrap: the original's every other field (admin, node,
+//! stats, layered runtime, ...) kept, `dynamic_resources` over ADS added, and a static
+//! cluster to Switchyard. Clusters and secrets the bootstrap itself refers to (a stats sink's
+//! or tracer's cluster, `local_cluster_name`, ...) stay static: nothing outside the
+//! snapshot could reach them before ADS is up.
+//!
+//! Must not: serve, or write anything before the whole import has succeeded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use prost_reflect::{DynamicMessage, ReflectMessage, Value};
+use serde_json::json;
+
+use crate::config::{checks, descriptors, json as pbjson, rules, yaml};
+
+const BOOTSTRAP: &str = "envoy.config.bootstrap.v3.Bootstrap";
+const HCM: &str =
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const SDS_SECRET_CONFIG: &str = "envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig";
+
+/// What `import` does besides moving the static resources.
+#[derive(Clone, Debug)]
+pub struct ImportOptions {
+    /// STATIC clusters' inline `load_assignment` become EDS clusters and
+    /// ClusterLoadAssignments.
+    pub split_endpoints: bool,
+    /// HTTP connection managers' inline `route_config` become RDS and route configurations.
+    pub split_routes: bool,
+    /// Where the Envoy reaches Switchyard's xDS port (`host:port`).
+    pub xds_address: String,
+    /// Incremental ADS (`DELTA_GRPC`) instead of State of the World.
+    pub delta: bool,
+    /// The node id and cluster to give the Envoy when its bootstrap has none.
+    pub node_id: String,
+    pub node_cluster: String,
+}
+
+/// What an import gives: snapshot files and a bootstrap, as file name and text.
+#[derive(Debug)]
+pub struct Imported {
+    pub files: Vec<(String, String)>,
+    pub bootstrap: String,
+    /// What the import did that the operator should know (names given, resources kept
+    /// static, node id added).
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("{}: cannot read: {message}", path.display())]
+    Read { path: PathBuf, message: String },
+    #[error("{}: not a bootstrap Envoy accepts: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+    #[error("{}: cannot be imported: {message}", path.display())]
+    Refused { path: PathBuf, message: String },
+    #[error("{}: {message}", path.display())]
+    Write { path: PathBuf, message: String },
+}
+
+/// Import the bootstrap at `path`.
+pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ImportError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let invalid = |message: String| ImportError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let refused = |message: String| ImportError::Refused {
+        path: path.to_path_buf(),
+        message,
+    };
+    let is_json = path.extension().and_then(|e| e.to_str()) == Some("json");
+    let value: serde_yaml::Value = if is_json {
+        serde_json::from_str(&text).map_err(|e| invalid(format!("invalid JSON: {e}")))?
+    } else {
+        yaml::parse(&text)
+            .map_err(|e| invalid(format!("invalid YAML: {e}")))?
+            .0
+    };
+    let descriptor = descriptors::message_named(BOOTSTRAP)
+        .ok_or_else(|| invalid("the pool has no Bootstrap".into()))?;
+    let mut track = serde_path_to_error::Track::new();
+    let bootstrap = pbjson::from_value(&descriptor, value, |item| {
+        DynamicMessage::deserialize_with_options(
+            descriptor.clone(),
+            serde_path_to_error::Deserializer::new(item, &mut track),
+            &prost_reflect::DeserializeOptions::new(),
+        )
+        .map_err(|e| format!("{}: {e}", track.path()))
+    })
+    .map_err(invalid)?;
+    rules::check(&bootstrap).map_err(|v| invalid(format!("{}: {v}", v.path)))?;
+    checks::check(&bootstrap).map_err(|r| invalid(format!("{}: {r}", r.path)))?;
+
+    if has(&bootstrap, "dynamic_resources") {
+        return Err(refused(
+            "it has `dynamic_resources` already: import moves static resources to Switchyard \
+             and gives the Envoy Switchyard as its only xDS source; remove them first (or add \
+             what they serve to the snapshot files by hand)"
+                .into(),
+        ));
+    }
+    let statics = message(&bootstrap, "static_resources")
+        .ok_or_else(|| refused("it has no `static_resources`: nothing to import".into()))?;
+    let mut listeners = list(&statics, "listeners");
+    let mut clusters = list(&statics, "clusters");
+    let secrets = list(&statics, "secrets");
+    if listeners.is_empty() && clusters.is_empty() && secrets.is_empty() {
+        return Err(refused(
+            "its `static_resources` are empty: nothing to import".into(),
+        ));
+    }
+    for (i, listener) in listeners.iter().enumerate() {
+        if has(listener, "api_listener") {
+            return Err(refused(format!(
+                "static_resources.listeners[{i}] has an `api_listener`, which Envoy takes only \
+                 from the bootstrap, not over LDS"
+            )));
+        }
+    }
+    let mut notes = Vec::new();
+
+    // What the bootstrap refers to outside its static resources stays static.
+    let mut rest = bootstrap.clone();
+    rest.clear_field_by_name("static_resources");
+    let mentioned = strings_in(&pbjson::to_json_proto_names(&rest).map_err(invalid)?);
+    let (kept_clusters, moved_clusters): (Vec<_>, Vec<_>) = std::mem::take(&mut clusters)
+        .into_iter()
+        .partition(|c| mentioned.contains(&string(c, "name")));
+    clusters = moved_clusters;
+    for c in &kept_clusters {
+        notes.push(format!(
+            "cluster {:?} stays static in the bootstrap: the bootstrap itself refers to it",
+            string(c, "name")
+        ));
+    }
+    let kept_json: BTreeSet<String> = kept_clusters
+        .iter()
+        .flat_map(|c| pbjson::to_json_proto_names(c).map(|j| strings_in(&j)))
+        .flatten()
+        .collect();
+    let kept_secrets: Vec<DynamicMessage> = secrets
+        .iter()
+        .filter(|s| {
+            let name = string(s, "name");
+            mentioned.contains(&name) || kept_json.contains(&name)
+        })
+        .cloned()
+        .collect();
+
+    // Unnamed listeners (only a bootstrap may have them; Envoy gives them a random id) get
+    // the name Envoy's listener stats use: the address, `0.0.0.0_8080`.
+    let mut names: BTreeSet<String> = listeners.iter().map(|l| string(l, "name")).collect();
+    for (i, listener) in listeners.iter_mut().enumerate() {
+        if !string(listener, "name").is_empty() {
+            continue;
+        }
+        let base = address_name(listener).unwrap_or_else(|| format!("listener_{i}"));
+        let mut name = base.clone();
+        let mut n = 1;
+        while names.contains(&name) {
+            n += 1;
+            name = format!("{base}_{n}");
+        }
+        names.insert(name.clone());
+        listener.set_field_by_name("name", Value::String(name.clone()));
+        notes.push(format!(
+            "static_resources.listeners[{i}] has no name: named {name:?} (over LDS a listener \
+             needs one)"
+        ));
+    }
+
+    // References to static secrets (an SdsSecretConfig with a name and no source) now name
+    // SDS over ADS.
+    let secret_names: BTreeSet<String> = secrets.iter().map(|s| string(s, "name")).collect();
+    let ads = ads_config_source(&options_descriptor_config_source()?)?;
+    let mut to_sds = |m: &mut DynamicMessage| {
+        if m.descriptor().full_name() != SDS_SECRET_CONFIG
+            || has(m, "sds_config")
+            || !secret_names.contains(&string(m, "name"))
+        {
+            return false;
+        }
+        m.set_field_by_name("sds_config", Value::Message(ads.clone()));
+        true
+    };
+    for resource in listeners.iter_mut().chain(clusters.iter_mut()) {
+        pbjson::rewrite(resource, &mut to_sds);
+    }
+
+    // RDS: each HTTP connection manager's inline route configuration.
+    let mut routes: BTreeMap<String, DynamicMessage> = BTreeMap::new();
+    if options.split_routes {
+        for listener in listeners.iter_mut() {
+            let listener_name = string(listener, "name");
+            let mut k = 0;
+            let mut failure = None;
+            pbjson::rewrite(listener, &mut |m| {
+                if m.descriptor().full_name() != HCM {
+                    return false;
+                }
+                let Some(mut route) = message(m, "route_config") else {
+                    return false;
+                };
+                k += 1;
+                let mut name = string(&route, "name");
+                if name.is_empty() {
+                    name = format!("{listener_name}_routes_{k}");
+                    route.set_field_by_name("name", Value::String(name.clone()));
+                }
+                if let Some(existing) = routes.get(&name) {
+                    if pbjson::to_json(existing).ok() != pbjson::to_json(&route).ok() {
+                        failure = Some(format!(
+                            "two HTTP connection managers have different route configurations \
+                             named {name:?}; over RDS a name means one; rename one, or import \
+                             without --split-routes"
+                        ));
+                        return false;
+                    }
+                }
+                routes.insert(name.clone(), route);
+                m.clear_field_by_name("route_config");
+                let rds = json!({"route_config_name": name, "config_source": ADS_SOURCE.clone()});
+                match from(
+                    &m.descriptor().get_field_by_name("rds").map(|f| f.kind()),
+                    &rds,
+                ) {
+                    Ok(rds) => {
+                        m.set_field_by_name("rds", Value::Message(rds));
+                        true
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        false
+                    }
+                }
+            });
+            if let Some(message) = failure {
+                return Err(refused(message));
+            }
+        }
+    }
+
+    // EDS: STATIC clusters' inline endpoints.
+    let mut endpoints = Vec::new();
+    if options.split_endpoints {
+        for cluster in clusters.iter_mut() {
+            let is_static = cluster
+                .get_field_by_name("type")
+                .and_then(|v| v.as_enum_number())
+                .is_none_or(|n| n == 0);
+            let has_discovery_type = has(cluster, "cluster_type");
+            let Some(mut assignment) = message(cluster, "load_assignment") else {
+                continue;
+            };
+            if !is_static || has_discovery_type {
+                continue;
+            }
+            let name = string(cluster, "name");
+            assignment.set_field_by_name("cluster_name", Value::String(name));
+            endpoints.push(assignment);
+            cluster.clear_field_by_name("load_assignment");
+            let eds = json!({"eds_config": ADS_SOURCE.clone()});
+            let eds = from(
+                &cluster
+                    .descriptor()
+                    .get_field_by_name("eds_cluster_config")
+                    .map(|f| f.kind()),
+                &eds,
+            )
+            .map_err(&refused)?;
+            cluster.set_field_by_name("eds_cluster_config", Value::Message(eds));
+            // EDS is 3 in Cluster.DiscoveryType.
+            cluster.set_field_by_name("type", Value::EnumNumber(3));
+        }
+    }
+
+    // The files.
+    let mut files = Vec::new();
+    let mut file = |name: &str, key: &str, items: &[DynamicMessage]| -> Result<(), ImportError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<serde_json::Value> = items
+            .iter()
+            .map(pbjson::to_json_proto_names)
+            .collect::<Result<_, _>>()
+            .map_err(&invalid)?;
+        let text =
+            serde_yaml::to_string(&json!({ key: list })).map_err(|e| invalid(e.to_string()))?;
+        files.push((
+            name.to_string(),
+            format!(
+                "# Imported by `switchyard import` from {}.\n{text}",
+                path.display()
+            ),
+        ));
+        Ok(())
+    };
+    file("listeners.yaml", "listeners", &listeners)?;
+    file("clusters.yaml", "clusters", &clusters)?;
+    file("endpoints.yaml", "endpoints", &endpoints)?;
+    let routes: Vec<DynamicMessage> = routes.into_values().collect();
+    file("routes.yaml", "routes", &routes)?;
+    file("secrets.yaml", "secrets", &secrets)?;
+
+    // The bootstrap: everything else kept, static resources only what must stay, ADS added.
+    let xds_name = {
+        let taken: BTreeSet<String> = kept_clusters.iter().map(|c| string(c, "name")).collect();
+        let mut name = "switchyard".to_string();
+        while taken.contains(&name) {
+            name.push_str("_xds");
+        }
+        name
+    };
+    let mut new_statics = json!({
+        "clusters": kept_clusters
+            .iter()
+            .map(pbjson::to_json_proto_names)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?,
+    });
+    new_statics["clusters"]
+        .as_array_mut()
+        .expect("a list")
+        .push(xds_cluster(&xds_name, &options.xds_address).map_err(refused)?);
+    if !kept_secrets.is_empty() {
+        new_statics["secrets"] = kept_secrets
+            .iter()
+            .map(pbjson::to_json_proto_names)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?
+            .into();
+    }
+    let mut out = pbjson::to_json_proto_names(&rest).map_err(invalid)?;
+    out["static_resources"] = new_statics;
+    out["dynamic_resources"] = json!({
+        "ads_config": {
+            "api_type": if options.delta { "DELTA_GRPC" } else { "GRPC" },
+            "transport_api_version": "V3",
+            "set_node_on_first_message_only": true,
+            "grpc_services": [{"envoy_grpc": {"cluster_name": xds_name}}],
+        },
+        "cds_config": ADS_SOURCE.clone(),
+        "lds_config": ADS_SOURCE.clone(),
+    });
+    let node = out
+        .as_object_mut()
+        .expect("a message")
+        .entry("node")
+        .or_insert_with(|| json!({}));
+    if node
+        .get("id")
+        .and_then(|v| v.as_str())
+        .is_none_or(str::is_empty)
+    {
+        node["id"] = options.node_id.clone().into();
+        notes.push(format!(
+            "the bootstrap has no node.id: set to {:?} (Switchyard serves by node)",
+            options.node_id
+        ));
+    }
+    if node
+        .get("cluster")
+        .and_then(|v| v.as_str())
+        .is_none_or(str::is_empty)
+    {
+        node["cluster"] = options.node_cluster.clone().into();
+    }
+    // The new bootstrap must be one Envoy accepts.
+    let check = pbjson::from_json(&descriptor, &out).map_err(&refused)?;
+    rules::check(&check).map_err(|v| refused(format!("the new bootstrap: {}: {v}", v.path)))?;
+    let bootstrap_text = format!(
+        "# Written by `switchyard import` from {}: the same Envoy, its listeners, clusters, \
+         routes and secrets from Switchyard over ADS at {}.\n{}",
+        path.display(),
+        options.xds_address,
+        serde_yaml::to_string(&out).map_err(|e| invalid(e.to_string()))?
+    );
+    Ok(Imported {
+        files,
+        bootstrap: bootstrap_text,
+        notes,
+    })
+}
+
+/// `{ads: {}, resource_api_version: V3}`.
+static ADS_SOURCE: std::sync::LazyLock<serde_json::Value> =
+    std::sync::LazyLock::new(|| json!({"ads": {}, "resource_api_version": "V3"}));
+
+fn options_descriptor_config_source() -> Result<prost_reflect::MessageDescriptor, ImportError> {
+    descriptors::message_named("envoy.config.core.v3.ConfigSource").ok_or_else(|| {
+        ImportError::Invalid {
+            path: PathBuf::new(),
+            message: "the pool has no ConfigSource".into(),
+        }
+    })
+}
+
+fn ads_config_source(
+    descriptor: &prost_reflect::MessageDescriptor,
+) -> Result<DynamicMessage, ImportError> {
+    pbjson::from_json(descriptor, &ADS_SOURCE).map_err(|message| ImportError::Invalid {
+        path: PathBuf::new(),
+        message,
+    })
+}
+
+/// A message of a field's kind, from JSON.
+fn from(
+    kind: &Option<prost_reflect::Kind>,
+    value: &serde_json::Value,
+) -> Result<DynamicMessage, String> {
+    match kind {
+        Some(prost_reflect::Kind::Message(descriptor)) => pbjson::from_json(descriptor, value),
+        _ => Err("not a message field".into()),
+    }
+}
+
+/// The static cluster to Switchyard (HTTP/2 with keepalives, as examples/envoy's bootstraps).
+fn xds_cluster(name: &str, address: &str) -> Result<serde_json::Value, String> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("--xds-address {address:?}: expected HOST:PORT"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("--xds-address {address:?}: the port is not a number"))?;
+    let kind = if host.parse::<std::net::IpAddr>().is_ok() {
+        "STATIC"
+    } else {
+        "STRICT_DNS"
+    };
+    Ok(json!({
+        "name": name,
+        "type": kind,
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {
+                    "connection_keepalive": {"interval": "30s", "timeout": "5s"}}},
+            },
+        },
+        "upstream_connection_options": {"tcp_keepalive": {}},
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {
+            "address": {"socket_address": {"address": host, "port_value": port}}}}]}]},
+    }))
+}
+
+/// The name Envoy's listener stats give a listener: its address, `0.0.0.0_8080`.
+fn address_name(listener: &DynamicMessage) -> Option<String> {
+    let address = message(listener, "address")?;
+    if let Some(socket) = message(&address, "socket_address") {
+        let port = socket
+            .get_field_by_name("port_value")
+            .and_then(|v| v.as_u32())
+            .unwrap_or(0);
+        return Some(format!("{}_{port}", string(&socket, "address")));
+    }
+    message(&address, "pipe").map(|pipe| string(&pipe, "path"))
+}
+
+fn has(message: &DynamicMessage, field: &str) -> bool {
+    message
+        .descriptor()
+        .get_field_by_name(field)
+        .is_some_and(|f| message.has_field(&f))
+}
+
+fn message(message: &DynamicMessage, field: &str) -> Option<DynamicMessage> {
+    if !has(message, field) {
+        return None;
+    }
+    message
+        .get_field_by_name(field)
+        .and_then(|v| v.as_message().cloned())
+}
+
+fn list(message: &DynamicMessage, field: &str) -> Vec<DynamicMessage> {
+    message
+        .get_field_by_name(field)
+        .and_then(|v| {
+            v.as_list()
+                .map(|l| l.iter().filter_map(|i| i.as_message().cloned()).collect())
+        })
+        .unwrap_or_default()
+}
+
+fn string(message: &DynamicMessage, field: &str) -> String {
+    message
+        .get_field_by_name(field)
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Every string in a JSON value (names the bootstrap mentions).
+fn strings_in(json: &serde_json::Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    fn walk(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match v {
+            serde_json::Value::String(s) => {
+                out.insert(s.clone());
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            serde_json::Value::Object(map) => map.values().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    walk(json, &mut out);
+    out
+}
+
+/// Where an import is written under its directory: the snapshot files (for `serve
+/// --config`) and the Envoy's new bootstrap beside them.
+pub const SNAPSHOT_DIR: &str = "snapshot";
+pub const BOOTSTRAP_FILE: &str = "envoy.yaml";
+
+/// Write an import into `dir`: the snapshot files under `dir/snapshot/` and the bootstrap as
+/// `dir/envoy.yaml`. Refuses to overwrite unless `force`; writes nothing when any file is in
+/// the way.
+pub fn write(dir: &Path, imported: &Imported, force: bool) -> Result<Vec<PathBuf>, ImportError> {
+    let write_error = |path: &Path, message: String| ImportError::Write {
+        path: path.to_path_buf(),
+        message,
+    };
+    let snapshot = dir.join(SNAPSHOT_DIR);
+    let mut targets: Vec<(PathBuf, &str)> = imported
+        .files
+        .iter()
+        .map(|(name, text)| (snapshot.join(name), text.as_str()))
+        .collect();
+    targets.push((dir.join(BOOTSTRAP_FILE), imported.bootstrap.as_str()));
+    if !force {
+        if let Some((path, _)) = targets.iter().find(|(p, _)| p.exists()) {
+            return Err(write_error(
+                path,
+                "exists already; import writes into a new directory (or pass --force)".into(),
+            ));
+        }
+    }
+    std::fs::create_dir_all(&snapshot)
+        .map_err(|e| write_error(&snapshot, format!("cannot create: {e}")))?;
+    for (path, text) in &targets {
+        std::fs::write(path, text).map_err(|e| write_error(path, format!("cannot write: {e}")))?;
+    }
+    Ok(targets.into_iter().map(|(p, _)| p).collect())
+}
+
+#[cfg(test)]
+mod tests;
