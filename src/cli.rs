@@ -1,4 +1,5 @@
-//! The command line: `switchyard serve`, `switchyard validate` and `switchyard status`.
+//! The command line: `switchyard serve`, `validate`, `diff`, `status`, `rollout`, `loadgen`
+//! and `import`.
 //!
 //! Owns: flags, logging setup, exit codes, wiring config -> cache -> server -> watcher and the
 //! admin server, and printing `/status` as a table. This is the binary's edge, so errors here
@@ -71,6 +72,44 @@ pub enum Command {
     /// run a trigger command, and report connect and sync times, convergence, responses and
     /// the server's memory and CPU; exit 1 when the run did not complete.
     Loadgen(Box<crate::loadgen::LoadgenArgs>),
+    /// Turn an Envoy bootstrap's static resources into snapshot files (OUT/snapshot/), and
+    /// write a bootstrap for the same Envoy that gets them from Switchyard over ADS
+    /// (OUT/envoy.yaml); exit 1 when the bootstrap cannot be imported.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The Envoy bootstrap (YAML or JSON) whose static_resources to import.
+    #[arg(value_name = "BOOTSTRAP")]
+    pub bootstrap: PathBuf,
+    /// The directory to write: OUT/snapshot/ (serve --config OUT/snapshot) and
+    /// OUT/envoy.yaml (envoy -c OUT/envoy.yaml).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// STATIC clusters' inline load_assignment become EDS clusters and endpoints.
+    #[arg(long)]
+    pub split_endpoints: bool,
+    /// HTTP connection managers' inline route_config become RDS and route configurations.
+    #[arg(long)]
+    pub split_routes: bool,
+    /// Where the Envoy reaches Switchyard's xDS port.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:18000")]
+    pub xds_address: String,
+    /// Incremental ADS (DELTA_GRPC) in the new bootstrap, instead of State of the World.
+    #[arg(long)]
+    pub delta: bool,
+    /// The node id for a bootstrap without one (Switchyard serves by node).
+    #[arg(long, value_name = "ID", default_value = "envoy")]
+    pub node_id: String,
+    /// The node cluster for a bootstrap without one.
+    #[arg(long, value_name = "NAME", default_value = "envoy")]
+    pub node_cluster: String,
+    /// Overwrite files already in OUT.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub descriptors: DescriptorArgs,
 }
 
 #[derive(Debug, Args)]
@@ -449,6 +488,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => &args.config.descriptors.sets,
         Command::Serve(args) => &args.config.descriptors.sets,
         Command::Diff(args) => &args.descriptors.sets,
+        Command::Import(args) => &args.descriptors.sets,
         _ => &[],
     };
     if let Err(e) = config::descriptors::install(sets) {
@@ -462,7 +502,62 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Status(args) => status(&args),
         Command::Loadgen(args) => loadgen(*args),
+        Command::Import(args) => import(&args),
     }
+}
+
+/// `switchyard import`: the files written only when the whole import succeeded and the
+/// snapshot files load.
+fn import(args: &ImportArgs) -> ExitCode {
+    let options = crate::import::ImportOptions {
+        split_endpoints: args.split_endpoints,
+        split_routes: args.split_routes,
+        xds_address: args.xds_address.clone(),
+        delta: args.delta,
+        node_id: args.node_id.clone(),
+        node_cluster: args.node_cluster.clone(),
+    };
+    let imported = match crate::import::import(&args.bootstrap, &options) {
+        Ok(imported) => imported,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // What is written must load: checked before anything is written.
+    let mut errors = 0;
+    for (name, text) in &imported.files {
+        if let Err(file_errors) = config::load_text(std::path::Path::new(name), text) {
+            for e in file_errors {
+                errors += 1;
+                eprintln!("error: the imported {e}");
+            }
+        }
+    }
+    if errors > 0 {
+        eprintln!("invalid: the imported files do not load; nothing written");
+        return ExitCode::FAILURE;
+    }
+    let written = match crate::import::write(&args.out, &imported, args.force) {
+        Ok(written) => written,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for note in &imported.notes {
+        eprintln!("note: {note}");
+    }
+    for path in &written {
+        println!("wrote {}", path.display());
+    }
+    println!(
+        "next: switchyard serve --config {} (xDS on {}); envoy -c {}",
+        args.out.join(crate::import::SNAPSHOT_DIR).display(),
+        args.xds_address,
+        args.out.join(crate::import::BOOTSTRAP_FILE).display()
+    );
+    ExitCode::SUCCESS
 }
 
 /// `switchyard loadgen`.

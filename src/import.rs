@@ -90,14 +90,19 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
     let descriptor = descriptors::message_named(BOOTSTRAP)
         .ok_or_else(|| invalid("the pool has no Bootstrap".into()))?;
     let mut track = serde_path_to_error::Track::new();
-    let bootstrap = pbjson::from_value(&descriptor, value, |item| {
-        DynamicMessage::deserialize_with_options(
-            descriptor.clone(),
-            serde_path_to_error::Deserializer::new(item, &mut track),
-            &prost_reflect::DeserializeOptions::new(),
-        )
-        .map_err(|e| format!("{}: {e}", track.path()))
-    })
+    let bootstrap = pbjson::from_value(
+        &descriptor,
+        value,
+        |item| {
+            DynamicMessage::deserialize_with_options(
+                descriptor.clone(),
+                serde_path_to_error::Deserializer::new(item, &mut track),
+                &prost_reflect::DeserializeOptions::new(),
+            )
+            .map_err(|e| format!("{}: {e}", track.path()))
+        },
+        |path, message| format!("{path}: {message}"),
+    )
     .map_err(invalid)?;
     rules::check(&bootstrap).map_err(|v| invalid(format!("{}: {v}", v.path)))?;
     checks::check(&bootstrap).map_err(|r| invalid(format!("{}: {r}", r.path)))?;
@@ -296,8 +301,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
             .map(pbjson::to_json_proto_names)
             .collect::<Result<_, _>>()
             .map_err(&invalid)?;
-        let text =
-            serde_yaml::to_string(&json!({ key: list })).map_err(|e| invalid(e.to_string()))?;
+        let text = to_yaml(&json!({ key: list })).map_err(&invalid)?;
         files.push((
             name.to_string(),
             format!(
@@ -385,7 +389,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
          routes and secrets from Switchyard over ADS at {}.\n{}",
         path.display(),
         options.xds_address,
-        serde_yaml::to_string(&out).map_err(|e| invalid(e.to_string()))?
+        to_yaml(&out).map_err(&invalid)?
     );
     Ok(Imported {
         files,
@@ -502,6 +506,45 @@ fn string(message: &DynamicMessage, field: &str) -> String {
         .get_field_by_name(field)
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+/// JSON as YAML a person would write, and that reads back the same through Envoy's YAML
+/// rules: `name` first in each mapping, a whole number written whole (`10000`, not the
+/// `10000.0` of a Struct's double), multi-line strings (PEM) as literal blocks, and every
+/// string that yaml-cpp would read as something else (`yes`, `on`, `42`) quoted.
+fn to_yaml(json: &serde_json::Value) -> Result<String, String> {
+    use yaml_rust2::Yaml;
+    fn convert(json: &serde_json::Value) -> Yaml {
+        match json {
+            serde_json::Value::Object(map) => {
+                let mut out = yaml_rust2::yaml::Hash::new();
+                let first = map.get_key_value("name");
+                for (k, v) in first
+                    .into_iter()
+                    .chain(map.iter().filter(|(k, _)| *k != "name"))
+                {
+                    out.insert(Yaml::String(k.clone()), convert(v));
+                }
+                Yaml::Hash(out)
+            }
+            serde_json::Value::Array(items) => Yaml::Array(items.iter().map(convert).collect()),
+            serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => Yaml::Integer(i),
+                (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Yaml::Integer(f as i64),
+                _ => Yaml::Real(n.to_string()),
+            },
+            serde_json::Value::String(s) => Yaml::String(s.clone()),
+            serde_json::Value::Bool(b) => Yaml::Boolean(*b),
+            serde_json::Value::Null => Yaml::Null,
+        }
+    }
+    let mut out = String::new();
+    let mut emitter = yaml_rust2::YamlEmitter::new(&mut out);
+    emitter.multiline_strings(true);
+    emitter.dump(&convert(json)).map_err(|e| e.to_string())?;
+    // The emitter starts with a document marker; a snapshot file is one document anyway.
+    let body = out.strip_prefix("---\n").unwrap_or(&out).to_string();
+    Ok(body + "\n")
 }
 
 /// Every string in a JSON value (names the bootstrap mentions).

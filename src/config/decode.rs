@@ -51,27 +51,32 @@ pub(super) fn decode_resource(
 
     let mut track = serde_path_to_error::Track::new();
     let descriptor = descriptors::message(kind);
-    let message = json::from_value(&descriptor, item, |item| {
-        DynamicMessage::deserialize_with_options(
-            descriptor.clone(),
-            serde_path_to_error::Deserializer::new(item, &mut track),
-            &DeserializeOptions::new(),
-        )
-        .map_err(|e| {
-            let path = track.path();
-            let mut message = e.to_string();
-            if message.starts_with("message '") && message.ends_with("' not found") {
-                message.push_str(
-                    ": not a type of Envoy's API; a custom or contrib extension's type needs \
+    let message = json::from_value(
+        &descriptor,
+        item,
+        |item| {
+            DynamicMessage::deserialize_with_options(
+                descriptor.clone(),
+                serde_path_to_error::Deserializer::new(item, &mut track),
+                &DeserializeOptions::new(),
+            )
+            .map_err(|e| {
+                let path = track.path();
+                let mut message = e.to_string();
+                if message.starts_with("message '") && message.ends_with("' not found") {
+                    message.push_str(
+                        ": not a type of Envoy's API; a custom or contrib extension's type needs \
                      its descriptors (--descriptor-set)",
-                );
-            }
-            if sensitive::at_sensitive(descriptor.clone(), item, &path) {
-                message = sensitive::hidden(&message);
-            }
-            error(path.to_string(), message)
-        })
-    })?;
+                    );
+                }
+                if sensitive::at_sensitive(descriptor.clone(), item, &path) {
+                    message = sensitive::hidden(&message);
+                }
+                error(path.to_string(), message)
+            })
+        },
+        error,
+    )?;
 
     let name = message
         .get_field_by_name(kind.name_field())

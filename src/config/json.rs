@@ -36,15 +36,20 @@ fn marker_url() -> String {
 
 /// Decode `item` as `descriptor`, as Envoy reads it. `deserialize` is the JSON mapping
 /// itself (the caller tracks error paths through it).
+/// `refuse` words what Envoy refuses that the mapping would take (the field path, and why).
 pub fn from_value<E>(
     descriptor: &MessageDescriptor,
     mut item: Yaml,
     deserialize: impl FnOnce(&Yaml) -> Result<DynamicMessage, E>,
+    refuse: impl FnOnce(String, String) -> E,
 ) -> Result<DynamicMessage, E> {
-    let mut empty_anys = 0;
-    prepare_message(descriptor, &mut item, &mut empty_anys);
+    let mut prep = Prep::default();
+    prepare_message(descriptor, &mut item, &mut prep);
+    if let Some((path, message)) = prep.problem {
+        return Err(refuse(path, message));
+    }
     let mut message = deserialize(&item)?;
-    if empty_anys > 0 {
+    if prep.empty_anys > 0 {
         let marker = marker_url();
         rewrite_anys(&mut message, &mut |any| {
             let is_marker = any
@@ -67,14 +72,19 @@ pub fn from_json(
     json: &serde_json::Value,
 ) -> Result<DynamicMessage, String> {
     let item: Yaml = serde_yaml::to_value(json).map_err(|e| e.to_string())?;
-    from_value(descriptor, item, |item| {
-        DynamicMessage::deserialize_with_options(
-            descriptor.clone(),
-            item,
-            &DeserializeOptions::new(),
-        )
-        .map_err(|e| e.to_string())
-    })
+    from_value(
+        descriptor,
+        item,
+        |item| {
+            DynamicMessage::deserialize_with_options(
+                descriptor.clone(),
+                item,
+                &DeserializeOptions::new(),
+            )
+            .map_err(|e| e.to_string())
+        },
+        |path, message| format!("{path}: {message}"),
+    )
 }
 
 /// A message's proto3 JSON; an empty `Any` is `{}`.
@@ -202,6 +212,61 @@ fn rewrite_value(value: &mut Value, f: &mut dyn FnMut(&mut DynamicMessage) -> bo
     }
 }
 
+/// What the leniencies did, where they are, and what Envoy refuses that the mapping takes.
+#[derive(Default)]
+struct Prep {
+    empty_anys: usize,
+    at: Vec<String>,
+    problem: Option<(String, String)>,
+}
+
+impl Prep {
+    fn path(&self) -> String {
+        let mut out = String::new();
+        for segment in &self.at {
+            if !segment.starts_with('[') && !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(segment);
+        }
+        if out.is_empty() {
+            ".".into()
+        } else {
+            out
+        }
+    }
+
+    fn refuse(&mut self, message: String) {
+        if self.problem.is_none() {
+            self.problem = Some((self.path(), message));
+        }
+    }
+}
+
+/// The wrapper messages, whose JSON is their value.
+fn wrapper(name: &str) -> bool {
+    matches!(
+        name,
+        "google.protobuf.DoubleValue"
+            | "google.protobuf.FloatValue"
+            | "google.protobuf.Int64Value"
+            | "google.protobuf.UInt64Value"
+            | "google.protobuf.Int32Value"
+            | "google.protobuf.UInt32Value"
+            | "google.protobuf.BoolValue"
+            | "google.protobuf.StringValue"
+            | "google.protobuf.BytesValue"
+    )
+}
+
+/// A Duration's text as Envoy's parser takes it: at most nine fractional digits.
+fn duration_problem(text: &str) -> Option<String> {
+    let number = text.strip_suffix('s')?;
+    let (_, fraction) = number.split_once('.')?;
+    (fraction.len() > 9)
+        .then(|| format!("invalid duration {text:?}: at most 9 fractional digits (nanoseconds)"))
+}
+
 /// Messages whose JSON form is not an object of fields: left to the mapping as they are.
 fn free_form(name: &str) -> bool {
     matches!(
@@ -227,10 +292,30 @@ fn free_form(name: &str) -> bool {
 
 /// Apply Envoy's leniencies to `item`, read as `descriptor`, in place. What does not fit the
 /// message is left for the mapping to report.
-fn prepare_message(descriptor: &MessageDescriptor, item: &mut Yaml, empty_anys: &mut usize) {
+fn prepare_message(descriptor: &MessageDescriptor, item: &mut Yaml, prep: &mut Prep) {
     let name = descriptor.full_name();
     if name == "google.protobuf.Any" {
-        return prepare_any(item, empty_anys);
+        return prepare_any(item, prep);
+    }
+    if wrapper(name) {
+        // Envoy's parser also takes a wrapper written as its message, `{value: 1024}`.
+        if let Yaml::Mapping(m) = item {
+            if m.len() == 1 {
+                if let Some(inner) = m.get("value").cloned() {
+                    *item = inner;
+                }
+            }
+        }
+        if name == "google.protobuf.BoolValue" {
+            bool_text(item);
+        }
+        return;
+    }
+    if name == "google.protobuf.Duration" {
+        if let Some(problem) = item.as_str().and_then(duration_problem) {
+            prep.refuse(problem);
+        }
+        return;
     }
     if free_form(name) {
         return;
@@ -244,12 +329,24 @@ fn prepare_message(descriptor: &MessageDescriptor, item: &mut Yaml, empty_anys: 
             .get_field_by_name(key)
             .or_else(|| descriptor.get_field_by_json_name(key));
         if let Some(field) = field {
-            prepare_field(&field, value, empty_anys);
+            prep.at.push(key.to_string());
+            prepare_field(&field, value, prep);
+            prep.at.pop();
         }
     }
 }
 
-fn prepare_field(field: &prost_reflect::FieldDescriptor, value: &mut Yaml, empty_anys: &mut usize) {
+/// Envoy's parser takes `"true"` and `"false"` for a bool.
+fn bool_text(value: &mut Yaml) {
+    let parsed = match value.as_str() {
+        Some("true") => true,
+        Some("false") => false,
+        _ => return,
+    };
+    *value = Yaml::Bool(parsed);
+}
+
+fn prepare_field(field: &prost_reflect::FieldDescriptor, value: &mut Yaml, prep: &mut Prep) {
     if field.is_map() {
         let Kind::Message(entry) = field.kind() else {
             return;
@@ -257,7 +354,7 @@ fn prepare_field(field: &prost_reflect::FieldDescriptor, value: &mut Yaml, empty
         let value_field = entry.map_entry_value_field();
         if let Yaml::Mapping(entries) = value {
             for (_, v) in entries.iter_mut() {
-                prepare_kind(&value_field.kind(), v, empty_anys);
+                prepare_kind(&value_field.kind(), v, prep);
             }
         }
         return;
@@ -269,18 +366,21 @@ fn prepare_field(field: &prost_reflect::FieldDescriptor, value: &mut Yaml, empty
             *value = Yaml::Sequence(vec![single]);
         }
         if let Yaml::Sequence(items) = value {
-            for v in items.iter_mut() {
-                prepare_kind(&field.kind(), v, empty_anys);
+            for (i, v) in items.iter_mut().enumerate() {
+                prep.at.push(format!("[{i}]"));
+                prepare_kind(&field.kind(), v, prep);
+                prep.at.pop();
             }
         }
         return;
     }
-    prepare_kind(&field.kind(), value, empty_anys);
+    prepare_kind(&field.kind(), value, prep);
 }
 
-fn prepare_kind(kind: &Kind, value: &mut Yaml, empty_anys: &mut usize) {
+fn prepare_kind(kind: &Kind, value: &mut Yaml, prep: &mut Prep) {
     match kind {
-        Kind::Message(descriptor) => prepare_message(descriptor, value, empty_anys),
+        Kind::Message(descriptor) => prepare_message(descriptor, value, prep),
+        Kind::Bool => bool_text(value),
         Kind::Enum(descriptor) => {
             if let Yaml::String(name) = value {
                 if descriptor.get_value_by_name(name).is_none() {
@@ -295,13 +395,13 @@ fn prepare_kind(kind: &Kind, value: &mut Yaml, empty_anys: &mut usize) {
     }
 }
 
-fn prepare_any(item: &mut Yaml, empty_anys: &mut usize) {
+fn prepare_any(item: &mut Yaml, prep: &mut Prep) {
     let Yaml::Mapping(mapping) = item else {
         return;
     };
     if mapping.is_empty() {
         mapping.insert(Yaml::from("@type"), Yaml::from(marker_url()));
-        *empty_anys += 1;
+        prep.empty_anys += 1;
         return;
     }
     let Some(name) = mapping
@@ -318,7 +418,7 @@ fn prepare_any(item: &mut Yaml, empty_anys: &mut usize) {
     if free_form(descriptor.full_name()) || descriptor.full_name() == "google.protobuf.Any" {
         // A well-known type's payload is under `value`.
         if let Some(value) = mapping.get_mut("value") {
-            prepare_message(&descriptor, value, empty_anys);
+            prepare_message(&descriptor, value, prep);
         }
         return;
     }
@@ -331,7 +431,9 @@ fn prepare_any(item: &mut Yaml, empty_anys: &mut usize) {
             .get_field_by_name(key)
             .or_else(|| descriptor.get_field_by_json_name(key));
         if let Some(field) = field {
-            prepare_field(&field, value, empty_anys);
+            prep.at.push(key.to_string());
+            prepare_field(&field, value, prep);
+            prep.at.pop();
         }
     }
 }

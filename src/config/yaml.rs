@@ -213,9 +213,7 @@ fn resolve(text: String, style: TScalarStyle, tag: Option<&Tag>) -> Value {
     }
     if let Some(tag) = tag {
         // `!!str 123` says what it is.
-        if tag.handle == "tag:yaml.org,2002:" && tag.suffix == "str"
-            || tag.handle == "!!" && tag.suffix == "str"
-        {
+        if tag.suffix == "str" && (tag.handle == "tag:yaml.org,2002:" || tag.handle == "!!") {
             return Value::String(text);
         }
     }

@@ -202,3 +202,27 @@ fn write_refuses_to_overwrite_and_writes_nothing_then() {
     assert!(err.contains("exists already"), "{err}");
     write(dir.path(), &imported, true).expect("--force overwrites");
 }
+
+/// What import writes reads back, through Envoy's YAML rules, as the same JSON: strings
+/// that look like booleans or numbers to yaml-cpp stay strings.
+#[test]
+fn written_yaml_reads_back_the_same() {
+    let json = serde_json::json!({"a": ["yes", "on", "y", "N", "off", "12345678901", "0x10", "1e3",
+        "~", "null", "", "true", "-.inf", "010", "+5", "a\nb\n"], "n": 10000.0, "f": 1.5, "b": true});
+    let text = to_yaml(&json).unwrap();
+    let (back, _) = crate::config::yaml::parse(&text).unwrap();
+    let back = serde_json::to_value(back).unwrap();
+    let mut expected = json.clone();
+    expected["n"] = 10000.into();
+    assert_eq!(back, expected, "{text}");
+}
+
+#[test]
+fn names_come_first_in_imported_files() {
+    let imported = import_text(FRONT, &options()).unwrap();
+    let text = file(&imported, "listeners.yaml").unwrap();
+    assert!(
+        text.contains("listeners:\n  - name: 0.0.0.0_8080\n"),
+        "{text}"
+    );
+}
