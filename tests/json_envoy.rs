@@ -200,6 +200,13 @@ fn corner_cases() -> Vec<Case> {
             &listener_with_filters("- name: envoy.filters.http.router\n  typed_config:\n    \"@type\": type.googleapis.com/udpa.type.v1.TypedStruct\n    type_url: type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n    value: {}\n"),
         ),
         lenient(
+            "a TypedStruct whose value its type refuses",
+            Listener,
+            &listener_with_filters("- name: envoy.filters.http.router\n  typed_config:\n    \"@type\": type.googleapis.com/xds.type.v3.TypedStruct\n    type_url: type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n    value: {nope: 1}\n"),
+            "stricter: a TypedStruct's value read as the message its type_url names",
+            ("", Value::Null),
+        ),
+        lenient(
             "a single value for a list",
             Routes,
             "name: r\nvirtual_hosts:\n- name: v\n  domains: \"*\"\n",

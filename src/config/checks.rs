@@ -84,6 +84,7 @@ fn visit(message: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> 
         "envoy.config.core.v3.SocketAddress" => socket_address(message, at)?,
         "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter"
         | "envoy.config.listener.v3.Filter" => filter(message, at)?,
+        "xds.type.v3.TypedStruct" | "udpa.type.v1.TypedStruct" => return typed_struct(message, at),
         _ => {}
     }
     for (field, value) in message.fields() {
@@ -465,6 +466,43 @@ fn socket_address(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal
             address_text(message)
         ),
     )
+}
+
+/// A `TypedStruct` of a type Envoy knows: Envoy reads its `value` as that type, so what the
+/// type refuses (an unknown field, a wrong value, a field rule) is refused here too. One of
+/// a type the pool does not know is left alone (a plugin's own configuration, say).
+fn typed_struct(message: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> {
+    let url = string(message, "type_url").unwrap_or_default();
+    let Some(descriptor) = url
+        .rsplit_once('/')
+        .and_then(|(_, name)| descriptors::message_named(name))
+    else {
+        return Ok(());
+    };
+    let value = message
+        .get_field_by_name("value")
+        .and_then(|v| v.as_message().cloned())
+        .map(|v| super::json::to_json(&v))
+        .transpose()
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| serde_json::json!({}));
+    at.push("value".into());
+    let result = match super::json::from_json(&descriptor, &value) {
+        Err(e) => refuse(
+            at,
+            format!(
+                "the TypedStruct's value is not a {}: {e}",
+                descriptor.full_name()
+            ),
+        ),
+        Ok(inner) => match super::rules::check(&inner) {
+            Err(v) => refuse(at, format!("{} ({})", v.envoy, v.rule)),
+            Ok(()) => visit(&inner, at),
+        },
+    };
+    at.pop();
+    result
 }
 
 /// An HTTP or network filter must say what it is: a `typed_config` with a type (or a

@@ -52,3 +52,55 @@ fn a_cipher_entry_is_judged_by_what_it_selects() {
     assert!(cipher_entry("ecdhe-rsa-aes128-gcm-sha256") == Entry::Unknown);
     assert!(cipher_entry("[ECDHE-ECDSA-AES128-GCM-SHA256|NOPE-NOPE]") == Entry::Unknown);
 }
+
+fn listener_with_router(value: &str) -> DynamicMessage {
+    let yaml = format!(
+        r#"
+name: l
+filter_chains:
+- filters:
+  - name: hcm
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+      stat_prefix: s
+      route_config: {{name: r}}
+      http_filters:
+      - name: envoy.filters.http.router
+        typed_config:
+          "@type": type.googleapis.com/xds.type.v3.TypedStruct
+          type_url: {value}
+"#
+    );
+    let json: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+    super::super::json::from_json(
+        &descriptors::message_named("envoy.config.listener.v3.Listener").unwrap(),
+        &json,
+    )
+    .unwrap()
+}
+
+/// Envoy reads a TypedStruct's value as its type: what the type refuses is refused (tested
+/// against Envoy in tests/json_envoy.rs).
+#[test]
+fn a_typed_struct_is_read_as_its_type() {
+    let router = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+    assert_eq!(
+        check(&listener_with_router(&format!(
+            "{router}\n          value: {{dynamic_stats: true}}"
+        ))),
+        Ok(())
+    );
+    let err = check(&listener_with_router(&format!(
+        "{router}\n          value: {{nope: 1}}"
+    )))
+    .unwrap_err();
+    assert!(err.envoy.contains("nope"), "{err:?}");
+    assert!(err.path.ends_with("typed_config.value"), "{err:?}");
+    // A type the pool does not know is a plugin's business.
+    assert_eq!(
+        check(&listener_with_router(
+            "type.googleapis.com/acme.Plugin\n          value: {x: 1}"
+        )),
+        Ok(())
+    );
+}
