@@ -309,3 +309,65 @@ fn version_names_the_envoy_api() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("(Envoy API 1.40.0)"), "{out}");
 }
+
+/// `import --descriptor-set`: a bootstrap whose listener has the custom filter imports with
+/// the set, and is refused (naming the type) without it.
+#[test]
+fn import_reads_custom_types_with_the_descriptor_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = greeter_set(dir.path());
+    let listeners = listener_with("greeting: hello");
+    let bootstrap = format!(
+        "static_resources:\n{}",
+        listeners
+            .lines()
+            .skip(1)
+            .map(|l| format!("  {l}\n"))
+            .collect::<String>()
+    );
+    let bootstrap = bootstrap.replacen(
+        "static_resources:\n",
+        "static_resources:\n  listeners:\n",
+        1,
+    );
+    let path = dir.path().join("envoy.yaml");
+    std::fs::write(&path, bootstrap).unwrap();
+    let out = dir.path().join("out");
+    let args = |with_set: bool| {
+        let mut args = vec![
+            "import".to_string(),
+            path.display().to_string(),
+            "--out".into(),
+            out.display().to_string(),
+        ];
+        if with_set {
+            args.extend(["--descriptor-set".into(), set.display().to_string()]);
+        }
+        args
+    };
+    let without: Vec<String> = args(false);
+    let o = switchyard(&without.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("acme.filters.greeter.v1.Greeter"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists(), "nothing written");
+    let with: Vec<String> = args(true);
+    let o = switchyard(&with.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let written = std::fs::read_to_string(out.join("snapshot/listeners.yaml")).unwrap();
+    assert!(
+        written.contains("acme.filters.greeter.v1.Greeter"),
+        "{written}"
+    );
+    let o = switchyard(&[
+        "validate",
+        "-c",
+        out.join("snapshot").to_str().unwrap(),
+        "--descriptor-set",
+        set.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
