@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 use serde_json::json;
 
+use crate::config::fields::{has, message, messages as list, string};
 use crate::config::{checks, descriptors, json as pbjson, rules, yaml};
 
 const BOOTSTRAP: &str = "envoy.config.bootstrap.v3.Bootstrap";
@@ -290,6 +291,27 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         }
     }
 
+    // Private keys written inline go to a proxy only when Switchyard may send them.
+    for secret in &secrets {
+        let json = pbjson::to_json_proto_names(secret).map_err(invalid)?;
+        let inline_key = ["private_key", "password", "pkcs12"].iter().any(|k| {
+            json.pointer(&format!("/tls_certificate/{k}"))
+                .is_some_and(|v| {
+                    v.get("inline_string").is_some() || v.get("inline_bytes").is_some()
+                })
+        }) || json.get("generic_secret").is_some()
+            || json.get("session_ticket_keys").is_some();
+        if inline_key {
+            notes.push(format!(
+                "secret {:?} holds key material inline: Switchyard sends it only to a proxy \
+                 bound to its node by a client certificate (--node-identity), or to every \
+                 proxy with --insecure-serve-secrets (a sidecar on loopback); see \
+                 docs/security.md",
+                string(secret, "name")
+            ));
+        }
+    }
+
     // The files.
     let mut files = Vec::new();
     let mut file = |name: &str, key: &str, items: &[DynamicMessage]| -> Result<(), ImportError> {
@@ -473,39 +495,6 @@ fn address_name(listener: &DynamicMessage) -> Option<String> {
         return Some(format!("{}_{port}", string(&socket, "address")));
     }
     message(&address, "pipe").map(|pipe| string(&pipe, "path"))
-}
-
-fn has(message: &DynamicMessage, field: &str) -> bool {
-    message
-        .descriptor()
-        .get_field_by_name(field)
-        .is_some_and(|f| message.has_field(&f))
-}
-
-fn message(message: &DynamicMessage, field: &str) -> Option<DynamicMessage> {
-    if !has(message, field) {
-        return None;
-    }
-    message
-        .get_field_by_name(field)
-        .and_then(|v| v.as_message().cloned())
-}
-
-fn list(message: &DynamicMessage, field: &str) -> Vec<DynamicMessage> {
-    message
-        .get_field_by_name(field)
-        .and_then(|v| {
-            v.as_list()
-                .map(|l| l.iter().filter_map(|i| i.as_message().cloned()).collect())
-        })
-        .unwrap_or_default()
-}
-
-fn string(message: &DynamicMessage, field: &str) -> String {
-    message
-        .get_field_by_name(field)
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 /// JSON as YAML a person would write, and that reads back the same through Envoy's YAML

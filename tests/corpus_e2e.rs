@@ -101,23 +101,6 @@ fn corpus() -> PathBuf {
     panic!("../shared/corpus/envoy-examples is missing (CI lays shared/ beside the clone)");
 }
 
-fn bootstraps(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).expect("reads the corpus") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "yaml") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// The bootstrap made local: every listener (and the admin) on 127.0.0.1 and a free port.
 fn localize(mut bootstrap: Value) -> (Value, u16) {
     let admin_port = free_port();
@@ -449,7 +432,7 @@ async fn every_example_bootstrap_imports_validates_serves_and_matches() {
     let scratch = tempfile::tempdir().expect("tmp");
     let mut outcomes = Vec::new();
     let mut wrong = Vec::new();
-    for (i, path) in bootstraps(&corpus).iter().enumerate() {
+    for (i, path) in support::yaml_files(&corpus).iter().enumerate() {
         let name = path
             .strip_prefix(&corpus)
             .expect("under the corpus")

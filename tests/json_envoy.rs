@@ -17,7 +17,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -493,7 +493,7 @@ fn every_real_resource_reads_as_the_reference_parser_reads_it() {
         resources.push((origin, kind, yaml));
     };
     // The corpus' bootstraps.
-    for path in yaml_files(&root.join("../shared/corpus/envoy-examples")) {
+    for path in support::yaml_files(&root.join("../shared/corpus/envoy-examples")) {
         let text = std::fs::read_to_string(&path).expect("read");
         let (bootstrap, _) = switchyard::config::yaml::parse(&text).expect("YAML");
         for (key, kind) in [
@@ -513,7 +513,7 @@ fn every_real_resource_reads_as_the_reference_parser_reads_it() {
     }
     // Snapshot files.
     for dir in ["examples/config", "deploy/compose/snapshots"] {
-        for path in yaml_files(&root.join(dir)) {
+        for path in support::yaml_files(&root.join(dir)) {
             let text = std::fs::read_to_string(&path).expect("read");
             let (file, _) = switchyard::config::yaml::parse(&text).expect("YAML");
             for (key, kind) in [
@@ -576,21 +576,4 @@ fn leniency_of(reference_error: &str) -> Option<&'static str> {
     } else {
         None
     }
-}
-
-fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "yaml") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
 }

@@ -19,6 +19,7 @@ use std::net::IpAddr;
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 use super::descriptors;
+use super::fields::{has, messages, string, strings};
 
 mod regex;
 
@@ -70,13 +71,11 @@ fn visit(message: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> 
         "google.protobuf.Any" => return visit_any(message, at),
         "envoy.config.route.v3.RouteConfiguration" => route_configuration(message, at)?,
         "envoy.type.matcher.v3.RegexMatcher" => {
-            if let Some(pattern) = string(message, "regex") {
-                if let Err(words) = regex::check(&pattern) {
-                    at.push("regex".into());
-                    let result = refuse(at, words);
-                    at.pop();
-                    return result;
-                }
+            if let Err(words) = regex::check(&string(message, "regex")) {
+                at.push("regex".into());
+                let result = refuse(at, words);
+                at.pop();
+                return result;
             }
         }
         "envoy.extensions.transport_sockets.tls.v3.TlsParameters" => tls_parameters(message, at)?,
@@ -130,7 +129,7 @@ fn visit_value(value: &Value, at: &mut Vec<String>) -> Result<(), Refusal> {
 /// An `Any`'s payload, checked as its type (the path goes on into it, as for field rules).
 fn visit_any(any: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> {
     let Some(name) =
-        string(any, "type_url").and_then(|u| u.rsplit_once('/').map(|(_, n)| n.to_string()))
+        Some(string(any, "type_url")).and_then(|u| u.rsplit_once('/').map(|(_, n)| n.to_string()))
     else {
         return Ok(());
     };
@@ -147,51 +146,10 @@ fn visit_any(any: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> 
     }
 }
 
-fn string(message: &DynamicMessage, field: &str) -> Option<String> {
-    message
-        .get_field_by_name(field)
-        .and_then(|v| v.as_str().map(str::to_string))
-}
-
-fn has(message: &DynamicMessage, field: &str) -> bool {
-    message
-        .descriptor()
-        .get_field_by_name(field)
-        .is_some_and(|f| message.has_field(&f))
-}
-
-fn messages(message: &DynamicMessage, field: &str) -> Vec<DynamicMessage> {
-    message
-        .get_field_by_name(field)
-        .and_then(|v| {
-            v.as_list().map(|items| {
-                items
-                    .iter()
-                    .filter_map(|i| i.as_message().cloned())
-                    .collect()
-            })
-        })
-        .unwrap_or_default()
-}
-
-fn strings(message: &DynamicMessage, field: &str) -> Vec<String> {
-    message
-        .get_field_by_name(field)
-        .and_then(|v| {
-            v.as_list().map(|items| {
-                items
-                    .iter()
-                    .filter_map(|i| i.as_str().map(str::to_string))
-                    .collect()
-            })
-        })
-        .unwrap_or_default()
-}
-
 /// Envoy's RouteMatcher: one `*` among all virtual hosts, and each other domain once
 /// (compared in lower case).
 fn route_configuration(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
-    let name = string(message, "name").unwrap_or_default();
+    let name = string(message, "name");
     let mut wildcard = false;
     let mut seen = std::collections::HashSet::new();
     for (i, vhost) in messages(message, "virtual_hosts").iter().enumerate() {
@@ -372,7 +330,7 @@ fn tls_parameters(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal
 
 /// An address as Envoy prints it: `127.0.0.1:80`, `[::1]:80`.
 fn address_text(socket: &DynamicMessage) -> String {
-    let address = string(socket, "address").unwrap_or_default();
+    let address = string(socket, "address");
     let port = socket
         .get_field_by_name("port_value")
         .and_then(|v| v.as_u32())
@@ -411,8 +369,8 @@ fn listener(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
                         .and_then(|s| s.as_message().cloned())
                 })
                 .map(|s| address_text(&s))
-                .unwrap_or_else(|| string(message, "name").unwrap_or_default());
-            let name = |chain: &DynamicMessage| string(chain, "name").unwrap_or_default();
+                .unwrap_or_else(|| string(message, "name"));
+            let name = |chain: &DynamicMessage| string(chain, "name");
             let mut here = at.to_vec();
             here.extend(["filter_chains".to_string(), format!("[{i}]")]);
             return refuse(
@@ -447,7 +405,7 @@ fn socket_address(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal
     if !compat {
         return Ok(());
     }
-    let address = string(message, "address").unwrap_or_default();
+    let address = string(message, "address");
     let allowed = match address.parse::<IpAddr>() {
         Ok(IpAddr::V6(v6)) => v6.is_unspecified() || v6.to_ipv4_mapped().is_some(),
         Ok(IpAddr::V4(_)) => false,
@@ -472,7 +430,7 @@ fn socket_address(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal
 /// type refuses (an unknown field, a wrong value, a field rule) is refused here too. One of
 /// a type the pool does not know is left alone (a plugin's own configuration, say).
 fn typed_struct(message: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> {
-    let url = string(message, "type_url").unwrap_or_default();
+    let url = string(message, "type_url");
     let Some(descriptor) = url
         .rsplit_once('/')
         .and_then(|(_, name)| descriptors::message_named(name))
@@ -519,12 +477,12 @@ fn filter(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
     let type_url = message
         .get_field_by_name("typed_config")
         .and_then(|v| v.as_message().cloned())
-        .and_then(|any| string(&any, "type_url"))
+        .map(|any| string(&any, "type_url"))
         .unwrap_or_default();
     if !type_url.is_empty() {
         return Ok(());
     }
-    let name = string(message, "name").unwrap_or_default();
+    let name = string(message, "name");
     let mut here = at.to_vec();
     here.push("typed_config".into());
     refuse(

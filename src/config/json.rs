@@ -269,25 +269,17 @@ fn duration_problem(text: &str) -> Option<String> {
 
 /// Messages whose JSON form is not an object of fields: left to the mapping as they are.
 fn free_form(name: &str) -> bool {
-    matches!(
-        name,
-        "google.protobuf.Struct"
-            | "google.protobuf.Value"
-            | "google.protobuf.ListValue"
-            | "google.protobuf.Duration"
-            | "google.protobuf.Timestamp"
-            | "google.protobuf.FieldMask"
-            | "google.protobuf.Empty"
-            | "google.protobuf.DoubleValue"
-            | "google.protobuf.FloatValue"
-            | "google.protobuf.Int64Value"
-            | "google.protobuf.UInt64Value"
-            | "google.protobuf.Int32Value"
-            | "google.protobuf.UInt32Value"
-            | "google.protobuf.BoolValue"
-            | "google.protobuf.StringValue"
-            | "google.protobuf.BytesValue"
-    )
+    wrapper(name)
+        || matches!(
+            name,
+            "google.protobuf.Struct"
+                | "google.protobuf.Value"
+                | "google.protobuf.ListValue"
+                | "google.protobuf.Duration"
+                | "google.protobuf.Timestamp"
+                | "google.protobuf.FieldMask"
+                | "google.protobuf.Empty"
+        )
 }
 
 /// Apply Envoy's leniencies to `item`, read as `descriptor`, in place. What does not fit the

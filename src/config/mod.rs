@@ -8,11 +8,13 @@
 //! either yields a whole new [`Config`] or every error found, never a partial result.
 //! Errors in sensitive fields leave the value out (`sensitive`).
 //!
-//! By concern: `walk` finds the files, `parse` reads one, `decode` turns one item into a
-//! resource (with Envoy's field rules, `rules`), `keys` reads what files add to Envoy's
-//! fields (TTLs, VHDS aliases), `hash` gives versions, `loader` keeps results between loads
-//! and checks across files (`references`, duplicates). This module holds the types they
-//! share.
+//! By concern: `walk` finds the files, `parse` reads one (its YAML as Envoy reads YAML,
+//! `yaml`), `decode` turns one item into a resource (protobuf's JSON mapping with Envoy's
+//! leniencies, `json`, over Envoy 1.40's API and the operator's descriptor sets,
+//! `descriptors`; then Envoy's field rules, `rules`, and its checks beyond them, `checks`),
+//! `keys` reads what files add to Envoy's fields (TTLs, VHDS aliases), `hash` gives
+//! versions, `loader` keeps results between loads and checks across files (`references`,
+//! duplicates). This module holds the types they share.
 //!
 //! Must not: serve, or cache per node; swapping configs is the cache's job, watching files
 //! is `watch`'s.
@@ -20,6 +22,7 @@
 pub mod checks;
 mod decode;
 pub mod descriptors;
+pub mod fields;
 mod hash;
 pub mod json;
 mod keys;

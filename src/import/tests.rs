@@ -226,3 +226,23 @@ fn names_come_first_in_imported_files() {
         "{text}"
     );
 }
+
+#[test]
+fn an_inline_private_key_gets_a_note_on_how_it_is_served() {
+    let text = FRONT.replace(
+        "private_key: {filename: /etc/certs/key.pem}",
+        "private_key: {inline_string: KEY}",
+    );
+    let imported = import_text(&text, &options()).unwrap();
+    assert!(
+        imported
+            .notes
+            .iter()
+            .any(|n| n.contains("server_cert") && n.contains("--insecure-serve-secrets")),
+        "{:?}",
+        imported.notes
+    );
+    // Files are read by the Envoy itself: no note.
+    let imported = import_text(FRONT, &options()).unwrap();
+    assert!(!imported.notes.iter().any(|n| n.contains("key material")));
+}

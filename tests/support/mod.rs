@@ -606,3 +606,21 @@ pub fn route_item(name: &str, action: &str) -> String {
 "#
     )
 }
+
+/// Every `*.yaml` file under `dir`, at any depth, in path order.
+pub fn yaml_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}

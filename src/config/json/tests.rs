@@ -5,20 +5,8 @@ fn route_descriptor() -> MessageDescriptor {
 }
 
 fn read(descriptor: &MessageDescriptor, yaml: &str) -> Result<DynamicMessage, String> {
-    let item: Yaml = serde_yaml::from_str(yaml).unwrap();
-    from_value(
-        descriptor,
-        item,
-        |item| {
-            DynamicMessage::deserialize_with_options(
-                descriptor.clone(),
-                item,
-                &DeserializeOptions::new(),
-            )
-            .map_err(|e| e.to_string())
-        },
-        |path, message| format!("{path}: {message}"),
-    )
+    let json: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+    from_json(descriptor, &json)
 }
 
 const EMPTY_ANY_ROUTE: &str = r#"
