@@ -249,7 +249,7 @@ fn health_checked(name: &str) -> (String, String) {
     (
         format!(
             r#"
-  - name: {name}
+  - name: "{name}"
     connect_timeout: 1s
     type: EDS
     eds_cluster_config: {{ eds_config: {{ ads: {{}}, resource_api_version: V3 }} }}
@@ -263,7 +263,7 @@ fn health_checked(name: &str) -> (String, String) {
         ),
         format!(
             r#"
-  - cluster_name: {name}
+  - cluster_name: "{name}"
     endpoints:
       - lb_endpoints:
           - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: B_PORT }} }} }}
@@ -358,7 +358,7 @@ async fn e2e_p30_route_cut_over_to_a_health_checked_cluster_drops_nothing(
         &format!(
             "clusters:{cluster_y}endpoints:{endpoints_y}listeners:{}routes:{}",
             listener_item("http", "LISTENER_PORT", "main"),
-            route_item("main", "{ cluster: y }")
+            route_item("main", "{ cluster: \"y\" }")
         ),
         0,
     );
@@ -495,7 +495,7 @@ async fn e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix
         format!(
             "clusters:{cluster}endpoints:{endpoints_y}listeners:{}routes:{}",
             listener_item("http", "LISTENER_PORT", "main"),
-            route_item("main", "{ cluster: y }")
+            route_item("main", "{ cluster: \"y\" }")
         )
     };
     let load = Load::start(setup.listener, false);

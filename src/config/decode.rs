@@ -63,6 +63,12 @@ pub(super) fn decode_resource(
             .map_err(|e| {
                 let path = track.path();
                 let mut message = e.to_string();
+                if message.starts_with("invalid type: boolean") {
+                    message.push_str(
+                        " (Envoy's YAML reads a plain yes, no, on, off, y or n as a boolean: \
+                     quote it for a string, \"y\")",
+                    );
+                }
                 if message.starts_with("message '") && message.ends_with("' not found") {
                     message.push_str(
                         ": not a type of Envoy's API; a custom or contrib extension's type needs \

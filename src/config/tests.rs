@@ -934,6 +934,7 @@ fn plain_yes_is_a_boolean_as_in_envoy() {
     );
     let errs = errors(dir.path());
     assert!(errs[0].contains("alt_stat_name"), "{errs:?}");
+    assert!(errs[0].contains("quote it for a string"), "{errs:?}");
     write(
         dir.path(),
         "c.yaml",
