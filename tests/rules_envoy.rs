@@ -453,6 +453,13 @@ fn checks() -> Vec<Case> {
                 json!({"filter_chains": [tcp_chain("first", None), tcp_chain("second", None)]}),
             ),
         ),
+        // An absent match and an empty one are the same match.
+        case(
+            "envoy",
+            Listener,
+            listener(json!({"filter_chains": [
+            tcp_chain("first", None), tcp_chain("second", Some(json!({})))]})),
+        ),
         case(
             "envoy",
             Listener,
