@@ -81,12 +81,20 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         message,
     };
     let is_json = path.extension().and_then(|e| e.to_str()) == Some("json");
+    let mut notes = Vec::new();
     let value: serde_yaml::Value = if is_json {
         serde_json::from_str(&text).map_err(|e| invalid(format!("invalid JSON: {e}")))?
     } else {
-        yaml::parse(&text)
-            .map_err(|e| invalid(format!("invalid YAML: {e}")))?
-            .0
+        let (value, duplicates) =
+            yaml::parse(&text).map_err(|e| invalid(format!("invalid YAML: {e}")))?;
+        notes.extend(duplicates.into_iter().map(|d| {
+            format!(
+                "line {}: `{}` is given twice (first at line {}); the last one counts, as in \
+                 Envoy",
+                d.second_line, d.key, d.first_line
+            )
+        }));
+        value
     };
     let descriptor = descriptors::message_named(BOOTSTRAP)
         .ok_or_else(|| invalid("the pool has no Bootstrap".into()))?;
@@ -134,7 +142,6 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
             )));
         }
     }
-    let mut notes = Vec::new();
 
     // What the bootstrap refers to outside its static resources stays static.
     let mut rest = bootstrap.clone();

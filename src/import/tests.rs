@@ -246,3 +246,17 @@ fn an_inline_private_key_gets_a_note_on_how_it_is_served() {
     let imported = import_text(FRONT, &options()).unwrap();
     assert!(!imported.notes.iter().any(|n| n.contains("key material")));
 }
+
+#[test]
+fn a_key_given_twice_in_the_bootstrap_is_a_note() {
+    let text = FRONT.replacen("admin: {address", "admin: {}\nadmin: {address", 1);
+    let imported = import_text(&text, &options()).unwrap();
+    assert!(
+        imported
+            .notes
+            .iter()
+            .any(|n| n.contains("`admin` is given twice")),
+        "{:?}",
+        imported.notes
+    );
+}
