@@ -312,9 +312,17 @@ fn prepare_message(descriptor: &MessageDescriptor, item: &mut Yaml, prep: &mut P
     if free_form(name) {
         return;
     }
-    let Yaml::Mapping(mapping) = item else {
-        return;
-    };
+    if let Yaml::Mapping(mapping) = item {
+        prepare_fields(descriptor, mapping, prep);
+    }
+}
+
+/// Each entry of `mapping` that names a field of `descriptor` (`"@type"` names none).
+fn prepare_fields(
+    descriptor: &MessageDescriptor,
+    mapping: &mut serde_yaml::Mapping,
+    prep: &mut Prep,
+) {
     for (key, value) in mapping.iter_mut() {
         let Some(key) = key.as_str() else { continue };
         let field = descriptor
@@ -414,20 +422,7 @@ fn prepare_any(item: &mut Yaml, prep: &mut Prep) {
         }
         return;
     }
-    for (key, value) in mapping.iter_mut() {
-        let Some(key) = key.as_str() else { continue };
-        if key == "@type" {
-            continue;
-        }
-        let field = descriptor
-            .get_field_by_name(key)
-            .or_else(|| descriptor.get_field_by_json_name(key));
-        if let Some(field) = field {
-            prep.at.push(key.to_string());
-            prepare_field(&field, value, prep);
-            prep.at.pop();
-        }
-    }
+    prepare_fields(&descriptor, mapping, prep);
 }
 
 #[cfg(test)]
