@@ -356,17 +356,13 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         }
         name
     };
-    let mut new_statics = json!({
-        "clusters": kept_clusters
-            .iter()
-            .map(pbjson::to_json_proto_names)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(invalid)?,
-    });
-    new_statics["clusters"]
-        .as_array_mut()
-        .expect("a list")
-        .push(xds_cluster(&xds_name, &options.xds_address).map_err(refused)?);
+    let mut static_clusters = kept_clusters
+        .iter()
+        .map(pbjson::to_json_proto_names)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(invalid)?;
+    static_clusters.push(xds_cluster(&xds_name, &options.xds_address).map_err(refused)?);
+    let mut new_statics = json!({ "clusters": static_clusters });
     if !kept_secrets.is_empty() {
         new_statics["secrets"] = kept_secrets
             .iter()
@@ -387,11 +383,10 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         "cds_config": ADS_SOURCE.clone(),
         "lds_config": ADS_SOURCE.clone(),
     });
-    let node = out
-        .as_object_mut()
-        .expect("a message")
-        .entry("node")
-        .or_insert_with(|| json!({}));
+    if out.get("node").is_none() {
+        out["node"] = json!({});
+    }
+    let node = &mut out["node"];
     if node
         .get("id")
         .and_then(|v| v.as_str())

@@ -1,20 +1,13 @@
 //! The command line: exit codes and messages.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 #[path = "support/certs.rs"]
 mod certs;
 
-fn switchyard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(args)
-        .output()
-        .expect("runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+#[path = "support/run.rs"]
+mod run;
+use run::{stderr, switchyard};
 
 fn examples() -> String {
     format!("{}/examples/config", env!("CARGO_MANIFEST_DIR"))

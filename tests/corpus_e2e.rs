@@ -204,28 +204,26 @@ async fn held(port: u16) -> Option<Held> {
                 held.listeners
                     .insert(listener_key(&state["listener"]), state["listener"].clone());
             }
-        } else if kind.ends_with("ClustersConfigDump") {
-            for key in [
-                "static_clusters",
-                "dynamic_active_clusters",
-                "dynamic_warming_clusters",
-            ] {
-                for c in config[key].as_array().into_iter().flatten() {
-                    held.clusters
-                        .insert(name_of(&c["cluster"]), c["cluster"].clone());
-                }
-            }
-        } else if kind.ends_with("SecretsConfigDump") {
-            for key in [
-                "static_secrets",
-                "dynamic_active_secrets",
-                "dynamic_warming_secrets",
-            ] {
-                for s in config[key].as_array().into_iter().flatten() {
-                    held.secrets.insert(
-                        s["name"].as_str().unwrap_or_default().to_string(),
-                        s["secret"].clone(),
-                    );
+        } else {
+            // Clusters and secrets: static, active and warming alike, by name.
+            let (into, prefix, field) = if kind.ends_with("ClustersConfigDump") {
+                (&mut held.clusters, "clusters", "cluster")
+            } else if kind.ends_with("SecretsConfigDump") {
+                (&mut held.secrets, "secrets", "secret")
+            } else {
+                continue;
+            };
+            for key in ["static", "dynamic_active", "dynamic_warming"] {
+                for r in config[format!("{key}_{prefix}")]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    // A cluster's name is in it; a secret's beside it.
+                    let name = r["name"]
+                        .as_str()
+                        .unwrap_or_else(|| r[field]["name"].as_str().unwrap_or_default());
+                    into.insert(name.to_string(), r[field].clone());
                 }
             }
         }
@@ -240,10 +238,6 @@ fn listener_key(listener: &Value) -> String {
         Some(name) if !name.is_empty() => name.to_string(),
         _ => listener["address"].to_string(),
     }
-}
-
-fn name_of(resource: &Value) -> String {
-    resource["name"].as_str().unwrap_or_default().to_string()
 }
 
 /// What the import changes on purpose, taken out of both sides: the `sds_config` it adds to
