@@ -101,6 +101,44 @@ pub struct Status {
     /// descriptor sets.
     #[serde(default)]
     pub server: ServerInfo,
+    /// The certificates secrets are read from on this host (`switchyard_files`), in the
+    /// newest generation.
+    #[serde(default)]
+    pub certificates: Vec<CertificateStatus>,
+}
+
+/// One certificate file a secret is read from.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CertificateStatus {
+    pub secret: String,
+    /// `certificate_chain` or `trusted_ca`.
+    pub role: String,
+    pub file: String,
+    pub subject: String,
+    pub serial: String,
+    pub not_after: String,
+    /// `ok`, `expiring` (within the warning time) or `expired`, as of now.
+    pub state: String,
+}
+
+impl CertificateStatus {
+    fn of(c: &crate::config::CertificateInfo, now: std::time::SystemTime) -> CertificateStatus {
+        let end = c.expires_at();
+        let state = match end.duration_since(now) {
+            Err(_) => "expired",
+            Ok(left) if left < crate::config::secret_files::EXPIRY_WARNING => "expiring",
+            Ok(_) => "ok",
+        };
+        CertificateStatus {
+            secret: c.secret.clone(),
+            role: c.role.to_string(),
+            file: c.file.display().to_string(),
+            subject: c.subject.clone(),
+            serial: c.serial.clone(),
+            not_after: humantime::format_rfc3339_seconds(end).to_string(),
+            state: state.to_string(),
+        }
+    }
 }
 
 /// What this server is and reads files with.
@@ -274,6 +312,7 @@ impl Status {
             rollout: None,
             generation: 0,
             server: ServerInfo::current(),
+            certificates: Vec::new(),
         }
     }
 
@@ -469,6 +508,11 @@ fn scraped(admin: &Admin) -> Scraped {
             .policy()
             .map(|_| serving.rollout.as_ref().map_or("NONE", |r| r.phase.name())),
         snapshots,
+        certificates: generation
+            .config
+            .certificates()
+            .map(|c| (c.secret.clone(), c.file.display().to_string(), c.not_after))
+            .collect(),
     }
 }
 
@@ -587,6 +631,13 @@ fn current_status(admin: &Admin) -> Status {
     let mut status = Status::from_reports(admin.fleet.reports(), config);
     let serving = admin.cache.serving();
     status.generation = serving.stable.number;
+    let now = std::time::SystemTime::now();
+    status.certificates = serving
+        .newest()
+        .config
+        .certificates()
+        .map(|c| CertificateStatus::of(c, now))
+        .collect();
     status.rollout = serving.rollout.as_ref().map(|r| {
         crate::rollout::RolloutStatus::new(
             &r.phase,

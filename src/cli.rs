@@ -1228,6 +1228,23 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         out.push('\n');
         out.push_str(&rollout_text(status));
     }
+    if !status.certificates.is_empty() {
+        out.push_str("\ncertificates read from files (switchyard_files):\n");
+        for c in &status.certificates {
+            let state = match c.state.as_str() {
+                "ok" => String::new(),
+                other => format!("  {}", other.to_uppercase()),
+            };
+            out.push_str(&format!(
+                "  {} {}: serial {}, expires {}{state}  ({})\n",
+                printable(&c.secret),
+                c.role,
+                c.serial,
+                c.not_after,
+                printable(&c.file)
+            ));
+        }
+    }
     out
 }
 
@@ -1317,6 +1334,7 @@ mod tests {
             rollout: None,
             generation: 1,
             server: Default::default(),
+            certificates: Vec::new(),
         };
         let table = status_table(&status);
         assert!(

@@ -157,6 +157,9 @@ pub struct Scraped {
     pub rollout_state: Option<&'static str>,
     /// The version served per node group (its files' names, joined by `+`) and type URL.
     pub snapshots: Vec<(String, &'static str, String)>,
+    /// The certificates secrets are read from (`switchyard_files`): secret, file, and when
+    /// it expires (Unix seconds).
+    pub certificates: Vec<(String, String, i64)>,
 }
 
 /// The rollout states `switchyard_rollout_state` has a series for.
@@ -287,6 +290,12 @@ struct SnapshotLabels {
     version: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertificateLabels {
+    secret: String,
+    file: String,
+}
+
 impl Collector for Scraped {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let nacking = ConstGauge::new(self.nodes_nacking as i64);
@@ -323,6 +332,22 @@ impl Collector for Scraped {
             for state in ROLLOUT_STATES {
                 ConstGauge::new(i64::from(state == now))
                     .encode(family.encode_family(&StateLabels { state })?)?;
+            }
+        }
+        {
+            let mut family = encoder.encode_descriptor(
+                "certificate_expiry_timestamp_seconds",
+                "When each certificate a secret is read from (switchyard_files) expires, Unix \
+                 time, by secret and file (the earliest of a file's certificates)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (secret, file, not_after) in &self.certificates {
+                let labels = CertificateLabels {
+                    secret: secret.clone(),
+                    file: file.clone(),
+                };
+                ConstGauge::new(*not_after).encode(family.encode_family(&labels)?)?;
             }
         }
         let mut family = encoder.encode_descriptor(

@@ -366,8 +366,16 @@ impl Reloader {
 /// [`Reloader::watching`].
 pub struct Watching {
     reloader: Arc<Reloader>,
-    armed: Option<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)>,
+    armed: Option<Armed>,
 }
+
+/// A watcher, the channel of its change events, and the directories of secret files it
+/// watches (`switchyard_files`, known from the loads so far).
+type Armed = (
+    notify::RecommendedWatcher,
+    mpsc::UnboundedReceiver<()>,
+    Vec<PathBuf>,
+);
 
 impl Watching {
     /// Reload after each burst of changes (events since the watch was armed included) until
@@ -379,8 +387,13 @@ impl Watching {
             mut armed,
         } = self;
         loop {
+            let secret_dirs = reloader.secret_dirs();
             match &mut armed {
-                Some((_watcher, rx)) => {
+                // A load named secret files the watch does not cover yet (the first load
+                // does, after the watch was armed): watch them too, and load again, since
+                // they may have changed meanwhile.
+                Some((_, _, watched)) if *watched != secret_dirs => {}
+                Some((_watcher, rx, _)) => {
                     tokio::select! {
                         _ = &mut shutdown => return,
                         burst = next_burst(rx) => if !burst { return },
@@ -426,13 +439,18 @@ async fn next_burst(events: &mut mpsc::UnboundedReceiver<()>) -> bool {
 impl Reloader {
     /// A fresh watcher on the paths (new inodes after a swap) and the channel of its change
     /// events; `None` when nothing can be watched.
-    fn arm(&self) -> Option<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
+    fn arm(&self) -> Option<Armed> {
         let (tx, rx) = mpsc::unbounded_channel();
         let relevant = self.paths.clone();
+        let secret_dirs = self.secret_dirs();
+        let in_secret_dirs = secret_dirs.clone();
         let telemetry = self.telemetry.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let wanted = match &event {
-                Ok(e) => is_change(&e.kind) && touches(&relevant, &e.paths),
+                Ok(e) => {
+                    is_change(&e.kind)
+                        && (touches(&relevant, &e.paths) || within(&in_secret_dirs, &e.paths))
+                }
                 Err(_) => true, // e.g. a queue overflow: reload to be sure
             };
             if wanted {
@@ -448,7 +466,12 @@ impl Reloader {
                     );
                     return None;
                 }
-                Some((w, rx))
+                for dir in &secret_dirs {
+                    if let Err(e) = w.watch(dir, RecursiveMode::NonRecursive) {
+                        tracing::warn!(dir = %dir.display(), error = %e, "Cannot watch a directory of secret files (switchyard_files); their changes are seen at the next reload.");
+                    }
+                }
+                Some((w, rx, secret_dirs))
             }
             Err(e) => {
                 tracing::error!(error = %e, "Cannot watch files; looking again shortly.");
@@ -472,6 +495,30 @@ impl Reloader {
         }
         count
     }
+}
+
+impl Reloader {
+    /// The directories of the secret files the last load named: watched whole, since a
+    /// Kubernetes Secret mount swaps a `..data` symlink beside the files, not the files.
+    fn secret_dirs(&self) -> Vec<PathBuf> {
+        let files = self
+            .loader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .secret_files();
+        let mut dirs: Vec<PathBuf> = files.iter().filter_map(|f| parent_dir(f)).collect();
+        dirs.sort();
+        dirs.dedup();
+        dirs
+    }
+}
+
+/// Whether an event is about an entry directly in one of `dirs`.
+fn within(dirs: &[PathBuf], event_paths: &[PathBuf]) -> bool {
+    event_paths.iter().any(|p| {
+        p.parent()
+            .is_some_and(|parent| dirs.iter().any(|d| d == parent))
+    })
 }
 
 fn parent_dir(path: &Path) -> Option<PathBuf> {
@@ -779,6 +826,67 @@ mod tests {
         assert_eq!(cache.current().number, 2);
         let report = reloader.last_report().expect("report");
         assert!(report.ok() && report.generation == 2);
+    }
+
+    /// Secret files named by `switchyard_files` are watched where they are, outside the
+    /// config paths, and a Kubernetes Secret update (a `..data` symlink swapped to a new
+    /// directory beside the files' links) reloads.
+    #[cfg(unix)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn secret_files_swapped_as_kubernetes_does_reload() {
+        let root = tempfile::tempdir().expect("tmp");
+        let config = root.path().join("config");
+        let certs = root.path().join("certs");
+        std::fs::create_dir_all(&config).expect("mkdir");
+        std::fs::create_dir_all(&certs).expect("mkdir");
+        // certs/tls.crt -> ..data/tls.crt, ..data -> ..v1 (as the kubelet lays it out).
+        let version = |n: u32| {
+            let dir = certs.join(format!("..v{n}"));
+            std::fs::create_dir(&dir).expect("mkdir");
+            let pair = rcgen::generate_simple_self_signed(vec![format!("v{n}")]).expect("cert");
+            std::fs::write(dir.join("tls.crt"), pair.cert.pem()).expect("write");
+            std::fs::write(dir.join("tls.key"), pair.signing_key.serialize_pem()).expect("write");
+            let tmp = certs.join("..data_tmp");
+            std::os::unix::fs::symlink(format!("..v{n}"), &tmp).expect("link");
+            std::fs::rename(&tmp, certs.join("..data")).expect("swap");
+        };
+        version(1);
+        for name in ["tls.crt", "tls.key"] {
+            std::os::unix::fs::symlink(format!("..data/{name}"), certs.join(name)).expect("link");
+        }
+        std::fs::write(
+            config.join("secrets.yaml"),
+            format!(
+                "secrets:\n- name: edge\n  switchyard_files: {{certificate_chain: {}, private_key: {}}}\n",
+                certs.join("tls.crt").display(),
+                certs.join("tls.key").display()
+            ),
+        )
+        .expect("write");
+        let (cache, reloader, _) = reloader_over(config.clone());
+        // Armed before the first load, as the daemon does: the secret directory is added
+        // once the load names it.
+        let watching = reloader.watching();
+        reloader.reload().expect("first load");
+        let (stop_tx, task) = run_watch(watching);
+        let serial = |cache: &Cache| {
+            cache
+                .current()
+                .config
+                .certificates()
+                .map(|c| c.subject.clone())
+                .collect::<Vec<_>>()
+        };
+        assert!(serial(&cache)[0].contains("rcgen"));
+        let first = cache.current().number;
+        // Let the watch re-arm for the secret directory (it also loads once more, finding
+        // nothing new), then swap.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(cache.current().number, first, "nothing changed yet");
+        version(2);
+        generation(&cache, first + 1).await;
+        let _ = stop_tx.send(());
+        task.await.expect("ends");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

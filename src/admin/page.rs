@@ -213,6 +213,27 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         }
         html.push_str("</p>");
     }
+    if !status.certificates.is_empty() {
+        html.push_str("<p>Certificates read from files (switchyard_files):</p><ul>");
+        for c in &status.certificates {
+            let class = if c.state == "ok" {
+                ""
+            } else {
+                " class=\"bad\""
+            };
+            let _ = write!(
+                html,
+                "<li{class}>{} {}: serial {}, expires {} ({}) — {}</li>",
+                esc(&c.secret),
+                esc(&c.role),
+                esc(&c.serial),
+                esc(&c.not_after),
+                esc(&c.state),
+                esc(&c.file)
+            );
+        }
+        html.push_str("</ul>");
+    }
     html.push_str(
         "<p><a href=\"/status\">/status</a> · <a href=\"/metrics\">/metrics</a> · \
          <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>",
@@ -364,6 +385,7 @@ mod tests {
             rollout: None,
             generation: 3,
             server: Default::default(),
+            certificates: Vec::new(),
         }
     }
 
@@ -429,6 +451,7 @@ mod tests {
             rollout: None,
             generation: 3,
             server: Default::default(),
+            certificates: Vec::new(),
         };
         let html = render(&status, &PageQuery::default());
         assert_eq!(

@@ -10,6 +10,7 @@ use prost_reflect::{DeserializeOptions, DynamicMessage};
 
 use super::hash::content_hash;
 use super::keys::{parse_ttl, vhds_aliases, TTL_KEY};
+use super::secret_files::{self, Filled};
 use super::{checks, descriptors, json, references, rules, sensitive, ConfigError};
 use crate::resource::{Resource, ResourceType};
 
@@ -20,7 +21,8 @@ pub(super) fn decode_resource(
     index: usize,
     item: &serde_yaml::Value,
     envoy_rules: bool,
-) -> Result<Resource, ConfigError> {
+    secret_files: &mut Vec<std::path::PathBuf>,
+) -> Result<(Resource, Option<Filled>), ConfigError> {
     // Name the resource in errors by the name the item gives (in either spelling), even when
     // it does not decode.
     let claimed = item
@@ -47,6 +49,19 @@ pub(super) fn decode_resource(
     let ttl = match item.as_mapping_mut().and_then(|m| m.remove(TTL_KEY)) {
         None => None,
         Some(value) => Some(parse_ttl(&value).map_err(|message| error(TTL_KEY.into(), message))?),
+    };
+
+    // `switchyard_files` beside a secret's fields: PEM files on this host, read and written
+    // into the secret inline before it is decoded.
+    let filled = match kind {
+        ResourceType::Secret => secret_files::fill(
+            &mut item,
+            claimed.unwrap_or_default(),
+            std::time::SystemTime::now(),
+            secret_files,
+        )
+        .map_err(|(field, message)| error(field, message))?,
+        _ => None,
     };
 
     let mut track = serde_path_to_error::Track::new();
@@ -139,5 +154,5 @@ pub(super) fn decode_resource(
         .with_aliases(aliases)
         .with_references(references)
         .with_redactions(for_proxy, for_operator);
-    Ok(resource)
+    Ok((resource, filled))
 }

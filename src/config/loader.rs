@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::hash::content_hash;
-use super::parse::load_file;
+use super::parse::{load_file, FileLoad};
 use super::walk::snapshot_files;
 use super::{references, Config, ConfigError, LoadFailure, LoadOptions, SnapshotFile};
 use crate::resource::ResourceType;
@@ -33,6 +33,9 @@ struct Parsed {
     /// When the file was read, and a digest of what was read (`None`: it could not be).
     read_at: std::time::SystemTime,
     digest: Option<String>,
+    /// The files on this host its secrets name (`switchyard_files`), stamped after the
+    /// read (`None`: unreadable then).
+    secret_files: Vec<(PathBuf, Option<FileStamp>)>,
     result: Result<SnapshotFile, Vec<ConfigError>>,
 }
 
@@ -51,7 +54,20 @@ impl Parsed {
             Some(modified) => modified + RACY >= self.read_at,
             None => true,
         };
-        !racy || (self.digest.is_some() && read_digest(path) == self.digest)
+        (!racy || (self.digest.is_some() && read_digest(path) == self.digest))
+            && self.secret_files_fresh()
+    }
+
+    /// Whether the files its secrets name are as they were read: same stamp, and not
+    /// modified so close to the read that a change may not show in the stamp.
+    fn secret_files_fresh(&self) -> bool {
+        self.secret_files.iter().all(|(path, then)| {
+            let now = FileStamp::of(path);
+            now == *then
+                && now
+                    .and_then(|s| s.modified)
+                    .is_some_and(|modified| modified + RACY < self.read_at)
+        })
     }
 }
 
@@ -109,6 +125,19 @@ impl Loader {
         self.load_counting(paths, options).0
     }
 
+    /// The files on this host that the secrets of the files loaded last name (read or not):
+    /// a change of one of them is a reason to load again.
+    pub fn secret_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = self
+            .files
+            .values()
+            .flat_map(|kept| kept.secret_files.iter().map(|(p, _)| p.clone()))
+            .collect();
+        files.sort();
+        files.dedup();
+        files
+    }
+
     /// [`Loader::load`], and how many files it parsed and reused.
     pub fn load_counting(
         &mut self,
@@ -145,9 +174,23 @@ impl Loader {
         };
         let read_at = std::time::SystemTime::now();
         let parsed = parse_in_parallel(&stale, PerFile::of(options));
-        for ((path, stamp), (digest, result)) in stale.into_iter().zip(parsed) {
+        for ((path, stamp), load) in stale.into_iter().zip(parsed) {
+            let FileLoad {
+                digest,
+                secret_files,
+                result,
+            } = load;
             match stamp {
                 Some(stamp) => {
+                    // Stamped after the read: a secret file changed since is then either
+                    // stamped anew later, or modified within RACY of the read (see `fresh`).
+                    let secret_files = secret_files
+                        .into_iter()
+                        .map(|p| {
+                            let stamp = FileStamp::of(&p);
+                            (p, stamp)
+                        })
+                        .collect();
                     self.files.insert(
                         path.clone(),
                         Parsed {
@@ -155,6 +198,7 @@ impl Loader {
                             under: PerFile::of(options),
                             read_at,
                             digest,
+                            secret_files,
                             result,
                         },
                     );
@@ -195,9 +239,6 @@ impl PerFile {
     }
 }
 
-/// What loading one file gives: a digest of the bytes read (if read), and the result.
-pub(super) type FileLoad = (Option<String>, Result<SnapshotFile, Vec<ConfigError>>);
-
 /// Load `files` (with their stamps; no stamp: unreadable), on up to one thread per core.
 fn parse_in_parallel(files: &[(&PathBuf, Option<FileStamp>)], under: PerFile) -> Vec<FileLoad> {
     let threads = std::thread::available_parallelism()
@@ -235,7 +276,11 @@ fn parse_in_parallel(files: &[(&PathBuf, Option<FileStamp>)], under: PerFile) ->
                     path: path.to_path_buf(),
                     message: "was not loaded (a loader thread failed)".into(),
                 };
-                (None, Err(vec![failed]))
+                FileLoad {
+                    digest: None,
+                    secret_files: Vec::new(),
+                    result: Err(vec![failed]),
+                }
             })
         })
         .collect()

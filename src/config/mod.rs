@@ -12,7 +12,8 @@
 //! `yaml`), `decode` turns one item into a resource (protobuf's JSON mapping with Envoy's
 //! leniencies, `json`, over Envoy 1.40's API and the operator's descriptor sets,
 //! `descriptors`; then Envoy's field rules, `rules`, and its checks beyond them, `checks`),
-//! `keys` reads what files add to Envoy's fields (TTLs, VHDS aliases), `hash` gives
+//! `keys` reads what files add to Envoy's fields (TTLs, VHDS aliases), `secret_files` the
+//! PEM files a secret names on this host, `hash` gives
 //! versions, `loader` keeps results between loads and checks across files (`references`,
 //! duplicates). This module holds the types they share.
 //!
@@ -30,6 +31,7 @@ mod loader;
 mod parse;
 mod references;
 pub mod rules;
+pub mod secret_files;
 pub mod selector;
 mod sensitive;
 mod walk;
@@ -44,6 +46,7 @@ pub use hash::content_hash;
 pub use keys::{MIN_TTL, TTL_KEY};
 pub use loader::{LoadWork, Loader};
 pub use parse::{load_text, load_text_with};
+pub use secret_files::{CertificateInfo, ReadFile, FILES_KEY};
 pub use selector::{NodeMatch, Selector};
 pub use walk::snapshot_files;
 
@@ -91,8 +94,13 @@ pub struct SnapshotFile {
     pub path: PathBuf,
     pub selector: Selector,
     pub resources: Vec<Arc<Resource>>,
-    /// What in the file loads but deserves a word (a key given twice).
+    /// What in the file loads but deserves a word (a key given twice, a certificate about
+    /// to expire).
     pub warnings: Vec<ConfigError>,
+    /// The PEM files its secrets name on this host (`switchyard_files`), as read.
+    pub secret_files: Vec<ReadFile>,
+    /// The certificates among them, with their expiry.
+    pub certificates: Vec<CertificateInfo>,
     /// A digest of its resources' kinds, names and versions, computed once when it loads.
     digest: String,
 }
@@ -108,6 +116,8 @@ impl SnapshotFile {
             selector,
             resources,
             warnings: Vec::new(),
+            secret_files: Vec::new(),
+            certificates: Vec::new(),
             digest: content_hash(parts.iter().map(|s| s.as_bytes())),
         }
     }
@@ -117,9 +127,25 @@ impl SnapshotFile {
         self.warnings = warnings;
         self
     }
+
+    /// The same, with the files its secrets were read from.
+    pub fn with_secret_files(
+        mut self,
+        files: Vec<ReadFile>,
+        certificates: Vec<CertificateInfo>,
+    ) -> Self {
+        self.secret_files = files;
+        self.certificates = certificates;
+        self
+    }
 }
 
 impl Config {
+    /// The certificates its secrets are read from (`switchyard_files`), file by file.
+    pub fn certificates(&self) -> impl Iterator<Item = &CertificateInfo> {
+        self.files.iter().flat_map(|f| f.certificates.iter())
+    }
+
     /// How many resources all files hold.
     pub fn resource_count(&self) -> usize {
         self.files.iter().map(|f| f.resources.len()).sum()

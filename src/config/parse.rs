@@ -3,12 +3,12 @@
 //!
 //! Must not: look at other files (duplicates and references are `loader`'s).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::decode::decode_resource;
 use super::hash::content_hash;
-use super::loader::{FileLoad, PerFile};
+use super::loader::PerFile;
 use super::{ConfigError, NodeMatch, Selector, SnapshotFile};
 use crate::resource::ResourceType;
 
@@ -125,8 +125,28 @@ fn parse_file(path: &Path, text: &str) -> Result<(RawFile, Vec<ConfigError>), Co
     Ok((RawFile::from_mapping(path, mapping)?, warnings))
 }
 
-/// Load one file: its selector and its resources. Collects every error in the file.
-/// Load one file, and a digest of the bytes read.
+/// What loading one file gives: a digest of the bytes read (if read), the files on this host
+/// its secrets name (read or not: a fix of one of them is a reason to load it again), and the
+/// result.
+#[derive(Debug)]
+pub(super) struct FileLoad {
+    pub digest: Option<String>,
+    pub secret_files: Vec<PathBuf>,
+    pub result: Result<SnapshotFile, Vec<ConfigError>>,
+}
+
+impl FileLoad {
+    fn failed(error: ConfigError) -> FileLoad {
+        FileLoad {
+            digest: None,
+            secret_files: Vec::new(),
+            result: Err(vec![error]),
+        }
+    }
+}
+
+/// Load one file: its selector and its resources (every error in the file), and a digest of
+/// the bytes read.
 pub(super) fn load_file(path: &Path, under: PerFile) -> FileLoad {
     let max_bytes = under.max_bytes;
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -137,7 +157,7 @@ pub(super) fn load_file(path: &Path, under: PerFile) -> FileLoad {
                 "the file is {size} bytes, more than the limit of {max_bytes} (--max-file-size)"
             ),
         };
-        return (None, Err(vec![too_big]));
+        return FileLoad::failed(too_big);
     }
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
@@ -146,18 +166,23 @@ pub(super) fn load_file(path: &Path, under: PerFile) -> FileLoad {
                 path: path.to_path_buf(),
                 message: format!("cannot read file: {e}"),
             };
-            return (None, Err(vec![unreadable]));
+            return FileLoad::failed(unreadable);
         }
     };
     let digest = Some(content_hash([bytes.as_slice()]));
+    let mut secret_files = Vec::new();
     let result = match String::from_utf8(bytes) {
-        Ok(text) => load_text_with(path, &text, under.envoy_rules),
+        Ok(text) => load_text_naming(path, &text, under.envoy_rules, &mut secret_files),
         Err(e) => Err(vec![ConfigError::Read {
             path: path.to_path_buf(),
             message: format!("cannot read file: not UTF-8 text ({e})"),
         }]),
     };
-    (digest, result)
+    FileLoad {
+        digest,
+        secret_files,
+        result,
+    }
 }
 
 /// One snapshot file's text, as if read from `path` (whose extension says YAML or JSON):
@@ -173,6 +198,16 @@ pub fn load_text_with(
     text: &str,
     envoy_rules: bool,
 ) -> Result<SnapshotFile, Vec<ConfigError>> {
+    load_text_naming(path, text, envoy_rules, &mut Vec::new())
+}
+
+/// [`load_text_with`], adding to `secret_files` each file on this host a secret names.
+fn load_text_naming(
+    path: &Path,
+    text: &str,
+    envoy_rules: bool,
+    secret_files: &mut Vec<PathBuf>,
+) -> Result<SnapshotFile, Vec<ConfigError>> {
     let (mut raw, warnings) = parse_file(path, text).map_err(|e| vec![e])?;
     let mut errors = Vec::new();
     let selector = match raw.nodes.take() {
@@ -187,16 +222,36 @@ pub fn load_text_with(
         }),
     };
     let mut resources = Vec::new();
+    let mut warnings = warnings;
+    let mut read_files = Vec::new();
+    let mut certificates = Vec::new();
     for kind in ResourceType::ALL {
         for (index, item) in raw.take(kind).into_iter().enumerate() {
-            match decode_resource(path, kind, index, &item, envoy_rules) {
-                Ok(resource) => resources.push(Arc::new(resource)),
+            match decode_resource(path, kind, index, &item, envoy_rules, secret_files) {
+                Ok((resource, filled)) => {
+                    if let Some(filled) = filled {
+                        let label = format!("{}[{index}] {:?}", kind.file_key(), resource.name);
+                        warnings.extend(filled.warnings.into_iter().map(|(field, message)| {
+                            ConfigError::Resource {
+                                path: path.to_path_buf(),
+                                resource: label.clone(),
+                                field,
+                                message,
+                            }
+                        }));
+                        read_files.extend(filled.read);
+                        certificates.extend(filled.certificates);
+                    }
+                    resources.push(Arc::new(resource));
+                }
                 Err(e) => errors.push(e),
             }
         }
     }
     if errors.is_empty() {
-        Ok(SnapshotFile::new(path.to_path_buf(), selector, resources).with_warnings(warnings))
+        Ok(SnapshotFile::new(path.to_path_buf(), selector, resources)
+            .with_warnings(warnings)
+            .with_secret_files(read_files, certificates))
     } else {
         Err(errors)
     }
