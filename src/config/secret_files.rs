@@ -331,7 +331,7 @@ fn earliest_end(
             role,
             file: path.to_path_buf(),
             subject: cert.subject().to_string(),
-            serial: cert.raw_serial_as_string().replace(':', "").to_uppercase(),
+            serial: serial_hex(cert.raw_serial()),
             not_after: cert.validity().not_after.timestamp(),
         };
         if earliest
@@ -342,6 +342,16 @@ fn earliest_end(
         }
     }
     earliest.ok_or_else(|| "holds no PEM certificate".to_string())
+}
+
+/// A serial number as `openssl x509 -serial` prints it: hexadecimal, upper case, without
+/// the zero byte DER puts before a high bit.
+fn serial_hex(raw: &[u8]) -> String {
+    let magnitude = match raw {
+        [0, rest @ ..] if !rest.is_empty() => rest,
+        all => all,
+    };
+    magnitude.iter().map(|b| format!("{b:02X}")).collect()
 }
 
 fn expiry_warning(info: &CertificateInfo, now: SystemTime) -> Option<String> {
