@@ -240,6 +240,10 @@ pub struct TypeStatusJson {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected_version: Option<String>,
+    /// What the rejected response added or changed against what the proxy holds (the first
+    /// 20), and where each is written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected_changes: Vec<crate::fleet::RejectedChange>,
     pub last_change: String,
 }
 
@@ -263,6 +267,7 @@ impl From<&TypeReport> for TypeStatusJson {
             nonce: t.nonce.clone(),
             error: t.error.clone(),
             rejected_version: t.rejected_version.clone(),
+            rejected_changes: t.rejected_changes.clone(),
             last_change: format_time(t.last_change),
         }
     }

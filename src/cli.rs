@@ -1203,6 +1203,12 @@ pub fn status_table(status: &crate::admin::Status) -> String {
                     t.rejected_version.as_deref().unwrap_or("?"),
                     printable(error)
                 ));
+                if !t.rejected_changes.is_empty() {
+                    out.push_str("  it changed, against what the proxy runs:\n");
+                    for c in &t.rejected_changes {
+                        out.push_str(&format!("    {}\n", printable(&c.text())));
+                    }
+                }
             }
         }
     }
@@ -1325,6 +1331,11 @@ mod tests {
                         nonce: "1".into(),
                         error: Some(nasty.into()),
                         rejected_version: Some("v2".into()),
+                        rejected_changes: vec![crate::fleet::RejectedChange {
+                            resource: "clusters.yaml: clusters[0] \"x\"".into(),
+                            change: "added".into(),
+                            file_changed_at: Some("2026-12-01T10:00:00Z".into()),
+                        }],
                         last_change: "t".into(),
                     },
                 )]
@@ -1343,5 +1354,12 @@ mod tests {
         );
         assert!(table.contains(r"bad\u{1b}[2J\r\nfake row"), "{table}");
         assert!(!table.lines().any(|l| l.starts_with("fake row")), "{table}");
+        assert!(
+            table.contains(
+                "\n    clusters.yaml: clusters[0] \"x\" (added; the file changed at \
+                 2026-12-01T10:00:00Z)\n"
+            ),
+            "the NACK names what it changed: {table}"
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{PlanStatus, SyncState, TypeStatus};
+use crate::protocol::{Changed, PlanStatus, SyncState, TypeStatus};
 use crate::resource::ResourceType;
 use crate::telemetry::Telemetry;
 
@@ -181,19 +181,74 @@ pub struct TypeReport {
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejected_version: Option<String>,
+    /// For `NACKED`: what the rejected response added or changed against what the proxy
+    /// held, and where each is written.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected_changes: Vec<RejectedChange>,
     #[serde(serialize_with = "rfc3339")]
     pub last_change: SystemTime,
 }
 
+/// A resource a rejected response added or changed, and where it is written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectedChange {
+    /// Where the resource is written, as load errors name it: `listeners.yaml:
+    /// listeners[1] "b"`.
+    pub resource: String,
+    /// `added` (the proxy held nothing of that name) or `changed`.
+    pub change: String,
+    /// When its file was last changed, as the load that read it saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_changed_at: Option<String>,
+}
+
+impl RejectedChange {
+    /// How many are named per NACK (a response may bring thousands of endpoints).
+    pub const MAX: usize = 20;
+
+    fn of(changed: &Changed) -> RejectedChange {
+        RejectedChange {
+            resource: changed.resource.written_at(),
+            change: if changed.added { "added" } else { "changed" }.into(),
+            file_changed_at: changed
+                .resource
+                .origin()
+                .and_then(|(file, _)| file.modified)
+                .map(format_time),
+        }
+    }
+
+    /// The first [`RejectedChange::MAX`] of `changed`.
+    pub fn list(changed: &[Changed]) -> Vec<RejectedChange> {
+        changed.iter().take(Self::MAX).map(Self::of).collect()
+    }
+
+    /// `listeners.yaml: listeners[1] "b" (added; the file changed at 2026-...)`.
+    pub fn text(&self) -> String {
+        match &self.file_changed_at {
+            Some(at) => format!(
+                "{} ({}; the file changed at {at})",
+                self.resource, self.change
+            ),
+            None => format!("{} ({})", self.resource, self.change),
+        }
+    }
+}
+
 impl TypeReport {
     fn new(status: &TypeStatus, now: SystemTime) -> TypeReport {
-        let (error, rejected_version) = match &status.state {
+        let (error, rejected_version, rejected_changes) = match &status.state {
             SyncState::Nacked {
                 error,
                 rejected_version,
+                changed,
                 ..
-            } => (Some(error.clone()), Some(rejected_version.clone())),
-            _ => (None, None),
+            } => (
+                Some(error.clone()),
+                Some(rejected_version.clone()),
+                RejectedChange::list(changed),
+            ),
+            _ => (None, None, Vec::new()),
         };
         TypeReport {
             state: SyncStatus::from(&status.state),
@@ -202,6 +257,7 @@ impl TypeReport {
             nonce: status.state.nonce().unwrap_or_default().to_string(),
             error,
             rejected_version,
+            rejected_changes,
             last_change: now,
         }
     }
@@ -427,6 +483,28 @@ mod tests {
                         rejected_version: "v1".into(),
                         accepted_version: "v0".into(),
                         error: "bad".into(),
+                        changed: Arc::from([Changed {
+                            resource: Arc::new(
+                                crate::resource::Resource::new(
+                                    ResourceType::Cluster,
+                                    "b",
+                                    "v1",
+                                    Vec::new(),
+                                    None,
+                                )
+                                .with_origin(
+                                    Arc::new(crate::resource::SourceFile {
+                                        path: "snap/clusters.yaml".into(),
+                                        modified: Some(
+                                            SystemTime::UNIX_EPOCH
+                                                + Duration::from_secs(1_800_000_000),
+                                        ),
+                                    }),
+                                    1,
+                                ),
+                            ),
+                            added: true,
+                        }]),
                     },
                     acked_version: "v0".into(),
                 },
@@ -435,6 +513,16 @@ mod tests {
         );
         let cds = fleet.reports()[0].types["CDS"].clone();
         assert_eq!(cds.state, SyncStatus::Nacked);
+        assert_eq!(
+            cds.rejected_changes
+                .iter()
+                .map(RejectedChange::text)
+                .collect::<Vec<_>>(),
+            [
+                r#"snap/clusters.yaml: clusters[1] "b" (added; the file changed at 2027-01-15T08:00:00.000Z)"#
+            ],
+            "the NACK names where what it rejected is written"
+        );
         assert_eq!(cds.error.as_deref(), Some("bad"));
         assert_eq!(cds.rejected_version.as_deref(), Some("v1"));
         assert_eq!(cds.version_acked, "v0");

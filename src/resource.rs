@@ -7,6 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use envoy_types::pb::google::protobuf::Any;
 
@@ -238,7 +240,30 @@ pub struct Resource {
     /// A 64-bit digest of the name and version, computed on first use (see
     /// [`Resource::selection_key`]).
     selection_key: Memo64,
+    /// Where it was written (file, and place in the file's list), to name it when a proxy
+    /// rejects it. Not part of its value.
+    origin: Origin,
 }
+
+/// A snapshot file a resource was read from, shared by its resources.
+#[derive(Debug)]
+pub struct SourceFile {
+    pub path: std::path::PathBuf,
+    /// When the file was last modified, as the load saw it.
+    pub modified: Option<std::time::SystemTime>,
+}
+
+/// Where a resource was written: its file, and its index in the file's list of its type.
+#[derive(Clone, Debug, Default)]
+struct Origin(Option<(Arc<SourceFile>, usize)>);
+
+impl PartialEq for Origin {
+    fn eq(&self, _: &Origin) -> bool {
+        true
+    }
+}
+
+impl Eq for Origin {}
 
 /// A lazily computed digest: not part of the resource's value.
 #[derive(Clone, Debug, Default)]
@@ -317,6 +342,32 @@ impl Resource {
             redacted: None,
             any_json: Rendered::default(),
             selection_key: Memo64::default(),
+            origin: Origin::default(),
+        }
+    }
+
+    /// The same resource, written at `index` of its type's list in `file`.
+    pub fn with_origin(mut self, file: Arc<SourceFile>, index: usize) -> Resource {
+        self.origin = Origin(Some((file, index)));
+        self
+    }
+
+    /// The file it was written in, and its index in that file's list of its type.
+    pub fn origin(&self) -> Option<(&SourceFile, usize)> {
+        self.origin.0.as_ref().map(|(f, i)| (f.as_ref(), *i))
+    }
+
+    /// Where it was written, as load errors name it: `listeners.yaml: listeners[1] "b"`
+    /// (`LDS "b"` when it was not read from a file).
+    pub fn written_at(&self) -> String {
+        match self.origin() {
+            Some((file, index)) => format!(
+                "{}: {}[{index}] {:?}",
+                file.path.display(),
+                self.kind.file_key(),
+                self.name
+            ),
+            None => format!("{} {:?}", self.kind, self.name),
         }
     }
 

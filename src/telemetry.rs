@@ -391,8 +391,14 @@ impl StreamEvents {
                 kind,
                 rejected_version,
                 error,
+                changed,
             } => {
-                tracing::warn!(node, r#type = %kind, rejected_version, error, "NACK: the proxy rejected the configuration and keeps its previous one.");
+                let changed = crate::fleet::RejectedChange::list(changed)
+                    .iter()
+                    .map(|c| c.text())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                tracing::warn!(node, r#type = %kind, rejected_version, error, changed, "NACK: the proxy rejected the configuration and keeps its previous one.");
                 m.nacks.get_or_create(&type_labels(*kind)).inc();
                 self.sent_at[kind.index()] = None;
             }
@@ -499,6 +505,7 @@ mod tests {
             kind: ResourceType::Cluster,
             rejected_version: "v2".into(),
             error: "bad".into(),
+            changed: Arc::from([]),
         });
         let text = exposition(&t);
         let cds = r#"{type_url="type.googleapis.com/envoy.config.cluster.v3.Cluster"}"#;

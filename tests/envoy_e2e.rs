@@ -92,6 +92,7 @@ over_both_apis!(
     e2e_config_arrives_and_a_route_edit_moves_traffic,
     e2e_broken_yaml_leaves_the_last_good_snapshot_serving,
     e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_one,
+    e2e_p5_a_nack_names_the_file_and_resource_it_rejected,
     e2e_p28_cluster_only_change_leaves_warming_at_once,
     e2e_per_type_services_serve_envoy_without_ads,
     e2e_p19_endpoint_removal_reaches_envoy,
@@ -322,6 +323,72 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
     assert!(synced.is_some(), "CDS never showed SYNCED after the fix");
     let (code, table) = fleet.switchyard.status_command(&[]);
     assert_eq!(code, Some(0), "{table}");
+}
+
+/// Two listeners on one address pass every field rule, and Envoy NACKs the second: the NACK
+/// names it where it is written, with when its file changed, in `/status`, `switchyard
+/// status` and the log.
+async fn e2e_p5_a_nack_names_the_file_and_resource_it_rejected(api: Api) {
+    let node = api.node("e2e-nack-trace");
+    let Some(fleet) = Fleet::start(api, &node).await else {
+        return;
+    };
+    let port = fleet.listener;
+    fleet.edit(
+        "listener.yaml",
+        &format!(
+            "listeners:{}{}",
+            support::listener_item("http", port, "main"),
+            support::listener_item("b", port, "main")
+        ),
+    );
+    let lds = || async {
+        fleet
+            .switchyard
+            .status()
+            .await
+            .and_then(|s| s.nodes.into_iter().find(|n| n.node_id == node))
+            .and_then(|mut n| n.types.remove("LDS"))
+    };
+    let nacked = eventually(ARRIVE, || async {
+        lds().await.is_some_and(|t| t.state == SyncStatus::Nacked)
+    })
+    .await;
+    assert!(nacked.is_some(), "Envoy never NACKed the second listener");
+    let t = lds().await.expect("LDS listed");
+    let names: Vec<&str> = t
+        .rejected_changes
+        .iter()
+        .map(|c| c.resource.as_str())
+        .collect();
+    let written = format!(
+        "{}: listeners[1] \"b\"",
+        fleet.config().join("listener.yaml").display()
+    );
+    assert_eq!(names, [written.as_str()], "{t:?}");
+    assert_eq!(t.rejected_changes[0].change, "added");
+    assert!(t.rejected_changes[0].file_changed_at.is_some(), "{t:?}");
+    let (code, table) = fleet.switchyard.status_command(&[]);
+    assert_eq!(code, Some(2), "{table}");
+    assert!(
+        table.contains(&format!("    {written} (added; the file changed at ")),
+        "{table}"
+    );
+    assert!(
+        fleet.switchyard.logged(
+            "NACK",
+            &[("type", "LDS"), ("changed", &format!("{written} (added"))]
+        ),
+        "the log names it too"
+    );
+    // Traffic goes on through the first listener, and removing `b` is accepted.
+    fleet.expect_traffic_to("upstream-a").await;
+    fleet.edit("listener.yaml", &rds_listener("http", port, "main"));
+    let synced = eventually(ARRIVE, || async {
+        lds().await.is_some_and(|t| t.state == SyncStatus::Synced)
+    })
+    .await;
+    assert!(synced.is_some(), "LDS never SYNCED after the fix");
 }
 
 async fn e2e_p28_cluster_only_change_leaves_warming_at_once(api: Api) {

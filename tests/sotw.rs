@@ -153,6 +153,68 @@ async fn p5_nack_is_recorded_not_resent_and_a_fix_is_sent() {
     assert_ne!(fixed.version_info, bad.version_info);
 }
 
+/// P5: a NACK is traced to what the rejected response changed against what the proxy ran,
+/// named where it is written, with when its file changed (in `/status`).
+#[tokio::test]
+async fn p5_a_nack_names_the_resources_it_rejected_where_they_are_written() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Cluster, &[]).await;
+    let v1 = c.recv_type(Cluster).await;
+    c.ack(&v1, &[]).await;
+    // `backend` changed and `extra` added; the proxy rejects the response.
+    let extra = "\n  - {name: extra, connect_timeout: 1s, type: STATIC}\nendpoints:";
+    server.set_file(
+        "clusters.yaml",
+        &eds_cluster("backend", "2s", 8080).replacen("\nendpoints:", extra, 1),
+    );
+    let bad = c.recv_type(Cluster).await;
+    c.nack(&bad, &[], &v1.version_info, "rejected").await;
+    let traced = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            let status = server.status().await;
+            let cds = status
+                .nodes
+                .iter()
+                .find(|n| n.node_id == "n1")
+                .and_then(|n| n.types.get("CDS"))
+                .cloned();
+            if let Some(t) = cds.filter(|t| !t.rejected_changes.is_empty()) {
+                return t;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the NACK shows in /status");
+    let file = server.dir.path().join("clusters.yaml");
+    let shown: Vec<(String, String)> = traced
+        .rejected_changes
+        .iter()
+        .map(|c| (c.resource.clone(), c.change.clone()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                format!("{}: clusters[0] \"backend\"", file.display()),
+                "changed".into()
+            ),
+            (
+                format!("{}: clusters[1] \"extra\"", file.display()),
+                "added".into()
+            ),
+        ]
+    );
+    let modified = std::fs::metadata(&file)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    assert_eq!(
+        traced.rejected_changes[0].file_changed_at.as_deref(),
+        Some(switchyard::fleet::format_time(modified).as_str())
+    );
+}
+
 #[tokio::test]
 async fn p6_stale_nonce_gets_no_response() {
     let server = standard_server().await;

@@ -299,6 +299,13 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
                     if let Some(e) = &t.error {
                         let _ = write!(html, "<div class=\"err\">{}</div>", esc(e));
                     }
+                    if !t.rejected_changes.is_empty() {
+                        html.push_str("<div class=\"err\">rejected changes:<ul>");
+                        for c in &t.rejected_changes {
+                            let _ = write!(html, "<li>{}</li>", esc(&c.text()));
+                        }
+                        html.push_str("</ul></div>");
+                    }
                     html.push_str("</td>");
                 }
                 None => html.push_str("<td>-</td>"),
@@ -353,6 +360,7 @@ mod tests {
                     nonce: "1".into(),
                     error: error.map(str::to_string),
                     rejected_version: None,
+                    rejected_changes: Vec::new(),
                     last_change: "t".into(),
                 },
             )]

@@ -10,7 +10,7 @@ use super::decode::decode_resource;
 use super::hash::content_hash;
 use super::loader::PerFile;
 use super::{ConfigError, NodeMatch, Selector, SnapshotFile};
-use crate::resource::ResourceType;
+use crate::resource::{ResourceType, SourceFile};
 
 /// The top level of a snapshot file: `nodes`, and each type's list under its file key (the
 /// table in `resource`).
@@ -172,7 +172,13 @@ pub(super) fn load_file(path: &Path, under: PerFile) -> FileLoad {
     let digest = Some(content_hash([bytes.as_slice()]));
     let mut secret_files = Vec::new();
     let result = match String::from_utf8(bytes) {
-        Ok(text) => load_text_naming(path, &text, under.envoy_rules, &mut secret_files),
+        Ok(text) => {
+            let source = Arc::new(SourceFile {
+                path: path.to_path_buf(),
+                modified: std::fs::metadata(path).and_then(|m| m.modified()).ok(),
+            });
+            load_text_naming(source, &text, under.envoy_rules, &mut secret_files)
+        }
         Err(e) => Err(vec![ConfigError::Read {
             path: path.to_path_buf(),
             message: format!("cannot read file: not UTF-8 text ({e})"),
@@ -198,16 +204,21 @@ pub fn load_text_with(
     text: &str,
     envoy_rules: bool,
 ) -> Result<SnapshotFile, Vec<ConfigError>> {
-    load_text_naming(path, text, envoy_rules, &mut Vec::new())
+    let source = Arc::new(SourceFile {
+        path: path.to_path_buf(),
+        modified: None,
+    });
+    load_text_naming(source, text, envoy_rules, &mut Vec::new())
 }
 
 /// [`load_text_with`], adding to `secret_files` each file on this host a secret names.
 fn load_text_naming(
-    path: &Path,
+    origin: Arc<SourceFile>,
     text: &str,
     envoy_rules: bool,
     secret_files: &mut Vec<PathBuf>,
 ) -> Result<SnapshotFile, Vec<ConfigError>> {
+    let path = origin.path.as_path();
     let (mut raw, warnings) = parse_file(path, text).map_err(|e| vec![e])?;
     let mut errors = Vec::new();
     let selector = match raw.nodes.take() {
@@ -242,7 +253,7 @@ fn load_text_naming(
                         read_files.extend(filled.read);
                         certificates.extend(filled.certificates);
                     }
-                    resources.push(Arc::new(resource));
+                    resources.push(Arc::new(resource.with_origin(Arc::clone(&origin), index)));
                 }
                 Err(e) => errors.push(e),
             }

@@ -153,7 +153,32 @@ pub enum SyncState {
         rejected_version: String,
         accepted_version: String,
         error: String,
+        /// What the rejected response added or changed against what the client held:
+        /// where the cause is.
+        changed: Arc<[Changed]>,
     },
+}
+
+/// A resource a response added or changed against what the client held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Changed {
+    pub resource: Arc<Resource>,
+    /// The client held no version of it before.
+    pub added: bool,
+}
+
+impl Changed {
+    /// What `brought` (a response's resources, with what the client had of each name)
+    /// changed.
+    fn of(brought: &[(Arc<Resource>, plan::Previous)]) -> Arc<[Changed]> {
+        brought
+            .iter()
+            .map(|(resource, previous)| Changed {
+                resource: Arc::clone(resource),
+                added: matches!(previous, plan::Previous::Nothing),
+            })
+            .collect()
+    }
 }
 
 impl SyncState {
@@ -196,6 +221,8 @@ pub enum Event {
         kind: ResourceType,
         rejected_version: String,
         error: String,
+        /// What the rejected response added or changed against what the client held.
+        changed: Arc<[Changed]>,
     },
     /// A delta client changed its subscription (names newly subscribed and unsubscribed;
     /// phantoms left out).

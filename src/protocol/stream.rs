@@ -441,6 +441,7 @@ impl Core {
         error: String,
         resources: Vec<(Arc<Resource>, Previous)>,
     ) {
+        let changed = super::Changed::of(&resources);
         for (brought, previous) in resources {
             let key = (kind, brought.name.clone());
             // Rejected again after a rejection: what the client runs is still what it had
@@ -467,11 +468,13 @@ impl Core {
             rejected_version: rejected.clone(),
             accepted_version: accepted,
             error: error.clone(),
+            changed: Arc::clone(&changed),
         };
         self.events.push_back(Event::Nacked {
             kind,
             rejected_version: rejected,
             error,
+            changed,
         });
         self.planner
             .handle_nack(kind, &self.rejected, &mut self.events);

@@ -94,6 +94,7 @@ fn report(node: &str, generation: u64, cds: &str) -> StreamReport {
                 nonce: "1".into(),
                 error: (cds == "NACKED").then(|| "no".to_string()),
                 rejected_version: None,
+                rejected_changes: Vec::new(),
                 last_change: SystemTime::now(),
             },
         )]

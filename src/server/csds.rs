@@ -257,6 +257,7 @@ mod tests {
                 nonce: "1".into(),
                 error: None,
                 rejected_version: None,
+                rejected_changes: Vec::new(),
                 last_change: std::time::SystemTime::UNIX_EPOCH,
             },
         );

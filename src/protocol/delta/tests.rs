@@ -238,6 +238,22 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
     assert_eq!(bad.removed, ["c"]);
     s.handle_request(nack(Cluster, &bad.nonce, "a is broken"))
         .expect("nack");
+    let changed = match s.state(Cluster) {
+        SyncState::Nacked { changed, .. } => Arc::clone(changed),
+        other => panic!("not NACKed: {other:?}"),
+    };
+    // What the rejected response changed: `a` (its removal of `c` brought nothing).
+    let named: Vec<_> = changed
+        .iter()
+        .map(|c| {
+            (
+                c.resource.name.as_str(),
+                c.resource.version.as_str(),
+                c.added,
+            )
+        })
+        .collect();
+    assert_eq!(named, [("a", version(Cluster, "a", "2").as_str(), false)]);
     assert_eq!(
         s.state(Cluster),
         &SyncState::Nacked {
@@ -245,6 +261,7 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
             rejected_version: bad.system_version.clone(),
             accepted_version: first.system_version.clone(),
             error: "a is broken".into(),
+            changed: Arc::clone(&changed),
         }
     );
     assert_eq!(
@@ -252,7 +269,8 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
         Some(Event::Nacked {
             kind: Cluster,
             rejected_version: bad.system_version.clone(),
-            error: "a is broken".into()
+            error: "a is broken".into(),
+            changed,
         })
     );
     // It still runs a, b and c at their first versions.

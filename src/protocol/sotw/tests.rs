@@ -164,6 +164,23 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
     let v2 = s.poll_response(Instant::now()).expect("v2");
     s.handle_request(nack(Cluster, &v1.version, &v2.nonce, "bad cluster"))
         .expect("nack");
+    let changed = match s.state(Cluster) {
+        SyncState::Nacked { changed, .. } => Arc::clone(changed),
+        other => panic!("not NACKed: {other:?}"),
+    };
+    // What the rejected response changed against what the client ran: `c`, not added.
+    let named: Vec<_> = changed
+        .iter()
+        .map(|c| {
+            (
+                c.resource.name.as_str(),
+                c.resource.version.as_str(),
+                c.added,
+            )
+        })
+        .collect();
+    let bad = crate::testing::resource(Cluster, "c", "bad").version;
+    assert_eq!(named, [("c", bad.as_str(), false)]);
     assert_eq!(
         s.state(Cluster),
         &SyncState::Nacked {
@@ -171,13 +188,15 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
             rejected_version: v2.version.clone(),
             accepted_version: v1.version.clone(),
             error: "bad cluster".into(),
+            changed: Arc::clone(&changed),
         }
     );
     let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
     assert!(events.contains(&Event::Nacked {
         kind: Cluster,
         rejected_version: v2.version.clone(),
-        error: "bad cluster".into()
+        error: "bad cluster".into(),
+        changed,
     }));
     // Same content again (a reload that changed nothing): nothing is sent.
     s.handle_snapshot(snap(&[(Cluster, "c", "bad")]));
