@@ -56,6 +56,8 @@ pub struct Admin {
     pub show_secrets: Secrets,
     /// With `--admin-token-file`: the bearer token `/`, `/status` and `/config_dump` need.
     pub token: Option<Arc<str>>,
+    /// `--max-new-streams-per-second` and `--new-streams-burst`, shown in `/status`.
+    pub new_streams: Option<crate::server::admission::StreamRate>,
 }
 
 /// How long a request's headers may take to arrive, by default (`--admin-header-timeout`).
@@ -105,6 +107,18 @@ pub struct Status {
     /// newest generation.
     #[serde(default)]
     pub certificates: Vec<CertificateStatus>,
+    /// The admission of new streams (`--max-new-streams-per-second`), if limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_streams: Option<NewStreamsStatus>,
+}
+
+/// How new streams are let in, and how many were turned away.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NewStreamsStatus {
+    pub per_second: u32,
+    pub burst: u32,
+    /// Streams ended at once with RESOURCE_EXHAUSTED since the server started.
+    pub turned_away: u64,
 }
 
 /// One certificate file a secret is read from.
@@ -318,6 +332,7 @@ impl Status {
             generation: 0,
             server: ServerInfo::current(),
             certificates: Vec::new(),
+            new_streams: None,
         }
     }
 
@@ -636,6 +651,18 @@ fn current_status(admin: &Admin) -> Status {
     let mut status = Status::from_reports(admin.fleet.reports(), config);
     let serving = admin.cache.serving();
     status.generation = serving.stable.number;
+    status.new_streams = admin.new_streams.map(|rate| NewStreamsStatus {
+        per_second: rate.per_second,
+        burst: rate.burst,
+        turned_away: admin
+            .telemetry
+            .metrics()
+            .limits
+            .get_or_create(&crate::metrics::LimitLabels {
+                limit: "new_streams",
+            })
+            .get(),
+    });
     let now = std::time::SystemTime::now();
     status.certificates = serving
         .newest()

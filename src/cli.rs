@@ -313,6 +313,15 @@ pub struct ServeArgs {
     /// Resource names one stream may subscribe to, every type together.
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_names_per_stream: u32,
+    /// New xDS streams let in per second (a token bucket), so that a reconnect storm
+    /// (every proxy back at once after a restart) comes in at a steady rate: past it a new
+    /// stream ends at once with RESOURCE_EXHAUSTED and the proxy retries with backoff (here
+    /// or on another replica). `off`: no limit.
+    #[arg(long, value_name = "N|off", default_value = "5000", value_parser = parse_stream_rate)]
+    pub max_new_streams_per_second: StreamRateFlag,
+    /// How many new streams are let in at once after a quiet time (the bucket's size).
+    #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub new_streams_burst: u32,
     /// How long a new connection on the xDS port may take to complete its TLS handshake or,
     /// without TLS, to send its first byte before it is closed.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_handshake_timeout)]
@@ -417,6 +426,22 @@ pub enum Switch {
 /// `--max-connection-age`: a duration, or `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectionAgeFlag(pub Option<Duration>);
+
+/// `--max-new-streams-per-second`: a rate, or `off`.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamRateFlag(pub Option<u32>);
+
+fn parse_stream_rate(text: &str) -> Result<StreamRateFlag, String> {
+    if text == "off" {
+        return Ok(StreamRateFlag(None));
+    }
+    match text.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(StreamRateFlag(Some(n))),
+        _ => Err(format!(
+            "expected a number of streams per second (at least 1) or `off`, got {text:?}"
+        )),
+    }
+}
 
 fn parse_connection_age(text: &str) -> Result<ConnectionAgeFlag, String> {
     if text == "off" {
@@ -832,6 +857,12 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
                     max: args.max_connection_age.0,
                     grace: args.max_connection_age_grace,
                 },
+                new_streams: args.max_new_streams_per_second.0.map(|per_second| {
+                    crate::server::admission::StreamRate {
+                        per_second,
+                        burst: args.new_streams_burst,
+                    }
+                }),
             },
         },
         admin,
@@ -1234,6 +1265,13 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         out.push('\n');
         out.push_str(&rollout_text(status));
     }
+    if let Some(n) = status.new_streams.as_ref().filter(|n| n.turned_away > 0) {
+        out.push_str(&format!(
+            "\nnew streams: {} turned away (RESOURCE_EXHAUSTED) past {} a second, {} at once \
+             (--max-new-streams-per-second, --new-streams-burst)\n",
+            n.turned_away, n.per_second, n.burst
+        ));
+    }
     if !status.certificates.is_empty() {
         out.push_str("\ncertificates read from files (switchyard_files):\n");
         for c in &status.certificates {
@@ -1346,6 +1384,7 @@ mod tests {
             generation: 1,
             server: Default::default(),
             certificates: Vec::new(),
+            new_streams: None,
         };
         let table = status_table(&status);
         assert!(

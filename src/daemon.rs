@@ -172,6 +172,7 @@ impl Daemon {
                 telemetry: telemetry.clone(),
                 show_secrets: serve.show_secrets,
                 token: admin_token,
+                new_streams: serve.limits.new_streams,
             },
             admin,
             stopped(stop_rx.clone()),

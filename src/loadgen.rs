@@ -3,7 +3,7 @@
 //! Owns: the simulated proxy ([`Proxy`], pure: responses in, requests out, like Envoy's xDS
 //! client: wildcard CDS and LDS, EDS for the EDS clusters it gets and RDS for the route
 //! configurations its listeners name, ACKing everything or NACKing a fraction, reconnecting
-//! with what it holds), running N of them each over its own connection and ADS stream,
+//! with what it holds after Envoy's jittered backoff), running N of them each over its own connection and ADS stream,
 //! running a trigger command, and the report (connect time, time to the first full config,
 //! convergence after the trigger, responses and bytes by type, the server's RSS and CPU).
 //! Must not: depend on Switchyard's server or cache: it is a client, for any server.
@@ -487,6 +487,8 @@ pub struct ServerReport {
     pub rss_kib_before: u64,
     pub rss_kib_synced: u64,
     pub rss_kib_end: u64,
+    /// The most the server's RSS reached by the end (VmHWM).
+    pub rss_kib_peak: u64,
     /// CPU seconds (user + system) from the first connection to every proxy synced.
     pub cpu_s_to_sync: f64,
     /// CPU seconds from the trigger to the end of the run.
@@ -503,6 +505,9 @@ pub struct Report {
     pub synced: usize,
     pub reconnects: u64,
     pub connect_failures: u64,
+    /// Streams the server ended at once with RESOURCE_EXHAUSTED (its admission rate),
+    /// retried after the backoff.
+    pub turned_away: u64,
     /// Time to establish each proxy's connection.
     pub connect: Percentiles,
     /// From a proxy's start to holding everything it asked for.
@@ -525,6 +530,7 @@ struct Tally {
     responses: AtomicUsize,
     reconnects: AtomicUsize,
     connect_failures: AtomicUsize,
+    turned_away: AtomicUsize,
     by_type: Mutex<BTreeMap<&'static str, TypeCount>>,
     after_trigger: Mutex<BTreeMap<&'static str, TypeCount>>,
     /// Set when the trigger starts.
@@ -595,7 +601,7 @@ async fn run_proxy(index: u32, args: Arc<LoadgenArgs>, tally: Arc<Tally>) -> Pro
     let mut proxy = Proxy::new(node, args.protocol, args.nack_fraction);
     let mut run = ProxyRun::default();
     let started = Instant::now();
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(index);
     while !tally.stopped() {
         let connecting = Instant::now();
         let endpoint =
@@ -607,8 +613,7 @@ async fn run_proxy(index: u32, args: Arc<LoadgenArgs>, tally: Arc<Tally>) -> Pro
             Ok(channel) => channel,
             Err(_) => {
                 tally.connect_failures.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                tokio::time::sleep(backoff.next()).await;
                 continue;
             }
         };
@@ -618,21 +623,60 @@ async fn run_proxy(index: u32, args: Arc<LoadgenArgs>, tally: Arc<Tally>) -> Pro
         }
         let mut client =
             AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(256 << 20);
+        let stream = (&mut client, &mut proxy, &*tally, &mut run, &mut backoff);
         let ended = match args.protocol {
-            Protocol::Sotw => {
-                ads_stream::<SotwAds>(&mut client, &mut proxy, &tally, &mut run, started).await
-            }
-            Protocol::Delta => {
-                ads_stream::<DeltaAds>(&mut client, &mut proxy, &tally, &mut run, started).await
-            }
+            Protocol::Sotw => ads_stream::<SotwAds>(stream, started).await,
+            Protocol::Delta => ads_stream::<DeltaAds>(stream, started).await,
         };
         if ended && !tally.stopped() {
             tally.reconnects.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+            tokio::time::sleep(backoff.next()).await;
         }
     }
     run
+}
+
+/// Envoy's retry backoff for its xDS stream (`JitteredExponentialBackOffStrategy`, 500 ms
+/// doubling to 30 s): each wait is drawn from zero to the current ceiling, and a response
+/// on the stream starts it over. The draw is a hash of the proxy's index and the attempt,
+/// so runs repeat.
+#[derive(Debug)]
+struct Backoff {
+    seed: u64,
+    attempt: u32,
+}
+
+impl Backoff {
+    const BASE: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn new(index: u32) -> Backoff {
+        Backoff {
+            seed: u64::from(index),
+            attempt: 0,
+        }
+    }
+
+    /// The wait before the next attempt.
+    fn next(&mut self) -> Duration {
+        let ceiling = Self::BASE
+            .saturating_mul(1 << self.attempt.min(16))
+            .min(Self::MAX);
+        self.attempt += 1;
+        // splitmix64 of (seed, attempt).
+        let mut z = (self.seed << 32 | u64::from(self.attempt)).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let millis = u64::try_from(ceiling.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        Duration::from_millis(z % millis)
+    }
+
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
 }
 
 /// After a response: note when the proxy synced, and when it last heard after the trigger.
@@ -729,12 +773,20 @@ impl Ads for DeltaAds {
     }
 }
 
-/// One ADS stream, until it ends (true) or the run stops (false).
+/// What one ADS stream works with: the client, the proxy, the tally, the proxy's run and
+/// its backoff.
+type StreamParts<'a> = (
+    &'a mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    &'a mut Proxy,
+    &'a Tally,
+    &'a mut ProxyRun,
+    &'a mut Backoff,
+);
+
+/// One ADS stream, until it ends (true) or the run stops (false). A stream the server turns
+/// away at once (RESOURCE_EXHAUSTED: its admission rate) is counted, and is not a reconnect.
 async fn ads_stream<A: Ads>(
-    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
-    proxy: &mut Proxy,
-    tally: &Tally,
-    run: &mut ProxyRun,
+    (client, proxy, tally, run, backoff): StreamParts<'_>,
     started: Instant,
 ) -> bool {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -748,6 +800,7 @@ async fn ads_stream<A: Ads>(
     let Ok(response) = A::open(client, requests).await else {
         return true;
     };
+    let was_reopened = run.reopened_after_trigger;
     reopened(tally, run);
     let mut responses = response.into_inner();
     let mut stop = tally.stop.subscribe();
@@ -758,17 +811,23 @@ async fn ads_stream<A: Ads>(
         };
         match message {
             Ok(Some(response)) => {
+                backoff.reset();
                 let at = tally.count(A::type_url(&response), response.encoded_len());
                 send(A::apply(proxy, &response));
                 note(proxy, tally, run, started, at);
+            }
+            Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+                tally.turned_away.fetch_add(1, Ordering::Relaxed);
+                run.reopened_after_trigger = was_reopened;
+                return true;
             }
             _ => return true,
         }
     }
 }
 
-/// A process's CPU seconds (user + system) and resident KiB, from /proc.
-fn process_usage(pid: u32) -> Option<(f64, u64)> {
+/// A process's CPU seconds (user + system), resident KiB and peak resident KiB, from /proc.
+fn process_usage(pid: u32) -> Option<(f64, u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name (which may hold spaces) start at field 3.
     let rest = stat.rsplit_once(") ")?.1;
@@ -777,13 +836,15 @@ fn process_usage(pid: u32) -> Option<(f64, u64)> {
     // /proc reports CPU time in USER_HZ, 100 on Linux.
     let cpu = (ticks(14)? + ticks(15)?) / 100.0;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    Some((cpu, rss))
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Some((cpu, kib("VmRSS:"), kib("VmHWM:")))
 }
 
 /// Run the load: every proxy connects and syncs, the trigger runs, the proxies converge;
@@ -922,6 +983,7 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
             rss_kib_before: b.1,
             rss_kib_synced: s.1,
             rss_kib_end: e.1,
+            rss_kib_peak: e.2,
             cpu_s_to_sync: s.0 - b.0,
             cpu_s_after_trigger: e.0 - s.0,
         }),
@@ -935,6 +997,7 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
         synced: tally.synced.load(Ordering::Relaxed),
         reconnects: tally.reconnects.load(Ordering::Relaxed) as u64,
         connect_failures: tally.connect_failures.load(Ordering::Relaxed) as u64,
+        turned_away: tally.turned_away.load(Ordering::Relaxed) as u64,
         connect: Percentiles::of(runs.iter().filter_map(|r| r.connect).collect()),
         first_full_config: Percentiles::of(runs.iter().filter_map(|r| r.first_full).collect()),
         all_synced_after_s: all_synced_after,
@@ -958,14 +1021,15 @@ pub fn table(report: &Report) -> String {
     };
     let _ = writeln!(
         out,
-        "server {} ({:?}): {} proxies, {} connected, {} synced, {} reconnects, {} failed connects",
+        "server {} ({:?}): {} proxies, {} connected, {} synced, {} reconnects, {} failed connects, {} streams turned away",
         report.server,
         report.protocol,
         report.clients,
         report.connected,
         report.synced,
         report.reconnects,
-        report.connect_failures
+        report.connect_failures,
+        report.turned_away
     );
     let _ = writeln!(out, "connect            {}", p(&report.connect));
     let _ = writeln!(out, "first full config  {}", p(&report.first_full_config));
@@ -997,11 +1061,12 @@ pub fn table(report: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "server RSS         {} KiB before, {} KiB synced ({:.1} KiB per proxy), {} KiB at the end",
+            "server RSS         {} KiB before, {} KiB synced ({:.1} KiB per proxy), {} KiB at the end, {} KiB at most",
             s.rss_kib_before,
             s.rss_kib_synced,
             per(s.rss_kib_synced),
-            s.rss_kib_end
+            s.rss_kib_end,
+            s.rss_kib_peak
         );
         let _ = writeln!(
             out,

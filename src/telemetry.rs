@@ -48,6 +48,9 @@ pub enum Limit<'a> {
     FirstRequestTimeout { peer: &'a str, waited: Duration },
     /// `--admin-header-timeout`.
     AdminHeaderTimeout { peer: Option<std::net::SocketAddr> },
+    /// `--max-new-streams-per-second`: a stream past the admission rate. `log`: `Some(n)`
+    /// when it is time for a log line, with the `n` turned away since the last one.
+    NewStreams { peer: &'a str, log: Option<u64> },
 }
 
 impl Limit<'_> {
@@ -58,6 +61,7 @@ impl Limit<'_> {
             Limit::NamesPerStream { .. } => "names_per_stream",
             Limit::FirstRequestTimeout { .. } => "first_request_timeout",
             Limit::AdminHeaderTimeout { .. } => "admin_header_timeout",
+            Limit::NewStreams { .. } => "new_streams",
         }
     }
 }
@@ -174,6 +178,10 @@ impl Telemetry {
                 tracing::debug!(%peer, ?waited, "Ended a stream: no request naming a node within --first-request-timeout.")
             }
             Limit::AdminHeaderTimeout { peer } => tracing::info!(?peer, "Closed an admin connection: its request headers took longer than --admin-header-timeout."),
+            Limit::NewStreams { peer, log } => match log {
+                Some(turned_away) => tracing::warn!(%peer, turned_away, "Turned new streams away (RESOURCE_EXHAUSTED): more than --max-new-streams-per-second at once (a reconnect storm?); the proxies retry with backoff."),
+                None => tracing::debug!(%peer, "Turned a new stream away: past --max-new-streams-per-second."),
+            },
         }
     }
 

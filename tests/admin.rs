@@ -529,6 +529,7 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
         telemetry,
         show_secrets: Default::default(),
         token: None,
+        new_streams: None,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(switchyard::admin::serve(

@@ -817,6 +817,58 @@ async fn streams_past_a_limit_are_ended_with_a_clear_status_and_counted() {
     server.shutdown().await;
 }
 
+/// Past `--max-new-streams-per-second` (its burst used) a new stream ends at once with
+/// RESOURCE_EXHAUSTED, counted and shown in `/status`; the streams let in are served, and
+/// once the bucket refills a retry is let in.
+#[tokio::test]
+async fn new_streams_past_the_admission_rate_are_turned_away_and_let_in_later() {
+    let server = TestServer::start_with(
+        &[("clusters.yaml", &eds_cluster("backend", "1s", 8080))],
+        limits(switchyard::server::Limits {
+            new_streams: Some(switchyard::server::admission::StreamRate {
+                per_second: 5,
+                burst: 2,
+            }),
+            ..Default::default()
+        }),
+    )
+    .await;
+    let mut first = server.ads("first").await;
+    first.subscribe(Cluster, &[]).await;
+    let mut second = server.ads("second").await;
+    second.subscribe(Cluster, &[]).await;
+    // Turned away on opening, before any request.
+    let mut third = server.ads("third").await;
+    let status = third.recv_error().await;
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("--max-new-streams-per-second"),
+        "{status:?}"
+    );
+    assert_eq!(names(&first.recv_type(Cluster).await), ["backend"]);
+    assert_eq!(names(&second.recv_type(Cluster).await), ["backend"]);
+    let shown = server
+        .status()
+        .await
+        .new_streams
+        .expect("the limit is shown");
+    assert_eq!(
+        (shown.per_second, shown.burst, shown.turned_away),
+        (5, 2, 1)
+    );
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains("switchyard_limit_rejections_total{limit=\"new_streams\"} 1"),
+        "{metrics}"
+    );
+    // 5 a second: a retry after 300 ms is let in.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut retry = server.ads("third").await;
+    retry.subscribe(Cluster, &[]).await;
+    assert_eq!(names(&retry.recv_type(Cluster).await), ["backend"]);
+    server.shutdown().await;
+}
+
 /// Past `--max-connections` a new connection is closed at once; the open one goes on.
 #[tokio::test]
 async fn connections_past_the_limit_are_closed_and_the_others_go_on() {

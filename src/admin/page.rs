@@ -213,6 +213,14 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         }
         html.push_str("</p>");
     }
+    if let Some(n) = status.new_streams.as_ref().filter(|n| n.turned_away > 0) {
+        let _ = write!(
+            html,
+            "<p class=\"bad\">New streams: {} turned away past {} a second, {} at once \
+             (--max-new-streams-per-second): proxies retry with backoff.</p>",
+            n.turned_away, n.per_second, n.burst
+        );
+    }
     if !status.certificates.is_empty() {
         html.push_str("<p>Certificates read from files (switchyard_files):</p><ul>");
         for c in &status.certificates {
@@ -394,6 +402,7 @@ mod tests {
             generation: 3,
             server: Default::default(),
             certificates: Vec::new(),
+            new_streams: None,
         }
     }
 
@@ -460,6 +469,7 @@ mod tests {
             generation: 3,
             server: Default::default(),
             certificates: Vec::new(),
+            new_streams: None,
         };
         let html = render(&status, &PageQuery::default());
         assert_eq!(

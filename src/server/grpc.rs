@@ -50,6 +50,12 @@ impl XdsServer {
                 ordering: options.ordering,
                 secrets: options.secrets,
                 limits: options.limits,
+                admission: options.limits.new_streams.map(|rate| {
+                    Arc::new(std::sync::Mutex::new(super::admission::Bucket::new(
+                        rate,
+                        std::time::Instant::now(),
+                    )))
+                }),
                 identity: options.identity.clone(),
                 stop,
             },

@@ -12,6 +12,7 @@
 //!
 //! Must not: decide what to send (that is `protocol`) or read files (`config`).
 
+pub mod admission;
 mod body;
 mod connection;
 mod csds;
@@ -87,6 +88,10 @@ pub struct Limits {
     pub handshake_timeout: Duration,
     /// How long a connection lives (`--max-connection-age`), and its grace period.
     pub connection_age: ConnectionAge,
+    /// New streams admitted per second, and in a burst (`--max-new-streams-per-second`,
+    /// `--new-streams-burst`); past it a stream ends at once with RESOURCE_EXHAUSTED.
+    /// `None`: no limit.
+    pub new_streams: Option<admission::StreamRate>,
 }
 
 impl Default for Limits {
@@ -98,6 +103,7 @@ impl Default for Limits {
             max_names_per_stream: crate::protocol::stream::DEFAULT_MAX_NAMES,
             handshake_timeout: incoming::HANDSHAKE_TIMEOUT,
             connection_age: ConnectionAge::default(),
+            new_streams: Some(admission::DEFAULT_RATE),
         }
     }
 }

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use super::admission::{Admit, Bucket};
 use super::body::{self, Outgoing, Requests};
 use super::incoming::ConnInfo;
 use super::peers::{PeerHandle, Peers};
@@ -96,6 +97,8 @@ pub struct Shared {
     /// Private key material to proxies, or not.
     pub secrets: Secrets,
     pub limits: super::Limits,
+    /// `--max-new-streams-per-second`: the bucket every new stream takes a token from.
+    pub admission: Option<Arc<std::sync::Mutex<Bucket>>>,
     /// `--node-identity`: how a client certificate must match the node it claims.
     pub identity: Option<Arc<IdentityPolicy>>,
     pub stop: watch::Receiver<bool>,
@@ -132,9 +135,27 @@ async fn run<M: Machine>(
         ordering,
         secrets,
         limits,
+        admission,
         identity,
         mut stop,
     } = shared;
+    // A reconnect storm is let in at the admission rate; the excess is told to come back.
+    if let Some(bucket) = &admission {
+        let verdict = bucket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admit(std::time::Instant::now());
+        if let Admit::No(log) = verdict {
+            telemetry.limit_reached(Limit::NewStreams { peer: &peer, log });
+            let _ = tx
+                .send(Outgoing::end(Status::resource_exhausted(
+                    "too many new streams at once (--max-new-streams-per-second): retry with \
+                     backoff",
+                )))
+                .await;
+            return;
+        }
+    }
     // Private key material goes to a client whose certificate is bound to its node (checked
     // on its first request), or to every client with --insecure-serve-secrets.
     let mut secrets = secrets;

@@ -1,0 +1,149 @@
+//! End-to-end: a real Envoy 1.40 turned away by `--max-new-streams-per-second` (its ADS
+//! stream ended at once with RESOURCE_EXHAUSTED while a storm of other streams takes every
+//! token) retries with its backoff and syncs once the storm is over.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use support::envoy::{envoy_binary, eventually, http_get, Envoy, Switchyard, Upstream};
+use support::{eds_cluster, rds_listener, route_to, write};
+
+/// Upper bound on the storm.
+const STORM_LIMIT: Duration = Duration::from_secs(30);
+
+/// Open streams on `port` as fast as they are let in (each taking a token), until `stop`:
+/// how many were opened.
+fn storm(port: u16, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        let started = Instant::now();
+        let mut opened = 0;
+        let mut held = Vec::new();
+        while !stop.load(Ordering::Relaxed) && started.elapsed() < STORM_LIMIT {
+            let mut client = AggregatedDiscoveryServiceClient::new(channel.clone());
+            let requests = tokio_stream::pending::<DiscoveryRequest>();
+            if let Ok(response) = client.stream_aggregated_resources(requests).await {
+                opened += 1;
+                held.push(response.into_inner());
+                // Keep a few open; drop the rest (their tokens are spent either way).
+                if held.len() > 20 {
+                    held.remove(0);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        opened
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_envoy_turned_away_by_the_admission_rate_retries_and_syncs() {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let upstream = Upstream::start("upstream-a").await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    let listener = support::envoy::free_port();
+    write(&config, "a.yaml", &eds_cluster("a", "1s", upstream.port));
+    write(
+        &config,
+        "listener.yaml",
+        &rds_listener("http", listener, "main"),
+    );
+    write(&config, "routes.yaml", &route_to("main", "a"));
+    // One new stream a second: the storm below takes each token as it comes.
+    let switchyard = Switchyard::start_with_args(
+        &config,
+        dir.path(),
+        &[
+            "--max-new-streams-per-second",
+            "1",
+            "--new-streams-burst",
+            "1",
+        ],
+    )
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let storm_task = storm(switchyard.port, Arc::clone(&stop));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let envoy_dir = dir.path().join("envoy");
+    std::fs::create_dir(&envoy_dir).expect("mkdir");
+    let envoy = Envoy::start(&envoy_bin, switchyard.port, "storm-edge", &envoy_dir).await;
+    // Envoy's ADS streams (gRPC requests to its `switchyard` cluster): it keeps opening new
+    // ones, each turned away at once.
+    let streams = "cluster.switchyard.upstream_rq_total";
+    let retried = eventually(Duration::from_secs(20), || async {
+        envoy.stat(streams).await.is_some_and(|n| n >= 3)
+    })
+    .await;
+    assert!(
+        retried.is_some(),
+        "Envoy did not retry: {:?}\n{}",
+        envoy.stat(streams).await,
+        envoy.process.log_text()
+    );
+    assert_eq!(
+        envoy.stat("control_plane.connected_state").await,
+        Some(0),
+        "not connected while turned away"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let opened = storm_task.await.expect("storm");
+    println!("storm: {opened} streams opened (most turned away at once)");
+
+    // Envoy retries with its backoff and syncs; traffic flows.
+    let synced = eventually(Duration::from_secs(60), || async {
+        http_get(listener).await.as_deref() == Some("upstream-a")
+            && switchyard.node_synced("storm-edge").await
+    })
+    .await;
+    assert!(
+        synced.is_some(),
+        "Envoy never synced after the storm:\n{}",
+        envoy.process.log_text()
+    );
+    let status = switchyard.status().await.expect("status");
+    let shown = status.new_streams.expect("the limit is shown");
+    assert_eq!((shown.per_second, shown.burst), (1, 1));
+    assert!(shown.turned_away >= 1, "{shown:?}");
+    // The streams turned away on Envoy's own connection (the peer of the stream it synced
+    // on), as the server logged them.
+    let lines = switchyard.log_lines();
+    let peer = lines
+        .iter()
+        .find(|l| l["message"] == "xDS stream opened." && l["node"].as_str() == Some("storm-edge"))
+        .and_then(|l| l["peer"].as_str())
+        .expect("Envoy's stream opened")
+        .to_string();
+    let turned_away_envoy = lines
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Turned"))
+                && l["peer"].as_str() == Some(peer.as_str())
+        })
+        .count();
+    assert!(
+        turned_away_envoy >= 1,
+        "no stream of Envoy's connection ({peer}) was turned away"
+    );
+    println!(
+        "turned away in all: {}, of Envoy's: {turned_away_envoy} (its streams: {:?}); synced {:?} after the storm",
+        shown.turned_away,
+        envoy.stat(streams).await,
+        synced
+    );
+}
