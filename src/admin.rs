@@ -258,6 +258,10 @@ pub struct TypeStatusJson {
     /// 20), and where each is written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected_changes: Vec<crate::fleet::RejectedChange>,
+    /// The size of the latest response when it went over `--max-response-bytes` whole (it
+    /// could not be split): a client with a receive limit refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oversized_bytes: Option<usize>,
     pub last_change: String,
 }
 
@@ -282,6 +286,7 @@ impl From<&TypeReport> for TypeStatusJson {
             error: t.error.clone(),
             rejected_version: t.rejected_version.clone(),
             rejected_changes: t.rejected_changes.clone(),
+            oversized_bytes: t.oversized_bytes,
             last_change: format_time(t.last_change),
         }
     }

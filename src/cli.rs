@@ -322,6 +322,14 @@ pub struct ServeArgs {
     /// How many new streams are let in at once after a quiet time (the bucket's size).
     #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..))]
     pub new_streams_burst: u32,
+    /// The largest response sent whole (bytes, or with a KiB or MiB suffix): larger delta
+    /// responses, and SotW responses of EDS, RDS, SRDS, VHDS, ECDS, SDS and RTDS, are split in
+    /// several, each consistent on its own. A full-state LDS or CDS response cannot be split
+    /// (a resource left out would be deleted): it goes whole, with a warning. The default is
+    /// gRPC's default receive limit, which Envoy's `max_receive_message_length` and most
+    /// clients keep.
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_response_size)]
+    pub max_response_bytes: u64,
     /// How long a new connection on the xDS port may take to complete its TLS handshake or,
     /// without TLS, to send its first byte before it is closed.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_handshake_timeout)]
@@ -426,6 +434,16 @@ pub enum Switch {
 /// `--max-connection-age`: a duration, or `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectionAgeFlag(pub Option<Duration>);
+
+/// `--max-response-bytes`: a size of at least 64 KiB (smaller would split every response
+/// into many for no client's sake).
+fn parse_response_size(text: &str) -> Result<u64, String> {
+    let size = parse_size(text)?;
+    if size < 64 << 10 {
+        return Err(format!("expected at least 64KiB, got {text:?}"));
+    }
+    Ok(size)
+}
 
 /// `--max-new-streams-per-second`: a rate, or `off`.
 #[derive(Clone, Copy, Debug)]
@@ -857,6 +875,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
                     max: args.max_connection_age.0,
                     grace: args.max_connection_age_grace,
                 },
+                max_response_bytes: usize::try_from(args.max_response_bytes).unwrap_or(usize::MAX),
                 new_streams: args.max_new_streams_per_second.0.map(|per_second| {
                     crate::server::admission::StreamRate {
                         per_second,
@@ -1227,6 +1246,14 @@ pub fn status_table(status: &crate::admin::Status) -> String {
             }
         }
         for (kind, t) in &n.types {
+            if let Some(bytes) = t.oversized_bytes {
+                out.push_str(&format!(
+                    "\nOVERSIZED {} {kind}: the latest response, {bytes} bytes, is over \
+                     --max-response-bytes and cannot be split (a full-state type, or one \
+                     resource alone over it)\n",
+                    printable(&n.node_id)
+                ));
+            }
             if let Some(error) = &t.error {
                 out.push_str(&format!(
                     "\nNACKED {} {kind} (rejected version {}): {}\n",
@@ -1374,6 +1401,7 @@ mod tests {
                             change: "added".into(),
                             file_changed_at: Some("2026-12-01T10:00:00Z".into()),
                         }],
+                        oversized_bytes: None,
                         last_change: "t".into(),
                     },
                 )]

@@ -185,6 +185,9 @@ pub struct TypeReport {
     /// held, and where each is written.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rejected_changes: Vec<RejectedChange>,
+    /// The size of the latest response when it went over `--max-response-bytes` whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oversized_bytes: Option<usize>,
     #[serde(serialize_with = "rfc3339")]
     pub last_change: SystemTime,
 }
@@ -258,6 +261,7 @@ impl TypeReport {
             error,
             rejected_version,
             rejected_changes,
+            oversized_bytes: status.oversized,
             last_change: now,
         }
     }
@@ -279,6 +283,7 @@ impl TypeReport {
             && self.nonce == status.state.nonce().unwrap_or_default()
             && self.error.as_deref() == error
             && self.rejected_version.as_deref() == rejected_version
+            && self.oversized_bytes == status.oversized
     }
 }
 
@@ -507,6 +512,7 @@ mod tests {
                         }]),
                     },
                     acked_version: "v0".into(),
+                    oversized: None,
                 },
             )],
             None,
@@ -535,6 +541,7 @@ mod tests {
         TypeStatus {
             state,
             acked_version: String::new(),
+            oversized: None,
         }
     }
 

@@ -78,6 +78,11 @@ pub struct Metrics {
     pub acks: Family<TypeLabels, Counter>,
     pub nacks: Family<TypeLabels, Counter>,
     pub resources_sent: Family<TypeLabels, Counter>,
+    /// Responses over `--max-response-bytes` split in several, by type URL (one count per
+    /// split part but the last).
+    pub responses_split: Family<TypeLabels, Counter>,
+    /// Responses over `--max-response-bytes` that went whole, by type URL.
+    pub responses_oversized: Family<TypeLabels, Counter>,
     pub bytes_sent: Family<TypeLabels, Counter>,
     /// From a snapshot's publication to the first response written for it on a stream.
     pub push_latency: Histogram,
@@ -125,6 +130,8 @@ impl Default for Metrics {
             acks: Family::default(),
             nacks: Family::default(),
             resources_sent: Family::default(),
+            responses_split: Family::default(),
+            responses_oversized: Family::default(),
             bytes_sent: Family::default(),
             push_latency: Histogram::new(latency_buckets()),
             ack_latency: Histogram::new(latency_buckets()),
@@ -219,6 +226,18 @@ pub fn encode(m: &Metrics, scraped: Scraped) -> String {
         "resources_sent",
         "Resources written in responses (delta: also removals), by type URL",
         m.resources_sent.clone(),
+    );
+    registry.register(
+        "responses_split",
+        "Responses over --max-response-bytes split in several (each part but the last \
+         counted), by type URL",
+        m.responses_split.clone(),
+    );
+    registry.register(
+        "responses_oversized",
+        "Responses over --max-response-bytes sent whole because they cannot be split (a \
+         full-state LDS or CDS response, or one resource alone over it), by type URL",
+        m.responses_oversized.clone(),
     );
     registry.register(
         "bytes_sent",

@@ -388,6 +388,16 @@ impl StreamEvents {
     pub fn protocol(&mut self, event: &Event) {
         let (m, node) = (&self.telemetry.metrics, self.node.as_str());
         match event {
+            Event::Split { kind, sent, left } => {
+                tracing::debug!(node, r#type = %kind, sent, left, "A response over --max-response-bytes is split: the rest follows the client's answer.");
+                m.responses_split.get_or_create(&type_labels(*kind)).inc();
+            }
+            Event::Oversized { kind, bytes, limit } => {
+                tracing::warn!(node, r#type = %kind, bytes, limit, "A response over --max-response-bytes went whole (a full-state LDS or CDS response cannot be split, nor one resource): a client with a receive limit refuses it.");
+                m.responses_oversized
+                    .get_or_create(&type_labels(*kind))
+                    .inc();
+            }
             Event::Acked { kind, version } => {
                 tracing::debug!(node, r#type = %kind, version, "ACK.");
                 m.acks.get_or_create(&type_labels(*kind)).inc();

@@ -369,6 +369,7 @@ mod tests {
                     error: error.map(str::to_string),
                     rejected_version: None,
                     rejected_changes: Vec::new(),
+                    oversized_bytes: None,
                     last_change: "t".into(),
                 },
             )]

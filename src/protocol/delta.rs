@@ -572,6 +572,22 @@ impl Delta {
             return None;
         }
 
+        // Over the response limit: what fits goes now (removals all, they are names), the
+        // rest on the next response, after the client's answer to this one.
+        let listed: Vec<&Arc<Resource>> = send.values().map(|(r, _)| *r).collect();
+        let count = core.fit(kind, &listed, true);
+        if count < listed.len() {
+            let left: Vec<String> = listed[count..].iter().map(|r| r.name.clone()).collect();
+            for name in left {
+                if let Some((_, heartbeat)) = send.remove(name.as_str()) {
+                    // A heartbeat left out stays due; a resource goes on the next response.
+                    if !heartbeat {
+                        st.dirty.insert(name, true);
+                    }
+                }
+            }
+        }
+
         let mut before = Vec::with_capacity(send.len() + removed.len());
         let mut resources = Vec::with_capacity(send.len());
         let mut warming = Vec::new();

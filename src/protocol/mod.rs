@@ -208,6 +208,39 @@ pub struct TypeStatus {
     pub state: SyncState,
     /// The version the client last ACKed; empty before its first ACK.
     pub acked_version: String,
+    /// The size of the latest response when it was over the response limit and could not be
+    /// split (a full-state LDS or CDS response, or one resource alone over it).
+    pub oversized: Option<usize>,
+}
+
+/// The default of `--max-response-bytes`: gRPC's default receive limit, which Envoy's
+/// `max_receive_message_length` and most gRPC clients keep.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 << 20;
+
+/// What a response's framing takes besides its resources (type URL, version, nonce, control
+/// plane), kept free under the limit.
+const RESPONSE_OVERHEAD: usize = 1024;
+
+/// About what one resource adds to an encoded response: its `Any`, the name and version a
+/// delta `Resource` (or a TTL wrapper) carries, and the field tags and lengths.
+fn response_cost(resource: &Resource) -> usize {
+    resource.any.len() + resource.name.len() + resource.version.len() + 16
+}
+
+/// How many of `resources` (in order) go in one response under `limit` bytes: at least one,
+/// so that a resource larger than the limit alone still goes (whole, and reported).
+fn fitting<'a>(resources: impl Iterator<Item = &'a Resource>, limit: usize) -> usize {
+    let budget = limit.saturating_sub(RESPONSE_OVERHEAD);
+    let mut used = 0usize;
+    let mut count = 0;
+    for r in resources {
+        used = used.saturating_add(response_cost(r));
+        if used > budget && count > 0 {
+            break;
+        }
+        count += 1;
+    }
+    count
 }
 
 /// Something that happened on a stream, for logs and metrics.
@@ -239,6 +272,21 @@ pub enum Event {
     },
     /// The make-before-break plan moved (P30).
     Plan(PlanEvent),
+    /// A response over the response limit was split: `sent` resources go now, `left` in the
+    /// next responses, each after the client's answer to the one before.
+    Split {
+        kind: ResourceType,
+        sent: usize,
+        left: usize,
+    },
+    /// A response over the response limit that cannot be split went whole: a full-state LDS
+    /// or CDS response (P10: a resource left out would be deleted), or one resource alone
+    /// over the limit. The client may refuse it.
+    Oversized {
+        kind: ResourceType,
+        bytes: usize,
+        limit: usize,
+    },
 }
 
 /// P1: keep the first request's node; a later one may omit it but not change it.

@@ -59,6 +59,9 @@ struct TypeState {
     rewarm: BTreeSet<String>,
     /// When the TTL'd resources the client has are due to be sent again (P25, P26).
     refresh_at: Option<Instant>,
+    /// Names `given` counts that the client does not have yet: the rest of a response split
+    /// for the response limit, sent on its next request.
+    owed: BTreeSet<String>,
 }
 
 /// What a client has of one type: exactly what `subscription` selects from `snapshot`.
@@ -96,6 +99,7 @@ impl TypeState {
         };
         brought
             .into_iter()
+            .filter(|r| !self.owed.contains(&r.name))
             .map(|r| (Arc::clone(r), previous(&r.name)))
             .collect()
     }
@@ -272,13 +276,15 @@ impl Flavor for Sotw {
     }
 
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
-        self.types[kind.index()].given.as_ref().is_some_and(|g| {
-            g.subscription.covers(name)
-                && g.snapshot
-                    .resources
-                    .get(name)
-                    .is_some_and(|r| r.version == version)
-        })
+        let st = &self.types[kind.index()];
+        !st.owed.contains(name)
+            && st.given.as_ref().is_some_and(|g| {
+                g.subscription.covers(name)
+                    && g.snapshot
+                        .resources
+                        .get(name)
+                        .is_some_and(|r| r.version == version)
+            })
     }
 }
 
@@ -374,6 +380,7 @@ impl Sotw {
             Some(given)
                 if !rewarm
                     && !refresh
+                    && st.owed.is_empty()
                     && Arc::ptr_eq(&given.snapshot, current)
                     && given.subscription == st.subscription =>
             {
@@ -396,6 +403,7 @@ impl Sotw {
                 // again (P9).
                 let mut fresh = given.lacks(&selected, |n| {
                     st.rewarm.contains(n)
+                        || st.owed.contains(n)
                         || (refresh && current.resources.get(n).is_some_and(|r| r.ttl.is_some()))
                 });
                 if given.snapshot.version != current.version && core.has_rejected(kind) {
@@ -420,11 +428,31 @@ impl Sotw {
                 }
                 if fresh.is_empty() {
                     st.given = Some(Given::new(current, &st.subscription));
+                    st.owed.clear();
                     return None;
                 }
                 (fresh, version_of(&st.subscription, current, &selected))
             }
         };
+
+        // Over the response limit: LDS and CDS go whole (P10: what is left out is deleted);
+        // other types send what fits, and the rest on the client's next request. The
+        // response's version is that of what the client then holds of the selection, so that
+        // it never claims what is still to come (P13: a client back with it is sent the rest).
+        let mut payload = payload;
+        let mut version = version;
+        let count = core.fit(kind, &payload, !full_state);
+        st.owed.clear();
+        if count < payload.len() {
+            st.owed = payload[count..].iter().map(|r| r.name.clone()).collect();
+            payload.truncate(count);
+            let selected = st.subscription.select(current);
+            let held: Vec<&Arc<Resource>> = selected
+                .into_iter()
+                .filter(|r| !st.owed.contains(&r.name))
+                .collect();
+            version = selection_version(&held);
+        }
 
         // P28: a cluster this response adds or changes warms until its ClusterLoadAssignment
         // arrives anew; collected here, queued on EDS below.

@@ -94,6 +94,9 @@ pub struct Core {
     rejected: Rejected,
     /// The most resource names the client may subscribe to.
     max_names: usize,
+    /// The largest response to send whole (`--max-response-bytes`); larger ones of the types
+    /// that can be split are split.
+    max_response_bytes: usize,
 }
 
 /// One type's sync state on a stream.
@@ -112,6 +115,8 @@ struct TypeSync {
     /// and what the response in flight brings it to.
     refs_acked: Arc<BTreeSet<Reference>>,
     refs_sent: Option<Arc<BTreeSet<Reference>>>,
+    /// The size of the latest response, when it went over the limit whole.
+    oversized: Option<usize>,
 }
 
 impl<F: Flavor> Stream<F> {
@@ -134,9 +139,17 @@ impl<F: Flavor> Stream<F> {
                 refs_changes: 0,
                 rejected: Rejected::new(),
                 max_names: DEFAULT_MAX_NAMES,
+                max_response_bytes: super::DEFAULT_MAX_RESPONSE_BYTES,
             },
             flavor: F::default(),
         }
+    }
+
+    /// The same stream, splitting responses larger than `bytes` where the protocol allows
+    /// (delta responses, and SotW responses of the types that are not full-state).
+    pub fn with_response_limit(mut self, bytes: usize) -> Stream<F> {
+        self.core.max_response_bytes = bytes;
+        self
     }
 
     /// The same stream, allowing its client to subscribe to at most `limit` resource names
@@ -162,6 +175,7 @@ impl<F: Flavor> Stream<F> {
         t.requested.then(|| TypeStatus {
             state: t.state.clone(),
             acked_version: t.acked_version.clone(),
+            oversized: t.oversized,
         })
     }
 
@@ -373,6 +387,53 @@ impl Core {
             version: version.to_string(),
         };
         nonce
+    }
+
+    /// The response limit (`--max-response-bytes`).
+    pub fn max_response_bytes(&self) -> usize {
+        self.max_response_bytes
+    }
+
+    /// How many of `resources` (in order) the next response of `kind` carries: all of them
+    /// when they fit the limit or `splittable` is false; else as many as fit, at least one.
+    /// Reports a split, or a response that goes over the limit whole.
+    pub fn fit(
+        &mut self,
+        kind: ResourceType,
+        resources: &[&Arc<Resource>],
+        splittable: bool,
+    ) -> usize {
+        let limit = self.max_response_bytes;
+        let total: usize = resources.iter().map(|r| super::response_cost(r)).sum();
+        if total <= limit.saturating_sub(super::RESPONSE_OVERHEAD) {
+            self.types[kind.index()].oversized = None;
+            return resources.len();
+        }
+        let count = if splittable {
+            super::fitting(resources.iter().map(|r| r.as_ref()), limit)
+        } else {
+            resources.len()
+        };
+        let sent: usize = resources[..count]
+            .iter()
+            .map(|r| super::response_cost(r))
+            .sum();
+        if count < resources.len() {
+            self.events.push_back(Event::Split {
+                kind,
+                sent: count,
+                left: resources.len() - count,
+            });
+        }
+        self.types[kind.index()].oversized = (sent > limit).then_some(sent);
+        if sent > limit {
+            self.events.push_back(Event::Oversized {
+                kind,
+                bytes: sent,
+                limit,
+            });
+        }
+        count
     }
 
     /// Whether the client has rejected resources of `kind` that the snapshot still has.

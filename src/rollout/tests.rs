@@ -95,6 +95,7 @@ fn report(node: &str, generation: u64, cds: &str) -> StreamReport {
                 error: (cds == "NACKED").then(|| "no".to_string()),
                 rejected_version: None,
                 rejected_changes: Vec::new(),
+                oversized_bytes: None,
                 last_change: SystemTime::now(),
             },
         )]

@@ -258,6 +258,7 @@ mod tests {
                 error: None,
                 rejected_version: None,
                 rejected_changes: Vec::new(),
+                oversized_bytes: None,
                 last_change: std::time::SystemTime::UNIX_EPOCH,
             },
         );

@@ -92,6 +92,9 @@ pub struct Limits {
     /// `--new-streams-burst`); past it a stream ends at once with RESOURCE_EXHAUSTED.
     /// `None`: no limit.
     pub new_streams: Option<admission::StreamRate>,
+    /// The largest response sent whole (`--max-response-bytes`): larger delta responses,
+    /// and SotW responses of the types that are not full-state, are split.
+    pub max_response_bytes: usize,
 }
 
 impl Default for Limits {
@@ -104,6 +107,7 @@ impl Default for Limits {
             handshake_timeout: incoming::HANDSHAKE_TIMEOUT,
             connection_age: ConnectionAge::default(),
             new_streams: Some(admission::DEFAULT_RATE),
+            max_response_bytes: crate::protocol::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }

@@ -160,8 +160,9 @@ async fn run<M: Machine>(
     // on its first request), or to every client with --insecure-serve-secrets.
     let mut secrets = secrets;
     let protocol = M::PROTOCOL;
-    let mut machine =
-        Stream::<M>::with_ordering(variant, ordering).with_name_limit(limits.max_names_per_stream);
+    let mut machine = Stream::<M>::with_ordering(variant, ordering)
+        .with_name_limit(limits.max_names_per_stream)
+        .with_response_limit(limits.max_response_bytes);
     let first_request_by = tokio::time::Instant::now() + limits.first_request_timeout;
     // A per-type stream shares what its client refers to with the node's other streams.
     let mut sibling: Option<(PeerHandle, watch::Receiver<u64>)> = None;

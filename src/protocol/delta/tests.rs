@@ -860,3 +860,52 @@ fn p23_a_client_back_with_what_it_has_gets_no_empty_announcement() {
     back.handle_request(r).expect("ok");
     none(&mut back);
 }
+
+// === Responses over the response limit (--max-response-bytes) ===
+
+/// P17/P19: a delta response over the limit goes in parts, each after the client's answer to
+/// the one before: removals with the first, every resource once; what the client holds is
+/// what the parts it ACKed brought, and a NACK of a part leaves the rest to follow.
+#[test]
+fn p17_p19_a_delta_response_over_the_limit_is_split_and_the_rest_follows_each_answer() {
+    const LIMIT: usize = 2048;
+    let body = "x".repeat(300);
+    let five: Vec<(ResourceType, &str, &str)> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|n| (Endpoint, *n, body.as_str()))
+        .collect();
+    let mut s = ads_unordered().with_response_limit(LIMIT);
+    s.handle_snapshot(snap(&[(Endpoint, "old", "1")]));
+    s.handle_request(req(Endpoint, &["a", "b", "c", "d", "e", "old"], &[], ""))
+        .expect("ok");
+    let first = one(&mut s);
+    assert_eq!(names(&first), ["old"]);
+    ack(&mut s, &first);
+    // `old` goes and five large ones come.
+    s.handle_snapshot(snap(&five));
+    let part1 = one(&mut s);
+    assert_eq!(names(&part1), ["a", "b"]);
+    assert_eq!(part1.removed, ["old"], "removals go with the first part");
+    none(&mut s);
+    s.handle_request(nack(Endpoint, &part1.nonce, "bad a"))
+        .expect("nack");
+    let part2 = one(&mut s);
+    assert_eq!(names(&part2), ["c", "d"]);
+    assert!(part2.removed.is_empty());
+    ack(&mut s, &part2);
+    let part3 = one(&mut s);
+    assert_eq!(names(&part3), ["e"]);
+    ack(&mut s, &part3);
+    none(&mut s);
+    // The client holds what it ACKed (P17): not a and b, whose part it rejected, and still
+    // `old`, whose removal went with that part.
+    let held: Vec<&str> = s.held(Endpoint).into_keys().collect();
+    assert_eq!(held, ["c", "d", "e", "old"]);
+    let splits: Vec<_> = std::iter::from_fn(|| s.poll_event())
+        .filter_map(|e| match e {
+            Event::Split { sent, left, .. } => Some((sent, left)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(splits, [(2, 3), (2, 1)]);
+}

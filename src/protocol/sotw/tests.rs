@@ -1007,3 +1007,135 @@ fn p26_a_due_refresh_with_nothing_ttld_left_is_not_left_in_the_past() {
         "a refresh time in the past would wake the stream in a loop"
     );
 }
+
+// === Responses over the response limit (--max-response-bytes) ===
+
+/// Five ClusterLoadAssignments of about 450 bytes each, against a limit that takes two.
+fn big_endpoints() -> (Arc<Snapshot>, Vec<&'static str>) {
+    let body = "x".repeat(300);
+    let names = vec!["a", "b", "c", "d", "e"];
+    let items: Vec<(ResourceType, &str, &str)> = names
+        .iter()
+        .map(|n| (Endpoint, *n, body.as_str()))
+        .collect();
+    (snap(&items), names)
+}
+
+const LIMIT: usize = 2048;
+
+/// P4/P7/P13: an EDS response over the limit goes in parts, each after the client's ACK of
+/// the one before; each part's version is that of what the client then holds (never the
+/// whole selection's until the last), and every resource goes exactly once.
+#[test]
+fn p4_p13_an_eds_response_over_the_limit_is_split_and_the_rest_follows_each_ack() {
+    let (snapshot, names) = big_endpoints();
+    let mut s = SotwStream::new(Variant::Aggregated).with_response_limit(LIMIT);
+    s.handle_snapshot(Arc::clone(&snapshot));
+    s.handle_request(req(Endpoint, &names, "", "")).expect("ok");
+    let mut got = Vec::new();
+    let mut versions = Vec::new();
+    for _ in 0..3 {
+        let parts = drain(&mut s);
+        assert_eq!(parts.len(), 1, "one part at a time: {parts:?}");
+        let part = &parts[0];
+        assert!(
+            part.resources.len() <= 2,
+            "{} resources",
+            part.resources.len()
+        );
+        got.extend(part.resources.iter().map(|r| r.name.clone()));
+        versions.push(part.version.clone());
+        s.handle_request(req(Endpoint, &names, &part.version, &part.nonce))
+            .expect("ack");
+    }
+    assert_eq!(got, names, "each once, in order");
+    assert!(drain(&mut s).is_empty(), "nothing after the last part");
+    let selected: Vec<&Arc<Resource>> = snapshot.get(Endpoint).resources.values().collect();
+    let whole = super::selection_version(&selected);
+    assert_ne!(versions[0], whole);
+    assert_ne!(versions[1], whole);
+    assert_eq!(
+        versions[2], whole,
+        "the last part's version is the selection's"
+    );
+    assert_eq!(
+        s.state(Endpoint),
+        &SyncState::Acked {
+            version: whole.clone()
+        }
+    );
+    let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    let splits: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Split { sent, left, .. } => Some((*sent, *left)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(splits, [(2, 3), (2, 1)]);
+
+    // P13: a client back on a new stream with a part's version is sent everything.
+    let mut again = SotwStream::new(Variant::Aggregated).with_response_limit(1 << 20);
+    again.handle_snapshot(Arc::clone(&snapshot));
+    again
+        .handle_request(req(Endpoint, &names, &versions[0], ""))
+        .expect("ok");
+    assert_eq!(drain(&mut again)[0].resources.len(), 5);
+}
+
+/// A NACK of a part names only what that part brought; the rest still follows.
+#[test]
+fn p5_a_nack_of_a_part_names_that_part_and_the_rest_follows() {
+    let (snapshot, wanted) = big_endpoints();
+    let mut s = SotwStream::new(Variant::Aggregated).with_response_limit(LIMIT);
+    s.handle_snapshot(snapshot);
+    s.handle_request(req(Endpoint, &wanted, "", ""))
+        .expect("ok");
+    let first = drain(&mut s).remove(0);
+    let rejected = DiscoveryRequest {
+        error_detail: nack(Endpoint, "", &first.nonce, "bad").error_detail,
+        ..req(Endpoint, &wanted, "", &first.nonce)
+    };
+    s.handle_request(rejected).expect("nack");
+    let changed = match s.state(Endpoint) {
+        SyncState::Nacked { changed, .. } => Arc::clone(changed),
+        other => panic!("{other:?}"),
+    };
+    let named: Vec<&str> = changed.iter().map(|c| c.resource.name.as_str()).collect();
+    assert_eq!(named, ["a", "b"]);
+    let next = drain(&mut s);
+    assert_eq!(names(&next[0]), ["c", "d"]);
+}
+
+/// P10: a CDS response carries the whole set, so over the limit it goes whole, reported in
+/// an event and the type's status.
+#[test]
+fn p10_a_cds_response_over_the_limit_goes_whole_and_is_reported() {
+    let body = "x".repeat(500);
+    let items: Vec<(ResourceType, &str, &str)> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|n| (Cluster, *n, body.as_str()))
+        .collect();
+    let mut s = SotwStream::new(Variant::Aggregated).with_response_limit(LIMIT);
+    s.handle_snapshot(snap(&items));
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    let all = drain(&mut s);
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].resources.len(), 5);
+    let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::Oversized {
+                kind: Cluster,
+                limit: LIMIT,
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+    assert!(s
+        .status(Cluster)
+        .and_then(|t| t.oversized)
+        .is_some_and(|b| b > LIMIT));
+}
