@@ -210,7 +210,7 @@ fn main() {
                 cache.publish(config::load(&paths, &options).expect("loads"));
                 let g = cache.current();
                 let t = Instant::now();
-                let s = g.snapshot_for("bench", "");
+                let s = g.snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
                 let took = t.elapsed();
                 assert_eq!(s.get(ResourceType::Cluster).resources.len(), clusters);
                 took
@@ -220,7 +220,7 @@ fn main() {
     let g = cache.current();
     let t = Instant::now();
     for _ in 0..1000 {
-        g.snapshot_for("bench", "");
+        g.snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
     }
     println!(
         "build a node group's snapshot: {build:?}; memoized lookup: {:?}",
@@ -228,7 +228,7 @@ fn main() {
     );
 
     // 3. S streams, wildcard CDS each.
-    let snapshot = g.snapshot_for("bench", "");
+    let snapshot = g.snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
     let control_plane: Arc<str> = "bench".into();
     let rss_before = rss_kib();
     let live_before = live_kib();
@@ -277,7 +277,9 @@ fn main() {
     // 4. One cluster changes.
     write_files(dir.path(), |i| if i == 0 { "2s" } else { "1s" });
     cache.publish(config::load(&paths, &options).expect("loads"));
-    let changed = cache.current().snapshot_for("bench", "");
+    let changed = cache
+        .current()
+        .snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
     let t = Instant::now();
     for s in &mut streams {
         s.handle_snapshot(Arc::clone(&changed));
@@ -306,7 +308,9 @@ fn main() {
     // other files' resources (the same `Arc`s).
     let mut loader = config::Loader::default();
     cache.publish(loader.load(&paths, &options).expect("loads"));
-    let changed = cache.current().snapshot_for("bench", "");
+    let changed = cache
+        .current()
+        .snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
     let delta_request =
         |kind: ResourceType, subscribe: &[String], nonce: &str, node: bool| DeltaDiscoveryRequest {
             node: node.then(|| Node {
@@ -339,7 +343,9 @@ fn main() {
     let live_after = live_kib();
     write_file(dir.path(), 0, |_| "1s", |_| 8080, |_| true);
     cache.publish(loader.load(&paths, &options).expect("loads"));
-    let back = cache.current().snapshot_for("bench", "");
+    let back = cache
+        .current()
+        .snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
     // The names changed are computed once per node group, by whichever stream comes first:
     // timed apart, so that the per-stream figure is what each stream adds.
     let t = Instant::now();
@@ -417,7 +423,9 @@ fn main() {
         |_| true,
     );
     cache.publish(config::load(&paths, &options).expect("loads"));
-    let endpoints_only = cache.current().snapshot_for("bench", "");
+    let endpoints_only = cache
+        .current()
+        .snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
     // The names changed are computed once per node group, by whichever stream comes first:
     // compute them up front so neither side pays for it.
     warm(&back, &endpoints_only);
@@ -444,7 +452,9 @@ fn main() {
     }
     std::fs::write(dir.path().join("routes.yaml"), route("c0")).expect("write");
     cache.publish(config::load(&paths, &options).expect("loads"));
-    let with_route = cache.current().snapshot_for("bench", "");
+    let with_route = cache
+        .current()
+        .snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
     apply(&mut off, &with_route);
     apply(&mut on, &with_route);
     std::fs::write(dir.path().join("routes.yaml"), route("c1")).expect("write");
@@ -455,7 +465,9 @@ fn main() {
         |i| i != 0,
     );
     cache.publish(config::load(&paths, &options).expect("loads"));
-    let cut_over = cache.current().snapshot_for("bench", "");
+    let cut_over = cache
+        .current()
+        .snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
     warm(&with_route, &cut_over);
     let t = Instant::now();
     let steps = switchyard::protocol::plan::steps(&with_route, &cut_over);

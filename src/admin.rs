@@ -573,19 +573,25 @@ async fn config_dump(
             .into_response();
     }
     let node = query.node.unwrap_or_default();
-    // A connected node's cluster, unless the query names one.
-    let cluster = query.cluster.unwrap_or_else(|| {
-        admin
-            .fleet
-            .reports()
-            .into_iter()
-            .find(|r| r.node_id == node)
-            .map(|r| r.node_cluster)
-            .unwrap_or_default()
-    });
+    // A connected node as it is (its cluster, metadata and locality), unless the query
+    // names another cluster.
+    let connected = admin
+        .fleet
+        .reports()
+        .into_iter()
+        .find(|r| r.node_id == node)
+        .map(|r| r.facts);
+    let facts = match (connected, query.cluster) {
+        (Some(facts), None) => (*facts).clone(),
+        (Some(facts), Some(cluster)) if facts.cluster == cluster => (*facts).clone(),
+        (_, cluster) => {
+            crate::config::selector::NodeFacts::new(&node, &cluster.unwrap_or_default())
+        }
+    };
+    let cluster = facts.cluster.clone();
     // The generation this node gets (during a rollout, the candidate only for a canary).
-    let generation = admin.cache.for_node(&node, &cluster);
-    let snapshot = generation.snapshot_for(&node, &cluster);
+    let generation = admin.cache.for_node(&facts);
+    let snapshot = generation.snapshot_for(&facts);
     let mut types = serde_json::Map::new();
     for kind in crate::resource::ResourceType::ALL {
         let t = snapshot.get(kind);

@@ -18,6 +18,7 @@ use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
+use crate::config::selector::NodeFacts;
 use crate::config::{content_hash, Config};
 use crate::resource::{Resource, ResourceType};
 use crate::rollout::{Phase, Policy};
@@ -221,7 +222,7 @@ impl Snapshot {
 
 /// A node group's snapshot, built by the first stream that needs it, and the node (id,
 /// cluster) that first asked for it.
-type SnapshotCell = Arc<(OnceLock<Arc<Snapshot>>, (String, String))>;
+type SnapshotCell = Arc<(OnceLock<Arc<Snapshot>>, NodeFacts)>;
 
 /// A node group that a new configuration would leave without any resource of a type it has
 /// now (see [`Cache::emptied_groups`]).
@@ -260,25 +261,24 @@ impl Generation {
 
     /// The snapshot for a node: the union of every file whose selector matches it. Built once
     /// per node group and generation.
-    pub fn snapshot_for(&self, node_id: &str, node_cluster: &str) -> Arc<Snapshot> {
+    pub fn snapshot_for(&self, node: &NodeFacts) -> Arc<Snapshot> {
         let group: Vec<usize> = self
             .config
             .files
             .iter()
             .enumerate()
-            .filter(|(_, f)| f.selector.matches(node_id, node_cluster))
+            .filter(|(_, f)| f.selector.matches(node))
             .map(|(i, _)| i)
             .collect();
         // A poisoned lock only means another thread panicked while inserting; the map is
         // still a valid memo, so keep using it.
         let cell = {
             let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-            Arc::clone(groups.entry(group.clone()).or_insert_with(|| {
-                Arc::new((
-                    OnceLock::new(),
-                    (node_id.to_string(), node_cluster.to_string()),
-                ))
-            }))
+            Arc::clone(
+                groups
+                    .entry(group.clone())
+                    .or_insert_with(|| Arc::new((OnceLock::new(), node.clone()))),
+            )
         };
         let snapshot = cell.0.get_or_init(|| {
             Arc::new(Snapshot::from_resources(
@@ -333,9 +333,9 @@ impl Serving {
 
     /// The generation a node gets: the candidate for a canary during a rollout, else the
     /// stable one.
-    pub fn for_node(&self, node_id: &str, node_cluster: &str) -> &Arc<Generation> {
+    pub fn for_node(&self, node: &NodeFacts) -> &Arc<Generation> {
         match &self.rollout {
-            Some(r) if r.policy.is_canary(node_id, node_cluster) => &r.candidate,
+            Some(r) if r.policy.is_canary(&node.id, &node.cluster) => &r.candidate,
             _ => &self.stable,
         }
     }
@@ -437,8 +437,8 @@ impl Cache {
     }
 
     /// The generation a node gets now.
-    pub fn for_node(&self, node_id: &str, node_cluster: &str) -> Arc<Generation> {
-        Arc::clone(self.current.borrow().for_node(node_id, node_cluster))
+    pub fn for_node(&self, node: &NodeFacts) -> Arc<Generation> {
+        Arc::clone(self.current.borrow().for_node(node))
     }
 
     /// End the rollout: every node gets the candidate. Returns the generation now stable.
@@ -512,7 +512,7 @@ impl Cache {
             .collect();
         let mut emptied = Vec::new();
         for cell in groups {
-            let (built, (node_id, node_cluster)) = &*cell;
+            let (built, node) = &*cell;
             let Some(now) = built.get() else {
                 continue;
             };
@@ -521,13 +521,13 @@ impl Cache {
                 let will = config
                     .files
                     .iter()
-                    .filter(|f| f.selector.matches(node_id, node_cluster))
+                    .filter(|f| f.selector.matches(node))
                     .flat_map(|f| &f.resources)
                     .filter(|r| r.kind == kind)
                     .count();
                 if had > 0 && will == 0 {
                     emptied.push(EmptiedGroup {
-                        node: (node_id.clone(), node_cluster.clone()),
+                        node: (node.id.clone(), node.cluster.clone()),
                         kind,
                         now: had,
                     });
@@ -567,7 +567,7 @@ mod tests {
     fn id_glob(glob: &str) -> Selector {
         Selector::new(vec![NodeMatch {
             id: Some(glob.into()),
-            cluster: None,
+            ..NodeMatch::default()
         }])
         .expect("valid")
     }
@@ -609,7 +609,7 @@ mod tests {
             warnings: vec![],
         });
         let generation = cache.current();
-        let edge = generation.snapshot_for("edge-1", "");
+        let edge = generation.snapshot_for(&crate::config::selector::NodeFacts::new("edge-1", ""));
         let names: Vec<_> = edge
             .get(ResourceType::Cluster)
             .resources
@@ -617,10 +617,13 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(names, ["edge", "shared"]);
-        let core = generation.snapshot_for("core-1", "");
+        let core = generation.snapshot_for(&crate::config::selector::NodeFacts::new("core-1", ""));
         assert_eq!(core.get(ResourceType::Cluster).resources.len(), 1);
         // Same group, same Arc: built once, shared.
-        assert!(Arc::ptr_eq(&edge, &generation.snapshot_for("edge-2", "")));
+        assert!(Arc::ptr_eq(
+            &edge,
+            &generation.snapshot_for(&crate::config::selector::NodeFacts::new("edge-2", ""))
+        ));
         assert_eq!(generation.group_count(), 2);
         // Resource bytes are shared between groups, not copied.
         assert!(Arc::ptr_eq(
@@ -649,21 +652,48 @@ mod tests {
         let cache = Cache::with_rollouts(policy);
         let mut rx = cache.subscribe();
         cache.publish(Config::default());
-        assert_eq!(cache.for_node("canary-1", "").number, 1);
-        assert_eq!(cache.for_node("edge-1", "").number, 1);
+        assert_eq!(
+            cache
+                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
+                .number,
+            1
+        );
+        assert_eq!(
+            cache
+                .for_node(&crate::config::selector::NodeFacts::new("edge-1", ""))
+                .number,
+            1
+        );
         assert!(
             cache.serving().rollout.is_none(),
             "the first load goes everywhere"
         );
 
         cache.publish(Config::default());
-        assert_eq!(cache.for_node("canary-1", "").number, 2);
-        assert_eq!(cache.for_node("edge-1", "").number, 1);
+        assert_eq!(
+            cache
+                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
+                .number,
+            2
+        );
+        assert_eq!(
+            cache
+                .for_node(&crate::config::selector::NodeFacts::new("edge-1", ""))
+                .number,
+            1
+        );
         assert_eq!(cache.current().number, 2, "the newest generation");
         cache.publish(Config::default());
-        assert_eq!(cache.for_node("canary-1", "").number, 3);
         assert_eq!(
-            cache.for_node("edge-1", "").number,
+            cache
+                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
+                .number,
+            3
+        );
+        assert_eq!(
+            cache
+                .for_node(&crate::config::selector::NodeFacts::new("edge-1", ""))
+                .number,
             1,
             "stable kept across edits"
         );
@@ -687,13 +717,28 @@ mod tests {
 
         assert_eq!(cache.abort().expect("in progress"), 1);
         assert!(rx.has_changed().expect("alive"));
-        assert_eq!(cache.for_node("canary-1", "").number, 1);
+        assert_eq!(
+            cache
+                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
+                .number,
+            1
+        );
         assert_eq!(cache.abort().expect_err("none").stable, 1);
 
         cache.publish(Config::default());
-        assert_eq!(cache.for_node("canary-1", "").number, 4);
+        assert_eq!(
+            cache
+                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
+                .number,
+            4
+        );
         assert_eq!(cache.promote().expect("in progress"), 4);
-        assert_eq!(cache.for_node("edge-1", "").number, 4);
+        assert_eq!(
+            cache
+                .for_node(&crate::config::selector::NodeFacts::new("edge-1", ""))
+                .number,
+            4
+        );
         assert!(cache.serving().rollout.is_none());
     }
 

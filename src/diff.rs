@@ -139,26 +139,23 @@ fn redacted(kind: ResourceType, json: &Value) -> Value {
 
 /// Compare `old` and `new` for every node group either of them has.
 pub fn diff(old: &Config, new: &Config) -> Report {
-    let mut nodes: Vec<(String, String, String)> = Vec::new();
+    let mut nodes: Vec<(crate::config::selector::NodeFacts, String)> = Vec::new();
     for config in [new, old] {
         for (group, _) in crate::preflight::groups(config) {
-            let node = (group.node_id.clone(), group.node_cluster.clone());
-            if !nodes
-                .iter()
-                .any(|(id, cluster, _)| (id, cluster) == (&node.0, &node.1))
-            {
-                nodes.push((node.0, node.1, group.to_string()));
+            if !nodes.iter().any(|(node, _)| *node == group.node) {
+                let label = group.to_string();
+                nodes.push((group.node, label));
             }
         }
     }
     let mut groups = Vec::new();
     let mut seen: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
-    for (id, cluster, label) in nodes {
+    for (node, label) in nodes {
         let files = |c: &Config| -> Vec<usize> {
             c.files
                 .iter()
                 .enumerate()
-                .filter(|(_, f)| f.selector.matches(&id, &cluster))
+                .filter(|(_, f)| f.selector.matches(&node))
                 .map(|(i, _)| i)
                 .collect()
         };

@@ -99,6 +99,9 @@ struct Converging {
 /// Who is on a stream, and how.
 #[derive(Clone, Debug, Serialize)]
 pub struct StreamReport {
+    /// What the node's selectors read of it (metadata and locality too).
+    #[serde(skip)]
+    pub facts: Arc<crate::config::selector::NodeFacts>,
     pub node_id: String,
     pub node_cluster: String,
     pub user_agent: String,

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::config::selector::NodeFacts;
 use crate::config::{descriptors, Config};
 use crate::resource::{Resource, ResourceType};
 
@@ -54,6 +55,8 @@ pub enum PreflightError {
 pub struct Group {
     pub node_id: String,
     pub node_cluster: String,
+    /// The node the group was found with (its metadata and locality too).
+    pub node: crate::config::selector::NodeFacts,
     pub files: Vec<PathBuf>,
 }
 
@@ -91,26 +94,27 @@ pub struct Verdict {
 /// (the entry's globs with `*` and `?` taken as nothing or `x`), and one node no selector
 /// names. Groups with the same files are checked once.
 pub fn groups(config: &Config) -> Vec<(Group, Vec<Arc<Resource>>)> {
-    let literal = |glob: &Option<String>| {
-        glob.as_deref()
-            .map(|g| g.replace('*', "").replace('?', "x"))
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| ANY_NODE.to_string())
-    };
-    let mut nodes = vec![(ANY_NODE.to_string(), ANY_NODE.to_string())];
+    let mut nodes = vec![NodeFacts::new(ANY_NODE, ANY_NODE)];
     for file in &config.files {
-        for entry in file.selector.entries() {
-            nodes.push((literal(&entry.id), literal(&entry.cluster)));
+        for index in 0..file.selector.entries().len() {
+            if let Some(mut node) = file.selector.example_node(index) {
+                for text in [&mut node.id, &mut node.cluster] {
+                    if text.is_empty() {
+                        *text = ANY_NODE.to_string();
+                    }
+                }
+                nodes.push(node);
+            }
         }
     }
     let mut seen: Vec<Vec<usize>> = Vec::new();
     let mut out = Vec::new();
-    for (id, cluster) in nodes {
+    for node in nodes {
         let files: Vec<usize> = config
             .files
             .iter()
             .enumerate()
-            .filter(|(_, f)| f.selector.matches(&id, &cluster))
+            .filter(|(_, f)| f.selector.matches(&node))
             .map(|(i, _)| i)
             .collect();
         if files.is_empty() || seen.contains(&files) {
@@ -122,8 +126,9 @@ pub fn groups(config: &Config) -> Vec<(Group, Vec<Arc<Resource>>)> {
             .collect();
         out.push((
             Group {
-                node_id: id,
-                node_cluster: cluster,
+                node_id: node.id.clone(),
+                node_cluster: node.cluster.clone(),
+                node,
                 files: files
                     .iter()
                     .map(|&i| config.files[i].path.clone())

@@ -39,7 +39,11 @@ impl Policy {
             (None, Some(c)) => format!("cluster {c:?}"),
             (None, None) => return Err("a canary needs --canary-id or --canary-cluster".into()),
         };
-        let canary = Selector::new(vec![NodeMatch { id, cluster }])?;
+        let canary = Selector::new(vec![NodeMatch {
+            id,
+            cluster,
+            ..NodeMatch::default()
+        }])?;
         Ok(Policy {
             canary,
             canary_text,
@@ -48,7 +52,11 @@ impl Policy {
     }
 
     pub fn is_canary(&self, node_id: &str, node_cluster: &str) -> bool {
-        self.canary.matches(node_id, node_cluster)
+        self.canary
+            .matches(&crate::config::selector::NodeFacts::new(
+                node_id,
+                node_cluster,
+            ))
     }
 }
 

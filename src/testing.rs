@@ -60,6 +60,7 @@ pub fn snapshot(items: &[(ResourceType, &str, &str)]) -> Arc<Snapshot> {
 /// A stream report of node `node` from `peer` on `stream` (sotw, nothing sent yet).
 pub fn stream_report(node: &str, peer: &str, stream: &str) -> crate::fleet::StreamReport {
     crate::fleet::StreamReport {
+        facts: Arc::new(crate::config::selector::NodeFacts::new(node, "c")),
         node_id: node.into(),
         node_cluster: "c".into(),
         user_agent: "envoy".into(),

@@ -612,7 +612,9 @@ mod tests {
 
     /// The connect_timeout of cluster `a` in the generation `node` gets.
     fn timeout_for(cache: &Cache, node: &str) -> String {
-        let snapshot = cache.for_node(node, "").snapshot_for(node, "");
+        let snapshot = cache
+            .for_node(&crate::config::selector::NodeFacts::new(node, ""))
+            .snapshot_for(&crate::config::selector::NodeFacts::new(node, ""));
         let a = &snapshot
             .get(crate::resource::ResourceType::Cluster)
             .resources["a"];

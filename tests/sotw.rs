@@ -735,12 +735,14 @@ async fn allow_empty_lets_a_reload_empty_a_node() {
         Default::default(),
     );
     reloader.reload().expect("loads");
-    cache.current().snapshot_for("n1", "test"); // a node of the group connected
+    cache
+        .current()
+        .snapshot_for(&switchyard::config::selector::NodeFacts::new("n1", "test")); // a node of the group connected
     support::write(dir.path(), "clusters.yaml", "{}\n");
     reloader.reload().expect("allowed");
     assert!(cache
         .current()
-        .snapshot_for("n1", "test")
+        .snapshot_for(&switchyard::config::selector::NodeFacts::new("n1", "test"))
         .get(Cluster)
         .resources
         .is_empty());
@@ -949,5 +951,76 @@ async fn a_connection_past_its_age_ends_its_streams_and_the_client_reconnects() 
     again
         .expect_quiet(std::time::Duration::from_millis(200))
         .await;
+    server.shutdown().await;
+}
+
+/// Node selectors on `node.metadata` (string values) and `node.locality`: each proxy gets the
+/// files its metadata and locality select, over a real stream; two files defining the same
+/// cluster for selectors that can never match one node load, and for ones that can, the
+/// error names a node both match.
+#[tokio::test]
+async fn selectors_on_metadata_and_locality_pick_each_proxys_files() {
+    use envoy_types::pb::envoy::config::core::v3::Locality;
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+    let prod = format!(
+        "nodes: [{{metadata: {{env: prod}}}}]\n{}",
+        eds_cluster("api", "1s", 8080)
+    );
+    let eu = format!(
+        "nodes: [{{locality: {{region: \"eu-*\"}}, metadata: {{env: dev}}}}]\n{}",
+        eds_cluster("api", "2s", 8081)
+    );
+    let server = TestServer::start(&[("prod.yaml", &prod), ("eu-dev.yaml", &eu)]).await;
+    let proxy = |id: &str, env: &str, region: &str| {
+        let mut n = node(id, "test");
+        n.metadata = Some(Struct {
+            fields: [(
+                "env".to_string(),
+                Value {
+                    kind: Some(Kind::StringValue(env.into())),
+                },
+            )]
+            .into(),
+        });
+        n.locality = Some(Locality {
+            region: region.into(),
+            ..Default::default()
+        });
+        n
+    };
+    let timeout_of = |r: &envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse| {
+        use prost::Message;
+        let c = envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(
+            r.resources[0].value.as_slice(),
+        )
+        .expect("cluster");
+        c.connect_timeout.map(|d| d.seconds)
+    };
+    let mut a = XdsClient::ads(server.channel().await, proxy("a", "prod", "us-east-1")).await;
+    a.subscribe(Cluster, &[]).await;
+    assert_eq!(timeout_of(&a.recv_type(Cluster).await), Some(1));
+    let mut b = XdsClient::ads(server.channel().await, proxy("b", "dev", "eu-west-1")).await;
+    b.subscribe(Cluster, &[]).await;
+    assert_eq!(timeout_of(&b.recv_type(Cluster).await), Some(2));
+    // A dev proxy outside the EU gets neither file: an empty CDS.
+    let mut c = XdsClient::ads(server.channel().await, proxy("c", "dev", "us-east-1")).await;
+    c.subscribe(Cluster, &[]).await;
+    assert!(c.recv_type(Cluster).await.resources.is_empty());
+
+    // A file whose selector can match a node that prod.yaml does: a duplicate, with a node
+    // both match.
+    let errors = server.set_bad_file(
+        "edge.yaml",
+        &format!(
+            "nodes: [{{id: \"edge-*\"}}]\n{}",
+            eds_cluster("api", "3s", 8082)
+        ),
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("defined twice")
+            && e.contains("both match a node with id=\"edge-\"")
+            && e.contains("metadata.env=\"prod\"")),
+        "{errors:?}"
+    );
     server.shutdown().await;
 }

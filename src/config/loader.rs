@@ -359,15 +359,18 @@ fn duplicates(files: &[SnapshotFile]) -> Vec<ConfigError> {
         for (n, &a) in places.iter().enumerate() {
             for &b in &places[n + 1..] {
                 let (fa, fb) = (&files[a], &files[b]);
-                if a == b || !fa.selector.is_disjoint(&fb.selector) {
-                    let why = if a == b {
-                        String::new()
-                    } else {
-                        format!(
-                            " (their node selectors can match the same node: {} / {})",
+                let common = (a != b)
+                    .then(|| fa.selector.common_node(&fb.selector))
+                    .flatten();
+                if a == b || common.is_some() {
+                    let why = match common {
+                        None => String::new(),
+                        Some(node) => format!(
+                            " (their node selectors both match a node with {}: {} / {})",
+                            node.describe(),
                             fa.selector.describe(),
                             fb.selector.describe()
-                        )
+                        ),
                     };
                     errors.push(ConfigError::Duplicate {
                         kind,

@@ -76,6 +76,7 @@ fn a_canary_nack_halts_and_nothing_moves_it_on() {
 
 fn report(node: &str, generation: u64, cds: &str) -> StreamReport {
     StreamReport {
+        facts: std::sync::Arc::new(crate::config::selector::NodeFacts::new(node, "")),
         node_id: node.into(),
         node_cluster: String::new(),
         user_agent: "envoy".into(),

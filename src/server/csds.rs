@@ -132,9 +132,7 @@ impl Csds {
                 continue;
             }
             let first = &streams[0];
-            let snapshot = serving
-                .for_node(&first.node_id, &first.node_cluster)
-                .snapshot_for(&first.node_id, &first.node_cluster);
+            let snapshot = serving.for_node(&first.facts).snapshot_for(&first.facts);
             let mut generic = Vec::new();
             for kind in ResourceType::ALL {
                 let Some(t) = streams.iter().find_map(|s| s.types.get(kind.short_name())) else {

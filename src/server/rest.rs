@@ -105,16 +105,13 @@ async fn discovery(
     let mut subscription = Subscription::default();
     subscription.apply_sotw(&request.resource_names);
 
+    let facts = crate::config::selector::NodeFacts::of(&node);
     let mut generations = rest.cache.subscribe();
     let mut stop = rest.stop.clone();
     let deadline = tokio::time::Instant::now() + REST_HOLD;
     loop {
-        let generation = std::sync::Arc::clone(
-            generations
-                .borrow_and_update()
-                .for_node(&node.id, &node.cluster),
-        );
-        let snapshot = generation.snapshot_for(&node.id, &node.cluster);
+        let generation = std::sync::Arc::clone(generations.borrow_and_update().for_node(&facts));
+        let snapshot = generation.snapshot_for(&facts);
         let current = snapshot.get(kind);
         // The version of what this poll selects, as a SotW stream would give it (P13).
         let selected = subscription.select(current);

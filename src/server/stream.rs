@@ -18,6 +18,7 @@ use super::tls::IdentityPolicy;
 use super::wire::{WireDeltaResponse, WireResponse};
 use super::MAX_RESPONSE_BYTES;
 use crate::cache::{Cache, Generation};
+use crate::config::selector::NodeFacts;
 use crate::fleet::{Fleet, StreamHandle, StreamReport};
 use crate::protocol::stream::Flavor;
 use crate::protocol::{Delta, DeltaResponse, Ordering, Response, Sotw};
@@ -170,6 +171,9 @@ async fn run<M: Machine>(
     let control_plane: Arc<str> = super::control_plane_id().into();
     let mut generations = cache.subscribe();
     let mut node_id: Option<String> = None;
+    // What the node's selectors read (id, cluster, metadata, locality), from its first
+    // request.
+    let mut facts = Arc::new(NodeFacts::default());
     // Listed in the fleet, and counted, from the first request (which names the node) until
     // the end.
     let mut listed: Option<StreamHandle> = None;
@@ -206,7 +210,9 @@ async fn run<M: Machine>(
                             counted = Some(telemetry.stream_opened(node, &peer, variant, protocol));
                             events.named(&node.id);
                             node_id = Some(node.id.clone());
+                            facts = Arc::new(NodeFacts::of(node));
                             listed = Some(fleet.open(StreamReport {
+                                facts: Arc::clone(&facts),
                                 node_id: node.id.clone(),
                                 node_cluster: node.cluster.clone(),
                                 user_agent: node.user_agent_name.clone(),
@@ -224,9 +230,9 @@ async fn run<M: Machine>(
                                 sibling = Some(peers.join(&node.id));
                             }
                             let generation = Arc::clone(
-                                generations.borrow_and_update().for_node(&node.id, &node.cluster),
+                                generations.borrow_and_update().for_node(&facts),
                             );
-                            attach(&mut machine, &generation);
+                            attach(&mut machine, &generation, &facts);
                             attached = generation.number;
                         }
                     }
@@ -247,13 +253,11 @@ async fn run<M: Machine>(
                 // A new generation, or a rollout promoted or aborted: what this node gets
                 // may not have changed (a rollout's candidate goes to canaries only).
                 let generation = match machine.node() {
-                    Some(node) => Arc::clone(
-                        generations.borrow_and_update().for_node(&node.id, &node.cluster),
-                    ),
+                    Some(_) => Arc::clone(generations.borrow_and_update().for_node(&facts)),
                     None => continue,
                 };
                 if generation.number != attached {
-                    attach(&mut machine, &generation);
+                    attach(&mut machine, &generation, &facts);
                     attached = generation.number;
                     fleet.generation_arrived(generation.number, generation.published);
                     events.generation_arrived(generation.published);
@@ -400,10 +404,9 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Give the machine the snapshot of its node in `generation`.
-fn attach<M: Machine>(machine: &mut Stream<M>, generation: &Generation) {
-    if let Some(node) = machine.node() {
-        let snapshot = generation.snapshot_for(&node.id, &node.cluster);
-        machine.handle_snapshot(snapshot);
+/// Give the machine the snapshot of its node (`facts`) in `generation`.
+fn attach<M: Machine>(machine: &mut Stream<M>, generation: &Generation, facts: &NodeFacts) {
+    if machine.node().is_some() {
+        machine.handle_snapshot(generation.snapshot_for(facts));
     }
 }
