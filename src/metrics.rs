@@ -40,7 +40,7 @@ pub struct PollLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitLabels {
-    /// `connections`, `names_per_stream` or `first_request_timeout`.
+    /// One of [`LIMIT_LABELS`].
     pub limit: &'static str,
 }
 
@@ -117,8 +117,25 @@ fn latency_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.001, 2.0, 17)
 }
 
+/// Every `limit` label of `switchyard_limit_rejections_total`, each listed from the start at
+/// 0: a counter that first appears at 1 shows no increase to `rate()`, and an alert on it
+/// would never fire for a single rejection.
+pub const LIMIT_LABELS: [&str; 7] = [
+    "connections",
+    "handshake_timeout",
+    "names_per_stream",
+    "first_request_timeout",
+    "new_streams",
+    "admin_connections",
+    "admin_header_timeout",
+];
+
 impl Default for Metrics {
     fn default() -> Self {
+        let limits = Family::<LimitLabels, Counter>::default();
+        for limit in LIMIT_LABELS {
+            let _ = limits.get_or_create(&LimitLabels { limit });
+        }
         let config_loads = Family::<ResultLabels, Counter>::default();
         // Both results are listed from the start, at 0.
         for result in ["ok", "failed"] {
@@ -138,7 +155,7 @@ impl Default for Metrics {
             convergence: Histogram::new(latency_buckets()),
             rest_polls: Family::default(),
             plans: Family::default(),
-            limits: Family::default(),
+            limits,
             identity_mismatches: Counter::default(),
             connections_aged: Counter::default(),
             rollouts: Family::default(),

@@ -502,6 +502,58 @@ mod tests {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
+    /// Every limit's label is one the metric lists from the start at 0 (so that `rate()` sees
+    /// the first rejection).
+    #[test]
+    fn every_limit_label_is_listed_from_the_start() {
+        let peer: std::net::SocketAddr = ([127, 0, 0, 1], 1).into();
+        let limits = [
+            Limit::Connections {
+                limit: "connections",
+                port: "xds",
+                peer,
+                max: 1,
+            },
+            Limit::Connections {
+                limit: "admin_connections",
+                port: "admin",
+                peer,
+                max: 1,
+            },
+            Limit::HandshakeTimeout {
+                port: "xds",
+                peer,
+                timeout: Duration::from_secs(1),
+            },
+            Limit::NamesPerStream {
+                peer: "p",
+                error: "e",
+            },
+            Limit::FirstRequestTimeout {
+                peer: "p",
+                waited: Duration::from_secs(1),
+            },
+            Limit::AdminHeaderTimeout { peer: None },
+            Limit::NewStreams {
+                peer: "p",
+                log: None,
+            },
+        ];
+        let labels: std::collections::BTreeSet<&str> = limits.iter().map(|l| l.label()).collect();
+        let listed: std::collections::BTreeSet<&str> =
+            crate::metrics::LIMIT_LABELS.into_iter().collect();
+        assert_eq!(labels, listed);
+        let text = crate::metrics::encode(&Metrics::default(), Default::default());
+        for limit in crate::metrics::LIMIT_LABELS {
+            assert!(
+                text.contains(&format!(
+                    "switchyard_limit_rejections_total{{limit=\"{limit}\"}} 0"
+                )),
+                "{limit}: {text}"
+            );
+        }
+    }
+
     #[test]
     fn a_stream_is_counted_while_open_and_its_acks_and_nacks_by_type() {
         let t = Telemetry::default();

@@ -906,7 +906,7 @@ async fn connections_past_the_limit_are_closed_and_the_others_go_on() {
     assert_eq!(names(&first.recv_type(Cluster).await), ["backend"]);
     let (_, metrics) = server.admin_get("/metrics").await;
     assert!(
-        metrics.contains("switchyard_limit_rejections_total{limit=\"connections\"}"),
+        metrics.contains("switchyard_limit_rejections_total{limit=\"connections\"} 1\n"),
         "{metrics}"
     );
     server.shutdown().await;

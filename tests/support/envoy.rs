@@ -67,6 +67,22 @@ fn find_tool(
     panic!("{missing}");
 }
 
+/// A command from Debian's packages (`scripts/test` installs them when missing): `$var` if
+/// set, else `command` found on the PATH. Missing is a failure naming the package.
+pub fn debian_tool(var: &str, command: &str, package: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(var) {
+        return PathBuf::from(path);
+    }
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(command))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!("{command} not found: install Debian's {package} (scripts/test does), or set {var}")
+    })
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
