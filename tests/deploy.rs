@@ -11,6 +11,8 @@ use serde::Deserialize;
 use serde_yaml::Value;
 use switchyard::cli::{Cli, Command as Sub, ServeArgs};
 
+mod support;
+
 fn deploy(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy")
@@ -87,22 +89,61 @@ fn switchyard_port(bootstrap: &Value) -> u64 {
         .expect("a port")
 }
 
+/// `kubectl kustomize deploy/kubernetes/overlays/<overlay>`, every document of it.
+fn kustomize(overlay: &str) -> Vec<Value> {
+    let kubectl = support::envoy::debian_tool("KUBECTL", "kubectl", "kubernetes-client");
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(deploy(&format!("kubernetes/overlays/{overlay}")))
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {overlay}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{overlay}: {e}")))
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+fn kind_named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// Every ConfigMap a Deployment mounts is in the rendering (kustomize renamed both).
+fn mounts_resolve(docs: &[Value], deployment: &Value) {
+    for volume in deployment["spec"]["template"]["spec"]["volumes"]
+        .as_sequence()
+        .expect("volumes")
+    {
+        if let Some(name) = volume["configMap"]["name"].as_str() {
+            kind_named(docs, "ConfigMap", name);
+        }
+    }
+}
+
 #[test]
-fn the_kubernetes_deployment_parses_validates_and_guards_its_admin_port() {
-    let docs = documents(&deploy("kubernetes.yaml"));
-    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+fn the_replicas_overlay_renders_validates_and_guards_its_admin_port() {
+    let docs = kustomize("replicas");
+    let mut kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    kinds.sort();
     assert_eq!(
         kinds,
-        ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
+        ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"]
     );
-    let deployment = &docs[1];
+    let deployment = kind_named(&docs, "Deployment", "switchyard");
     assert!(
         deployment["spec"]["replicas"].as_u64() >= Some(2),
         "replicas"
     );
-    let serve = serve_args(&strings(
-        &deployment["spec"]["template"]["spec"]["containers"][0]["args"],
-    ));
+    mounts_resolve(&docs, deployment);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let serve = serve_args(&strings(&container["args"]));
     assert!(
         !serve.admin_addr.ip().is_loopback(),
         "probes need the pod IP"
@@ -111,43 +152,72 @@ fn the_kubernetes_deployment_parses_validates_and_guards_its_admin_port() {
         serve.admin_token_file.is_some() && serve.admin_tls_cert.is_some(),
         "an admin API beyond loopback has its token and TLS"
     );
-    let probe = &deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"];
-    assert_eq!(probe["httpGet"]["scheme"], "HTTPS");
-    assert_eq!(docs[3]["spec"]["minAvailable"], 1);
-    validates(config_map_files(&docs[0]).path());
+    assert_eq!(container["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
+    // The ports the container names are the ones its flags listen on.
+    let port = |name: &str| {
+        container["ports"]
+            .as_sequence()
+            .expect("ports")
+            .iter()
+            .find(|p| p["name"] == name)
+            .and_then(|p| p["containerPort"].as_u64())
+            .unwrap_or_else(|| panic!("port {name}"))
+    };
+    assert_eq!(port("xds"), u64::from(serve.xds_addr.port()));
+    assert_eq!(port("admin"), u64::from(serve.admin_addr.port()));
+    let annotations = &deployment["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(
+        annotations["prometheus.io/port"].as_str(),
+        Some(serve.admin_addr.port().to_string().as_str())
+    );
+    let service = kind_named(&docs, "Service", "switchyard");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "xds");
+    let pdb = kind_named(&docs, "PodDisruptionBudget", "switchyard");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    validates(config_map_files(kind_named(&docs, "ConfigMap", "switchyard-snapshots")).path());
 }
 
 #[test]
-fn the_sidecar_pod_wires_envoy_to_its_switchyard_on_loopback() {
-    let docs = documents(&deploy("sidecar.yaml"));
-    let snapshots = docs
-        .iter()
-        .find(|d| d["metadata"]["name"] == "edge-snapshots")
-        .expect("snapshots");
+fn the_sidecar_overlay_wires_envoy_to_its_switchyard_on_loopback() {
+    let docs = kustomize("sidecar");
+    let snapshots = kind_named(&docs, "ConfigMap", "edge-switchyard-snapshots");
     validates(config_map_files(snapshots).path());
-    let envoy_cm = docs
-        .iter()
-        .find(|d| d["metadata"]["name"] == "edge-envoy")
-        .expect("bootstrap");
+    let envoy_cm = kind_named(&docs, "ConfigMap", "edge-envoy");
     let bootstrap: Value =
         serde_yaml::from_str(envoy_cm["data"]["envoy.yaml"].as_str().expect("text"))
             .expect("the bootstrap parses");
-    let deployment = docs
-        .iter()
-        .find(|d| d["kind"] == "Deployment")
-        .expect("deployment");
+    let deployment = kind_named(&docs, "Deployment", "edge-switchyard");
+    mounts_resolve(&docs, deployment);
     let containers = deployment["spec"]["template"]["spec"]["containers"]
         .as_sequence()
         .expect("containers");
+    let names: Vec<&str> = containers
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"envoy") && names.contains(&"switchyard"));
     let sidecar = containers
         .iter()
         .find(|c| c["name"] == "switchyard")
         .expect("switchyard container");
     let serve = serve_args(&strings(&sidecar["args"]));
     assert!(serve.xds_addr.ip().is_loopback() && serve.admin_addr.ip().is_loopback());
+    assert!(
+        serve.insecure_serve_secrets,
+        "the only client is the local Envoy"
+    );
     assert_eq!(
         switchyard_port(&bootstrap),
         u64::from(serve.xds_addr.port())
+    );
+    assert!(
+        !docs.iter().any(|d| d["kind"] == "Service"),
+        "nothing outside the Pod reaches it"
     );
 }
 
