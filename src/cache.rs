@@ -547,6 +547,10 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(id: &str, cluster: &str) -> NodeFacts {
+        NodeFacts::new(id, cluster)
+    }
     use crate::config::{NodeMatch, Selector, SnapshotFile};
     use bytes::Bytes;
 
@@ -609,7 +613,7 @@ mod tests {
             warnings: vec![],
         });
         let generation = cache.current();
-        let edge = generation.snapshot_for(&crate::config::selector::NodeFacts::new("edge-1", ""));
+        let edge = generation.snapshot_for(&node("edge-1", ""));
         let names: Vec<_> = edge
             .get(ResourceType::Cluster)
             .resources
@@ -617,12 +621,12 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(names, ["edge", "shared"]);
-        let core = generation.snapshot_for(&crate::config::selector::NodeFacts::new("core-1", ""));
+        let core = generation.snapshot_for(&node("core-1", ""));
         assert_eq!(core.get(ResourceType::Cluster).resources.len(), 1);
         // Same group, same Arc: built once, shared.
         assert!(Arc::ptr_eq(
             &edge,
-            &generation.snapshot_for(&crate::config::selector::NodeFacts::new("edge-2", ""))
+            &generation.snapshot_for(&node("edge-2", ""))
         ));
         assert_eq!(generation.group_count(), 2);
         // Resource bytes are shared between groups, not copied.
@@ -652,48 +656,21 @@ mod tests {
         let cache = Cache::with_rollouts(policy);
         let mut rx = cache.subscribe();
         cache.publish(Config::default());
-        assert_eq!(
-            cache
-                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
-                .number,
-            1
-        );
-        assert_eq!(
-            cache
-                .for_node(&crate::config::selector::NodeFacts::new("edge-1", ""))
-                .number,
-            1
-        );
+        assert_eq!(cache.for_node(&node("canary-1", "")).number, 1);
+        assert_eq!(cache.for_node(&node("edge-1", "")).number, 1);
         assert!(
             cache.serving().rollout.is_none(),
             "the first load goes everywhere"
         );
 
         cache.publish(Config::default());
-        assert_eq!(
-            cache
-                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
-                .number,
-            2
-        );
-        assert_eq!(
-            cache
-                .for_node(&crate::config::selector::NodeFacts::new("edge-1", ""))
-                .number,
-            1
-        );
+        assert_eq!(cache.for_node(&node("canary-1", "")).number, 2);
+        assert_eq!(cache.for_node(&node("edge-1", "")).number, 1);
         assert_eq!(cache.current().number, 2, "the newest generation");
         cache.publish(Config::default());
+        assert_eq!(cache.for_node(&node("canary-1", "")).number, 3);
         assert_eq!(
-            cache
-                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
-                .number,
-            3
-        );
-        assert_eq!(
-            cache
-                .for_node(&crate::config::selector::NodeFacts::new("edge-1", ""))
-                .number,
+            cache.for_node(&node("edge-1", "")).number,
             1,
             "stable kept across edits"
         );
@@ -717,28 +694,13 @@ mod tests {
 
         assert_eq!(cache.abort().expect("in progress"), 1);
         assert!(rx.has_changed().expect("alive"));
-        assert_eq!(
-            cache
-                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
-                .number,
-            1
-        );
+        assert_eq!(cache.for_node(&node("canary-1", "")).number, 1);
         assert_eq!(cache.abort().expect_err("none").stable, 1);
 
         cache.publish(Config::default());
-        assert_eq!(
-            cache
-                .for_node(&crate::config::selector::NodeFacts::new("canary-1", ""))
-                .number,
-            4
-        );
+        assert_eq!(cache.for_node(&node("canary-1", "")).number, 4);
         assert_eq!(cache.promote().expect("in progress"), 4);
-        assert_eq!(
-            cache
-                .for_node(&crate::config::selector::NodeFacts::new("edge-1", ""))
-                .number,
-            4
-        );
+        assert_eq!(cache.for_node(&node("edge-1", "")).number, 4);
         assert!(cache.serving().rollout.is_none());
     }
 

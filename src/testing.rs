@@ -88,3 +88,21 @@ pub fn load_files(files: &[(&str, &str)]) -> crate::config::Config {
     )
     .expect("loads")
 }
+
+/// A resource's name, version, and whether it was new to the client.
+pub type Named = (String, String, bool);
+
+/// What a NACKed state says the rejected response changed: the list itself, and each
+/// entry's (name, version, added). Panics on a state that is not NACKed.
+pub fn rejected_changes(
+    state: &crate::protocol::SyncState,
+) -> (Arc<[crate::protocol::Changed]>, Vec<Named>) {
+    let crate::protocol::SyncState::Nacked { changed, .. } = state else {
+        panic!("not NACKed: {state:?}");
+    };
+    let named = changed
+        .iter()
+        .map(|c| (c.resource.name.clone(), c.resource.version.clone(), c.added))
+        .collect();
+    (Arc::clone(changed), named)
+}

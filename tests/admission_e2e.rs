@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use support::envoy::{envoy_binary, eventually, http_get, Envoy, Switchyard, Upstream};
-use support::{eds_cluster, rds_listener, route_to, write};
+use support::write_mesh;
 
 /// Upper bound on the storm.
 const STORM_LIMIT: Duration = Duration::from_secs(30);
@@ -55,13 +55,7 @@ async fn e2e_envoy_turned_away_by_the_admission_rate_retries_and_syncs() {
     let config = dir.path().join("config");
     std::fs::create_dir(&config).expect("mkdir");
     let listener = support::envoy::free_port();
-    write(&config, "a.yaml", &eds_cluster("a", "1s", upstream.port));
-    write(
-        &config,
-        "listener.yaml",
-        &rds_listener("http", listener, "main"),
-    );
-    write(&config, "routes.yaml", &route_to("main", "a"));
+    write_mesh(&config, upstream.port, listener);
     // One new stream a second: the storm below takes each token as it comes.
     let switchyard = Switchyard::start_with_args(
         &config,

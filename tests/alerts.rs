@@ -13,7 +13,7 @@ use std::time::Duration;
 use support::envoy::{
     debian_tool, envoy_binary, eventually, free_port, Envoy, Process, Switchyard, Upstream,
 };
-use support::{eds_cluster, listener_item, rds_listener, route_to, write};
+use support::{listener_item, write, write_mesh};
 
 fn deploy(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -67,41 +67,36 @@ fn panel_queries() -> Vec<(String, String)> {
     out
 }
 
-/// Prometheus's answer to `query` (the `data.result` list).
-async fn query(port: u16, query: &str) -> Vec<serde_json::Value> {
+/// The list under `data.<key>` of Prometheus's answer to `GET /api/v1/<path>?<params>`
+/// (empty when it does not answer).
+async fn api(port: u16, path: &str, params: &[(&str, &str)], key: &str) -> Vec<serde_json::Value> {
     let answer: Option<serde_json::Value> = async {
-        reqwest::Client::new()
-            .get(format!("http://127.0.0.1:{port}/api/v1/query"))
-            .query(&[("query", query)])
+        let text = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{port}/api/v1/{path}"))
+            .query(params)
             .send()
             .await
             .ok()?
             .text()
             .await
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
+            .ok()?;
+        serde_json::from_str(&text).ok()
     }
     .await;
     answer
-        .and_then(|a| a["data"]["result"].as_array().cloned())
+        .and_then(|a| a["data"][key].as_array().cloned())
         .unwrap_or_default()
+}
+
+/// Prometheus's answer to `query` (the `data.result` list).
+async fn query(port: u16, query: &str) -> Vec<serde_json::Value> {
+    api(port, "query", &[("query", query)], "result").await
 }
 
 /// The alerts Prometheus has firing, by name.
 async fn firing(port: u16) -> Vec<String> {
-    let answer: Option<serde_json::Value> = async {
-        reqwest::get(format!("http://127.0.0.1:{port}/api/v1/alerts"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-    }
-    .await;
-    answer
-        .and_then(|a| a["data"]["alerts"].as_array().cloned())
-        .unwrap_or_default()
+    api(port, "alerts", &[], "alerts")
+        .await
         .iter()
         .filter(|a| a["state"] == "firing")
         .filter_map(|a| a["labels"]["alertname"].as_str().map(str::to_string))
@@ -121,13 +116,7 @@ async fn a_live_prometheus_fires_the_nack_alert_and_every_panel_has_data() {
     std::fs::create_dir_all(&config).expect("mkdir");
     std::fs::create_dir_all(&certs).expect("mkdir");
     let listener = free_port();
-    write(&config, "a.yaml", &eds_cluster("a", "1s", upstream.port));
-    write(
-        &config,
-        "listener.yaml",
-        &rds_listener("http", listener, "main"),
-    );
-    write(&config, "routes.yaml", &route_to("main", "a"));
+    write_mesh(&config, upstream.port, listener);
     // A secret read from files, for the certificate panel.
     let ca = support::certs::Ca::new("alerts test CA");
     ca.leaf(&["edge.example"], &[]).write(&certs, "edge");

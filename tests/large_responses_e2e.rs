@@ -97,34 +97,21 @@ async fn every_endpoint_arrives_in_parts(api: Api) {
         envoy.stat("cluster_manager.cds.update_rejected").await,
         Some(0)
     );
-    let metrics = reqwest::get(format!(
-        "http://127.0.0.1:{}/metrics",
-        switchyard.admin_port
-    ))
-    .await
-    .expect("metrics")
-    .text()
-    .await
-    .expect("text");
     let eds = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-    let split = metrics
-        .lines()
-        .find(|l| {
-            l.starts_with(&format!(
-                "switchyard_responses_split_total{{type_url=\"{eds}\"}}"
-            ))
-        })
-        .and_then(|l| l.rsplit_once(' '))
-        .and_then(|(_, v)| v.parse::<u64>().ok());
+    let split = switchyard
+        .metric(&format!(
+            "switchyard_responses_split_total{{type_url=\"{eds}\"}}"
+        ))
+        .await;
     assert!(
-        split.is_some_and(|n| n >= 2),
+        split.is_some_and(|n| n >= 2.0),
         "EDS split in 3 parts or more: {split:?}"
     );
     println!(
         "{api:?}: {} hosts in {:?}, {} EDS parts beyond the first",
         CLUSTERS * HOSTS,
         all,
-        split.unwrap_or(0)
+        split.unwrap_or(0.0)
     );
 }
 

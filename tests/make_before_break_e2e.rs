@@ -187,19 +187,7 @@ impl Setup {
 
     /// The value of a Switchyard metric line starting with `prefix`, if present.
     async fn metric(&self, prefix: &str) -> Option<f64> {
-        let text = reqwest::get(format!(
-            "http://127.0.0.1:{}/metrics",
-            self.switchyard.admin_port
-        ))
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
+        self.switchyard.metric(prefix).await
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use support::certs::Ca;
 use support::envoy::{envoy_binary, eventually, free_port, http_get, Envoy, Switchyard, Upstream};
-use support::{eds_cluster, rds_listener, route_to, write};
+use support::write_mesh;
 
 /// Write a CA, a server certificate for `localhost` and a client certificate for
 /// `spiffe://test/<client_id>` under `dir`.
@@ -42,13 +42,7 @@ async fn e2e_envoy_over_mutual_tls_is_served_and_an_impostor_is_refused() {
     let config = dir.path().join("config");
     std::fs::create_dir(&config).expect("mkdir");
     let listener = free_port();
-    write(&config, "a.yaml", &eds_cluster("a", "1s", upstream.port));
-    write(
-        &config,
-        "listener.yaml",
-        &rds_listener("http", listener, "main"),
-    );
-    write(&config, "routes.yaml", &route_to("main", "a"));
+    write_mesh(&config, upstream.port, listener);
     // The certificate names node `tls-edge`.
     certificates(dir.path(), "tls-edge");
     let d = dir.path();

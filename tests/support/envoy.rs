@@ -290,6 +290,21 @@ impl Switchyard {
         serde_json::from_str(&text).ok()
     }
 
+    /// The value of the first `/metrics` line starting with `prefix` (a series with its
+    /// labels), if present.
+    pub async fn metric(&self, prefix: &str) -> Option<f64> {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.admin_port))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
     /// `switchyard status --admin-addr <this server's>` with `args`: (exit code, stdout).
     pub fn status_command(&self, args: &[&str]) -> (Option<i32>, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))

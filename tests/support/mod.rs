@@ -199,6 +199,19 @@ impl Drop for TestServer {
     }
 }
 
+/// A small mesh in `dir`: cluster `a` (EDS) to `upstream_port` (a.yaml), listener `http` on
+/// `listener_port` with RDS `main` (listener.yaml), and route configuration `main` to `a`
+/// (routes.yaml).
+pub fn write_mesh(dir: &Path, upstream_port: u16, listener_port: u16) {
+    write(dir, "a.yaml", &eds_cluster("a", "1s", upstream_port));
+    write(
+        dir,
+        "listener.yaml",
+        &rds_listener("http", listener_port, "main"),
+    );
+    write(dir, "routes.yaml", &route_to("main", "a"));
+}
+
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write config file");

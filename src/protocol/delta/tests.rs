@@ -238,22 +238,9 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
     assert_eq!(bad.removed, ["c"]);
     s.handle_request(nack(Cluster, &bad.nonce, "a is broken"))
         .expect("nack");
-    let changed = match s.state(Cluster) {
-        SyncState::Nacked { changed, .. } => Arc::clone(changed),
-        other => panic!("not NACKed: {other:?}"),
-    };
+    let (changed, named) = crate::testing::rejected_changes(s.state(Cluster));
     // What the rejected response changed: `a` (its removal of `c` brought nothing).
-    let named: Vec<_> = changed
-        .iter()
-        .map(|c| {
-            (
-                c.resource.name.as_str(),
-                c.resource.version.as_str(),
-                c.added,
-            )
-        })
-        .collect();
-    assert_eq!(named, [("a", version(Cluster, "a", "2").as_str(), false)]);
+    assert_eq!(named, [("a".into(), version(Cluster, "a", "2"), false)]);
     assert_eq!(
         s.state(Cluster),
         &SyncState::Nacked {

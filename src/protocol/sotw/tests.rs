@@ -164,23 +164,10 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
     let v2 = s.poll_response(Instant::now()).expect("v2");
     s.handle_request(nack(Cluster, &v1.version, &v2.nonce, "bad cluster"))
         .expect("nack");
-    let changed = match s.state(Cluster) {
-        SyncState::Nacked { changed, .. } => Arc::clone(changed),
-        other => panic!("not NACKed: {other:?}"),
-    };
+    let (changed, named) = crate::testing::rejected_changes(s.state(Cluster));
     // What the rejected response changed against what the client ran: `c`, not added.
-    let named: Vec<_> = changed
-        .iter()
-        .map(|c| {
-            (
-                c.resource.name.as_str(),
-                c.resource.version.as_str(),
-                c.added,
-            )
-        })
-        .collect();
     let bad = crate::testing::resource(Cluster, "c", "bad").version;
-    assert_eq!(named, [("c", bad.as_str(), false)]);
+    assert_eq!(named, [("c".into(), bad, false)]);
     assert_eq!(
         s.state(Cluster),
         &SyncState::Nacked {
@@ -1097,11 +1084,8 @@ fn p5_a_nack_of_a_part_names_that_part_and_the_rest_follows() {
         ..req(Endpoint, &wanted, "", &first.nonce)
     };
     s.handle_request(rejected).expect("nack");
-    let changed = match s.state(Endpoint) {
-        SyncState::Nacked { changed, .. } => Arc::clone(changed),
-        other => panic!("{other:?}"),
-    };
-    let named: Vec<&str> = changed.iter().map(|c| c.resource.name.as_str()).collect();
+    let (_, named) = crate::testing::rejected_changes(s.state(Endpoint));
+    let named: Vec<&str> = named.iter().map(|(n, _, _)| n.as_str()).collect();
     assert_eq!(named, ["a", "b"]);
     let next = drain(&mut s);
     assert_eq!(names(&next[0]), ["c", "d"]);
