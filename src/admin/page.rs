@@ -443,6 +443,47 @@ mod tests {
         );
     }
 
+    /// A NACK names what it rejected, where it is written (escaped); the certificates read from
+    /// files and streams turned away show with the config.
+    #[test]
+    fn a_nack_shows_what_it_rejected_and_certificates_and_admission_show() {
+        let mut status = fleet(3);
+        let cds = status.nodes[1].types.get_mut("CDS").expect("CDS");
+        cds.state = SyncStatus::Nacked;
+        cds.rejected_changes = vec![crate::fleet::RejectedChange {
+            resource: "clusters.yaml: clusters[1] \"<b>\"".into(),
+            change: "added".into(),
+            file_changed_at: Some("2026-12-01T10:00:00Z".into()),
+        }];
+        status.certificates = vec![crate::admin::CertificateStatus {
+            secret: "edge".into(),
+            role: "certificate_chain".into(),
+            file: "/etc/certs/tls.crt".into(),
+            subject: "CN=edge".into(),
+            serial: "0A1B".into(),
+            not_after: "2026-12-05T00:00:00Z".into(),
+            state: "expiring".into(),
+        }];
+        status.new_streams = Some(crate::admin::NewStreamsStatus {
+            per_second: 10,
+            burst: 20,
+            turned_away: 7,
+        });
+        let html = render(&status, &PageQuery::default());
+        assert!(
+            html.contains(
+                "<li>clusters.yaml: clusters[1] &quot;&lt;b&gt;&quot; (added; the file changed \
+                 at 2026-12-01T10:00:00Z)</li>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("<li class=\"bad\">edge certificate_chain: serial 0A1B"),
+            "{html}"
+        );
+        assert!(html.contains("7 turned away past 10 a second"), "{html}");
+    }
+
     /// The order of rows in the page's table: the node ids as they appear.
     fn row_ids(html: &str) -> Vec<String> {
         html.split("<tr><td><a href=\"/config_dump?node=")

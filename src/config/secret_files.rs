@@ -209,7 +209,13 @@ pub(super) fn fill(
 /// Write `text` at `parent.field` of the secret, as a DataSource's `inline_string`; the same
 /// field written in the secret too is an error.
 fn put(secret: &mut Mapping, parent: &str, field: &str, text: String) -> Result<(), String> {
-    let parent_key = Value::from(parent);
+    // The message as the secret spells it (`tls_certificate` or `tlsCertificate`), if it does.
+    let camel_parent = camel_case(parent);
+    let parent_key = if secret.contains_key(camel_parent.as_str()) {
+        Value::from(camel_parent)
+    } else {
+        Value::from(parent)
+    };
     let entry = secret
         .entry(parent_key)
         .or_insert_with(|| Value::Mapping(Mapping::new()));

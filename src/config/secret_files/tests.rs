@@ -205,7 +205,7 @@ fn a_field_given_inline_and_from_a_file_is_an_error() {
     let (cert, _, _) = certificate("ca", &[7]);
     let ca = write(dir.path(), "ca.crt", &cert);
     let mut secret = item(&format!(
-        "name: edge\nswitchyard_files: {{trusted_ca: {ca}}}\nvalidation_context: {{trustedCa: {{inline_string: x}}}}\n"
+        "name: edge\nswitchyard_files: {{trusted_ca: {ca}}}\nvalidationContext: {{trustedCa: {{inline_string: x}}}}\n"
     ));
     let (field, message) = fill_at(&mut secret, at(0)).expect_err("twice");
     assert_eq!(field, "switchyard_files.trusted_ca");

@@ -110,9 +110,13 @@ impl Got {
 }
 
 /// One ADS stream as the simulated Envoy drives it (SotW or delta).
-trait Client {
+trait Client: Sized {
     type Flavor: Flavor;
-    fn open(ordering: Ordering) -> Self;
+    fn open(ordering: Ordering) -> Self {
+        Self::open_limited(ordering, crate::protocol::DEFAULT_MAX_RESPONSE_BYTES)
+    }
+    /// A stream splitting responses over `limit` bytes (`--max-response-bytes`).
+    fn open_limited(ordering: Ordering, limit: usize) -> Self;
     fn stream(&self) -> &Stream<Self::Flavor>;
     fn stream_mut(&mut self) -> &mut Stream<Self::Flavor>;
     /// Ask for exactly `names` of `kind` (for CDS and LDS: the wildcard).
@@ -184,9 +188,9 @@ impl Sotw {
 
 impl Client for Sotw {
     type Flavor = crate::protocol::Sotw;
-    fn open(ordering: Ordering) -> Sotw {
+    fn open_limited(ordering: Ordering, limit: usize) -> Sotw {
         Sotw {
-            s: SotwStream::with_ordering(Variant::Aggregated, ordering),
+            s: SotwStream::with_ordering(Variant::Aggregated, ordering).with_response_limit(limit),
             names: BTreeMap::new(),
             last: BTreeMap::new(),
         }
@@ -275,9 +279,9 @@ impl Delta {
 
 impl Client for Delta {
     type Flavor = crate::protocol::Delta;
-    fn open(ordering: Ordering) -> Delta {
+    fn open_limited(ordering: Ordering, limit: usize) -> Delta {
         Delta {
-            s: DeltaStream::with_ordering(Variant::Aggregated, ordering),
+            s: DeltaStream::with_ordering(Variant::Aggregated, ordering).with_response_limit(limit),
             names: BTreeMap::new(),
         }
     }
@@ -471,7 +475,12 @@ fn silent_on_cds(g: &Got) -> Answer {
 impl<C: Client> Envoy<C> {
     /// Connect with wildcard CDS and LDS, take `mesh` and run until quiet.
     fn start(ordering: Ordering, first: Arc<Snapshot>) -> Envoy<C> {
-        let mut client = C::open(ordering);
+        Envoy::start_with(C::open(ordering), first)
+    }
+
+    /// The same on `client`.
+    fn start_with(client: C, first: Arc<Snapshot>) -> Envoy<C> {
+        let mut client = client;
         client.snapshot(first);
         client.set_names(Cluster, &BTreeSet::new());
         client.set_names(Listener, &BTreeSet::new());
@@ -622,7 +631,52 @@ sotw_and_delta!(
     p30_endpoints_only_change_is_one_response_and_no_plan,
     p30_ordering_off_sends_everything_at_once,
     p29_p30_model_a_simulated_envoy_never_routes_to_a_cluster_it_lacks,
+    p30_endpoints_split_for_the_response_limit_still_go_before_the_route,
 );
+
+/// Content large enough that two ClusterLoadAssignments fill a 2 KiB response.
+const BIG: &str = "a-very-long-endpoint-list-a-very-long-endpoint-list-a-very-long-endpoint-list-\
+                   a-very-long-endpoint-list-a-very-long-endpoint-list-a-very-long-endpoint-list-\
+                   a-very-long-endpoint-list-a-very-long-endpoint-list-a-very-long-endpoint-list-\
+                   a-very-long-endpoint-list-a-very-long-endpoint-list-a-very-long-endpoint-list-\
+                   a-very-long-endpoint-list-a-very-long-endpoint-list-a-very-long-endpoint-list";
+
+/// Five new clusters whose endpoints go in several EDS responses (the response limit), and
+/// the route moved to the last of them: the route still goes only once its cluster is warm
+/// (the simulated Envoy fails the run otherwise, P29), each EDS part after the ACK of the
+/// one before, and the plan completes.
+fn p30_endpoints_split_for_the_response_limit_still_go_before_the_route<C: Client>() {
+    let client = C::open_limited(Ordering::default(), 2048);
+    let mut envoy = Envoy::start_with(client, base().snapshot());
+    let new = Mesh {
+        clusters: vec![
+            ("x", "1"),
+            ("y1", BIG),
+            ("y2", BIG),
+            ("y3", BIG),
+            ("y4", BIG),
+            ("y5", BIG),
+        ],
+        routes: vec![("r", "y5")],
+        ..base()
+    };
+    envoy.client.snapshot(new.snapshot());
+    envoy.run(Instant::now());
+    let t = envoy.trace();
+    let parts = envoy.log.iter().filter(|g| g.kind == Endpoint).count();
+    assert!(parts >= 3, "EDS in parts: {t:?}");
+    let eds_y5 = envoy.first(sends(Endpoint, "y5")).expect("EDS of y5");
+    let rds = envoy.first(sends(Route, "r")).expect("RDS r");
+    assert!(eds_y5 < rds, "{t:?}");
+    assert_eq!(envoy.client.plan(), None, "the plan completed");
+    let events = envoy.client.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Split { kind: Endpoint, .. })),
+        "{events:?}"
+    );
+}
 
 fn base() -> Mesh {
     Mesh {
