@@ -308,7 +308,9 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
                         let _ = write!(html, "<div class=\"err\">{}</div>", esc(e));
                     }
                     if !t.rejected_changes.is_empty() {
-                        html.push_str("<div class=\"err\">rejected changes:<ul>");
+                        html.push_str(
+                            "<div class=\"err\">what it changed, against what the proxy runs:<ul>",
+                        );
                         for c in &t.rejected_changes {
                             let _ = write!(html, "<li>{}</li>", esc(&c.text()));
                         }
