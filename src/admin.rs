@@ -283,10 +283,14 @@ impl From<&TypeReport> for TypeStatusJson {
             version_sent: t.version_sent.clone(),
             version_acked: t.version_acked.clone(),
             nonce: t.nonce.clone(),
-            error: t.error.clone(),
-            rejected_version: t.rejected_version.clone(),
-            rejected_changes: t.rejected_changes.clone(),
-            oversized_bytes: t.oversized_bytes,
+            error: t.nack.as_ref().map(|n| n.error.clone()),
+            rejected_version: t.nack.as_ref().map(|n| n.rejected_version.clone()),
+            rejected_changes: t
+                .nack
+                .as_ref()
+                .map(|n| n.rejected_changes.clone())
+                .unwrap_or_default(),
+            oversized_bytes: t.oversized_bytes.map(|n| n as usize),
             last_change: format_time(t.last_change),
         }
     }

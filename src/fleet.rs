@@ -179,20 +179,28 @@ pub struct TypeReport {
     pub version_sent: String,
     pub version_acked: String,
     pub nonce: String,
-    /// For `NACKED`: the proxy's error text and the version it rejected.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rejected_version: Option<String>,
-    /// For `NACKED`: what the rejected response added or changed against what the proxy
-    /// held, and where each is written.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rejected_changes: Vec<RejectedChange>,
+    /// For `NACKED`: what the proxy said (boxed: every stream keeps a report per type, and
+    /// almost none is NACKed).
+    #[serde(flatten)]
+    pub nack: Option<Box<NackReport>>,
     /// The size of the latest response when it went over `--max-response-bytes` whole.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub oversized_bytes: Option<usize>,
+    pub oversized_bytes: Option<u32>,
     #[serde(serialize_with = "rfc3339")]
     pub last_change: SystemTime,
+}
+
+/// A NACK of the latest response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NackReport {
+    /// The proxy's error text.
+    pub error: String,
+    /// The version it rejected.
+    pub rejected_version: String,
+    /// What the rejected response added or changed against what the proxy held, and where
+    /// each is written.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected_changes: Vec<RejectedChange>,
 }
 
 /// A resource a rejected response added or changed, and where it is written.
@@ -243,28 +251,25 @@ impl RejectedChange {
 
 impl TypeReport {
     fn new(status: &TypeStatus, now: SystemTime) -> TypeReport {
-        let (error, rejected_version, rejected_changes) = match &status.state {
+        let nack = match &status.state {
             SyncState::Nacked {
-                error,
+                nack,
                 rejected_version,
-                changed,
                 ..
-            } => (
-                Some(error.clone()),
-                Some(rejected_version.clone()),
-                RejectedChange::list(changed),
-            ),
-            _ => (None, None, Vec::new()),
+            } => Some(Box::new(NackReport {
+                error: nack.error.clone(),
+                rejected_version: rejected_version.clone(),
+                rejected_changes: RejectedChange::list(&nack.changed),
+            })),
+            _ => None,
         };
         TypeReport {
             state: SyncStatus::from(&status.state),
             version_sent: status.state.sent_version().unwrap_or_default().to_string(),
             version_acked: status.acked_version.clone(),
             nonce: status.state.nonce().unwrap_or_default().to_string(),
-            error,
-            rejected_version,
-            rejected_changes,
-            oversized_bytes: status.oversized,
+            nack,
+            oversized_bytes: status.oversized.and_then(|n| u32::try_from(n).ok()),
             last_change: now,
         }
     }
@@ -274,19 +279,19 @@ impl TypeReport {
     fn matches(&self, status: &TypeStatus) -> bool {
         let (error, rejected_version) = match &status.state {
             SyncState::Nacked {
-                error,
+                nack,
                 rejected_version,
                 ..
-            } => (Some(error.as_str()), Some(rejected_version.as_str())),
+            } => (Some(nack.error.as_str()), Some(rejected_version.as_str())),
             _ => (None, None),
         };
         self.state == SyncStatus::from(&status.state)
             && self.version_sent == status.state.sent_version().unwrap_or_default()
             && self.version_acked == status.acked_version
             && self.nonce == status.state.nonce().unwrap_or_default()
-            && self.error.as_deref() == error
-            && self.rejected_version.as_deref() == rejected_version
-            && self.oversized_bytes == status.oversized
+            && self.nack.as_ref().map(|n| n.error.as_str()) == error
+            && self.nack.as_ref().map(|n| n.rejected_version.as_str()) == rejected_version
+            && self.oversized_bytes.map(|n| n as usize) == status.oversized
     }
 }
 
@@ -490,29 +495,31 @@ mod tests {
                         nonce: "1".into(),
                         rejected_version: "v1".into(),
                         accepted_version: "v0".into(),
-                        error: "bad".into(),
-                        changed: Arc::from([Changed {
-                            resource: Arc::new(
-                                crate::resource::Resource::new(
-                                    ResourceType::Cluster,
-                                    "b",
-                                    "v1",
-                                    Vec::new(),
-                                    None,
-                                )
-                                .with_origin(
-                                    Arc::new(crate::resource::SourceFile {
-                                        path: "snap/clusters.yaml".into(),
-                                        modified: Some(
-                                            SystemTime::UNIX_EPOCH
-                                                + Duration::from_secs(1_800_000_000),
-                                        ),
-                                    }),
-                                    1,
+                        nack: Arc::new(crate::protocol::Nack {
+                            error: "bad".into(),
+                            changed: Arc::from([Changed {
+                                resource: Arc::new(
+                                    crate::resource::Resource::new(
+                                        ResourceType::Cluster,
+                                        "b",
+                                        "v1",
+                                        Vec::new(),
+                                        None,
+                                    )
+                                    .with_origin(
+                                        Arc::new(crate::resource::SourceFile {
+                                            path: "snap/clusters.yaml".into(),
+                                            modified: Some(
+                                                SystemTime::UNIX_EPOCH
+                                                    + Duration::from_secs(1_800_000_000),
+                                            ),
+                                        }),
+                                        1,
+                                    ),
                                 ),
-                            ),
-                            added: true,
-                        }]),
+                                added: true,
+                            }]),
+                        }),
                     },
                     acked_version: "v0".into(),
                     oversized: None,
@@ -523,7 +530,10 @@ mod tests {
         let cds = fleet.reports()[0].types["CDS"].clone();
         assert_eq!(cds.state, SyncStatus::Nacked);
         assert_eq!(
-            cds.rejected_changes
+            cds.nack
+                .as_ref()
+                .map(|n| n.rejected_changes.as_slice())
+                .unwrap_or_default()
                 .iter()
                 .map(RejectedChange::text)
                 .collect::<Vec<_>>(),
@@ -532,8 +542,11 @@ mod tests {
             ],
             "the NACK names where what it rejected is written"
         );
-        assert_eq!(cds.error.as_deref(), Some("bad"));
-        assert_eq!(cds.rejected_version.as_deref(), Some("v1"));
+        let nack = cds.nack.as_ref().expect("NACKed");
+        assert_eq!(
+            (nack.error.as_str(), nack.rejected_version.as_str()),
+            ("bad", "v1")
+        );
         assert_eq!(cds.version_acked, "v0");
         assert!(cds.last_change > SystemTime::UNIX_EPOCH);
         drop(handle);

@@ -115,7 +115,7 @@ impl Observation {
                         (
                             r.node_id.clone(),
                             kind.to_string(),
-                            t.error.clone().unwrap_or_default(),
+                            t.nack.as_ref().map(|n| n.error.clone()).unwrap_or_default(),
                         )
                     });
             }

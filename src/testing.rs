@@ -97,9 +97,10 @@ pub type Named = (String, String, bool);
 pub fn rejected_changes(
     state: &crate::protocol::SyncState,
 ) -> (Arc<[crate::protocol::Changed]>, Vec<Named>) {
-    let crate::protocol::SyncState::Nacked { changed, .. } = state else {
+    let crate::protocol::SyncState::Nacked { nack, .. } = state else {
         panic!("not NACKed: {state:?}");
     };
+    let changed = &nack.changed;
     let named = changed
         .iter()
         .map(|c| (c.resource.name.clone(), c.resource.version.clone(), c.added))

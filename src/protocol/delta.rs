@@ -574,10 +574,9 @@ impl Delta {
 
         // Over the response limit: what fits goes now (removals all, they are names), the
         // rest on the next response, after the client's answer to this one.
-        let listed: Vec<&Arc<Resource>> = send.values().map(|(r, _)| *r).collect();
-        let count = core.fit(kind, &listed, true);
-        if count < listed.len() {
-            let left: Vec<String> = listed[count..].iter().map(|r| r.name.clone()).collect();
+        let count = core.fit(kind, send.values().map(|(r, _)| r.as_ref()), true);
+        if count < send.len() {
+            let left: Vec<String> = send.keys().skip(count).map(|n| n.to_string()).collect();
             for name in left {
                 if let Some((_, heartbeat)) = send.remove(name.as_str()) {
                     // A heartbeat left out stays due; a resource goes on the next response.

@@ -152,11 +152,19 @@ pub enum SyncState {
         nonce: String,
         rejected_version: String,
         accepted_version: String,
-        error: String,
-        /// What the rejected response added or changed against what the client held:
-        /// where the cause is.
-        changed: Arc<[Changed]>,
+        /// The proxy's error text, and what the rejected response changed (behind one
+        /// pointer: every stream keeps a state per type).
+        nack: Arc<Nack>,
     },
+}
+
+/// What a client said of a response it rejected, and what that response changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nack {
+    pub error: String,
+    /// What the rejected response added or changed against what the client held: where the
+    /// cause is.
+    pub changed: Arc<[Changed]>,
 }
 
 /// A resource a response added or changed against what the client held.

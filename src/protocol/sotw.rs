@@ -61,7 +61,8 @@ struct TypeState {
     refresh_at: Option<Instant>,
     /// Names `given` counts that the client does not have yet: the rest of a response split
     /// for the response limit, sent on its next request.
-    owed: BTreeSet<String>,
+    /// Boxed: almost always empty, and every stream keeps one per type.
+    owed: Option<Box<BTreeSet<String>>>,
 }
 
 /// What a client has of one type: exactly what `subscription` selects from `snapshot`.
@@ -76,6 +77,11 @@ struct Given {
 }
 
 impl TypeState {
+    /// Whether `name` is of the rest of a split response, still to send.
+    fn owes(&self, name: &str) -> bool {
+        self.owed.as_ref().is_some_and(|o| o.contains(name))
+    }
+
     /// What the latest response brought the client, each with what it had of that name
     /// before: what it added or changed, or (`whole`, for LDS/CDS, whose responses carry the
     /// whole set) everything in it. Only asked for on a NACK, or on an ACK while the client
@@ -99,7 +105,7 @@ impl TypeState {
         };
         brought
             .into_iter()
-            .filter(|r| !self.owed.contains(&r.name))
+            .filter(|r| !self.owes(&r.name))
             .map(|r| (Arc::clone(r), previous(&r.name)))
             .collect()
     }
@@ -277,7 +283,7 @@ impl Flavor for Sotw {
 
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
         let st = &self.types[kind.index()];
-        !st.owed.contains(name)
+        !st.owes(name)
             && st.given.as_ref().is_some_and(|g| {
                 g.subscription.covers(name)
                     && g.snapshot
@@ -380,7 +386,7 @@ impl Sotw {
             Some(given)
                 if !rewarm
                     && !refresh
-                    && st.owed.is_empty()
+                    && st.owed.is_none()
                     && Arc::ptr_eq(&given.snapshot, current)
                     && given.subscription == st.subscription =>
             {
@@ -403,7 +409,7 @@ impl Sotw {
                 // again (P9).
                 let mut fresh = given.lacks(&selected, |n| {
                     st.rewarm.contains(n)
-                        || st.owed.contains(n)
+                        || st.owes(n)
                         || (refresh && current.resources.get(n).is_some_and(|r| r.ttl.is_some()))
                 });
                 if given.snapshot.version != current.version && core.has_rejected(kind) {
@@ -428,7 +434,7 @@ impl Sotw {
                 }
                 if fresh.is_empty() {
                     st.given = Some(Given::new(current, &st.subscription));
-                    st.owed.clear();
+                    st.owed = None;
                     return None;
                 }
                 (fresh, version_of(&st.subscription, current, &selected))
@@ -441,16 +447,15 @@ impl Sotw {
         // it never claims what is still to come (P13: a client back with it is sent the rest).
         let mut payload = payload;
         let mut version = version;
-        let count = core.fit(kind, &payload, !full_state);
-        st.owed.clear();
+        let count = core.fit(kind, payload.iter().map(|r| r.as_ref()), !full_state);
+        st.owed = None;
         if count < payload.len() {
-            st.owed = payload[count..].iter().map(|r| r.name.clone()).collect();
+            let owed: BTreeSet<String> = payload[count..].iter().map(|r| r.name.clone()).collect();
+            st.owed = Some(Box::new(owed));
             payload.truncate(count);
             let selected = st.subscription.select(current);
-            let held: Vec<&Arc<Resource>> = selected
-                .into_iter()
-                .filter(|r| !st.owed.contains(&r.name))
-                .collect();
+            let held: Vec<&Arc<Resource>> =
+                selected.into_iter().filter(|r| !st.owes(&r.name)).collect();
             version = selection_version(&held);
         }
 

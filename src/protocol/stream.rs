@@ -115,8 +115,9 @@ struct TypeSync {
     /// and what the response in flight brings it to.
     refs_acked: Arc<BTreeSet<Reference>>,
     refs_sent: Option<Arc<BTreeSet<Reference>>>,
-    /// The size of the latest response, when it went over the limit whole.
-    oversized: Option<usize>,
+    /// The size of the latest response, when it went over the limit whole (4 bytes: every
+    /// stream keeps one per type).
+    oversized: Option<std::num::NonZeroU32>,
 }
 
 impl<F: Flavor> Stream<F> {
@@ -175,7 +176,7 @@ impl<F: Flavor> Stream<F> {
         t.requested.then(|| TypeStatus {
             state: t.state.clone(),
             acked_version: t.acked_version.clone(),
-            oversized: t.oversized,
+            oversized: t.oversized.map(|n| n.get() as usize),
         })
     }
 
@@ -397,35 +398,38 @@ impl Core {
     /// How many of `resources` (in order) the next response of `kind` carries: all of them
     /// when they fit the limit or `splittable` is false; else as many as fit, at least one.
     /// Reports a split, or a response that goes over the limit whole.
-    pub fn fit(
+    pub fn fit<'a>(
         &mut self,
         kind: ResourceType,
-        resources: &[&Arc<Resource>],
+        resources: impl Iterator<Item = &'a Resource> + Clone,
         splittable: bool,
     ) -> usize {
         let limit = self.max_response_bytes;
-        let total: usize = resources.iter().map(|r| super::response_cost(r)).sum();
+        let (mut all, mut total) = (0usize, 0usize);
+        for r in resources.clone() {
+            all += 1;
+            total = total.saturating_add(super::response_cost(r));
+        }
         if total <= limit.saturating_sub(super::RESPONSE_OVERHEAD) {
             self.types[kind.index()].oversized = None;
-            return resources.len();
+            return all;
         }
         let count = if splittable {
-            super::fitting(resources.iter().map(|r| r.as_ref()), limit)
+            super::fitting(resources.clone(), limit)
         } else {
-            resources.len()
+            all
         };
-        let sent: usize = resources[..count]
-            .iter()
-            .map(|r| super::response_cost(r))
-            .sum();
-        if count < resources.len() {
+        let sent: usize = resources.take(count).map(super::response_cost).sum();
+        if count < all {
             self.events.push_back(Event::Split {
                 kind,
                 sent: count,
-                left: resources.len() - count,
+                left: all - count,
             });
         }
-        self.types[kind.index()].oversized = (sent > limit).then_some(sent);
+        self.types[kind.index()].oversized = (sent > limit)
+            .then(|| std::num::NonZeroU32::new(u32::try_from(sent).unwrap_or(u32::MAX)))
+            .flatten();
         if sent > limit {
             self.events.push_back(Event::Oversized {
                 kind,
@@ -528,8 +532,10 @@ impl Core {
             nonce,
             rejected_version: rejected.clone(),
             accepted_version: accepted,
-            error: error.clone(),
-            changed: Arc::clone(&changed),
+            nack: Arc::new(super::Nack {
+                error: error.clone(),
+                changed: Arc::clone(&changed),
+            }),
         };
         self.events.push_back(Event::Nacked {
             kind,

@@ -93,9 +93,13 @@ fn report(node: &str, generation: u64, cds: &str) -> StreamReport {
                 version_sent: "v".into(),
                 version_acked: "v".into(),
                 nonce: "1".into(),
-                error: (cds == "NACKED").then(|| "no".to_string()),
-                rejected_version: None,
-                rejected_changes: Vec::new(),
+                nack: (cds == "NACKED").then(|| {
+                    Box::new(crate::fleet::NackReport {
+                        error: "no".into(),
+                        rejected_version: "v".into(),
+                        rejected_changes: Vec::new(),
+                    })
+                }),
                 oversized_bytes: None,
                 last_change: SystemTime::now(),
             },

@@ -207,9 +207,9 @@ fn resource_config(
         last_updated,
         config_status: config_status as i32,
         client_status: client_status as i32,
-        error_state: t.error.as_ref().map(|e| UpdateFailureState {
-            details: e.clone(),
-            version_info: t.rejected_version.clone().unwrap_or_default(),
+        error_state: t.nack.as_ref().map(|n| UpdateFailureState {
+            details: n.error.clone(),
+            version_info: n.rejected_version.clone(),
             ..Default::default()
         }),
         ..Default::default()
@@ -253,9 +253,7 @@ mod tests {
                 version_sent: "v".into(),
                 version_acked: "v".into(),
                 nonce: "1".into(),
-                error: None,
-                rejected_version: None,
-                rejected_changes: Vec::new(),
+                nack: None,
                 oversized_bytes: None,
                 last_change: std::time::SystemTime::UNIX_EPOCH,
             },

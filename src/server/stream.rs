@@ -113,6 +113,27 @@ pub fn spawn<M: Machine>(
     conn: ConnInfo,
 ) -> Responses {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+    // A reconnect storm is let in at the admission rate; the excess is told at once to come
+    // back, without a task.
+    if let Some(bucket) = &shared.admission {
+        let verdict = bucket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admit(std::time::Instant::now());
+        if let Admit::No(log) = verdict {
+            let peer = conn
+                .remote
+                .map_or_else(|| "unknown".to_string(), |p| p.to_string());
+            shared
+                .telemetry
+                .limit_reached(Limit::NewStreams { peer: &peer, log });
+            // The channel is empty and has room: this cannot fail.
+            let _ = tx.try_send(Outgoing::end(Status::resource_exhausted(
+                "too many new streams at once (--max-new-streams-per-second): retry with backoff",
+            )));
+            return ReceiverStream::new(rx);
+        }
+    }
     tokio::spawn(run::<M>(variant, shared, requests, conn, tx));
     ReceiverStream::new(rx)
 }
@@ -136,27 +157,10 @@ async fn run<M: Machine>(
         ordering,
         secrets,
         limits,
-        admission,
+        admission: _,
         identity,
         mut stop,
     } = shared;
-    // A reconnect storm is let in at the admission rate; the excess is told to come back.
-    if let Some(bucket) = &admission {
-        let verdict = bucket
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .admit(std::time::Instant::now());
-        if let Admit::No(log) = verdict {
-            telemetry.limit_reached(Limit::NewStreams { peer: &peer, log });
-            let _ = tx
-                .send(Outgoing::end(Status::resource_exhausted(
-                    "too many new streams at once (--max-new-streams-per-second): retry with \
-                     backoff",
-                )))
-                .await;
-            return;
-        }
-    }
     // Private key material goes to a client whose certificate is bound to its node (checked
     // on its first request), or to every client with --insecure-serve-secrets.
     let mut secrets = secrets;

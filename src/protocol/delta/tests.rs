@@ -247,8 +247,10 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
             nonce: bad.nonce.clone(),
             rejected_version: bad.system_version.clone(),
             accepted_version: first.system_version.clone(),
-            error: "a is broken".into(),
-            changed: Arc::clone(&changed),
+            nack: Arc::new(crate::protocol::Nack {
+                error: "a is broken".into(),
+                changed: Arc::clone(&changed),
+            }),
         }
     );
     assert_eq!(

@@ -174,8 +174,10 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
             nonce: v2.nonce.clone(),
             rejected_version: v2.version.clone(),
             accepted_version: v1.version.clone(),
-            error: "bad cluster".into(),
-            changed: Arc::clone(&changed),
+            nack: Arc::new(crate::protocol::Nack {
+                error: "bad cluster".into(),
+                changed: Arc::clone(&changed),
+            }),
         }
     );
     let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
