@@ -14,7 +14,7 @@ use support::envoy::{envoy_binary, eventually, http_get, Envoy, Switchyard, Upst
 use support::write_mesh;
 
 /// Upper bound on the storm.
-const STORM_LIMIT: Duration = Duration::from_secs(30);
+const STORM_LIMIT: Duration = Duration::from_secs(60);
 
 /// Open streams on `port` as fast as they are let in (each taking a token), until `stop`:
 /// how many were opened.
@@ -39,7 +39,8 @@ fn storm(port: u16, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<usize> {
                     held.remove(0);
                 }
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // A token comes back each second; taken within 5 ms, it is rarely Envoy's.
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         opened
     })
@@ -75,11 +76,11 @@ async fn e2e_envoy_turned_away_by_the_admission_rate_retries_and_syncs() {
     let envoy_dir = dir.path().join("envoy");
     std::fs::create_dir(&envoy_dir).expect("mkdir");
     let envoy = Envoy::start(&envoy_bin, switchyard.port, "storm-edge", &envoy_dir).await;
-    // Envoy's ADS streams (gRPC requests to its `switchyard` cluster): it keeps opening new
-    // ones, each turned away at once.
+    // Envoy's ADS streams (gRPC requests to its `switchyard` cluster): turned away, it opens
+    // another after its backoff (jittered: each wait drawn from 0 to 0.5 s, 1 s, 2 s, ...).
     let streams = "cluster.switchyard.upstream_rq_total";
-    let retried = eventually(Duration::from_secs(20), || async {
-        envoy.stat(streams).await.is_some_and(|n| n >= 3)
+    let retried = eventually(Duration::from_secs(40), || async {
+        envoy.stat(streams).await.is_some_and(|n| n >= 2)
     })
     .await;
     assert!(
