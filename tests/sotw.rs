@@ -828,7 +828,7 @@ async fn new_streams_past_the_admission_rate_are_turned_away_and_let_in_later() 
         &[("clusters.yaml", &eds_cluster("backend", "1s", 8080))],
         limits(switchyard::server::Limits {
             new_streams: Some(switchyard::server::admission::StreamRate {
-                per_second: 5,
+                per_second: 2,
                 burst: 2,
             }),
             ..Default::default()
@@ -856,15 +856,15 @@ async fn new_streams_past_the_admission_rate_are_turned_away_and_let_in_later() 
         .expect("the limit is shown");
     assert_eq!(
         (shown.per_second, shown.burst, shown.turned_away),
-        (5, 2, 1)
+        (2, 2, 1)
     );
     let (_, metrics) = server.admin_get("/metrics").await;
     assert!(
         metrics.contains("switchyard_limit_rejections_total{limit=\"new_streams\"} 1"),
         "{metrics}"
     );
-    // 5 a second: a retry after 300 ms is let in.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // 2 a second: a retry after 600 ms is let in.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     let mut retry = server.ads("third").await;
     retry.subscribe(Cluster, &[]).await;
     assert_eq!(names(&retry.recv_type(Cluster).await), ["backend"]);
