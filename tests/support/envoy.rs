@@ -83,8 +83,27 @@ pub fn debian_tool(var: &str, command: &str, package: &str) -> PathBuf {
     })
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1 for a process to listen on later (Envoy, a replica).
+///
+/// Taken below the kernel's ephemeral range (32768-60999 by default), so that no outgoing
+/// connection of the tests running beside this one takes it as its source port before the
+/// listener binds (`Address already in use`, seen under CI), and a different one at each
+/// call of this process, from an offset of its pid.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 21_000;
+    const SPAN: u32 = 11_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = (std::process::id() % 50) * 200;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let Ok(port) = u16::try_from(FIRST + (offset + n) % SPAN) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
