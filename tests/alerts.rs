@@ -11,7 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::envoy::{
-    debian_tool, envoy_binary, eventually, free_port, Envoy, Process, Switchyard, Upstream,
+    debian_tool, envoy_binary, eventually, free_port, get_json, Envoy, Process, Switchyard,
+    Upstream,
 };
 use support::{listener_item, write, write_mesh};
 
@@ -70,20 +71,8 @@ fn panel_queries() -> Vec<(String, String)> {
 /// The list under `data.<key>` of Prometheus's answer to `GET /api/v1/<path>?<params>`
 /// (empty when it does not answer).
 async fn api(port: u16, path: &str, params: &[(&str, &str)], key: &str) -> Vec<serde_json::Value> {
-    let answer: Option<serde_json::Value> = async {
-        let text = reqwest::Client::new()
-            .get(format!("http://127.0.0.1:{port}/api/v1/{path}"))
-            .query(params)
-            .send()
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        serde_json::from_str(&text).ok()
-    }
-    .await;
-    answer
+    get_json(&format!("http://127.0.0.1:{port}/api/v1/{path}"), params)
+        .await
         .and_then(|a| a["data"][key].as_array().cloned())
         .unwrap_or_default()
 }

@@ -166,16 +166,20 @@ fn provide_files(bootstrap: &mut Value, scratch: &Path) {
 }
 
 async fn admin_json(port: u16, path: &str) -> Option<Value> {
-    let text = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}{path}"))
-        .timeout(Duration::from_secs(2))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    serde_json::from_str(&text).ok()
+    support::envoy::get_json(&format!("http://127.0.0.1:{port}{path}"), &[]).await
+}
+
+/// A real Envoy on `config`, run from `scratch` (its relative paths), quietly, on one thread.
+fn envoy_command(envoy: &Path, scratch: &Path, config: &Path) -> Command {
+    let mut cmd = Command::new(envoy);
+    cmd.current_dir(scratch).arg("-c").arg(config).args([
+        "--disable-hot-restart",
+        "--log-level",
+        "warning",
+        "--concurrency",
+        "1",
+    ]);
+    cmd
 }
 
 /// What an Envoy holds: listeners, clusters and secrets by name (the resources themselves,
@@ -284,17 +288,7 @@ async fn run_case(envoy: &Path, path: &Path, scratch: &Path) -> (Step, String) {
     std::fs::write(&original_path, local.to_string()).expect("write");
 
     // The original, in a real Envoy.
-    let mut cmd = Command::new(envoy);
-    cmd.current_dir(scratch)
-        .arg("-c")
-        .arg(&original_path)
-        .args([
-            "--disable-hot-restart",
-            "--log-level",
-            "warning",
-            "--concurrency",
-            "1",
-        ]);
+    let cmd = envoy_command(envoy, scratch, &original_path);
     let mut first = Process::spawn("envoy", cmd, scratch.join("original.log"));
     let up = eventually(Duration::from_secs(15), || async move {
         admin_json(admin_port, "/config_dump").await.is_some()
@@ -352,17 +346,7 @@ async fn run_case(envoy: &Path, path: &Path, scratch: &Path) -> (Step, String) {
         &["--insecure-serve-secrets"],
     )
     .await;
-    let mut cmd = Command::new(envoy);
-    cmd.current_dir(scratch)
-        .arg("-c")
-        .arg(out.join("envoy.yaml"))
-        .args([
-            "--disable-hot-restart",
-            "--log-level",
-            "warning",
-            "--concurrency",
-            "1",
-        ]);
+    let cmd = envoy_command(envoy, scratch, &out.join("envoy.yaml"));
     let _second = Process::spawn("envoy", cmd, scratch.join("imported.log"));
     let expected = (
         before.listeners.len(),

@@ -111,11 +111,14 @@ fn listener_with(greeter: &str) -> String {
 
 #[test]
 fn a_custom_filter_loads_with_its_descriptor_set_and_not_without() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tmp");
     let set = greeter_set(dir.path());
     let config = dir.path().join("l.yaml");
     std::fs::write(&config, listener_with("greeting: hello")).unwrap();
-    let (config, set) = (config.to_str().unwrap(), set.to_str().unwrap());
+    let (config, set) = (
+        config.to_str().expect("UTF-8 path"),
+        set.to_str().expect("UTF-8 path"),
+    );
 
     let o = switchyard(&["validate", "-c", config, "--descriptor-set", set]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -129,9 +132,9 @@ fn a_custom_filter_loads_with_its_descriptor_set_and_not_without() {
 
 #[test]
 fn a_custom_types_field_rules_and_fields_are_checked() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tmp");
     let set = greeter_set(dir.path());
-    let set = set.to_str().unwrap();
+    let set = set.to_str().expect("UTF-8 path");
     // The custom PGV rule: greeting's min_len 1, checked like Envoy's own.
     let config = dir.path().join("empty-greeting.yaml");
     std::fs::write(&config, listener_with("repeat: 2")).unwrap();
@@ -162,7 +165,7 @@ fn a_custom_types_field_rules_and_fields_are_checked() {
 
 #[test]
 fn a_descriptor_set_redefining_an_envoy_type_is_refused_naming_both() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tmp");
     let set = compile(
         dir.path(),
         &[(
@@ -178,7 +181,7 @@ fn a_descriptor_set_redefining_an_envoy_type_is_refused_naming_both() {
             "-c",
             &examples,
             "--descriptor-set",
-            set.to_str().unwrap(),
+            set.to_str().expect("UTF-8 path"),
         ]);
         assert_eq!(o.status.code(), Some(64), "{command}: {}", stderr(&o));
         let err = stderr(&o);
@@ -197,7 +200,7 @@ fn a_descriptor_set_redefining_an_envoy_type_is_refused_naming_both() {
 
 #[test]
 fn diff_reads_custom_types_with_the_descriptor_set() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tmp");
     let set = greeter_set(dir.path());
     let old = dir.path().join("old");
     let new = dir.path().join("new");
@@ -212,7 +215,7 @@ fn diff_reads_custom_types_with_the_descriptor_set() {
         "--against",
         old.to_str().unwrap(),
         "--descriptor-set",
-        set.to_str().unwrap(),
+        set.to_str().expect("UTF-8 path"),
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
@@ -223,7 +226,7 @@ fn diff_reads_custom_types_with_the_descriptor_set() {
 /// Envoy API version.
 #[test]
 fn serve_loads_custom_types_and_status_names_the_set() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tmp");
     let set = greeter_set(dir.path());
     let config = dir.path().join("l.yaml");
     std::fs::write(&config, listener_with("greeting: hello")).unwrap();
@@ -241,7 +244,7 @@ fn serve_loads_custom_types_and_status_names_the_set() {
             "--config",
             config.to_str().unwrap(),
             "--descriptor-set",
-            set.to_str().unwrap(),
+            set.to_str().expect("UTF-8 path"),
         ])
         .stderr(Stdio::piped())
         .spawn()
@@ -307,7 +310,7 @@ fn version_names_the_envoy_api() {
 /// the set, and is refused (naming the type) without it.
 #[test]
 fn import_reads_custom_types_with_the_descriptor_set() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tmp");
     let set = greeter_set(dir.path());
     let listeners = listener_with("greeting: hello");
     let bootstrap = format!(
@@ -324,7 +327,7 @@ fn import_reads_custom_types_with_the_descriptor_set() {
         1,
     );
     let path = dir.path().join("envoy.yaml");
-    std::fs::write(&path, bootstrap).unwrap();
+    std::fs::write(&path, bootstrap).expect("write");
     let out = dir.path().join("out");
     let args = |with_set: bool| {
         let mut args = vec![
@@ -350,7 +353,7 @@ fn import_reads_custom_types_with_the_descriptor_set() {
     let with: Vec<String> = args(true);
     let o = switchyard(&with.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let written = std::fs::read_to_string(out.join("snapshot/listeners.yaml")).unwrap();
+    let written = std::fs::read_to_string(out.join("snapshot/listeners.yaml")).expect("imported");
     assert!(
         written.contains("acme.filters.greeter.v1.Greeter"),
         "{written}"
@@ -358,9 +361,9 @@ fn import_reads_custom_types_with_the_descriptor_set() {
     let o = switchyard(&[
         "validate",
         "-c",
-        out.join("snapshot").to_str().unwrap(),
+        out.join("snapshot").to_str().expect("UTF-8 path"),
         "--descriptor-set",
-        set.to_str().unwrap(),
+        set.to_str().expect("UTF-8 path"),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }

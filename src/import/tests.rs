@@ -58,7 +58,7 @@ static_resources:
 "#;
 
 fn import_text(text: &str, options: &ImportOptions) -> Result<Imported, ImportError> {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("envoy.yaml");
     std::fs::write(&path, text).unwrap();
     import(&path, options)
@@ -79,7 +79,7 @@ fn yaml(text: &str) -> serde_yaml::Value {
 #[test]
 fn static_resources_become_snapshot_files_and_a_bootstrap_over_ads() {
     let imported = import_text(FRONT, &options()).expect("imports");
-    let listeners = yaml(file(&imported, "listeners.yaml").unwrap());
+    let listeners = yaml(file(&imported, "listeners.yaml").expect("listeners.yaml"));
     // Unnamed: named as Envoy's listener stats name it.
     assert_eq!(listeners["listeners"][0]["name"], "0.0.0.0_8080");
     // The inline route configuration is kept.
@@ -142,7 +142,7 @@ fn split_flags_give_eds_and_rds() {
     options.split_routes = true;
     options.delta = true;
     let imported = import_text(FRONT, &options).expect("imports");
-    let listeners = yaml(file(&imported, "listeners.yaml").unwrap());
+    let listeners = yaml(file(&imported, "listeners.yaml").expect("listeners.yaml"));
     let hcm = &listeners["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
     assert!(hcm.get("route_config").is_none());
     assert_eq!(hcm["rds"]["route_config_name"], "local_route");
@@ -193,8 +193,8 @@ fn what_cannot_be_carried_over_is_refused_naming_it() {
 
 #[test]
 fn write_refuses_to_overwrite_and_writes_nothing_then() {
-    let imported = import_text(FRONT, &options()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let imported = import_text(FRONT, &options()).expect("imports");
+    let dir = tempfile::tempdir().expect("tmp");
     let written = write(dir.path(), &imported, false).expect("writes");
     assert!(written.contains(&dir.path().join("envoy.yaml")));
     assert!(dir.path().join("snapshot/listeners.yaml").is_file());
@@ -209,9 +209,9 @@ fn write_refuses_to_overwrite_and_writes_nothing_then() {
 fn written_yaml_reads_back_the_same() {
     let json = serde_json::json!({"a": ["yes", "on", "y", "N", "off", "12345678901", "0x10", "1e3",
         "~", "null", "", "true", "-.inf", "010", "+5", "a\nb\n"], "n": 10000.0, "f": 1.5, "b": true});
-    let text = to_yaml(&json).unwrap();
-    let (back, _) = crate::config::yaml::parse(&text).unwrap();
-    let back = serde_json::to_value(back).unwrap();
+    let text = to_yaml(&json).expect("YAML");
+    let (back, _) = crate::config::yaml::parse(&text).expect("reads back");
+    let back = serde_json::to_value(back).expect("JSON");
     let mut expected = json.clone();
     expected["n"] = 10000.into();
     assert_eq!(back, expected, "{text}");
@@ -219,8 +219,8 @@ fn written_yaml_reads_back_the_same() {
 
 #[test]
 fn names_come_first_in_imported_files() {
-    let imported = import_text(FRONT, &options()).unwrap();
-    let text = file(&imported, "listeners.yaml").unwrap();
+    let imported = import_text(FRONT, &options()).expect("imports");
+    let text = file(&imported, "listeners.yaml").expect("listeners.yaml");
     assert!(
         text.contains("listeners:\n  - name: 0.0.0.0_8080\n"),
         "{text}"
@@ -233,7 +233,7 @@ fn an_inline_private_key_gets_a_note_on_how_it_is_served() {
         "private_key: {filename: /etc/certs/key.pem}",
         "private_key: {inline_string: KEY}",
     );
-    let imported = import_text(&text, &options()).unwrap();
+    let imported = import_text(&text, &options()).expect("imports");
     assert!(
         imported
             .notes
@@ -243,14 +243,14 @@ fn an_inline_private_key_gets_a_note_on_how_it_is_served() {
         imported.notes
     );
     // Files are read by the Envoy itself: no note.
-    let imported = import_text(FRONT, &options()).unwrap();
+    let imported = import_text(FRONT, &options()).expect("imports");
     assert!(!imported.notes.iter().any(|n| n.contains("key material")));
 }
 
 #[test]
 fn a_key_given_twice_in_the_bootstrap_is_a_note() {
     let text = FRONT.replacen("admin: {address", "admin: {}\nadmin: {address", 1);
-    let imported = import_text(&text, &options()).unwrap();
+    let imported = import_text(&text, &options()).expect("imports");
     assert!(
         imported
             .notes

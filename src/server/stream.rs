@@ -177,7 +177,7 @@ async fn run<M: Machine>(
     let mut node_id: Option<String> = None;
     // What the node's selectors read (id, cluster, metadata, locality), from its first
     // request.
-    let mut facts = Arc::new(NodeFacts::default());
+    let mut facts: Option<Arc<NodeFacts>> = None;
     // Listed in the fleet, and counted, from the first request (which names the node) until
     // the end.
     let mut listed: Option<StreamHandle> = None;
@@ -214,9 +214,10 @@ async fn run<M: Machine>(
                             counted = Some(telemetry.stream_opened(node, &peer, variant, protocol));
                             events.named(&node.id);
                             node_id = Some(node.id.clone());
-                            facts = Arc::new(NodeFacts::of(node));
+                            let node_facts = Arc::new(NodeFacts::of(node));
+                            facts = Some(Arc::clone(&node_facts));
                             listed = Some(fleet.open(StreamReport {
-                                facts: Arc::clone(&facts),
+                                facts: Arc::clone(&node_facts),
                                 node_id: node.id.clone(),
                                 node_cluster: node.cluster.clone(),
                                 user_agent: node.user_agent_name.clone(),
@@ -234,9 +235,9 @@ async fn run<M: Machine>(
                                 sibling = Some(peers.join(&node.id));
                             }
                             let generation = Arc::clone(
-                                generations.borrow_and_update().for_node(&facts),
+                                generations.borrow_and_update().for_node(&node_facts),
                             );
-                            attach(&mut machine, &generation, &facts);
+                            attach(&mut machine, &generation, &node_facts);
                             attached = generation.number;
                         }
                     }
@@ -256,12 +257,12 @@ async fn run<M: Machine>(
                 }
                 // A new generation, or a rollout promoted or aborted: what this node gets
                 // may not have changed (a rollout's candidate goes to canaries only).
-                let generation = match machine.node() {
-                    Some(_) => Arc::clone(generations.borrow_and_update().for_node(&facts)),
-                    None => continue,
+                let Some(node_facts) = &facts else {
+                    continue;
                 };
+                let generation = Arc::clone(generations.borrow_and_update().for_node(node_facts));
                 if generation.number != attached {
-                    attach(&mut machine, &generation, &facts);
+                    attach(&mut machine, &generation, node_facts);
                     attached = generation.number;
                     fleet.generation_arrived(generation.number, generation.published);
                     events.generation_arrived(generation.published);

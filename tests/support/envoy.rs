@@ -83,6 +83,22 @@ pub fn debian_tool(var: &str, command: &str, package: &str) -> PathBuf {
     })
 }
 
+/// `GET url` with `query`, its body parsed as JSON; `None` when there is no answer (within 2 s)
+/// or it is not JSON.
+pub async fn get_json(url: &str, query: &[(&str, &str)]) -> Option<serde_json::Value> {
+    let text = reqwest::Client::new()
+        .get(url)
+        .query(query)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 /// A free TCP port on 127.0.0.1 for a process to listen on later (Envoy, a replica).
 ///
 /// Taken below the kernel's ephemeral range (32768-60999 by default), so that no outgoing
@@ -300,13 +316,8 @@ impl Switchyard {
 
     /// `GET /status` from the admin API, parsed.
     pub async fn status(&self) -> Option<switchyard::admin::Status> {
-        let text = reqwest::get(format!("http://127.0.0.1:{}/status", self.admin_port))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        serde_json::from_str(&text).ok()
+        let url = format!("http://127.0.0.1:{}/status", self.admin_port);
+        serde_json::from_value(get_json(&url, &[]).await?).ok()
     }
 
     /// The value of the first `/metrics` line starting with `prefix` (a series with its

@@ -71,12 +71,13 @@ filter_chains:
           type_url: {value}
 "#
     );
-    let json: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+    let json: serde_json::Value = serde_yaml::from_str(&yaml).expect("yaml");
     super::super::json::from_json(
-        &descriptors::message_named("envoy.config.listener.v3.Listener").unwrap(),
+        &descriptors::message_named("envoy.config.listener.v3.Listener")
+            .expect("the Listener type"),
         &json,
     )
-    .unwrap()
+    .expect("the listener decodes")
 }
 
 /// Envoy reads a TypedStruct's value as its type: what the type refuses is refused (tested

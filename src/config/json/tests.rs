@@ -5,7 +5,7 @@ fn route_descriptor() -> MessageDescriptor {
 }
 
 fn read(descriptor: &MessageDescriptor, yaml: &str) -> Result<DynamicMessage, String> {
-    let json: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+    let json: serde_json::Value = serde_yaml::from_str(yaml).expect("yaml");
     from_json(descriptor, &json)
 }
 
@@ -62,7 +62,8 @@ fn an_empty_any_is_an_any_with_nothing_in_it() {
 
 #[test]
 fn an_empty_any_as_a_typed_config_is_empty_too() {
-    let listener = descriptors::message_named("envoy.config.listener.v3.Listener").unwrap();
+    let listener =
+        descriptors::message_named("envoy.config.listener.v3.Listener").expect("the Listener type");
     let message = read(
         &listener,
         "name: l\nfilter_chains: [{filters: [{name: f, typed_config: {}}]}]\n",
@@ -110,7 +111,8 @@ fn a_single_value_for_a_list_is_a_list_of_one() {
     let json = to_json(&message).unwrap();
     assert_eq!(json["virtualHosts"][0]["domains"], serde_json::json!(["*"]));
     // Inside an Any too.
-    let listener = descriptors::message_named("envoy.config.listener.v3.Listener").unwrap();
+    let listener =
+        descriptors::message_named("envoy.config.listener.v3.Listener").expect("the Listener type");
     let message = read(
         &listener,
         r#"
