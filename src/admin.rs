@@ -207,6 +207,10 @@ pub struct StreamStatus {
     /// A make-before-break plan in progress on the stream, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanStatusJson>,
+    /// Types this server does not serve that the proxy asked for on this stream (P33),
+    /// answered as resources that do not exist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_types: Vec<crate::fleet::UnknownTypeReport>,
 }
 
 /// A make-before-break plan in progress on one stream.
@@ -262,6 +266,10 @@ pub struct TypeStatusJson {
     /// could not be split): a client with a receive limit refuses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oversized_bytes: Option<usize>,
+    /// Names the proxy subscribes to that do not exist for it: the latest responses told it
+    /// so (`NOT_FOUND`, P32).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_found: Vec<String>,
     pub last_change: String,
 }
 
@@ -291,6 +299,7 @@ impl From<&TypeReport> for TypeStatusJson {
                 .map(|n| n.rejected_changes.clone())
                 .unwrap_or_default(),
             oversized_bytes: t.oversized_bytes.map(|n| n as usize),
+            not_found: t.not_found.clone(),
             last_change: format_time(t.last_change),
         }
     }
@@ -329,6 +338,7 @@ impl Status {
                     nacked: p.nacked.map(str::to_string),
                     since: format_time(p.since),
                 }),
+                unknown_types: r.unknown_types.clone(),
             });
             for (kind, t) in &r.types {
                 node.types.insert(kind.to_string(), t.into());

@@ -1245,7 +1245,32 @@ pub fn status_table(status: &crate::admin::Status) -> String {
                 }
             }
         }
+        for s in &n.streams {
+            for u in &s.unknown_types {
+                let names = if u.names.is_empty() {
+                    "every name (wildcard)".to_string()
+                } else {
+                    u.names.join(", ")
+                };
+                out.push_str(&format!(
+                    "\nUNKNOWN TYPE {} ({}): {} is not a type this server serves; answered as \
+                     not existing ({})\n",
+                    printable(&n.node_id),
+                    s.label(),
+                    printable(&u.type_url),
+                    printable(&names)
+                ));
+            }
+        }
         for (kind, t) in &n.types {
+            if !t.not_found.is_empty() {
+                out.push_str(&format!(
+                    "\nNOT FOUND {} {kind}: subscribed, and no such resource for this node \
+                     (told NOT_FOUND): {}\n",
+                    printable(&n.node_id),
+                    printable(&t.not_found.join(", "))
+                ));
+            }
             if let Some(bytes) = t.oversized_bytes {
                 out.push_str(&format!(
                     "\nOVERSIZED {} {kind}: the latest response, {bytes} bytes, is over \
@@ -1386,6 +1411,7 @@ mod tests {
                     protocol: "sotw".into(),
                     connected_since: "t".into(),
                     plan: None,
+                    unknown_types: Vec::new(),
                 }],
                 types: [(
                     "CDS".to_string(),
@@ -1402,6 +1428,7 @@ mod tests {
                             file_changed_at: Some("2026-12-01T10:00:00Z".into()),
                         }],
                         oversized_bytes: None,
+                        not_found: Vec::new(),
                         last_change: "t".into(),
                     },
                 )]

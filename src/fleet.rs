@@ -122,6 +122,9 @@ pub struct StreamReport {
     /// A make-before-break plan in progress on this stream, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanReport>,
+    /// Types this server does not serve that the proxy asked for (P33).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_types: Vec<UnknownTypeReport>,
 }
 
 impl StreamReport {
@@ -186,8 +189,21 @@ pub struct TypeReport {
     /// The size of the latest response when it went over `--max-response-bytes` whole.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oversized_bytes: Option<u32>,
+    /// Names the proxy subscribes to that do not exist for it, as the latest responses said
+    /// (P32).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_found: Vec<String>,
     #[serde(serialize_with = "rfc3339")]
     pub last_change: SystemTime,
+}
+
+/// A type this server does not serve, asked for on one stream (P33).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnknownTypeReport {
+    pub type_url: String,
+    /// The names asked for (empty: a wildcard).
+    pub names: Vec<String>,
+    pub state: SyncStatus,
 }
 
 /// A NACK of the latest response.
@@ -270,6 +286,7 @@ impl TypeReport {
             nonce: status.state.nonce().unwrap_or_default().to_string(),
             nack,
             oversized_bytes: status.oversized.and_then(|n| u32::try_from(n).ok()),
+            not_found: status.not_found.clone(),
             last_change: now,
         }
     }
@@ -292,6 +309,7 @@ impl TypeReport {
             && self.nack.as_ref().map(|n| n.error.as_str()) == error
             && self.nack.as_ref().map(|n| n.rejected_version.as_str()) == rejected_version
             && self.oversized_bytes.map(|n| n as usize) == status.oversized
+            && self.not_found == status.not_found
     }
 }
 
@@ -391,6 +409,7 @@ impl StreamHandle {
         generation: u64,
         statuses: impl IntoIterator<Item = (ResourceType, TypeStatus)>,
         plan: Option<PlanStatus>,
+        unknown: Vec<crate::protocol::UnknownStatus>,
     ) {
         let now = SystemTime::now();
         let plan = plan.map(|p| PlanReport::new(&p, (Instant::now(), now)));
@@ -408,6 +427,22 @@ impl StreamHandle {
             }),
             (_, new) => new,
         };
+        if report.unknown_types.len() != unknown.len()
+            || report
+                .unknown_types
+                .iter()
+                .zip(&unknown)
+                .any(|(r, u)| r.names != u.names || r.state != SyncStatus::from(&u.state))
+        {
+            report.unknown_types = unknown
+                .into_iter()
+                .map(|u| UnknownTypeReport {
+                    state: SyncStatus::from(&u.state),
+                    type_url: u.type_url,
+                    names: u.names,
+                })
+                .collect();
+        }
         for (kind, status) in statuses {
             match report.types.get_mut(kind.short_name()) {
                 Some(old) if old.matches(&status) => {}
@@ -466,6 +501,7 @@ mod tests {
                 }),
             )],
             None,
+            Vec::new(),
         );
         let cds = fleet.reports()[0].types["CDS"].clone();
         assert_eq!(
@@ -484,6 +520,7 @@ mod tests {
                 }),
             )],
             None,
+            Vec::new(),
         );
         assert_eq!(fleet.reports()[0].types["CDS"].last_change, cds.last_change);
         handle.update(
@@ -523,9 +560,11 @@ mod tests {
                     },
                     acked_version: "v0".into(),
                     oversized: None,
+                    not_found: Vec::new(),
                 },
             )],
             None,
+            Vec::new(),
         );
         let cds = fleet.reports()[0].types["CDS"].clone();
         assert_eq!(cds.state, SyncStatus::Nacked);
@@ -558,6 +597,7 @@ mod tests {
             state,
             acked_version: String::new(),
             oversized: None,
+            not_found: Vec::new(),
         }
     }
 
@@ -585,15 +625,15 @@ mod tests {
             })
         };
         fleet.generation_arrived(2, Instant::now());
-        a.update(2, [(ResourceType::Cluster, acked())], None);
-        b.update(2, [(ResourceType::Cluster, sent())], None);
+        a.update(2, [(ResourceType::Cluster, acked())], None, Vec::new());
+        b.update(2, [(ResourceType::Cluster, sent())], None, Vec::new());
         assert_eq!(convergences(&fleet), 0, "b has not ACKed");
-        b.update(2, [(ResourceType::Cluster, acked())], None);
+        b.update(2, [(ResourceType::Cluster, acked())], None, Vec::new());
         assert_eq!(convergences(&fleet), 1);
         // The next generation: one stream never ACKs, then leaves.
         fleet.generation_arrived(3, Instant::now());
-        a.update(3, [(ResourceType::Cluster, acked())], None);
-        b.update(3, [(ResourceType::Cluster, sent())], None);
+        a.update(3, [(ResourceType::Cluster, acked())], None, Vec::new());
+        b.update(3, [(ResourceType::Cluster, sent())], None, Vec::new());
         assert_eq!(convergences(&fleet), 1);
         drop(b);
         assert_eq!(convergences(&fleet), 2);

@@ -98,6 +98,12 @@ pub struct Metrics {
     pub limits: Family<LimitLabels, Counter>,
     /// Streams refused: the client certificate is not bound to the node claimed.
     pub identity_mismatches: Counter,
+    /// Types this server does not serve, asked for on aggregated streams (P33): once per
+    /// type per stream.
+    pub unknown_types: Counter,
+    /// `NOT_FOUND` resource errors sent (P32), by type URL (`unknown` for a type this server
+    /// does not serve).
+    pub resources_not_found: Family<TypeLabels, Counter>,
     /// Connections closed for reaching `--max-connection-age`.
     pub connections_aged: Counter,
     /// Staged rollouts, by how they ended (or halted).
@@ -157,6 +163,8 @@ impl Default for Metrics {
             plans: Family::default(),
             limits,
             identity_mismatches: Counter::default(),
+            unknown_types: Counter::default(),
+            resources_not_found: Family::default(),
             connections_aged: Counter::default(),
             rollouts: Family::default(),
             config_loads,
@@ -243,6 +251,18 @@ pub fn encode(m: &Metrics, scraped: Scraped) -> String {
         "resources_sent",
         "Resources written in responses (delta: also removals), by type URL",
         m.resources_sent.clone(),
+    );
+    registry.register(
+        "unknown_types",
+        "Types this server does not serve asked for on aggregated streams, once per type and \
+         stream (answered as resources that do not exist; the stream goes on)",
+        m.unknown_types.clone(),
+    );
+    registry.register(
+        "resources_not_found",
+        "NOT_FOUND resource errors sent for subscribed names that do not exist for the node, \
+         by type URL (unknown: a type this server does not serve)",
+        m.resources_not_found.clone(),
     );
     registry.register(
         "responses_split",

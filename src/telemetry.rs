@@ -205,7 +205,7 @@ impl Telemetry {
     pub fn poll_answered(&self, kind: ResourceType, changed: Option<(usize, usize)>) {
         let result = match changed {
             Some((resources, bytes)) => {
-                self.count_sent(kind, resources, bytes);
+                self.count_sent(Some(kind), resources, bytes);
                 "changed"
             }
             None => "not_modified",
@@ -220,8 +220,8 @@ impl Telemetry {
         tracing::debug!(r#type = %kind, result, "Answered a REST poll.");
     }
 
-    fn count_sent(&self, kind: ResourceType, resources: usize, bytes: usize) {
-        let labels = type_labels(kind);
+    fn count_sent(&self, kind: Option<ResourceType>, resources: usize, bytes: usize) {
+        let labels = any_type_labels(kind);
         let m = &self.metrics;
         m.responses.get_or_create(&labels).inc();
         m.resources_sent
@@ -346,6 +346,27 @@ fn type_labels(kind: ResourceType) -> TypeLabels {
     }
 }
 
+/// What one response carried, for logs and metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct Sent {
+    pub resources: usize,
+    pub not_found: usize,
+    pub bytes: usize,
+}
+
+/// The label of a type, or `unknown` for one this server does not serve (never the client's
+/// text: a label per string a client sends would grow without bound).
+fn any_type_labels(kind: Option<ResourceType>) -> TypeLabels {
+    TypeLabels {
+        type_url: kind.map_or("unknown", ResourceType::type_url),
+    }
+}
+
+/// A type for logs: its name, or `unknown` (P33).
+fn type_name(kind: Option<ResourceType>) -> String {
+    kind.map_or_else(|| "unknown".to_string(), |k| k.to_string())
+}
+
 /// A stream counted in `switchyard_streams`; uncounted when dropped.
 #[derive(Debug)]
 pub struct OpenStream {
@@ -428,6 +449,10 @@ impl StreamEvents {
             } => {
                 tracing::debug!(node, r#type = %kind, wildcard, subscribed = ?subscribed, unsubscribed = ?unsubscribed, "Subscription changed.");
             }
+            Event::UnknownType { type_url } => {
+                tracing::warn!(node, type_url, "The proxy asks for a type this server does not serve: answered as resources that do not exist; its other types go on.");
+                m.unknown_types.inc();
+            }
             Event::Stale { kind, nonce } => {
                 tracing::debug!(node, r#type = %kind, nonce, "Ignored a request with a stale nonce.");
             }
@@ -472,10 +497,27 @@ impl StreamEvents {
         }
     }
 
-    /// A response was written: `resources` resources, `bytes` encoded.
-    pub fn sent(&mut self, kind: ResourceType, version: &str, resources: usize, bytes: usize) {
-        tracing::debug!(node = %self.node, r#type = %kind, version, resources, bytes, protocol = self.protocol, "Sending response.");
+    /// A response was written: `bytes` encoded,
+    /// `resources` resources (delta: and removals) and `not_found` resource errors (P32), of
+    /// `kind` (`None`: a type this server does not serve, P33).
+    pub fn sent(&mut self, kind: Option<ResourceType>, version: &str, sent: Sent) {
+        let Sent {
+            resources,
+            not_found,
+            bytes,
+        } = sent;
+        tracing::debug!(node = %self.node, r#type = type_name(kind), version, resources, not_found, bytes, protocol = self.protocol, "Sending response.");
         self.telemetry.count_sent(kind, resources, bytes);
+        if not_found > 0 {
+            self.telemetry
+                .metrics
+                .resources_not_found
+                .get_or_create(&any_type_labels(kind))
+                .inc_by(not_found as u64);
+        }
+        let Some(kind) = kind else {
+            return;
+        };
         self.sent_at[kind.index()] = Some(Instant::now());
         if let Some(published) = self.push_from.take() {
             observe(&self.telemetry.metrics.push_latency, published.elapsed());
@@ -483,8 +525,14 @@ impl StreamEvents {
     }
 
     /// A response too large to send: the stream ends.
-    pub fn too_large(&self, kind: ResourceType, version: &str, resources: usize, error: &str) {
-        tracing::error!(node = %self.node, r#type = %kind, version, resources, protocol = self.protocol, error, "A response is too large to send; ending the stream.");
+    pub fn too_large(
+        &self,
+        kind: Option<ResourceType>,
+        version: &str,
+        resources: usize,
+        error: &str,
+    ) {
+        tracing::error!(node = %self.node, r#type = type_name(kind), version, resources, protocol = self.protocol, error, "A response is too large to send; ending the stream.");
     }
 }
 
@@ -566,7 +614,18 @@ mod tests {
         assert_eq!(value(&exposition(&t), gauge), Some(1.0));
         let mut events = t.stream("sotw");
         events.named("n1");
-        events.sent(ResourceType::Cluster, "v1", 3, 100);
+        let sent = |resources, not_found| Sent {
+            resources,
+            not_found,
+            bytes: 100,
+        };
+        events.sent(Some(ResourceType::Cluster), "v1", sent(3, 2));
+        // P33: a type this server does not serve is counted under `unknown`, never under
+        // the client's text.
+        events.protocol(&Event::UnknownType {
+            type_url: "type.googleapis.com/foo.Bar".into(),
+        });
+        events.sent(None, "none", sent(0, 1));
         events.protocol(&Event::Acked {
             kind: ResourceType::Cluster,
             version: "v1".into(),
@@ -595,6 +654,20 @@ mod tests {
             value(&text, "switchyard_ack_latency_seconds_count"),
             Some(1.0)
         );
+        // P32.
+        assert_eq!(
+            value(&text, &format!("switchyard_resources_not_found_total{cds}")),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"switchyard_resources_not_found_total{type_url="unknown"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(value(&text, "switchyard_unknown_types_total"), Some(1.0));
+        assert!(!text.contains("foo.Bar"), "{text}");
         t.stream_closed(
             Some(open),
             "n1",

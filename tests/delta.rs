@@ -121,6 +121,46 @@ async fn p20_a_missing_name_is_removed_at_once_then_sent_when_a_file_adds_it() {
 }
 
 #[tokio::test]
+async fn p32_a_missing_name_is_not_found_at_once_and_again_when_its_file_removes_it() {
+    let server = TestServer::start(&[("c.yaml", &clusters(3, None, &[]))]).await;
+    let mut c = server.delta("n1").await;
+    c.subscribe(Cluster, &["c1", "later"], &[]).await;
+    let r = c.recv().await;
+    assert_eq!(not_found(&r.resource_errors), ["later"]);
+    c.ack(&r).await;
+    server.set_file(
+        "later.yaml",
+        "clusters:\n  - { name: later, connect_timeout: 1s, type: STATIC }\n",
+    );
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), ["later"]);
+    assert!(not_found(&r.resource_errors).is_empty());
+    c.ack(&r).await;
+    server.set_file("later.yaml", "clusters: []\n");
+    let r = c.recv().await;
+    assert_eq!(r.removed_resources, ["later"]);
+    assert_eq!(not_found(&r.resource_errors), ["later"]);
+}
+
+#[tokio::test]
+async fn p33_an_unknown_type_on_incremental_ads_is_removed_and_not_found_and_the_stream_goes_on() {
+    let server = TestServer::start(&[("c.yaml", &clusters(3, None, &[]))]).await;
+    let mut c = server.delta("n1").await;
+    let mut r = delta_request(Cluster, &["a"], &[], "");
+    r.type_url = "type.googleapis.com/foo.v3.Bar".into();
+    c.send(r).await;
+    let answer = c.recv().await;
+    assert_eq!(answer.type_url, "type.googleapis.com/foo.v3.Bar");
+    assert_eq!(answer.removed_resources, ["a"]);
+    assert_eq!(not_found(&answer.resource_errors), ["a"]);
+    c.subscribe(Cluster, &["c1"], &[]).await;
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), ["c1"]);
+    let status = server.status().await;
+    assert_eq!(status.nodes[0].streams[0].unknown_types[0].names, ["a"]);
+}
+
+#[tokio::test]
 async fn p17_p18_nack_then_subscription_change_with_a_stale_nonce() {
     let server = TestServer::start(&[("c.yaml", &clusters(3, None, &[]))]).await;
     let mut c = server.delta("n1").await;

@@ -4,8 +4,8 @@
 mod support;
 
 use support::{
-    eds_cluster, envoy_rejected_cluster, names, node, rds_listener, request, route_to, TestServer,
-    XdsClient,
+    eds_cluster, envoy_rejected_cluster, names, node, not_found, rds_listener, request, route_to,
+    TestServer, XdsClient,
 };
 use switchyard::resource::ResourceType::{self, Cluster, Endpoint, Listener, Route};
 use tokio::sync::mpsc;
@@ -67,23 +67,86 @@ async fn p2_nonces_differ_per_response_and_version_follows_content() {
 }
 
 #[tokio::test]
-async fn p3_unknown_type_on_ads_ends_only_that_stream_with_invalid_argument() {
+async fn p33_an_unknown_type_on_ads_is_answered_as_not_existing_and_the_stream_goes_on() {
     let server = standard_server().await;
-    let mut healthy = server.ads("n1").await;
+    let mut c = server.ads("n1").await;
+    let unknown = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    let mut r = request(
+        Cluster,
+        &["xdstp://a/envoy.config.endpoint.v3.LbEndpoint/p/*"],
+        "",
+        "",
+    );
+    r.type_url = unknown.into();
+    c.send(r).await;
+    let answer = c.recv().await;
+    assert_eq!(answer.type_url, unknown);
+    assert!(answer.resources.is_empty());
+    // P32: each name asked for, NOT_FOUND.
+    assert_eq!(
+        not_found(&answer.resource_errors),
+        ["xdstp://a/envoy.config.endpoint.v3.LbEndpoint/p/*"]
+    );
+    // Its ACK, then the served types on the same stream.
+    let mut ack = request(
+        Cluster,
+        &["xdstp://a/envoy.config.endpoint.v3.LbEndpoint/p/*"],
+        &answer.version_info,
+        &answer.nonce,
+    );
+    ack.type_url = unknown.into();
+    c.send(ack).await;
+    c.subscribe(Cluster, &[]).await;
+    assert_eq!(names(&c.recv_type(Cluster).await), ["backend"]);
+    // Reported: in /status and the metric.
+    let status = server.status().await;
+    let stream = &status.nodes[0].streams[0];
+    assert_eq!(stream.unknown_types.len(), 1, "{stream:?}");
+    assert_eq!(stream.unknown_types[0].type_url, unknown);
+    assert_eq!(
+        stream.unknown_types[0].state,
+        switchyard::fleet::SyncStatus::Synced
+    );
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains("switchyard_unknown_types_total 1"),
+        "{metrics}"
+    );
+    // A request without a type is still a protocol error (P3).
     let mut bad = server.ads("n2").await;
     let mut r = request(Cluster, &[], "", "");
-    r.type_url = "type.googleapis.com/not.a.Type".into();
+    r.type_url = String::new();
     bad.send(r).await;
-    let status = bad.recv_error().await;
-    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(bad.recv_error().await.code(), tonic::Code::InvalidArgument);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn p32_a_named_resource_that_does_not_exist_is_answered_not_found_then_sent_when_added() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    // As gRPC asks: LDS and CDS by name.
+    c.subscribe(Cluster, &["backend", "later"]).await;
+    let r = c.recv_type(Cluster).await;
+    assert_eq!(names(&r), ["backend"]);
+    assert_eq!(not_found(&r.resource_errors), ["later"]);
+    c.ack(&r, &["backend", "later"]).await;
+    c.expect_quiet(std::time::Duration::from_millis(300)).await;
+    let status = server.status().await;
+    assert_eq!(status.nodes[0].types["CDS"].not_found, ["later"]);
+    // The file adds it: sent as usual, no error.
+    server.set_file("later.yaml", &eds_cluster("later", "1s", 8081));
+    let r = c.recv_type(Cluster).await;
+    assert_eq!(names(&r), ["backend", "later"]);
+    assert!(r.resource_errors.is_empty());
+    let (_, metrics) = server.admin_get("/metrics").await;
     assert!(
-        status.message().contains("not.a.Type"),
-        "{}",
-        status.message()
+        metrics.contains(
+            r#"switchyard_resources_not_found_total{type_url="type.googleapis.com/envoy.config.cluster.v3.Cluster"} 1"#
+        ),
+        "{metrics}"
     );
-    // The server and other streams carry on.
-    healthy.subscribe(Cluster, &[]).await;
-    assert_eq!(names(&healthy.recv_type(Cluster).await), ["backend"]);
+    server.shutdown().await;
 }
 
 #[tokio::test]
@@ -600,9 +663,14 @@ async fn p29_p30_route_cut_over_is_ordered_make_before_break() {
     let rds = c.recv_type(Route).await;
     assert_eq!(names(&rds), ["main"]);
     c.ack(&rds, &["main"]).await;
-    // Step 3: backend is removed.
+    // Step 3: backend is removed; the client still asks for its endpoints (an Envoy drops
+    // them on this CDS response), which no longer exist (P32).
     let cds = c.recv_type(Cluster).await;
     assert_eq!(names(&cds), ["next"]);
+    let eds = c.recv_type(Endpoint).await;
+    assert!(eds.resources.is_empty());
+    assert_eq!(not_found(&eds.resource_errors), ["backend"]);
+    c.ack(&eds, &["next"]).await;
     c.ack(&cds, &[]).await;
     c.expect_quiet(std::time::Duration::from_millis(200)).await;
     assert!(server.status().await.nodes[0].streams[0].plan.is_none());
@@ -636,6 +704,9 @@ async fn p30_ordering_off_sends_the_cut_over_at_once() {
     ]);
     let cds = c.recv_type(Cluster).await;
     assert_eq!(names(&cds), ["next"], "backend removed at once");
+    // P32: the endpoints the client still asks for went with their cluster.
+    let eds = c.recv_type(Endpoint).await;
+    assert_eq!(not_found(&eds.resource_errors), ["backend"]);
     let rds = c.recv_type(Route).await;
     assert_eq!(
         names(&rds),

@@ -279,9 +279,23 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
     html.push_str("</tr>");
     for n in shown.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE) {
         let streams: Vec<String> = n.streams.iter().map(|s| s.label()).collect();
+        // P33: types the proxy asks for that this server does not serve.
+        let unknown: Vec<&str> = n
+            .streams
+            .iter()
+            .flat_map(|s| s.unknown_types.iter().map(|u| u.type_url.as_str()))
+            .collect();
+        let unknown = if unknown.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "<div class=\"err\">asks for types not served here: {}</div>",
+                esc(&unknown.join(", "))
+            )
+        };
         let _ = write!(
             html,
-            "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td><td>{}</td><td>{} {}</td><td>{}</td>",
+            "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td><td>{}{unknown}</td><td>{} {}</td><td>{}</td>",
             query_value(&n.node_id),
             esc(&n.node_id),
             esc(&n.node_cluster),
@@ -315,6 +329,13 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
                             let _ = write!(html, "<li>{}</li>", esc(&c.text()));
                         }
                         html.push_str("</ul></div>");
+                    }
+                    if !t.not_found.is_empty() {
+                        let _ = write!(
+                            html,
+                            "<div class=\"err\">not found: {}</div>",
+                            esc(&t.not_found.join(", "))
+                        );
                     }
                     html.push_str("</td>");
                 }
@@ -360,6 +381,7 @@ mod tests {
                 protocol: "delta".into(),
                 connected_since: "t".into(),
                 plan: None,
+                unknown_types: Vec::new(),
             }],
             types: [(
                 "CDS".to_string(),
@@ -372,6 +394,7 @@ mod tests {
                     rejected_version: None,
                     rejected_changes: Vec::new(),
                     oversized_bytes: None,
+                    not_found: Vec::new(),
                     last_change: "t".into(),
                 },
             )]

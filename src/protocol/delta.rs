@@ -26,7 +26,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::plan::Previous;
 use super::stream::{Core, Flavor, Reference, Stream};
-use super::{heartbeat_interval, Event, Subscription};
+use super::{heartbeat_interval, Event, Subscription, UnknownNames, UnknownRequest};
 use crate::cache::TypeSnapshot;
 use crate::resource::{namespace_of, Resource, ResourceType};
 
@@ -72,6 +72,9 @@ pub struct DeltaResponse {
     pub resources: Vec<DeltaResource>,
     /// Names deleted, or subscribed to and not existing (P19, P20, P22).
     pub removed: Vec<String>,
+    /// Those of `removed` the client subscribes to by name: each also goes out as a
+    /// `ResourceError` `NOT_FOUND` (P32).
+    pub not_found: Vec<String>,
 }
 
 /// One delta stream: the shared core with the delta flavor. See `protocol::stream` for the
@@ -288,6 +291,18 @@ impl Flavor for Delta {
         request.node.take()
     }
 
+    fn unknown_request(request: &DeltaDiscoveryRequest) -> UnknownRequest<'_> {
+        UnknownRequest {
+            nonce: &request.response_nonce,
+            error: request.error_detail.as_ref().map(|e| e.message.as_str()),
+            version: "",
+            names: UnknownNames::Delta {
+                subscribe: &request.resource_names_subscribe,
+                unsubscribe: &request.resource_names_unsubscribe,
+            },
+        }
+    }
+
     fn handle_request(
         &mut self,
         core: &mut Core,
@@ -370,6 +385,7 @@ impl Flavor for Delta {
             } else {
                 st.dirty.remove(name);
             }
+            core.record_found(kind, name);
         }
         if !change.unsubscribed.is_empty() && !st.subscription.is_wildcard() {
             st.forget_uncovered(current);
@@ -623,6 +639,17 @@ impl Delta {
         for name in &removed {
             st.release(name, &mut before);
         }
+        // P32: what the client names and does not exist (not what only its wildcard took).
+        let named: Vec<String> = removed
+            .iter()
+            .filter(|n| st.subscription.names().contains(*n))
+            .cloned()
+            .collect();
+        let not_found = core.not_found(kind, named);
+        for r in &resources {
+            core.record_found(kind, &r.resource.name);
+        }
+        core.record_not_found(kind, &not_found, false);
         let nonce = core.send(kind, &current.version);
         st.before = before;
         // P28: a cluster sent anew warms until its ClusterLoadAssignment arrives again, even
@@ -641,6 +668,7 @@ impl Delta {
             nonce,
             resources,
             removed: removed.into_iter().collect(),
+            not_found,
         })
     }
 }

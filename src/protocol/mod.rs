@@ -20,13 +20,14 @@
 //! and metrics. `poll_timeout` says when to call `poll_response` again with no new input (TTL
 //! refreshes, a plan step's time-out); time comes in only as that `now` argument.
 //!
-//! Rules are cited by number from `shared/xds-protocol.md` (P1..P31).
+//! Rules are cited by number from `shared/xds-protocol.md` (P1..P36).
 
 mod delta;
 pub mod plan;
 mod sotw;
 pub mod stream;
 mod subscription;
+mod unknown;
 
 use std::fmt;
 use std::sync::Arc;
@@ -39,6 +40,10 @@ pub use plan::{Ordering, PlanEvent, PlanStatus};
 pub use sotw::{version_of as sotw_version, Sotw, SotwStream};
 pub use stream::Stream;
 pub use subscription::{DeltaChange, Subscription};
+pub use unknown::{
+    UnknownNames, UnknownRequest, UnknownResponse, UnknownStatus, MAX_UNKNOWN_TYPES,
+    UNKNOWN_TYPE_VERSION,
+};
 
 use crate::resource::{Resource, ResourceType};
 
@@ -55,7 +60,13 @@ pub struct Response {
     /// Put each resource that has a TTL in a `Resource` wrapper carrying it (P26): only for
     /// clients announcing both `xds.config.resource-in-sotw` and TTL support.
     pub wrap_ttl: bool,
+    /// Names the client subscribes to that do not exist for its node: each goes out as a
+    /// `ResourceError` `NOT_FOUND` (P32), so the client need not wait out its timer (P31).
+    pub not_found: Vec<String>,
 }
+
+/// The message of a `NOT_FOUND` resource error (P32).
+pub const NOT_FOUND_MESSAGE: &str = "no such resource for this node";
 
 /// The client features (`node.client_features`) the server acts on (P25, P26, P27).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,9 +127,16 @@ pub enum ProtocolError {
     /// P1: a later request carried a different node.
     #[error("`node` changed on the stream (first {first:?}, now {now:?}); open a new stream")]
     NodeChanged { first: String, now: String },
-    /// P3: a type this server does not serve.
-    #[error("unknown type_url {0:?}")]
-    UnknownType(String),
+    /// P3: an aggregated stream's request must name its type (a type the server does not
+    /// serve is answered as not existing, P33).
+    #[error("a request on an aggregated stream must name its type_url")]
+    NoType,
+    /// P33: more distinct types the server does not serve than one stream may ask for.
+    #[error(
+        "the stream asks for more than {limit} types this server does not serve (the latest \
+         {type_url:?})"
+    )]
+    TooManyUnknownTypes { type_url: String, limit: usize },
     /// P3: a per-type service asked for another type.
     #[error("this service serves {expected}, not type_url {got:?}")]
     WrongType { expected: &'static str, got: String },
@@ -133,7 +151,10 @@ pub enum ProtocolError {
 impl ProtocolError {
     /// Whether the client went past a limit (rather than broke the protocol).
     pub fn is_limit(&self) -> bool {
-        matches!(self, ProtocolError::TooManyNames { .. })
+        matches!(
+            self,
+            ProtocolError::TooManyNames { .. } | ProtocolError::TooManyUnknownTypes { .. }
+        )
     }
 }
 
@@ -219,6 +240,9 @@ pub struct TypeStatus {
     /// The size of the latest response when it was over the response limit and could not be
     /// split (a full-state LDS or CDS response, or one resource alone over it).
     pub oversized: Option<usize>,
+    /// What the client subscribes to by name and the latest response said does not exist
+    /// (P32).
+    pub not_found: Vec<String>,
 }
 
 /// The default of `--max-response-bytes`: gRPC's default receive limit, which Envoy's
@@ -295,6 +319,11 @@ pub enum Event {
         bytes: usize,
         limit: usize,
     },
+    /// P33: the client asked for a type the server does not serve, for the first time on
+    /// this stream; it is answered as a set of resources that do not exist.
+    UnknownType {
+        type_url: String,
+    },
 }
 
 /// P1: keep the first request's node; a later one may omit it but not change it.
@@ -313,18 +342,29 @@ fn check_node(first: &mut Option<Node>, now: Option<Node>) -> Result<(), Protoco
     }
 }
 
+/// What a request's type is.
+enum RequestType {
+    Served(ResourceType),
+    /// P33: on an aggregated stream, a type the server does not serve.
+    Unknown,
+}
+
 /// P3: the type a request on `variant` names.
-fn request_type(variant: Variant, type_url: &str) -> Result<ResourceType, ProtocolError> {
-    match variant {
+fn request_type(variant: Variant, type_url: &str) -> Result<RequestType, ProtocolError> {
+    let kind = match variant {
         // A per-type request may leave type_url empty: the service names the type.
         Variant::Single(kind) if type_url.is_empty() || type_url == kind.type_url() => Ok(kind),
         Variant::Single(kind) => Err(ProtocolError::WrongType {
             expected: kind.type_url(),
             got: type_url.to_string(),
         }),
-        Variant::Aggregated => ResourceType::from_type_url(type_url)
-            .ok_or_else(|| ProtocolError::UnknownType(type_url.to_string())),
-    }
+        Variant::Aggregated if type_url.is_empty() => Err(ProtocolError::NoType),
+        Variant::Aggregated => match ResourceType::from_type_url(type_url) {
+            Some(kind) => Ok(kind),
+            None => return Ok(RequestType::Unknown),
+        },
+    }?;
+    Ok(RequestType::Served(kind))
 }
 
 /// The types a stream on `variant` serves, in send order (P30).

@@ -452,6 +452,11 @@ impl Planner {
         self.target.as_ref()
     }
 
+    /// The newest snapshot the stream was given (a plan's last step), if any.
+    pub fn newest(&self) -> Option<&Arc<Snapshot>> {
+        self.newest.as_ref().or(self.target.as_ref())
+    }
+
     /// Where the plan stands, if one is in progress.
     pub fn status(&self) -> Option<PlanStatus> {
         self.plan.as_ref().map(|p| PlanStatus {

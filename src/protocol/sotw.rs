@@ -27,7 +27,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
 use super::plan::Previous;
 use super::stream::{Core, Flavor, Reference, Stream};
-use super::{heartbeat_interval, Response, Subscription};
+use super::{heartbeat_interval, Response, Subscription, UnknownNames, UnknownRequest};
 use crate::cache::TypeSnapshot;
 use crate::resource::{Resource, ResourceType};
 
@@ -179,6 +179,15 @@ impl Flavor for Sotw {
 
     fn take_node(request: &mut DiscoveryRequest) -> Option<Node> {
         request.node.take()
+    }
+
+    fn unknown_request(request: &DiscoveryRequest) -> UnknownRequest<'_> {
+        UnknownRequest {
+            nonce: &request.response_nonce,
+            error: request.error_detail.as_ref().map(|e| e.message.as_str()),
+            version: &request.version_info,
+            names: UnknownNames::Sotw(&request.resource_names),
+        }
     }
 
     fn handle_request(
@@ -341,6 +350,17 @@ impl Sotw {
             return None;
         }
         let selected = st.subscription.select(current);
+        // P32: the names the client asks for that this node lacks, each answered NOT_FOUND.
+        // Looked for only when the selection may be short of them: it is short of the names
+        // exactly when one is missing, unless a wildcard selects more.
+        let names = st.subscription.names().len();
+        let not_found = if selected.len() < names || (st.subscription.is_wildcard() && names > 0) {
+            core.not_found(kind, st.subscription.missing(current))
+        } else {
+            Vec::new()
+        };
+        // Names the client has not been told do not exist: a response is due for them.
+        let news = not_found.iter().any(|n| !core.told_not_found(kind, n));
         let full_state = kind.is_full_state();
         let rewarm = !st.rewarm.is_empty() && selected.iter().any(|r| st.rewarm.contains(&r.name));
         let refresh = st.refresh_at.is_some_and(|at| at <= now);
@@ -368,6 +388,7 @@ impl Sotw {
                 // resources at the version of exactly that selection (a name more or less,
                 // or one changed, is another version). Never on a type-wide version alone.
                 let holds_it = st.initial_version.as_deref() == Some(version.as_str())
+                    && not_found.is_empty()
                     && ((full_state && st.subscription.is_wildcard())
                         || (!st.subscription.is_wildcard() && !selected.is_empty()));
                 if holds_it {
@@ -378,8 +399,12 @@ impl Sotw {
                     return None;
                 }
                 // P10: an empty LDS/CDS answer to a wildcard means "none"; for other types an
-                // empty answer says nothing, so wait for the names to exist (P11).
-                if !(full_state && st.subscription.is_wildcard()) && selected.is_empty() {
+                // empty answer says nothing, so wait for the names to exist (P11), unless it
+                // says which do not (P32).
+                if !(full_state && st.subscription.is_wildcard())
+                    && selected.is_empty()
+                    && not_found.is_empty()
+                {
                     return None;
                 }
                 (selected, version)
@@ -397,8 +422,13 @@ impl Sotw {
             Some(given) if full_state => {
                 // P10: LDS/CDS carry the whole set, so any change (a deletion too) resends it;
                 // so does a TTL refresh (P26).
-                if !rewarm && !refresh && given.has_exactly(&selected, current, &st.subscription) {
+                if !rewarm
+                    && !refresh
+                    && !news
+                    && given.has_exactly(&selected, current, &st.subscription)
+                {
                     st.given = Some(Given::new(current, &st.subscription));
+                    core.record_not_found(kind, &not_found, true);
                     return None;
                 }
                 let version = version_of(&st.subscription, current, &selected);
@@ -434,9 +464,10 @@ impl Sotw {
                     fresh.extend(more);
                     fresh.sort_by(|a, b| a.name.cmp(&b.name));
                 }
-                if fresh.is_empty() {
+                if fresh.is_empty() && !news {
                     st.given = Some(Given::new(current, &st.subscription));
                     st.owed = None;
+                    core.record_not_found(kind, &not_found, true);
                     return None;
                 }
                 (fresh, version_of(&st.subscription, current, &selected))
@@ -477,6 +508,7 @@ impl Sotw {
         };
 
         let nonce = core.send(kind, &version);
+        core.record_not_found(kind, &not_found, true);
         // P12: the snapshot's names are map keys, so never twice.
         st.refresh_at = next_refresh;
         let response = Response {
@@ -485,6 +517,7 @@ impl Sotw {
             nonce,
             resources: payload.into_iter().cloned().collect(),
             wrap_ttl,
+            not_found,
         };
         st.prev_given = st.given.replace(Given::new(current, &st.subscription));
         st.pending = false;

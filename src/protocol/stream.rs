@@ -20,7 +20,9 @@ use std::time::Instant;
 use envoy_types::pb::envoy::config::core::v3::Node;
 
 use super::plan::{Ordering, PlanStatus, Planner, Previous, Progress, Rejected, Rejection};
+use super::unknown::Unknowns;
 use super::{ClientFeatures, Event, ProtocolError, SyncState, TypeStatus, Variant};
+use super::{RequestType, UnknownRequest, UnknownResponse, UnknownStatus};
 use crate::cache::{Snapshot, TypeSnapshot};
 use crate::resource::{Resource, ResourceType};
 
@@ -33,6 +35,8 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
     fn type_url(request: &Self::Request) -> &str;
     /// The request's node, taken out (P1).
     fn take_node(request: &mut Self::Request) -> Option<Node>;
+    /// What a request for a type the server does not serve says (P33).
+    fn unknown_request(request: &Self::Request) -> UnknownRequest<'_>;
     /// Take in a request for `kind` (its node and type already checked); `first`: the first
     /// request for `kind` on the stream. ACKs and NACKs go to the core.
     fn handle_request(
@@ -97,6 +101,9 @@ pub struct Core {
     /// The largest response to send whole (`--max-response-bytes`); larger ones of the types
     /// that can be split are split.
     max_response_bytes: usize,
+    /// Types the server does not serve that the client asked for (P33); boxed, as almost no
+    /// stream has any.
+    unknown: Option<Box<Unknowns>>,
 }
 
 /// One type's sync state on a stream.
@@ -118,6 +125,10 @@ struct TypeSync {
     /// The size of the latest response, when it went over the limit whole (4 bytes: every
     /// stream keeps one per type).
     oversized: Option<std::num::NonZeroU32>,
+    /// What the client subscribes to by name and was told does not exist (P32); boxed, as
+    /// it is almost always empty.
+    #[allow(clippy::box_collection)]
+    not_found: Option<Box<BTreeSet<String>>>,
 }
 
 impl<F: Flavor> Stream<F> {
@@ -141,6 +152,7 @@ impl<F: Flavor> Stream<F> {
                 rejected: Rejected::new(),
                 max_names: DEFAULT_MAX_NAMES,
                 max_response_bytes: super::DEFAULT_MAX_RESPONSE_BYTES,
+                unknown: None,
             },
             flavor: F::default(),
         }
@@ -177,6 +189,10 @@ impl<F: Flavor> Stream<F> {
             state: t.state.clone(),
             acked_version: t.acked_version.clone(),
             oversized: t.oversized.map(|n| n.get() as usize),
+            not_found: t
+                .not_found
+                .as_ref()
+                .map_or_else(Vec::new, |n| n.iter().cloned().collect()),
         })
     }
 
@@ -203,17 +219,39 @@ impl<F: Flavor> Stream<F> {
     /// Take in one request from the client. An error ends the stream.
     pub fn handle_request(&mut self, mut request: F::Request) -> Result<(), ProtocolError> {
         let core = &mut self.core;
-        let kind = super::request_type(core.variant, F::type_url(&request))?;
+        let served = super::request_type(core.variant, F::type_url(&request))?;
         let first_on_stream = core.node.is_none();
         super::check_node(&mut core.node, F::take_node(&mut request))?;
         if let (true, Some(node)) = (first_on_stream, &core.node) {
             core.features = ClientFeatures::of(node);
         }
+        let kind = match served {
+            RequestType::Served(kind) => kind,
+            // P33: answered as resources that do not exist; the stream goes on.
+            RequestType::Unknown => {
+                core.unknown.get_or_insert_default().handle(
+                    F::type_url(&request),
+                    F::unknown_request(&request),
+                    &mut core.events,
+                )?;
+                return self.check_names();
+            }
+        };
         let t = &mut core.types[kind.index()];
         let first = !t.requested;
         t.requested = true;
         self.flavor.handle_request(core, kind, first, request);
-        let names = self.flavor.subscribed_names();
+        self.check_names()
+    }
+
+    /// The client's subscriptions stay within the name limit.
+    fn check_names(&self) -> Result<(), ProtocolError> {
+        let unknown = self
+            .core
+            .unknown
+            .as_ref()
+            .map_or(0, |u| u.subscribed_names());
+        let names = self.flavor.subscribed_names() + unknown;
         if names > self.core.max_names {
             return Err(ProtocolError::TooManyNames {
                 names,
@@ -305,6 +343,21 @@ impl<F: Flavor> Stream<F> {
         }
     }
 
+    /// The next response for a type the server does not serve (P33), if any: call until
+    /// `None` after every request.
+    pub fn poll_unknown(&mut self) -> Option<UnknownResponse> {
+        let core = &mut self.core;
+        core.unknown.as_mut()?.poll(&mut core.nonces)
+    }
+
+    /// The types the server does not serve that the client asked for (P33).
+    pub fn unknown_status(&self) -> Vec<UnknownStatus> {
+        self.core
+            .unknown
+            .as_ref()
+            .map_or_else(Vec::new, |u| u.status())
+    }
+
     /// When to call `poll_response` again without input, if ever. Never in the past for
     /// long: `poll_response` consumes what is due (a timeout already past would otherwise
     /// wake the caller in a loop).
@@ -388,6 +441,51 @@ impl Core {
             version: version.to_string(),
         };
         nonce
+    }
+
+    /// Record what a response of `kind` going out says does not exist (P32): with `all`
+    /// (SotW, whose every response names every such name) this replaces the record, else it
+    /// adds to it.
+    pub fn record_not_found(&mut self, kind: ResourceType, names: &[String], all: bool) {
+        let t = &mut self.types[kind.index()];
+        if all {
+            t.not_found = None;
+        }
+        if !names.is_empty() {
+            t.not_found
+                .get_or_insert_default()
+                .extend(names.iter().cloned());
+        }
+    }
+
+    /// Of `names`, those that do not exist for the node: not in the newest snapshot either
+    /// (a make-before-break step may not serve yet what the node will have, P30).
+    pub fn not_found(&self, kind: ResourceType, mut names: Vec<String>) -> Vec<String> {
+        if let Some(newest) = self.planner.newest() {
+            let resources = &newest.get(kind).resources;
+            names.retain(|n| !resources.contains_key(n));
+        }
+        names
+    }
+
+    /// Whether the client was told that `name` of `kind` does not exist (P32).
+    pub fn told_not_found(&self, kind: ResourceType, name: &str) -> bool {
+        self.types[kind.index()]
+            .not_found
+            .as_ref()
+            .is_some_and(|n| n.contains(name))
+    }
+
+    /// The client was sent `name` of `kind`, or no longer subscribes to it: it is no longer
+    /// recorded as not existing.
+    pub fn record_found(&mut self, kind: ResourceType, name: &str) {
+        let t = &mut self.types[kind.index()];
+        if let Some(set) = &mut t.not_found {
+            set.remove(name);
+            if set.is_empty() {
+                t.not_found = None;
+            }
+        }
     }
 
     /// The response limit (`--max-response-bytes`).

@@ -125,6 +125,20 @@ impl Subscription {
             .collect()
     }
 
+    /// The names this subscription names explicitly that `snapshot` has no resource of, in
+    /// name order (P32). Linear, as [`Subscription::select`].
+    pub fn missing(&self, snapshot: &TypeSnapshot) -> Vec<String> {
+        let mut resources = snapshot.resources.keys().peekable();
+        self.names
+            .iter()
+            .filter(|name| {
+                while resources.next_if(|n| n < name).is_some() {}
+                resources.peek() != Some(name)
+            })
+            .cloned()
+            .collect()
+    }
+
     /// The resources of `snapshot` this subscription covers, in name order. Linear in the
     /// sizes of the snapshot and the name set (a merge of two sorted sequences).
     pub fn select<'a>(&self, snapshot: &'a TypeSnapshot) -> Vec<&'a Arc<Resource>> {

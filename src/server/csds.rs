@@ -147,6 +147,16 @@ impl Csds {
                         self.show_secrets,
                     ));
                 }
+                // P32: what the node asked for by name and was told does not exist.
+                for name in &t.not_found {
+                    generic.push(does_not_exist(kind.type_url(), name, t.last_change));
+                }
+            }
+            // P33: what it asked for of types this server does not serve.
+            for u in streams.iter().flat_map(|s| &s.unknown_types) {
+                for name in &u.names {
+                    generic.push(does_not_exist(&u.type_url, name, first.connected_since));
+                }
             }
             let node_config = ClientConfig {
                 node: Some(Node {
@@ -175,6 +185,26 @@ impl Csds {
     }
 }
 
+/// A resource the node subscribes to and was told does not exist (P32).
+fn does_not_exist(type_url: &str, name: &str, since: std::time::SystemTime) -> GenericXdsConfig {
+    GenericXdsConfig {
+        type_url: type_url.to_string(),
+        name: name.to_string(),
+        last_updated: timestamp(since),
+        client_status: ClientResourceStatus::DoesNotExist as i32,
+        ..Default::default()
+    }
+}
+
+fn timestamp(at: std::time::SystemTime) -> Option<Timestamp> {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| Timestamp {
+            seconds: d.as_secs() as i64,
+            nanos: d.subsec_nanos() as i32,
+        })
+}
+
 fn resource_config(
     kind: ResourceType,
     r: &crate::resource::Resource,
@@ -188,14 +218,7 @@ fn resource_config(
         SyncStatus::Nacked => (ConfigStatus::Error, ClientResourceStatus::Nacked),
         SyncStatus::NotSent => (ConfigStatus::NotSent, ClientResourceStatus::Requested),
     };
-    let last_updated = t
-        .last_change
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| Timestamp {
-            seconds: d.as_secs() as i64,
-            nanos: d.subsec_nanos() as i32,
-        });
+    let last_updated = timestamp(t.last_change);
     GenericXdsConfig {
         type_url: kind.type_url().to_string(),
         name: r.name.clone(),
@@ -255,6 +278,7 @@ mod tests {
                 nonce: "1".into(),
                 nack: None,
                 oversized_bytes: None,
+                not_found: Vec::new(),
                 last_change: std::time::SystemTime::UNIX_EPOCH,
             },
         );

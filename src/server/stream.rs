@@ -21,11 +21,11 @@ use crate::cache::{Cache, Generation};
 use crate::config::selector::NodeFacts;
 use crate::fleet::{Fleet, StreamHandle, StreamReport};
 use crate::protocol::stream::Flavor;
-use crate::protocol::{Delta, DeltaResponse, Ordering, Response, Sotw};
+use crate::protocol::{Delta, DeltaResponse, Ordering, Response, Sotw, UnknownResponse};
 use crate::protocol::{Stream, Variant};
 use crate::redact::Secrets;
 use crate::resource::ResourceType;
-use crate::telemetry::{Limit, Telemetry};
+use crate::telemetry::{Limit, Sent, Telemetry};
 
 /// Responses buffered per stream before the task waits for the client to read.
 const RESPONSE_BUFFER: usize = 16;
@@ -39,30 +39,53 @@ pub trait Machine: Flavor<Request: prost::Message + Default> {
     /// For logs: `sotw` or `delta`.
     const PROTOCOL: &'static str;
 
-    /// A response on the wire, with what to log of it: type, version, resource count.
+    /// A response on the wire, with what to log and count of it.
     fn wire(
         response: Self::Response,
         control_plane: &Arc<str>,
         secrets: Secrets,
-    ) -> (Self::Wire, ResourceType, String, usize);
+    ) -> Written<Self::Wire>;
+    /// A response for a type the server does not serve (P33) on the wire.
+    fn wire_unknown(response: UnknownResponse, control_plane: &Arc<str>) -> Written<Self::Wire>;
+}
+
+/// A response on the wire, and what to log and count of it.
+pub struct Written<W> {
+    pub wire: W,
+    /// `None`: a type the server does not serve (P33).
+    pub kind: Option<ResourceType>,
+    pub version: String,
+    /// Resources (delta: and removals).
+    pub resources: usize,
+    /// `NOT_FOUND` resource errors (P32).
+    pub not_found: usize,
 }
 
 impl Machine for Sotw {
     type Wire = WireResponse;
     const PROTOCOL: &'static str = "sotw";
 
-    fn wire(
-        r: Response,
-        control_plane: &Arc<str>,
-        secrets: Secrets,
-    ) -> (WireResponse, ResourceType, String, usize) {
-        let (kind, version, count) = (r.kind, r.version.clone(), r.resources.len());
-        (
-            WireResponse::new(r, control_plane, secrets),
+    fn wire(r: Response, control_plane: &Arc<str>, secrets: Secrets) -> Written<WireResponse> {
+        let (kind, version) = (Some(r.kind), r.version.clone());
+        let (resources, not_found) = (r.resources.len(), r.not_found.len());
+        Written {
+            wire: WireResponse::new(r, control_plane, secrets),
             kind,
             version,
-            count,
-        )
+            resources,
+            not_found,
+        }
+    }
+
+    fn wire_unknown(r: UnknownResponse, control_plane: &Arc<str>) -> Written<WireResponse> {
+        let (version, not_found) = (r.version.clone(), r.not_found.len());
+        Written {
+            wire: WireResponse::unknown(r, control_plane),
+            kind: None,
+            version,
+            resources: 0,
+            not_found,
+        }
     }
 }
 
@@ -74,15 +97,28 @@ impl Machine for Delta {
         r: DeltaResponse,
         control_plane: &Arc<str>,
         secrets: Secrets,
-    ) -> (WireDeltaResponse, ResourceType, String, usize) {
-        let (kind, version) = (r.kind, r.system_version.clone());
-        let count = r.resources.len() + r.removed.len();
-        (
-            WireDeltaResponse::new(r, control_plane, secrets),
+    ) -> Written<WireDeltaResponse> {
+        let (kind, version) = (Some(r.kind), r.system_version.clone());
+        let resources = r.resources.len() + r.removed.len();
+        let not_found = r.not_found.len();
+        Written {
+            wire: WireDeltaResponse::new(r, control_plane, secrets),
             kind,
             version,
-            count,
-        )
+            resources,
+            not_found,
+        }
+    }
+
+    fn wire_unknown(r: UnknownResponse, control_plane: &Arc<str>) -> Written<WireDeltaResponse> {
+        let (version, not_found) = (r.version.clone(), r.not_found.len());
+        Written {
+            wire: WireDeltaResponse::unknown(r, control_plane),
+            kind: None,
+            version,
+            resources: not_found,
+            not_found,
+        }
     }
 }
 
@@ -230,6 +266,7 @@ async fn run<M: Machine>(
                                 types: Default::default(),
                                 generation: 0,
                                 plan: None,
+                                unknown_types: Vec::new(),
                             }));
                             if variant != Variant::Aggregated && ordering.enabled {
                                 sibling = Some(peers.join(&node.id));
@@ -301,16 +338,26 @@ async fn run<M: Machine>(
             events.protocol(&event);
         }
         let mut gone: Option<&str> = None;
-        while let Some((wire, kind, version, resources)) = machine
+        while let Some(written) = machine
             // Tokio's clock (the same as the system's, but for tests on a paused clock).
             .poll_response(tokio::time::Instant::now().into_std())
             .map(|r| M::wire(r, &control_plane, secrets))
+            .or_else(|| {
+                machine
+                    .poll_unknown()
+                    .map(|r| M::wire_unknown(r, &control_plane))
+            })
         {
             // Framed here, once, into a buffer of its size: the body only passes it on.
-            let framed = match body::frame(&wire, MAX_RESPONSE_BYTES) {
+            let framed = match body::frame(&written.wire, MAX_RESPONSE_BYTES) {
                 Ok(framed) => framed,
                 Err(status) => {
-                    events.too_large(kind, &version, resources, status.message());
+                    events.too_large(
+                        written.kind,
+                        &written.version,
+                        written.resources,
+                        status.message(),
+                    );
                     let _ = tx.send(Outgoing::end(status)).await;
                     gone = Some("a response too large to send");
                     break;
@@ -329,7 +376,12 @@ async fn run<M: Machine>(
                 gone = Some("closed by the client");
                 break;
             }
-            events.sent(kind, &version, resources, bytes);
+            let sent = Sent {
+                resources: written.resources,
+                not_found: written.not_found,
+                bytes,
+            };
+            events.sent(written.kind, &written.version, sent);
         }
         // What deciding the responses did (plan steps), counted and logged now, not at the
         // next input.
@@ -349,6 +401,7 @@ async fn run<M: Machine>(
                     .iter()
                     .filter_map(|&kind| machine.status(kind).map(|s| (kind, s))),
                 machine.plan_status(),
+                machine.unknown_status(),
             );
         }
         if let Some(why) = gone {

@@ -19,19 +19,20 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::config::core::v3::ControlPlane;
+use envoy_types::pb::envoy::service::discovery::v3::{ResourceError, ResourceName};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
 
-use crate::protocol::{DeltaResource, DeltaResponse, Response};
+use crate::protocol::{DeltaResource, DeltaResponse, Response, UnknownResponse, NOT_FOUND_MESSAGE};
 use crate::redact::Secrets;
 use crate::resource::Resource;
 
 /// The type URL of the `Resource` wrapper in SotW (P26).
 pub const RESOURCE_TYPE_URL: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
-/// `envoy.service.discovery.v3.DiscoveryResponse` (`canary` and `resource_errors` are never
-/// set).
+/// `envoy.service.discovery.v3.DiscoveryResponse` (`canary` is never set).
 #[derive(Clone, Message)]
 pub struct WireResponse {
     #[prost(string, tag = "1")]
@@ -45,6 +46,9 @@ pub struct WireResponse {
     pub nonce: String,
     #[prost(message, optional, tag = "6")]
     pub control_plane: Option<ControlPlane>,
+    /// P32: `NOT_FOUND` for each subscribed name that does not exist.
+    #[prost(message, repeated, tag = "7")]
+    pub resource_errors: Vec<ResourceError>,
 }
 
 /// `envoy.service.discovery.v3.DeltaDiscoveryResponse`.
@@ -63,6 +67,9 @@ pub struct WireDeltaResponse {
     pub removed_resources: Vec<String>,
     #[prost(message, optional, tag = "7")]
     pub control_plane: Option<ControlPlane>,
+    /// P32: `NOT_FOUND` for each subscribed name that does not exist.
+    #[prost(message, repeated, tag = "9")]
+    pub resource_errors: Vec<ResourceError>,
 }
 
 /// One resource of a response: a message body already encoded, written as it is.
@@ -146,6 +153,27 @@ impl Message for Item {
     }
 }
 
+/// `google.rpc.Code.NOT_FOUND`.
+const NOT_FOUND: i32 = 5;
+
+/// P32: a `NOT_FOUND` resource error for each of `names`.
+pub fn not_found(names: Vec<String>) -> Vec<ResourceError> {
+    names
+        .into_iter()
+        .map(|name| ResourceError {
+            resource_name: Some(ResourceName {
+                name,
+                dynamic_parameter_constraints: None,
+            }),
+            error_detail: Some(RpcStatus {
+                code: NOT_FOUND,
+                message: NOT_FOUND_MESSAGE.to_string(),
+                details: Vec::new(),
+            }),
+        })
+        .collect()
+}
+
 fn control_plane(identifier: &str) -> Option<ControlPlane> {
     (!identifier.is_empty()).then(|| ControlPlane {
         identifier: identifier.to_string(),
@@ -226,6 +254,20 @@ impl WireResponse {
             type_url: response.kind.type_url().to_string(),
             nonce: response.nonce,
             control_plane: control_plane(control_plane_id),
+            resource_errors: not_found(response.not_found),
+        }
+    }
+
+    /// A response for a type the server does not serve (P33): nothing, each name asked for
+    /// not found (P32).
+    pub fn unknown(response: UnknownResponse, control_plane_id: &str) -> WireResponse {
+        WireResponse {
+            version_info: response.version,
+            resources: Vec::new(),
+            type_url: response.type_url,
+            nonce: response.nonce,
+            control_plane: control_plane(control_plane_id),
+            resource_errors: not_found(response.not_found),
         }
     }
 }
@@ -256,6 +298,21 @@ impl WireDeltaResponse {
             nonce: response.nonce,
             removed_resources: response.removed,
             control_plane: control_plane(control_plane_id),
+            resource_errors: not_found(response.not_found),
+        }
+    }
+
+    /// A response for a type the server does not serve (P33): each name asked for removed
+    /// (P20) and not found (P32).
+    pub fn unknown(response: UnknownResponse, control_plane_id: &str) -> WireDeltaResponse {
+        WireDeltaResponse {
+            system_version_info: response.version,
+            resources: Vec::new(),
+            type_url: response.type_url,
+            nonce: response.nonce,
+            removed_resources: response.not_found.clone(),
+            control_plane: control_plane(control_plane_id),
+            resource_errors: not_found(response.not_found),
         }
     }
 }
@@ -271,6 +328,27 @@ mod tests {
     use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
     use std::sync::Arc;
 
+    /// P32: what the generated types make of `NOT_FOUND` for `names`.
+    pub(super) fn expected_errors(
+        names: &[String],
+    ) -> Vec<envoy_types::pb::envoy::service::discovery::v3::ResourceError> {
+        use envoy_types::pb::envoy::service::discovery::v3::{ResourceError, ResourceName};
+        names
+            .iter()
+            .map(|name| ResourceError {
+                resource_name: Some(ResourceName {
+                    name: name.clone(),
+                    ..Default::default()
+                }),
+                error_detail: Some(envoy_types::pb::google::rpc::Status {
+                    code: tonic::Code::NotFound as i32,
+                    message: crate::protocol::NOT_FOUND_MESSAGE.into(),
+                    details: vec![],
+                }),
+            })
+            .collect()
+    }
+
     #[test]
     fn encodes_exactly_like_the_generated_discovery_response() {
         let big = vec![9u8; 70_000]; // a length that needs a 3-byte varint
@@ -285,10 +363,16 @@ mod tests {
                 )
             })
             .collect();
-        for (version, nonce, control_plane, wrap_ttl) in [
-            ("v1", "7", "switchyard/1", false),
-            ("", "", "", false),
-            ("v2", "8", "switchyard/1", true),
+        for (version, nonce, control_plane, wrap_ttl, not_found) in [
+            ("v1", "7", "switchyard/1", false, vec![]),
+            ("", "", "", false, vec!["gone".to_string()]),
+            (
+                "v2",
+                "8",
+                "switchyard/1",
+                true,
+                vec!["a".into(), "b".into()],
+            ),
         ] {
             let wire = WireResponse::new(
                 Response {
@@ -297,6 +381,7 @@ mod tests {
                     nonce: nonce.into(),
                     resources: resources.clone(),
                     wrap_ttl,
+                    not_found: not_found.clone(),
                 },
                 control_plane,
                 Secrets::Serve,
@@ -333,6 +418,7 @@ mod tests {
                 control_plane: (!control_plane.is_empty()).then(|| ControlPlane {
                     identifier: control_plane.into(),
                 }),
+                resource_errors: expected_errors(&not_found),
                 ..Default::default()
             };
             let bytes = wire.encode_to_vec();
@@ -409,6 +495,7 @@ mod delta_tests {
                     nonce: nonce.into(),
                     resources: items.clone(),
                     removed: removed.clone(),
+                    not_found: removed.clone(),
                 },
                 cp,
                 Secrets::Serve,
@@ -449,6 +536,7 @@ mod delta_tests {
                 ],
                 type_url: ResourceType::Cluster.type_url().into(),
                 nonce: nonce.into(),
+                resource_errors: super::tests::expected_errors(&removed),
                 removed_resources: removed,
                 control_plane: (!cp.is_empty()).then(|| ControlPlane {
                     identifier: cp.into(),

@@ -501,6 +501,26 @@ pub fn request(kind: ResourceType, names: &[&str], version: &str, nonce: &str) -
 }
 
 /// Resource names in a response (decoded by type).
+/// The names resource errors say do not exist (P32), each checked to be NOT_FOUND.
+pub fn not_found(
+    errors: &[envoy_types::pb::envoy::service::discovery::v3::ResourceError],
+) -> Vec<String> {
+    errors
+        .iter()
+        .map(|e| {
+            assert_eq!(
+                e.error_detail.as_ref().map(|s| s.code),
+                Some(tonic::Code::NotFound as i32),
+                "{e:?}"
+            );
+            e.resource_name
+                .as_ref()
+                .map(|n| n.name.clone())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 pub fn names(response: &DiscoveryResponse) -> Vec<String> {
     use envoy_types::pb::envoy::config::cluster::v3::Cluster;
     use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;

@@ -135,14 +135,11 @@ fn p1_first_request_needs_a_node_and_it_may_not_change() {
 }
 
 #[test]
-fn p3_unknown_and_wrong_types_are_errors() {
+fn p3_untyped_and_wrong_types_are_errors() {
     let mut s = ads();
     let mut r = req(Cluster, &[], &[], "");
-    r.type_url = "type.googleapis.com/foo.Bar".into();
-    assert!(matches!(
-        s.handle_request(r),
-        Err(ProtocolError::UnknownType(_))
-    ));
+    r.type_url = String::new();
+    assert_eq!(s.handle_request(r), Err(ProtocolError::NoType));
     let mut s = DeltaStream::new(Variant::Single(Endpoint));
     assert!(matches!(
         s.handle_request(req(Cluster, &[], &[], "")),
@@ -897,4 +894,100 @@ fn p17_p19_a_delta_response_over_the_limit_is_split_and_the_rest_follows_each_an
         })
         .collect();
     assert_eq!(splits, [(2, 3), (2, 1)]);
+}
+
+// === P33: a type the server does not serve, on Incremental ADS ===
+
+fn unknown(subscribe: &[&str], unsubscribe: &[&str], nonce: &str) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        type_url: "type.googleapis.com/foo.Bar".into(),
+        ..req(Cluster, subscribe, unsubscribe, nonce)
+    }
+}
+
+#[test]
+fn p33_an_unknown_type_is_answered_removed_and_not_found_and_the_stream_goes_on() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
+    // A wildcard: told at once that there is nothing.
+    s.handle_request(unknown(&[], &[], "")).expect("goes on");
+    assert!(matches!(event(&mut s), Some(Event::UnknownType { .. })));
+    let r = s.poll_unknown().expect("answered");
+    assert!(r.not_found.is_empty());
+    s.handle_request(unknown(&[], &[], &r.nonce)).expect("ack");
+    assert_eq!(s.poll_unknown(), None);
+    // Names: each not found (P32) and removed (P20, in the wire response).
+    s.handle_request(unknown(&["a", "b"], &[], ""))
+        .expect("names");
+    let r = s.poll_unknown().expect("answered");
+    assert_eq!(r.not_found, ["a", "b"]);
+    s.handle_request(unknown(&[], &[], &r.nonce)).expect("ack");
+    // Only what is new is answered; an unsubscribe needs nothing.
+    s.handle_request(unknown(&["b", "c"], &["a"], ""))
+        .expect("more");
+    assert_eq!(
+        s.poll_unknown().map(|r| r.not_found),
+        Some(strings(&["b", "c"]))
+    );
+    s.handle_request(unknown(&[], &["b"], "")).expect("less");
+    assert_eq!(s.poll_unknown(), None);
+    assert_eq!(s.unknown_status()[0].names, ["c"]);
+    // The served types go on.
+    s.handle_request(req(Cluster, &[], &[], "")).expect("cds");
+    assert_eq!(one(&mut s).resources.len(), 1);
+}
+
+// === P32: resource errors ===
+
+#[test]
+fn p32_a_named_resource_that_does_not_exist_is_not_found_once_and_again_when_deleted() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
+    s.handle_request(req(Cluster, &["c", "x"], &[], ""))
+        .expect("cds");
+    let r = one(&mut s);
+    assert_eq!(r.removed, ["x"], "P20");
+    assert_eq!(r.not_found, ["x"], "P32");
+    s.handle_request(req(Cluster, &[], &[], &r.nonce))
+        .expect("ack");
+    assert_eq!(
+        s.status(Cluster).map(|t| t.not_found),
+        Some(strings(&["x"]))
+    );
+    // Appears: sent, no longer not found.
+    s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Cluster, "x", "1")]));
+    let r = one(&mut s);
+    assert_eq!(r.resources.len(), 1);
+    assert!(r.not_found.is_empty());
+    s.handle_request(req(Cluster, &[], &[], &r.nonce))
+        .expect("ack");
+    assert_eq!(s.status(Cluster).map(|t| t.not_found), Some(vec![]));
+    // Deleted while subscribed: removed and not found again.
+    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
+    let r = one(&mut s);
+    assert_eq!(
+        (r.removed.clone(), r.not_found.clone()),
+        (strings(&["x"]), strings(&["x"]))
+    );
+    s.handle_request(req(Cluster, &[], &[], &r.nonce))
+        .expect("ack");
+    // Unsubscribed: no longer reported.
+    s.handle_request(req(Cluster, &[], &["x"], ""))
+        .expect("drop");
+    assert_eq!(s.status(Cluster).map(|t| t.not_found), Some(vec![]));
+}
+
+#[test]
+fn p32_what_only_a_wildcard_covered_is_removed_without_an_error() {
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Cluster, "d", "1")]));
+    s.handle_request(req(Cluster, &["*"], &[], ""))
+        .expect("cds");
+    let r = one(&mut s);
+    s.handle_request(req(Cluster, &[], &[], &r.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
+    let r = one(&mut s);
+    assert_eq!(r.removed, ["d"]);
+    assert!(r.not_found.is_empty());
 }

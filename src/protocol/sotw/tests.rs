@@ -116,14 +116,160 @@ fn p2_every_response_has_a_fresh_nonce_per_type() {
 // === P3: types ===
 
 #[test]
-fn p3_unknown_type_on_ads_is_an_error() {
+fn p3_a_request_on_ads_without_a_type_is_an_error() {
     let mut s = SotwStream::new(Variant::Aggregated);
     let mut r = req(Cluster, &[], "", "");
-    r.type_url = "type.googleapis.com/not.a.Type".into();
-    assert!(matches!(
-        s.handle_request(r),
-        Err(ProtocolError::UnknownType(_))
-    ));
+    r.type_url = String::new();
+    assert_eq!(s.handle_request(r), Err(ProtocolError::NoType));
+}
+
+// === P33: a type the server does not serve, on ADS ===
+
+const UNKNOWN: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpointX";
+
+fn unknown(names: &[&str], version: &str, nonce: &str) -> DiscoveryRequest {
+    DiscoveryRequest {
+        type_url: UNKNOWN.into(),
+        ..req(Cluster, names, version, nonce)
+    }
+}
+
+#[test]
+fn p33_an_unknown_type_on_ads_is_answered_as_not_existing_and_the_stream_goes_on() {
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
+    s.handle_request(unknown(&["a", "b"], "", ""))
+        .expect("an unknown type does not end the stream");
+    assert_eq!(
+        s.poll_event(),
+        Some(Event::UnknownType {
+            type_url: UNKNOWN.into()
+        })
+    );
+    let r = s.poll_unknown().expect("answered");
+    assert_eq!(r.type_url, UNKNOWN);
+    assert_eq!(r.not_found, ["a", "b"]);
+    assert_eq!(s.poll_unknown(), None, "one answer per request");
+    // Its ACK asks for nothing new: no answer; the other types go on.
+    s.handle_request(unknown(&["a", "b"], &r.version, &r.nonce))
+        .expect("ack");
+    assert_eq!(s.poll_unknown(), None);
+    s.handle_request(req(Cluster, &[], "", "")).expect("cds");
+    assert_eq!(names(&drain(&mut s)[0]), ["c"]);
+    // A name more: answered again, with every name; the type is reported once.
+    s.handle_request(unknown(&["a", "b", "c"], &r.version, &r.nonce))
+        .expect("more names");
+    let again = s.poll_unknown().expect("answered");
+    assert_ne!(again.nonce, r.nonce, "P2");
+    assert_eq!(again.not_found, ["a", "b", "c"]);
+    assert!(!std::iter::from_fn(|| s.poll_event()).any(|e| matches!(e, Event::UnknownType { .. })));
+    // A stale nonce is ignored (P6).
+    s.handle_request(unknown(&["z"], &r.version, &r.nonce))
+        .expect("stale");
+    assert_eq!(s.poll_unknown(), None);
+    // Operators see it, with its names and its ACK.
+    let status = s.unknown_status();
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].names, ["a", "b", "c"]);
+    assert!(matches!(status[0].state, SyncState::Sent { .. }));
+}
+
+#[test]
+fn p33_unknown_types_are_bounded_per_stream_and_their_names_count_towards_the_limit() {
+    let mut s = SotwStream::new(Variant::Aggregated);
+    for i in 0..crate::protocol::MAX_UNKNOWN_TYPES {
+        let mut r = unknown(&[], "", "");
+        r.type_url = format!("type.googleapis.com/x.T{i}");
+        s.handle_request(r).expect("within the bound");
+    }
+    let mut r = unknown(&[], "", "");
+    r.type_url = "type.googleapis.com/x.OneTooMany".into();
+    let e = s.handle_request(r).expect_err("past the bound");
+    assert!(
+        matches!(e, ProtocolError::TooManyUnknownTypes { .. }),
+        "{e}"
+    );
+    assert!(e.is_limit());
+
+    let mut s = SotwStream::new(Variant::Aggregated).with_name_limit(2);
+    let e = s
+        .handle_request(unknown(&["a", "b", "c"], "", ""))
+        .expect_err("three names");
+    assert!(matches!(e, ProtocolError::TooManyNames { names: 3, .. }));
+}
+
+// === P32: resource errors ===
+
+#[test]
+fn p32_a_named_resource_that_does_not_exist_is_answered_not_found_at_once() {
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(Listener, "l", "1")]));
+    // Before P32 nothing went out for a name that does not exist (P11).
+    s.handle_request(req(Listener, &["l", "missing"], "", ""))
+        .expect("lds");
+    let r = s.poll_response(Instant::now()).expect("answered at once");
+    assert_eq!(names(&r), ["l"]);
+    assert_eq!(r.not_found, ["missing"]);
+    s.handle_request(req(Listener, &["l", "missing"], &r.version, &r.nonce))
+        .expect("ack");
+    assert_eq!(
+        s.status(Listener).map(|t| t.not_found),
+        Some(vec!["missing".to_string()])
+    );
+    assert!(
+        drain(&mut s).is_empty(),
+        "told once: nothing more until a change"
+    );
+    // A non-full-state type: a response with nothing in it but the error.
+    s.handle_request(req(Route, &["r"], "", "")).expect("rds");
+    let r = s.poll_response(Instant::now()).expect("answered at once");
+    assert!(r.resources.is_empty());
+    assert_eq!(r.not_found, ["r"]);
+    s.handle_request(req(Route, &["r"], &r.version, &r.nonce))
+        .expect("ack");
+    // When it appears it is sent as usual (P11), and no longer reported.
+    s.handle_snapshot(snap(&[(Listener, "l", "1"), (Route, "r", "1")]));
+    let r = drain(&mut s);
+    assert_eq!(r.len(), 1);
+    assert_eq!(names(&r[0]), ["r"]);
+    assert!(r[0].not_found.is_empty());
+    assert_eq!(s.status(Route).map(|t| t.not_found), Some(vec![]));
+    s.handle_request(req(Route, &["r"], &r[0].version, &r[0].nonce))
+        .expect("ack");
+    // Deleted while subscribed: the error again.
+    s.handle_snapshot(snap(&[(Listener, "l", "1")]));
+    let r = drain(&mut s);
+    let rds: Vec<_> = r.iter().filter(|r| r.kind == Route).collect();
+    assert_eq!(rds.len(), 1, "{r:?}");
+    assert_eq!(rds[0].not_found, ["r"]);
+}
+
+#[test]
+fn p32_a_wildcard_alone_has_nothing_not_found_and_a_reconnect_with_a_missing_name_is_told() {
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
+    s.handle_request(req(Cluster, &[], "", "")).expect("cds");
+    let r = s.poll_response(Instant::now()).expect("cds");
+    assert!(r.not_found.is_empty());
+    // Wildcard plus a name that does not exist.
+    s.handle_request(req(Cluster, &["*", "x"], &r.version, &r.nonce))
+        .expect("more");
+    let r = s.poll_response(Instant::now()).expect("the name is news");
+    assert_eq!(names(&r), ["c"]);
+    assert_eq!(r.not_found, ["x"]);
+    // P13: back on a new stream with the version of what it has; a missing name still
+    // needs its answer.
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(Endpoint, "e", "1")]));
+    s.handle_request(req(Endpoint, &["e"], "", ""))
+        .expect("eds");
+    let first = s.poll_response(Instant::now()).expect("eds");
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(Endpoint, "e", "1")]));
+    s.handle_request(req(Endpoint, &["e", "gone"], &first.version, ""))
+        .expect("eds");
+    let r = s.poll_response(Instant::now()).expect("told");
+    assert_eq!(r.not_found, ["gone"]);
 }
 
 #[test]
@@ -302,6 +448,12 @@ fn p10_other_types_deletion_needs_no_response() {
     s.handle_request(req(Route, &["r1", "r2"], &r.version, &r.nonce))
         .expect("ack");
     s.handle_snapshot(snap(&[(Route, "r1", "1")]));
+    // No resource goes again: the only news is r2's NOT_FOUND (P32).
+    let gone = s.poll_response(Instant::now()).expect("r2 not found");
+    assert!(gone.resources.is_empty());
+    assert_eq!(gone.not_found, ["r2"]);
+    s.handle_request(req(Route, &["r1", "r2"], &gone.version, &gone.nonce))
+        .expect("ack");
     assert!(s.poll_response(Instant::now()).is_none());
     // ... and when r2 comes back it is sent (the client may have dropped it).
     s.handle_snapshot(snap(&[(Route, "r1", "1"), (Route, "r2", "1")]));
@@ -341,6 +493,12 @@ fn p11_a_missing_name_is_remembered_and_sent_when_it_appears() {
     s.handle_snapshot(snap(&[]));
     s.handle_request(req(Endpoint, &["later"], "", ""))
         .expect("ok");
+    // P32: told at once that it does not exist, with nothing else.
+    let missing = s.poll_response(Instant::now()).expect("not found");
+    assert!(missing.resources.is_empty());
+    assert_eq!(missing.not_found, ["later"]);
+    s.handle_request(req(Endpoint, &["later"], &missing.version, &missing.nonce))
+        .expect("ack");
     assert!(s.poll_response(Instant::now()).is_none());
     s.handle_snapshot(snap(&[(Endpoint, "later", "1")]));
     let r = s
