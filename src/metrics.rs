@@ -33,6 +33,8 @@ pub struct StreamLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PollLabels {
+    /// `rest` (REST-JSON) or `fetch` (a gRPC `Fetch*` method, P36).
+    pub api: &'static str,
     pub type_url: &'static str,
     /// `changed` (answered with resources) or `not_modified` (held, then 304).
     pub result: &'static str,
@@ -298,7 +300,9 @@ pub fn encode(m: &Metrics, scraped: Scraped) -> String {
     );
     registry.register(
         "rest_polls",
-        "REST-JSON polls answered, by type URL and result (changed, not_modified)",
+        "Polls answered, by API (rest: REST-JSON, fetch: a gRPC Fetch* method), type URL and \
+         result (changed, or not_modified: held for the version the poll named, then answered \
+         304 by REST and with that same version by Fetch)",
         m.rest_polls.clone(),
     );
     registry.register(

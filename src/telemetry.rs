@@ -201,8 +201,13 @@ impl Telemetry {
         observe(&self.metrics.convergence, took);
     }
 
-    /// A REST-JSON poll answered: with `resources` (`changed`, `bytes` of JSON) or 304.
-    pub fn poll_answered(&self, kind: ResourceType, changed: Option<(usize, usize)>) {
+    /// A poll answered: with `resources` (`changed`, `bytes` of JSON or protobuf), or held
+    /// for the version it named and answered unchanged.
+    pub fn poll_answered(&self, api: PollApi, kind: ResourceType, changed: Option<(usize, usize)>) {
+        let api = match api {
+            PollApi::Rest => "rest",
+            PollApi::Fetch => "fetch",
+        };
         let result = match changed {
             Some((resources, bytes)) => {
                 self.count_sent(Some(kind), resources, bytes);
@@ -213,11 +218,12 @@ impl Telemetry {
         self.metrics
             .rest_polls
             .get_or_create(&PollLabels {
+                api,
                 type_url: kind.type_url(),
                 result,
             })
             .inc();
-        tracing::debug!(r#type = %kind, result, "Answered a REST poll.");
+        tracing::debug!(api, r#type = %kind, result, "Answered a poll.");
     }
 
     fn count_sent(&self, kind: Option<ResourceType>, resources: usize, bytes: usize) {
@@ -344,6 +350,13 @@ fn type_labels(kind: ResourceType) -> TypeLabels {
     TypeLabels {
         type_url: kind.type_url(),
     }
+}
+
+/// How a poll came: REST-JSON, or a gRPC `Fetch*` method (P36).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollApi {
+    Rest,
+    Fetch,
 }
 
 /// What one response carried, for logs and metrics.

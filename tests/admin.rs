@@ -729,8 +729,10 @@ secrets:
       private_key: { inline_string: "KEY-PEM" }
 "#;
 
-/// What each door gives of a TLS secret: (SDS over ADS, REST poll, CSDS, /config_dump).
-async fn secret_everywhere(server: &TestServer) -> [String; 4] {
+/// What each door gives of a TLS secret: (SDS over ADS, REST poll, CSDS, /config_dump,
+/// FetchSecrets).
+async fn secret_everywhere(server: &TestServer) -> [String; 5] {
+    use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_client::SecretDiscoveryServiceClient;
     use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
     use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
     use switchyard::resource::ResourceType::Secret;
@@ -764,14 +766,36 @@ async fn secret_everywhere(server: &TestServer) -> [String; 4] {
         .value
         .clone();
     let (_, dump) = server.admin_get("/config_dump?node=n1").await;
-    [sds, rest, String::from_utf8_lossy(&csds).into_owned(), dump]
+    // P36: a fetch proves no more than a REST poll.
+    let fetched = SecretDiscoveryServiceClient::new(server.channel().await)
+        .fetch_secrets(
+            envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+                node: Some(support::node("anyone", "test")),
+                resource_names: vec!["cert".into()],
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("FetchSecrets answers")
+        .into_inner();
+    let fetched = String::from_utf8_lossy(&fetched.resources[0].value).into_owned();
+    [
+        sds,
+        rest,
+        String::from_utf8_lossy(&csds).into_owned(),
+        dump,
+        fetched,
+    ]
 }
 
 #[tokio::test]
 async fn private_keys_go_nowhere_by_default_but_certificate_chains_do() {
     let server = TestServer::start(&[("secrets.yaml", TLS_SECRET)]).await;
     let doors = secret_everywhere(&server).await;
-    for (door, text) in ["SDS", "REST", "CSDS", "/config_dump"].iter().zip(&doors) {
+    for (door, text) in ["SDS", "REST", "CSDS", "/config_dump", "Fetch"]
+        .iter()
+        .zip(&doors)
+    {
         assert!(
             !text.contains("KEY-PEM"),
             "{door} leaked the private key: {text}"
@@ -796,7 +820,10 @@ async fn the_flags_serve_and_show_private_keys() {
     )
     .await;
     let doors = secret_everywhere(&server).await;
-    for (door, text) in ["SDS", "REST", "CSDS", "/config_dump"].iter().zip(&doors) {
+    for (door, text) in ["SDS", "REST", "CSDS", "/config_dump", "Fetch"]
+        .iter()
+        .zip(&doors)
+    {
         assert!(text.contains("KEY-PEM"), "{door}: {text}");
     }
     server.shutdown().await;

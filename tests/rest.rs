@@ -99,6 +99,9 @@ async fn rest_serves_named_resources_and_every_documented_path() {
     let r: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     assert_eq!(r["resources"].as_array().map(Vec::len), Some(1));
     assert_eq!(r["resources"][0]["clusterName"], "backend");
+    // P32: the name that does not exist, NOT_FOUND.
+    assert_eq!(r["resource_errors"][0]["resource_name"]["name"], "missing");
+    assert_eq!(r["resource_errors"][0]["error_detail"]["code"], 5);
     for path in [
         "listeners",
         "routes",
@@ -187,4 +190,84 @@ async fn a_rest_body_past_the_limit_gets_413() {
     assert!(body.len() > 2 << 20);
     let (code, _) = poll(&server, "/v3/discovery:clusters", &body).await;
     assert_eq!(code, 413);
+}
+
+// === P36: the unary Fetch* methods, answered as a REST poll is ===
+
+fn fetch_request(
+    version: &str,
+    names: &[&str],
+) -> envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+    envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+        version_info: version.into(),
+        node: Some(node("fetch-1", "test")),
+        resource_names: names.iter().map(|n| n.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn p36_fetch_is_answered_from_the_snapshot_like_a_rest_poll() {
+    use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_client::EndpointDiscoveryServiceClient;
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let mut cds = ClusterDiscoveryServiceClient::new(server.channel().await);
+    let r = cds
+        .fetch_clusters(fetch_request("", &[]))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(r.type_url, Cluster.type_url());
+    assert_eq!(names(&r), ["backend"]);
+    // The same version as a REST poll of the same names gets.
+    let (_, body) = poll(&server, "/v3/discovery:clusters", &request("", &[])).await;
+    let rest: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(rest["version_info"], r.version_info.as_str());
+    // Named, with a name that does not exist: NOT_FOUND for it (P32).
+    let mut eds = EndpointDiscoveryServiceClient::new(server.channel().await);
+    let e = eds
+        .fetch_endpoints(fetch_request("", &["backend", "missing"]))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(names(&e), ["backend"]);
+    assert_eq!(not_found(&e.resource_errors), ["missing"]);
+    // The version it has: held, then answered with that same version (no 304 in gRPC).
+    let started = std::time::Instant::now();
+    let again = cds
+        .fetch_clusters(fetch_request(&r.version_info, &[]))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert!(
+        started.elapsed() >= REST_HOLD,
+        "held {:?}",
+        started.elapsed()
+    );
+    assert_eq!(again.version_info, r.version_info);
+    // Counted with the REST polls.
+    let (_, metrics) = server.admin_get("/metrics").await;
+    let fetch = r#"switchyard_rest_polls_total{api="fetch",type_url="type.googleapis.com/envoy.config.cluster.v3.Cluster""#;
+    assert!(
+        metrics.contains(&format!("{fetch},result=\"changed\"}} 1")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("{fetch},result=\"not_modified\"}} 1")),
+        "{metrics}"
+    );
+    // Bad requests: no node, another type.
+    let missing_node = cds
+        .fetch_clusters(envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest::default())
+        .await
+        .expect_err("no node");
+    assert_eq!(missing_node.code(), tonic::Code::InvalidArgument);
+    let mut wrong = fetch_request("", &[]);
+    wrong.type_url = switchyard::resource::ResourceType::Listener
+        .type_url()
+        .into();
+    let wrong = cds.fetch_clusters(wrong).await.expect_err("another type");
+    assert_eq!(wrong.code(), tonic::Code::InvalidArgument);
+    assert!(wrong.message().contains("Listener"), "{}", wrong.message());
+    server.shutdown().await;
 }

@@ -134,6 +134,27 @@ async fn p32_a_named_resource_that_does_not_exist_is_answered_not_found_then_sen
     c.expect_quiet(std::time::Duration::from_millis(300)).await;
     let status = server.status().await;
     assert_eq!(status.nodes[0].types["CDS"].not_found, ["later"]);
+    // CSDS: the name the node asked for, DOES_NOT_EXIST.
+    {
+        use envoy_types::pb::envoy::admin::v3::ClientResourceStatus;
+        use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
+        let csds = ClientStatusDiscoveryServiceClient::new(server.channel().await)
+            .fetch_client_status(
+                envoy_types::pb::envoy::service::status::v3::ClientStatusRequest::default(),
+            )
+            .await
+            .expect("CSDS answers")
+            .into_inner();
+        let later = csds.config[0]
+            .generic_xds_configs
+            .iter()
+            .find(|g| g.name == "later")
+            .expect("listed");
+        assert_eq!(
+            later.client_status,
+            ClientResourceStatus::DoesNotExist as i32
+        );
+    }
     // The file adds it: sent as usual, no error.
     server.set_file("later.yaml", &eds_cluster("later", "1s", 8081));
     let r = c.recv_type(Cluster).await;

@@ -148,9 +148,20 @@ async fn a_client_claiming_another_node_or_without_a_certificate_is_refused() {
             "served a client without a valid certificate"
         );
     }
+    // P36: a fetch is held to the same binding.
+    let fetched = envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient::new(
+        channel(&server, &servers, Some(&n1)).await.expect("connects"),
+    )
+    .fetch_clusters(envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+        node: Some(node("n2", "test")),
+        ..Default::default()
+    })
+    .await
+    .expect_err("claims another node");
+    assert_eq!(fetched.code(), tonic::Code::PermissionDenied, "{fetched:?}");
     let (_, metrics) = server.admin_get("/metrics").await;
     assert!(
-        metrics.contains("switchyard_identity_mismatches_total 1"),
+        metrics.contains("switchyard_identity_mismatches_total 2"),
         "{metrics}"
     );
     server.shutdown().await;

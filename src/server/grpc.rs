@@ -18,7 +18,6 @@ use tonic::codegen::{http, Body as HttpBody, BoxFuture, Bytes, Service, StdError
 use tonic::Status;
 
 use super::body::{Requests, ResponseBody};
-use super::status;
 use super::stream::{spawn, Machine, Shared};
 use super::MAX_REQUEST_BYTES;
 use crate::cache::Cache;
@@ -34,6 +33,18 @@ pub struct XdsServer {
 }
 
 impl XdsServer {
+    /// What a `Fetch*` call is answered from: the REST poll's state (P36).
+    fn rest(&self) -> super::rest::Rest {
+        let s = &self.shared;
+        super::rest::Rest {
+            cache: Arc::clone(&s.cache),
+            telemetry: s.telemetry.clone(),
+            stop: s.stop.clone(),
+            secrets: s.secrets,
+            identity: s.identity.clone(),
+        }
+    }
+
     pub fn new(
         cache: Arc<Cache>,
         fleet: Arc<Fleet>,
@@ -64,7 +75,7 @@ impl XdsServer {
 }
 
 /// One gRPC service: its full name, its SotW and Delta streaming methods and what they
-/// serve. Every other method of the service (Fetch*) answers UNIMPLEMENTED.
+/// serve. A per-type service's unary `Fetch*` method (P36) is named after its SotW method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Spec {
     pub name: &'static str,
@@ -141,11 +152,14 @@ where
         if spec.delta_method == method {
             return stream_method::<Delta, B>(self.server.clone(), spec.variant, request);
         }
-        let status = if method.starts_with("Fetch") {
-            status::fetch_unimplemented()
-        } else {
-            Status::unimplemented(format!("{} has no method {method:?}", spec.name))
-        };
+        // P36: `FetchClusters` beside `StreamClusters`, and so on.
+        if let (Variant::Single(kind), Some(fetched)) = (spec.variant, method.strip_prefix("Fetch"))
+        {
+            if spec.sotw_method.and_then(|m| m.strip_prefix("Stream")) == Some(fetched) {
+                return super::fetch::call(self.server.rest(), kind, request);
+            }
+        }
+        let status = Status::unimplemented(format!("{} has no method {method:?}", spec.name));
         Box::pin(async move { Ok(status.into_http()) })
     }
 }
@@ -232,6 +246,15 @@ mod tests {
             );
             match spec.sotw_method {
                 Some(sotw) => {
+                    // P36: the unary twin, named after the SotW method.
+                    if spec.variant != Variant::Aggregated {
+                        let fetch = method(&sotw.replacen("Stream", "Fetch", 1));
+                        assert!(!fetch.is_client_streaming() && !fetch.is_server_streaming());
+                        assert_eq!(
+                            fetch.output().full_name(),
+                            "envoy.service.discovery.v3.DiscoveryResponse"
+                        );
+                    }
                     let sotw = method(sotw);
                     assert!(sotw.is_client_streaming() && sotw.is_server_streaming());
                     assert_eq!(

@@ -19,6 +19,7 @@ mod csds;
 
 pub use connection::{ConnectionAge, AGE_JITTER};
 pub use csds::CsdsFrom;
+mod fetch;
 mod grpc;
 pub(crate) mod incoming;
 mod peers;

@@ -20,11 +20,15 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use prost_reflect::DynamicMessage;
 use tokio::sync::watch;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
+
 use crate::cache::Cache;
 use crate::config::descriptors;
 use crate::protocol::Subscription;
 use crate::redact::Secrets;
+use crate::resource::Resource;
 use crate::resource::ResourceType;
+use crate::telemetry::PollApi;
 use crate::telemetry::Telemetry;
 
 /// How long a request for the version the client already has is held before `304`. Below
@@ -86,47 +90,95 @@ async fn discovery(
     let Some(node) = request.node.clone() else {
         return bad_request("a REST DiscoveryRequest must carry `node`".into());
     };
-    if let Some(policy) = &rest.identity {
-        let conn = extensions.get::<super::incoming::ConnInfo>();
-        let identity = conn.and_then(|c| c.identity.as_deref());
-        if let Err(why) = policy.check(identity, &node.id, &node.cluster) {
-            let peer = conn
-                .and_then(|c| c.remote)
-                .map_or_else(|| "unknown".to_string(), |p| p.to_string());
-            rest.telemetry
-                .identity_mismatch("REST poll", &node.id, &peer, &why);
-            return (
-                StatusCode::FORBIDDEN,
-                format!("node {:?}: {why}\n", node.id),
-            )
-                .into_response();
-        }
+    let conn = extensions.get::<super::incoming::ConnInfo>();
+    if let Err(why) = rest.check_identity(conn, &node, "REST poll") {
+        return (
+            StatusCode::FORBIDDEN,
+            format!("node {:?}: {why}\n", node.id),
+        )
+            .into_response();
     }
-    let mut subscription = Subscription::default();
-    subscription.apply_sotw(&request.resource_names);
+    let polled = rest.poll(kind, &request, &node).await;
+    if polled.unchanged {
+        rest.telemetry.poll_answered(PollApi::Rest, kind, None);
+        return StatusCode::NOT_MODIFIED.into_response();
+    }
+    answer(&rest, kind, polled)
+}
 
-    let facts = crate::config::selector::NodeFacts::of(&node);
-    let mut generations = rest.cache.subscribe();
-    let mut stop = rest.stop.clone();
-    let deadline = tokio::time::Instant::now() + REST_HOLD;
-    loop {
-        let generation = std::sync::Arc::clone(generations.borrow_and_update().for_node(&facts));
-        let snapshot = generation.snapshot_for(&facts);
-        let current = snapshot.get(kind);
-        // The version of what this poll selects, as a SotW stream would give it (P13).
-        let selected = subscription.select(current);
-        let version = crate::protocol::sotw_version(&subscription, current, &selected);
-        if version != request.version_info {
-            return answer(&rest, kind, &version, selected);
-        }
-        tokio::select! {
-            changed = generations.changed() => if changed.is_err() { break },
-            _ = tokio::time::sleep_until(deadline) => break,
-            _ = stop.changed() => break,
+/// What a poll (REST, or a gRPC `Fetch*`, P36) is answered with.
+#[derive(Debug)]
+pub struct Polled {
+    /// The version of what it selects, as a SotW stream would give it (P13).
+    pub version: String,
+    pub resources: Vec<Arc<Resource>>,
+    /// What it names that does not exist for the node (P32).
+    pub not_found: Vec<String>,
+    /// The version is the one the poll named, and stayed so for [`REST_HOLD`].
+    pub unchanged: bool,
+}
+
+impl Rest {
+    /// `--node-identity`: the poll's client certificate must be bound to the node it names.
+    /// A mismatch is counted and logged (as `what`), and its reason returned.
+    pub fn check_identity(
+        &self,
+        conn: Option<&super::incoming::ConnInfo>,
+        node: &Node,
+        what: &str,
+    ) -> Result<(), String> {
+        let Some(policy) = &self.identity else {
+            return Ok(());
+        };
+        let identity = conn.and_then(|c| c.identity.as_deref());
+        policy
+            .check(identity, &node.id, &node.cluster)
+            .inspect_err(|why| {
+                let peer = conn
+                    .and_then(|c| c.remote)
+                    .map_or_else(|| "unknown".to_string(), |p| p.to_string());
+                self.telemetry.identity_mismatch(what, &node.id, &peer, why);
+            })
+    }
+
+    /// What `node` gets of `kind` for `request`'s names: at once when its version differs
+    /// from the request's `version_info`, else once the type changes for the node, or after
+    /// [`REST_HOLD`] (or at shutdown) unchanged.
+    pub async fn poll(
+        &self,
+        kind: ResourceType,
+        request: &DiscoveryRequest,
+        node: &Node,
+    ) -> Polled {
+        let mut subscription = Subscription::default();
+        subscription.apply_sotw(&request.resource_names);
+        let facts = crate::config::selector::NodeFacts::of(node);
+        let mut generations = self.cache.subscribe();
+        let mut stop = self.stop.clone();
+        let deadline = tokio::time::Instant::now() + REST_HOLD;
+        let mut first = true;
+        loop {
+            let generation = Arc::clone(generations.borrow_and_update().for_node(&facts));
+            let snapshot = generation.snapshot_for(&facts);
+            let current = snapshot.get(kind);
+            let selected = subscription.select(current);
+            let version = crate::protocol::sotw_version(&subscription, current, &selected);
+            let unchanged = version == request.version_info;
+            if !unchanged || !first {
+                return Polled {
+                    version,
+                    resources: selected.into_iter().cloned().collect(),
+                    not_found: subscription.missing(current),
+                    unchanged,
+                };
+            }
+            tokio::select! {
+                changed = generations.changed() => first = changed.is_ok(),
+                _ = tokio::time::sleep_until(deadline) => first = false,
+                _ = stop.changed() => first = false,
+            }
         }
     }
-    rest.telemetry.poll_answered(kind, None);
-    StatusCode::NOT_MODIFIED.into_response()
 }
 
 /// A resource as the proto3 JSON of an `Any`: its fields plus `"@type"`.
@@ -147,20 +199,15 @@ pub fn parse_request(body: &[u8]) -> Result<DiscoveryRequest, String> {
     message.transcode_to().map_err(|e| e.to_string())
 }
 
-/// The `DiscoveryResponse` JSON for `selected`, at `version`.
-fn answer(
-    rest: &Rest,
-    kind: ResourceType,
-    version: &str,
-    selected: Vec<&std::sync::Arc<crate::resource::Resource>>,
-) -> Response {
+/// The `DiscoveryResponse` JSON for what a poll got.
+fn answer(rest: &Rest, kind: ResourceType, polled: Polled) -> Response {
     // Each resource's JSON is rendered once and shared by every poll (as gRPC shares the
     // encoded bytes); the answer is assembled around it.
-    let count = selected.len();
+    let count = polled.resources.len();
     let mut body = String::from("{\"version_info\":");
-    body.push_str(&serde_json::Value::from(version).to_string());
+    body.push_str(&serde_json::Value::from(polled.version).to_string());
     body.push_str(",\"resources\":[");
-    for (i, r) in selected.into_iter().enumerate() {
+    for (i, r) in polled.resources.iter().enumerate() {
         if i > 0 {
             body.push(',');
         }
@@ -171,9 +218,25 @@ fn answer(
     body.push_str(&serde_json::Value::from(kind.type_url()).to_string());
     body.push_str(",\"control_plane\":{\"identifier\":");
     body.push_str(&serde_json::Value::from(super::control_plane_id()).to_string());
-    body.push_str("}}");
+    body.push('}');
+    // P32: NOT_FOUND for each name that does not exist for the node.
+    if !polled.not_found.is_empty() {
+        let errors: Vec<serde_json::Value> = polled
+            .not_found
+            .iter()
+            .map(|name| {
+                serde_json::json!({
+                    "resource_name": {"name": name},
+                    "error_detail": {"code": 5, "message": crate::protocol::NOT_FOUND_MESSAGE},
+                })
+            })
+            .collect();
+        body.push_str(",\"resource_errors\":");
+        body.push_str(&serde_json::Value::from(errors).to_string());
+    }
+    body.push('}');
     rest.telemetry
-        .poll_answered(kind, Some((count, body.len())));
+        .poll_answered(PollApi::Rest, kind, Some((count, body.len())));
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

@@ -14,8 +14,3 @@ pub fn from_protocol(error: &ProtocolError) -> Status {
         Status::invalid_argument(error.to_string())
     }
 }
-
-/// The unary Fetch* methods (REST-style polling over gRPC).
-pub fn fetch_unimplemented() -> Status {
-    Status::unimplemented("Fetch* (polling) is not implemented; use the streaming methods")
-}
