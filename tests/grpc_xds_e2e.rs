@@ -1,6 +1,7 @@
 //! End-to-end with the gRPC library's own xDS client (Python grpcio, target `xds:///echo`):
 //! ADS, State of the World, every type subscribed by name (LDS and CDS too, P14), starting
-//! from one API listener. An EDS edit moves its calls to another upstream.
+//! from one API listener. An EDS edit moves its calls to another upstream. A name the server
+//! does not have fails at once with resource errors (P32), not after gRPC's 15 s timer.
 
 mod support;
 
@@ -121,4 +122,102 @@ async fn e2e_grpc_xds_client_finds_its_upstream_by_name_and_follows_an_eds_edit(
     assert!(switchyard.logged("xDS stream opened.", &[("node", "grpc-client-1")]));
     assert!(!switchyard.logged("NACK", &[]));
     std::fs::write(dir.path().join("stop"), "").expect("stop");
+}
+
+/// The line of `client`'s output that starts with `prefix`, once it is there.
+async fn line(client: &Process, prefix: &str, wait: Duration) -> Option<String> {
+    let find = || {
+        client
+            .log_text()
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix).map(str::to_string))
+    };
+    eventually(wait, || async { find().is_some() }).await?;
+    find()
+}
+
+/// P32 with gRPC's data-error handling (gRFC A88): `xds:///missing` fails as soon as the
+/// server says NOT_FOUND, where without it gRPC waits out its 15 s does-not-exist timer
+/// (P31); and once a file adds the listener, the same channel reaches its upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_p32_grpc_fails_a_missing_name_at_once_and_recovers_when_a_file_adds_it() {
+    let Some(python) = grpc_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    write(
+        &config,
+        "other.yaml",
+        "clusters: [{ name: other, connect_timeout: 1s }]\n",
+    );
+    let switchyard = Switchyard::start(&config, dir.path()).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/grpc_not_found.py");
+    let client = |mode: &'static str| {
+        let work = dir.path().join(mode);
+        std::fs::create_dir(&work).expect("mkdir");
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script)
+            .arg(switchyard.port.to_string())
+            .arg("missing")
+            .arg(&work)
+            .arg(mode);
+        Process::spawn(mode, cmd, work.join("client.log"))
+    };
+    // Both at once: the plain client's 15 s run beside the other's.
+    let (errors, plain) = (client("errors"), client("plain"));
+
+    let seconds = |text: &str| -> f64 {
+        text.split_whitespace()
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("a time in {text:?}"))
+    };
+    let failed = line(&errors, "FAILED_AFTER ", WAIT)
+        .await
+        .unwrap_or_else(|| panic!("never failed: {}", errors.log_text()));
+    assert!(failed.contains("UNAVAILABLE"), "{failed}");
+    assert!(
+        failed.contains("missing"),
+        "names what is missing: {failed}"
+    );
+    let with_errors = seconds(&failed);
+    assert!(with_errors < 1.0, "took {with_errors} s to fail");
+    let failed = line(&plain, "FAILED_AFTER ", WAIT)
+        .await
+        .unwrap_or_else(|| panic!("never failed: {}", plain.log_text()));
+    let without = seconds(&failed);
+    assert!(
+        without > 10.0,
+        "without resource errors gRPC waits its timer: {without} s"
+    );
+    eprintln!("time to fail xds:///missing: {with_errors:.3} s with resource errors, {without:.3} s without");
+    let status = switchyard.status().await.expect("/status");
+    let grpc = status
+        .nodes
+        .iter()
+        .find(|n| n.node_id == "grpc-errors")
+        .expect("listed");
+    assert_eq!(grpc.types["LDS"].not_found, ["missing"]);
+
+    // The file adds it: the channel recovers.
+    let port: u16 = std::fs::read_to_string(dir.path().join("errors/port"))
+        .expect("port")
+        .trim()
+        .parse()
+        .expect("a port");
+    write(
+        &config,
+        "grpc.yaml",
+        &grpc_config(port)
+            .replace(
+                "name: echo\n    api_listener",
+                "name: missing\n    api_listener",
+            )
+            .replace("domains: [\"echo\"]", "domains: [\"*\"]"),
+    );
+    let ok = line(&errors, "OK_AFTER ", WAIT).await;
+    assert!(ok.is_some(), "never recovered: {}", errors.log_text());
+    assert!(!switchyard.logged("NACK", &[]));
 }
