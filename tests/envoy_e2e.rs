@@ -101,6 +101,7 @@ over_both_apis!(
     e2e_envoy_hot_restart_two_epochs_are_two_proxies_and_traffic_never_fails,
     e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new,
     e2e_max_connection_age_moves_envoy_between_replicas_without_losing_config_or_traffic,
+    e2e_p32_envoy_acks_responses_that_carry_resource_errors,
 );
 
 /// Envoy's counters of configuration applied and rejected, which a reconnect that brings
@@ -389,6 +390,69 @@ async fn e2e_p5_a_nack_names_the_file_and_resource_it_rejected(api: Api) {
     })
     .await;
     assert!(synced.is_some(), "LDS never SYNCED after the fix");
+}
+
+/// P32: a listener names a route configuration no file has. Envoy's RDS request for it is
+/// answered at once with NOT_FOUND; Envoy ACKs the responses that carry it (it takes no
+/// action on the field), the node's /status lists the name, and the route's arrival from a
+/// file brings the listener up.
+async fn e2e_p32_envoy_acks_responses_that_carry_resource_errors(api: Api) {
+    let node = api.node("e2e-not-found");
+    let Some(fleet) = Fleet::start(api, &node).await else {
+        return;
+    };
+    let late = free_port();
+    fleet.edit(
+        "listener.yaml",
+        &format!(
+            "listeners:{}{}",
+            support::listener_item("http", fleet.listener, "main"),
+            support::listener_item("late", late, "late-route")
+        ),
+    );
+    let rds = || async {
+        fleet
+            .switchyard
+            .status()
+            .await
+            .and_then(|s| s.nodes.into_iter().find(|n| n.node_id == node))
+            .and_then(|mut n| n.types.remove("RDS"))
+    };
+    let told = eventually(ARRIVE, || async {
+        rds()
+            .await
+            .is_some_and(|t| t.state == SyncStatus::Synced && t.not_found == ["late-route"])
+    })
+    .await;
+    assert!(
+        told.is_some(),
+        "RDS never ACKed with late-route not found: {:?}",
+        rds().await
+    );
+    assert!(!fleet.switchyard.logged("NACK", &[]), "Envoy NACKed");
+    assert!(
+        fleet
+            .switchyard
+            .metric("switchyard_resources_not_found_total{type_url=\"type.googleapis.com/envoy.config.route.v3.RouteConfiguration\"}")
+            .await
+            .is_some_and(|n| n >= 1.0)
+    );
+    fleet.expect_traffic_to("upstream-a").await;
+    // The route arrives: the late listener comes up and serves.
+    fleet.edit(
+        "routes.yaml",
+        &format!(
+            "routes:{}{}",
+            support::route_item("main", "{ cluster: a }"),
+            support::route_item("late-route", "{ cluster: b }")
+        ),
+    );
+    assert!(
+        traffic_reaches(late, "upstream-b").await,
+        "the late listener never served"
+    );
+    assert_eq!(rds().await.map(|t| t.not_found), Some(vec![]));
+    assert!(!fleet.switchyard.logged("NACK", &[]), "Envoy NACKed");
 }
 
 async fn e2e_p28_cluster_only_change_leaves_warming_at_once(api: Api) {
