@@ -168,6 +168,11 @@ pub struct ConfigArgs {
     /// `stat_prefix`.
     #[arg(long)]
     pub skip_envoy_rules: bool,
+    /// An xdstp authority this server answers for (P35), as in
+    /// `xdstp://AUTHORITY/TYPE/ID`. Repeatable. A resource named for another authority is a
+    /// load error, and a request naming one is answered as not existing. None given: any.
+    #[arg(long = "authority", value_name = "NAME")]
+    pub authorities: Vec<String>,
     #[command(flatten)]
     pub descriptors: DescriptorArgs,
 }
@@ -711,6 +716,7 @@ fn validate(args: &ValidateArgs) -> ExitCode {
         strict: args.config.strict,
         allow_empty: true,
         envoy_rules: !args.config.skip_envoy_rules,
+        authorities: args.config.authorities.clone(),
         ..LoadOptions::default()
     };
     let config = match config::load(&args.config.paths, &options) {
@@ -854,6 +860,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             allow_empty: args.allow_empty,
             max_file_bytes: args.max_file_size,
             envoy_rules: !args.config.skip_envoy_rules,
+            authorities: args.config.authorities.clone(),
         },
         serve: ServeOptions {
             ordering: Ordering {

@@ -14,6 +14,8 @@ use envoy_types::pb::google::protobuf::Any;
 
 use crate::redact::Secrets;
 
+pub mod xdstp;
+
 /// Prefix of every type URL.
 pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 

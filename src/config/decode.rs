@@ -112,6 +112,9 @@ pub(super) fn decode_resource(
             ),
         ));
     }
+    // P35: an xdstp name must be well formed, of this type, and canonical.
+    crate::resource::xdstp::check_resource_name(kind.message_name(), &name)
+        .map_err(|m| error(kind.name_field().into(), m))?;
     // Envoy's own field rules: what every proxy would NACK stops here, with its words.
     if envoy_rules {
         rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;

@@ -294,6 +294,7 @@ fn assemble(
     options: &LoadOptions,
 ) -> Result<Config, LoadFailure> {
     errors.extend(duplicates(&loaded));
+    errors.extend(foreign_authorities(&loaded, &options.authorities));
 
     // References are checked only across a complete set of files: with a file missing, its
     // resources would look undefined.
@@ -328,6 +329,37 @@ fn assemble(
     } else {
         Err(LoadFailure { errors, warnings })
     }
+}
+
+/// P35: resources named for an xdstp authority this server does not answer for
+/// (`--authority`; none given: any).
+fn foreign_authorities(files: &[SnapshotFile], authorities: &[String]) -> Vec<ConfigError> {
+    if authorities.is_empty() {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    for file in files {
+        for r in &file.resources {
+            let Some(Ok(name)) = crate::resource::xdstp::Xdstp::parse(&r.name) else {
+                continue;
+            };
+            if !authorities.iter().any(|a| a == name.authority) {
+                let index = r.origin().map_or(0, |(_, i)| i);
+                errors.push(ConfigError::Resource {
+                    path: file.path.clone(),
+                    resource: format!("{}[{index}] {:?}", r.kind.file_key(), r.name),
+                    field: r.kind.name_field().into(),
+                    message: format!(
+                        "names authority {:?}, which this server does not answer for \
+                         (--authority {})",
+                        name.authority,
+                        authorities.join(", --authority ")
+                    ),
+                });
+            }
+        }
+    }
+    errors
 }
 
 /// The same type and name in two files that a node could both match (or twice in one file).

@@ -64,6 +64,9 @@ pub struct LoadOptions {
     /// for clients that do not apply them, such as proxyless gRPC, with resources Envoy
     /// would reject).
     pub envoy_rules: bool,
+    /// `--authority`: the xdstp authorities this server answers for (P35); a resource named
+    /// for another is a load error. Empty: any.
+    pub authorities: Vec<String>,
 }
 
 /// The largest snapshot file read, by default.
@@ -76,6 +79,7 @@ impl Default for LoadOptions {
             allow_empty: false,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             envoy_rules: true,
+            authorities: Vec::new(),
         }
     }
 }

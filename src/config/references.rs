@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::{ConfigError, SnapshotFile};
-use crate::resource::{Resource, ResourceType};
+use crate::resource::{xdstp, Resource, ResourceType};
 
 /// A reference from one resource to another.
 struct Reference<'a> {
@@ -41,8 +41,9 @@ pub(super) fn of(
 ) -> Vec<(ResourceType, String)> {
     let mut found = Vec::new();
     let mut refer = |to_kind, to_name: &str| {
+        // P35: an xdstp name is compared in canonical form.
         if !to_name.is_empty() {
-            found.push((to_kind, to_name.to_string()));
+            found.push((to_kind, xdstp::canonical(to_name).into_owned()));
         }
     };
     if let Some(eds) = eds {
@@ -194,7 +195,7 @@ pub(super) fn eds_service_name(cluster_name: &str, json: &Value) -> Option<Strin
         .and_then(|c| c.get("serviceName"))
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty());
-    Some(service.unwrap_or(cluster_name).to_string())
+    Some(xdstp::canonical(service.unwrap_or(cluster_name)).into_owned())
 }
 
 /// Call `f` with every (key, value) of every object in the tree.

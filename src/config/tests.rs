@@ -942,3 +942,116 @@ fn plain_yes_is_a_boolean_as_in_envoy() {
     );
     assert!(load_dir(dir.path()).is_ok());
 }
+
+// === P35: xdstp names ===
+
+const XDSTP_CLUSTER: &str = "xdstp://mesh.test/envoy.config.cluster.v3.Cluster/backend?b=2&z=1";
+
+fn xdstp_mesh(route_names_cluster: &str) -> String {
+    FULL.replace("- name: backend", &format!("- name: \"{XDSTP_CLUSTER}\""))
+        .replace(
+            "- cluster_name: backend",
+            "- cluster_name: \"xdstp://mesh.test/envoy.config.endpoint.v3.ClusterLoadAssignment/backend\"",
+        )
+        .replace(
+            "eds_config: { ads: {} } }",
+            "eds_config: { ads: {} }, service_name: \"xdstp://mesh.test/envoy.config.endpoint.v3.ClusterLoadAssignment/backend\" }",
+        )
+        .replace("cluster: backend", &format!("cluster: \"{route_names_cluster}\""))
+}
+
+#[test]
+fn p35_xdstp_names_load_and_references_follow_them_in_canonical_form() {
+    let dir = tempfile::tempdir().expect("tmp");
+    assert!(
+        FULL.contains("cluster: backend"),
+        "the route names the cluster"
+    );
+    // The route names the cluster with its context parameters in another order.
+    write(
+        dir.path(),
+        "a.yaml",
+        &xdstp_mesh("xdstp://mesh.test/envoy.config.cluster.v3.Cluster/backend?z=1&b=2"),
+    );
+    let config = load_dir(dir.path()).expect("loads");
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let route = config.files[0]
+        .resources
+        .iter()
+        .find(|r| r.kind == ResourceType::Route)
+        .expect("route");
+    assert!(route
+        .references
+        .contains(&(ResourceType::Cluster, XDSTP_CLUSTER.to_string())));
+    // Another cluster: a reference problem, as for any name.
+    write(
+        dir.path(),
+        "a.yaml",
+        &xdstp_mesh("xdstp://mesh.test/envoy.config.cluster.v3.Cluster/other"),
+    );
+    let warnings: Vec<String> = load_dir(dir.path())
+        .expect("loads")
+        .warnings
+        .iter()
+        .map(|w| w.to_string())
+        .collect();
+    assert!(
+        warnings.iter().any(|w| w.contains("/other")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn p35_an_xdstp_name_of_another_type_or_not_canonical_is_a_load_error() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "a.yaml",
+        "clusters:\n  - { name: \"xdstp://a/envoy.config.listener.v3.Listener/x\", connect_timeout: 1s }\n",
+    );
+    let e = errors(dir.path());
+    assert!(
+        e.iter().any(|e| e.contains("clusters[0]")
+            && e.contains("names type envoy.config.listener.v3.Listener")),
+        "{e:?}"
+    );
+    write(
+        dir.path(),
+        "a.yaml",
+        "clusters:\n  - { name: \"xdstp://a/envoy.config.cluster.v3.Cluster/x?z=1&a=2\", connect_timeout: 1s }\n",
+    );
+    let e = errors(dir.path());
+    assert!(
+        e.iter()
+            .any(|e| e.contains("\"xdstp://a/envoy.config.cluster.v3.Cluster/x?a=2&z=1\"")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn p35_a_resource_of_an_authority_this_server_does_not_answer_for_is_a_load_error() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "a.yaml", &xdstp_mesh(XDSTP_CLUSTER));
+    let with = |authorities: &[&str]| {
+        load(
+            &[dir.path().to_path_buf()],
+            &LoadOptions {
+                authorities: authorities.iter().map(|a| a.to_string()).collect(),
+                ..LoadOptions::default()
+            },
+        )
+    };
+    assert!(with(&[]).is_ok(), "none given: any");
+    assert!(with(&["other.test", "mesh.test"]).is_ok());
+    let e: Vec<String> = with(&["other.test"])
+        .expect_err("mesh.test is not answered for")
+        .errors
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert_eq!(e.len(), 2, "the cluster and its endpoints: {e:?}");
+    assert!(
+        e[0].contains("names authority \"mesh.test\"") && e[0].contains("--authority other.test"),
+        "{e:?}"
+    );
+}

@@ -348,6 +348,7 @@ impl Flavor for Delta {
         if first {
             st.claimed = request.initial_resource_versions.len();
             for (name, version) in request.initial_resource_versions {
+                let name = crate::resource::xdstp::canonical(&name).into_owned();
                 st.dirty.entry(name.clone()).or_insert(false);
                 claimed.insert(name.clone());
                 st.held.replace(Held::Claimed(Box::new((name, version))));

@@ -5,7 +5,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::cache::TypeSnapshot;
-use crate::resource::Resource;
+use crate::resource::{xdstp, Resource};
 
 /// The wildcard name (P14).
 pub const WILDCARD: &str = "*";
@@ -25,6 +25,14 @@ impl Subscription {
     /// P15/P16: `[]` before any name means wildcard (legacy); `[*, A]` is wildcard plus A;
     /// `[A]` is A alone; `[]` after names means nothing.
     pub fn apply_sotw(&mut self, resource_names: &[String]) {
+        // P35: xdstp names compare in canonical form (opaque names are not copied).
+        if xdstp::any(resource_names) {
+            return self.apply_sotw_canonical(&xdstp::canonical_all(resource_names));
+        }
+        self.apply_sotw_canonical(resource_names)
+    }
+
+    fn apply_sotw_canonical(&mut self, resource_names: &[String]) {
         if resource_names.is_empty() {
             self.wildcard = !self.named;
             self.names = Arc::default();
@@ -51,6 +59,23 @@ impl Subscription {
     /// first request for this type on the stream, where an empty subscribe list is the legacy
     /// wildcard. Returns what actually changed; phantom unsubscribes change nothing (P22).
     pub fn apply_delta(
+        &mut self,
+        first: bool,
+        subscribe: &[String],
+        unsubscribe: &[String],
+    ) -> DeltaChange {
+        // P35: xdstp names compare in canonical form (opaque names are not copied).
+        if xdstp::any(subscribe) || xdstp::any(unsubscribe) {
+            let (subscribe, unsubscribe) = (
+                xdstp::canonical_all(subscribe),
+                xdstp::canonical_all(unsubscribe),
+            );
+            return self.apply_delta_canonical(first, &subscribe, &unsubscribe);
+        }
+        self.apply_delta_canonical(first, subscribe, unsubscribe)
+    }
+
+    fn apply_delta_canonical(
         &mut self,
         first: bool,
         subscribe: &[String],

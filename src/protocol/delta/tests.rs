@@ -991,3 +991,31 @@ fn p32_what_only_a_wildcard_covered_is_removed_without_an_error() {
     assert_eq!(r.removed, ["d"]);
     assert!(r.not_found.is_empty());
 }
+
+// === P35: xdstp names ===
+
+#[test]
+fn p35_an_xdstp_name_is_subscribed_and_unsubscribed_in_canonical_form() {
+    let name = "xdstp://a.test/envoy.config.cluster.v3.Cluster/c?a=1&b=2";
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Cluster, name, "1")]));
+    s.handle_request(req(
+        Cluster,
+        &["xdstp://a.test/envoy.config.cluster.v3.Cluster/c?b=2&a=1"],
+        &[],
+        "",
+    ))
+    .expect("cds");
+    let r = one(&mut s);
+    assert_eq!(r.resources[0].resource.name, name);
+    s.handle_request(req(Cluster, &[], &[], &r.nonce))
+        .expect("ack");
+    s.handle_request(req(
+        Cluster,
+        &[],
+        &["xdstp://a.test/envoy.config.cluster.v3.Cluster/c?b=2&a=1"],
+        "",
+    ))
+    .expect("unsubscribe");
+    assert!(s.held(Cluster).is_empty());
+}

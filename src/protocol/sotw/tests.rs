@@ -1283,3 +1283,22 @@ fn p10_a_cds_response_over_the_limit_goes_whole_and_is_reported() {
         .and_then(|t| t.oversized)
         .is_some_and(|b| b > LIMIT));
 }
+
+// === P35: xdstp names ===
+
+#[test]
+fn p35_an_xdstp_name_is_subscribed_in_canonical_form() {
+    let name = "xdstp://a.test/envoy.config.listener.v3.Listener/l?a=1&b=2";
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(Listener, name, "1")]));
+    s.handle_request(req(
+        Listener,
+        &["xdstp://a.test/envoy.config.listener.v3.Listener/l?b=2&a=1"],
+        "",
+        "",
+    ))
+    .expect("lds");
+    let r = s.poll_response(Instant::now()).expect("found");
+    assert_eq!(names(&r), [name]);
+    assert!(r.not_found.is_empty());
+}
