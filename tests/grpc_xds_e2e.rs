@@ -221,3 +221,114 @@ async fn e2e_p32_grpc_fails_a_missing_name_at_once_and_recovers_when_a_file_adds
     assert!(ok.is_some(), "never recovered: {}", errors.log_text());
     assert!(!switchyard.logged("NACK", &[]));
 }
+
+/// Everything gRPC needs to reach its upstream on `port` by xdstp names of authority
+/// `switchyard.test` (P35): listener, route configuration, cluster and endpoints, the route
+/// naming the cluster with its context parameters in another order than the cluster's own
+/// name (compared in canonical form).
+fn xdstp_config(port: u16) -> String {
+    let x = |kind: &str, id: &str| format!("xdstp://switchyard.test/envoy.config.{kind}/{id}");
+    let (listener, route) = (
+        x("listener.v3.Listener", "echo"),
+        x("route.v3.RouteConfiguration", "echo-route"),
+    );
+    let cla = x("endpoint.v3.ClusterLoadAssignment", "echo");
+    let cluster = x("cluster.v3.Cluster", "echo?a=1&b=2");
+    let cluster_reordered = x("cluster.v3.Cluster", "echo?b=2&a=1");
+    grpc_config(port)
+        .replace("- name: echo\n    api_listener", &format!("- name: \"{listener}\"\n    api_listener"))
+        .replace("route_config_name: echo-route", &format!("route_config_name: \"{route}\""))
+        .replace("- name: echo-route", &format!("- name: \"{route}\""))
+        .replace("domains: [\"echo\"]", "domains: [\"*\"]")
+        .replace("cluster: echo-cluster", &format!("cluster: \"{cluster_reordered}\""))
+        .replace("- name: echo-cluster", &format!("- name: \"{cluster}\""))
+        .replace("eds_config: {{ ads: {{}}, resource_api_version: V3 }} }}", "")
+        .replace(
+            "eds_cluster_config: { eds_config: { ads: {}, resource_api_version: V3 } }",
+            &format!("eds_cluster_config: {{ eds_config: {{ ads: {{}}, resource_api_version: V3 }}, service_name: \"{cla}\" }}"),
+        )
+        .replace("- cluster_name: echo-cluster", &format!("- cluster_name: \"{cla}\""))
+}
+
+/// P35 with gRPC federation (gRFC A47): a bootstrap with `authorities` and
+/// `client_default_listener_resource_name_template` reaches the same service by
+/// `xds:///echo` and by `xds://switchyard.test/echo`, every resource named by an xdstp URL;
+/// an authority the server does not answer for (`--authority switchyard.test`) is answered
+/// as not existing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_p35_grpc_reaches_a_service_by_xdstp_names_through_its_authority() {
+    let Some(python) = grpc_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    write(
+        &config,
+        "other.yaml",
+        "clusters: [{ name: other, connect_timeout: 1s }]\n",
+    );
+    let switchyard =
+        Switchyard::start_with_args(&config, dir.path(), &["--authority", "switchyard.test"]).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/grpc_xdstp_client.py");
+    let mut cmd = Command::new(&python);
+    cmd.arg(&script)
+        .arg(switchyard.port.to_string())
+        .arg(dir.path());
+    let client = Process::spawn("grpc xdstp client", cmd, dir.path().join("client.log"));
+    let port_file = dir.path().join("port");
+    assert!(
+        eventually(WAIT, || {
+            let p = port_file.clone();
+            async move { p.exists() }
+        })
+        .await
+        .is_some(),
+        "the upstream did not start"
+    );
+    let port: u16 = std::fs::read_to_string(&port_file)
+        .expect("port")
+        .trim()
+        .parse()
+        .expect("a port");
+    write(&config, "grpc.yaml", &xdstp_config(port));
+    // The client tries each target once, and a name not there yet fails at once: go only
+    // once the file is loaded.
+    let loaded = eventually(WAIT, || async {
+        switchyard
+            .status()
+            .await
+            .and_then(|s| s.config)
+            .is_some_and(|c| c.generation >= 2 || !c.ok)
+    })
+    .await;
+    let config_status = switchyard.status().await.and_then(|s| s.config);
+    assert!(
+        loaded.is_some() && config_status.as_ref().is_some_and(|c| c.ok),
+        "{config_status:?}"
+    );
+    std::fs::write(dir.path().join("go"), "").expect("go");
+    let result = |target: &'static str| {
+        let client = &client;
+        async move { line(client, &format!("RESULT {target} "), WAIT).await }
+    };
+    assert_eq!(
+        result("xds:///echo").await.as_deref(),
+        Some("ok"),
+        "{}",
+        client.log_text()
+    );
+    assert_eq!(
+        result("xds://switchyard.test/echo").await.as_deref(),
+        Some("ok"),
+        "{}",
+        client.log_text()
+    );
+    let other = result("xds://other.test/echo").await.expect("a result");
+    assert!(
+        other.starts_with("error StatusCode.UNAVAILABLE after 0."),
+        "{other}"
+    );
+    assert!(other.contains("other.test"), "{other}");
+    assert!(!switchyard.logged("NACK", &[]));
+}
