@@ -723,6 +723,73 @@ async fn e2e_delta_p24_vhds_virtual_hosts_reach_envoy() {
 /// On-demand CDS (delta only): Envoy's on-demand filter asks for a cluster it lacks by name on
 /// top of its wildcard CDS subscription. A name no file defines is answered at once (P20),
 /// so the request fails fast; once a file adds the cluster, traffic flows.
+/// P33 with a real Envoy: a cluster whose endpoints come by LEDS makes Envoy ask its
+/// Incremental ADS stream for `LbEndpoint`, a type this server does not serve (yet). The
+/// stream used to end with INVALID_ARGUMENT, cutting Envoy off from every type; now the type
+/// is answered as not existing, reported, and everything else goes on over the same stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_delta_p33_an_envoy_asking_for_a_type_not_served_keeps_its_stream() {
+    let api = Api::Delta;
+    let node = api.node("e2e-unknown-type");
+    let Some(fleet) = Fleet::start(api, &node).await else {
+        return;
+    };
+    let glob = "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/leds/z1/*";
+    fleet.edit(
+        "leds.yaml",
+        &format!(
+            r#"
+clusters:
+  - name: leds
+    connect_timeout: 1s
+    type: EDS
+    eds_cluster_config: {{ eds_config: {{ ads: {{}}, resource_api_version: V3 }} }}
+endpoints:
+  - cluster_name: leds
+    endpoints:
+      - locality: {{ zone: z1 }}
+        leds_cluster_locality_config:
+          leds_config: {{ ads: {{}}, resource_api_version: V3 }}
+          leds_collection_name: "{glob}"
+"#
+        ),
+    );
+    let asked = eventually(ARRIVE, || async {
+        fleet.switchyard.status().await.is_some_and(|s| {
+            s.nodes.iter().filter(|n| n.node_id == node).any(|n| {
+                n.streams.iter().any(|st| {
+                    st.unknown_types.iter().any(|u| {
+                        u.type_url == "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint"
+                            && u.names == [glob]
+                    })
+                })
+            })
+        })
+    })
+    .await;
+    assert!(asked.is_some(), "Envoy never asked for LbEndpoint");
+    assert!(fleet.switchyard.logged(
+        "The proxy asks for a type this server does not serve",
+        &[("node", &node)]
+    ));
+    assert!(
+        !fleet
+            .switchyard
+            .logged("xDS stream closed.", &[("node", &node)]),
+        "the stream ended"
+    );
+    // The same stream still carries everything else.
+    fleet.edit("routes.yaml", &route_to("main", "b"));
+    fleet.expect_traffic_to("upstream-b").await;
+    assert_eq!(
+        fleet
+            .switchyard
+            .metric("switchyard_unknown_types_total")
+            .await,
+        Some(1.0)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_delta_on_demand_cds_asks_by_name() {
     let api = Api::Delta;
