@@ -72,7 +72,7 @@ impl tonic::server::UnaryService<DiscoveryRequest> for Fetch {
                 .node
                 .clone()
                 .ok_or_else(|| Status::invalid_argument("a Fetch request must carry `node`"))?;
-            rest.check_identity(conn.as_ref(), &node, "Fetch")
+            rest.check_identity(conn.as_ref(), &node, "Fetch call")
                 .map_err(|why| Status::permission_denied(format!("node {:?}: {why}", node.id)))?;
             let polled = rest.poll(kind, &request, &node).await;
             let (count, unchanged) = (polled.resources.len(), polled.unchanged);
