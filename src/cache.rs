@@ -64,6 +64,9 @@ impl TypeSnapshot {
         if let Some(r) = self.aliases.get(name).and_then(|n| self.resources.get(n)) {
             return vec![r];
         }
+        if kind == ResourceType::LbEndpoint {
+            return self.members(name);
+        }
         if kind != ResourceType::VirtualHost {
             return Vec::new();
         }
@@ -72,6 +75,32 @@ impl TypeSnapshot {
             .range(prefix.clone()..)
             .take_while(|(n, _)| n.starts_with(&prefix))
             .filter(|(_, r)| r.namespace() == Some(name))
+            .map(|(_, r)| r)
+            .collect()
+    }
+
+    /// The members of the glob collection `glob` (P34), in name order: its authority, type
+    /// and context parameters, one more id segment. Empty for a name that is not a glob.
+    pub fn members<'a>(&'a self, glob: &str) -> Vec<&'a Arc<Resource>> {
+        let Some(prefix) = glob
+            .strip_prefix(crate::resource::xdstp::SCHEME)
+            .and_then(|_| {
+                let path = glob.split_once('?').map_or(glob, |(p, _)| p);
+                path.strip_suffix('*')
+            })
+        else {
+            return Vec::new();
+        };
+        if !crate::resource::xdstp::is_glob(glob) {
+            return Vec::new();
+        }
+        self.resources
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(n, _)| n.starts_with(prefix))
+            .filter(|(n, _)| crate::resource::xdstp::collection_of(n).as_deref() == Some(glob))
             .map(|(_, r)| r)
             .collect()
     }

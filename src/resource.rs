@@ -31,6 +31,9 @@ pub enum ResourceType {
     Secret,
     Runtime,
     ExtensionConfig,
+    /// LEDS (P34): one endpoint of a ClusterLoadAssignment's locality, named by an xdstp URL
+    /// in a glob collection; Incremental xDS only.
+    LbEndpoint,
 }
 
 /// Everything Switchyard knows about one resource type: the one table every per-type fact
@@ -85,7 +88,7 @@ macro_rules! facts {
 /// first: secrets, clusters and their endpoints, then listeners, their routes, scoped routes,
 /// virtual hosts, extension configs, runtimes.
 #[rustfmt::skip]
-const TYPES: [TypeFacts; 9] = [
+const TYPES: [TypeFacts; 10] = [
     facts!(Cluster, "envoy.config.cluster.v3.Cluster", "clusters", "CDS", "name",
         Some("discovery:clusters"), "envoy.service.cluster.v3.ClusterDiscoveryService",
         Some("StreamClusters"), "DeltaClusters", 1, true),
@@ -95,34 +98,39 @@ const TYPES: [TypeFacts; 9] = [
         "DeltaEndpoints", 2, false),
     facts!(Listener, "envoy.config.listener.v3.Listener", "listeners", "LDS", "name",
         Some("discovery:listeners"), "envoy.service.listener.v3.ListenerDiscoveryService",
-        Some("StreamListeners"), "DeltaListeners", 3, true),
+        Some("StreamListeners"), "DeltaListeners", 4, true),
     facts!(Route, "envoy.config.route.v3.RouteConfiguration", "routes", "RDS", "name",
         Some("discovery:routes"), "envoy.service.route.v3.RouteDiscoveryService",
-        Some("StreamRoutes"), "DeltaRoutes", 4, false),
+        Some("StreamRoutes"), "DeltaRoutes", 5, false),
     facts!(ScopedRoute, "envoy.config.route.v3.ScopedRouteConfiguration", "scoped_routes",
         "SRDS", "name", Some("discovery:scoped-routes"),
         "envoy.service.route.v3.ScopedRoutesDiscoveryService", Some("StreamScopedRoutes"),
-        "DeltaScopedRoutes", 5, false),
+        "DeltaScopedRoutes", 6, false),
     // VHDS exists only as a delta service (P24), and has no REST API.
     facts!(VirtualHost, "envoy.config.route.v3.VirtualHost", "virtual_hosts", "VHDS", "name",
         None, "envoy.service.route.v3.VirtualHostDiscoveryService", None, "DeltaVirtualHosts",
-        6, false),
+        7, false),
     facts!(Secret, "envoy.extensions.transport_sockets.tls.v3.Secret", "secrets", "SDS",
         "name", Some("discovery:secrets"), "envoy.service.secret.v3.SecretDiscoveryService",
         Some("StreamSecrets"), "DeltaSecrets", 0, false),
     facts!(Runtime, "envoy.service.runtime.v3.Runtime", "runtimes", "RTDS", "name",
         Some("discovery:runtime"), "envoy.service.runtime.v3.RuntimeDiscoveryService",
-        Some("StreamRuntime"), "DeltaRuntime", 8, false),
+        Some("StreamRuntime"), "DeltaRuntime", 9, false),
     facts!(ExtensionConfig, "envoy.config.core.v3.TypedExtensionConfig", "extension_configs",
         "ECDS", "name", Some("discovery:extension_configs"),
         "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
-        Some("StreamExtensionConfigs"), "DeltaExtensionConfigs", 7, false),
+        Some("StreamExtensionConfigs"), "DeltaExtensionConfigs", 8, false),
+    // LEDS (P34): delta only, no REST API. An LbEndpoint has no name field: its name, an
+    // xdstp URL, is Switchyard's key `name` beside its fields in a snapshot file.
+    facts!(LbEndpoint, "envoy.config.endpoint.v3.LbEndpoint", "lb_endpoints", "LEDS", "name",
+        None, "envoy.service.endpoint.v3.LocalityEndpointDiscoveryService", None,
+        "DeltaLocalityEndpoints", 3, false),
 ];
 
 impl ResourceType {
     /// Every type (the order of per-type arrays and tables).
-    pub const ALL: [ResourceType; 9] = {
-        let mut all = [ResourceType::Cluster; 9];
+    pub const ALL: [ResourceType; 10] = {
+        let mut all = [ResourceType::Cluster; 10];
         let mut i = 0;
         while i < TYPES.len() {
             all[i] = TYPES[i].kind;
@@ -133,8 +141,8 @@ impl ResourceType {
 
     /// The order in which an aggregated stream sends types that have something to send at
     /// once (make-before-break, P30): the table's `send_rank`s.
-    pub const SEND_ORDER: [ResourceType; 9] = {
-        let mut order = [ResourceType::Cluster; 9];
+    pub const SEND_ORDER: [ResourceType; 10] = {
+        let mut order = [ResourceType::Cluster; 10];
         let mut i = 0;
         while i < TYPES.len() {
             order[TYPES[i].send_rank] = TYPES[i].kind;
@@ -531,14 +539,16 @@ mod tests {
     }
 
     #[test]
-    fn p30_send_order_is_sds_cds_eds_lds_rds_and_has_every_type_once() {
+    fn p30_send_order_is_sds_cds_eds_leds_lds_rds_and_has_every_type_once() {
         let order: Vec<_> = ResourceType::SEND_ORDER
             .iter()
             .map(|t| t.short_name())
             .collect();
+        // P34: a cluster's LEDS endpoints go with its ClusterLoadAssignment, before the
+        // listeners that route to it.
         assert_eq!(
-            &order[..7],
-            ["SDS", "CDS", "EDS", "LDS", "RDS", "SRDS", "VHDS"]
+            &order[..8],
+            ["SDS", "CDS", "EDS", "LEDS", "LDS", "RDS", "SRDS", "VHDS"]
         );
         let mut sorted = ResourceType::SEND_ORDER;
         sorted.sort();

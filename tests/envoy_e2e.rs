@@ -723,21 +723,25 @@ async fn e2e_delta_p24_vhds_virtual_hosts_reach_envoy() {
 /// On-demand CDS (delta only): Envoy's on-demand filter asks for a cluster it lacks by name on
 /// top of its wildcard CDS subscription. A name no file defines is answered at once (P20),
 /// so the request fails fast; once a file adds the cluster, traffic flows.
-/// P33 with a real Envoy: a cluster whose endpoints come by LEDS makes Envoy ask its
-/// Incremental ADS stream for `LbEndpoint`, a type this server does not serve (yet). The
-/// stream used to end with INVALID_ARGUMENT, cutting Envoy off from every type; now the type
-/// is answered as not existing, reported, and everything else goes on over the same stream.
+/// LEDS (P34) with a real Envoy over Incremental ADS: cluster `leds` takes its endpoints from
+/// a glob collection of LbEndpoint resources. Envoy subscribes to the glob, gets each member
+/// by its full URL, lists both hosts in /clusters and routes to them; removing one host from
+/// the file sends exactly one removed name, and Envoy drops it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_delta_p33_an_envoy_asking_for_a_type_not_served_keeps_its_stream() {
+async fn e2e_delta_p34_leds_endpoints_reach_envoy_and_one_removed_host_is_one_removal() {
     let api = Api::Delta;
-    let node = api.node("e2e-unknown-type");
+    let node = api.node("e2e-leds");
     let Some(fleet) = Fleet::start(api, &node).await else {
         return;
     };
-    let glob = "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/leds/z1/*";
-    fleet.edit(
-        "leds.yaml",
-        &format!(
+    let collection = "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/leds/z1";
+    let member = |id: &str, port: u16| {
+        format!(
+            "  - name: \"{collection}/{id}\"\n    endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n"
+        )
+    };
+    let leds = |members: &str| {
+        format!(
             r#"
 clusters:
   - name: leds
@@ -750,44 +754,78 @@ endpoints:
       - locality: {{ zone: z1 }}
         leds_cluster_locality_config:
           leds_config: {{ ads: {{}}, resource_api_version: V3 }}
-          leds_collection_name: "{glob}"
-"#
-        ),
+          leds_collection_name: "{collection}/*"
+lb_endpoints:
+{members}"#
+        )
+    };
+    let (a, b) = (fleet.a_port, fleet._b.port);
+    fleet.edit(
+        "leds.yaml",
+        &leds(&format!("{}{}", member("a", a), member("b", b))),
     );
-    let asked = eventually(ARRIVE, || async {
-        fleet.switchyard.status().await.is_some_and(|s| {
-            s.nodes.iter().filter(|n| n.node_id == node).any(|n| {
-                n.streams.iter().any(|st| {
-                    st.unknown_types.iter().any(|u| {
-                        u.type_url == "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint"
-                            && u.names == [glob]
-                    })
-                })
-            })
-        })
+    fleet.edit("routes.yaml", &route_to("main", "leds"));
+    let both = eventually(ARRIVE, || async {
+        fleet.envoy.stat("cluster.leds.membership_total").await == Some(2)
     })
     .await;
-    assert!(asked.is_some(), "Envoy never asked for LbEndpoint");
-    assert!(fleet.switchyard.logged(
-        "The proxy asks for a type this server does not serve",
-        &[("node", &node)]
-    ));
     assert!(
-        !fleet
-            .switchyard
-            .logged("xDS stream closed.", &[("node", &node)]),
-        "the stream ended"
+        both.is_some(),
+        "Envoy never had both LEDS hosts: {:?}",
+        fleet.envoy.admin_text("/clusters").await
     );
-    // The same stream still carries everything else.
-    fleet.edit("routes.yaml", &route_to("main", "b"));
-    fleet.expect_traffic_to("upstream-b").await;
+    let clusters = fleet
+        .envoy
+        .admin_text("/clusters")
+        .await
+        .unwrap_or_default();
+    for port in [a, b] {
+        assert!(
+            clusters.contains(&format!("leds::127.0.0.1:{port}::")),
+            "{clusters}"
+        );
+    }
+    // Traffic reaches both upstreams through the LEDS hosts.
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let reached = eventually(ARRIVE, || async {
+        if let Some(body) = http_get(fleet.listener).await {
+            seen.lock().expect("not poisoned").insert(body);
+        }
+        seen.lock().expect("not poisoned").len() == 2
+    })
+    .await;
+    assert!(reached.is_some(), "traffic reached {seen:?}");
+    let leds_sent = "switchyard_resources_sent_total{type_url=\"type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint\"}";
+    let before = fleet.switchyard.metric(leds_sent).await.expect("counted");
+    assert_eq!(before, 2.0, "each member once");
+
+    // Host b leaves: one removed name, and Envoy drops it.
+    fleet.edit("leds.yaml", &leds(&member("a", a)));
+    let one = eventually(ARRIVE, || async {
+        fleet.envoy.stat("cluster.leds.membership_total").await == Some(1)
+    })
+    .await;
+    assert!(one.is_some(), "Envoy kept the removed host");
     assert_eq!(
-        fleet
-            .switchyard
-            .metric("switchyard_unknown_types_total")
-            .await,
-        Some(1.0)
+        fleet.switchyard.metric(leds_sent).await,
+        Some(before + 1.0),
+        "exactly one removed name"
     );
+    for _ in 0..10 {
+        assert_eq!(
+            http_get(fleet.listener).await.as_deref(),
+            Some("upstream-a")
+        );
+    }
+    let status = fleet.switchyard.status().await.expect("/status");
+    let leds_state = status
+        .nodes
+        .iter()
+        .find(|n| n.node_id == node)
+        .and_then(|n| n.types.get("LEDS"))
+        .map(|t| t.state);
+    assert_eq!(leds_state, Some(SyncStatus::Synced));
+    assert!(!fleet.switchyard.logged("NACK", &[]), "Envoy NACKed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

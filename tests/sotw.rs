@@ -535,7 +535,9 @@ async fn per_type(server: &TestServer, kind: ResourceType) -> XdsClient {
                 .stream_extension_configs(rx)
                 .await
         }
-        ResourceType::VirtualHost => unreachable!("VHDS has no SotW method"),
+        ResourceType::VirtualHost | ResourceType::LbEndpoint => {
+            unreachable!("VHDS and LEDS have no SotW method")
+        }
     }
     .expect("stream opens")
     .into_inner();

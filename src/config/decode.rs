@@ -46,6 +46,23 @@ pub(super) fn decode_resource(
     // `ttl` sits beside the resource's own fields (no resource type has a field of that
     // name; a test checks): take it out before the item is decoded as the message.
     let mut item = item.clone();
+    // A type whose message has no name field (LEDS's LbEndpoint, P34) is named by
+    // Switchyard's key beside its fields, taken out before it is decoded.
+    let named_beside = descriptors::message(kind)
+        .get_field_by_name(kind.name_field())
+        .is_none();
+    let beside = if named_beside {
+        item.as_mapping_mut()
+            .and_then(|m| m.remove(kind.name_field()))
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| error(kind.name_field().into(), "must be a string".into()))
+            })
+            .transpose()?
+    } else {
+        None
+    };
     let ttl = match item.as_mapping_mut().and_then(|m| m.remove(TTL_KEY)) {
         None => None,
         Some(value) => Some(parse_ttl(&value).map_err(|message| error(TTL_KEY.into(), message))?),
@@ -99,10 +116,13 @@ pub(super) fn decode_resource(
         error,
     )?;
 
-    let name = message
-        .get_field_by_name(kind.name_field())
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
+    let name = match beside {
+        Some(name) => name,
+        None => message
+            .get_field_by_name(kind.name_field())
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+    };
     if name.is_empty() {
         return Err(error(
             kind.name_field().into(),
@@ -115,6 +135,16 @@ pub(super) fn decode_resource(
     // P35: an xdstp name must be well formed, of this type, and canonical.
     crate::resource::xdstp::check_resource_name(kind.message_name(), &name)
         .map_err(|m| error(kind.name_field().into(), m))?;
+    // P34: an LbEndpoint is a member of a glob collection, so its name is an xdstp URL.
+    if kind == ResourceType::LbEndpoint && !name.starts_with(crate::resource::xdstp::SCHEME) {
+        return Err(error(
+            kind.name_field().into(),
+            format!(
+                "{name:?}: an LbEndpoint (LEDS) is named by an xdstp URL in its collection, \
+                 xdstp://AUTHORITY/envoy.config.endpoint.v3.LbEndpoint/COLLECTION/ID"
+            ),
+        ));
+    }
     // Envoy's own field rules: what every proxy would NACK stops here, with its words.
     if envoy_rules {
         rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;

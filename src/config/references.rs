@@ -80,6 +80,12 @@ pub(super) fn of(
                 }
             }
         }
+        // P34: a locality whose endpoints come by LEDS names their glob collection.
+        "ledsClusterLocalityConfig" => {
+            if let Some(c) = value.get("ledsCollectionName").and_then(Value::as_str) {
+                refer(ResourceType::LbEndpoint, c);
+            }
+        }
         "validationContextSdsSecretConfig" => {
             if let Some(name) = value.get("name").and_then(Value::as_str) {
                 refer(ResourceType::Secret, name);
@@ -147,12 +153,22 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Every reference to something no file defines.
+    /// Every reference to something no file defines (a glob collection, P34: with no member
+    /// defined).
     pub(super) fn run(self, files: &[SnapshotFile]) -> Vec<ConfigError> {
         let mut seen = BTreeSet::new();
+        let collections: BTreeSet<(ResourceType, String)> = self
+            .defined
+            .iter()
+            .filter_map(|(kind, name)| Some((*kind, xdstp::collection_of(name)?)))
+            .collect();
+        let defined = |r: &Reference| {
+            self.defined.contains(&(r.to_kind, r.to_name))
+                || collections.contains(&(r.to_kind, r.to_name.to_string()))
+        };
         self.references
-            .into_iter()
-            .filter(|r| !self.defined.contains(&(r.to_kind, r.to_name)))
+            .iter()
+            .filter(|r| !defined(r))
             .filter(|r| seen.insert((r.file, r.from_kind, r.from_name, r.to_kind, r.to_name)))
             .map(|r| ConfigError::Reference {
                 path: files[r.file].path.clone(),
@@ -181,6 +197,7 @@ pub(super) fn noun(kind: ResourceType) -> &'static str {
         ResourceType::Listener => "listener",
         ResourceType::Route => "route configuration",
         ResourceType::Secret => "secret",
+        ResourceType::LbEndpoint => "LEDS collection (lb_endpoints)",
         _ => kind.file_key(),
     }
 }

@@ -1055,3 +1055,96 @@ fn p35_a_resource_of_an_authority_this_server_does_not_answer_for_is_a_load_erro
         "{e:?}"
     );
 }
+
+// === P34: LEDS ===
+
+const LEDS_FILE: &str = r#"
+clusters:
+  - name: leds
+    connect_timeout: 1s
+    type: EDS
+    eds_cluster_config: { eds_config: { ads: {}, resource_api_version: V3 } }
+endpoints:
+  - cluster_name: leds
+    endpoints:
+      - locality: { zone: z1 }
+        leds_cluster_locality_config:
+          leds_config: { ads: {}, resource_api_version: V3 }
+          leds_collection_name: "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/leds/z1/*"
+lb_endpoints:
+  - name: "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/leds/z1/h1"
+    endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 8080 } } }
+"#;
+
+#[test]
+fn p34_lb_endpoints_load_named_beside_their_fields_and_the_collection_is_referenced() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "a.yaml", LEDS_FILE);
+    let config = load_dir(dir.path()).expect("loads");
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let resources = &config.files[0].resources;
+    let member = resources
+        .iter()
+        .find(|r| r.kind == ResourceType::LbEndpoint)
+        .expect("the member");
+    assert_eq!(
+        member.name,
+        "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/leds/z1/h1"
+    );
+    let decoded =
+        envoy_types::pb::envoy::config::endpoint::v3::LbEndpoint::decode(&member.body[..])
+            .expect("an LbEndpoint");
+    assert!(decoded.host_identifier.is_some());
+    let cla = resources
+        .iter()
+        .find(|r| r.kind == ResourceType::Endpoint)
+        .expect("the CLA");
+    assert!(cla.references.contains(&(
+        ResourceType::LbEndpoint,
+        "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/leds/z1/*".to_string()
+    )));
+    // A collection no member is in: a reference warning, as for any missing name.
+    write(
+        dir.path(),
+        "a.yaml",
+        &LEDS_FILE.replace("leds/z1/h1", "leds/z2/h1"),
+    );
+    let warnings: Vec<String> = load_dir(dir.path())
+        .expect("loads")
+        .warnings
+        .iter()
+        .map(|w| w.to_string())
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("LEDS collection") && w.contains("leds/z1/*")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn p34_an_lb_endpoint_needs_an_xdstp_name() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "a.yaml",
+        "lb_endpoints:\n  - name: h1\n    endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 1 } } }\n",
+    );
+    let e = errors(dir.path());
+    assert!(
+        e.iter()
+            .any(|e| e.contains("lb_endpoints[0]") && e.contains("xdstp URL")),
+        "{e:?}"
+    );
+    write(
+        dir.path(),
+        "a.yaml",
+        "lb_endpoints:\n  - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 1 } } }\n",
+    );
+    let e = errors(dir.path());
+    assert!(
+        e.iter().any(|e| e.contains("every resource needs a name")),
+        "{e:?}"
+    );
+}

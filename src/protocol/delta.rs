@@ -28,7 +28,7 @@ use super::plan::Previous;
 use super::stream::{Core, Flavor, Reference, Stream};
 use super::{heartbeat_interval, Event, Subscription, UnknownNames, UnknownRequest};
 use crate::cache::TypeSnapshot;
-use crate::resource::{namespace_of, Resource, ResourceType};
+use crate::resource::{namespace_of, xdstp, Resource, ResourceType};
 
 /// One resource in a delta response.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -641,9 +641,10 @@ impl Delta {
             st.release(name, &mut before);
         }
         // P32: what the client names and does not exist (not what only its wildcard took).
+        // A glob collection with no members is empty, not missing (P34).
         let named: Vec<String> = removed
             .iter()
-            .filter(|n| st.subscription.names().contains(*n))
+            .filter(|n| st.subscription.names().contains(*n) && !xdstp::is_glob(n))
             .cloned()
             .collect();
         let not_found = core.not_found(kind, named);

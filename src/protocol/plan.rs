@@ -43,7 +43,8 @@ use crate::cache::{PlanSteps, Snapshot, TypeSnapshot};
 use crate::resource::{Resource, ResourceType};
 
 use ResourceType::{
-    Cluster, Endpoint, ExtensionConfig, Listener, Route, Runtime, ScopedRoute, Secret, VirtualHost,
+    Cluster, Endpoint, ExtensionConfig, LbEndpoint, Listener, Route, Runtime, ScopedRoute, Secret,
+    VirtualHost,
 };
 
 /// How long a step waits for the client's ACKs before the next goes out anyway, by default.
@@ -100,7 +101,7 @@ fn compute_steps(base: &Arc<Snapshot>, new: &Arc<Snapshot>) -> PlanSteps {
     let target = end.as_ref().unwrap_or(new);
     let union = |kind: ResourceType| union(base.get(kind), target.get(kind));
     let step1 = types_from(base, |kind| match kind {
-        Secret | Cluster | Endpoint => Some(union(kind)),
+        Secret | Cluster | Endpoint | LbEndpoint => Some(union(kind)),
         _ => None,
     });
     let step2 = types_from(&step1, |kind| match kind {
@@ -674,7 +675,22 @@ fn step_done(before: &Snapshot, current: &Snapshot, client: &impl Progress) -> b
         .filter_map(|c| endpoints.resources.get(c.warms_with.as_deref()?))
         .all(|cla| {
             !client.subscribes(Endpoint, &cla.name)
-                || client.holds(Endpoint, &cla.name, &cla.version)
+                || (client.holds(Endpoint, &cla.name, &cla.version)
+                    && leds_arrived(cla, current, client))
+        })
+}
+
+/// P34: a ClusterLoadAssignment whose localities take their endpoints by LEDS warms its
+/// cluster once the members of those collections have arrived: every member the client
+/// subscribes to, held at the step's version.
+fn leds_arrived(cla: &Resource, current: &Snapshot, client: &impl Progress) -> bool {
+    let members = current.get(LbEndpoint);
+    cla.references
+        .iter()
+        .filter(|(kind, _)| *kind == LbEndpoint)
+        .flat_map(|(_, glob)| members.members(glob))
+        .all(|m| {
+            !client.subscribes(LbEndpoint, &m.name) || client.holds(LbEndpoint, &m.name, &m.version)
         })
 }
 

@@ -333,6 +333,12 @@ fn selection_version(selected: &[&Arc<Resource>]) -> String {
     format!("n-{sum:016x}-{}", selected.len())
 }
 
+/// An empty type snapshot, shared.
+fn empty() -> Arc<TypeSnapshot> {
+    static EMPTY: std::sync::OnceLock<Arc<TypeSnapshot>> = std::sync::OnceLock::new();
+    Arc::clone(EMPTY.get_or_init(Arc::default))
+}
+
 impl Sotw {
     /// Decide whether `kind` has something to send now to bring the client to `current`,
     /// and build it.
@@ -343,6 +349,15 @@ impl Sotw {
         current: &Arc<TypeSnapshot>,
         now: Instant,
     ) -> Option<Response> {
+        // P34: LEDS is Incremental only (an LbEndpoint has no name a SotW client could match):
+        // over SotW the type has nothing, so names asked for are not found.
+        let nothing;
+        let current = if kind == ResourceType::LbEndpoint {
+            nothing = empty();
+            &nothing
+        } else {
+            current
+        };
         let features = core.features();
         let wrap_ttl = features.resource_ttl && features.resource_in_sotw;
         let st = &mut self.types[kind.index()];
@@ -355,7 +370,12 @@ impl Sotw {
         // exactly when one is missing, unless a wildcard selects more.
         let names = st.subscription.names().len();
         let not_found = if selected.len() < names || (st.subscription.is_wildcard() && names > 0) {
-            core.not_found(kind, st.subscription.missing(current))
+            let missing = st.subscription.missing(current);
+            match kind {
+                // Never served over SotW, whatever the newest snapshot has.
+                ResourceType::LbEndpoint => missing,
+                _ => core.not_found(kind, missing),
+            }
         } else {
             Vec::new()
         };

@@ -18,6 +18,8 @@ pub struct Subscription {
     names: Arc<BTreeSet<String>>,
     /// Whether any name (including `*`) was ever subscribed on this stream (P15).
     named: bool,
+    /// Whether a name is an xdstp glob collection (P34), which covers its members.
+    globs: bool,
 }
 
 impl Subscription {
@@ -52,6 +54,7 @@ impl Subscription {
             && named.iter().zip(self.names.iter()).all(|(a, b)| *a == b);
         if !same {
             self.names = NameSets::global().share(&named);
+            self.globs = self.names.iter().any(|n| xdstp::is_glob(n));
         }
     }
 
@@ -107,6 +110,9 @@ impl Subscription {
                 change.unsubscribed.push(name.clone());
             }
         }
+        if !subscribe.is_empty() || !change.unsubscribed.is_empty() {
+            self.globs = names.iter().any(|n| xdstp::is_glob(n));
+        }
         change.wildcard_added = self.wildcard && !was_wildcard;
         change.wildcard_dropped = was_wildcard && !self.wildcard;
         change
@@ -122,9 +128,14 @@ impl Subscription {
         &self.names
     }
 
-    /// Whether this subscription covers `name`.
+    /// Whether this subscription covers `name`: by wildcard, by name, or by the glob
+    /// collection it is a member of (P34).
     pub fn covers(&self, name: &str) -> bool {
-        self.wildcard || self.names.contains(name)
+        self.wildcard || self.names.contains(name) || self.covers_by_glob(name)
+    }
+
+    fn covers_by_glob(&self, name: &str) -> bool {
+        self.globs && xdstp::collection_of(name).is_some_and(|c| self.names.contains(&c))
     }
 
     /// Whether this subscription covers `resource`: by wildcard, by name, by one of its
@@ -133,6 +144,7 @@ impl Subscription {
     pub fn covers_resource(&self, resource: &Resource) -> bool {
         self.wildcard
             || self.names.contains(&resource.name)
+            || self.covers_by_glob(&resource.name)
             || resource.aliases.iter().any(|a| self.names.contains(a))
             || resource
                 .namespace()
@@ -160,6 +172,8 @@ impl Subscription {
                 while resources.next_if(|n| n < name).is_some() {}
                 resources.peek() != Some(name)
             })
+            // A glob collection may be empty; it is never "missing" (P34).
+            .filter(|name| !(self.globs && xdstp::is_glob(name)))
             .cloned()
             .collect()
     }
@@ -177,6 +191,14 @@ impl Subscription {
             if let Some((_, r)) = resources.next_if(|(n, _)| *n == name) {
                 out.push(r);
             }
+        }
+        // P34: each glob collection's members, merged in name order.
+        if self.globs {
+            for glob in self.names.iter().filter(|n| xdstp::is_glob(n)) {
+                out.extend(snapshot.members(glob));
+            }
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+            out.dedup_by(|a, b| a.name == b.name);
         }
         out
     }

@@ -96,6 +96,26 @@ impl<'a> Xdstp<'a> {
     }
 }
 
+/// The glob collection `name` is a member of (P34): the same authority, type and context
+/// parameters, its id's last segment replaced by `*`. `None` for an opaque or malformed
+/// name, or a glob itself.
+pub fn collection_of(name: &str) -> Option<String> {
+    let x = Xdstp::parse(name)?.ok()?;
+    if x.is_glob() {
+        return None;
+    }
+    let id = match x.id.rsplit_once('/') {
+        Some((parent, _)) => format!("{parent}/*"),
+        None => "*".to_string(),
+    };
+    Some(Xdstp { id: &id, ..x }.canonical())
+}
+
+/// Whether `name` is a glob collection (`.../*`), well formed.
+pub fn is_glob(name: &str) -> bool {
+    matches!(Xdstp::parse(name), Some(Ok(x)) if x.is_glob())
+}
+
 /// `name` in canonical form: unchanged unless it is a well-formed xdstp name whose context
 /// parameters are out of order.
 pub fn canonical(name: &str) -> Cow<'_, str> {
@@ -193,6 +213,21 @@ mod tests {
         assert!(glob("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*"));
         assert!(glob("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/*"));
         assert!(!glob("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/h1"));
+        // A member's collection keeps its context parameters: `c1/*?p=1` holds `c1/h1?p=1`,
+        // not `c1/h1`.
+        assert_eq!(
+            collection_of("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/h1?p=1").as_deref(),
+            Some("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*?p=1")
+        );
+        assert_eq!(
+            collection_of("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/h1").as_deref(),
+            Some("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/*")
+        );
+        assert_eq!(
+            collection_of("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*"),
+            None
+        );
+        assert_eq!(collection_of("opaque"), None);
     }
 
     #[test]

@@ -262,8 +262,13 @@ mod tests {
                         "envoy.service.discovery.v3.DiscoveryResponse"
                     );
                 }
-                // P24: VHDS is delta only.
-                None => assert_eq!(spec.variant, Variant::Single(ResourceType::VirtualHost)),
+                // P24, P34: VHDS and LEDS are delta only.
+                None => assert!(
+                    [ResourceType::VirtualHost, ResourceType::LbEndpoint]
+                        .map(Variant::Single)
+                        .contains(&spec.variant),
+                    "{spec:?}"
+                ),
             }
         }
     }

@@ -553,6 +553,8 @@ pub fn names(response: &DiscoveryResponse) -> Vec<String> {
                     envoy_types::pb::envoy::config::route::v3::VirtualHost::decode(v)
                         .map(|m| m.name)
                 }
+                // An LbEndpoint carries no name: LEDS is delta only (P34).
+                ResourceType::LbEndpoint => panic!("an LbEndpoint in a SotW response"),
             }
             .expect("resource decodes as its type")
         })

@@ -13,7 +13,7 @@ use crate::cache::Snapshot;
 use crate::protocol::{Event, ProtocolError, SyncState, Variant, FEATURE_RESOURCE_TTL};
 use crate::resource::ResourceType;
 
-use ResourceType::{Cluster, Endpoint, Listener, VirtualHost};
+use ResourceType::{Cluster, Endpoint, LbEndpoint, Listener, VirtualHost};
 
 fn node(features: &[&str]) -> Node {
     Node {
@@ -1018,4 +1018,77 @@ fn p35_an_xdstp_name_is_subscribed_and_unsubscribed_in_canonical_form() {
     ))
     .expect("unsubscribe");
     assert!(s.held(Cluster).is_empty());
+}
+
+// === P34: LEDS over Incremental ADS ===
+
+const LEDS: &str = "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/c1";
+
+fn member(id: &str) -> String {
+    format!("{LEDS}/{id}")
+}
+
+#[test]
+fn p34_a_glob_subscription_gets_each_member_and_one_removed_name_per_removed_host() {
+    let glob = format!("{LEDS}/*");
+    let (h1, h2, other) = (member("h1"), member("h2"), format!("{LEDS}x/h9"));
+    let mut s = ads();
+    s.handle_snapshot(snap(&[
+        (LbEndpoint, &h1, "1"),
+        (LbEndpoint, &h2, "1"),
+        // Another collection, and a member with other context parameters: not in the glob.
+        (LbEndpoint, &other, "1"),
+        (LbEndpoint, &format!("{}?p=1", member("h3")), "1"),
+    ]));
+    s.handle_request(req(LbEndpoint, &[&glob], &[], ""))
+        .expect("leds");
+    let r = one(&mut s);
+    let sent: Vec<&str> = r
+        .resources
+        .iter()
+        .map(|d| d.resource.name.as_str())
+        .collect();
+    assert_eq!(
+        sent,
+        [h1.as_str(), h2.as_str()],
+        "each member by its full URL"
+    );
+    assert!(r.not_found.is_empty());
+    s.handle_request(req(LbEndpoint, &[], &[], &r.nonce))
+        .expect("ack");
+    // One host changed: one resource. One removed: exactly one removed name.
+    s.handle_snapshot(snap(&[(LbEndpoint, &h1, "2"), (LbEndpoint, &h2, "1")]));
+    let r = one(&mut s);
+    assert_eq!(r.resources.len(), 1);
+    assert_eq!(r.resources[0].resource.name, h1);
+    assert!(r.removed.is_empty());
+    s.handle_request(req(LbEndpoint, &[], &[], &r.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[(LbEndpoint, &h1, "2")]));
+    let r = one(&mut s);
+    assert!(r.resources.is_empty());
+    assert_eq!(r.removed, [h2.clone()]);
+    assert!(r.not_found.is_empty(), "a member goes as a removal");
+    // A new member of the collection is sent.
+    s.handle_request(req(LbEndpoint, &[], &[], &r.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[
+        (LbEndpoint, &h1, "2"),
+        (LbEndpoint, &member("h4"), "1"),
+    ]));
+    let r = one(&mut s);
+    assert_eq!(r.resources[0].resource.name, member("h4"));
+}
+
+#[test]
+fn p34_an_empty_collection_is_answered_at_once_and_is_not_an_error() {
+    let glob = format!("{LEDS}/*");
+    let mut s = ads();
+    s.handle_snapshot(snap(&[(Cluster, "c", "1")]));
+    s.handle_request(req(LbEndpoint, &[&glob], &[], ""))
+        .expect("leds");
+    let r = one(&mut s);
+    assert!(r.resources.is_empty());
+    assert!(r.not_found.is_empty(), "{r:?}");
+    assert_eq!(s.status(LbEndpoint).map(|t| t.not_found), Some(vec![]));
 }

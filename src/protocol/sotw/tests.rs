@@ -1302,3 +1302,20 @@ fn p35_an_xdstp_name_is_subscribed_in_canonical_form() {
     assert_eq!(names(&r), [name]);
     assert!(r.not_found.is_empty());
 }
+
+// === P34: LEDS is Incremental only ===
+
+#[test]
+fn p34_over_sotw_an_lb_endpoint_is_never_sent() {
+    let name = "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/c1/h1";
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(ResourceType::LbEndpoint, name, "1")]));
+    s.handle_request(req(ResourceType::LbEndpoint, &[name], "", ""))
+        .expect("asks");
+    let r = s.poll_response(Instant::now()).expect("answered");
+    assert!(
+        r.resources.is_empty(),
+        "an LbEndpoint carries no name a SotW client could match"
+    );
+    assert_eq!(r.not_found, [name]);
+}
