@@ -15,6 +15,9 @@
 //!    endpoints-only change (no plan: the same one response) and a route cut-over that
 //!    removes a cluster (a plan, computed once per node group).
 //!
+//! 7. LEDS (P34): the same D delta streams subscribed to one glob collection of N hosts;
+//!    one host changes, and each stream sends exactly that one LbEndpoint.
+//!
 //! Each timing is the median of 5 runs. Bounded: N, S and D are 10,000, 1,000 and 200 unless
 //! `FLEET_CLUSTERS`, `FLEET_STREAMS` and `FLEET_DELTA_STREAMS` say otherwise; with those it
 //! runs in well under a minute on the 2-core machine. Results and method:
@@ -477,5 +480,63 @@ fn main() {
     let (n_on, t_on) = apply(&mut on, &cut_over);
     println!(
         "route cut-over with a cluster removed, {clusters} clusters: the plan computed once per node group in {plan_once:?}; {plan_streams} delta streams: ordering on {t_on:?} and {n_on} responses per stream, off {t_off:?} and {n_off} responses per stream"
+    );
+
+    // 7. LEDS (P34): one glob collection of N hosts (LbEndpoint resources); D delta streams
+    // subscribe to the glob and take every member; then one host changes.
+    let leds_dir = tempfile::tempdir().expect("tmp");
+    let collection = "xdstp://bench/envoy.config.endpoint.v3.LbEndpoint/leds/z1";
+    let write_leds = |changed_port: u16| {
+        let mut text = String::from("lb_endpoints:\n");
+        for i in 0..clusters {
+            let port = if i == 417 { changed_port } else { 8080 };
+            text.push_str(&format!(
+                "  - {{ name: \"{collection}/h{i}\", endpoint: {{ address: {{ socket_address: {{ address: 10.1.{}.{}, port_value: {port} }} }} }} }}\n",
+                (i / 250) % 256,
+                i % 250
+            ));
+        }
+        std::fs::write(leds_dir.path().join("leds.yaml"), text).expect("write");
+    };
+    write_leds(8080);
+    let leds_paths = vec![leds_dir.path().to_path_buf()];
+    let leds_cache = Cache::new();
+    let t = Instant::now();
+    leds_cache.publish(config::load(&leds_paths, &options).expect("loads"));
+    let leds_load = t.elapsed();
+    let facts = switchyard::config::selector::NodeFacts::new("bench", "");
+    let before = leds_cache.current().snapshot_for(&facts);
+    let glob = vec![format!("{collection}/*")];
+    let mut leds_streams: Vec<DeltaStream> = (0..delta_streams)
+        .map(|_| {
+            let mut s = DeltaStream::new(Variant::Aggregated);
+            s.handle_request(delta_request(ResourceType::LbEndpoint, &glob, "", true))
+                .expect("ok");
+            s.handle_snapshot(Arc::clone(&before));
+            let r = s.poll_response(Instant::now()).expect("the collection");
+            assert_eq!(r.resources.len(), clusters, "every member");
+            s.handle_request(delta_request(r.kind, &[], &r.nonce, false))
+                .expect("ack");
+            s
+        })
+        .collect();
+    write_leds(9090);
+    leds_cache.publish(config::load(&leds_paths, &options).expect("loads"));
+    let after = leds_cache.current().snapshot_for(&facts);
+    warm(&before, &after);
+    let t = Instant::now();
+    for s in &mut leds_streams {
+        s.handle_snapshot(Arc::clone(&after));
+        let r = s.poll_response(Instant::now()).expect("the changed host");
+        assert_eq!(r.resources.len(), 1, "one changed host sends one resource");
+        assert!(r.removed.is_empty());
+        let wire = WireDeltaResponse::new(r, &control_plane, Secrets::default());
+        let mut buf = Vec::with_capacity(wire.encoded_len());
+        wire.encode(&mut buf).expect("buffer sized by encoded_len");
+        assert!(s.poll_response(Instant::now()).is_none(), "nothing more");
+    }
+    println!(
+        "LEDS, one glob collection of {clusters} hosts: loaded in {leds_load:?}; {delta_streams} delta streams subscribed to it; one host changed: {:?} per stream to decide, build and encode the one LbEndpoint",
+        t.elapsed() / delta_streams as u32
     );
 }

@@ -410,3 +410,47 @@ async fn p29_p30_route_cut_over_is_ordered_make_before_break() {
     c.ack(&cds).await;
     server.shutdown().await;
 }
+
+/// LEDS (P34) over Incremental ADS with a tonic client: a glob subscription gets each member
+/// by its full URL; one host changed in the file sends that one, one removed sends exactly
+/// its name in `removed_resources`, with no resource error.
+#[tokio::test]
+async fn p34_a_glob_collection_sends_its_members_and_one_removal_per_removed_host() {
+    let collection = "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/leds/z1";
+    let hosts = |ports: &[(usize, u16)]| {
+        let mut text = String::from("lb_endpoints:\n");
+        for (i, port) in ports {
+            text.push_str(&format!(
+                "  - {{ name: \"{collection}/h{i}\", endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}\n"
+            ));
+        }
+        text
+    };
+    let all: Vec<(usize, u16)> = (0..100).map(|i| (i, 8000)).collect();
+    let server = TestServer::start(&[("leds.yaml", &hosts(&all))]).await;
+    let mut c = server.delta("n1").await;
+    let glob = format!("{collection}/*");
+    c.subscribe(
+        switchyard::resource::ResourceType::LbEndpoint,
+        &[&glob],
+        &[],
+    )
+    .await;
+    let r = c.recv().await;
+    assert_eq!(r.resources.len(), 100);
+    assert!(r.resources[0].name.starts_with(&format!("{collection}/h")));
+    assert!(not_found(&r.resource_errors).is_empty());
+    c.ack(&r).await;
+    let mut changed = all.clone();
+    changed[41].1 = 9000;
+    server.set_file("leds.yaml", &hosts(&changed));
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), [format!("{collection}/h41")]);
+    c.ack(&r).await;
+    changed.remove(7);
+    server.set_file("leds.yaml", &hosts(&changed));
+    let r = c.recv().await;
+    assert!(r.resources.is_empty());
+    assert_eq!(r.removed_resources, [format!("{collection}/h7")]);
+    assert!(not_found(&r.resource_errors).is_empty());
+}
