@@ -299,7 +299,7 @@ impl From<&TypeReport> for TypeStatusJson {
                 .map(|n| n.rejected_changes.clone())
                 .unwrap_or_default(),
             oversized_bytes: t.oversized_bytes.map(|n| n as usize),
-            not_found: t.not_found.clone(),
+            not_found: t.not_found.as_slice().to_vec(),
             last_change: format_time(t.last_change),
         }
     }
@@ -338,7 +338,7 @@ impl Status {
                     nacked: p.nacked.map(str::to_string),
                     since: format_time(p.since),
                 }),
-                unknown_types: r.unknown_types.clone(),
+                unknown_types: r.unknown_types.as_slice().to_vec(),
             });
             for (kind, t) in &r.types {
                 node.types.insert(kind.to_string(), t.into());

@@ -123,8 +123,8 @@ pub struct StreamReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanReport>,
     /// Types this server does not serve that the proxy asked for (P33).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unknown_types: Vec<UnknownTypeReport>,
+    #[serde(skip_serializing_if = "RareList::is_empty")]
+    pub unknown_types: RareList<UnknownTypeReport>,
 }
 
 impl StreamReport {
@@ -191,10 +191,42 @@ pub struct TypeReport {
     pub oversized_bytes: Option<u32>,
     /// Names the proxy subscribes to that do not exist for it, as the latest responses said
     /// (P32).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub not_found: Vec<String>,
+    #[serde(skip_serializing_if = "RareList::is_empty")]
+    pub not_found: RareList<String>,
     #[serde(serialize_with = "rfc3339")]
     pub last_change: SystemTime,
+}
+
+/// A list almost always empty, behind one pointer when it is not: every stream keeps a
+/// report per type, in a B-tree whose leaves have room for 11 (docs/benchmarks.md, "Issue
+/// 21's changes"). Serialized as the list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RareList<T>(Option<Box<Vec<T>>>);
+
+impl<T> Default for RareList<T> {
+    fn default() -> Self {
+        RareList(None)
+    }
+}
+
+impl<T> RareList<T> {
+    pub fn new(list: Vec<T>) -> RareList<T> {
+        RareList((!list.is_empty()).then(|| Box::new(list)))
+    }
+
+    pub fn as_slice(&self) -> &[T] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+impl<T: Serialize> Serialize for RareList<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(serializer)
+    }
 }
 
 /// A type this server does not serve, asked for on one stream (P33).
@@ -286,7 +318,7 @@ impl TypeReport {
             nonce: status.state.nonce().unwrap_or_default().to_string(),
             nack,
             oversized_bytes: status.oversized.and_then(|n| u32::try_from(n).ok()),
-            not_found: status.not_found.clone(),
+            not_found: RareList::new(status.not_found.clone()),
             last_change: now,
         }
     }
@@ -309,7 +341,7 @@ impl TypeReport {
             && self.nack.as_ref().map(|n| n.error.as_str()) == error
             && self.nack.as_ref().map(|n| n.rejected_version.as_str()) == rejected_version
             && self.oversized_bytes.map(|n| n as usize) == status.oversized
-            && self.not_found == status.not_found
+            && self.not_found.as_slice() == status.not_found.as_slice()
     }
 }
 
@@ -427,21 +459,23 @@ impl StreamHandle {
             }),
             (_, new) => new,
         };
-        if report.unknown_types.len() != unknown.len()
-            || report
-                .unknown_types
+        let reported = report.unknown_types.as_slice();
+        if reported.len() != unknown.len()
+            || reported
                 .iter()
                 .zip(&unknown)
                 .any(|(r, u)| r.names != u.names || r.state != SyncStatus::from(&u.state))
         {
-            report.unknown_types = unknown
-                .into_iter()
-                .map(|u| UnknownTypeReport {
-                    state: SyncStatus::from(&u.state),
-                    type_url: u.type_url,
-                    names: u.names,
-                })
-                .collect();
+            report.unknown_types = RareList::new(
+                unknown
+                    .into_iter()
+                    .map(|u| UnknownTypeReport {
+                        state: SyncStatus::from(&u.state),
+                        type_url: u.type_url,
+                        names: u.names,
+                    })
+                    .collect(),
+            );
         }
         for (kind, status) in statuses {
             match report.types.get_mut(kind.short_name()) {
@@ -560,7 +594,7 @@ mod tests {
                     },
                     acked_version: "v0".into(),
                     oversized: None,
-                    not_found: Vec::new(),
+                    not_found: Default::default(),
                 },
             )],
             None,
@@ -597,7 +631,7 @@ mod tests {
             state,
             acked_version: String::new(),
             oversized: None,
-            not_found: Vec::new(),
+            not_found: Default::default(),
         }
     }
 

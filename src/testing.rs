@@ -73,7 +73,7 @@ pub fn stream_report(node: &str, peer: &str, stream: &str) -> crate::fleet::Stre
         types: Default::default(),
         generation: 0,
         plan: None,
-        unknown_types: Vec::new(),
+        unknown_types: Default::default(),
     }
 }
 

@@ -101,14 +101,14 @@ fn report(node: &str, generation: u64, cds: &str) -> StreamReport {
                     })
                 }),
                 oversized_bytes: None,
-                not_found: Vec::new(),
+                not_found: Default::default(),
                 last_change: SystemTime::now(),
             },
         )]
         .into(),
         generation,
         plan: None,
-        unknown_types: Vec::new(),
+        unknown_types: Default::default(),
     }
 }
 

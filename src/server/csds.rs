@@ -148,12 +148,12 @@ impl Csds {
                     ));
                 }
                 // P32: what the node asked for by name and was told does not exist.
-                for name in &t.not_found {
+                for name in t.not_found.as_slice() {
                     generic.push(does_not_exist(kind.type_url(), name, t.last_change));
                 }
             }
             // P33: what it asked for of types this server does not serve.
-            for u in streams.iter().flat_map(|s| &s.unknown_types) {
+            for u in streams.iter().flat_map(|s| s.unknown_types.as_slice()) {
                 for name in &u.names {
                     generic.push(does_not_exist(&u.type_url, name, first.connected_since));
                 }
@@ -278,7 +278,7 @@ mod tests {
                 nonce: "1".into(),
                 nack: None,
                 oversized_bytes: None,
-                not_found: Vec::new(),
+                not_found: Default::default(),
                 last_change: std::time::SystemTime::UNIX_EPOCH,
             },
         );

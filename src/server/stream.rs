@@ -266,7 +266,7 @@ async fn run<M: Machine>(
                                 types: Default::default(),
                                 generation: 0,
                                 plan: None,
-                                unknown_types: Vec::new(),
+                                unknown_types: Default::default(),
                             }));
                             if variant != Variant::Aggregated && ordering.enabled {
                                 sibling = Some(peers.join(&node.id));
