@@ -49,6 +49,20 @@ endpoints:
     )
 }
 
+/// `switchyard serve` (with `extra` flags) on `dir/config`, holding one unrelated cluster so
+/// that it can start before the test knows its upstreams' ports.
+async fn serve(dir: &Path, extra: &[&str]) -> (std::path::PathBuf, Switchyard) {
+    let config = dir.join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    write(
+        &config,
+        "other.yaml",
+        "clusters: [{ name: other, connect_timeout: 1s }]\n",
+    );
+    let switchyard = Switchyard::start_with_args(&config, dir, extra).await;
+    (config, switchyard)
+}
+
 fn answers(client: &Process) -> Vec<String> {
     client
         .log_text()
@@ -63,15 +77,7 @@ async fn e2e_grpc_xds_client_finds_its_upstream_by_name_and_follows_an_eds_edit(
         return;
     };
     let dir = tempfile::tempdir().expect("tmp");
-    let config = dir.path().join("config");
-    std::fs::create_dir(&config).expect("mkdir");
-    // An unrelated file first, so the server can start before the upstream ports are known.
-    write(
-        &config,
-        "other.yaml",
-        "clusters: [{ name: other, connect_timeout: 1s }]\n",
-    );
-    let switchyard = Switchyard::start(&config, dir.path()).await;
+    let (config, switchyard) = serve(dir.path(), &[]).await;
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/grpc_xds_client.py");
     let mut cmd = Command::new(&python);
@@ -145,14 +151,7 @@ async fn e2e_p32_grpc_fails_a_missing_name_at_once_and_recovers_when_a_file_adds
         return;
     };
     let dir = tempfile::tempdir().expect("tmp");
-    let config = dir.path().join("config");
-    std::fs::create_dir(&config).expect("mkdir");
-    write(
-        &config,
-        "other.yaml",
-        "clusters: [{ name: other, connect_timeout: 1s }]\n",
-    );
-    let switchyard = Switchyard::start(&config, dir.path()).await;
+    let (config, switchyard) = serve(dir.path(), &[]).await;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/grpc_not_found.py");
     let client = |mode: &'static str| {
         let work = dir.path().join(mode);
@@ -261,15 +260,7 @@ async fn e2e_p35_grpc_reaches_a_service_by_xdstp_names_through_its_authority() {
         return;
     };
     let dir = tempfile::tempdir().expect("tmp");
-    let config = dir.path().join("config");
-    std::fs::create_dir(&config).expect("mkdir");
-    write(
-        &config,
-        "other.yaml",
-        "clusters: [{ name: other, connect_timeout: 1s }]\n",
-    );
-    let switchyard =
-        Switchyard::start_with_args(&config, dir.path(), &["--authority", "switchyard.test"]).await;
+    let (config, switchyard) = serve(dir.path(), &["--authority", "switchyard.test"]).await;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/grpc_xdstp_client.py");
     let mut cmd = Command::new(&python);
     cmd.arg(&script)

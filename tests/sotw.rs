@@ -70,13 +70,8 @@ async fn p2_nonces_differ_per_response_and_version_follows_content() {
 async fn p33_an_unknown_type_on_ads_is_answered_as_not_existing_and_the_stream_goes_on() {
     let server = standard_server().await;
     let mut c = server.ads("n1").await;
-    let unknown = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
-    let mut r = request(
-        Cluster,
-        &["xdstp://a/envoy.config.endpoint.v3.LbEndpoint/p/*"],
-        "",
-        "",
-    );
+    let unknown = "type.googleapis.com/example.v1.Widget";
+    let mut r = request(Cluster, &["xdstp://a/example.v1.Widget/p/*"], "", "");
     r.type_url = unknown.into();
     c.send(r).await;
     let answer = c.recv().await;
@@ -85,12 +80,12 @@ async fn p33_an_unknown_type_on_ads_is_answered_as_not_existing_and_the_stream_g
     // P32: each name asked for, NOT_FOUND.
     assert_eq!(
         not_found(&answer.resource_errors),
-        ["xdstp://a/envoy.config.endpoint.v3.LbEndpoint/p/*"]
+        ["xdstp://a/example.v1.Widget/p/*"]
     );
     // Its ACK, then the served types on the same stream.
     let mut ack = request(
         Cluster,
-        &["xdstp://a/envoy.config.endpoint.v3.LbEndpoint/p/*"],
+        &["xdstp://a/example.v1.Widget/p/*"],
         &answer.version_info,
         &answer.nonce,
     );

@@ -370,11 +370,11 @@ impl Sotw {
         // exactly when one is missing, unless a wildcard selects more.
         let names = st.subscription.names().len();
         let not_found = if selected.len() < names || (st.subscription.is_wildcard() && names > 0) {
-            let missing = st.subscription.missing(current);
             match kind {
-                // Never served over SotW, whatever the newest snapshot has.
-                ResourceType::LbEndpoint => missing,
-                _ => core.not_found(kind, missing),
+                // Never served over SotW, whatever the newest snapshot has: every name,
+                // a glob collection too, is not found.
+                ResourceType::LbEndpoint => st.subscription.names().iter().cloned().collect(),
+                _ => core.not_found(kind, st.subscription.missing(current)),
             }
         } else {
             Vec::new()

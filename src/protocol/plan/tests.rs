@@ -1316,3 +1316,92 @@ fn p30_per_type_stream_references_cover_what_is_accepted_and_in_flight() {
     assert_eq!(clusters(&rds), ["y"], "accepted");
     assert!(SotwStream::new(Variant::Aggregated).references().is_none());
 }
+
+// === P34: LEDS in make-before-break ===
+
+/// A client as `step_done` sees it: what it holds and subscribes to, nothing in flight.
+struct Holds {
+    held: BTreeSet<(ResourceType, String, String)>,
+    subscribed: BTreeSet<(ResourceType, String)>,
+}
+
+impl super::Progress for Holds {
+    fn in_flight(&self, _: ResourceType) -> bool {
+        false
+    }
+    fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
+        self.held
+            .contains(&(kind, name.to_string(), version.to_string()))
+    }
+    fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
+        self.subscribed.contains(&(kind, name.to_string()))
+    }
+}
+
+#[test]
+fn p34_p30_a_new_cluster_s_leds_members_go_first_and_the_step_waits_for_them() {
+    use ResourceType::LbEndpoint;
+    let glob = "xdstp://t/envoy.config.endpoint.v3.LbEndpoint/c1/*";
+    let member = res(
+        LbEndpoint,
+        "xdstp://t/envoy.config.endpoint.v3.LbEndpoint/c1/h1",
+        "1",
+        &[],
+    );
+    let base = Mesh {
+        clusters: vec![("c0", "1")],
+        routes: vec![("r", "c0")],
+        listeners: vec![("l", "r")],
+        ..Mesh::default()
+    };
+    let mut items: Vec<Arc<Resource>> = Vec::new();
+    for kind in ResourceType::ALL {
+        items.extend(base.snapshot().get(kind).resources.values().cloned());
+    }
+    let base = Arc::new(Snapshot::from_resources(&items));
+    // The route moves to a new cluster c1, whose endpoints come by LEDS.
+    items.retain(|r| r.kind != Route);
+    items.push(res(Route, "r", "", &[(Cluster, "c1")]));
+    items.push(res(Cluster, "c1", "1", &[]));
+    items.push(res(Endpoint, "c1", "1", &[(LbEndpoint, glob)]));
+    items.push(Arc::clone(&member));
+    let new = Arc::new(Snapshot::from_resources(&items));
+    let (plan, _) = steps(&base, &new);
+    let first = plan.first().expect("a plan: the route waits for c1");
+    assert!(
+        first.get(LbEndpoint).resources.contains_key(&member.name),
+        "the member goes with the endpoints"
+    );
+    assert!(
+        first.get(Route).resources["r"]
+            .references
+            .contains(&(Cluster, "c0".into())),
+        "the route still as it was"
+    );
+    // The client holds c1 and its ClusterLoadAssignment and subscribes to the collection:
+    // the step is done only once it holds the member too.
+    let (c1, cla) = (
+        &first.get(Cluster).resources["c1"],
+        &first.get(Endpoint).resources["c1"],
+    );
+    let mut client = Holds {
+        held: [
+            (Cluster, c1.name.clone(), c1.version.clone()),
+            (Endpoint, cla.name.clone(), cla.version.clone()),
+        ]
+        .into(),
+        subscribed: [
+            (Endpoint, "c1".to_string()),
+            (LbEndpoint, member.name.clone()),
+        ]
+        .into(),
+    };
+    assert!(
+        !super::step_done(&base, first, &client),
+        "waits for the LEDS member"
+    );
+    client
+        .held
+        .insert((LbEndpoint, member.name.clone(), member.version.clone()));
+    assert!(super::step_done(&base, first, &client));
+}

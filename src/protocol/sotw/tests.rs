@@ -1318,4 +1318,10 @@ fn p34_over_sotw_an_lb_endpoint_is_never_sent() {
         "an LbEndpoint carries no name a SotW client could match"
     );
     assert_eq!(r.not_found, [name]);
+    // A glob collection too: told at once.
+    let glob = "xdstp://test/envoy.config.endpoint.v3.LbEndpoint/c1/*";
+    s.handle_request(req(ResourceType::LbEndpoint, &[glob], &r.version, &r.nonce))
+        .expect("asks");
+    let r = s.poll_response(Instant::now()).expect("answered");
+    assert_eq!(r.not_found, [glob]);
 }
