@@ -1418,7 +1418,12 @@ mod tests {
                     protocol: "sotw".into(),
                     connected_since: "t".into(),
                     plan: None,
-                    unknown_types: Vec::new(),
+                    // P33: a client's type URL and names, escaped too.
+                    unknown_types: vec![crate::fleet::UnknownTypeReport {
+                        type_url: format!("type.googleapis.com/{nasty}"),
+                        names: vec!["w1".into()],
+                        state: crate::fleet::SyncStatus::Synced,
+                    }],
                 }],
                 types: [(
                     "CDS".to_string(),
@@ -1435,7 +1440,8 @@ mod tests {
                             file_changed_at: Some("2026-12-01T10:00:00Z".into()),
                         }],
                         oversized_bytes: None,
-                        not_found: Vec::new(),
+                        // P32: what the node asked for and was told does not exist.
+                        not_found: vec!["gone".into(), nasty.into()],
                         last_change: "t".into(),
                     },
                 )]
@@ -1461,6 +1467,21 @@ mod tests {
                  2026-12-01T10:00:00Z)\n"
             ),
             "the NACK names what it changed: {table}"
+        );
+        let node = r"bad\u{1b}[2J\r\nfake row";
+        assert!(
+            table.contains(&format!(
+                "NOT FOUND {node} CDS: subscribed, and no such resource for this node (told \
+                 NOT_FOUND): gone, {node}"
+            )),
+            "{table}"
+        );
+        assert!(
+            table.contains(&format!(
+                "UNKNOWN TYPE {node} (ADS/sotw): type.googleapis.com/{node} is not a type this \
+                 server serves; answered as not existing (w1)"
+            )),
+            "{table}"
         );
     }
 }
