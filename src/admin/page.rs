@@ -520,6 +520,24 @@ mod tests {
     }
 
     #[test]
+    fn names_not_found_and_types_not_served_show_escaped() {
+        let mut status = fleet(3);
+        let cds = status.nodes[1].types.get_mut("CDS").expect("CDS");
+        cds.not_found = vec!["<gone>".into()];
+        status.nodes[2].streams[0].unknown_types = vec![crate::fleet::UnknownTypeReport {
+            type_url: "type.googleapis.com/x.<Widget>".into(),
+            names: vec![],
+            state: SyncStatus::Synced,
+        }];
+        let html = render(&status, &PageQuery::default());
+        assert!(html.contains("not found: &lt;gone&gt;"), "P32: {html}");
+        assert!(
+            html.contains("asks for types not served here: type.googleapis.com/x.&lt;Widget&gt;"),
+            "P33: {html}"
+        );
+    }
+
+    #[test]
     fn problems_first_then_node_ids_in_natural_order() {
         let status = Status {
             nodes: vec![
