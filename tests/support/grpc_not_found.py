@@ -9,11 +9,8 @@ DIR/port, then calls /test.Echo/Say over xds:///TARGET and prints "FAILED_AFTER 
 <code>" when the first call fails. Then it calls every 100 ms and prints "OK_AFTER
 <seconds>" (from the failure) at the first success, or "NEVER_OK" after 30 s.
 """
-import concurrent.futures
-import json
 import os
 import sys
-import tempfile
 import time
 
 xds_port, target, work, mode = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
@@ -21,17 +18,10 @@ if mode == "errors":
     os.environ["GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING"] = "true"
 
 import grpc  # noqa: E402 (after the environment it reads)
+import grpc_upstream  # noqa: E402
 
-server = grpc.server(concurrent.futures.ThreadPoolExecutor(2))
-handler = grpc.unary_unary_rpc_method_handler(lambda request, context: b"ok")
-server.add_generic_rpc_handlers(
-    [grpc.method_handlers_generic_handler("test.Echo", {"Say": handler})]
-)
-port = server.add_insecure_port("127.0.0.1:0")
-server.start()
-with open(os.path.join(work, "port.tmp"), "w") as f:
-    f.write(str(port))
-os.rename(os.path.join(work, "port.tmp"), os.path.join(work, "port"))
+server, port = grpc_upstream.start(b"ok")
+grpc_upstream.publish(work, "port", str(port))
 
 bootstrap = {
     "xds_servers": [
@@ -43,10 +33,7 @@ bootstrap = {
     ],
     "node": {"id": f"grpc-{mode}", "cluster": "grpc"},
 }
-fd, path = tempfile.mkstemp(suffix=".json", dir=work)
-with os.fdopen(fd, "w") as f:
-    json.dump(bootstrap, f)
-os.environ["GRPC_XDS_BOOTSTRAP"] = path
+grpc_upstream.use_bootstrap(work, bootstrap)
 
 with grpc.insecure_channel(f"xds:///{target}") as channel:
     say = channel.unary_unary("/test.Echo/Say")

@@ -8,33 +8,18 @@ waits for DIR/go (the test writes the snapshot files meanwhile), then calls
 the answer changes, until DIR/stop appears or 60 s pass. The gRPC library finds the upstream
 only through xDS: LDS (an API listener), RDS, CDS and EDS, each subscribed by name.
 """
-import concurrent.futures
-import json
 import os
 import sys
-import tempfile
 import time
 
 import grpc
+import grpc_upstream
 
 xds_port, target, work = sys.argv[1], sys.argv[2], sys.argv[3]
 
 
-def upstream(answer):
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(2))
-    handler = grpc.unary_unary_rpc_method_handler(lambda request, context: answer)
-    server.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler("test.Echo", {"Say": handler})]
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    return server, port
-
-
-servers = [upstream(b"a"), upstream(b"b")]
-with open(os.path.join(work, "ports.tmp"), "w") as f:
-    f.write(" ".join(str(port) for _, port in servers))
-os.rename(os.path.join(work, "ports.tmp"), os.path.join(work, "ports"))
+servers = [grpc_upstream.start(b"a"), grpc_upstream.start(b"b")]
+grpc_upstream.publish(work, "ports", " ".join(str(port) for _, port in servers))
 
 deadline = time.time() + 30
 while not os.path.exists(os.path.join(work, "go")):
@@ -52,10 +37,7 @@ bootstrap = {
     ],
     "node": {"id": "grpc-client-1", "cluster": "grpc"},
 }
-fd, path = tempfile.mkstemp(suffix=".json", dir=work)
-with os.fdopen(fd, "w") as f:
-    json.dump(bootstrap, f)
-os.environ["GRPC_XDS_BOOTSTRAP"] = path
+grpc_upstream.use_bootstrap(work, bootstrap)
 
 last = None
 deadline = time.time() + 60

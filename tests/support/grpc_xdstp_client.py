@@ -11,30 +11,20 @@ then calls /test.Echo/Say over three targets, printing "RESULT <target> <answer>
 - xds://other.test/echo: an authority the server does not answer for (answered as not
   existing; resource errors are on, so it fails at once).
 """
-import concurrent.futures
-import json
 import os
 import sys
-import tempfile
 import time
 
 os.environ["GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING"] = "true"
 os.environ["GRPC_EXPERIMENTAL_XDS_FEDERATION"] = "true"
 
 import grpc  # noqa: E402 (after the environment it reads)
+import grpc_upstream  # noqa: E402
 
 xds_port, work = sys.argv[1], sys.argv[2]
 
-server = grpc.server(concurrent.futures.ThreadPoolExecutor(2))
-handler = grpc.unary_unary_rpc_method_handler(lambda request, context: b"ok")
-server.add_generic_rpc_handlers(
-    [grpc.method_handlers_generic_handler("test.Echo", {"Say": handler})]
-)
-port = server.add_insecure_port("127.0.0.1:0")
-server.start()
-with open(os.path.join(work, "port.tmp"), "w") as f:
-    f.write(str(port))
-os.rename(os.path.join(work, "port.tmp"), os.path.join(work, "port"))
+server, port = grpc_upstream.start(b"ok")
+grpc_upstream.publish(work, "port", str(port))
 
 deadline = time.time() + 30
 while not os.path.exists(os.path.join(work, "go")):
@@ -60,10 +50,7 @@ bootstrap = {
         "other.test": {"xds_servers": [xds_server]},
     },
 }
-fd, path = tempfile.mkstemp(suffix=".json", dir=work)
-with os.fdopen(fd, "w") as f:
-    json.dump(bootstrap, f)
-os.environ["GRPC_XDS_BOOTSTRAP"] = path
+grpc_upstream.use_bootstrap(work, bootstrap)
 
 for target in ["xds:///echo", "xds://switchyard.test/echo", "xds://other.test/echo"]:
     with grpc.insecure_channel(target) as channel:
