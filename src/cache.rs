@@ -82,25 +82,17 @@ impl TypeSnapshot {
     /// The members of the glob collection `glob` (P34), in name order: its authority, type
     /// and context parameters, one more id segment. Empty for a name that is not a glob.
     pub fn members<'a>(&'a self, glob: &str) -> Vec<&'a Arc<Resource>> {
-        let Some(prefix) = glob
-            .strip_prefix(crate::resource::xdstp::SCHEME)
-            .and_then(|_| {
-                let path = glob.split_once('?').map_or(glob, |(p, _)| p);
-                path.strip_suffix('*')
-            })
-        else {
+        let Some(parts) = crate::resource::xdstp::glob_parts(glob) else {
             return Vec::new();
         };
-        if !crate::resource::xdstp::is_glob(glob) {
-            return Vec::new();
-        }
+        let prefix = parts.0;
         self.resources
             .range::<str, _>((
                 std::ops::Bound::Included(prefix),
                 std::ops::Bound::Unbounded,
             ))
             .take_while(|(n, _)| n.starts_with(prefix))
-            .filter(|(n, _)| crate::resource::xdstp::collection_of(n).as_deref() == Some(glob))
+            .filter(|(n, _)| crate::resource::xdstp::is_member(n, parts))
             .map(|(_, r)| r)
             .collect()
     }

@@ -111,6 +111,33 @@ pub fn collection_of(name: &str) -> Option<String> {
     Some(Xdstp { id: &id, ..x }.canonical())
 }
 
+/// A canonical glob collection split for matching its members without parsing each one:
+/// the text before its `*`, and its context parameters (`?...`, or empty).
+pub fn glob_parts(glob: &str) -> Option<(&str, &str)> {
+    if !is_glob(glob) {
+        return None;
+    }
+    let (path, params) = match glob.find('?') {
+        Some(i) => glob.split_at(i),
+        None => (glob, ""),
+    };
+    Some((path.strip_suffix('*')?, params))
+}
+
+/// Whether canonical `name` is a member of the glob collection split into `parts`
+/// ([`glob_parts`]): one more path segment, the same context parameters. What
+/// [`collection_of`] says, without an allocation per name.
+pub fn is_member(name: &str, (prefix, params): (&str, &str)) -> bool {
+    let Some(tail) = name.strip_prefix(prefix) else {
+        return false;
+    };
+    let (id, rest) = match tail.find('?') {
+        Some(i) => tail.split_at(i),
+        None => (tail, ""),
+    };
+    !id.is_empty() && !id.contains('/') && rest == params
+}
+
 /// Whether `name` is a glob collection (`.../*`), well formed.
 pub fn is_glob(name: &str) -> bool {
     matches!(Xdstp::parse(name), Some(Ok(x)) if x.is_glob())
@@ -228,6 +255,30 @@ mod tests {
             None
         );
         assert_eq!(collection_of("opaque"), None);
+        // `is_member` says what `collection_of` says.
+        let glob = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*?p=1";
+        let parts = glob_parts(glob).expect("a glob");
+        for name in [
+            "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/h1?p=1",
+            "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/h1",
+            "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/x/h1?p=1",
+            "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/h1?p=1&q=2",
+            "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c2/h1?p=1",
+        ] {
+            assert_eq!(
+                is_member(name, parts),
+                collection_of(name).as_deref() == Some(glob),
+                "{name}"
+            );
+        }
+        assert!(is_member(
+            "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/h1?p=1",
+            parts
+        ));
+        assert_eq!(
+            glob_parts("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/h1"),
+            None
+        );
     }
 
     #[test]
