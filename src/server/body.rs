@@ -36,6 +36,9 @@ pub struct Requests<T> {
     max_message: usize,
     /// The body ended.
     ended: bool,
+    /// The node field's number, when its repeats are left undecoded (see
+    /// [`Requests::repeated_node`]), and the first request's node as it came.
+    node: Option<(u32, Option<Bytes>)>,
     message: PhantomData<fn() -> T>,
 }
 
@@ -47,8 +50,20 @@ impl<T: prost::Message + Default> Requests<T> {
             buf: BytesMut::new(),
             max_message,
             ended: false,
+            node: None,
             message: PhantomData,
         }
+    }
+
+    /// Leave undecoded a node (field `tag`) that repeats the first request's byte for byte:
+    /// the request then comes without one, which P1 allows and reads as the first node. A
+    /// real Envoy sends its node, some 60 KB with the extensions it lists, on every request
+    /// of a stream (`set_node_on_first_message_only` is off by default); decoding it was
+    /// most of the cost of an ACK. A node that differs in any byte is decoded, for the
+    /// protocol to compare.
+    pub fn repeated_node(mut self, tag: u32) -> Requests<T> {
+        self.node = Some((tag, None));
+        self
     }
 
     /// The next request; `None` once the client has closed its side (or cancelled).
@@ -119,10 +134,55 @@ impl<T: prost::Message + Default> Requests<T> {
             // Nothing of a next message: let the buffer go with this one.
             self.buf = BytesMut::new();
         }
-        T::decode(framed.freeze())
+        let framed = framed.freeze();
+        let decoded = match &mut self.node {
+            Some((tag, first)) => match field_span(&framed, *tag) {
+                Some(span) => match first {
+                    Some(first) if framed[span.clone()] == first[..] => {
+                        T::decode(framed[..span.start].chain(&framed[span.end..]))
+                    }
+                    _ => {
+                        if first.is_none() {
+                            *first = Some(framed.slice(span));
+                        }
+                        T::decode(framed)
+                    }
+                },
+                None => T::decode(framed),
+            },
+            None => T::decode(framed),
+        };
+        decoded
             .map(Some)
             .map_err(|e| Status::internal(e.to_string()))
     }
+}
+
+/// Where the one occurrence of field `tag` (length-delimited) lies in `message`, key and
+/// all; `None` when it is absent, repeated (protobuf merges the occurrences: left to the
+/// decoder), or the message does not parse (the decoder says why).
+fn field_span(message: &[u8], tag: u32) -> Option<std::ops::Range<usize>> {
+    use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
+    let mut rest = message;
+    let mut found = None;
+    while !rest.is_empty() {
+        let start = message.len() - rest.len();
+        let (field, wire_type) = decode_key(&mut rest).ok()?;
+        if field == tag {
+            if found.is_some() || wire_type != WireType::LengthDelimited {
+                return None;
+            }
+            let len = usize::try_from(decode_varint(&mut rest).ok()?).ok()?;
+            if len > rest.len() {
+                return None;
+            }
+            rest.advance(len);
+            found = Some(start..message.len() - rest.len());
+        } else {
+            skip_field(wire_type, field, &mut rest, DecodeContext::default()).ok()?;
+        }
+    }
+    found
 }
 
 /// What a stream task hands its response body: a framed message (see [`frame`]), or the
@@ -323,6 +383,92 @@ mod tests {
         assert_eq!(r.message().await.expect("ok"), Some(message("")));
         assert_eq!(r.message().await.expect("ok"), None, "the end of the body");
         assert_eq!(r.buf.capacity(), 0, "no buffer kept between messages");
+    }
+
+    /// P1: a node repeated byte for byte comes out as no node (which the protocol reads as
+    /// the first one); a node that differs, or one that comes back after being left out, is
+    /// decoded, for the protocol to compare; so is every field around it.
+    #[tokio::test]
+    async fn p1_a_repeated_node_is_left_undecoded_and_a_changed_one_is_not() {
+        use envoy_types::pb::envoy::config::core::v3::Node;
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+        let node = |id: &str| Node {
+            id: id.into(),
+            cluster: "c".into(),
+            client_features: vec!["f".repeat(100)],
+            ..Default::default()
+        };
+        let request = |node: Option<Node>, nonce: &str| DiscoveryRequest {
+            version_info: "v1".into(),
+            node,
+            resource_names: vec!["a".into(), "b".into()],
+            type_url: "t".into(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        };
+        let sent = [
+            request(Some(node("n1")), "1"),
+            request(Some(node("n1")), "2"),
+            request(None, "3"),
+            request(Some(node("n2")), "4"),
+            request(Some(node("n1")), "5"),
+        ];
+        let chunks: Vec<_> = sent
+            .iter()
+            .map(|r| data(&frame(r, 4096).expect("framed")))
+            .collect();
+        let mut r: Requests<DiscoveryRequest> =
+            Requests::new(tonic::body::Body::new(Chunks(chunks.into())), 4096).repeated_node(2);
+        let mut got = Vec::new();
+        while let Some(m) = r.message().await.expect("decodes") {
+            got.push(m);
+        }
+        let expected = [
+            sent[0].clone(),
+            request(None, "2"),
+            request(None, "3"),
+            sent[3].clone(),
+            request(None, "5"),
+        ];
+        assert_eq!(got, expected);
+        // Without the option every node is decoded.
+        let mut plain: Requests<DiscoveryRequest> = Requests::new(
+            tonic::body::Body::new(Chunks(
+                vec![data(&frame(&sent[1], 4096).expect("framed"))].into(),
+            )),
+            4096,
+        );
+        assert_eq!(
+            plain.message().await.expect("decodes"),
+            Some(sent[1].clone())
+        );
+    }
+
+    #[test]
+    fn a_field_is_found_once_or_not_at_all() {
+        use envoy_types::pb::envoy::config::core::v3::Node;
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+        let with = DiscoveryRequest {
+            version_info: "v".into(),
+            node: Some(Node {
+                id: "n".into(),
+                ..Default::default()
+            }),
+            type_url: "t".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let span = field_span(&with, 2).expect("there");
+        assert_eq!(&with[span.clone()], &[0x12, 3, 0x0a, 1, b'n'][..]);
+        assert_eq!(field_span(&with, 9), None, "absent");
+        let twice = [&with[..], &with[span]].concat();
+        assert_eq!(field_span(&twice, 2), None, "repeated: left to the decoder");
+        assert_eq!(field_span(&with[..with.len() - 1], 2), None, "cut short");
+        assert_eq!(
+            field_span(&[0x12, 0x7f, 1], 2),
+            None,
+            "longer than the message"
+        );
     }
 
     #[tokio::test]

@@ -185,7 +185,8 @@ where
                 .get::<super::incoming::ConnInfo>()
                 .cloned()
                 .unwrap_or_default();
-            let requests = Requests::new(Body::new(request.into_body()), MAX_REQUEST_BYTES);
+            let requests = Requests::new(Body::new(request.into_body()), MAX_REQUEST_BYTES)
+                .repeated_node(M::NODE_FIELD);
             let responses = spawn::<M>(variant, server.shared, requests, conn);
             let mut response = http::Response::new(Body::new(ResponseBody::new(responses)));
             response.headers_mut().insert(

@@ -38,6 +38,9 @@ pub trait Machine: Flavor<Request: prost::Message + Default> {
     type Wire: prost::Message + Send + 'static;
     /// For logs: `sotw` or `delta`.
     const PROTOCOL: &'static str;
+    /// The request's `node` field number (P1), whose repeats go undecoded
+    /// ([`body::Requests::repeated_node`]).
+    const NODE_FIELD: u32;
 
     /// A response on the wire, with what to log and count of it.
     fn wire(
@@ -64,6 +67,8 @@ pub struct Written<W> {
 impl Machine for Sotw {
     type Wire = WireResponse;
     const PROTOCOL: &'static str = "sotw";
+    /// `DiscoveryRequest.node`.
+    const NODE_FIELD: u32 = 2;
 
     fn wire(r: Response, control_plane: &Arc<str>, secrets: Secrets) -> Written<WireResponse> {
         let (kind, version) = (Some(r.kind), r.version.clone());
@@ -92,6 +97,8 @@ impl Machine for Sotw {
 impl Machine for Delta {
     type Wire = WireDeltaResponse;
     const PROTOCOL: &'static str = "delta";
+    /// `DeltaDiscoveryRequest.node`.
+    const NODE_FIELD: u32 = 1;
 
     fn wire(
         r: DeltaResponse,
