@@ -84,7 +84,7 @@ pub struct Stream<F> {
 #[derive(Debug)]
 pub struct Core {
     variant: Variant,
-    node: Option<Node>,
+    node: Option<super::FirstNode>,
     features: ClientFeatures,
     planner: Planner,
     types: [TypeSync; ResourceType::ALL.len()],
@@ -172,9 +172,10 @@ impl<F: Flavor> Stream<F> {
         self
     }
 
-    /// The node that opened the stream (P1), once the first request arrived.
+    /// The node that opened the stream (P1), once the first request arrived; without its
+    /// extensions, which are not kept.
     pub fn node(&self) -> Option<&Node> {
-        self.core.node.as_ref()
+        self.core.node.as_ref().map(|first| &first.node)
     }
 
     /// What the client has of `kind`: the last response's ACK/NACK state.
@@ -222,8 +223,8 @@ impl<F: Flavor> Stream<F> {
         let served = super::request_type(core.variant, F::type_url(&request))?;
         let first_on_stream = core.node.is_none();
         super::check_node(&mut core.node, F::take_node(&mut request))?;
-        if let (true, Some(node)) = (first_on_stream, &core.node) {
-            core.features = ClientFeatures::of(node);
+        if let (true, Some(first)) = (first_on_stream, &core.node) {
+            core.features = ClientFeatures::of(&first.node);
         }
         let kind = match served {
             RequestType::Served(kind) => kind,

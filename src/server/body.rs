@@ -37,8 +37,9 @@ pub struct Requests<T> {
     /// The body ended.
     ended: bool,
     /// The node field's number, when its repeats are left undecoded (see
-    /// [`Requests::repeated_node`]), and the first request's node as it came.
-    node: Option<(u32, Option<Bytes>)>,
+    /// [`Requests::repeated_node`]), and the first request's node as it came: its length
+    /// and a digest (not the bytes: 60 KB per stream).
+    node: Option<(u32, Option<(usize, u64)>)>,
     message: PhantomData<fn() -> T>,
 }
 
@@ -137,17 +138,18 @@ impl<T: prost::Message + Default> Requests<T> {
         let framed = framed.freeze();
         let decoded = match &mut self.node {
             Some((tag, first)) => match field_span(&framed, *tag) {
-                Some(span) => match first {
-                    Some(first) if framed[span.clone()] == first[..] => {
-                        T::decode(framed[..span.start].chain(&framed[span.end..]))
-                    }
-                    _ => {
-                        if first.is_none() {
-                            *first = Some(framed.slice(span));
+                Some(span) => {
+                    let node = (span.len(), digest(&framed[span.clone()]));
+                    match first {
+                        Some(first) if *first == node => {
+                            T::decode(framed[..span.start].chain(&framed[span.end..]))
                         }
-                        T::decode(framed)
+                        _ => {
+                            first.get_or_insert(node);
+                            T::decode(framed)
+                        }
                     }
-                },
+                }
                 None => T::decode(framed),
             },
             None => T::decode(framed),
@@ -156,6 +158,15 @@ impl<T: prost::Message + Default> Requests<T> {
             .map(Some)
             .map_err(|e| Status::internal(e.to_string()))
     }
+}
+
+/// A digest of a node's bytes, keyed per process: a client cannot aim a collision, and
+/// one would only let a changed node pass for the first, by which the stream goes anyway
+/// (P1). About ten times faster than SipHash over a 60 KB node.
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    static KEY: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
+    KEY.get_or_init(Default::default).hash_one(bytes)
 }
 
 /// Where the one occurrence of field `tag` (length-delimited) lies in `message`, key and

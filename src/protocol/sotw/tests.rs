@@ -93,6 +93,46 @@ fn p1_later_requests_may_omit_node_but_not_change_it() {
     assert_eq!(s.node().map(|n| n.id.as_str()), Some("n1"));
 }
 
+/// P1 with an Envoy's node: its extensions are not kept, yet a later node that differs in
+/// them alone is still a changed node, and one that repeats them is the same.
+#[test]
+fn p1_a_node_is_compared_with_its_extensions_which_are_not_kept() {
+    use envoy_types::pb::envoy::config::core::v3::Extension;
+    let with = |names: &[&str]| {
+        let mut n = node("n1");
+        n.extensions = names
+            .iter()
+            .map(|name| Extension {
+                name: name.to_string(),
+                category: "envoy.filters.http".into(),
+                ..Default::default()
+            })
+            .collect();
+        n
+    };
+    let mut s = SotwStream::new(Variant::Aggregated);
+    let mut first = req(Cluster, &[], "", "");
+    first.node = Some(with(&["a", "b"]));
+    s.handle_request(first).expect("first");
+    assert_eq!(s.node().map(|n| n.extensions.len()), Some(0), "not kept");
+    let mut same = req(Listener, &[], "", "");
+    same.node = Some(with(&["a", "b"]));
+    s.handle_request(same).expect("the same node");
+    for changed in [
+        with(&["a"]),
+        with(&["b", "a"]),
+        with(&["a", "c"]),
+        node("n1"),
+    ] {
+        let mut other = req(Route, &["r"], "", "");
+        other.node = Some(changed);
+        assert!(matches!(
+            s.handle_request(other),
+            Err(ProtocolError::NodeChanged { .. })
+        ));
+    }
+}
+
 // === P2: nonces ===
 
 #[test]
