@@ -227,6 +227,20 @@ impl Snapshot {
         }
     }
 
+    /// This snapshot with each type that `older` has at the same version taken from
+    /// `older` (the same resources, by their content hashes): a stream that holds it then
+    /// sees by a pointer compare that nothing changed, instead of comparing every name, and
+    /// the unchanged types' resources are kept once.
+    pub fn reusing(self, older: &Snapshot) -> Snapshot {
+        let mut types = self.types;
+        for (new, old) in types.iter_mut().zip(&older.types) {
+            if new.version == old.version {
+                *new = Arc::clone(old);
+            }
+        }
+        Snapshot::from_types(types)
+    }
+
     /// Whether every type has the same version in both (the same resources).
     pub fn same_as(&self, other: &Snapshot) -> bool {
         self.types
@@ -268,15 +282,24 @@ pub struct Generation {
     /// guards only the map; building happens outside it, so one group's build does not hold
     /// up lookups of the others.
     groups: Mutex<HashMap<Vec<usize>, SnapshotCell>>,
+    /// The node groups' snapshots of the generation published before this one, while
+    /// streams still hold them: a group's snapshot takes the types it has unchanged from
+    /// there ([`Snapshot::reusing`]).
+    previous: HashMap<Vec<usize>, Weak<Snapshot>>,
 }
 
 impl Generation {
-    fn new(number: u64, config: Arc<Config>) -> Generation {
+    fn new(
+        number: u64,
+        config: Arc<Config>,
+        previous: HashMap<Vec<usize>, Weak<Snapshot>>,
+    ) -> Generation {
         Generation {
             number,
             published: Instant::now(),
             config,
             groups: Mutex::new(HashMap::new()),
+            previous,
         }
     }
 
@@ -302,11 +325,18 @@ impl Generation {
             )
         };
         let snapshot = cell.0.get_or_init(|| {
-            Arc::new(Snapshot::from_resources(
+            let built = Snapshot::from_resources(
                 group
                     .iter()
                     .flat_map(|&i| self.config.files[i].resources.iter()),
-            ))
+            );
+            // A group of the same files in the generation before (the same files, unless
+            // files came or went: versions decide what is reused either way).
+            let before = self.previous.get(&group).and_then(Weak::upgrade);
+            Arc::new(match before {
+                Some(before) => built.reusing(&before),
+                None => built,
+            })
         });
         Arc::clone(snapshot)
     }
@@ -390,7 +420,11 @@ impl Cache {
     /// An empty cache (generation 0: no resources). Streams opened now get nothing until the
     /// first [`Cache::publish`].
     pub fn new() -> Cache {
-        let empty = Arc::new(Generation::new(0, Arc::new(Config::default())));
+        let empty = Arc::new(Generation::new(
+            0,
+            Arc::new(Config::default()),
+            HashMap::new(),
+        ));
         let (current, _) = watch::channel(Arc::new(Serving {
             stable: empty,
             rollout: None,
@@ -426,7 +460,13 @@ impl Cache {
                 .numbered
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 + 1;
-            let generation = Arc::new(Generation::new(number, Arc::new(config)));
+            let previous = serving
+                .newest()
+                .groups()
+                .into_iter()
+                .map(|(group, snapshot)| (group, Arc::downgrade(&snapshot)))
+                .collect();
+            let generation = Arc::new(Generation::new(number, Arc::new(config), previous));
             published = Some(Arc::clone(&generation));
             *serving = Arc::new(match &self.policy {
                 Some(policy) if serving.stable.number > 0 => Serving {
@@ -614,6 +654,56 @@ mod tests {
         assert_ne!(
             a.get(ResourceType::Listener).version,
             c.get(ResourceType::Listener).version
+        );
+    }
+
+    /// A new generation's snapshot takes the types that did not change from the one before
+    /// (the same `Arc`, so streams see it by a pointer compare); a changed type is its own.
+    #[test]
+    fn unchanged_types_are_shared_with_the_generation_before() {
+        let cache = Cache::new();
+        let config = |endpoints: &str| Config {
+            files: vec![file(
+                Selector::all(),
+                vec![
+                    res(ResourceType::Cluster, "c", "c1"),
+                    res(ResourceType::Endpoint, "c", endpoints),
+                ],
+            )],
+            ..Config::default()
+        };
+        let n = node("n", "");
+        let first = cache.publish(config("e1")).snapshot_for(&n);
+        let second = cache.publish(config("e2")).snapshot_for(&n);
+        let kept = |kind| Arc::ptr_eq(first.get(kind), second.get(kind));
+        assert!(
+            kept(ResourceType::Cluster),
+            "rewritten, but the same content"
+        );
+        assert!(kept(ResourceType::Listener), "empty in both");
+        assert!(!kept(ResourceType::Endpoint), "changed");
+        assert_ne!(
+            first.get(ResourceType::Endpoint).version,
+            second.get(ResourceType::Endpoint).version
+        );
+        // Nothing is reused from a snapshot no stream holds any more, nor through a
+        // generation whose group was never built.
+        drop(second);
+        let third = cache.publish(config("e2")).snapshot_for(&n);
+        assert!(!Arc::ptr_eq(
+            first.get(ResourceType::Cluster),
+            third.get(ResourceType::Cluster)
+        ));
+        let unbuilt = cache.publish(config("e2"));
+        let fifth = cache.publish(config("e2")).snapshot_for(&n);
+        assert_eq!(unbuilt.group_count(), 0);
+        assert!(!Arc::ptr_eq(
+            third.get(ResourceType::Cluster),
+            fifth.get(ResourceType::Cluster)
+        ));
+        assert_eq!(
+            third.get(ResourceType::Endpoint).version,
+            fifth.get(ResourceType::Endpoint).version
         );
     }
 
