@@ -2,7 +2,8 @@
 //!
 //! Owns: the simulated proxy ([`Proxy`], pure: responses in, requests out, like Envoy's xDS
 //! client: wildcard CDS and LDS, EDS for the EDS clusters it gets and RDS for the route
-//! configurations its listeners name, ACKing everything or NACKing a fraction, reconnecting
+//! configurations its listeners name, its node (of Envoy's size: `--node-extensions`) on
+//! every request, ACKing everything or NACKing a fraction, reconnecting
 //! with what it holds after Envoy's jittered backoff), running N of them each over its own connection and ADS stream,
 //! running a trigger command, and the report (connect time, time to the first full config,
 //! convergence after the trigger, responses and bytes by type, the server's RSS and CPU).
