@@ -344,7 +344,8 @@ impl FirstNode {
 }
 
 /// A digest of a node's extensions, from their encoding (an order or a field changed is
-/// another digest).
+/// another digest). Unkeyed: a collision a client made would only let a changed node pass
+/// for its first one, which identifies the stream anyway.
 fn extensions_digest(extensions: &[envoy_types::pb::envoy::config::core::v3::Extension]) -> u64 {
     use prost::Message;
     use std::hash::{BuildHasher, Hasher};
