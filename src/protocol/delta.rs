@@ -148,8 +148,10 @@ enum Before {
 #[derive(Debug, Default)]
 struct TypeState {
     subscription: Subscription,
-    /// Name -> what the client holds (as far as the server knows).
-    held: HashSet<Held>,
+    /// Name -> what the client holds (as far as the server knows). Hashed with foldhash,
+    /// keyed per set: every push looks up each changed name here on every stream, and
+    /// SipHash was a tenth of a delta push (docs/benchmarks.md, "Issue 22").
+    held: HashSet<Held, foldhash::quality::RandomState>,
     /// The snapshot `held` was last reconciled with; names changed since then are looked at
     /// on the next response.
     basis: Option<Arc<TypeSnapshot>>,
@@ -474,7 +476,11 @@ impl Delta {
         if !core.requested(kind) || core.in_flight(kind) {
             return None;
         }
-        let mut send: BTreeMap<&str, (&Arc<Resource>, bool)> = BTreeMap::new();
+        // What to send, by how it came: changed or forced (`SEND`), a heartbeat due
+        // (`HEARTBEAT`), rejected and due again (`AGAIN`); one entry per name once settled
+        // (`settle`): the first of these that holds. A list sorted once instead of a map
+        // (every push inserts each changed name on every stream).
+        let mut send: Vec<(&Arc<Resource>, u8)> = Vec::new();
         let mut removed: BTreeSet<String> = BTreeSet::new();
         let mut unresolved: Vec<String> = Vec::new();
 
@@ -485,7 +491,7 @@ impl Delta {
                     Some(r) if st.subscription.covers_resource(r) => {
                         if st.held.get(name.as_str()).map(Held::version) != Some(r.version.as_str())
                         {
-                            send.insert(&r.name, (r, false));
+                            send.push((r, SEND));
                         } else {
                             st.confirm(r);
                         }
@@ -507,7 +513,7 @@ impl Delta {
         if std::mem::take(&mut st.full) {
             for r in current.resources.values() {
                 if st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str()) {
-                    send.insert(&r.name, (r, false));
+                    send.push((r, SEND));
                 } else {
                     st.confirm(r);
                     if ttl_ok {
@@ -538,7 +544,7 @@ impl Delta {
                 } else if forced
                     || st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str())
                 {
-                    send.insert(&r.name, (r, false));
+                    send.push((r, SEND));
                 } else {
                     st.confirm(r);
                     if ttl_ok {
@@ -560,7 +566,7 @@ impl Delta {
                     if st.held.get(name.as_str()).map(Held::version)
                         == Some(r.version.as_str()) =>
                 {
-                    send.entry(&r.name).or_insert((r, true));
+                    send.push((r, HEARTBEAT));
                 }
                 // Changed or gone: the diff above sends or removes it.
                 _ => {
@@ -579,7 +585,7 @@ impl Delta {
             for (name, version) in core.rejected(kind) {
                 if let Some(r) = current.resources.get(name) {
                     if r.version == version && st.subscription.covers_resource(r) {
-                        send.entry(&r.name).or_insert((r, false));
+                        send.push((r, AGAIN));
                     }
                 }
             }
@@ -588,26 +594,23 @@ impl Delta {
         if send.is_empty() && removed.is_empty() && unresolved.is_empty() && !announce {
             return None;
         }
+        settle(&mut send);
 
         // Over the response limit: what fits goes now (removals all, they are names), the
         // rest on the next response, after the client's answer to this one.
-        let count = core.fit(kind, send.values().map(|(r, _)| r.as_ref()), true);
-        if count < send.len() {
-            let left: Vec<String> = send.keys().skip(count).map(|n| n.to_string()).collect();
-            for name in left {
-                if let Some((_, heartbeat)) = send.remove(name.as_str()) {
-                    // A heartbeat left out stays due; a resource goes on the next response.
-                    if !heartbeat {
-                        st.dirty.insert(name, true);
-                    }
-                }
+        let count = core.fit(kind, send.iter().map(|(r, _)| r.as_ref()), true);
+        for (r, how) in send.drain(count.min(send.len())..) {
+            // A heartbeat left out stays due; a resource goes on the next response.
+            if how != HEARTBEAT {
+                st.dirty.insert(r.name.clone(), true);
             }
         }
 
         let mut before = Vec::with_capacity(send.len() + removed.len());
         let mut resources = Vec::with_capacity(send.len());
         let mut warming = Vec::new();
-        for (_, (r, heartbeat)) in send {
+        for (r, how) in send {
+            let heartbeat = how == HEARTBEAT;
             removed.remove(&r.name);
             let ttl = r.ttl.filter(|_| ttl_ok);
             match ttl {
@@ -673,6 +676,20 @@ impl Delta {
             not_found,
         })
     }
+}
+
+/// How a resource came to be sent (see `respond_type`), the strongest first.
+const SEND: u8 = 0;
+const HEARTBEAT: u8 = 1;
+const AGAIN: u8 = 2;
+
+/// One entry per name, in name order, the strongest reason kept: what a map inserted in
+/// that order would hold (a changed resource over a heartbeat, a heartbeat over one sent
+/// again for a rejection). Every reason for a name carries the same resource, the current
+/// snapshot's.
+fn settle(send: &mut Vec<(&Arc<Resource>, u8)>) {
+    send.sort_by(|a, b| a.0.name.cmp(&b.0.name).then(a.1.cmp(&b.1)));
+    send.dedup_by(|later, first| later.0.name == first.0.name);
 }
 
 #[cfg(test)]

@@ -1092,3 +1092,36 @@ fn p34_an_empty_collection_is_answered_at_once_and_is_not_an_error() {
     assert!(r.not_found.is_empty(), "{r:?}");
     assert_eq!(s.status(LbEndpoint).map(|t| t.not_found), Some(vec![]));
 }
+
+/// A response's resources settle as a map inserted in the order of the reasons would: one
+/// per name, in name order, a change over a heartbeat (P25) over a rejected one sent again
+/// (P5).
+#[test]
+fn what_to_send_settles_to_one_entry_per_name_the_strongest_reason_kept() {
+    use super::{settle, AGAIN, HEARTBEAT, SEND};
+    let r = |name: &str| {
+        Arc::new(crate::resource::Resource::new(
+            Endpoint,
+            name,
+            "1",
+            vec![],
+            None,
+        ))
+    };
+    let (a, b, c) = (r("a"), r("b"), r("c"));
+    let mut send = vec![
+        (&b, AGAIN),
+        (&a, HEARTBEAT),
+        (&a, SEND),
+        (&c, HEARTBEAT),
+        (&b, HEARTBEAT),
+        (&c, AGAIN),
+        (&a, AGAIN),
+    ];
+    settle(&mut send);
+    let settled: Vec<(&str, u8)> = send
+        .iter()
+        .map(|(r, how)| (r.name.as_str(), *how))
+        .collect();
+    assert_eq!(settled, [("a", SEND), ("b", HEARTBEAT), ("c", HEARTBEAT)]);
+}
