@@ -150,7 +150,8 @@ struct TypeState {
     subscription: Subscription,
     /// Name -> what the client holds (as far as the server knows). Hashed with foldhash,
     /// keyed per set: every push looks up each changed name here on every stream, and
-    /// SipHash was a tenth of a delta push (docs/benchmarks.md, "Issue 22").
+    /// SipHash was about 6% of a delta push's stream instructions (callgrind,
+    /// docs/benchmarks.md, "Issue 22").
     held: HashSet<Held, foldhash::quality::RandomState>,
     /// The snapshot `held` was last reconciled with; names changed since then are looked at
     /// on the next response.
