@@ -226,6 +226,8 @@ struct Held {
     resources: BTreeMap<String, String>,
     /// CDS and LDS: what each held resource refers to (EDS and RDS names).
     refs: BTreeMap<String, Vec<String>>,
+    /// SotW CDS: a digest of each cluster as it came, to tell which a response changed.
+    digests: BTreeMap<String, u64>,
     /// Whether any response of this type came.
     answered: bool,
 }
@@ -319,6 +321,7 @@ impl Proxy {
         };
         let nack = self.nack_this();
         let mut out = Vec::new();
+        let mut rewarm = false;
         let previous_version = self.held[kind].version.clone();
         {
             let held = self.held.entry(kind).or_default();
@@ -332,8 +335,18 @@ impl Proxy {
                 }
                 // Only CDS and LDS refer on; a name already held is not copied again.
                 let refers = kind == CDS || kind == LDS;
+                let mut digests = BTreeMap::new();
                 for any in &response.resources {
                     if let Some((name, refs)) = decode(kind, &any.value) {
+                        if kind == CDS {
+                            let digest = value_digest(&any.value);
+                            // A new or changed EDS cluster is a new cluster in Envoy, whose
+                            // endpoints it asks for again (below).
+                            if !refs.is_empty() && held.digests.get(&name) != Some(&digest) {
+                                rewarm = true;
+                            }
+                            digests.insert(name.clone(), digest);
+                        }
                         if !held.resources.contains_key(&name) {
                             held.resources.insert(name.clone(), String::new());
                         }
@@ -341,6 +354,9 @@ impl Proxy {
                             held.refs.insert(name, refs);
                         }
                     }
+                }
+                if kind == CDS {
+                    held.digests = digests;
                 }
             }
         }
@@ -363,7 +379,14 @@ impl Proxy {
             ..Default::default()
         }));
         if !nack {
-            out.extend(self.follow_references(kind));
+            let follow = self.follow_references(kind);
+            // Envoy over SotW: each new or changed EDS cluster adds its endpoints' watch
+            // again, and the EDS request goes out again with the same names (and the last
+            // EDS nonce) when they did not change: the request P28 answers.
+            if follow.is_empty() && rewarm && !self.held[EDS].wanted.is_empty() {
+                out.push(self.subscribe(EDS, false));
+            }
+            out.extend(follow);
         }
         out
     }
@@ -468,6 +491,12 @@ impl Proxy {
         });
         cds_lds && named
     }
+}
+
+/// A digest of a resource as it came (to tell a changed cluster from the same one).
+fn value_digest(value: &[u8]) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
 }
 
 /// A resource of `kind` in its encoded form: its name, and what Envoy would ask for because
@@ -1333,6 +1362,25 @@ mod tests {
         p.on_sotw(&sotw(RDS, "r1", "n4", vec![any(RDS, &route)]));
         assert!(p.synced());
 
+        // CDS again: the same cluster asks for nothing more; a changed one makes Envoy ask
+        // for its endpoints again, with the same names and the last EDS nonce (P28).
+        let out = sotw_requests(p.on_sotw(&sotw(CDS, "c1", "n5", vec![eds_cluster("a", "a-eds")])));
+        assert_eq!(out.len(), 1, "the ACK only: {out:?}");
+        let mut cluster = Cluster::decode(&eds_cluster("a", "a-eds").value[..]).expect("cluster");
+        cluster.alt_stat_name = "changed".into();
+        let changed = any(CDS, &cluster);
+        let out = sotw_requests(p.on_sotw(&sotw(CDS, "c2", "n6", vec![changed])));
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(
+            (
+                out[1].type_url.as_str(),
+                out[1].resource_names.clone(),
+                out[1].version_info.as_str(),
+                out[1].response_nonce.as_str()
+            ),
+            (EDS, vec!["a-eds".to_string()], "e1", "n3")
+        );
+
         // A reconnect asks again with what it holds (P13).
         let again = sotw_requests(p.open());
         let versions: Vec<(&str, &str)> = again
@@ -1341,7 +1389,7 @@ mod tests {
             .collect();
         assert_eq!(
             versions,
-            [(CDS, "c1"), (EDS, "e1"), (LDS, "l1"), (RDS, "r1")]
+            [(CDS, "c2"), (EDS, "e1"), (LDS, "l1"), (RDS, "r1")]
         );
     }
 
