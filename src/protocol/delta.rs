@@ -477,11 +477,10 @@ impl Delta {
         if !core.requested(kind) || core.in_flight(kind) {
             return None;
         }
-        // What to send, by how it came: changed or forced (`SEND`), a heartbeat due
-        // (`HEARTBEAT`), rejected and due again (`AGAIN`); one entry per name once settled
+        // What to send, by how it came (`Why`); one entry per name once settled
         // (`settle`): the first of these that holds. A list sorted once instead of a map
         // (every push inserts each changed name on every stream).
-        let mut send: Vec<(&Arc<Resource>, u8)> = Vec::new();
+        let mut send: Vec<(&Arc<Resource>, Why)> = Vec::new();
         let mut removed: BTreeSet<String> = BTreeSet::new();
         let mut unresolved: Vec<String> = Vec::new();
 
@@ -492,7 +491,7 @@ impl Delta {
                     Some(r) if st.subscription.covers_resource(r) => {
                         if st.held.get(name.as_str()).map(Held::version) != Some(r.version.as_str())
                         {
-                            send.push((r, SEND));
+                            send.push((r, Why::Send));
                         } else {
                             st.confirm(r);
                         }
@@ -514,7 +513,7 @@ impl Delta {
         if std::mem::take(&mut st.full) {
             for r in current.resources.values() {
                 if st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str()) {
-                    send.push((r, SEND));
+                    send.push((r, Why::Send));
                 } else {
                     st.confirm(r);
                     if ttl_ok {
@@ -545,7 +544,7 @@ impl Delta {
                 } else if forced
                     || st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str())
                 {
-                    send.push((r, SEND));
+                    send.push((r, Why::Send));
                 } else {
                     st.confirm(r);
                     if ttl_ok {
@@ -567,7 +566,7 @@ impl Delta {
                     if st.held.get(name.as_str()).map(Held::version)
                         == Some(r.version.as_str()) =>
                 {
-                    send.push((r, HEARTBEAT));
+                    send.push((r, Why::Heartbeat));
                 }
                 // Changed or gone: the diff above sends or removes it.
                 _ => {
@@ -586,7 +585,7 @@ impl Delta {
             for (name, version) in core.rejected(kind) {
                 if let Some(r) = current.resources.get(name) {
                     if r.version == version && st.subscription.covers_resource(r) {
-                        send.push((r, AGAIN));
+                        send.push((r, Why::Again));
                     }
                 }
             }
@@ -602,7 +601,7 @@ impl Delta {
         let count = core.fit(kind, send.iter().map(|(r, _)| r.as_ref()), true);
         for (r, how) in send.drain(count.min(send.len())..) {
             // A heartbeat left out stays due; a resource goes on the next response.
-            if how != HEARTBEAT {
+            if how != Why::Heartbeat {
                 st.dirty.insert(r.name.clone(), true);
             }
         }
@@ -611,7 +610,7 @@ impl Delta {
         let mut resources = Vec::with_capacity(send.len());
         let mut warming = Vec::new();
         for (r, how) in send {
-            let heartbeat = how == HEARTBEAT;
+            let heartbeat = how == Why::Heartbeat;
             removed.remove(&r.name);
             let ttl = r.ttl.filter(|_| ttl_ok);
             match ttl {
@@ -680,15 +679,21 @@ impl Delta {
 }
 
 /// How a resource came to be sent (see `respond_type`), the strongest first.
-const SEND: u8 = 0;
-const HEARTBEAT: u8 = 1;
-const AGAIN: u8 = 2;
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Why {
+    /// Changed, new to the client, or forced (P21, P22, P28).
+    Send,
+    /// A heartbeat due (P25).
+    Heartbeat,
+    /// Rejected, and due again with the type's change (P5).
+    Again,
+}
 
 /// One entry per name, in name order, the strongest reason kept: what a map inserted in
 /// that order would hold (a changed resource over a heartbeat, a heartbeat over one sent
 /// again for a rejection). Every reason for a name carries the same resource, the current
 /// snapshot's.
-fn settle(send: &mut Vec<(&Arc<Resource>, u8)>) {
+fn settle(send: &mut Vec<(&Arc<Resource>, Why)>) {
     send.sort_by(|a, b| a.0.name.cmp(&b.0.name).then(a.1.cmp(&b.1)));
     send.dedup_by(|later, first| later.0.name == first.0.name);
 }

@@ -151,27 +151,31 @@ impl<T: prost::Message + Default> Requests<T> {
             return Ok(None);
         }
         let framed = self.split_off(PREFIX + len).slice(PREFIX..);
-        let decoded = match &mut self.node {
-            Some((tag, first)) => match field_span(&framed, *tag) {
-                Some(span) => {
-                    let node = (span.len(), digest(&framed[span.clone()]));
-                    match first {
-                        Some(first) if *first == node => {
-                            T::decode(framed[..span.start].chain(&framed[span.end..]))
-                        }
-                        _ => {
-                            first.get_or_insert(node);
-                            T::decode(framed)
-                        }
-                    }
-                }
-                None => T::decode(framed),
-            },
-            None => T::decode(framed),
-        };
-        decoded
+        self.decode(framed)
             .map(Some)
             .map_err(|e| Status::internal(e.to_string()))
+    }
+
+    /// `message` decoded, around its node when that repeats the first request's (see
+    /// [`Requests::repeated_node`]).
+    fn decode(&mut self, message: Bytes) -> Result<T, prost::DecodeError> {
+        let Some((tag, first)) = &mut self.node else {
+            return T::decode(message);
+        };
+        let Some(span) = field_span(&message, *tag) else {
+            return T::decode(message);
+        };
+        let node = (span.len(), digest(&message[span.clone()]));
+        match first {
+            Some(first) if *first == node => {
+                T::decode(message[..span.start].chain(&message[span.end..]))
+            }
+            // The first node (kept), or one that differs: decoded, for the protocol.
+            _ => {
+                first.get_or_insert(node);
+                T::decode(message)
+            }
+        }
     }
 
     /// The first `n` bytes buffered (at most `buffered`), as one buffer.

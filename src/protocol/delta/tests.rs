@@ -1098,7 +1098,7 @@ fn p34_an_empty_collection_is_answered_at_once_and_is_not_an_error() {
 /// (P5).
 #[test]
 fn what_to_send_settles_to_one_entry_per_name_the_strongest_reason_kept() {
-    use super::{settle, AGAIN, HEARTBEAT, SEND};
+    use super::{settle, Why::*};
     let r = |name: &str| {
         Arc::new(crate::resource::Resource::new(
             Endpoint,
@@ -1110,18 +1110,18 @@ fn what_to_send_settles_to_one_entry_per_name_the_strongest_reason_kept() {
     };
     let (a, b, c) = (r("a"), r("b"), r("c"));
     let mut send = vec![
-        (&b, AGAIN),
-        (&a, HEARTBEAT),
-        (&a, SEND),
-        (&c, HEARTBEAT),
-        (&b, HEARTBEAT),
-        (&c, AGAIN),
-        (&a, AGAIN),
+        (&b, Again),
+        (&a, Heartbeat),
+        (&a, Send),
+        (&c, Heartbeat),
+        (&b, Heartbeat),
+        (&c, Again),
+        (&a, Again),
     ];
     settle(&mut send);
-    let settled: Vec<(&str, u8)> = send
+    let settled: Vec<(&str, super::Why)> = send
         .iter()
         .map(|(r, how)| (r.name.as_str(), *how))
         .collect();
-    assert_eq!(settled, [("a", SEND), ("b", HEARTBEAT), ("c", HEARTBEAT)]);
+    assert_eq!(settled, [("a", Send), ("b", Heartbeat), ("c", Heartbeat)]);
 }
