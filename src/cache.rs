@@ -12,7 +12,7 @@
 //!
 //! Must not: parse files (that is `config`), or decide what a stream sends (`protocol`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Instant, SystemTime};
 
@@ -20,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::config::selector::NodeFacts;
 use crate::config::{content_hash, Config};
+use crate::protocol::Selection;
 use crate::resource::{Resource, ResourceType};
 use crate::rollout::{Phase, Policy};
 
@@ -32,7 +33,14 @@ pub struct TypeSnapshot {
     /// Alias -> name (P24; VHDS only).
     pub aliases: HashMap<String, String>,
     changes: Memo<TypeSnapshot, Arc<[String]>>,
+    /// What each shared name set selects of this type (`protocol::subscription`): the
+    /// streams of a node group that ask for the same names select once per snapshot.
+    pub selections: Memo<BTreeSet<String>, Arc<Selection>, SELECTIONS>,
 }
+
+/// How many name sets a type snapshot remembers selections for: the kinds of proxy in a
+/// node group (each kind asks for its own names), and the wildcard.
+const SELECTIONS: usize = 16;
 
 impl TypeSnapshot {
     /// A type snapshot of these resources, with its version computed.
@@ -51,6 +59,7 @@ impl TypeSnapshot {
             resources,
             aliases,
             changes: Memo::default(),
+            selections: Memo::default(),
         }
     }
 
@@ -134,13 +143,13 @@ impl TypeSnapshot {
 /// Recent answers of a function of (an older value, this one), by the older value: what
 /// [`TypeSnapshot::changes_since`] and the update plans of `protocol` compute once and share
 /// between the streams of a node group. Not part of the value: clones start empty and it
-/// never affects equality.
-pub struct Memo<K, V>(Mutex<Vec<(Weak<K>, V)>>);
+/// never affects equality. Remembers the `N` latest answers.
+pub struct Memo<K, V, const N: usize = MEMO_ENTRIES>(Mutex<Vec<(Weak<K>, V)>>);
 
-/// How many older values a value remembers answers for.
+/// How many older values a value remembers answers for, unless told otherwise.
 const MEMO_ENTRIES: usize = 4;
 
-impl<K, V: Clone> Memo<K, V> {
+impl<K, V: Clone, const N: usize> Memo<K, V, N> {
     /// The answer remembered for `older`, if any.
     pub fn get(&self, older: &Arc<K>) -> Option<V> {
         let memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -153,34 +162,34 @@ impl<K, V: Clone> Memo<K, V> {
     pub fn put(&self, older: &Arc<K>, value: V) {
         let mut memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
         memo.retain(|(w, _)| w.strong_count() > 0);
-        if memo.len() >= MEMO_ENTRIES {
+        if memo.len() >= N {
             memo.remove(0);
         }
         memo.push((Arc::downgrade(older), value));
     }
 }
 
-impl<K, V> Default for Memo<K, V> {
+impl<K, V, const N: usize> Default for Memo<K, V, N> {
     fn default() -> Self {
         Memo(Mutex::new(Vec::new()))
     }
 }
 
-impl<K, V> Clone for Memo<K, V> {
+impl<K, V, const N: usize> Clone for Memo<K, V, N> {
     fn clone(&self) -> Self {
         Memo::default()
     }
 }
 
-impl<K, V> PartialEq for Memo<K, V> {
+impl<K, V, const N: usize> PartialEq for Memo<K, V, N> {
     fn eq(&self, _: &Self) -> bool {
         true
     }
 }
 
-impl<K, V> Eq for Memo<K, V> {}
+impl<K, V, const N: usize> Eq for Memo<K, V, N> {}
 
-impl<K, V> std::fmt::Debug for Memo<K, V> {
+impl<K, V, const N: usize> std::fmt::Debug for Memo<K, V, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Memo")
     }

@@ -37,9 +37,9 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 
 pub use delta::{Delta, DeltaResource, DeltaResponse, DeltaStream};
 pub use plan::{Ordering, PlanEvent, PlanStatus};
-pub use sotw::{version_of as sotw_version, Sotw, SotwStream};
+pub use sotw::{Sotw, SotwStream};
 pub use stream::Stream;
-pub use subscription::{DeltaChange, Subscription};
+pub use subscription::{DeltaChange, Selection, Subscription};
 pub use unknown::{
     UnknownNames, UnknownRequest, UnknownResponse, UnknownStatus, MAX_UNKNOWN_TYPES,
     UNKNOWN_TYPE_VERSION,

@@ -27,6 +27,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
 use super::plan::Previous;
 use super::stream::{Core, Flavor, Reference, Stream};
+use super::subscription::selection_version;
 use super::{heartbeat_interval, Response, Subscription, UnknownNames, UnknownRequest};
 use crate::cache::TypeSnapshot;
 use crate::resource::{Resource, ResourceType};
@@ -94,8 +95,8 @@ impl TypeState {
         };
         let now = given.subscription.select(&given.snapshot);
         let brought = match &self.prev_given {
-            Some(prev) if !(whole && kind.is_full_state()) => prev.lacks(&now, |_| false),
-            _ => now,
+            Some(prev) if !(whole && kind.is_full_state()) => prev.lacks(&now.resources, |_| false),
+            _ => now.resources.iter().collect(),
         };
         let previous = |name: &str| match &self.prev_given {
             Some(prev) if prev.subscription.covers(name) => prev
@@ -125,13 +126,13 @@ impl Given {
     /// version, plus those for which `also` holds. Linear: a merge with what it has.
     fn lacks<'a>(
         &self,
-        selected: &[&'a Arc<Resource>],
+        selected: impl IntoIterator<Item = &'a Arc<Resource>>,
         also: impl Fn(&str) -> bool,
     ) -> Vec<&'a Arc<Resource>> {
         let before = self.subscription.select(&self.snapshot);
-        let mut before = before.iter().peekable();
+        let mut before = before.resources.iter().peekable();
         selected
-            .iter()
+            .into_iter()
             .filter(|r| {
                 while before.next_if(|b| b.name < r.name).is_some() {}
                 let has = before
@@ -139,7 +140,6 @@ impl Given {
                     .is_some_and(|b| b.name == r.name && b.version == r.version);
                 !has || also(&r.name)
             })
-            .copied()
             .collect()
     }
 
@@ -152,7 +152,7 @@ impl Given {
     /// `current`.
     fn has_exactly(
         &self,
-        selected: &[&Arc<Resource>],
+        selected: &[Arc<Resource>],
         current: &TypeSnapshot,
         subscription: &Subscription,
     ) -> bool {
@@ -160,7 +160,7 @@ impl Given {
         if self.subscription.is_wildcard() && subscription.is_wildcard() {
             return self.snapshot.version == current.version;
         }
-        let before = self.subscription.select(&self.snapshot);
+        let before = &self.subscription.select(&self.snapshot).resources;
         before.len() == selected.len()
             && before
                 .iter()
@@ -276,6 +276,7 @@ impl Flavor for Sotw {
         given
             .subscription
             .select(&given.snapshot)
+            .resources
             .iter()
             .flat_map(|r| r.references.iter().cloned())
             .collect()
@@ -303,34 +304,6 @@ impl Flavor for Sotw {
                         .is_some_and(|r| r.version == version)
             })
     }
-}
-
-/// The SotW version of what `subscription` selects (`selected`) of `current`: the type's
-/// version for a wildcard, else the version of the selection. REST polling answers with the
-/// same versions.
-pub fn version_of(
-    subscription: &Subscription,
-    current: &TypeSnapshot,
-    selected: &[&Arc<Resource>],
-) -> String {
-    if subscription.is_wildcard() {
-        current.version.clone()
-    } else {
-        selection_version(selected)
-    }
-}
-
-/// The version of a named selection: from each resource's digest of its name and version
-/// (computed once per resource), summed, and the count, so equal versions mean equal
-/// content (short of a 64-bit collision), in every process, at the cost of an addition per
-/// resource. Marked apart from type-wide versions (`n-`): a client that holds a type's
-/// version from a server that sent those (or from before a rolling upgrade) has proved
-/// nothing about which names it holds.
-fn selection_version(selected: &[&Arc<Resource>]) -> String {
-    let sum = selected
-        .iter()
-        .fold(0u64, |sum, r| sum.wrapping_add(r.selection_key()));
-    format!("n-{sum:016x}-{}", selected.len())
 }
 
 /// An empty type snapshot, shared.
@@ -377,7 +350,8 @@ impl Sotw {
                 return None;
             }
         }
-        let selected = st.subscription.select(current);
+        let selection = st.subscription.select(current);
+        let selected = &selection.resources;
         // P32: the names the client asks for that this node lacks, each answered NOT_FOUND.
         // Looked for only when the selection may be short of them: it is short of the names
         // exactly when one is missing, unless a wildcard selects more.
@@ -415,7 +389,7 @@ impl Sotw {
                 // names, one computed from the names and versions they select, so that a
                 // client back on a new stream proves with it what it holds (P13). Computed
                 // only when a response goes out, or on a stream's first decision.
-                let version = version_of(&st.subscription, current, &selected);
+                let version = selection.version.clone();
                 // P13: a client back on a new stream with the version of what it would get
                 // has it already: a wildcard LDS/CDS at the type's version, or named
                 // resources at the version of exactly that selection (a name more or less,
@@ -440,7 +414,7 @@ impl Sotw {
                 {
                     return None;
                 }
-                (selected, version)
+                (selected.iter().collect(), version)
             }
             // Nothing changed on either side since the last decision.
             Some(given)
@@ -458,21 +432,20 @@ impl Sotw {
                 if !rewarm
                     && !refresh
                     && !news
-                    && given.has_exactly(&selected, current, &st.subscription)
+                    && given.has_exactly(selected, current, &st.subscription)
                 {
                     st.given = Some(Given::new(current, &st.subscription));
                     core.record_not_found(kind, &not_found, true);
                     return None;
                 }
-                let version = version_of(&st.subscription, current, &selected);
-                (selected, version)
+                (selected.iter().collect(), selection.version.clone())
             }
             Some(given) => {
                 // P8/P9/P10: other types carry only what is new to the client, changed, due
                 // again for warming (P28), or due for a TTL refresh (P26). What it no longer
                 // subscribes to (or what was deleted) is forgotten, so asking again sends it
                 // again (P9).
-                let mut fresh = given.lacks(&selected, |n| {
+                let mut fresh = given.lacks(selected, |n| {
                     st.rewarm.contains(n)
                         || st.owes(n)
                         || (refresh && current.resources.get(n).is_some_and(|r| r.ttl.is_some()))
@@ -492,7 +465,6 @@ impl Sotw {
                         .filter(|r| {
                             again.contains(r.name.as_str()) && !have.contains(r.name.as_str())
                         })
-                        .copied()
                         .collect();
                     fresh.extend(more);
                     fresh.sort_by(|a, b| a.name.cmp(&b.name));
@@ -503,7 +475,7 @@ impl Sotw {
                     core.record_not_found(kind, &not_found, true);
                     return None;
                 }
-                (fresh, version_of(&st.subscription, current, &selected))
+                (fresh, selection.version.clone())
             }
         };
 
@@ -519,17 +491,20 @@ impl Sotw {
             let owed: BTreeSet<String> = payload[count..].iter().map(|r| r.name.clone()).collect();
             st.owed = Some(Box::new(owed));
             payload.truncate(count);
-            let selected = st.subscription.select(current);
-            let held: Vec<&Arc<Resource>> =
-                selected.into_iter().filter(|r| !st.owes(&r.name)).collect();
-            version = selection_version(&held);
+            version = selection_version(
+                selection
+                    .resources
+                    .iter()
+                    .filter(|r| !st.owes(&r.name))
+                    .map(Arc::as_ref),
+            );
         }
 
         // P28: a cluster this response adds or changes warms until its ClusterLoadAssignment
         // arrives anew; collected here, queued on EDS below.
         let warming: Vec<&str> = if kind == ResourceType::Cluster {
             let changed = match &st.given {
-                Some(given) => given.lacks(&payload, |_| false),
+                Some(given) => given.lacks(payload.iter().copied(), |_| false),
                 None => payload.clone(),
             };
             changed

@@ -178,9 +178,33 @@ impl Subscription {
             .collect()
     }
 
-    /// The resources of `snapshot` this subscription covers, in name order. Linear in the
-    /// sizes of the snapshot and the name set (a merge of two sorted sequences).
-    pub fn select<'a>(&self, snapshot: &'a TypeSnapshot) -> Vec<&'a Arc<Resource>> {
+    /// What this subscription selects of `snapshot`: the resources it covers, in name order,
+    /// and the SotW version of that selection. Computed once per (snapshot, shared name set)
+    /// and shared: the streams asking for the same names hold one [`NameSets`] set, so a push
+    /// to 10,000 of them selects once. Linear in the sizes of the snapshot and the name set
+    /// (a merge of two sorted sequences) when computed.
+    pub fn select(&self, snapshot: &TypeSnapshot) -> Arc<Selection> {
+        let key = if self.wildcard {
+            everything()
+        } else {
+            &self.names
+        };
+        if let Some(found) = snapshot.selections.get(key) {
+            return found;
+        }
+        let resources: Vec<Arc<Resource>> =
+            self.select_from(snapshot).into_iter().cloned().collect();
+        let version = if self.wildcard {
+            snapshot.version.clone()
+        } else {
+            selection_version(resources.iter().map(Arc::as_ref))
+        };
+        let selection = Arc::new(Selection { resources, version });
+        snapshot.selections.put(key, Arc::clone(&selection));
+        selection
+    }
+
+    fn select_from<'a>(&self, snapshot: &'a TypeSnapshot) -> Vec<&'a Arc<Resource>> {
         if self.wildcard {
             return snapshot.resources.values().collect();
         }
@@ -202,6 +226,37 @@ impl Subscription {
         }
         out
     }
+}
+
+/// What a SotW subscription selects of one type snapshot ([`Subscription::select`]).
+#[derive(Debug)]
+pub struct Selection {
+    /// In name order, each once.
+    pub resources: Vec<Arc<Resource>>,
+    /// The version a client holding exactly these has: the type's, for a wildcard; else the
+    /// selection's own ([`selection_version`]), so that a client back on a new stream
+    /// proves with it what it holds (P13). REST polling answers with the same versions.
+    pub version: String,
+}
+
+/// The key under which a type snapshot remembers what a wildcard selects: a set no
+/// subscription holds, alive for the whole process.
+fn everything() -> &'static Arc<BTreeSet<String>> {
+    static EVERYTHING: OnceLock<Arc<BTreeSet<String>>> = OnceLock::new();
+    EVERYTHING.get_or_init(Arc::default)
+}
+
+/// The version of a named selection: from each resource's digest of its name and version
+/// (computed once per resource), summed, and the count, so equal versions mean equal
+/// content (short of a 64-bit collision), in every process, at the cost of an addition per
+/// resource. Marked apart from type-wide versions (`n-`): a client that holds a type's
+/// version from a server that sent those (or from before a rolling upgrade) has proved
+/// nothing about which names it holds.
+pub(crate) fn selection_version<'a>(selected: impl IntoIterator<Item = &'a Resource>) -> String {
+    let (sum, count) = selected.into_iter().fold((0u64, 0usize), |(sum, n), r| {
+        (sum.wrapping_add(r.selection_key()), n + 1)
+    });
+    format!("n-{sum:016x}-{count}")
 }
 
 /// The name sets of State-of-the-World subscriptions, shared between the streams that
@@ -344,12 +399,69 @@ mod tests {
         let eds = snap.get(ResourceType::Endpoint);
         let mut s = Subscription::default();
         s.apply_sotw(&names(&["b", "c", "f", "z", "a"]));
-        let got: Vec<_> = s.select(eds).iter().map(|r| r.name.as_str()).collect();
+        let selected = s.select(eds);
+        let got: Vec<_> = selected.resources.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(got, ["a", "c", "f"]);
+        assert!(selected.version.starts_with("n-") && selected.version.ends_with("-3"));
         s.apply_sotw(&names(&["*", "zz"]));
-        assert_eq!(s.select(eds).len(), 4);
+        assert_eq!(s.select(eds).resources.len(), 4);
+        assert_eq!(s.select(eds).version, eds.version, "a wildcard: the type's");
         s.apply_sotw(&names(&["zz"]));
-        assert!(s.select(eds).is_empty());
+        assert!(s.select(eds).resources.is_empty());
+    }
+
+    #[test]
+    fn streams_asking_for_the_same_names_share_one_selection_per_snapshot() {
+        use crate::cache::Snapshot;
+        use crate::resource::ResourceType;
+        let make = |version: &str| {
+            let items: Vec<_> = ["sel-a", "sel-b", "sel-c"]
+                .iter()
+                .map(|n| {
+                    Arc::new(Resource::new(
+                        ResourceType::Endpoint,
+                        *n,
+                        version,
+                        vec![],
+                        None,
+                    ))
+                })
+                .collect();
+            Snapshot::from_resources(&items)
+        };
+        let (one, two) = (make("1"), make("2"));
+        let (eds1, eds2) = (
+            one.get(ResourceType::Endpoint),
+            two.get(ResourceType::Endpoint),
+        );
+        let mut a = Subscription::default();
+        let mut b = Subscription::default();
+        a.apply_sotw(&names(&["sel-a", "sel-c"]));
+        b.apply_sotw(&names(&["sel-c", "sel-a"]));
+        let first = a.select(eds1);
+        assert!(
+            Arc::ptr_eq(&first, &b.select(eds1)),
+            "one selection for both"
+        );
+        let later = a.select(eds2);
+        assert!(
+            !Arc::ptr_eq(&first, &later),
+            "another snapshot, another selection"
+        );
+        assert_ne!(first.version, later.version, "their versions differ");
+        assert_eq!(later.resources[0].version, "2");
+        // Other names: another selection, of the same snapshot.
+        b.apply_sotw(&names(&["sel-b"]));
+        let other = b.select(eds1);
+        assert_eq!(other.resources.len(), 1);
+        assert_eq!(other.resources[0].name, "sel-b");
+        assert!(Arc::ptr_eq(&first, &a.select(eds1)), "still remembered");
+        // A wildcard selects everything, whatever names it also has.
+        let mut w = Subscription::default();
+        w.apply_sotw(&[]);
+        assert_eq!(w.select(eds1).resources.len(), 3);
+        assert_eq!(w.select(eds1).version, eds1.version);
+        assert!(Arc::ptr_eq(&w.select(eds1), &w.select(eds1)));
     }
 
     #[test]

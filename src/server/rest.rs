@@ -161,13 +161,13 @@ impl Rest {
             let generation = Arc::clone(generations.borrow_and_update().for_node(&facts));
             let snapshot = generation.snapshot_for(&facts);
             let current = snapshot.get(kind);
+            // The versions SotW streams send (P13: a poll is a stream of one request).
             let selected = subscription.select(current);
-            let version = crate::protocol::sotw_version(&subscription, current, &selected);
-            let unchanged = version == request.version_info;
+            let unchanged = selected.version == request.version_info;
             if !unchanged || !first {
                 return Polled {
-                    version,
-                    resources: selected.into_iter().cloned().collect(),
+                    version: selected.version.clone(),
+                    resources: selected.resources.clone(),
                     not_found: subscription.missing(current),
                     unchanged,
                 };

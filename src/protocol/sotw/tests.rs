@@ -1237,8 +1237,8 @@ fn p4_p13_an_eds_response_over_the_limit_is_split_and_the_rest_follows_each_ack(
     }
     assert_eq!(got, names, "each once, in order");
     assert!(drain(&mut s).is_empty(), "nothing after the last part");
-    let selected: Vec<&Arc<Resource>> = snapshot.get(Endpoint).resources.values().collect();
-    let whole = super::selection_version(&selected);
+    let whole =
+        super::selection_version(snapshot.get(Endpoint).resources.values().map(Arc::as_ref));
     assert_ne!(versions[0], whole);
     assert_ne!(versions[1], whole);
     assert_eq!(
