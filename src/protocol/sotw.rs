@@ -197,13 +197,24 @@ impl Flavor for Sotw {
         first: bool,
         request: DiscoveryRequest,
     ) {
+        self.handle_request_repeating(core, kind, first, request, false);
+    }
+
+    fn handle_request_repeating(
+        &mut self,
+        core: &mut Core,
+        kind: ResourceType,
+        first: bool,
+        request: DiscoveryRequest,
+        repeat: bool,
+    ) -> bool {
         let st = &mut self.types[kind.index()];
         let nonce = request.response_nonce;
         if let Some(latest) = core.latest_nonce(kind) {
             if !nonce.is_empty() && nonce != latest {
                 // P6: an answer to an older response; a newer request will follow.
                 core.event(super::Event::Stale { kind, nonce });
-                return;
+                return false;
             }
             if nonce == latest {
                 let sent_version = core.state(kind).sent_version().unwrap_or("").to_string();
@@ -236,7 +247,7 @@ impl Flavor for Sotw {
         }
         if first {
             st.initial_version = Some(request.version_info);
-        } else if st.given.is_none() && st.initial_version.is_some() {
+        } else if st.given.is_none() && st.initial_version.is_some() && !repeat {
             // The version the stream opened with was of what the first request named; other
             // names, before anything was sent, prove nothing with it (P13).
             let before = st.subscription.clone();
@@ -245,8 +256,12 @@ impl Flavor for Sotw {
                 st.initial_version = None;
             }
         }
-        st.subscription.apply_sotw(&request.resource_names);
+        // P7: the names replace the set; names that repeat the set's own leave it as it is.
+        if !repeat {
+            st.subscription.apply_sotw(&request.resource_names);
+        }
         st.pending = true;
+        true
     }
 
     fn respond(

@@ -46,6 +46,23 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
         first: bool,
         request: Self::Request,
     );
+    /// [`Flavor::handle_request`], for a request whose names were left undecoded (`repeat`)
+    /// because they repeat byte for byte those of the last request of its type whose names
+    /// the stream took in. Returns whether the stream took in its names (`false`, say, for
+    /// an answer to an older response, P6). Only SotW leaves names undecoded: each of its
+    /// requests, every ACK, lists the whole set again (P7).
+    fn handle_request_repeating(
+        &mut self,
+        core: &mut Core,
+        kind: ResourceType,
+        first: bool,
+        request: Self::Request,
+        repeat: bool,
+    ) -> bool {
+        debug_assert!(!repeat, "only SotW names repeat");
+        self.handle_request(core, kind, first, request);
+        false
+    }
     /// The response `kind` should send now to bring the client to `target`, if any; the core
     /// gives it a nonce ([`Core::send`]).
     fn respond(
@@ -218,7 +235,20 @@ impl<F: Flavor> Stream<F> {
     }
 
     /// Take in one request from the client. An error ends the stream.
-    pub fn handle_request(&mut self, mut request: F::Request) -> Result<(), ProtocolError> {
+    pub fn handle_request(&mut self, request: F::Request) -> Result<(), ProtocolError> {
+        self.handle_request_repeating(request, false).map(drop)
+    }
+
+    /// Take in one request from the client, whose names, when `repeat`, were left undecoded
+    /// because they repeat byte for byte those of the last request of its type whose names
+    /// the stream took in (see [`Flavor::handle_request_repeating`]). Returns the type whose
+    /// names the stream took in from the request, if it did: only then may the next
+    /// request's repeat of them be left undecoded. An error ends the stream.
+    pub fn handle_request_repeating(
+        &mut self,
+        mut request: F::Request,
+        repeat: bool,
+    ) -> Result<Option<ResourceType>, ProtocolError> {
         let core = &mut self.core;
         let served = super::request_type(core.variant, F::type_url(&request))?;
         let first_on_stream = core.node.is_none();
@@ -235,14 +265,20 @@ impl<F: Flavor> Stream<F> {
                     F::unknown_request(&request),
                     &mut core.events,
                 )?;
-                return self.check_names();
+                debug_assert!(
+                    !repeat,
+                    "names repeat only for a type whose names were taken"
+                );
+                return self.check_names().map(|()| None);
             }
         };
         let t = &mut core.types[kind.index()];
         let first = !t.requested;
         t.requested = true;
-        self.flavor.handle_request(core, kind, first, request);
-        self.check_names()
+        let took = self
+            .flavor
+            .handle_request_repeating(core, kind, first, request, repeat);
+        self.check_names().map(|()| took.then_some(kind))
     }
 
     /// The client's subscriptions stay within the name limit.

@@ -44,9 +44,40 @@ pub struct Requests<T> {
     /// The node field's number, when its repeats are left undecoded (see
     /// [`Requests::repeated_node`]), and the first request's node as it came: its length
     /// and a digest (not the bytes: 60 KB per stream).
-    node: Option<(u32, Option<(usize, u64)>)>,
+    node: Option<(u32, Option<Seen>)>,
+    /// Names left undecoded when they repeat (see [`Requests::repeated_names`]).
+    names: Option<Box<Names>>,
     message: PhantomData<fn() -> T>,
 }
+
+/// A field's bytes as they came, remembered as their length and a digest.
+type Seen = (usize, u64);
+
+/// What [`Requests::repeated_names`] keeps: the field numbers, and per type URL (as it
+/// came) the names the stream took in last.
+struct Names {
+    names: u32,
+    type_url: u32,
+    taken: Vec<Taken>,
+    /// The last message's type URL (an index into `taken`; `None` when it could not be
+    /// told) and names; `repeat`: they were left undecoded.
+    last: Option<(Option<usize>, Option<Seen>)>,
+    repeat: bool,
+}
+
+/// The names taken in last by way of one type URL.
+struct Taken {
+    type_url: Box<[u8]>,
+    /// The stream's key for the type the URL named (two URLs may name one type: a per-type
+    /// stream takes an empty one as its own).
+    key: Option<usize>,
+    /// Names, while they are the latest the stream took in for that type.
+    seen: Option<Seen>,
+}
+
+/// The most types whose names one stream's requests are compared for; the protocol ends a
+/// stream that asks for many more (P33's limit).
+const MAX_NAMED_TYPES: usize = 64;
 
 impl<T: prost::Message + Default> Requests<T> {
     /// Messages longer than `max_message` bytes end the stream with `OUT_OF_RANGE`.
@@ -58,6 +89,7 @@ impl<T: prost::Message + Default> Requests<T> {
             max_message,
             ended: false,
             node: None,
+            names: None,
             message: PhantomData,
         }
     }
@@ -71,6 +103,53 @@ impl<T: prost::Message + Default> Requests<T> {
     pub fn repeated_node(mut self, tag: u32) -> Requests<T> {
         self.node = Some((tag, None));
         self
+    }
+
+    /// Leave undecoded the names (the repeated string field `names`) of a request that
+    /// repeat byte for byte those of the last request of its type (the string field
+    /// `type_url`) whose names the stream took in ([`Requests::took_names`]). A SotW
+    /// request lists every name it subscribes to, every ACK too (P7): an Envoy ACKing its
+    /// endpoints lists all its clusters again. [`Requests::names_repeated`] tells which
+    /// requests came without them.
+    pub fn repeated_names(mut self, names: u32, type_url: u32) -> Requests<T> {
+        self.names = Some(Box::new(Names {
+            names,
+            type_url,
+            taken: Vec::new(),
+            last: None,
+            repeat: false,
+        }));
+        self
+    }
+
+    /// Whether the message [`Requests::message`] returned last came without its names,
+    /// because they repeat those taken in last for its type (see
+    /// [`Requests::repeated_names`]).
+    pub fn names_repeated(&self) -> bool {
+        self.names.as_ref().is_some_and(|n| n.repeat)
+    }
+
+    /// The stream took in the names of the message returned last (or, when they were left
+    /// undecoded, kept those it had), for the type it knows by `key`: the next request by
+    /// the same type URL that repeats them may come without them. Not called, what the
+    /// stream has of that type stays as it was.
+    pub fn took_names(&mut self, key: usize) {
+        let Some(names) = &mut self.names else {
+            return;
+        };
+        let last = names.last.take();
+        let index = last.and_then(|(index, _)| index);
+        for (i, taken) in names.taken.iter_mut().enumerate() {
+            if taken.key == Some(key) && Some(i) != index {
+                // The type's names came by another URL (or one not told): these are old.
+                taken.seen = None;
+            }
+        }
+        if let (Some(index), Some((_, seen))) = (index, last) {
+            let taken = &mut names.taken[index];
+            taken.key = Some(key);
+            taken.seen = seen;
+        }
     }
 
     /// The next request; `None` once the client has closed its side (or cancelled).
@@ -157,23 +236,75 @@ impl<T: prost::Message + Default> Requests<T> {
     }
 
     /// `message` decoded, around its node when that repeats the first request's (see
-    /// [`Requests::repeated_node`]).
+    /// [`Requests::repeated_node`]) and around its names when they repeat (see
+    /// [`Requests::repeated_names`]).
     fn decode(&mut self, message: Bytes) -> Result<T, prost::DecodeError> {
-        let Some((tag, first)) = &mut self.node else {
+        if let Some(names) = &mut self.names {
+            // Until told otherwise: names decoded, of a type URL not told.
+            names.last = Some((None, None));
+            names.repeat = false;
+        }
+        if self.node.is_none() && self.names.is_none() {
+            return T::decode(message);
+        }
+        let tags = Tags {
+            node: self.node.as_ref().map(|(tag, _)| *tag),
+            names: self.names.as_ref().map(|n| n.names),
+            type_url: self.names.as_ref().map(|n| n.type_url),
+        };
+        let Some(layout) = Layout::of(&message, tags) else {
             return T::decode(message);
         };
-        let Some(span) = field_span(&message, *tag) else {
-            return T::decode(message);
-        };
-        let node = (span.len(), digest(&message[span.clone()]));
-        match first {
-            Some(first) if *first == node => {
-                T::decode(message[..span.start].chain(&message[span.end..]))
+        let mut skip: [Option<std::ops::Range<usize>>; 2] = [None, None];
+        if let (Some((_, first)), Some(span)) = (&mut self.node, layout.node) {
+            let node = (span.len(), digest(&message[span.clone()]));
+            match first {
+                Some(first) if *first == node => skip[0] = Some(span),
+                // The first node (kept), or one that differs: decoded, for the protocol.
+                _ => {
+                    first.get_or_insert(node);
+                }
             }
-            // The first node (kept), or one that differs: decoded, for the protocol.
-            _ => {
-                first.get_or_insert(node);
-                T::decode(message)
+        }
+        if let Some(names) = &mut self.names {
+            // An absent type URL is an empty one.
+            let type_url = layout.type_url.map_or(&[][..], |at| &message[at]);
+            let index = match names.taken.iter().position(|t| *t.type_url == *type_url) {
+                Some(index) => Some(index),
+                None if names.taken.len() < MAX_NAMED_TYPES => {
+                    names.taken.push(Taken {
+                        type_url: type_url.into(),
+                        key: None,
+                        seen: None,
+                    });
+                    Some(names.taken.len() - 1)
+                }
+                None => None,
+            };
+            if let Some(index) = index {
+                let seen = layout
+                    .names
+                    .as_ref()
+                    .map(|span| (span.len(), digest(&message[span.clone()])));
+                if seen.is_some() && names.taken[index].seen == seen {
+                    names.repeat = true;
+                    skip[1] = layout.names;
+                }
+                names.last = Some((Some(index), seen));
+            }
+        }
+        match skip {
+            [None, None] => T::decode(message),
+            [Some(a), None] | [None, Some(a)] => {
+                T::decode(message[..a.start].chain(&message[a.end..]))
+            }
+            [Some(a), Some(b)] => {
+                let (a, b) = if a.start < b.start { (a, b) } else { (b, a) };
+                T::decode(
+                    message[..a.start]
+                        .chain(&message[a.end..b.start])
+                        .chain(&message[b.end..]),
+                )
             }
         }
     }
@@ -216,31 +347,73 @@ fn digest(bytes: &[u8]) -> u64 {
     KEY.get_or_init(Default::default).hash_one(bytes)
 }
 
-/// Where the one occurrence of field `tag` (length-delimited) lies in `message`, key and
-/// all; `None` when it is absent, repeated (protobuf merges the occurrences: left to the
-/// decoder), or the message does not parse (the decoder says why).
-fn field_span(message: &[u8], tag: u32) -> Option<std::ops::Range<usize>> {
-    use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
-    let mut rest = message;
-    let mut found = None;
-    while !rest.is_empty() {
-        let start = message.len() - rest.len();
-        let (field, wire_type) = decode_key(&mut rest).ok()?;
-        if field == tag {
-            if found.is_some() || wire_type != WireType::LengthDelimited {
+/// The fields [`Layout::of`] looks for.
+#[derive(Clone, Copy)]
+struct Tags {
+    node: Option<u32>,
+    names: Option<u32>,
+    type_url: Option<u32>,
+}
+
+/// Where fields lie in a message, key and all.
+#[derive(Debug, Default, PartialEq)]
+struct Layout {
+    /// The node field's one occurrence.
+    node: Option<std::ops::Range<usize>>,
+    /// The names, when there are some and they lie together (as every encoder writes a
+    /// repeated field): every occurrence of the field, back to back.
+    names: Option<std::ops::Range<usize>>,
+    /// The type URL's value (without its key).
+    type_url: Option<std::ops::Range<usize>>,
+}
+
+impl Layout {
+    /// Where `tags` lie in `message` (all length-delimited); `None` when the message does
+    /// not parse (the decoder says why), or has one of them where protobuf would merge or
+    /// pick between occurrences (a node twice, names apart, a type URL twice): those are
+    /// left to the decoder.
+    fn of(message: &[u8], tags: Tags) -> Option<Layout> {
+        use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
+        let mut rest = message;
+        let mut layout = Layout::default();
+        let mut names_apart = false;
+        while !rest.is_empty() {
+            let start = message.len() - rest.len();
+            let (field, wire_type) = decode_key(&mut rest).ok()?;
+            let tag = Some(field);
+            if tag != tags.node && tag != tags.names && tag != tags.type_url {
+                skip_field(wire_type, field, &mut rest, DecodeContext::default()).ok()?;
+                continue;
+            }
+            if wire_type != WireType::LengthDelimited {
                 return None;
             }
             let len = usize::try_from(decode_varint(&mut rest).ok()?).ok()?;
             if len > rest.len() {
                 return None;
             }
+            let value = message.len() - rest.len();
             rest.advance(len);
-            found = Some(start..message.len() - rest.len());
-        } else {
-            skip_field(wire_type, field, &mut rest, DecodeContext::default()).ok()?;
+            let end = message.len() - rest.len();
+            if tag == tags.names {
+                match &mut layout.names {
+                    Some(names) if names.end == start => names.end = end,
+                    Some(_) => names_apart = true,
+                    None => layout.names = Some(start..end),
+                }
+            } else if tag == tags.node {
+                if layout.node.replace(start..end).is_some() {
+                    return None;
+                }
+            } else if layout.type_url.replace(value..end).is_some() {
+                return None;
+            }
         }
+        if names_apart {
+            layout.names = None;
+        }
+        Some(layout)
     }
-    found
 }
 
 /// What a stream task hands its response body: a framed message (see [`frame`]), or the
@@ -513,30 +686,122 @@ mod tests {
     }
 
     #[test]
-    fn a_field_is_found_once_or_not_at_all() {
+    fn fields_are_found_where_protobuf_would_not_merge_them() {
         use envoy_types::pb::envoy::config::core::v3::Node;
         use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+        let tags = Tags {
+            node: Some(2),
+            names: Some(3),
+            type_url: Some(4),
+        };
         let with = DiscoveryRequest {
             version_info: "v".into(),
             node: Some(Node {
                 id: "n".into(),
                 ..Default::default()
             }),
+            resource_names: vec!["a".into(), "bc".into()],
             type_url: "t".into(),
             ..Default::default()
         }
         .encode_to_vec();
-        let span = field_span(&with, 2).expect("there");
-        assert_eq!(&with[span.clone()], &[0x12, 3, 0x0a, 1, b'n'][..]);
-        assert_eq!(field_span(&with, 9), None, "absent");
-        let twice = [&with[..], &with[span]].concat();
-        assert_eq!(field_span(&twice, 2), None, "repeated: left to the decoder");
-        assert_eq!(field_span(&with[..with.len() - 1], 2), None, "cut short");
+        let layout = Layout::of(&with, tags).expect("parses");
+        let node = layout.node.clone().expect("there");
+        assert_eq!(&with[node.clone()], &[0x12, 3, 0x0a, 1, b'n'][..]);
+        let names = layout.names.clone().expect("there");
+        assert_eq!(&with[names], &[0x1a, 1, b'a', 0x1a, 2, b'b', b'c'][..]);
         assert_eq!(
-            field_span(&[0x12, 0x7f, 1], 2),
+            &with[layout.type_url.expect("there")],
+            b"t",
+            "the value alone"
+        );
+        let none = Tags {
+            node: Some(9),
+            names: Some(10),
+            type_url: Some(11),
+        };
+        assert_eq!(Layout::of(&with, none), Some(Layout::default()), "absent");
+        let twice = [&with[..], &with[node]].concat();
+        assert_eq!(
+            Layout::of(&twice, tags),
+            None,
+            "a node twice: left to the decoder"
+        );
+        // Names apart (another field between them) are not names to compare.
+        let apart = [&with[..], &[0x1a, 1, b'd'][..]].concat();
+        let layout = Layout::of(&apart, tags).expect("parses");
+        assert_eq!(layout.names, None);
+        assert!(layout.node.is_some());
+        assert_eq!(Layout::of(&with[..with.len() - 1], tags), None, "cut short");
+        assert_eq!(
+            Layout::of(&[0x12, 0x7f, 1], tags),
             None,
             "longer than the message"
         );
+        assert_eq!(
+            Layout::of(&[0x18, 1], tags),
+            None,
+            "names not length-delimited"
+        );
+    }
+
+    /// P7: a SotW request lists every name again. Names that repeat byte for byte those
+    /// the stream took in last for the type URL come out as none, marked as repeated; any
+    /// other list (or one the stream did not take in) is decoded, and so is every field
+    /// around it.
+    #[tokio::test]
+    async fn p7_repeated_names_are_left_undecoded_once_taken_and_only_then() {
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+        let request = |type_url: &str, names: &[&str], nonce: &str| DiscoveryRequest {
+            version_info: "v1".into(),
+            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            type_url: type_url.into(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        };
+        // (request, whether the stream takes in its names as the type of this key, and
+        // whether it should come without them).
+        let steps: Vec<(DiscoveryRequest, Option<usize>, bool)> = vec![
+            (request("eds", &["a", "b"], ""), Some(1), false),
+            (request("eds", &["a", "b"], "1"), None, true), // repeated; not taken (stale)
+            (request("eds", &["a", "b"], "2"), Some(1), true), // still the ones taken
+            (request("cds", &[], "1"), Some(0), false),     // no names: nothing to compare
+            (request("cds", &[], "2"), Some(0), false),
+            (request("eds", &["a", "b"], "3"), Some(1), true), // per type URL
+            (request("eds", &["a"], "4"), None, false),        // others; not taken
+            (request("eds", &["a", "b"], "5"), Some(1), true), // what was taken stays
+            (request("eds", &["a"], "6"), Some(1), false),
+            (request("eds", &["a", "b"], "7"), Some(1), false), // taken were ["a"]
+            // Another URL for the same type (a per-type stream takes an empty one as its
+            // own): what it took in makes the first URL's names old.
+            (request("", &["c"], "8"), Some(1), false),
+            (request("eds", &["a", "b"], "9"), Some(1), false),
+            (request("eds", &["a", "b"], "10"), Some(1), true),
+        ];
+        let chunks: Vec<_> = steps
+            .iter()
+            .map(|(r, _, _)| data(&frame(r, 4096).expect("framed")))
+            .collect();
+        let mut r: Requests<DiscoveryRequest> =
+            Requests::new(tonic::body::Body::new(Chunks(chunks.into())), 4096)
+                .repeated_node(2)
+                .repeated_names(3, 4);
+        for (i, (sent, taken, repeated)) in steps.into_iter().enumerate() {
+            let got = r.message().await.expect("decodes").expect("a request");
+            assert_eq!(r.names_repeated(), repeated, "step {i}: {sent:?}");
+            let expected = match repeated {
+                true => DiscoveryRequest {
+                    resource_names: Vec::new(),
+                    ..sent
+                },
+                false => sent,
+            };
+            assert_eq!(got, expected, "step {i}");
+            if let Some(key) = taken {
+                r.took_names(key);
+            }
+        }
+        assert_eq!(r.message().await.expect("ends"), None);
     }
 
     #[tokio::test]

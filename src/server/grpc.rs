@@ -185,8 +185,11 @@ where
                 .get::<super::incoming::ConnInfo>()
                 .cloned()
                 .unwrap_or_default();
-            let requests = Requests::new(Body::new(request.into_body()), MAX_REQUEST_BYTES)
+            let mut requests = Requests::new(Body::new(request.into_body()), MAX_REQUEST_BYTES)
                 .repeated_node(M::NODE_FIELD);
+            if let Some((names, type_url)) = M::NAMES_FIELDS {
+                requests = requests.repeated_names(names, type_url);
+            }
             let responses = spawn::<M>(variant, server.shared, requests, conn);
             let mut response = http::Response::new(Body::new(ResponseBody::new(responses)));
             response.headers_mut().insert(

@@ -41,6 +41,9 @@ pub trait Machine: Flavor<Request: prost::Message + Default> {
     /// The request's `node` field number (P1), whose repeats go undecoded
     /// ([`body::Requests::repeated_node`]).
     const NODE_FIELD: u32;
+    /// The request's names and type URL field numbers, when a request's names that repeat
+    /// those of the last one of its type go undecoded ([`body::Requests::repeated_names`]).
+    const NAMES_FIELDS: Option<(u32, u32)>;
 
     /// A response on the wire, with what to log and count of it.
     fn wire(
@@ -69,6 +72,8 @@ impl Machine for Sotw {
     const PROTOCOL: &'static str = "sotw";
     /// `DiscoveryRequest.node`.
     const NODE_FIELD: u32 = 2;
+    /// `DiscoveryRequest.resource_names` and `type_url`.
+    const NAMES_FIELDS: Option<(u32, u32)> = Some((3, 4));
 
     fn wire(r: Response, control_plane: &Arc<str>, secrets: Secrets) -> Written<WireResponse> {
         let (kind, version) = (Some(r.kind), r.version.clone());
@@ -99,6 +104,8 @@ impl Machine for Delta {
     const PROTOCOL: &'static str = "delta";
     /// `DeltaDiscoveryRequest.node`.
     const NODE_FIELD: u32 = 1;
+    /// None: a delta request lists only what changes (P19).
+    const NAMES_FIELDS: Option<(u32, u32)> = None;
 
     fn wire(
         r: DeltaResponse,
@@ -233,12 +240,16 @@ async fn run<M: Machine>(
         tokio::select! {
             message = requests.message() => match message {
                 Ok(Some(request)) => {
-                    if let Err(e) = machine.handle_request(request) {
-                        if e.is_limit() {
-                            telemetry.limit_reached(Limit::NamesPerStream { peer: &peer, error: &e.to_string() });
+                    match machine.handle_request_repeating(request, requests.names_repeated()) {
+                        Ok(Some(kind)) => requests.took_names(kind.index()),
+                        Ok(None) => {}
+                        Err(e) => {
+                            if e.is_limit() {
+                                telemetry.limit_reached(Limit::NamesPerStream { peer: &peer, error: &e.to_string() });
+                            }
+                            let _ = tx.send(Outgoing::end(status::from_protocol(&e))).await;
+                            break format!("protocol error: {e}");
                         }
-                        let _ = tx.send(Outgoing::end(status::from_protocol(&e))).await;
-                        break format!("protocol error: {e}");
                     }
                     if node_id.is_none() {
                         if let (Some(policy), Some(node)) = (&identity, machine.node()) {

@@ -411,6 +411,49 @@ fn p7_the_latest_request_supersedes_earlier_ones() {
     assert_eq!(names(&out[0]), ["b"]);
 }
 
+/// P7: an ACK whose names the server left undecoded because they repeat those taken in
+/// last keeps the subscription as it was, and is still an ACK (P4); a stale one (P6), or one
+/// of a type the server does not serve (P33), is not one whose names the stream took in.
+#[test]
+fn p7_repeated_names_keep_the_subscription_and_say_which_type_took_them() {
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "1")]));
+    let took = s.handle_request_repeating(req(Endpoint, &["a"], "", ""), false);
+    assert_eq!(took, Ok(Some(Endpoint)));
+    let r1 = s.poll_response(Instant::now()).expect("a");
+    assert_eq!(names(&r1), ["a"]);
+    let repeat = |version: &str, nonce: &str| req(Endpoint, &[], version, nonce);
+    let took = s.handle_request_repeating(repeat(&r1.version, &r1.nonce), true);
+    assert_eq!(took, Ok(Some(Endpoint)));
+    assert!(
+        matches!(s.state(Endpoint), SyncState::Acked { .. }),
+        "an ACK"
+    );
+    // Still "a" alone: a change to "b" sends nothing, one to "a" sends it.
+    s.handle_snapshot(snap(&[(Endpoint, "a", "1"), (Endpoint, "b", "2")]));
+    assert!(s.poll_response(Instant::now()).is_none());
+    s.handle_snapshot(snap(&[(Endpoint, "a", "2"), (Endpoint, "b", "2")]));
+    let r2 = s.poll_response(Instant::now()).expect("a again");
+    assert_eq!(names(&r2), ["a"]);
+    // An answer to the older response: its names were not taken in.
+    let took = s.handle_request_repeating(repeat(&r1.version, &r1.nonce), true);
+    assert_eq!(took, Ok(None));
+    assert!(matches!(s.state(Endpoint), SyncState::Sent { .. }));
+    let took = s.handle_request_repeating(repeat(&r2.version, &r2.nonce), true);
+    assert_eq!(took, Ok(Some(Endpoint)));
+    let took = s.handle_request_repeating(unknown(&["x"], "", ""), false);
+    assert_eq!(
+        took,
+        Ok(None),
+        "an unknown type's names are not a served type's"
+    );
+    // Names listed again are taken in as ever: now "b" alone.
+    let took = s.handle_request_repeating(req(Endpoint, &["b"], &r2.version, ""), false);
+    assert_eq!(took, Ok(Some(Endpoint)));
+    let r3 = s.poll_response(Instant::now()).expect("b");
+    assert_eq!(names(&r3), ["b"]);
+}
+
 // === P8, P9: when to send ===
 
 #[test]
