@@ -311,6 +311,44 @@ async fn p6_stale_nonce_gets_no_response() {
     c.ack(&v2, &[]).await;
 }
 
+/// P7, P6: ACKs list every name again, and the server leaves names that repeat those it
+/// took in last undecoded; the set they name stays, a new list replaces it, and a stale
+/// request's names (not taken in) leave the set as it was.
+#[tokio::test]
+async fn p7_acks_that_repeat_names_keep_them_and_new_names_replace_them() {
+    let server = TestServer::start(&[
+        ("a.yaml", &eds_cluster("a", "1s", 8080)),
+        ("b.yaml", &eds_cluster("b", "1s", 8081)),
+        ("c.yaml", &eds_cluster("c", "1s", 8082)),
+    ])
+    .await;
+    let mut c = server.ads("n1").await;
+    c.subscribe(Endpoint, &["a", "b"]).await;
+    let first = c.recv_type(Endpoint).await;
+    assert_eq!(names(&first), ["a", "b"]);
+    c.ack(&first, &["a", "b"]).await;
+    server.set_file("b.yaml", &eds_cluster("b", "1s", 9081));
+    let b = c.recv_type(Endpoint).await;
+    assert_eq!(names(&b), ["b"], "the repeated names still name b");
+    c.ack(&b, &["a", "b"]).await;
+    // Other names replace the set: c is new to the client.
+    c.ack(&b, &["a", "c"]).await;
+    let added = c.recv_type(Endpoint).await;
+    assert_eq!(names(&added), ["c"]);
+    // A stale request is not taken in, so the same names after it are no repeat: [b]
+    // alone, and b is sent again (P9: it was forgotten).
+    c.ack(&b, &["b"]).await;
+    c.ack(&added, &["b"]).await;
+    let again = c.recv_type(Endpoint).await;
+    assert_eq!(names(&again), ["b"]);
+    c.ack(&again, &["b"]).await;
+    server.set_file("c.yaml", &eds_cluster("c", "1s", 9082));
+    server.set_file("b.yaml", &eds_cluster("b", "1s", 7081));
+    let changed = c.recv_type(Endpoint).await;
+    assert_eq!(names(&changed), ["b"], "c is no longer asked for");
+    c.ack(&changed, &["b"]).await;
+}
+
 #[tokio::test]
 async fn p8_identical_reload_sends_nothing() {
     let server = standard_server().await;
