@@ -460,11 +460,19 @@ impl Sotw {
                 // again for warming (P28), or due for a TTL refresh (P26). What it no longer
                 // subscribes to (or what was deleted) is forgotten, so asking again sends it
                 // again (P9).
-                let mut fresh = given.lacks(selected, |n| {
-                    st.rewarm.contains(n)
-                        || st.owes(n)
-                        || (refresh && current.resources.get(n).is_some_and(|r| r.ttl.is_some()))
-                });
+                let mut fresh = if st.rewarm.is_empty() && st.owed.is_none() && !refresh {
+                    // Only what differs between the two selections: the same for every
+                    // stream that had the one and now selects the other, so shared.
+                    let before = given.subscription.select(&given.snapshot);
+                    selection.lacking_since(&before)
+                } else {
+                    given.lacks(selected, |n| {
+                        st.rewarm.contains(n)
+                            || st.owes(n)
+                            || (refresh
+                                && current.resources.get(n).is_some_and(|r| r.ttl.is_some()))
+                    })
+                };
                 if given.snapshot.version != current.version && core.has_rejected(kind) {
                     // The type changed: what the client rejected goes again (P5), so that
                     // what it rejected only for being in a response with something bad is

@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use crate::cache::TypeSnapshot;
+use crate::cache::{Memo, TypeSnapshot};
 use crate::resource::{xdstp, Resource};
 
 /// The wildcard name (P14).
@@ -199,7 +199,11 @@ impl Subscription {
         } else {
             selection_version(resources.iter().map(Arc::as_ref))
         };
-        let selection = Arc::new(Selection { resources, version });
+        let selection = Arc::new(Selection {
+            resources,
+            version,
+            lacking: Memo::default(),
+        });
         snapshot.selections.put(key, Arc::clone(&selection));
         selection
     }
@@ -237,6 +241,42 @@ pub struct Selection {
     /// selection's own ([`selection_version`]), so that a client back on a new stream
     /// proves with it what it holds (P13). REST polling answers with the same versions.
     pub version: String,
+    /// What a client holding an older selection lacks of this one (see
+    /// [`Selection::lacking_since`]), by the older selection.
+    lacking: Memo<Selection, Arc<[usize]>, 4>,
+}
+
+impl Selection {
+    /// Those of these resources that a client holding `before` lacks or has at another
+    /// version, in name order. Computed once per pair and shared: the streams of a node
+    /// group that asked for the same names held the same selection, and a push moves them
+    /// all to the same new one. Linear when computed (a merge; unchanged resources compare
+    /// by pointer).
+    pub fn lacking_since(&self, before: &Arc<Selection>) -> Vec<&Arc<Resource>> {
+        let indices = match self.lacking.get(before) {
+            Some(found) => found,
+            None => {
+                let mut old = before.resources.iter().peekable();
+                let indices: Arc<[usize]> = self
+                    .resources
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| {
+                        if old.next_if(|b| Arc::ptr_eq(b, r)).is_some() {
+                            return false;
+                        }
+                        while old.next_if(|b| b.name < r.name).is_some() {}
+                        !old.peek()
+                            .is_some_and(|b| b.name == r.name && b.version == r.version)
+                    })
+                    .map(|(i, _)| i)
+                    .collect();
+                self.lacking.put(before, Arc::clone(&indices));
+                indices
+            }
+        };
+        indices.iter().map(|&i| &self.resources[i]).collect()
+    }
 }
 
 /// The key under which a type snapshot remembers what a wildcard selects: a set no
@@ -456,12 +496,58 @@ mod tests {
         assert_eq!(other.resources.len(), 1);
         assert_eq!(other.resources[0].name, "sel-b");
         assert!(Arc::ptr_eq(&first, &a.select(eds1)), "still remembered");
+        // What a client holding the first lacks of the later one: all three changed.
+        let lacking: Vec<_> = later
+            .lacking_since(&first)
+            .iter()
+            .map(|r| r.name.clone())
+            .collect();
+        assert_eq!(lacking, ["sel-a", "sel-c"]);
+        assert!(
+            later.lacking_since(&later).is_empty(),
+            "nothing, against itself"
+        );
         // A wildcard selects everything, whatever names it also has.
         let mut w = Subscription::default();
         w.apply_sotw(&[]);
         assert_eq!(w.select(eds1).resources.len(), 3);
         assert_eq!(w.select(eds1).version, eds1.version);
         assert!(Arc::ptr_eq(&w.select(eds1), &w.select(eds1)));
+    }
+
+    /// P8, P9: what a client holding one selection lacks of another: what is new to it or
+    /// changed, never what it has at the same version, nor what it no longer asks for.
+    #[test]
+    fn what_a_selection_lacks_since_another_is_what_is_new_or_changed() {
+        use crate::cache::Snapshot;
+        use crate::resource::ResourceType;
+        let make = |items: &[(&str, &str)]| {
+            let items: Vec<_> = items
+                .iter()
+                .map(|(n, v)| Arc::new(Resource::new(ResourceType::Endpoint, *n, *v, vec![], None)))
+                .collect();
+            Snapshot::from_resources(&items)
+        };
+        let old = make(&[("lk-a", "1"), ("lk-b", "1"), ("lk-c", "1"), ("lk-d", "1")]);
+        let new = make(&[("lk-a", "1"), ("lk-b", "2"), ("lk-d", "1"), ("lk-e", "1")]);
+        let mut s = Subscription::default();
+        s.apply_sotw(&names(&["lk-a", "lk-b", "lk-c", "lk-d", "lk-e"]));
+        let before = s.select(old.get(ResourceType::Endpoint));
+        let after = s.select(new.get(ResourceType::Endpoint));
+        let lacking = |a: &Selection, b: &Arc<Selection>| -> Vec<String> {
+            a.lacking_since(b).iter().map(|r| r.name.clone()).collect()
+        };
+        // b changed, e is new; a and d are the same (other `Arc`s), c is gone.
+        assert_eq!(lacking(&after, &before), ["lk-b", "lk-e"]);
+        assert_eq!(
+            lacking(&after, &before),
+            ["lk-b", "lk-e"],
+            "remembered, the same"
+        );
+        assert_eq!(lacking(&before, &after), ["lk-b", "lk-c"]);
+        let none = s.select(make(&[]).get(ResourceType::Endpoint));
+        assert_eq!(lacking(&after, &none).len(), 4, "from nothing: everything");
+        assert!(lacking(&none, &after).is_empty());
     }
 
     #[test]
