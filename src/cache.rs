@@ -38,6 +38,13 @@ pub struct TypeSnapshot {
     pub selections: Memo<BTreeSet<String>, Arc<Selection>, SELECTIONS>,
 }
 
+/// Whether looking `probes` sorted keys up in a sorted collection of `size` is cheaper by a
+/// merge (`size + probes` steps) than by a lookup each (`probes * log2(size)`).
+pub(crate) fn merge_is_cheaper(probes: usize, size: usize) -> bool {
+    let log = (usize::BITS - size.leading_zeros()) as usize;
+    size <= probes.saturating_mul(log)
+}
+
 /// How many name sets a type snapshot remembers selections for: the kinds of proxy in a
 /// node group (each kind asks for its own names), and the wildcard.
 const SELECTIONS: usize = 16;
@@ -85,6 +92,22 @@ impl TypeSnapshot {
             .take_while(|(n, _)| n.starts_with(&prefix))
             .filter(|(_, r)| r.namespace() == Some(name))
             .map(|(_, r)| r)
+            .collect()
+    }
+
+    /// The resource of each of `names` (in name order, each once), if there is one: merged
+    /// with the type's names when that is cheaper than a lookup each.
+    pub fn get_sorted<'a>(&'a self, names: &[String]) -> Vec<Option<&'a Arc<Resource>>> {
+        if !merge_is_cheaper(names.len(), self.resources.len()) {
+            return names.iter().map(|n| self.resources.get(n)).collect();
+        }
+        let mut resources = self.resources.iter().peekable();
+        names
+            .iter()
+            .map(|name| {
+                while resources.next_if(|(n, _)| *n < name).is_some() {}
+                resources.next_if(|(n, _)| *n == name).map(|(_, r)| r)
+            })
             .collect()
     }
 
@@ -668,6 +691,55 @@ mod tests {
 
     /// A new generation's snapshot takes the types that did not change from the one before
     /// (the same `Arc`, so streams see it by a pointer compare); a changed type is its own.
+    /// Looking sorted names up by a merge (many of them) or one by one (few) finds the same.
+    #[test]
+    fn sorted_names_are_found_by_a_merge_or_a_lookup_each_alike() {
+        let items: Vec<_> = (0..64)
+            .map(|i| {
+                let name = format!("gs-{:03}", i * 2);
+                Arc::new(Resource::new(
+                    ResourceType::Endpoint,
+                    &name,
+                    "1",
+                    vec![],
+                    None,
+                ))
+            })
+            .collect();
+        let snapshot = Snapshot::from_resources(&items);
+        let eds = snapshot.get(ResourceType::Endpoint);
+        let check = |names: Vec<String>| {
+            let got: Vec<Option<&str>> = eds
+                .get_sorted(&names)
+                .into_iter()
+                .map(|r| r.map(|r| r.name.as_str()))
+                .collect();
+            let want: Vec<Option<&str>> = names
+                .iter()
+                .map(|n| eds.resources.get(n).map(|r| r.name.as_str()))
+                .collect();
+            assert_eq!(got, want, "{names:?}");
+            got.iter().filter(|r| r.is_some()).count()
+        };
+        // Every other name exists: dense (a merge) and sparse (lookups).
+        let dense: Vec<String> = (0..128).map(|i| format!("gs-{i:03}")).collect();
+        assert!(merge_is_cheaper(dense.len(), 64));
+        assert_eq!(check(dense), 64);
+        let sparse = vec![
+            "gs-000".to_string(),
+            "gs-063".to_string(),
+            "gs-126".to_string(),
+        ];
+        assert!(!merge_is_cheaper(sparse.len(), 64));
+        assert_eq!(check(sparse), 2);
+        assert_eq!(
+            check(vec!["a".into(), "zz".into()]),
+            0,
+            "before and after all"
+        );
+        assert_eq!(check(Vec::new()), 0);
+    }
+
     #[test]
     fn unchanged_types_are_shared_with_the_generation_before() {
         let cache = Cache::new();

@@ -486,9 +486,17 @@ impl Delta {
 
         // Changes to the snapshot since the last look (P19).
         if let Some(basis) = &st.basis {
-            for name in current.changes_since(basis).iter() {
-                match current.resources.get(name) {
-                    Some(r) if st.subscription.covers_resource(r) => {
+            // Looked up by a merge where that is cheaper: every stream does this on a push.
+            let changes = current.changes_since(basis);
+            let found = current.get_sorted(&changes);
+            let present: Vec<&Resource> = found.iter().flatten().map(|r| r.as_ref()).collect();
+            let mut covered = st.subscription.covers_sorted(&present).into_iter();
+            for (name, found) in changes.iter().zip(found) {
+                match found {
+                    Some(r) => {
+                        if !covered.next().unwrap_or(false) {
+                            continue;
+                        }
                         if st.held.get(name.as_str()).map(Held::version) != Some(r.version.as_str())
                         {
                             send.push((r, Why::Send));
@@ -496,7 +504,6 @@ impl Delta {
                             st.confirm(r);
                         }
                     }
-                    Some(_) => {}
                     None => {
                         // Also what the client rejected: Envoy applies the valid part of a
                         // response it NACKs, so it may hold it (removing a name it does not

@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use crate::cache::{Memo, TypeSnapshot};
+use crate::cache::{merge_is_cheaper, Memo, TypeSnapshot};
 use crate::resource::{xdstp, Resource};
 
 /// The wildcard name (P14).
@@ -149,6 +149,24 @@ impl Subscription {
             || resource
                 .namespace()
                 .is_some_and(|ns| self.names.contains(ns))
+    }
+
+    /// For each of `resources` (in name order, each once), whether this subscription covers
+    /// it ([`Subscription::covers_resource`]). Their names are merged with the subscription's
+    /// when there are enough of them that a merge is cheaper than a lookup each (a push that
+    /// changes every endpoint, on every stream).
+    pub fn covers_sorted(&self, resources: &[&Resource]) -> Vec<bool> {
+        if self.wildcard || !merge_is_cheaper(resources.len(), self.names.len()) {
+            return resources.iter().map(|r| self.covers_resource(r)).collect();
+        }
+        let mut names = self.names.iter().peekable();
+        resources
+            .iter()
+            .map(|r| {
+                while names.next_if(|n| **n < r.name).is_some() {}
+                names.peek().is_some_and(|n| **n == r.name) || self.covers_resource(r)
+            })
+            .collect()
     }
 
     /// The aliases of `resource` this subscription names: a response lists them beside the
@@ -548,6 +566,49 @@ mod tests {
         let none = s.select(make(&[]).get(ResourceType::Endpoint));
         assert_eq!(lacking(&after, &none).len(), 4, "from nothing: everything");
         assert!(lacking(&none, &after).is_empty());
+    }
+
+    /// P14, P24, P34: whether a subscription covers each of many resources, by a merge of
+    /// the names or by a lookup each, is what it says of each alone: by name, by alias, by
+    /// glob collection, by wildcard.
+    #[test]
+    fn covering_sorted_resources_is_covering_each() {
+        use crate::resource::ResourceType;
+        let endpoint = |name: &str| Resource::new(ResourceType::Endpoint, name, "1", vec![], None);
+        let glob = "xdstp://auth/envoy.config.endpoint.v3.ClusterLoadAssignment/cov/*";
+        let member = "xdstp://auth/envoy.config.endpoint.v3.ClusterLoadAssignment/cov/m1";
+        let mut aliased = endpoint("cov-aliased");
+        aliased.aliases = vec!["cov-alias".into()];
+        let mut resources: Vec<Resource> = (0..40)
+            .map(|i| endpoint(&format!("cov-{i:02}")))
+            .chain([aliased, endpoint(member)])
+            .collect();
+        resources.sort_by(|a, b| a.name.cmp(&b.name));
+        let all: Vec<&Resource> = resources.iter().collect();
+        let check = |s: &Subscription, of: &[&Resource]| {
+            let want: Vec<bool> = of.iter().map(|r| s.covers_resource(r)).collect();
+            assert_eq!(s.covers_sorted(of), want);
+            want.iter().filter(|c| **c).count()
+        };
+        let mut s = Subscription::default();
+        let mut named: Vec<String> = (0..40).step_by(3).map(|i| format!("cov-{i:02}")).collect();
+        named.extend([
+            "cov-alias".to_string(),
+            glob.to_string(),
+            "cov-zz".to_string(),
+        ]);
+        s.apply_delta(false, &named, &[]);
+        assert!(merge_is_cheaper(all.len(), s.names().len()));
+        assert_eq!(
+            check(&s, &all),
+            14 + 1 + 1,
+            "every third, the alias, the member"
+        );
+        assert!(!merge_is_cheaper(2, s.names().len()));
+        assert_eq!(check(&s, &all[..2]), 1, "a lookup each");
+        let mut w = Subscription::default();
+        w.apply_delta(true, &[], &[]);
+        assert_eq!(check(&w, &all), all.len(), "a wildcard covers everything");
     }
 
     #[test]
