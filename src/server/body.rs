@@ -11,7 +11,9 @@
 //! stream without compression:
 //! - requests: a compressed message is refused (`INTERNAL`), one over the size limit ends
 //!   the stream with `OUT_OF_RANGE`, a cancelled request stream is the client going away;
-//! - responses: the messages as DATA (one chunk each; tonic joins messages ready together),
+//! - responses: the messages as DATA (one chunk each, or two when part of one is shared
+//!   with other streams, see `wire::WireResponse::frame_shared`; tonic joins messages ready
+//!   together),
 //!   then trailers with the status (`grpc-status: 0` at the end of the stream); a message
 //!   over the size limit ends the stream with `OUT_OF_RANGE` (see [`frame`]).
 
@@ -463,17 +465,7 @@ impl<S> ResponseBody<S> {
 /// `message` with its gRPC prefix, in a buffer of exactly that size.
 pub fn frame(message: &impl prost::Message, max_message: usize) -> Result<Bytes, Status> {
     let len = message.encoded_len();
-    if len > max_message {
-        return Err(Status::out_of_range(format!(
-            "Error, encoded message length too large: found {len} bytes, the limit is: \
-             {max_message} bytes"
-        )));
-    }
-    let prefix_len = u32::try_from(len).map_err(|_| {
-        Status::resource_exhausted(format!(
-            "Cannot return body with more than 4GB of data but got {len} bytes"
-        ))
-    })?;
+    let prefix_len = prefix_len(len, max_message)?;
     let mut buf = BytesMut::with_capacity(PREFIX + len);
     buf.put_u8(0);
     buf.put_u32(prefix_len);
@@ -484,6 +476,22 @@ pub fn frame(message: &impl prost::Message, max_message: usize) -> Result<Bytes,
         "encoded_len and encode_raw disagree"
     );
     Ok(buf.freeze())
+}
+
+/// The gRPC prefix's length for a message of `len` bytes; over `max_message`, the status
+/// that ends the stream (`OUT_OF_RANGE`, as tonic's).
+pub fn prefix_len(len: usize, max_message: usize) -> Result<u32, Status> {
+    if len > max_message {
+        return Err(Status::out_of_range(format!(
+            "Error, encoded message length too large: found {len} bytes, the limit is: \
+             {max_message} bytes"
+        )));
+    }
+    u32::try_from(len).map_err(|_| {
+        Status::resource_exhausted(format!(
+            "Cannot return body with more than 4GB of data but got {len} bytes"
+        ))
+    })
 }
 
 impl<S> Body for ResponseBody<S>

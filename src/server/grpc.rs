@@ -69,6 +69,7 @@ impl XdsServer {
                 }),
                 identity: options.identity.clone(),
                 stop,
+                tails: Arc::default(),
             },
         }
     }

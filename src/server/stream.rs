@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -15,7 +16,7 @@ use super::incoming::ConnInfo;
 use super::peers::{PeerHandle, Peers};
 use super::status;
 use super::tls::IdentityPolicy;
-use super::wire::{WireDeltaResponse, WireResponse};
+use super::wire::{SharedTails, WireDeltaResponse, WireResponse};
 use super::MAX_RESPONSE_BYTES;
 use crate::cache::{Cache, Generation};
 use crate::config::selector::NodeFacts;
@@ -44,6 +45,16 @@ pub trait Machine: Flavor<Request: prost::Message + Default> {
     /// The request's names and type URL field numbers, when a request's names that repeat
     /// those of the last one of its type go undecoded ([`body::Requests::repeated_names`]).
     const NAMES_FIELDS: Option<(u32, u32)>;
+
+    /// `wire` framed ([`body::frame`]): the stream's bytes, and bytes shared with other
+    /// streams to send after them, if any.
+    fn frame(
+        wire: &Self::Wire,
+        max_message: usize,
+        _shared: &SharedTails,
+    ) -> Result<(Bytes, Option<Bytes>), Status> {
+        body::frame(wire, max_message).map(|framed| (framed, None))
+    }
 
     /// A response on the wire, with what to log and count of it.
     fn wire(
@@ -74,6 +85,14 @@ impl Machine for Sotw {
     const NODE_FIELD: u32 = 2;
     /// `DiscoveryRequest.resource_names` and `type_url`.
     const NAMES_FIELDS: Option<(u32, u32)> = Some((3, 4));
+
+    fn frame(
+        wire: &WireResponse,
+        max_message: usize,
+        shared: &SharedTails,
+    ) -> Result<(Bytes, Option<Bytes>), Status> {
+        wire.frame_shared(max_message, shared)
+    }
 
     fn wire(r: Response, control_plane: &Arc<str>, secrets: Secrets) -> Written<WireResponse> {
         let (kind, version) = (Some(r.kind), r.version.clone());
@@ -153,6 +172,8 @@ pub struct Shared {
     /// `--node-identity`: how a client certificate must match the node it claims.
     pub identity: Option<Arc<IdentityPolicy>>,
     pub stop: watch::Receiver<bool>,
+    /// What SotW responses of this server's streams share of their bytes.
+    pub tails: Arc<SharedTails>,
 }
 
 /// Start the task that runs one stream, and return its response stream.
@@ -210,6 +231,7 @@ async fn run<M: Machine>(
         admission: _,
         identity,
         mut stop,
+        tails,
     } = shared;
     // Private key material goes to a client whose certificate is bound to its node (checked
     // on its first request), or to every client with --insecure-serve-secrets.
@@ -366,8 +388,9 @@ async fn run<M: Machine>(
                     .map(|r| M::wire_unknown(r, &control_plane))
             })
         {
-            // Framed here, once, into a buffer of its size: the body only passes it on.
-            let framed = match body::frame(&written.wire, MAX_RESPONSE_BYTES) {
+            // Framed here, once, into a buffer of its size (and bytes shared with other
+            // streams): the body only passes them on.
+            let (framed, shared) = match M::frame(&written.wire, MAX_RESPONSE_BYTES, &tails) {
                 Ok(framed) => framed,
                 Err(status) => {
                     events.too_large(
@@ -381,10 +404,10 @@ async fn run<M: Machine>(
                     break;
                 }
             };
-            let bytes = framed.len() - body::PREFIX;
+            let bytes = framed.len() + shared.as_ref().map_or(0, Bytes::len) - body::PREFIX;
             // A client that does not read blocks this send; shutdown must not wait for it.
             let sent = tokio::select! {
-                sent = tx.send(Outgoing::Message(framed)) => sent.is_ok(),
+                sent = send_parts(&tx, framed, shared) => sent,
                 _ = stop.changed() => {
                     gone = Some("server shutting down");
                     break;
@@ -435,6 +458,18 @@ async fn run<M: Machine>(
         protocol,
         &reason,
     );
+}
+
+/// Send a framed response, its own bytes then those shared with other streams; `false`
+/// once the client has gone.
+async fn send_parts(tx: &mpsc::Sender<Outgoing>, framed: Bytes, shared: Option<Bytes>) -> bool {
+    if tx.send(Outgoing::Message(framed)).await.is_err() {
+        return false;
+    }
+    match shared {
+        Some(shared) => tx.send(Outgoing::Message(shared)).await.is_ok(),
+        None => true,
+    }
 }
 
 /// `node.user_agent_version`, or the build version's `major.minor.patch` (Envoy sends that).

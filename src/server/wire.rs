@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::config::core::v3::ControlPlane;
 use envoy_types::pb::envoy::service::discovery::v3::{ResourceError, ResourceName};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
@@ -25,6 +25,9 @@ use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
 
+use tonic::Status;
+
+use super::body;
 use crate::protocol::{DeltaResource, DeltaResponse, Response, UnknownResponse, NOT_FOUND_MESSAGE};
 use crate::redact::Secrets;
 use crate::resource::Resource;
@@ -258,6 +261,43 @@ impl WireResponse {
         }
     }
 
+    /// This response framed for the wire (as [`crate::server::body::frame`] frames it), in
+    /// two parts: its gRPC prefix with what is this stream's own (`version_info`,
+    /// `nonce`), then the rest (resources, type, control plane, errors). The rest is
+    /// encoded once and shared by every stream that sends the same (the same resources as
+    /// the snapshot has them, nothing wrapped for one client): a push sends 10,000 streams
+    /// the same ClusterLoadAssignments, and each copied them into its own buffer. Protobuf
+    /// takes a message's fields in any order.
+    pub fn frame_shared(
+        &self,
+        max_message: usize,
+        tails: &SharedTails,
+    ) -> Result<(Bytes, Option<Bytes>), Status> {
+        let shareable = self.resources.len() >= SHARE_AT_LEAST
+            && self
+                .resources
+                .iter()
+                .all(|item| matches!(item.0, Body::Any(..)));
+        if !shareable {
+            return body::frame(self, max_message).map(|framed| (framed, None));
+        }
+        let tail = tails.tail(self);
+        let own = string_len(1, &self.version_info) + string_len(5, &self.nonce);
+        let len = own + tail.len();
+        let prefix_len = body::prefix_len(len, max_message)?;
+        let mut head = BytesMut::with_capacity(body::PREFIX + own);
+        head.put_u8(0);
+        head.put_u32(prefix_len);
+        if !self.version_info.is_empty() {
+            encoding::string::encode(1, &self.version_info, &mut head);
+        }
+        if !self.nonce.is_empty() {
+            encoding::string::encode(5, &self.nonce, &mut head);
+        }
+        debug_assert_eq!(head.len(), body::PREFIX + own);
+        Ok((head.freeze(), Some(tail)))
+    }
+
     /// A response for a type the server does not serve (P33): nothing, each name asked for
     /// not found (P32).
     pub fn unknown(response: UnknownResponse, control_plane_id: &str) -> WireResponse {
@@ -314,6 +354,96 @@ impl WireDeltaResponse {
             control_plane: control_plane(control_plane_id),
             resource_errors: not_found(response.not_found),
         }
+    }
+}
+
+/// Responses with fewer resources are framed whole: too little to share.
+const SHARE_AT_LEAST: usize = 2;
+
+/// How many shared tails are kept: the responses of a push in flight at once (one per type
+/// and kind of proxy, and the secrets setting).
+const SHARED_TAILS: usize = 16;
+
+/// A tail encoded once ([`WireResponse::frame_shared`]), and what it was encoded from.
+struct SharedTail {
+    /// The resources, held so that no other resource takes their addresses while the
+    /// tail is kept.
+    resources: Vec<(Arc<Resource>, Secrets)>,
+    type_url: String,
+    control_plane: Option<ControlPlane>,
+    resource_errors: Vec<ResourceError>,
+    bytes: Bytes,
+}
+
+impl SharedTail {
+    fn encodes(&self, wire: &WireResponse) -> bool {
+        self.resources.len() == wire.resources.len()
+            && self.type_url == wire.type_url
+            && self.resources.iter().zip(&wire.resources).all(
+                |((r, s), item)| matches!(&item.0, Body::Any(i, t) if Arc::ptr_eq(r, i) && s == t),
+            )
+            && self.control_plane == wire.control_plane
+            && self.resource_errors == wire.resource_errors
+    }
+}
+
+/// The tails a server's streams share ([`WireResponse::frame_shared`]), the latest kept.
+#[derive(Default)]
+pub struct SharedTails(std::sync::Mutex<std::collections::VecDeque<SharedTail>>);
+
+impl std::fmt::Debug for SharedTails {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedTails")
+    }
+}
+
+impl SharedTails {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<SharedTail>> {
+        // Poisoned only by a panic mid-push; the list is whole.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `wire`'s fields but its version and nonce, encoded: the one kept if there is one,
+    /// else encoded now and kept.
+    fn tail(&self, wire: &WireResponse) -> Bytes {
+        if let Some(found) = self.lock().iter().find(|t| t.encodes(wire)) {
+            return found.bytes.clone();
+        }
+        let rest = WireResponse {
+            version_info: String::new(),
+            nonce: String::new(),
+            ..wire.clone()
+        };
+        let bytes = Bytes::from(rest.encode_to_vec());
+        let tail = SharedTail {
+            resources: wire
+                .resources
+                .iter()
+                .filter_map(|item| match &item.0 {
+                    Body::Any(r, s) => Some((Arc::clone(r), *s)),
+                    _ => None,
+                })
+                .collect(),
+            type_url: wire.type_url.clone(),
+            control_plane: wire.control_plane.clone(),
+            resource_errors: wire.resource_errors.clone(),
+            bytes: bytes.clone(),
+        };
+        let mut tails = self.lock();
+        if tails.len() >= SHARED_TAILS {
+            tails.pop_front();
+        }
+        tails.push_back(tail);
+        bytes
+    }
+}
+
+/// A string field's encoded length, nothing when empty (as prost writes it).
+fn string_len(tag: u32, value: &str) -> usize {
+    if value.is_empty() {
+        0
+    } else {
+        encoding::key_len(tag) + encoding::encoded_len_varint(value.len() as u64) + value.len()
     }
 }
 
@@ -428,7 +558,78 @@ mod tests {
                 expected
             );
             assert_eq!(bytes, expected.encode_to_vec(), "byte for byte");
+            // Framed in parts, the same message.
+            let (head, shared) = wire
+                .frame_shared(1 << 20, &SharedTails::default())
+                .expect("framed");
+            assert_eq!(
+                shared.is_some(),
+                !wrap_ttl,
+                "what is wrapped for one client is its own"
+            );
+            let whole = [&head[..], shared.as_deref().unwrap_or_default()].concat();
+            let len = u32::from_be_bytes([whole[1], whole[2], whole[3], whole[4]]) as usize;
+            assert_eq!(
+                (whole[0], len),
+                (0, whole.len() - crate::server::body::PREFIX)
+            );
+            assert_eq!(
+                DiscoveryResponse::decode(&whole[crate::server::body::PREFIX..]).expect("decodes"),
+                expected
+            );
         }
+    }
+
+    /// Streams that send the same resources share the bytes of everything but their
+    /// version and nonce; other resources, or another secrets setting, are other bytes.
+    #[test]
+    fn the_same_resources_are_sent_from_one_shared_buffer() {
+        let resources: Vec<Arc<Resource>> = (0..3)
+            .map(|i| {
+                Arc::new(Resource::new(
+                    ResourceType::Endpoint,
+                    format!("shared-{i}"),
+                    "v",
+                    vec![i; 100],
+                    None,
+                ))
+            })
+            .collect();
+        let wire = |nonce: &str, resources: &[Arc<Resource>], secrets| {
+            WireResponse::new(
+                Response {
+                    kind: ResourceType::Endpoint,
+                    version: format!("v-{nonce}"),
+                    nonce: nonce.into(),
+                    resources: resources.to_vec(),
+                    wrap_ttl: false,
+                    not_found: vec![],
+                },
+                "switchyard/1",
+                secrets,
+            )
+        };
+        let tails = SharedTails::default();
+        let frame = |w: WireResponse| w.frame_shared(1 << 20, &tails).expect("framed");
+        let (a_head, a) = frame(wire("1", &resources, Secrets::Serve));
+        let (b_head, b) = frame(wire("2", &resources, Secrets::Serve));
+        let (a, b) = (a.expect("shared"), b.expect("shared"));
+        assert_eq!(a.as_ptr(), b.as_ptr(), "one buffer");
+        assert_ne!(a_head, b_head, "each its own nonce");
+        let (_, other) = frame(wire("3", &resources[1..], Secrets::Serve));
+        assert_ne!(other.expect("shared").as_ptr(), a.as_ptr());
+        let (_, redacted) = frame(wire("4", &resources, Secrets::Redact));
+        assert_ne!(redacted.expect("shared").as_ptr(), a.as_ptr());
+        let (alone, none) = frame(wire("5", &resources[..1], Secrets::Serve));
+        assert!(none.is_none(), "one resource: framed whole");
+        assert_eq!(
+            alone,
+            crate::server::body::frame(&wire("5", &resources[..1], Secrets::Serve), 1 << 20)
+                .expect("framed")
+        );
+        // Over the limit, as when framed whole.
+        let over = wire("6", &resources, Secrets::Serve).frame_shared(100, &tails);
+        assert_eq!(over.expect_err("too large").code(), tonic::Code::OutOfRange);
     }
 }
 
