@@ -51,10 +51,8 @@ pub trait Machine: Flavor<Request: prost::Message + Default> {
     fn frame(
         wire: &Self::Wire,
         max_message: usize,
-        _shared: &SharedTails,
-    ) -> Result<(Bytes, Option<Bytes>), Status> {
-        body::frame(wire, max_message).map(|framed| (framed, None))
-    }
+        shared: &SharedTails,
+    ) -> Result<(Bytes, Option<Bytes>), Status>;
 
     /// A response on the wire, with what to log and count of it.
     fn wire(
@@ -125,6 +123,14 @@ impl Machine for Delta {
     const NODE_FIELD: u32 = 1;
     /// None: a delta request lists only what changes (P19).
     const NAMES_FIELDS: Option<(u32, u32)> = None;
+
+    fn frame(
+        wire: &WireDeltaResponse,
+        max_message: usize,
+        shared: &SharedTails,
+    ) -> Result<(Bytes, Option<Bytes>), Status> {
+        wire.frame_shared(max_message, shared)
+    }
 
     fn wire(
         r: DeltaResponse,

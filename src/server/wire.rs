@@ -273,29 +273,7 @@ impl WireResponse {
         max_message: usize,
         tails: &SharedTails,
     ) -> Result<(Bytes, Option<Bytes>), Status> {
-        let shareable = self.resources.len() >= SHARE_AT_LEAST
-            && self
-                .resources
-                .iter()
-                .all(|item| matches!(item.0, Body::Any(..)));
-        if !shareable {
-            return body::frame(self, max_message).map(|framed| (framed, None));
-        }
-        let tail = tails.tail(self);
-        let own = string_len(1, &self.version_info) + string_len(5, &self.nonce);
-        let len = own + tail.len();
-        let prefix_len = body::prefix_len(len, max_message)?;
-        let mut head = BytesMut::with_capacity(body::PREFIX + own);
-        head.put_u8(0);
-        head.put_u32(prefix_len);
-        if !self.version_info.is_empty() {
-            encoding::string::encode(1, &self.version_info, &mut head);
-        }
-        if !self.nonce.is_empty() {
-            encoding::string::encode(5, &self.nonce, &mut head);
-        }
-        debug_assert_eq!(head.len(), body::PREFIX + own);
-        Ok((head.freeze(), Some(tail)))
+        self.frame_parts(max_message, tails)
     }
 
     /// A response for a type the server does not serve (P33): nothing, each name asked for
@@ -342,6 +320,18 @@ impl WireDeltaResponse {
         }
     }
 
+    /// This response framed for the wire in two parts, as
+    /// [`WireResponse::frame_shared`]: its `system_version_info` and `nonce`, then the rest
+    /// (resources, removals, type, control plane, errors), shared by the streams that send
+    /// the same resources as the snapshot has them.
+    pub fn frame_shared(
+        &self,
+        max_message: usize,
+        tails: &SharedTails,
+    ) -> Result<(Bytes, Option<Bytes>), Status> {
+        self.frame_parts(max_message, tails)
+    }
+
     /// A response for a type the server does not serve (P33): each name asked for removed
     /// (P20) and not found (P32).
     pub fn unknown(response: UnknownResponse, control_plane_id: &str) -> WireDeltaResponse {
@@ -364,26 +354,121 @@ const SHARE_AT_LEAST: usize = 2;
 /// and kind of proxy, and the secrets setting).
 const SHARED_TAILS: usize = 16;
 
-/// A tail encoded once ([`WireResponse::frame_shared`]), and what it was encoded from.
+/// A tail encoded once ([`WireResponse::frame_shared`]), and the message it was encoded
+/// from, without its version and nonce (its resources held, so that no other resource
+/// takes their addresses while the tail is kept).
 struct SharedTail {
-    /// The resources, held so that no other resource takes their addresses while the
-    /// tail is kept.
-    resources: Vec<(Arc<Resource>, Secrets)>,
-    type_url: String,
-    control_plane: Option<ControlPlane>,
-    resource_errors: Vec<ResourceError>,
+    rest: Rest,
     bytes: Bytes,
 }
 
-impl SharedTail {
-    fn encodes(&self, wire: &WireResponse) -> bool {
-        self.resources.len() == wire.resources.len()
-            && self.type_url == wire.type_url
-            && self.resources.iter().zip(&wire.resources).all(
-                |((r, s), item)| matches!(&item.0, Body::Any(i, t) if Arc::ptr_eq(r, i) && s == t),
-            )
-            && self.control_plane == wire.control_plane
-            && self.resource_errors == wire.resource_errors
+enum Rest {
+    Sotw(WireResponse),
+    Delta(WireDeltaResponse),
+}
+
+/// Whether two items write the same bytes because they are the same: the snapshot's
+/// resource, shared as it is (what a client alone gets is never shared).
+fn same(a: &[Item], b: &[Item]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| match (&a.0, &b.0) {
+            (Body::Any(r, s), Body::Any(q, t)) | (Body::Delta(r, s), Body::Delta(q, t)) => {
+                Arc::ptr_eq(r, q) && s == t
+            }
+            _ => false,
+        })
+}
+
+/// A message whose fields but two (its version and nonce, the stream's own) may be
+/// encoded once and shared: the resources as the snapshot has them, and what every stream
+/// of a push sends alike.
+trait Shareable: Message + Clone + Sized {
+    /// The stream's own fields: (tag, value) of the version, then the nonce.
+    fn own(&self) -> [(u32, &str); 2];
+    /// This message without them.
+    fn rest(&self) -> Rest;
+    /// Whether `rest` is this message without them.
+    fn is(&self, rest: &Rest) -> bool;
+    fn items(&self) -> &[Item];
+    /// Whether an item is one that may be shared.
+    fn shared_item(item: &Item) -> bool;
+
+    /// See [`WireResponse::frame_shared`].
+    fn frame_parts(
+        &self,
+        max_message: usize,
+        tails: &SharedTails,
+    ) -> Result<(Bytes, Option<Bytes>), Status> {
+        let items = self.items();
+        if items.len() < SHARE_AT_LEAST || !items.iter().all(Self::shared_item) {
+            return body::frame(self, max_message).map(|framed| (framed, None));
+        }
+        let tail = tails.tail(self);
+        let own: usize = self.own().iter().map(|(tag, v)| string_len(*tag, v)).sum();
+        let prefix_len = body::prefix_len(own + tail.len(), max_message)?;
+        let mut head = BytesMut::with_capacity(body::PREFIX + own);
+        head.put_u8(0);
+        head.put_u32(prefix_len);
+        for (tag, value) in self.own() {
+            if !value.is_empty() {
+                encoding::encode_key(tag, WireType::LengthDelimited, &mut head);
+                encoding::encode_varint(value.len() as u64, &mut head);
+                head.put_slice(value.as_bytes());
+            }
+        }
+        debug_assert_eq!(head.len(), body::PREFIX + own);
+        Ok((head.freeze(), Some(tail)))
+    }
+}
+
+impl Shareable for WireResponse {
+    fn own(&self) -> [(u32, &str); 2] {
+        [(1, &self.version_info), (5, &self.nonce)]
+    }
+    fn rest(&self) -> Rest {
+        Rest::Sotw(WireResponse {
+            version_info: String::new(),
+            nonce: String::new(),
+            ..self.clone()
+        })
+    }
+    fn is(&self, rest: &Rest) -> bool {
+        matches!(rest, Rest::Sotw(r) if same(&r.resources, &self.resources)
+            && r.type_url == self.type_url
+            && r.control_plane == self.control_plane
+            && r.resource_errors == self.resource_errors)
+    }
+    fn items(&self) -> &[Item] {
+        &self.resources
+    }
+    fn shared_item(item: &Item) -> bool {
+        matches!(item.0, Body::Any(..))
+    }
+}
+
+impl Shareable for WireDeltaResponse {
+    fn own(&self) -> [(u32, &str); 2] {
+        [(1, &self.system_version_info), (5, &self.nonce)]
+    }
+    fn rest(&self) -> Rest {
+        Rest::Delta(WireDeltaResponse {
+            system_version_info: String::new(),
+            nonce: String::new(),
+            ..self.clone()
+        })
+    }
+    fn is(&self, rest: &Rest) -> bool {
+        matches!(rest, Rest::Delta(r) if same(&r.resources, &self.resources)
+            && r.type_url == self.type_url
+            && r.removed_resources == self.removed_resources
+            && r.control_plane == self.control_plane
+            && r.resource_errors == self.resource_errors)
+    }
+    fn items(&self) -> &[Item] {
+        &self.resources
+    }
+    fn shared_item(item: &Item) -> bool {
+        matches!(item.0, Body::Delta(..))
     }
 }
 
@@ -405,35 +490,23 @@ impl SharedTails {
 
     /// `wire`'s fields but its version and nonce, encoded: the one kept if there is one,
     /// else encoded now and kept.
-    fn tail(&self, wire: &WireResponse) -> Bytes {
-        if let Some(found) = self.lock().iter().find(|t| t.encodes(wire)) {
+    fn tail(&self, wire: &impl Shareable) -> Bytes {
+        if let Some(found) = self.lock().iter().find(|t| wire.is(&t.rest)) {
             return found.bytes.clone();
         }
-        let rest = WireResponse {
-            version_info: String::new(),
-            nonce: String::new(),
-            ..wire.clone()
-        };
-        let bytes = Bytes::from(rest.encode_to_vec());
-        let tail = SharedTail {
-            resources: wire
-                .resources
-                .iter()
-                .filter_map(|item| match &item.0 {
-                    Body::Any(r, s) => Some((Arc::clone(r), *s)),
-                    _ => None,
-                })
-                .collect(),
-            type_url: wire.type_url.clone(),
-            control_plane: wire.control_plane.clone(),
-            resource_errors: wire.resource_errors.clone(),
-            bytes: bytes.clone(),
-        };
+        let rest = wire.rest();
+        let bytes = Bytes::from(match &rest {
+            Rest::Sotw(r) => r.encode_to_vec(),
+            Rest::Delta(r) => r.encode_to_vec(),
+        });
         let mut tails = self.lock();
         if tails.len() >= SHARED_TAILS {
             tails.pop_front();
         }
-        tails.push_back(tail);
+        tails.push_back(SharedTail {
+            rest,
+            bytes: bytes.clone(),
+        });
         bytes
     }
 }
@@ -751,6 +824,70 @@ mod delta_tests {
                 expected
             );
             assert_eq!(bytes, expected.encode_to_vec(), "byte for byte");
+            // Aliases and TTLs are this client's own: framed whole.
+            let (_, shared) = wire
+                .frame_shared(1 << 20, &SharedTails::default())
+                .expect("framed");
+            assert!(shared.is_none());
         }
+    }
+
+    /// Delta streams that send the same resources as the snapshot has them share the bytes
+    /// of all but their system version and nonce; decoded, it is the same message.
+    #[test]
+    fn delta_responses_of_the_same_resources_share_one_buffer() {
+        let resources: Vec<Arc<Resource>> = (0..3)
+            .map(|i| {
+                Arc::new(Resource::new(
+                    ResourceType::Endpoint,
+                    format!("dshared-{i}"),
+                    "v",
+                    vec![i; 50],
+                    None,
+                ))
+            })
+            .collect();
+        let wire = |nonce: &str, removed: Vec<String>| {
+            WireDeltaResponse::new(
+                DeltaResponse {
+                    kind: ResourceType::Endpoint,
+                    system_version: format!("sv-{nonce}"),
+                    nonce: nonce.into(),
+                    resources: resources
+                        .iter()
+                        .map(|r| DeltaResource {
+                            resource: Arc::clone(r),
+                            aliases: vec![],
+                            ttl: None,
+                            body: true,
+                        })
+                        .collect(),
+                    removed,
+                    not_found: vec![],
+                },
+                "switchyard/1",
+                Secrets::Serve,
+            )
+        };
+        let tails = SharedTails::default();
+        let parts = |w: &WireDeltaResponse| w.frame_shared(1 << 20, &tails).expect("framed");
+        let (one, two) = (wire("1", vec![]), wire("2", vec![]));
+        let (head, a) = parts(&one);
+        let (_, b) = parts(&two);
+        let (a, b) = (a.expect("shared"), b.expect("shared"));
+        assert_eq!(a.as_ptr(), b.as_ptr(), "one buffer");
+        let whole = [&head[..], &a[..]].concat();
+        let framed = crate::server::body::frame(&one, 1 << 20).expect("framed");
+        let decode = |b: &[u8]| {
+            DeltaDiscoveryResponse::decode(&b[crate::server::body::PREFIX..]).expect("decodes")
+        };
+        assert_eq!(decode(&whole), decode(&framed));
+        assert_eq!(whole.len(), framed.len());
+        let (_, removing) = parts(&wire("3", vec!["gone".into()]));
+        assert_ne!(
+            removing.expect("shared").as_ptr(),
+            a.as_ptr(),
+            "other removals"
+        );
     }
 }
