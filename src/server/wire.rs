@@ -14,7 +14,7 @@
 //!
 //! Owns: the field layout. Must not: decide what goes in a response (`protocol`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -354,29 +354,54 @@ const SHARE_AT_LEAST: usize = 2;
 /// and kind of proxy, and the secrets setting).
 const SHARED_TAILS: usize = 16;
 
-/// A tail encoded once ([`WireResponse::frame_shared`]), and the message it was encoded
-/// from, without its version and nonce (its resources held, so that no other resource
-/// takes their addresses while the tail is kept).
+/// How many bytes of shared tails are kept, at most; a tail over a sixteenth of it is not
+/// kept (each stream frames such a response whole, as before).
+const SHARED_TAIL_BYTES: usize = 64 << 20;
+
+/// A tail encoded once ([`WireResponse::frame_shared`]), and what it was encoded from.
 struct SharedTail {
-    rest: Rest,
+    key: TailKey,
     bytes: Bytes,
 }
 
-enum Rest {
-    Sotw(WireResponse),
-    Delta(WireDeltaResponse),
+/// What a tail was encoded from, apart from its resources' bytes: the resources by identity
+/// (weak: a tail keeps no resource of an older snapshot alive, and while it is kept no other
+/// resource takes their addresses), and the other fields it holds.
+struct TailKey {
+    delta: bool,
+    type_url: String,
+    control_plane: Option<ControlPlane>,
+    resource_errors: Vec<ResourceError>,
+    removed: Vec<String>,
+    resources: Vec<(Weak<Resource>, Secrets)>,
 }
 
-/// Whether two items write the same bytes because they are the same: the snapshot's
-/// resource, shared as it is (what a client alone gets is never shared).
-fn same(a: &[Item], b: &[Item]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(a, b)| match (&a.0, &b.0) {
-            (Body::Any(r, s), Body::Any(q, t)) | (Body::Delta(r, s), Body::Delta(q, t)) => {
-                Arc::ptr_eq(r, q) && s == t
-            }
-            _ => false,
+impl TailKey {
+    /// Whether this key's resources are `items`, each the snapshot's resource as it is.
+    fn has(&self, items: &[Item]) -> bool {
+        self.resources.len() == items.len()
+            && self
+                .resources
+                .iter()
+                .zip(items)
+                .all(|((w, s), item)| match &item.0 {
+                    Body::Any(r, t) | Body::Delta(r, t) => {
+                        std::ptr::eq(w.as_ptr(), Arc::as_ptr(r)) && s == t
+                    }
+                    _ => false,
+                })
+    }
+}
+
+/// The resources of `items`, by identity.
+fn identities(items: &[Item]) -> Vec<(Weak<Resource>, Secrets)> {
+    items
+        .iter()
+        .filter_map(|item| match &item.0 {
+            Body::Any(r, s) | Body::Delta(r, s) => Some((Arc::downgrade(r), *s)),
+            _ => None,
         })
+        .collect()
 }
 
 /// A message whose fields but two (its version and nonce, the stream's own) may be
@@ -386,9 +411,11 @@ trait Shareable: Message + Clone + Sized {
     /// The stream's own fields: (tag, value) of the version, then the nonce.
     fn own(&self) -> [(u32, &str); 2];
     /// This message without them.
-    fn rest(&self) -> Rest;
-    /// Whether `rest` is this message without them.
-    fn is(&self, rest: &Rest) -> bool;
+    fn rest(&self) -> Self;
+    /// Whether `key` is what this message's tail is encoded from.
+    fn is(&self, key: &TailKey) -> bool;
+    /// What this message's tail is encoded from.
+    fn key(&self) -> TailKey;
     fn items(&self) -> &[Item];
     /// Whether an item is one that may be shared.
     fn shared_item(item: &Item) -> bool;
@@ -403,7 +430,9 @@ trait Shareable: Message + Clone + Sized {
         if items.len() < SHARE_AT_LEAST || !items.iter().all(Self::shared_item) {
             return body::frame(self, max_message).map(|framed| (framed, None));
         }
-        let tail = tails.tail(self);
+        let Some(tail) = tails.tail(self) else {
+            return body::frame(self, max_message).map(|framed| (framed, None));
+        };
         let own: usize = self.own().iter().map(|(tag, v)| string_len(*tag, v)).sum();
         let prefix_len = body::prefix_len(own + tail.len(), max_message)?;
         let mut head = BytesMut::with_capacity(body::PREFIX + own);
@@ -425,18 +454,29 @@ impl Shareable for WireResponse {
     fn own(&self) -> [(u32, &str); 2] {
         [(1, &self.version_info), (5, &self.nonce)]
     }
-    fn rest(&self) -> Rest {
-        Rest::Sotw(WireResponse {
+    fn rest(&self) -> Self {
+        WireResponse {
             version_info: String::new(),
             nonce: String::new(),
             ..self.clone()
-        })
+        }
     }
-    fn is(&self, rest: &Rest) -> bool {
-        matches!(rest, Rest::Sotw(r) if same(&r.resources, &self.resources)
-            && r.type_url == self.type_url
-            && r.control_plane == self.control_plane
-            && r.resource_errors == self.resource_errors)
+    fn is(&self, key: &TailKey) -> bool {
+        !key.delta
+            && key.type_url == self.type_url
+            && key.has(&self.resources)
+            && key.control_plane == self.control_plane
+            && key.resource_errors == self.resource_errors
+    }
+    fn key(&self) -> TailKey {
+        TailKey {
+            delta: false,
+            type_url: self.type_url.clone(),
+            control_plane: self.control_plane.clone(),
+            resource_errors: self.resource_errors.clone(),
+            removed: Vec::new(),
+            resources: identities(&self.resources),
+        }
     }
     fn items(&self) -> &[Item] {
         &self.resources
@@ -450,19 +490,30 @@ impl Shareable for WireDeltaResponse {
     fn own(&self) -> [(u32, &str); 2] {
         [(1, &self.system_version_info), (5, &self.nonce)]
     }
-    fn rest(&self) -> Rest {
-        Rest::Delta(WireDeltaResponse {
+    fn rest(&self) -> Self {
+        WireDeltaResponse {
             system_version_info: String::new(),
             nonce: String::new(),
             ..self.clone()
-        })
+        }
     }
-    fn is(&self, rest: &Rest) -> bool {
-        matches!(rest, Rest::Delta(r) if same(&r.resources, &self.resources)
-            && r.type_url == self.type_url
-            && r.removed_resources == self.removed_resources
-            && r.control_plane == self.control_plane
-            && r.resource_errors == self.resource_errors)
+    fn is(&self, key: &TailKey) -> bool {
+        key.delta
+            && key.type_url == self.type_url
+            && key.has(&self.resources)
+            && key.removed == self.removed_resources
+            && key.control_plane == self.control_plane
+            && key.resource_errors == self.resource_errors
+    }
+    fn key(&self) -> TailKey {
+        TailKey {
+            delta: true,
+            type_url: self.type_url.clone(),
+            control_plane: self.control_plane.clone(),
+            resource_errors: self.resource_errors.clone(),
+            removed: self.removed_resources.clone(),
+            resources: identities(&self.resources),
+        }
     }
     fn items(&self) -> &[Item] {
         &self.resources
@@ -472,7 +523,8 @@ impl Shareable for WireDeltaResponse {
     }
 }
 
-/// The tails a server's streams share ([`WireResponse::frame_shared`]), the latest kept.
+/// The tails a server's streams share ([`WireResponse::frame_shared`]): the latest kept,
+/// at most [`SHARED_TAILS`] of them and [`SHARED_TAIL_BYTES`] together.
 #[derive(Default)]
 pub struct SharedTails(std::sync::Mutex<std::collections::VecDeque<SharedTail>>);
 
@@ -489,25 +541,29 @@ impl SharedTails {
     }
 
     /// `wire`'s fields but its version and nonce, encoded: the one kept if there is one,
-    /// else encoded now and kept.
-    fn tail(&self, wire: &impl Shareable) -> Bytes {
-        if let Some(found) = self.lock().iter().find(|t| wire.is(&t.rest)) {
-            return found.bytes.clone();
+    /// else encoded now and kept; `None` when it is too large to keep (framed whole then).
+    fn tail(&self, wire: &impl Shareable) -> Option<Bytes> {
+        if let Some(found) = self.lock().iter().find(|t| wire.is(&t.key)) {
+            return Some(found.bytes.clone());
         }
         let rest = wire.rest();
-        let bytes = Bytes::from(match &rest {
-            Rest::Sotw(r) => r.encode_to_vec(),
-            Rest::Delta(r) => r.encode_to_vec(),
-        });
+        if rest.encoded_len() > SHARED_TAIL_BYTES / SHARED_TAILS {
+            return None;
+        }
+        let bytes = Bytes::from(rest.encode_to_vec());
         let mut tails = self.lock();
-        if tails.len() >= SHARED_TAILS {
-            tails.pop_front();
+        let mut held: usize = tails.iter().map(|t| t.bytes.len()).sum();
+        while tails.len() >= SHARED_TAILS || held + bytes.len() > SHARED_TAIL_BYTES {
+            let Some(oldest) = tails.pop_front() else {
+                break;
+            };
+            held -= oldest.bytes.len();
         }
         tails.push_back(SharedTail {
-            rest,
+            key: wire.key(),
             bytes: bytes.clone(),
         });
-        bytes
+        Some(bytes)
     }
 }
 
@@ -703,6 +759,31 @@ mod tests {
         // Over the limit, as when framed whole.
         let over = wire("6", &resources, Secrets::Serve).frame_shared(100, &tails);
         assert_eq!(over.expect_err("too large").code(), tonic::Code::OutOfRange);
+        // A kept tail keeps no resource alive: the snapshot's going frees them.
+        let held = Arc::downgrade(&resources[0]);
+        drop(resources);
+        assert_eq!(held.strong_count(), 0, "only weak references in the tails");
+        // A tail too large to keep: framed whole, every time.
+        let big: Vec<Arc<Resource>> = (0..2u8)
+            .map(|i| {
+                let body = vec![i; SHARED_TAIL_BYTES / SHARED_TAILS];
+                Arc::new(Resource::new(
+                    ResourceType::Endpoint,
+                    format!("big-{i}"),
+                    "v",
+                    body,
+                    None,
+                ))
+            })
+            .collect();
+        let (whole, none) = wire("7", &big, Secrets::Serve)
+            .frame_shared(1 << 30, &tails)
+            .expect("framed");
+        assert!(none.is_none());
+        assert_eq!(
+            whole.len(),
+            wire("7", &big, Secrets::Serve).encoded_len() + crate::server::body::PREFIX
+        );
     }
 }
 
