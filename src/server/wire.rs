@@ -404,21 +404,60 @@ fn identities(items: &[Item]) -> Vec<(Weak<Resource>, Secrets)> {
         .collect()
 }
 
+/// A response's fields, borrowed, as [`Shareable`] splits them.
+struct Parts<'a> {
+    delta: bool,
+    /// The stream's own fields: (tag, value) of the version, then the nonce.
+    own: [(u32, &'a str); 2],
+    items: &'a [Item],
+    type_url: &'a str,
+    control_plane: &'a Option<ControlPlane>,
+    resource_errors: &'a [ResourceError],
+    removed: &'a [String],
+}
+
+impl Parts<'_> {
+    /// Whether every item is the snapshot's resource as it is (what a client alone gets
+    /// is never shared).
+    fn shareable(&self) -> bool {
+        self.items.len() >= SHARE_AT_LEAST
+            && self.items.iter().all(|item| match item.0 {
+                Body::Any(..) => !self.delta,
+                Body::Delta(..) => self.delta,
+                _ => false,
+            })
+    }
+
+    /// Whether `key` is what these parts' tail is encoded from.
+    fn are(&self, key: &TailKey) -> bool {
+        key.delta == self.delta
+            && key.type_url == self.type_url
+            && key.has(self.items)
+            && key.removed == self.removed
+            && key.control_plane == *self.control_plane
+            && key.resource_errors == self.resource_errors
+    }
+
+    /// What these parts' tail is encoded from.
+    fn key(&self) -> TailKey {
+        TailKey {
+            delta: self.delta,
+            type_url: self.type_url.to_string(),
+            control_plane: self.control_plane.clone(),
+            resource_errors: self.resource_errors.to_vec(),
+            removed: self.removed.to_vec(),
+            resources: identities(self.items),
+        }
+    }
+}
+
 /// A message whose fields but two (its version and nonce, the stream's own) may be
 /// encoded once and shared: the resources as the snapshot has them, and what every stream
 /// of a push sends alike.
-trait Shareable: Message + Clone + Sized {
-    /// The stream's own fields: (tag, value) of the version, then the nonce.
-    fn own(&self) -> [(u32, &str); 2];
-    /// This message without them.
+trait Shareable: Message + Sized {
+    fn parts(&self) -> Parts<'_>;
+    /// This message without its own fields.
     fn rest(&self) -> Self;
-    /// Whether `key` is what this message's tail is encoded from.
-    fn is(&self, key: &TailKey) -> bool;
-    /// What this message's tail is encoded from.
-    fn key(&self) -> TailKey;
-    fn items(&self) -> &[Item];
-    /// Whether an item is one that may be shared.
-    fn shared_item(item: &Item) -> bool;
 
     /// See [`WireResponse::frame_shared`].
     fn frame_parts(
@@ -426,19 +465,20 @@ trait Shareable: Message + Clone + Sized {
         max_message: usize,
         tails: &SharedTails,
     ) -> Result<(Bytes, Option<Bytes>), Status> {
-        let items = self.items();
-        if items.len() < SHARE_AT_LEAST || !items.iter().all(Self::shared_item) {
-            return body::frame(self, max_message).map(|framed| (framed, None));
-        }
-        let Some(tail) = tails.tail(self) else {
+        let parts = self.parts();
+        let tail = match parts.shareable() {
+            true => tails.tail(self, &parts),
+            false => None,
+        };
+        let Some(tail) = tail else {
             return body::frame(self, max_message).map(|framed| (framed, None));
         };
-        let own: usize = self.own().iter().map(|(tag, v)| string_len(*tag, v)).sum();
+        let own: usize = parts.own.iter().map(|(tag, v)| string_len(*tag, v)).sum();
         let prefix_len = body::prefix_len(own + tail.len(), max_message)?;
         let mut head = BytesMut::with_capacity(body::PREFIX + own);
         head.put_u8(0);
         head.put_u32(prefix_len);
-        for (tag, value) in self.own() {
+        for (tag, value) in parts.own {
             if !value.is_empty() {
                 encoding::encode_key(tag, WireType::LengthDelimited, &mut head);
                 encoding::encode_varint(value.len() as u64, &mut head);
@@ -451,8 +491,16 @@ trait Shareable: Message + Clone + Sized {
 }
 
 impl Shareable for WireResponse {
-    fn own(&self) -> [(u32, &str); 2] {
-        [(1, &self.version_info), (5, &self.nonce)]
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            delta: false,
+            own: [(1, &self.version_info), (5, &self.nonce)],
+            items: &self.resources,
+            type_url: &self.type_url,
+            control_plane: &self.control_plane,
+            resource_errors: &self.resource_errors,
+            removed: &[],
+        }
     }
     fn rest(&self) -> Self {
         WireResponse {
@@ -461,34 +509,19 @@ impl Shareable for WireResponse {
             ..self.clone()
         }
     }
-    fn is(&self, key: &TailKey) -> bool {
-        !key.delta
-            && key.type_url == self.type_url
-            && key.has(&self.resources)
-            && key.control_plane == self.control_plane
-            && key.resource_errors == self.resource_errors
-    }
-    fn key(&self) -> TailKey {
-        TailKey {
-            delta: false,
-            type_url: self.type_url.clone(),
-            control_plane: self.control_plane.clone(),
-            resource_errors: self.resource_errors.clone(),
-            removed: Vec::new(),
-            resources: identities(&self.resources),
-        }
-    }
-    fn items(&self) -> &[Item] {
-        &self.resources
-    }
-    fn shared_item(item: &Item) -> bool {
-        matches!(item.0, Body::Any(..))
-    }
 }
 
 impl Shareable for WireDeltaResponse {
-    fn own(&self) -> [(u32, &str); 2] {
-        [(1, &self.system_version_info), (5, &self.nonce)]
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            delta: true,
+            own: [(1, &self.system_version_info), (5, &self.nonce)],
+            items: &self.resources,
+            type_url: &self.type_url,
+            control_plane: &self.control_plane,
+            resource_errors: &self.resource_errors,
+            removed: &self.removed_resources,
+        }
     }
     fn rest(&self) -> Self {
         WireDeltaResponse {
@@ -496,30 +529,6 @@ impl Shareable for WireDeltaResponse {
             nonce: String::new(),
             ..self.clone()
         }
-    }
-    fn is(&self, key: &TailKey) -> bool {
-        key.delta
-            && key.type_url == self.type_url
-            && key.has(&self.resources)
-            && key.removed == self.removed_resources
-            && key.control_plane == self.control_plane
-            && key.resource_errors == self.resource_errors
-    }
-    fn key(&self) -> TailKey {
-        TailKey {
-            delta: true,
-            type_url: self.type_url.clone(),
-            control_plane: self.control_plane.clone(),
-            resource_errors: self.resource_errors.clone(),
-            removed: self.removed_resources.clone(),
-            resources: identities(&self.resources),
-        }
-    }
-    fn items(&self) -> &[Item] {
-        &self.resources
-    }
-    fn shared_item(item: &Item) -> bool {
-        matches!(item.0, Body::Delta(..))
     }
 }
 
@@ -542,8 +551,8 @@ impl SharedTails {
 
     /// `wire`'s fields but its version and nonce, encoded: the one kept if there is one,
     /// else encoded now and kept; `None` when it is too large to keep (framed whole then).
-    fn tail(&self, wire: &impl Shareable) -> Option<Bytes> {
-        if let Some(found) = self.lock().iter().find(|t| wire.is(&t.key)) {
+    fn tail(&self, wire: &impl Shareable, parts: &Parts<'_>) -> Option<Bytes> {
+        if let Some(found) = self.lock().iter().find(|t| parts.are(&t.key)) {
             return Some(found.bytes.clone());
         }
         let rest = wire.rest();
@@ -560,7 +569,7 @@ impl SharedTails {
             held -= oldest.bytes.len();
         }
         tails.push_back(SharedTail {
-            key: wire.key(),
+            key: parts.key(),
             bytes: bytes.clone(),
         });
         Some(bytes)
