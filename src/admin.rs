@@ -341,7 +341,7 @@ impl Status {
                 unknown_types: r.unknown_types.as_slice().to_vec(),
             });
             for (kind, t) in &r.types {
-                node.types.insert(kind.to_string(), t.into());
+                node.types.insert(kind.to_string(), t.as_ref().into());
             }
         }
         Status {

@@ -117,8 +117,9 @@ pub struct StreamReport {
     pub protocol: &'static str,
     #[serde(serialize_with = "rfc3339")]
     pub connected_since: SystemTime,
-    /// By type short name (`CDS`, `EDS`, ...): only the types the client asked for.
-    pub types: BTreeMap<&'static str, TypeReport>,
+    /// By type short name (`CDS`, `EDS`, ...): only the types the client asked for. Boxed:
+    /// a map's node has room for 11 entries, and a client asks for about 4 types.
+    pub types: BTreeMap<&'static str, Box<TypeReport>>,
     /// The generation the stream's last response decisions were made on.
     #[serde(skip)]
     pub generation: u64,
@@ -502,11 +503,11 @@ impl StreamHandle {
         for (kind, status) in statuses {
             match report.types.get_mut(kind.short_name()) {
                 Some(old) if old.matches(&status) => {}
-                Some(old) => *old = TypeReport::new(&status, now),
+                Some(old) => **old = TypeReport::new(&status, now),
                 None => {
                     report
                         .types
-                        .insert(kind.short_name(), TypeReport::new(&status, now));
+                        .insert(kind.short_name(), Box::new(TypeReport::new(&status, now)));
                 }
             }
         }

@@ -92,26 +92,36 @@ impl Subscription {
         if !subscribe.is_empty() {
             self.named = true;
         }
-        let names = Arc::make_mut(&mut self.names);
+        // The set may be shared with other streams (below): it is copied only when a name
+        // comes or goes, not for every ACK or repeated name.
         for name in subscribe {
             if name == WILDCARD {
                 self.wildcard = true;
-            } else if names.insert(name.clone()) {
-                change.subscribed.push(name.clone());
-            } else {
+            } else if self.names.contains(name) {
                 // Already subscribed: still sent again (P21).
                 change.resubscribed.push(name.clone());
+            } else {
+                Arc::make_mut(&mut self.names).insert(name.clone());
+                change.subscribed.push(name.clone());
             }
         }
         for name in unsubscribe {
             if name == WILDCARD {
                 self.wildcard = false;
-            } else if names.remove(name) {
+            } else if self.names.contains(name) {
+                Arc::make_mut(&mut self.names).remove(name);
                 change.unsubscribed.push(name.clone());
             }
         }
-        if !subscribe.is_empty() || !change.unsubscribed.is_empty() {
-            self.globs = names.iter().any(|n| xdstp::is_glob(n));
+        if !change.subscribed.is_empty() || !change.unsubscribed.is_empty() {
+            self.globs = self.names.iter().any(|n| xdstp::is_glob(n));
+            // A fleet's delta proxies of one kind subscribe to the same names too: share
+            // the set as SotW's are. A large set is left the stream's own, so that a client
+            // subscribing name by name (on demand) does not copy it at every step.
+            if self.names.len() <= DELTA_SHARED_AT_MOST {
+                let list: Vec<&str> = self.names.iter().map(String::as_str).collect();
+                self.names = NameSets::global().share(&list);
+            }
         }
         change.wildcard_added = self.wildcard && !was_wildcard;
         change.wildcard_dropped = was_wildcard && !self.wildcard;
@@ -322,8 +332,8 @@ pub(crate) fn selection_version<'a>(selected: impl IntoIterator<Item = &'a Resou
 /// routes, so 10,000 streams keep one copy of each set instead of 10,000. A set lives as
 /// long as a stream holds it (the table keeps only weak references).
 ///
-/// Not for delta subscriptions: they change by increments, which would copy a shared set
-/// on every change.
+/// Delta subscriptions share theirs too, up to [`DELTA_SHARED_AT_MOST`] names: they change
+/// by increments, and a change copies a shared set.
 #[derive(Debug, Default)]
 struct NameSets {
     /// By a hash of the names (seeded per process, so that clients cannot aim collisions).
@@ -332,6 +342,11 @@ struct NameSets {
     /// Entries (live or dead) past which the table is swept of dead ones.
     sweep_at: usize,
 }
+
+/// The largest delta name set shared between streams ([`NameSets`]): a change to a shared
+/// set copies it, so a larger one, changed name by name by an on-demand client, stays its
+/// stream's own.
+pub const DELTA_SHARED_AT_MOST: usize = 1024;
 
 /// Below this many entries the table is never swept.
 const MIN_SWEEP: usize = 1024;
@@ -427,6 +442,35 @@ mod tests {
         let mut c = Subscription::default();
         c.apply_sotw(&names(&["shared-x", "shared-y"]));
         assert_eq!(c.names().len(), 2);
+    }
+
+    #[test]
+    fn delta_subscriptions_to_the_same_names_share_one_set_and_a_change_copies_it() {
+        let (mut a, mut b) = (Subscription::default(), Subscription::default());
+        a.apply_delta(true, &names(&["delta-x", "delta-y"]), &[]);
+        b.apply_delta(true, &names(&["delta-y"]), &[]);
+        b.apply_delta(false, &names(&["delta-x"]), &[]);
+        assert!(Arc::ptr_eq(&a.names, &b.names), "the same names, one set");
+        // P21: a name subscribed again changes nothing, and shares on.
+        let change = b.apply_delta(false, &names(&["delta-x"]), &names(&["never"]));
+        assert_eq!(change.resubscribed, ["delta-x"]);
+        assert!(change.subscribed.is_empty() && change.unsubscribed.is_empty());
+        assert!(Arc::ptr_eq(&a.names, &b.names));
+        // P22: unsubscribing one stream's name leaves the other's set as it was.
+        let change = b.apply_delta(false, &[], &names(&["delta-x"]));
+        assert_eq!(change.unsubscribed, ["delta-x"]);
+        assert_eq!(b.names().iter().collect::<Vec<_>>(), ["delta-y"]);
+        assert_eq!(a.names().len(), 2);
+        assert!(!Arc::ptr_eq(&a.names, &b.names));
+        // A set over the bound is the stream's own.
+        let many: Vec<String> = (0..=DELTA_SHARED_AT_MOST)
+            .map(|i| format!("many-{i}"))
+            .collect();
+        let (mut c, mut d) = (Subscription::default(), Subscription::default());
+        c.apply_delta(true, &many, &[]);
+        d.apply_delta(true, &many, &[]);
+        assert_eq!(c.names(), d.names());
+        assert!(!Arc::ptr_eq(&c.names, &d.names));
     }
 
     #[test]

@@ -88,7 +88,7 @@ fn report(node: &str, generation: u64, cds: &str) -> StreamReport {
         connected_since: SystemTime::now(),
         types: [(
             "CDS",
-            TypeReport {
+            Box::new(TypeReport {
                 state: SyncStatus::from_name(cds).expect("a state"),
                 version_sent: "v".into(),
                 version_acked: "v".into(),
@@ -103,7 +103,7 @@ fn report(node: &str, generation: u64, cds: &str) -> StreamReport {
                 oversized_bytes: None,
                 not_found: Default::default(),
                 last_change: SystemTime::now(),
-            },
+            }),
         )]
         .into(),
         generation,
