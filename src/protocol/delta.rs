@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
+use super::per_type::{empty, PerType};
 use super::plan::Previous;
 use super::stream::{Core, Flavor, Reference, Stream};
 use super::{heartbeat_interval, Event, Subscription, UnknownNames, UnknownRequest};
@@ -85,7 +86,8 @@ pub type DeltaStream = Stream<Delta>;
 /// holds (name -> version).
 #[derive(Debug, Default)]
 pub struct Delta {
-    types: [TypeState; ResourceType::ALL.len()],
+    /// Only the types the client asked for are kept.
+    types: PerType<TypeState>,
 }
 
 /// What the client holds of one resource. A set of these, keyed by name through `Borrow<str>`,
@@ -172,6 +174,8 @@ struct TypeState {
     /// TTL'd resources the client holds: name -> when their next heartbeat is due (P25).
     heartbeats: BTreeMap<String, Instant>,
 }
+
+empty!(TypeState);
 
 impl TypeState {
     /// The client holds `resource` unchanged from before this stream (P23), so it is not sent
@@ -263,7 +267,7 @@ impl DeltaStream {
     /// The resources of `kind` the client runs, as name -> version, in name order. After a
     /// NACK these are the versions it kept, not the rejected ones (P17).
     pub fn held(&self, kind: ResourceType) -> BTreeMap<&str, &str> {
-        self.flavor().types[kind.index()]
+        self.flavor().types[kind]
             .held
             .iter()
             .map(|h| (h.name(), h.version()))
@@ -274,7 +278,7 @@ impl DeltaStream {
     /// as copies of their names and versions.
     #[cfg(test)]
     pub(crate) fn claimed(&self, kind: ResourceType) -> usize {
-        self.flavor().types[kind.index()]
+        self.flavor().types[kind]
             .held
             .iter()
             .filter(|h| matches!(h, Held::Claimed(_)))
@@ -314,7 +318,7 @@ impl Flavor for Delta {
         request: DeltaDiscoveryRequest,
     ) {
         let current = core.target(kind).map(Arc::clone);
-        let st = &mut self.types[kind.index()];
+        let st = &mut self.types[kind];
 
         // P17: an ACK or NACK of a response; P18: a stale nonce only loses its ACK meaning.
         if !request.response_nonce.is_empty() {
@@ -424,13 +428,13 @@ impl Flavor for Delta {
         ResourceType::ALL
             .iter()
             .filter(|&&kind| !core.in_flight(kind))
-            .filter_map(|&kind| self.types[kind.index()].heartbeats.values().min())
+            .filter_map(|&kind| self.types[kind].heartbeats.values().min())
             .min()
             .copied()
     }
 
     fn references(&self, kind: ResourceType) -> BTreeSet<Reference> {
-        self.types[kind.index()]
+        self.types[kind]
             .held
             .iter()
             .filter_map(|h| match h {
@@ -451,11 +455,11 @@ impl Flavor for Delta {
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
-        self.types[kind.index()].subscription.covers(name)
+        self.types[kind].subscription.covers(name)
     }
 
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
-        self.types[kind.index()]
+        self.types[kind]
             .held
             .get(name)
             .is_some_and(|h| h.version() == version)
@@ -473,10 +477,10 @@ impl Delta {
         now: Instant,
     ) -> Option<DeltaResponse> {
         let ttl_ok = core.features().resource_ttl;
-        let st = &mut self.types[kind.index()];
         if !core.requested(kind) || core.in_flight(kind) {
             return None;
         }
+        let st = &mut self.types[kind];
         // What to send, by how it came (`Why`); one entry per name once settled
         // (`settle`): the first of these that holds. A list sorted once instead of a map
         // (every push inserts each changed name on every stream).
@@ -666,8 +670,9 @@ impl Delta {
         st.before = before;
         // P28: a cluster sent anew warms until its ClusterLoadAssignment arrives again, even
         // unchanged; one the client does not hold yet goes out anyway once it subscribes.
-        if kind == ResourceType::Cluster {
-            let eds = &mut self.types[ResourceType::Endpoint.index()];
+        if let (ResourceType::Cluster, Some(eds)) =
+            (kind, self.types.get_mut(ResourceType::Endpoint))
+        {
             for cla in warming {
                 if eds.held.contains(cla.as_str()) {
                     eds.dirty.insert(cla, true);

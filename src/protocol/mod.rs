@@ -23,6 +23,7 @@
 //! Rules are cited by number from `shared/xds-protocol.md` (P1..P36).
 
 mod delta;
+mod per_type;
 pub mod plan;
 mod sotw;
 pub mod stream;

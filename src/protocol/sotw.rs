@@ -25,6 +25,7 @@ use std::time::Instant;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
+use super::per_type::{empty, PerType};
 use super::plan::Previous;
 use super::stream::{Core, Flavor, Reference, Stream};
 use super::subscription::selection_version;
@@ -40,7 +41,8 @@ pub type SotwStream = Stream<Sotw>;
 /// given.
 #[derive(Debug, Default)]
 pub struct Sotw {
-    types: [TypeState; ResourceType::ALL.len()],
+    /// Only the types the client asked for are kept.
+    types: PerType<TypeState>,
 }
 
 /// One type's sub-stream.
@@ -78,6 +80,8 @@ struct Given {
     snapshot: Arc<TypeSnapshot>,
     subscription: Subscription,
 }
+
+empty!(TypeState);
 
 impl TypeState {
     /// Whether `name` is of the rest of a split response, still to send.
@@ -208,7 +212,7 @@ impl Flavor for Sotw {
         request: DiscoveryRequest,
         repeat: bool,
     ) -> bool {
-        let st = &mut self.types[kind.index()];
+        let st = &mut self.types[kind];
         let nonce = request.response_nonce;
         if let Some(latest) = core.latest_nonce(kind) {
             if !nonce.is_empty() && nonce != latest {
@@ -285,7 +289,7 @@ impl Flavor for Sotw {
     }
 
     fn references(&self, kind: ResourceType) -> BTreeSet<Reference> {
-        let Some(given) = &self.types[kind.index()].given else {
+        let Some(given) = &self.types[kind].given else {
             return BTreeSet::new();
         };
         given
@@ -305,11 +309,11 @@ impl Flavor for Sotw {
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
-        self.types[kind.index()].subscription.covers(name)
+        self.types[kind].subscription.covers(name)
     }
 
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
-        let st = &self.types[kind.index()];
+        let st = &self.types[kind];
         !st.owes(name)
             && st.given.as_ref().is_some_and(|g| {
                 g.subscription.covers(name)
@@ -348,7 +352,8 @@ impl Sotw {
         };
         let features = core.features();
         let wrap_ttl = features.resource_ttl && features.resource_in_sotw;
-        let st = &mut self.types[kind.index()];
+        // A type the client never asked for has no state, and nothing to send.
+        let st = self.types.get_mut(kind)?;
         if !st.pending {
             return None;
         }
@@ -555,13 +560,13 @@ impl Sotw {
         st.rewarm.clear();
         // A ClusterLoadAssignment the client does not have yet goes out anyway (it is new to
         // it); one it has must be sent again though unchanged.
-        let eds = &mut self.types[ResourceType::Endpoint.index()];
-        let due: Vec<String> = warming
-            .into_iter()
-            .filter(|cla| eds.given.as_ref().is_some_and(|g| g.has(cla)))
-            .map(str::to_string)
-            .collect();
-        eds.rewarm.extend(due);
+        if let Some(eds) = self.types.get_mut(ResourceType::Endpoint) {
+            let due = warming
+                .into_iter()
+                .filter(|cla| eds.given.as_ref().is_some_and(|g| g.has(cla)))
+                .map(str::to_string);
+            eds.rewarm.extend(due);
+        }
         Some(response)
     }
 }

@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 
+use super::per_type::{empty, PerType};
 use super::plan::{Ordering, PlanStatus, Planner, Previous, Progress, Rejected, Rejection};
 use super::unknown::Unknowns;
 use super::{ClientFeatures, Event, ProtocolError, SyncState, TypeStatus, Variant};
@@ -104,7 +105,8 @@ pub struct Core {
     node: Option<super::FirstNode>,
     features: ClientFeatures,
     planner: Planner,
-    types: [TypeSync; ResourceType::ALL.len()],
+    /// Only the types the client asked for are kept.
+    types: PerType<TypeSync>,
     /// Nonces are unique on the stream, so a nonce of one type never matches another's (P2).
     nonces: u64,
     events: VecDeque<Event>,
@@ -147,6 +149,8 @@ struct TypeSync {
     #[allow(clippy::box_collection)]
     not_found: Option<Box<BTreeSet<String>>>,
 }
+
+empty!(TypeSync);
 
 impl<F: Flavor> Stream<F> {
     /// A new stream on `variant`, ordering updates make-before-break with the defaults.
@@ -197,12 +201,12 @@ impl<F: Flavor> Stream<F> {
 
     /// What the client has of `kind`: the last response's ACK/NACK state.
     pub fn state(&self, kind: ResourceType) -> &SyncState {
-        &self.core.types[kind.index()].state
+        &self.core.types[kind].state
     }
 
     /// What the server knows of `kind` on this stream, if the client asked for it.
     pub fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
-        let t = &self.core.types[kind.index()];
+        let t = &self.core.types[kind];
         t.requested.then(|| TypeStatus {
             state: t.state.clone(),
             acked_version: t.acked_version.clone(),
@@ -272,7 +276,7 @@ impl<F: Flavor> Stream<F> {
                 return self.check_names().map(|()| None);
             }
         };
-        let t = &mut core.types[kind.index()];
+        let t = &mut core.types[kind];
         let first = !t.requested;
         t.requested = true;
         let took = self
@@ -336,7 +340,7 @@ impl<F: Flavor> Stream<F> {
             return None;
         }
         let mut all = BTreeSet::new();
-        for t in &self.core.types {
+        for t in self.core.types.iter() {
             all.extend(t.refs_acked.iter().cloned());
             if t.in_flight {
                 all.extend(t.refs_sent.iter().flat_map(|r| r.iter().cloned()));
@@ -360,7 +364,7 @@ impl<F: Flavor> Stream<F> {
                 {
                     if self.core.variant != Variant::Aggregated {
                         let refs = self.flavor.references(kind);
-                        self.core.types[kind.index()].refs_sent = Some(Arc::new(refs));
+                        self.core.types[kind].refs_sent = Some(Arc::new(refs));
                         self.core.refs_changes += 1;
                     }
                     return Some(r);
@@ -412,13 +416,13 @@ impl<F: Flavor> Stream<F> {
 
 /// The client as the planner sees it.
 struct Client<'a, F> {
-    types: &'a [TypeSync; ResourceType::ALL.len()],
+    types: &'a PerType<TypeSync>,
     flavor: &'a F,
 }
 
 impl<F: Flavor> Progress for Client<'_, F> {
     fn in_flight(&self, kind: ResourceType) -> bool {
-        self.types[kind.index()].in_flight
+        self.types[kind].in_flight
     }
 
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
@@ -445,32 +449,32 @@ impl Core {
 
     /// Whether the client has asked for `kind`.
     pub fn requested(&self, kind: ResourceType) -> bool {
-        self.types[kind.index()].requested
+        self.types[kind].requested
     }
 
     pub fn state(&self, kind: ResourceType) -> &SyncState {
-        &self.types[kind.index()].state
+        &self.types[kind].state
     }
 
     pub fn acked_version(&self, kind: ResourceType) -> &str {
-        &self.types[kind.index()].acked_version
+        &self.types[kind].acked_version
     }
 
     /// The nonce of the latest response of `kind`, if any was sent.
     pub fn latest_nonce(&self, kind: ResourceType) -> Option<&str> {
-        self.types[kind.index()].latest_nonce.as_deref()
+        self.types[kind].latest_nonce.as_deref()
     }
 
     /// Whether the latest response of `kind` is unanswered.
     pub fn in_flight(&self, kind: ResourceType) -> bool {
-        self.types[kind.index()].in_flight
+        self.types[kind].in_flight
     }
 
     /// A response of `kind` at `version` goes out: its fresh nonce (P2).
     pub fn send(&mut self, kind: ResourceType, version: &str) -> String {
         self.nonces += 1;
         let nonce = self.nonces.to_string();
-        let t = &mut self.types[kind.index()];
+        let t = &mut self.types[kind];
         t.latest_nonce = Some(nonce.clone());
         t.in_flight = true;
         t.state = SyncState::Sent {
@@ -484,7 +488,10 @@ impl Core {
     /// (SotW, whose every response names every such name) this replaces the record, else it
     /// adds to it.
     pub fn record_not_found(&mut self, kind: ResourceType, names: &[String], all: bool) {
-        let t = &mut self.types[kind.index()];
+        if names.is_empty() && self.types.get(kind).is_none_or(|t| t.not_found.is_none()) {
+            return;
+        }
+        let t = &mut self.types[kind];
         if all {
             t.not_found = None;
         }
@@ -507,7 +514,7 @@ impl Core {
 
     /// Whether the client was told that `name` of `kind` does not exist (P32).
     pub fn told_not_found(&self, kind: ResourceType, name: &str) -> bool {
-        self.types[kind.index()]
+        self.types[kind]
             .not_found
             .as_ref()
             .is_some_and(|n| n.contains(name))
@@ -516,7 +523,9 @@ impl Core {
     /// The client was sent `name` of `kind`, or no longer subscribes to it: it is no longer
     /// recorded as not existing.
     pub fn record_found(&mut self, kind: ResourceType, name: &str) {
-        let t = &mut self.types[kind.index()];
+        let Some(t) = self.types.get_mut(kind) else {
+            return;
+        };
         if let Some(set) = &mut t.not_found {
             set.remove(name);
             if set.is_empty() {
@@ -546,7 +555,7 @@ impl Core {
             total = total.saturating_add(super::response_cost(r));
         }
         if total <= limit.saturating_sub(super::RESPONSE_OVERHEAD) {
-            self.types[kind.index()].oversized = None;
+            self.types[kind].oversized = None;
             return all;
         }
         let count = if splittable {
@@ -562,7 +571,7 @@ impl Core {
                 left: all - count,
             });
         }
-        self.types[kind.index()].oversized = (sent > limit)
+        self.types[kind].oversized = (sent > limit)
             .then(|| std::num::NonZeroU32::new(u32::try_from(sent).unwrap_or(u32::MAX)))
             .flatten();
         if sent > limit {
@@ -604,7 +613,7 @@ impl Core {
             self.planner
                 .handle_accepted(&self.rejected, &mut self.events);
         }
-        let t = &mut self.types[kind.index()];
+        let t = &mut self.types[kind];
         if t.in_flight {
             if let Some(sent) = t.refs_sent.take() {
                 t.refs_acked = sent;
@@ -621,7 +630,7 @@ impl Core {
 
     /// The client has `version` of `kind` without a response on this stream (P13).
     pub fn assume_acked(&mut self, kind: ResourceType, version: &str) {
-        let t = &mut self.types[kind.index()];
+        let t = &mut self.types[kind];
         t.acked_version = version.to_string();
         t.state = SyncState::Acked {
             version: version.to_string(),
@@ -658,7 +667,7 @@ impl Core {
             };
             self.rejected.insert(key, rejection);
         }
-        let t = &mut self.types[kind.index()];
+        let t = &mut self.types[kind];
         if t.refs_sent.take().is_some() {
             self.refs_changes += 1;
         }

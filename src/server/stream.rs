@@ -215,17 +215,24 @@ pub fn spawn<M: Machine>(
     ReceiverStream::new(rx)
 }
 
-async fn run<M: Machine>(
+/// The stream's task. What it is given is taken apart before its future is made: an
+/// `async fn` would keep each argument twice (as given, and as taken apart), and the future
+/// is every stream's largest allocation (docs/benchmarks.md, "Issue 22").
+fn run<M: Machine>(
     variant: Variant,
     shared: Shared,
     mut requests: Requests<M::Request>,
     conn: ConnInfo,
     tx: mpsc::Sender<Outgoing>,
-) {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let peer = conn
         .remote
         .map_or_else(|| "unknown".to_string(), |p| p.to_string());
-    let mut conn_closing = conn.closing.clone();
+    let ConnInfo {
+        identity: conn_identity,
+        closing: mut conn_closing,
+        remote: _,
+    } = conn;
     let Shared {
         cache,
         fleet,
@@ -239,231 +246,242 @@ async fn run<M: Machine>(
         mut stop,
         tails,
     } = shared;
-    // Private key material goes to a client whose certificate is bound to its node (checked
-    // on its first request), or to every client with --insecure-serve-secrets.
-    let mut secrets = secrets;
-    let protocol = M::PROTOCOL;
-    let mut machine = Stream::<M>::with_ordering(variant, ordering)
-        .with_name_limit(limits.max_names_per_stream)
-        .with_response_limit(limits.max_response_bytes);
-    let first_request_by = tokio::time::Instant::now() + limits.first_request_timeout;
-    // A per-type stream shares what its client refers to with the node's other streams.
-    let mut sibling: Option<(PeerHandle, watch::Receiver<u64>)> = None;
-    let mut published = u64::MAX;
-    let control_plane: Arc<str> = super::control_plane_id().into();
-    let mut generations = cache.subscribe();
-    let mut node_id: Option<String> = None;
-    // What the node's selectors read (id, cluster, metadata, locality), from its first
-    // request.
-    let mut facts: Option<Arc<NodeFacts>> = None;
-    // Listed in the fleet, and counted, from the first request (which names the node) until
-    // the end.
-    let mut listed: Option<StreamHandle> = None;
-    let mut counted = None;
-    // The generation the machine has.
-    let mut attached = 0;
-    let mut events = telemetry.stream(protocol);
-    let reason: String = loop {
-        let timeout = machine.poll_timeout();
-        tokio::select! {
-            message = requests.message() => match message {
-                Ok(Some(request)) => {
-                    match machine.handle_request_repeating(request, requests.names_repeated()) {
-                        Ok(Some(kind)) => requests.took_names(kind.index()),
-                        Ok(None) => {}
-                        Err(e) => {
-                            if e.is_limit() {
-                                telemetry.limit_reached(Limit::NamesPerStream { peer: &peer, error: &e.to_string() });
+    async move {
+        // Private key material goes to a client whose certificate is bound to its node (checked
+        // on its first request), or to every client with --insecure-serve-secrets.
+        let mut secrets = secrets;
+        let protocol = M::PROTOCOL;
+        let mut machine = Stream::<M>::with_ordering(variant, ordering)
+            .with_name_limit(limits.max_names_per_stream)
+            .with_response_limit(limits.max_response_bytes);
+        let first_request_by = tokio::time::Instant::now() + limits.first_request_timeout;
+        // A per-type stream shares what its client refers to with the node's other streams.
+        let mut sibling: Option<(PeerHandle, watch::Receiver<u64>)> = None;
+        let mut published = u64::MAX;
+        let control_plane: Arc<str> = super::control_plane_id().into();
+        let mut generations = cache.subscribe();
+        let mut node_id: Option<String> = None;
+        // What the node's selectors read (id, cluster, metadata, locality), from its first
+        // request.
+        let mut facts: Option<Arc<NodeFacts>> = None;
+        // Listed in the fleet, and counted, from the first request (which names the node) until
+        // the end.
+        let mut listed: Option<StreamHandle> = None;
+        let mut counted = None;
+        // The generation the machine has.
+        let mut attached = 0;
+        let mut events = telemetry.stream(protocol);
+        // The status a stream ends with, sent after the loop: awaiting the send inside the
+        // select's arms would keep the request (and the select's output) in the task's
+        // future across it, some 1.1 KB of every stream's largest allocation.
+        let mut end: Option<Box<Status>> = None;
+        let reason: String = loop {
+            let timeout = machine.poll_timeout();
+            tokio::select! {
+                message = requests.message() => match message {
+                    Ok(Some(request)) => {
+                        match machine.handle_request_repeating(request, requests.names_repeated()) {
+                            Ok(Some(kind)) => requests.took_names(kind.index()),
+                            Ok(None) => {}
+                            Err(e) => {
+                                if e.is_limit() {
+                                    telemetry.limit_reached(Limit::NamesPerStream { peer: &peer, error: &e.to_string() });
+                                }
+                                end = Some(Box::new(status::from_protocol(&e)));
+                                break format!("protocol error: {e}");
                             }
-                            let _ = tx.send(Outgoing::end(status::from_protocol(&e))).await;
-                            break format!("protocol error: {e}");
                         }
-                    }
-                    if node_id.is_none() {
-                        if let (Some(policy), Some(node)) = (&identity, machine.node()) {
-                            match policy.check(conn.identity.as_deref(), &node.id, &node.cluster) {
-                                Ok(()) => secrets = Secrets::Serve,
-                                Err(why) => {
-                                    telemetry.identity_mismatch("stream", &node.id, &peer, &why);
-                                    let _ = tx.send(Outgoing::end(Status::permission_denied(format!(
-                                        "node {:?}: {why}", node.id
-                                    )))).await;
-                                    break format!("identity mismatch: {why}");
+                        if node_id.is_none() {
+                            if let (Some(policy), Some(node)) = (&identity, machine.node()) {
+                                match policy.check(conn_identity.as_deref(), &node.id, &node.cluster) {
+                                    Ok(()) => secrets = Secrets::Serve,
+                                    Err(why) => {
+                                        telemetry.identity_mismatch("stream", &node.id, &peer, &why);
+                                        end = Some(Box::new(Status::permission_denied(format!(
+                                            "node {:?}: {why}", node.id
+                                        ))));
+                                        break format!("identity mismatch: {why}");
+                                    }
                                 }
                             }
-                        }
-                        if let Some(node) = machine.node() {
-                            counted = Some(telemetry.stream_opened(node, &peer, variant, protocol));
-                            events.named(&node.id);
-                            node_id = Some(node.id.clone());
-                            let node_facts = Arc::new(NodeFacts::of(node));
-                            facts = Some(Arc::clone(&node_facts));
-                            listed = Some(fleet.open(StreamReport {
-                                facts: Arc::clone(&node_facts),
-                                node_id: node.id.clone(),
-                                node_cluster: node.cluster.clone(),
-                                user_agent: node.user_agent_name.clone(),
-                                user_agent_version: user_agent_version(node),
-                                client_features: node.client_features.clone(),
-                                peer: peer.clone(),
-                                stream: variant.to_string(),
-                                protocol,
-                                connected_since: std::time::SystemTime::now(),
-                                types: Default::default(),
-                                generation: 0,
-                                plan: None,
-                                unknown_types: Default::default(),
-                            }));
-                            if variant != Variant::Aggregated && ordering.enabled {
-                                sibling = Some(peers.join(&node.id));
+                            if let Some(node) = machine.node() {
+                                counted = Some(telemetry.stream_opened(node, &peer, variant, protocol));
+                                events.named(&node.id);
+                                node_id = Some(node.id.clone());
+                                let node_facts = Arc::new(NodeFacts::of(node));
+                                facts = Some(Arc::clone(&node_facts));
+                                listed = Some(fleet.open(StreamReport {
+                                    facts: Arc::clone(&node_facts),
+                                    node_id: node.id.clone(),
+                                    node_cluster: node.cluster.clone(),
+                                    user_agent: node.user_agent_name.clone(),
+                                    user_agent_version: user_agent_version(node),
+                                    client_features: node.client_features.clone(),
+                                    peer: peer.clone(),
+                                    stream: variant.to_string(),
+                                    protocol,
+                                    connected_since: std::time::SystemTime::now(),
+                                    types: Default::default(),
+                                    generation: 0,
+                                    plan: None,
+                                    unknown_types: Default::default(),
+                                }));
+                                if variant != Variant::Aggregated && ordering.enabled {
+                                    sibling = Some(peers.join(&node.id));
+                                }
+                                let generation = Arc::clone(
+                                    generations.borrow_and_update().for_node(&node_facts),
+                                );
+                                attach(&mut machine, &generation, &node_facts);
+                                attached = generation.number;
                             }
-                            let generation = Arc::clone(
-                                generations.borrow_and_update().for_node(&node_facts),
-                            );
-                            attach(&mut machine, &generation, &node_facts);
-                            attached = generation.number;
                         }
                     }
+                    Ok(None) => break "closed by the client".into(),
+                    // A request that does not decode (or a broken transport): tell the client
+                    // why, if it is still there, and end this stream only.
+                    Err(status) => {
+                        let reason = format!("bad request: {}", status.message());
+                        end = Some(Box::new(status));
+                        break reason;
+                    }
+                },
+                changed = generations.changed(), if node_id.is_some() => {
+                    if changed.is_err() {
+                        break "server shutting down".into();
+                    }
+                    // A new generation, or a rollout promoted or aborted: what this node gets
+                    // may not have changed (a rollout's candidate goes to canaries only).
+                    let Some(node_facts) = &facts else {
+                        continue;
+                    };
+                    let generation = Arc::clone(generations.borrow_and_update().for_node(node_facts));
+                    if generation.number != attached {
+                        attach(&mut machine, &generation, node_facts);
+                        attached = generation.number;
+                        fleet.generation_arrived(generation.number, generation.published);
+                        events.generation_arrived(generation.published);
+                    }
                 }
-                Ok(None) => break "closed by the client".into(),
-                // A request that does not decode (or a broken transport): tell the client
-                // why, if it is still there, and end this stream only.
-                Err(status) => {
-                    let reason = format!("bad request: {}", status.message());
-                    let _ = tx.send(Outgoing::end(status)).await;
-                    break reason;
+                // A sibling stream's client refers to something new.
+                changed = sibling_changed(&mut sibling) => {
+                    if let (Ok(()), Some((handle, _))) = (changed, &sibling) {
+                        machine.handle_peer_references(handle.others());
+                    }
                 }
-            },
-            changed = generations.changed(), if node_id.is_some() => {
-                if changed.is_err() {
-                    break "server shutting down".into();
+                // A stream that never says who it is holds resources for nothing.
+                _ = tokio::time::sleep_until(first_request_by), if node_id.is_none() => {
+                    let waited = limits.first_request_timeout;
+                    telemetry.limit_reached(Limit::FirstRequestTimeout { peer: &peer, waited });
+                    end = Some(Box::new(Status::deadline_exceeded(format!(
+                        "no request with a node within {waited:?} of opening the stream (--first-request-timeout)"
+                    ))));
+                    break format!("no first request within {waited:?}");
                 }
-                // A new generation, or a rollout promoted or aborted: what this node gets
-                // may not have changed (a rollout's candidate goes to canaries only).
-                let Some(node_facts) = &facts else {
-                    continue;
+                // A heartbeat is due (P25): fall through to poll.
+                _ = sleep_until(timeout), if timeout.is_some() => {}
+                // The flag only ever goes from false to true (or its sender is gone): both mean stop.
+                _ = stop.changed() => break "server shutting down".into(),
+                // The connection reached --max-connection-age: the client reconnects (perhaps to
+                // another replica) and presents what it holds.
+                _ = connection_closing(&mut conn_closing) => {
+                    let _ = tx.try_send(Outgoing::end(Status::unavailable(
+                        "the connection reached its maximum age (--max-connection-age); reconnect",
+                    )));
+                    break "the connection reached --max-connection-age".into();
+                }
+                _ = tx.closed() => break "closed by the client".into(),
+            }
+            while let Some(event) = machine.poll_event() {
+                events.protocol(&event);
+            }
+            let mut gone: Option<&str> = None;
+            while let Some(written) = machine
+                // Tokio's clock (the same as the system's, but for tests on a paused clock).
+                .poll_response(tokio::time::Instant::now().into_std())
+                .map(|r| M::wire(r, &control_plane, secrets))
+                .or_else(|| {
+                    machine
+                        .poll_unknown()
+                        .map(|r| M::wire_unknown(r, &control_plane))
+                })
+            {
+                // Framed here, once, into a buffer of its size (and bytes shared with other
+                // streams): the body only passes them on.
+                let (framed, shared) = match M::frame(&written.wire, MAX_RESPONSE_BYTES, &tails) {
+                    Ok(framed) => framed,
+                    Err(status) => {
+                        events.too_large(
+                            written.kind,
+                            &written.version,
+                            written.resources,
+                            status.message(),
+                        );
+                        let _ = tx.send(Outgoing::end(status)).await;
+                        gone = Some("a response too large to send");
+                        break;
+                    }
                 };
-                let generation = Arc::clone(generations.borrow_and_update().for_node(node_facts));
-                if generation.number != attached {
-                    attach(&mut machine, &generation, node_facts);
-                    attached = generation.number;
-                    fleet.generation_arrived(generation.number, generation.published);
-                    events.generation_arrived(generation.published);
-                }
-            }
-            // A sibling stream's client refers to something new.
-            changed = sibling_changed(&mut sibling) => {
-                if let (Ok(()), Some((handle, _))) = (changed, &sibling) {
-                    machine.handle_peer_references(handle.others());
-                }
-            }
-            // A stream that never says who it is holds resources for nothing.
-            _ = tokio::time::sleep_until(first_request_by), if node_id.is_none() => {
-                let waited = limits.first_request_timeout;
-                telemetry.limit_reached(Limit::FirstRequestTimeout { peer: &peer, waited });
-                let _ = tx.send(Outgoing::end(Status::deadline_exceeded(format!(
-                    "no request with a node within {waited:?} of opening the stream (--first-request-timeout)"
-                )))).await;
-                break format!("no first request within {waited:?}");
-            }
-            // A heartbeat is due (P25): fall through to poll.
-            _ = sleep_until(timeout), if timeout.is_some() => {}
-            // The flag only ever goes from false to true (or its sender is gone): both mean stop.
-            _ = stop.changed() => break "server shutting down".into(),
-            // The connection reached --max-connection-age: the client reconnects (perhaps to
-            // another replica) and presents what it holds.
-            _ = connection_closing(&mut conn_closing) => {
-                let _ = tx.try_send(Outgoing::end(Status::unavailable(
-                    "the connection reached its maximum age (--max-connection-age); reconnect",
-                )));
-                break "the connection reached --max-connection-age".into();
-            }
-            _ = tx.closed() => break "closed by the client".into(),
-        }
-        while let Some(event) = machine.poll_event() {
-            events.protocol(&event);
-        }
-        let mut gone: Option<&str> = None;
-        while let Some(written) = machine
-            // Tokio's clock (the same as the system's, but for tests on a paused clock).
-            .poll_response(tokio::time::Instant::now().into_std())
-            .map(|r| M::wire(r, &control_plane, secrets))
-            .or_else(|| {
-                machine
-                    .poll_unknown()
-                    .map(|r| M::wire_unknown(r, &control_plane))
-            })
-        {
-            // Framed here, once, into a buffer of its size (and bytes shared with other
-            // streams): the body only passes them on.
-            let (framed, shared) = match M::frame(&written.wire, MAX_RESPONSE_BYTES, &tails) {
-                Ok(framed) => framed,
-                Err(status) => {
-                    events.too_large(
-                        written.kind,
-                        &written.version,
-                        written.resources,
-                        status.message(),
-                    );
-                    let _ = tx.send(Outgoing::end(status)).await;
-                    gone = Some("a response too large to send");
+                let bytes = framed.len() + shared.as_ref().map_or(0, Bytes::len) - body::PREFIX;
+                // A client that does not read blocks this send; shutdown must not wait for it.
+                let sent = tokio::select! {
+                    sent = send_parts(&tx, framed, shared) => sent,
+                    _ = stop.changed() => {
+                        gone = Some("server shutting down");
+                        break;
+                    }
+                };
+                if !sent {
+                    gone = Some("closed by the client");
                     break;
                 }
-            };
-            let bytes = framed.len() + shared.as_ref().map_or(0, Bytes::len) - body::PREFIX;
-            // A client that does not read blocks this send; shutdown must not wait for it.
-            let sent = tokio::select! {
-                sent = send_parts(&tx, framed, shared) => sent,
-                _ = stop.changed() => {
-                    gone = Some("server shutting down");
-                    break;
+                let sent = Sent {
+                    resources: written.resources,
+                    not_found: written.not_found,
+                    bytes,
+                };
+                events.sent(written.kind, &written.version, sent);
+            }
+            // What deciding the responses did (plan steps), counted and logged now, not at the
+            // next input.
+            while let Some(event) = machine.poll_event() {
+                events.protocol(&event);
+            }
+            if let (Some((handle, _)), Some((changes, references))) =
+                (&sibling, machine.references())
+            {
+                if changes != published {
+                    published = changes;
+                    handle.publish(references);
                 }
-            };
-            if !sent {
-                gone = Some("closed by the client");
-                break;
             }
-            let sent = Sent {
-                resources: written.resources,
-                not_found: written.not_found,
-                bytes,
-            };
-            events.sent(written.kind, &written.version, sent);
-        }
-        // What deciding the responses did (plan steps), counted and logged now, not at the
-        // next input.
-        while let Some(event) = machine.poll_event() {
-            events.protocol(&event);
-        }
-        if let (Some((handle, _)), Some((changes, references))) = (&sibling, machine.references()) {
-            if changes != published {
-                published = changes;
-                handle.publish(references);
+            if let Some(listed) = &listed {
+                listed.update(
+                    attached,
+                    ResourceType::ALL
+                        .iter()
+                        .filter_map(|&kind| machine.status(kind).map(|s| (kind, s))),
+                    machine.plan_status(),
+                    machine.unknown_status(),
+                );
             }
+            if let Some(why) = gone {
+                break why.into();
+            }
+        };
+        if let Some(status) = end {
+            let _ = tx.send(Outgoing::end(*status)).await;
         }
-        if let Some(listed) = &listed {
-            listed.update(
-                attached,
-                ResourceType::ALL
-                    .iter()
-                    .filter_map(|&kind| machine.status(kind).map(|s| (kind, s))),
-                machine.plan_status(),
-                machine.unknown_status(),
-            );
-        }
-        if let Some(why) = gone {
-            break why.into();
-        }
-    };
-    drop(listed);
-    telemetry.stream_closed(
-        counted,
-        node_id.as_deref().unwrap_or(""),
-        &peer,
-        variant,
-        protocol,
-        &reason,
-    );
+        drop(listed);
+        telemetry.stream_closed(
+            counted,
+            node_id.as_deref().unwrap_or(""),
+            &peer,
+            variant,
+            protocol,
+            &reason,
+        );
+    }
 }
 
 /// Send a framed response, its own bytes then those shared with other streams; `false`
