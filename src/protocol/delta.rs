@@ -30,6 +30,7 @@ use super::stream::{Core, Flavor, Reference, Stream};
 use super::{heartbeat_interval, Event, Subscription, UnknownNames, UnknownRequest};
 use crate::cache::TypeSnapshot;
 use crate::resource::{namespace_of, xdstp, Resource, ResourceType};
+use held::{Held, HeldRef, HeldSet};
 
 /// One resource in a delta response.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,53 +91,6 @@ pub struct Delta {
     types: PerType<TypeState>,
 }
 
-/// What the client holds of one resource. A set of these, keyed by name through `Borrow<str>`,
-/// is the stream's name -> version map; a resource sent shares its name with the snapshot
-/// instead of copying it, which keeps large delta subscriptions small per stream.
-#[derive(Clone, Debug)]
-enum Held {
-    /// Sent on this stream.
-    Sent(Arc<Resource>),
-    /// Listed in `initial_resource_versions` (P23): name and version.
-    Claimed(Box<(String, String)>),
-}
-
-impl Held {
-    fn name(&self) -> &str {
-        match self {
-            Held::Sent(r) => &r.name,
-            Held::Claimed(c) => &c.0,
-        }
-    }
-
-    fn version(&self) -> &str {
-        match self {
-            Held::Sent(r) => &r.version,
-            Held::Claimed(c) => &c.1,
-        }
-    }
-}
-
-impl std::borrow::Borrow<str> for Held {
-    fn borrow(&self) -> &str {
-        self.name()
-    }
-}
-
-impl std::hash::Hash for Held {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name().hash(state)
-    }
-}
-
-impl PartialEq for Held {
-    fn eq(&self, other: &Held) -> bool {
-        self.name() == other.name()
-    }
-}
-
-impl Eq for Held {}
-
 /// What the client held of one name before a response changed it.
 #[derive(Debug)]
 enum Before {
@@ -150,11 +104,8 @@ enum Before {
 #[derive(Debug, Default)]
 struct TypeState {
     subscription: Subscription,
-    /// Name -> what the client holds (as far as the server knows). Hashed with foldhash,
-    /// keyed per set: every push looks up each changed name here on every stream, and
-    /// SipHash was about 6% of a delta push's stream instructions (callgrind,
-    /// docs/benchmarks.md, "Issue 22").
-    held: HashSet<Held, foldhash::quality::RandomState>,
+    /// Name -> what the client holds (as far as the server knows).
+    held: HeldSet,
     /// The snapshot `held` was last reconciled with; names changed since then are looked at
     /// on the next response.
     basis: Option<Arc<TypeSnapshot>>,
@@ -191,7 +142,7 @@ impl TypeState {
     /// as if sent, sharing the snapshot's resource instead of the claimed name and version
     /// (a proxy back after a restart would otherwise keep a copy of every name it holds).
     fn confirm(&mut self, resource: &Arc<Resource>) {
-        if let Some(Held::Claimed(_)) = self.held.get(resource.name.as_str()) {
+        if let Some(HeldRef::Claimed { .. }) = self.held.get(resource.name.as_str()) {
             self.held.replace(Held::Sent(Arc::clone(resource)));
         }
     }
@@ -224,8 +175,8 @@ impl TypeState {
                     Before::Held(h @ Held::Claimed(_)) => (h.name(), Previous::Unknown),
                 };
                 match self.held.get(name)? {
-                    Held::Sent(now) => Some((Arc::clone(now), previous)),
-                    Held::Claimed(_) => None,
+                    HeldRef::Sent(now) => Some((Arc::clone(now), previous)),
+                    HeldRef::Claimed { .. } => None,
                 }
             })
             .collect()
@@ -253,8 +204,8 @@ impl TypeState {
             .retain(|held| match current.resources.get(held.name()) {
                 Some(r) => subscription.covers_resource(r),
                 None => match held {
-                    Held::Sent(r) => subscription.covers_resource(r),
-                    Held::Claimed(c) => subscription.covers(&c.0),
+                    HeldRef::Sent(r) => subscription.covers_resource(r),
+                    HeldRef::Claimed { name, .. } => subscription.covers(name),
                 },
             });
         let held = &self.held;
@@ -281,7 +232,7 @@ impl DeltaStream {
         self.flavor().types[kind]
             .held
             .iter()
-            .filter(|h| matches!(h, Held::Claimed(_)))
+            .filter(|h| matches!(h, HeldRef::Claimed { .. }))
             .count()
     }
 }
@@ -438,8 +389,8 @@ impl Flavor for Delta {
             .held
             .iter()
             .filter_map(|h| match h {
-                Held::Sent(r) => Some(r.references.iter().cloned()),
-                Held::Claimed(_) => None,
+                HeldRef::Sent(r) => Some(r.references.iter().cloned()),
+                HeldRef::Claimed { .. } => None,
             })
             .flatten()
             .collect()
@@ -501,7 +452,8 @@ impl Delta {
                         if !covered.next().unwrap_or(false) {
                             continue;
                         }
-                        if st.held.get(name.as_str()).map(Held::version) != Some(r.version.as_str())
+                        if st.held.get(name.as_str()).map(HeldRef::version)
+                            != Some(r.version.as_str())
                         {
                             send.push((r, Why::Send));
                         } else {
@@ -523,7 +475,7 @@ impl Delta {
         // A wildcard just added: everything the client lacks.
         if std::mem::take(&mut st.full) {
             for r in current.resources.values() {
-                if st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str()) {
+                if st.held.get(r.name.as_str()).map(HeldRef::version) != Some(r.version.as_str()) {
                     send.push((r, Why::Send));
                 } else {
                     st.confirm(r);
@@ -553,7 +505,8 @@ impl Delta {
                     st.held.remove(r.name.as_str());
                     st.heartbeats.remove(&r.name);
                 } else if forced
-                    || st.held.get(r.name.as_str()).map(Held::version) != Some(r.version.as_str())
+                    || st.held.get(r.name.as_str()).map(HeldRef::version)
+                        != Some(r.version.as_str())
                 {
                     send.push((r, Why::Send));
                 } else {
@@ -574,7 +527,7 @@ impl Delta {
         for name in due {
             match current.resources.get(&name) {
                 Some(r)
-                    if st.held.get(name.as_str()).map(Held::version)
+                    if st.held.get(name.as_str()).map(HeldRef::version)
                         == Some(r.version.as_str()) =>
                 {
                     send.push((r, Why::Heartbeat));
@@ -709,6 +662,8 @@ fn settle(send: &mut Vec<(&Arc<Resource>, Why)>) {
     send.sort_by(|a, b| a.0.name.cmp(&b.0.name).then(a.1.cmp(&b.1)));
     send.dedup_by(|later, first| later.0.name == first.0.name);
 }
+
+mod held;
 
 #[cfg(test)]
 mod tests;
