@@ -32,11 +32,27 @@ pub struct TypeSnapshot {
     pub resources: BTreeMap<String, Arc<Resource>>,
     /// Alias -> name (P24; VHDS only).
     pub aliases: HashMap<String, String>,
-    changes: Memo<TypeSnapshot, Arc<[String]>>,
+    changes: Memo<TypeSnapshot, Changes>,
     /// What each shared name set selects of this type (`protocol::subscription`): the
     /// streams of a node group that ask for the same names select once per snapshot.
     pub selections: Memo<BTreeSet<String>, Arc<Selection>, SELECTIONS>,
 }
+
+/// The names whose resource differs between an older type snapshot and a newer one, in
+/// name order ([`TypeSnapshot::changed_since`]), each with the newer one's resource.
+#[derive(Clone, Debug, Default)]
+pub struct Changes {
+    pub names: Arc<[String]>,
+    /// `now[i]`: the newer snapshot's resource named `names[i]`; `None`: removed.
+    pub now: Arc<[Option<Arc<Resource>>]>,
+    /// Which of `now`'s resources each shared name set covers
+    /// (`protocol::Subscription::covers_changes`): the delta streams that subscribe to the
+    /// same names ask once per push.
+    pub covered: Arc<Memo<BTreeSet<String>, Arc<[bool]>, COVERED>>,
+}
+
+/// How many name sets a push's changes remember what they cover for (as for selections).
+const COVERED: usize = 16;
 
 /// Whether looking `probes` sorted keys up in a sorted collection of `size` is cheaper by a
 /// merge (`size + probes` steps) than by a lookup each (`probes * log2(size)`).
@@ -133,13 +149,19 @@ impl TypeSnapshot {
     /// (another version) or removed, in name order. Computed once per pair and shared, so
     /// the streams of a node group each pay only for what changed, not for the whole type.
     pub fn changes_since(self: &Arc<Self>, older: &Arc<TypeSnapshot>) -> Arc<[String]> {
+        self.changed_since(older).names
+    }
+
+    /// [`TypeSnapshot::changes_since`] with this snapshot's resource of each name: what a
+    /// delta stream sends of a push, looked up once per pair instead of once per stream.
+    pub fn changed_since(self: &Arc<Self>, older: &Arc<TypeSnapshot>) -> Changes {
         if Arc::ptr_eq(self, older) || self.version == older.version {
-            return Arc::from(Vec::new());
+            return Changes::default();
         }
         if let Some(found) = self.changes.get(older) {
             return found;
         }
-        let mut changed = Vec::new();
+        let (mut names, mut now) = (Vec::new(), Vec::new());
         let mut old = older.resources.iter().peekable();
         for (name, r) in &self.resources {
             // A resource no file change touched is the same `Arc` in both (keyed by its name):
@@ -149,17 +171,28 @@ impl TypeSnapshot {
                 continue;
             }
             while let Some((gone, _)) = old.next_if(|(o, _)| *o < name) {
-                changed.push(gone.clone());
+                names.push(gone.clone());
+                now.push(None);
             }
             match old.next_if(|(o, _)| *o == name) {
                 Some((_, o)) if o.version == r.version => {}
-                _ => changed.push(name.clone()),
+                _ => {
+                    names.push(name.clone());
+                    now.push(Some(Arc::clone(r)));
+                }
             }
         }
-        changed.extend(old.map(|(gone, _)| gone.clone()));
-        let changed: Arc<[String]> = changed.into();
-        self.changes.put(older, Arc::clone(&changed));
-        changed
+        for (gone, _) in old {
+            names.push(gone.clone());
+            now.push(None);
+        }
+        let changes = Changes {
+            names: names.into(),
+            now: now.into(),
+            covered: Arc::default(),
+        };
+        self.changes.put(older, changes.clone());
+        changes
     }
 }
 
@@ -973,6 +1006,18 @@ mod change_tests {
         assert_eq!(&changes[..], ["b", "c", "d"]);
         // The second stream to ask gets the same answer without recomputing it.
         assert!(Arc::ptr_eq(&changes, &new.changes_since(&old)));
+        let with = new.changed_since(&old);
+        assert!(Arc::ptr_eq(&with.names, &changes));
+        let now: Vec<_> = with
+            .now
+            .iter()
+            .map(|r| r.as_ref().map(|r| r.name.as_str()))
+            .collect();
+        assert_eq!(now.len(), changes.len());
+        for (name, now) in changes.iter().zip(&now) {
+            // What the newer snapshot has of each changed name, or nothing: removed.
+            assert_eq!(*now, new.resources.get(name).map(|r| r.name.as_str()));
+        }
         assert!(new.changes_since(&new).is_empty());
         assert_eq!(&old.changes_since(&new)[..], ["b", "c", "d"]);
         assert_eq!(&snap(&[]).changes_since(&old)[..], ["a", "b", "c", "e"]);

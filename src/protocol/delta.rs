@@ -439,14 +439,17 @@ impl Delta {
         let mut removed: BTreeSet<String> = BTreeSet::new();
         let mut unresolved: Vec<String> = Vec::new();
 
-        // Changes to the snapshot since the last look (P19).
-        if let Some(basis) = &st.basis {
-            // Looked up by a merge where that is cheaper: every stream does this on a push.
-            let changes = current.changes_since(basis);
-            let found = current.get_sorted(&changes);
-            let present: Vec<&Resource> = found.iter().flatten().map(|r| r.as_ref()).collect();
-            let mut covered = st.subscription.covers_sorted(&present).into_iter();
-            for (name, found) in changes.iter().zip(found) {
+        // Changes to the snapshot since the last look (P19), with their resources: looked up
+        // once per pair of snapshots, not per stream.
+        let changes = st
+            .basis
+            .as_ref()
+            .map(|basis| current.changed_since(basis))
+            .unwrap_or_default();
+        {
+            let covered = st.subscription.covers_changes(&changes);
+            let mut covered = covered.iter().copied();
+            for (name, found) in changes.names.iter().zip(changes.now.iter()) {
                 match found {
                     Some(r) => {
                         if !covered.next().unwrap_or(false) {

@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use crate::cache::{merge_is_cheaper, Memo, TypeSnapshot};
+use crate::cache::{merge_is_cheaper, Changes, Memo, TypeSnapshot};
 use crate::resource::{xdstp, Resource};
 
 /// The wildcard name (P14).
@@ -177,6 +177,24 @@ impl Subscription {
                 names.peek().is_some_and(|n| **n == r.name) || self.covers_resource(r)
             })
             .collect()
+    }
+
+    /// [`Subscription::covers_sorted`] of a push's changed resources that exist
+    /// (`changes.now`), computed once per shared name set: every delta stream asks on every
+    /// push, and a fleet's streams of one kind share their names.
+    pub fn covers_changes(&self, changes: &Changes) -> Arc<[bool]> {
+        let key = if self.wildcard {
+            everything()
+        } else {
+            &self.names
+        };
+        if let Some(found) = changes.covered.get(key) {
+            return found;
+        }
+        let present: Vec<&Resource> = changes.now.iter().flatten().map(|r| r.as_ref()).collect();
+        let covered: Arc<[bool]> = self.covers_sorted(&present).into();
+        changes.covered.put(key, Arc::clone(&covered));
+        covered
     }
 
     /// The aliases of `resource` this subscription names: a response lists them beside the
@@ -615,6 +633,66 @@ mod tests {
     /// P14, P24, P34: whether a subscription covers each of many resources, by a merge of
     /// the names or by a lookup each, is what it says of each alone: by name, by alias, by
     /// glob collection, by wildcard.
+    #[test]
+    fn p19_what_a_pushs_changes_cover_is_computed_once_per_shared_name_set() {
+        use crate::cache::Snapshot;
+        use crate::resource::ResourceType;
+        let snap = |version: &str| {
+            let items: Vec<_> = ["ch-a", "ch-b", "ch-c", "ch-d"]
+                .iter()
+                .map(|n| {
+                    Arc::new(Resource::new(
+                        ResourceType::Endpoint,
+                        *n,
+                        version,
+                        vec![],
+                        None,
+                    ))
+                })
+                .collect();
+            Snapshot::from_resources(&items)
+                .get(ResourceType::Endpoint)
+                .clone()
+        };
+        let (old, new) = (snap("1"), snap("2"));
+        let changes = new.changed_since(&old);
+        assert_eq!(changes.names.len(), 4);
+        let (mut a, mut b, mut c, mut w) = Default::default();
+        for (s, names) in [
+            (&mut a, &["ch-a", "ch-c"][..]),
+            (&mut b, &["ch-c", "ch-a"][..]),
+            (&mut c, &["ch-b"][..]),
+        ] {
+            Subscription::apply_delta(
+                s,
+                true,
+                &names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+                &[],
+            );
+        }
+        Subscription::apply_delta(&mut w, true, &[], &[]);
+        let (ca, cb, cc, cw) = (
+            a.covers_changes(&changes),
+            b.covers_changes(&changes),
+            c.covers_changes(&changes),
+            w.covers_changes(&changes),
+        );
+        assert_eq!(&ca[..], [true, false, true, false]);
+        assert!(Arc::ptr_eq(&ca, &cb), "the same names: asked once");
+        assert_eq!(&cc[..], [false, true, false, false]);
+        assert_eq!(&cw[..], [true; 4], "a wildcard covers every one");
+        // Each is what covering each resource says.
+        for (s, got) in [(&a, &ca), (&c, &cc), (&w, &cw)] {
+            let want: Vec<bool> = changes
+                .now
+                .iter()
+                .flatten()
+                .map(|r| s.covers_resource(r))
+                .collect();
+            assert_eq!(&got[..], &want[..]);
+        }
+    }
+
     #[test]
     fn covering_sorted_resources_is_covering_each() {
         use crate::resource::ResourceType;
