@@ -2,7 +2,6 @@
 //! timers in; responses out. The same loop drives both state machines through [`Machine`].
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -276,7 +275,12 @@ fn run<M: Machine>(
         // future across it, some 1.1 KB of every stream's largest allocation.
         let mut end: Option<Box<Status>> = None;
         let reason: String = loop {
-            let timeout = machine.poll_timeout();
+            let timeout = machine.poll_timeout().map(tokio::time::Instant::from_std);
+            let deadline = match (node_id.is_none(), timeout) {
+                (true, Some(at)) => Some(at.min(first_request_by)),
+                (true, None) => Some(first_request_by),
+                (false, at) => at,
+            };
             tokio::select! {
                 message = requests.message() => match message {
                     Ok(Some(request)) => {
@@ -369,17 +373,19 @@ fn run<M: Machine>(
                         machine.handle_peer_references(handle.others());
                     }
                 }
-                // A stream that never says who it is holds resources for nothing.
-                _ = tokio::time::sleep_until(first_request_by), if node_id.is_none() => {
-                    let waited = limits.first_request_timeout;
-                    telemetry.limit_reached(Limit::FirstRequestTimeout { peer: &peer, waited });
-                    end = Some(Box::new(Status::deadline_exceeded(format!(
-                        "no request with a node within {waited:?} of opening the stream (--first-request-timeout)"
-                    ))));
-                    break format!("no first request within {waited:?}");
+                // One timer for both (each a future in every stream's task): the first
+                // request's deadline, and a heartbeat due (P25), which falls through to poll.
+                _ = sleep_until(deadline), if deadline.is_some() => {
+                    // A stream that never says who it is holds resources for nothing.
+                    if node_id.is_none() && tokio::time::Instant::now() >= first_request_by {
+                        let waited = limits.first_request_timeout;
+                        telemetry.limit_reached(Limit::FirstRequestTimeout { peer: &peer, waited });
+                        end = Some(Box::new(Status::deadline_exceeded(format!(
+                            "no request with a node within {waited:?} of opening the stream (--first-request-timeout)"
+                        ))));
+                        break format!("no first request within {waited:?}");
+                    }
                 }
-                // A heartbeat is due (P25): fall through to poll.
-                _ = sleep_until(timeout), if timeout.is_some() => {}
                 // The flag only ever goes from false to true (or its sender is gone): both mean stop.
                 _ = stop.changed() => break "server shutting down".into(),
                 // The connection reached --max-connection-age: the client reconnects (perhaps to
@@ -533,9 +539,9 @@ async fn sibling_changed(
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
+async fn sleep_until(at: Option<tokio::time::Instant>) {
     if let Some(at) = at {
-        tokio::time::sleep_until(at.into()).await;
+        tokio::time::sleep_until(at).await;
     }
 }
 
