@@ -530,25 +530,28 @@ mod tests {
         assert!(s.select(eds).resources.is_empty());
     }
 
+    /// A snapshot of these ClusterLoadAssignments, each at `version`.
+    fn endpoints(names: &[&str], version: &str) -> crate::cache::Snapshot {
+        use crate::resource::ResourceType;
+        let items: Vec<_> = names
+            .iter()
+            .map(|n| {
+                Arc::new(Resource::new(
+                    ResourceType::Endpoint,
+                    *n,
+                    version,
+                    vec![],
+                    None,
+                ))
+            })
+            .collect();
+        crate::cache::Snapshot::from_resources(&items)
+    }
+
     #[test]
     fn streams_asking_for_the_same_names_share_one_selection_per_snapshot() {
-        use crate::cache::Snapshot;
         use crate::resource::ResourceType;
-        let make = |version: &str| {
-            let items: Vec<_> = ["sel-a", "sel-b", "sel-c"]
-                .iter()
-                .map(|n| {
-                    Arc::new(Resource::new(
-                        ResourceType::Endpoint,
-                        *n,
-                        version,
-                        vec![],
-                        None,
-                    ))
-                })
-                .collect();
-            Snapshot::from_resources(&items)
-        };
+        let make = |version: &str| endpoints(&["sel-a", "sel-b", "sel-c"], version);
         let (one, two) = (make("1"), make("2"));
         let (eds1, eds2) = (
             one.get(ResourceType::Endpoint),
@@ -635,22 +638,9 @@ mod tests {
     /// glob collection, by wildcard.
     #[test]
     fn p19_what_a_pushs_changes_cover_is_computed_once_per_shared_name_set() {
-        use crate::cache::Snapshot;
         use crate::resource::ResourceType;
         let snap = |version: &str| {
-            let items: Vec<_> = ["ch-a", "ch-b", "ch-c", "ch-d"]
-                .iter()
-                .map(|n| {
-                    Arc::new(Resource::new(
-                        ResourceType::Endpoint,
-                        *n,
-                        version,
-                        vec![],
-                        None,
-                    ))
-                })
-                .collect();
-            Snapshot::from_resources(&items)
+            endpoints(&["ch-a", "ch-b", "ch-c", "ch-d"], version)
                 .get(ResourceType::Endpoint)
                 .clone()
         };
