@@ -10,8 +10,10 @@
 //! adds what differs: [`SotwStream`] (State of the World: whole name lists, what the client
 //! was given) and [`DeltaStream`] (incremental: subscribe/unsubscribe, name -> version), with
 //! the subscription logic ([`Subscription`]) shared. The one state beyond a stream is the
-//! table through which SotW streams asking for the same names share one name set (in
-//! `subscription`): it changes what is allocated, never what is decided.
+//! table through which streams asking for the same names share one name set (in
+//! `subscription`; SotW's, and delta's of up to 1,024 names): it changes what is allocated,
+//! never what is decided. A stream keeps per-type state only for the types its client asked
+//! for (`per_type`).
 //!
 //! Call order (in the vocabulary of quinn-proto): feed inputs with `handle_request` (each
 //! message from the client) and `handle_snapshot` (each new snapshot of the cache for this
