@@ -303,8 +303,8 @@ impl RejectedChange {
 }
 
 impl TypeReport {
-    fn new(status: &TypeStatus, now: SystemTime) -> TypeReport {
-        let nack = match &status.state {
+    fn new(status: &TypeStatus<'_>, now: SystemTime) -> TypeReport {
+        let nack = match &*status.state {
             SyncState::Nacked {
                 nack,
                 rejected_version,
@@ -317,9 +317,9 @@ impl TypeReport {
             _ => None,
         };
         TypeReport {
-            state: SyncStatus::from(&status.state),
+            state: SyncStatus::from(&*status.state),
             version_sent: status.state.sent_version().unwrap_or_default().to_string(),
-            version_acked: status.acked_version.clone(),
+            version_acked: status.acked_version.to_string(),
             nonce: status.state.nonce().unwrap_or_default().to_string(),
             nack,
             oversized_bytes: status.oversized.and_then(|n| u32::try_from(n).ok()),
@@ -330,8 +330,8 @@ impl TypeReport {
 
     /// Whether this report already says what `status` says (apart from when it changed),
     /// compared in place: streams report after every input, and mostly nothing changed.
-    fn matches(&self, status: &TypeStatus) -> bool {
-        let (error, rejected_version) = match &status.state {
+    fn matches(&self, status: &TypeStatus<'_>) -> bool {
+        let (error, rejected_version) = match &*status.state {
             SyncState::Nacked {
                 nack,
                 rejected_version,
@@ -339,7 +339,7 @@ impl TypeReport {
             } => (Some(nack.error.as_str()), Some(rejected_version.as_str())),
             _ => (None, None),
         };
-        self.state == SyncStatus::from(&status.state)
+        self.state == SyncStatus::from(&*status.state)
             && self.version_sent == status.state.sent_version().unwrap_or_default()
             && self.version_acked == status.acked_version
             && self.nonce == status.state.nonce().unwrap_or_default()
@@ -462,10 +462,10 @@ fn lock(report: &Mutex<StreamReport>) -> std::sync::MutexGuard<'_, StreamReport>
 impl StreamHandle {
     /// Bring the stream's types up to date, as decided on `generation`; `last_change` moves
     /// only for types whose report changed.
-    pub fn update(
+    pub fn update<'a>(
         &self,
         generation: u64,
-        statuses: impl IntoIterator<Item = (ResourceType, TypeStatus)>,
+        statuses: impl IntoIterator<Item = (ResourceType, TypeStatus<'a>)>,
         plan: Option<PlanStatus>,
         unknown: Vec<crate::protocol::UnknownStatus>,
     ) {
@@ -586,7 +586,7 @@ mod tests {
             [(
                 ResourceType::Cluster,
                 TypeStatus {
-                    state: SyncState::Nacked {
+                    state: std::borrow::Cow::Owned(SyncState::Nacked {
                         nonce: "1".into(),
                         rejected_version: "v1".into(),
                         accepted_version: "v0".into(),
@@ -615,7 +615,7 @@ mod tests {
                                 added: true,
                             }]),
                         }),
-                    },
+                    }),
                     acked_version: "v0".into(),
                     oversized: None,
                     not_found: Default::default(),
@@ -650,10 +650,10 @@ mod tests {
         assert!(fleet.reports().is_empty(), "gone with its stream");
     }
 
-    fn status(state: SyncState) -> TypeStatus {
+    fn status(state: SyncState) -> TypeStatus<'static> {
         TypeStatus {
-            state,
-            acked_version: String::new(),
+            state: std::borrow::Cow::Owned(state),
+            acked_version: "".into(),
             oversized: None,
             not_found: Default::default(),
         }

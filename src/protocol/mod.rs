@@ -235,11 +235,13 @@ impl SyncState {
 }
 
 /// What the server knows of one type on one stream, for operators (`/status`, CSDS).
+/// Borrowed from the stream where it can be: a stream reports after every input, and
+/// mostly nothing changed, so nothing needs copying (docs/benchmarks.md, "Issue 22").
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TypeStatus {
-    pub state: SyncState,
+pub struct TypeStatus<'a> {
+    pub state: std::borrow::Cow<'a, SyncState>,
     /// The version the client last ACKed; empty before its first ACK.
-    pub acked_version: String,
+    pub acked_version: std::borrow::Cow<'a, str>,
     /// The size of the latest response when it was over the response limit and could not be
     /// split (a full-state LDS or CDS response, or one resource alone over it).
     pub oversized: Option<usize>,

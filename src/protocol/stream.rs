@@ -205,11 +205,11 @@ impl<F: Flavor> Stream<F> {
     }
 
     /// What the server knows of `kind` on this stream, if the client asked for it.
-    pub fn status(&self, kind: ResourceType) -> Option<TypeStatus> {
+    pub fn status(&self, kind: ResourceType) -> Option<TypeStatus<'_>> {
         let t = &self.core.types[kind];
         t.requested.then(|| TypeStatus {
-            state: t.state.clone(),
-            acked_version: t.acked_version.clone(),
+            state: std::borrow::Cow::Borrowed(&t.state),
+            acked_version: std::borrow::Cow::Borrowed(&t.acked_version),
             oversized: t.oversized.map(|n| n.get() as usize),
             not_found: t
                 .not_found
