@@ -179,15 +179,21 @@ impl Subscription {
             .collect()
     }
 
+    /// What answers computed for this subscription are remembered by (selections, what a
+    /// push's changes cover): its shared name set, or one set standing for every wildcard.
+    fn shared_key(&self) -> &Arc<BTreeSet<String>> {
+        if self.wildcard {
+            everything()
+        } else {
+            &self.names
+        }
+    }
+
     /// [`Subscription::covers_sorted`] of a push's changed resources that exist
     /// (`changes.now`), computed once per shared name set: every delta stream asks on every
     /// push, and a fleet's streams of one kind share their names.
     pub fn covers_changes(&self, changes: &Changes) -> Arc<[bool]> {
-        let key = if self.wildcard {
-            everything()
-        } else {
-            &self.names
-        };
+        let key = self.shared_key();
         if let Some(found) = changes.covered.get(key) {
             return found;
         }
@@ -230,11 +236,7 @@ impl Subscription {
     /// to 10,000 of them selects once. Linear in the sizes of the snapshot and the name set
     /// (a merge of two sorted sequences) when computed.
     pub fn select(&self, snapshot: &TypeSnapshot) -> Arc<Selection> {
-        let key = if self.wildcard {
-            everything()
-        } else {
-            &self.names
-        };
+        let key = self.shared_key();
         if let Some(found) = snapshot.selections.get(key) {
             return found;
         }
