@@ -596,6 +596,22 @@ mod tests {
     use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
     use std::sync::Arc;
 
+    /// `count` ClusterLoadAssignments named `{prefix}-{i}`, each of `len` bytes of `i`.
+    pub(super) fn endpoints(prefix: &str, count: u8, len: usize) -> Vec<Arc<Resource>> {
+        (0..count)
+            .map(|i| {
+                let name = format!("{prefix}-{i}");
+                Arc::new(Resource::new(
+                    ResourceType::Endpoint,
+                    name,
+                    "v",
+                    vec![i; len],
+                    None,
+                ))
+            })
+            .collect()
+    }
+
     /// P32: what the generated types make of `NOT_FOUND` for `names`.
     pub(super) fn expected_errors(
         names: &[String],
@@ -722,17 +738,7 @@ mod tests {
     /// version and nonce; other resources, or another secrets setting, are other bytes.
     #[test]
     fn the_same_resources_are_sent_from_one_shared_buffer() {
-        let resources: Vec<Arc<Resource>> = (0..3)
-            .map(|i| {
-                Arc::new(Resource::new(
-                    ResourceType::Endpoint,
-                    format!("shared-{i}"),
-                    "v",
-                    vec![i; 100],
-                    None,
-                ))
-            })
-            .collect();
+        let resources = endpoints("shared", 3, 100);
         let wire = |nonce: &str, resources: &[Arc<Resource>], secrets| {
             WireResponse::new(
                 Response {
@@ -773,18 +779,7 @@ mod tests {
         drop(resources);
         assert_eq!(held.strong_count(), 0, "only weak references in the tails");
         // A tail too large to keep: framed whole, every time.
-        let big: Vec<Arc<Resource>> = (0..2u8)
-            .map(|i| {
-                let body = vec![i; SHARED_TAIL_BYTES / SHARED_TAILS];
-                Arc::new(Resource::new(
-                    ResourceType::Endpoint,
-                    format!("big-{i}"),
-                    "v",
-                    body,
-                    None,
-                ))
-            })
-            .collect();
+        let big = endpoints("big", 2, SHARED_TAIL_BYTES / SHARED_TAILS);
         let (whole, none) = wire("7", &big, Secrets::Serve)
             .frame_shared(1 << 30, &tails)
             .expect("framed");
@@ -926,17 +921,7 @@ mod delta_tests {
     /// of all but their system version and nonce; decoded, it is the same message.
     #[test]
     fn delta_responses_of_the_same_resources_share_one_buffer() {
-        let resources: Vec<Arc<Resource>> = (0..3)
-            .map(|i| {
-                Arc::new(Resource::new(
-                    ResourceType::Endpoint,
-                    format!("dshared-{i}"),
-                    "v",
-                    vec![i; 50],
-                    None,
-                ))
-            })
-            .collect();
+        let resources = super::tests::endpoints("dshared", 3, 50);
         let wire = |nonce: &str, removed: Vec<String>| {
             WireDeltaResponse::new(
                 DeltaResponse {
