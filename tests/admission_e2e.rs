@@ -14,7 +14,7 @@ use support::envoy::{envoy_binary, eventually, http_get, Envoy, Switchyard, Upst
 use support::write_mesh;
 
 /// Upper bound on the storm.
-const STORM_LIMIT: Duration = Duration::from_secs(60);
+const STORM_LIMIT: Duration = Duration::from_secs(150);
 
 /// Open streams on `port` as fast as they are let in (each taking a token), until `stop`:
 /// how many were opened.
@@ -73,27 +73,38 @@ async fn e2e_envoy_turned_away_by_the_admission_rate_retries_and_syncs() {
     let storm_task = storm(switchyard.port, Arc::clone(&stop));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let envoy_dir = dir.path().join("envoy");
-    std::fs::create_dir(&envoy_dir).expect("mkdir");
-    let envoy = Envoy::start(&envoy_bin, switchyard.port, "storm-edge", &envoy_dir).await;
     // Envoy's ADS streams (gRPC requests to its `switchyard` cluster): turned away, it opens
     // another after its backoff (jittered: each wait drawn from 0 to 0.5 s, 1 s, 2 s, ...).
     let streams = "cluster.switchyard.upstream_rq_total";
-    let retried = eventually(Duration::from_secs(40), || async {
-        envoy.stat(streams).await.is_some_and(|n| n >= 2)
-    })
-    .await;
-    assert!(
-        retried.is_some(),
-        "Envoy did not retry: {:?}\n{}",
-        envoy.stat(streams).await,
-        envoy.process.log_text()
-    );
-    assert_eq!(
-        envoy.stat("control_plane.connected_state").await,
-        Some(0),
-        "not connected while turned away"
-    );
+    // The storm takes each token within a few milliseconds of its coming back, but an Envoy
+    // stream opened in those milliseconds is let in. A trial in which Envoy got in on its
+    // first stream is void (it was never turned away): that Envoy is stopped and another,
+    // under another node id, starts (at most three trials).
+    let mut trial = 0;
+    let (envoy, node) = loop {
+        trial += 1;
+        let node = format!("storm-edge-{trial}");
+        let envoy_dir = dir.path().join(&node);
+        std::fs::create_dir(&envoy_dir).expect("mkdir");
+        let envoy = Envoy::start(&envoy_bin, switchyard.port, &node, &envoy_dir).await;
+        let outcome = eventually(Duration::from_secs(40), || async {
+            let sent = envoy.stat(streams).await;
+            let connected = envoy.stat("control_plane.connected_state").await;
+            sent.is_some_and(|n| n >= 2) || (sent == Some(1) && connected == Some(1))
+        })
+        .await;
+        assert!(
+            outcome.is_some(),
+            "Envoy did not retry: {:?}\n{}",
+            envoy.stat(streams).await,
+            envoy.process.log_text()
+        );
+        if envoy.stat(streams).await.is_some_and(|n| n >= 2) {
+            break (envoy, node);
+        }
+        println!("trial {trial}: Envoy got in on its first stream (a token the storm missed)");
+        assert!(trial < 3, "Envoy got in on its first stream in 3 trials");
+    };
     stop.store(true, Ordering::Relaxed);
     let opened = storm_task.await.expect("storm");
     println!("storm: {opened} streams opened (most turned away at once)");
@@ -101,7 +112,7 @@ async fn e2e_envoy_turned_away_by_the_admission_rate_retries_and_syncs() {
     // Envoy retries with its backoff and syncs; traffic flows.
     let synced = eventually(Duration::from_secs(60), || async {
         http_get(listener).await.as_deref() == Some("upstream-a")
-            && switchyard.node_synced("storm-edge").await
+            && switchyard.node_synced(&node).await
     })
     .await;
     assert!(
@@ -118,7 +129,7 @@ async fn e2e_envoy_turned_away_by_the_admission_rate_retries_and_syncs() {
     let lines = switchyard.log_lines();
     let peer = lines
         .iter()
-        .find(|l| l["message"] == "xDS stream opened." && l["node"].as_str() == Some("storm-edge"))
+        .find(|l| l["message"] == "xDS stream opened." && l["node"].as_str() == Some(node.as_str()))
         .and_then(|l| l["peer"].as_str())
         .expect("Envoy's stream opened")
         .to_string();
