@@ -30,7 +30,7 @@ use super::stream::{Core, Flavor, Reference, Stream};
 use super::{heartbeat_interval, Event, Subscription, UnknownNames, UnknownRequest};
 use crate::cache::TypeSnapshot;
 use crate::resource::{namespace_of, xdstp, Resource, ResourceType};
-use held::{Held, HeldRef, HeldSet};
+use held::{Before, GivenBefore, Held, HeldRef, HeldSet, Holding};
 
 /// One resource in a delta response.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,21 +91,13 @@ pub struct Delta {
     types: PerType<TypeState>,
 }
 
-/// What the client held of one name before a response changed it.
-#[derive(Debug)]
-enum Before {
-    /// Nothing: the response added this resource (the common case, so no name is copied).
-    Nothing(Arc<Resource>),
-    /// This.
-    Held(Held),
-}
-
 /// One type's sub-stream.
 #[derive(Debug, Default)]
 struct TypeState {
     subscription: Subscription,
-    /// Name -> what the client holds (as far as the server knows).
-    held: HeldSet,
+    /// Name -> what the client holds (as far as the server knows), or that it holds what
+    /// the subscription covers of `basis` (see `Holding`).
+    held: Holding,
     /// The snapshot `held` was last reconciled with; names changed since then are looked at
     /// on the next response.
     basis: Option<Arc<TypeSnapshot>>,
@@ -115,6 +107,10 @@ struct TypeState {
     dirty: BTreeMap<String, bool>,
     /// Look at every resource: the wildcard was just added.
     full: bool,
+    /// In the given form (see `Holding`): clusters sent anew whose ClusterLoadAssignments
+    /// go again on the next response, if the client holds them (P28). Name by name, they
+    /// are `dirty` instead.
+    rewarm: Vec<Arc<Resource>>,
     /// The first response for a wildcard goes out even when empty, so the client knows the
     /// server has nothing (rather than waiting for its initial fetch to time out).
     announce: bool,
@@ -129,6 +125,65 @@ struct TypeState {
 empty!(TypeState);
 
 impl TypeState {
+    /// What the client holds, name by name (made so if it was given; see `Holding`).
+    fn names(&mut self) -> &mut HeldSet {
+        let (set, undo) = self.held.names(&self.subscription);
+        if let Some(undo) = undo {
+            self.before = undo;
+        }
+        for cluster in std::mem::take(&mut self.rewarm) {
+            if let Some(cla) = &cluster.warms_with {
+                if set.get(cla).is_some() {
+                    self.dirty.insert(cla.clone(), true);
+                }
+            }
+        }
+        set
+    }
+
+    /// Whether the next response can be built from the given form: the client holds what
+    /// the subscription covers of `basis`, and nothing but the snapshot's changes since and
+    /// `rewarm` is to look at (no name to look at again, no wildcard just added, no TTL to
+    /// refresh, nothing rejected to send again).
+    fn answers_given(&self, rejected: bool) -> bool {
+        let at_basis = match (self.held.given(), &self.basis) {
+            (Some(given), Some(basis)) => Arc::ptr_eq(given, basis),
+            _ => false,
+        };
+        at_basis && !rejected && self.dirty.is_empty() && !self.full && self.heartbeats.is_empty()
+    }
+
+    /// After an ACK (with nothing rejected): if the client holds exactly what its
+    /// subscription covers of `basis`, keep only that (see `Holding`). One lookup per name
+    /// held, once: a stream stays in the given form from push to push.
+    fn try_give(&mut self, kind: ResourceType) {
+        if kind == ResourceType::VirtualHost
+            || !self.dirty.is_empty()
+            || self.full
+            || !self.heartbeats.is_empty()
+            || !self.before.is_empty()
+            || !self.rewarm.is_empty()
+        {
+            return;
+        }
+        let (Some(basis), Some(set)) = (&self.basis, self.held.by_name()) else {
+            return;
+        };
+        if set.has_claims() {
+            return;
+        }
+        let selected = self.subscription.select(basis);
+        let exactly = set.len() == selected.resources.len()
+            && selected
+                .resources
+                .iter()
+                .all(|r| set.get(&r.name).is_some_and(|h| h.version() == r.version));
+        if exactly {
+            let basis = Arc::clone(basis);
+            self.held.give(&basis, None);
+        }
+    }
+
     /// The client holds `resource` unchanged from before this stream (P23), so it is not sent
     /// again; if it has a TTL, the client's clock for it has been running since then, so a
     /// heartbeat goes out now rather than a third of the TTL from now (P25).
@@ -142,23 +197,29 @@ impl TypeState {
     /// as if sent, sharing the snapshot's resource instead of the claimed name and version
     /// (a proxy back after a restart would otherwise keep a copy of every name it holds).
     fn confirm(&mut self, resource: &Arc<Resource>) {
-        if let Some(HeldRef::Claimed { .. }) = self.held.get(resource.name.as_str()) {
-            self.held.replace(Held::Sent(Arc::clone(resource)));
+        let claimed = matches!(
+            self.held.get(&self.subscription, &resource.name),
+            Some(HeldRef::Claimed { .. })
+        );
+        if claimed {
+            self.names().replace(Held::Sent(Arc::clone(resource)));
         }
     }
 
     /// Record that the client now holds `resource`, remembering the former value for a NACK.
     fn hold(&mut self, resource: &Arc<Resource>, before: &mut Vec<Before>) {
-        before.push(match self.held.replace(Held::Sent(Arc::clone(resource))) {
-            None => Before::Nothing(Arc::clone(resource)),
-            Some(old) => Before::Held(old),
-        });
+        before.push(
+            match self.names().replace(Held::Sent(Arc::clone(resource))) {
+                None => Before::Nothing(Arc::clone(resource)),
+                Some(old) => Before::Held(old),
+            },
+        );
     }
 
     /// Record that the client no longer holds `name`, remembering the former value.
     fn release(&mut self, name: &str, before: &mut Vec<Before>) {
         self.heartbeats.remove(name);
-        if let Some(old) = self.held.take(name) {
+        if let Some(old) = self.names().take(name) {
             before.push(Before::Held(old));
         }
     }
@@ -174,7 +235,7 @@ impl TypeState {
                     Before::Held(Held::Sent(r)) => (r.name.as_str(), Previous::Had(Arc::clone(r))),
                     Before::Held(h @ Held::Claimed(_)) => (h.name(), Previous::Unknown),
                 };
-                match self.held.get(name)? {
+                match self.held.get(&self.subscription, name)? {
                     HeldRef::Sent(now) => Some((Arc::clone(now), previous)),
                     HeldRef::Claimed { .. } => None,
                 }
@@ -188,10 +249,10 @@ impl TypeState {
             match b {
                 Before::Nothing(r) => {
                     self.heartbeats.remove(&r.name);
-                    self.held.remove(r.name.as_str());
+                    self.names().remove(r.name.as_str());
                 }
                 Before::Held(old) => {
-                    self.held.replace(old);
+                    self.names().replace(old);
                 }
             }
         }
@@ -199,18 +260,19 @@ impl TypeState {
 
     /// Forget resources the subscription no longer covers (the client drops them itself).
     fn forget_uncovered(&mut self, current: &TypeSnapshot) {
+        self.names();
         let subscription = &self.subscription;
-        self.held
-            .retain(|held| match current.resources.get(held.name()) {
-                Some(r) => subscription.covers_resource(r),
-                None => match held {
-                    HeldRef::Sent(r) => subscription.covers_resource(r),
-                    HeldRef::Claimed { name, .. } => subscription.covers(name),
-                },
-            });
+        let (set, _) = self.held.names(subscription);
+        set.retain(|held| match current.resources.get(held.name()) {
+            Some(r) => subscription.covers_resource(r),
+            None => match held {
+                HeldRef::Sent(r) => subscription.covers_resource(r),
+                HeldRef::Claimed { name, .. } => subscription.covers(name),
+            },
+        });
         let held = &self.held;
         self.heartbeats
-            .retain(|name, _| held.contains(name.as_str()));
+            .retain(|name, _| held.contains(subscription, name));
     }
 }
 
@@ -218,20 +280,29 @@ impl DeltaStream {
     /// The resources of `kind` the client runs, as name -> version, in name order. After a
     /// NACK these are the versions it kept, not the rejected ones (P17).
     pub fn held(&self, kind: ResourceType) -> BTreeMap<&str, &str> {
-        self.flavor().types[kind]
-            .held
-            .iter()
+        let st = &self.flavor().types[kind];
+        st.held
+            .iter(&st.subscription)
+            .into_iter()
             .map(|h| (h.name(), h.version()))
             .collect()
+    }
+
+    /// Whether the stream keeps what the client holds of `kind` as the snapshot it was given
+    /// (see `Holding`), not name by name.
+    #[cfg(test)]
+    pub(crate) fn given(&self, kind: ResourceType) -> bool {
+        self.flavor().types[kind].held.given().is_some()
     }
 
     /// How many resources of `kind` the stream knows of only by the client's claim (P23),
     /// as copies of their names and versions.
     #[cfg(test)]
     pub(crate) fn claimed(&self, kind: ResourceType) -> usize {
-        self.flavor().types[kind]
-            .held
-            .iter()
+        let st = &self.flavor().types[kind];
+        st.held
+            .iter(&st.subscription)
+            .into_iter()
             .filter(|h| matches!(h, HeldRef::Claimed { .. }))
             .count()
     }
@@ -270,12 +341,27 @@ impl Flavor for Delta {
     ) {
         let current = core.target(kind).map(Arc::clone);
         let st = &mut self.types[kind];
+        // What the client holds is changed name by name by a change of its subscription
+        // (see `Holding`).
+        if first
+            || !request.resource_names_subscribe.is_empty()
+            || !request.resource_names_unsubscribe.is_empty()
+        {
+            st.names();
+        }
 
         // P17: an ACK or NACK of a response; P18: a stale nonce only loses its ACK meaning.
+        let mut acked = false;
         if !request.response_nonce.is_empty() {
             let nonce = request.response_nonce;
             if core.in_flight(kind) && core.latest_nonce(kind) == Some(nonce.as_str()) {
                 let version = core.state(kind).sent_version().unwrap_or("").to_string();
+                // What the response brought is needed name by name for a NACK, or for an
+                // ACK of what the client had rejected.
+                if request.error_detail.is_some() || core.has_rejected(kind) {
+                    st.names();
+                }
+                st.held.settle();
                 let before = std::mem::take(&mut st.before);
                 match request.error_detail {
                     Some(status) => {
@@ -294,6 +380,7 @@ impl Flavor for Delta {
                             Vec::new()
                         };
                         core.ack(kind, version, accepted);
+                        acked = true;
                     }
                 }
             } else {
@@ -309,7 +396,7 @@ impl Flavor for Delta {
                 let name = crate::resource::xdstp::canonical(&name).into_owned();
                 st.dirty.entry(name.clone()).or_insert(false);
                 claimed.insert(name.clone());
-                st.held.replace(Held::Claimed(Box::new((name, version))));
+                st.names().replace(Held::Claimed(Box::new((name, version))));
             }
         }
         let change = st.subscription.apply_delta(
@@ -339,7 +426,7 @@ impl Flavor for Delta {
             if st.subscription.is_wildcard() {
                 // P22: still covered by the wildcard, or reported removed; either way the
                 // client hears about it again.
-                st.held.remove(name.as_str());
+                st.names().remove(name.as_str());
                 st.dirty.insert(name.clone(), true);
             } else {
                 st.dirty.remove(name);
@@ -360,6 +447,9 @@ impl Flavor for Delta {
                 subscribed: change.subscribed,
                 unsubscribed: change.unsubscribed,
             });
+        }
+        if acked && !core.has_rejected(kind) {
+            st.try_give(kind);
         }
     }
 
@@ -385,9 +475,10 @@ impl Flavor for Delta {
     }
 
     fn references(&self, kind: ResourceType) -> BTreeSet<Reference> {
-        self.types[kind]
-            .held
-            .iter()
+        let st = &self.types[kind];
+        st.held
+            .iter(&st.subscription)
+            .into_iter()
             .filter_map(|h| match h {
                 HeldRef::Sent(r) => Some(r.references.iter().cloned()),
                 HeldRef::Claimed { .. } => None,
@@ -410,9 +501,9 @@ impl Flavor for Delta {
     }
 
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
-        self.types[kind]
-            .held
-            .get(name)
+        let st = &self.types[kind];
+        st.held
+            .get(&st.subscription, name)
             .is_some_and(|h| h.version() == version)
     }
 }
@@ -432,6 +523,12 @@ impl Delta {
             return None;
         }
         let st = &mut self.types[kind];
+        // From the given form, every covered change is new to the client (it holds the
+        // basis's versions), and what it holds is not looked up name by name.
+        let mut given = st.answers_given(core.has_rejected(kind));
+        if !given {
+            st.names();
+        }
         // What to send, by how it came (`Why`); one entry per name once settled
         // (`settle`): the first of these that holds. A list sorted once instead of a map
         // (every push inserts each changed name on every stream).
@@ -455,7 +552,11 @@ impl Delta {
                         if !covered.next().unwrap_or(false) {
                             continue;
                         }
-                        if st.held.get(name.as_str()).map(HeldRef::version)
+                        if given {
+                            send.push((r, Why::Send));
+                            continue;
+                        }
+                        if st.held.get(&st.subscription, name).map(HeldRef::version)
                             != Some(r.version.as_str())
                         {
                             send.push((r, Why::Send));
@@ -468,17 +569,37 @@ impl Delta {
                         // response it NACKs, so it may hold it (removing a name it does not
                         // hold is harmless).
                         let maybe_held = || core.rejected(kind).any(|(n, _)| n == name);
-                        if st.held.contains(name.as_str()) || maybe_held() {
+                        if st.held.contains(&st.subscription, name) || maybe_held() {
                             removed.insert(name.clone());
                         }
                     }
                 }
             }
         }
+        // P28, from the given form: what the client holds of these goes again, as it is now
+        // (one it held and that is gone now is among the changes, removed).
+        let mut resent = Vec::new();
+        if given {
+            let held_at = st.held.given().map(Arc::clone);
+            for cluster in std::mem::take(&mut st.rewarm) {
+                let (Some(cla), Some(held_at)) = (&cluster.warms_with, &held_at) else {
+                    continue;
+                };
+                let held = held_at
+                    .resources
+                    .get(cla)
+                    .is_some_and(|r| st.subscription.covers_resource(r));
+                if let Some(r) = current.resources.get(cla).filter(|_| held) {
+                    send.push((r, Why::Send));
+                    resent.push(Arc::clone(r));
+                }
+            }
+        }
         // A wildcard just added: everything the client lacks.
         if std::mem::take(&mut st.full) {
             for r in current.resources.values() {
-                if st.held.get(r.name.as_str()).map(HeldRef::version) != Some(r.version.as_str()) {
+                let held = st.held.get(&st.subscription, &r.name);
+                if held.map(HeldRef::version) != Some(r.version.as_str()) {
                     send.push((r, Why::Send));
                 } else {
                     st.confirm(r);
@@ -494,7 +615,7 @@ impl Delta {
             if found.is_empty() {
                 if kind == ResourceType::VirtualHost
                     && namespace_of(kind, &name).is_some()
-                    && !st.held.contains(name.as_str())
+                    && !st.held.contains(&st.subscription, &name)
                 {
                     unresolved.push(name);
                 } else {
@@ -505,10 +626,10 @@ impl Delta {
             }
             for r in found {
                 if !st.subscription.covers_resource(r) {
-                    st.held.remove(r.name.as_str());
+                    st.names().remove(r.name.as_str());
                     st.heartbeats.remove(&r.name);
                 } else if forced
-                    || st.held.get(r.name.as_str()).map(HeldRef::version)
+                    || st.held.get(&st.subscription, &r.name).map(HeldRef::version)
                         != Some(r.version.as_str())
                 {
                     send.push((r, Why::Send));
@@ -530,7 +651,7 @@ impl Delta {
         for name in due {
             match current.resources.get(&name) {
                 Some(r)
-                    if st.held.get(name.as_str()).map(HeldRef::version)
+                    if st.held.get(&st.subscription, &name).map(HeldRef::version)
                         == Some(r.version.as_str()) =>
                 {
                     send.push((r, Why::Heartbeat));
@@ -561,11 +682,20 @@ impl Delta {
         if send.is_empty() && removed.is_empty() && unresolved.is_empty() && !announce {
             return None;
         }
-        settle(&mut send);
+        // From the given form with nothing sent again, `send` is the changes': in name
+        // order, each name once.
+        if !given || !resent.is_empty() {
+            settle(&mut send);
+        }
 
         // Over the response limit: what fits goes now (removals all, they are names), the
         // rest on the next response, after the client's answer to this one.
         let count = core.fit(kind, send.iter().map(|(r, _)| r.as_ref()), true);
+        if given && count < send.len() {
+            // Split: the client will hold part of the changes, so name by name.
+            st.names();
+            given = false;
+        }
         for (r, how) in send.drain(count.min(send.len())..) {
             // A heartbeat left out stays due; a resource goes on the next response.
             if how != Why::Heartbeat {
@@ -578,21 +708,26 @@ impl Delta {
         let mut warming = Vec::new();
         for (r, how) in send {
             let heartbeat = how == Why::Heartbeat;
-            removed.remove(&r.name);
+            if !removed.is_empty() {
+                removed.remove(&r.name);
+            }
             let ttl = r.ttl.filter(|_| ttl_ok);
             match ttl {
                 Some(ttl) => {
                     st.heartbeats
                         .insert(r.name.clone(), now + heartbeat_interval(ttl));
                 }
-                None => {
+                None if !st.heartbeats.is_empty() => {
                     st.heartbeats.remove(&r.name);
                 }
+                None => {}
             }
             if !heartbeat {
-                st.hold(r, &mut before);
-                if let Some(cla) = &r.warms_with {
-                    warming.push(cla.clone());
+                if !given {
+                    st.hold(r, &mut before);
+                }
+                if r.warms_with.is_some() {
+                    warming.push(Arc::clone(r));
                 }
             }
             resources.push(DeltaResource {
@@ -608,7 +743,11 @@ impl Delta {
                 .map(|alias| unresolved_alias(alias, &current.version)),
         );
         for name in &removed {
-            st.release(name, &mut before);
+            if given {
+                st.heartbeats.remove(name);
+            } else {
+                st.release(name, &mut before);
+            }
         }
         // P32: what the client names and does not exist (not what only its wildcard took).
         // A glob collection with no members is empty, not missing (P34).
@@ -623,15 +762,33 @@ impl Delta {
         }
         core.record_not_found(kind, &not_found, false);
         let nonce = core.send(kind, &current.version);
-        st.before = before;
+        if given {
+            // The client will hold what the subscription covers of `current`.
+            resent.sort_by(|a, b| a.name.cmp(&b.name));
+            resent.dedup_by(|a, b| a.name == b.name);
+            let before = st.held.given().map(|was| {
+                Box::new(GivenBefore {
+                    snapshot: Arc::clone(was),
+                    resent,
+                })
+            });
+            st.held.give(current, before);
+        } else {
+            st.before = before;
+        }
         // P28: a cluster sent anew warms until its ClusterLoadAssignment arrives again, even
         // unchanged; one the client does not hold yet goes out anyway once it subscribes.
         if let (ResourceType::Cluster, Some(eds)) =
             (kind, self.types.get_mut(ResourceType::Endpoint))
         {
-            for cla in warming {
-                if eds.held.contains(cla.as_str()) {
-                    eds.dirty.insert(cla, true);
+            if eds.held.given().is_some() {
+                // Looked up on its next response, with no name copied here.
+                eds.rewarm.extend(warming);
+            } else {
+                for cla in warming.iter().filter_map(|c| c.warms_with.as_ref()) {
+                    if eds.held.contains(&eds.subscription, cla) {
+                        eds.dirty.insert(cla.clone(), true);
+                    }
                 }
             }
         }

@@ -256,7 +256,9 @@ impl Subscription {
         selection
     }
 
-    fn select_from<'a>(&self, snapshot: &'a TypeSnapshot) -> Vec<&'a Arc<Resource>> {
+    /// What [`Subscription::select`] takes of `snapshot`, borrowed from it and not
+    /// remembered.
+    pub(crate) fn select_from<'a>(&self, snapshot: &'a TypeSnapshot) -> Vec<&'a Arc<Resource>> {
         if self.wildcard {
             return snapshot.resources.values().collect();
         }

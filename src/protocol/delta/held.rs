@@ -4,13 +4,19 @@
 //! `Arc<Resource>` (8 bytes a name, sharing its name instead of copying it: every stream holds
 //! every resource of the types it takes, about 220 on the reference snapshot); a name the
 //! client only claimed on reconnecting (P23) is kept apart with its version, as there are none
-//! once each is confirmed or sent. Must not: decide what to send.
+//! once each is confirmed or sent. A stream that holds exactly what its subscription
+//! covers of its type's snapshot keeps only that snapshot ([`Holding::Given`]): every
+//! stream of a fleet does between pushes, and a push then needs no lookup per name in what
+//! each stream holds (docs/benchmarks.md, "Issue 22", item 22). Must not: decide what to
+//! send.
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use super::super::Subscription;
+use crate::cache::TypeSnapshot;
 use crate::resource::Resource;
 
 /// What the client holds of one name, owned: what [`HeldSet::replace`] takes and gives back.
@@ -54,6 +60,158 @@ impl<'a> HeldRef<'a> {
     }
 }
 
+/// What the client held of one name before a response changed it.
+#[derive(Debug)]
+pub(super) enum Before {
+    /// Nothing: the response added this resource (the common case, so no name is copied).
+    Nothing(Arc<Resource>),
+    /// This.
+    Held(Held),
+}
+
+/// What a client holds of one type, as far as the server knows: name by name (`set`), or
+/// exactly the resources of a snapshot that the stream's subscription covers, each at the
+/// snapshot's version (`given`, with `set` empty).
+///
+/// The given form is kept only while the subscription does not change (a change makes it
+/// name by name first), and not for virtual hosts, whose aliases make what a subscription
+/// covers depend on the resource as well as its name: for every other type, what
+/// [`Subscription::select`] takes of a snapshot is what the subscription covers of it.
+#[derive(Debug, Default)]
+pub(super) struct Holding {
+    set: HeldSet,
+    given: Option<Given>,
+}
+
+#[derive(Debug)]
+struct Given {
+    snapshot: Arc<TypeSnapshot>,
+    /// What the response in flight changed, if it was sent from the given form.
+    before: Option<Box<GivenBefore>>,
+}
+
+/// What a response sent from the given form changed: the resources covered that differ
+/// between the snapshot given before it and the one given now, and those it sent again
+/// unchanged (P28).
+#[derive(Debug)]
+pub(super) struct GivenBefore {
+    pub snapshot: Arc<TypeSnapshot>,
+    pub resent: Vec<Arc<Resource>>,
+}
+
+impl Holding {
+    /// The snapshot whose covered resources are held, if that is the form.
+    pub fn given(&self) -> Option<&Arc<TypeSnapshot>> {
+        self.given.as_ref().map(|g| &g.snapshot)
+    }
+
+    /// Hold what the subscription covers of `snapshot`, after a response sent from the
+    /// given form (`before`; `None`: held so already, nothing in flight).
+    pub fn give(&mut self, snapshot: &Arc<TypeSnapshot>, before: Option<Box<GivenBefore>>) {
+        self.set = HeldSet::default();
+        self.given = Some(Given {
+            snapshot: Arc::clone(snapshot),
+            before,
+        });
+    }
+
+    /// The names held, if held name by name.
+    pub fn by_name(&self) -> Option<&HeldSet> {
+        self.given.is_none().then_some(&self.set)
+    }
+
+    /// What is held of `name`, with `subscription` the stream's.
+    pub fn get<'a>(&'a self, subscription: &Subscription, name: &str) -> Option<HeldRef<'a>> {
+        match &self.given {
+            None => self.set.get(name),
+            Some(given) => given
+                .snapshot
+                .resources
+                .get(name)
+                .filter(|r| subscription.covers_resource(r))
+                .map(HeldRef::Sent),
+        }
+    }
+
+    pub fn contains(&self, subscription: &Subscription, name: &str) -> bool {
+        self.get(subscription, name).is_some()
+    }
+
+    /// Every name held, in no particular order.
+    pub fn iter<'a>(&'a self, subscription: &Subscription) -> Vec<HeldRef<'a>> {
+        match &self.given {
+            None => self.set.iter().collect(),
+            Some(given) => subscription
+                .select_from(&given.snapshot)
+                .into_iter()
+                .map(HeldRef::Sent)
+                .collect(),
+        }
+    }
+
+    /// The response in flight was answered: nothing of it is to restore any more.
+    pub fn settle(&mut self) {
+        if let Some(given) = &mut self.given {
+            given.before = None;
+        }
+    }
+
+    /// Name by name from here on, with `subscription` the stream's (unchanged since the
+    /// snapshot was given); and, if the response in flight was sent from the given form,
+    /// what the client held before it of each name it changed, to restore on a NACK.
+    pub fn names(&mut self, subscription: &Subscription) -> (&mut HeldSet, Option<Vec<Before>>) {
+        let mut undo = None;
+        if let Some(given) = self.given.take() {
+            let held = subscription.select(&given.snapshot);
+            self.set = HeldSet::sent(held.resources.iter().cloned());
+            undo = given
+                .before
+                .map(|before| given_before(&before, &given.snapshot, subscription));
+        }
+        (&mut self.set, undo)
+    }
+}
+
+/// What a client holding what `subscription` covers of `before.snapshot` held, of each
+/// name a response that brought it to `after` changed or sent again: what that response
+/// recorded, had it been sent name by name.
+fn given_before(
+    before: &GivenBefore,
+    after: &Arc<TypeSnapshot>,
+    subscription: &Subscription,
+) -> Vec<Before> {
+    let was_held = |name: &str| {
+        before
+            .snapshot
+            .resources
+            .get(name)
+            .filter(|r| subscription.covers_resource(r))
+    };
+    let changes = after.changed_since(&before.snapshot);
+    let mut undo: Vec<Before> = changes
+        .names
+        .iter()
+        .zip(changes.now.iter())
+        .filter_map(|(name, now)| {
+            let now = now.as_ref().filter(|r| subscription.covers_resource(r));
+            match (was_held(name), now) {
+                (Some(was), _) => Some(Before::Held(Held::Sent(Arc::clone(was)))),
+                (None, Some(now)) => Some(Before::Nothing(Arc::clone(now))),
+                (None, None) => None,
+            }
+        })
+        .collect();
+    // Sent again unchanged: the client had them at the same version.
+    let resent = before
+        .resent
+        .iter()
+        .filter(|r| changes.names.binary_search(&r.name).is_err())
+        .filter_map(|r| was_held(&r.name))
+        .map(|was| Before::Held(Held::Sent(Arc::clone(was))));
+    undo.extend(resent);
+    undo
+}
+
 /// A resource sent, in the set by its name.
 #[derive(Debug)]
 struct Sent(Arc<Resource>);
@@ -89,6 +247,23 @@ pub(super) struct HeldSet {
 }
 
 impl HeldSet {
+    /// A set of these resources, sent.
+    fn sent(resources: impl Iterator<Item = Arc<Resource>>) -> HeldSet {
+        let mut set = HeldSet::default();
+        set.sent.extend(resources.map(Sent));
+        set
+    }
+
+    /// How many names are held.
+    pub fn len(&self) -> usize {
+        self.sent.len() + self.claimed.len()
+    }
+
+    /// Whether any name is held only by the client's claim (P23).
+    pub fn has_claims(&self) -> bool {
+        !self.claimed.is_empty()
+    }
+
     pub fn get(&self, name: &str) -> Option<HeldRef<'_>> {
         if let Some(sent) = self.sent.get(name) {
             return Some(HeldRef::Sent(&sent.0));
@@ -98,10 +273,6 @@ impl HeldSet {
         }
         let (name, version) = self.claimed.get_key_value(name)?;
         Some(HeldRef::Claimed { name, version })
-    }
-
-    pub fn contains(&self, name: &str) -> bool {
-        self.get(name).is_some()
     }
 
     /// Hold `held` instead of what was held of its name, which is returned.
@@ -210,7 +381,7 @@ mod tests {
         // Sent over sent.
         let old = set.replace(Held::Sent(sent("a", "3")));
         assert!(matches!(&old, Some(Held::Sent(r)) if r.version == "2"));
-        assert!(set.take("b").is_some() && !set.contains("b"));
+        assert!(set.take("b").is_some() && set.get("b").is_none());
         assert!(!set.remove("b"));
         set.replace(claimed("c", "1"));
         set.retain(|h| h.name() != "c");

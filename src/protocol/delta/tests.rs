@@ -277,6 +277,116 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
     assert_eq!(names(&fixed), ["a"]);
 }
 
+/// The held names of `kind`, with their versions.
+fn held(s: &DeltaStream, kind: ResourceType) -> BTreeMap<String, String> {
+    s.held(kind)
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}
+
+fn versions(items: &[(&str, &str)]) -> BTreeMap<String, String> {
+    items
+        .iter()
+        .map(|(n, c)| (n.to_string(), version(Endpoint, n, c)))
+        .collect()
+}
+
+#[test]
+fn p19_a_stream_holding_what_it_subscribes_to_keeps_the_snapshot_and_gets_only_changes() {
+    let mut s = ads_unordered();
+    s.handle_snapshot(snap(&[
+        (Endpoint, "x", "1"),
+        (Endpoint, "y", "1"),
+        (Endpoint, "w", "1"),
+    ]));
+    s.handle_request(req(Endpoint, &["x", "y", "z"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["x", "y"]);
+    assert!(!s.given(Endpoint), "not before the client answers");
+    ack(&mut s, &r);
+    assert!(s.given(Endpoint), "it holds what it subscribes to");
+    // x changes, y goes, z (subscribed, missing) comes; w and v are not subscribed to.
+    s.handle_snapshot(snap(&[
+        (Endpoint, "x", "2"),
+        (Endpoint, "z", "1"),
+        (Endpoint, "w", "2"),
+        (Endpoint, "v", "1"),
+    ]));
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["x", "z"]);
+    assert_eq!(r.removed, ["y"]);
+    assert!(
+        r.not_found.contains(&"y".to_string()),
+        "P32: named and gone"
+    );
+    assert_eq!(held(&s, Endpoint), versions(&[("x", "2"), ("z", "1")]));
+    ack(&mut s, &r);
+    assert!(s.given(Endpoint), "and still does after the push");
+    none(&mut s);
+    // Unchanged content: nothing; a change of what it does not subscribe to: nothing.
+    s.handle_snapshot(snap(&[
+        (Endpoint, "x", "2"),
+        (Endpoint, "z", "1"),
+        (Endpoint, "w", "3"),
+    ]));
+    none(&mut s);
+    assert!(s.given(Endpoint));
+    // A subscription change is taken name by name, and answered (P21).
+    s.handle_request(req(Endpoint, &["w"], &["z"], ""))
+        .expect("ok");
+    assert!(!s.given(Endpoint));
+    assert_eq!(held(&s, Endpoint), versions(&[("x", "2")]), "z is dropped");
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["w"]);
+    ack(&mut s, &r);
+    assert!(s.given(Endpoint));
+    assert_eq!(held(&s, Endpoint), versions(&[("w", "3"), ("x", "2")]));
+}
+
+#[test]
+fn p17_a_nack_of_a_push_from_the_given_form_restores_what_the_client_had_after_a_subscription_change(
+) {
+    let mut s = ads_unordered();
+    s.handle_snapshot(snap(&[(Endpoint, "x", "1"), (Endpoint, "y", "1")]));
+    s.handle_request(req(Endpoint, &["x", "y"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    ack(&mut s, &r);
+    assert!(s.given(Endpoint));
+    s.handle_snapshot(snap(&[(Endpoint, "x", "2"), (Endpoint, "q", "1")]));
+    let bad = one(&mut s);
+    assert_eq!(names(&bad), ["x"]);
+    assert_eq!(bad.removed, ["y"]);
+    // Before answering, the client subscribes to q: what it holds is now kept name by name,
+    // with what the push in flight changed.
+    s.handle_request(req(Endpoint, &["q"], &[], ""))
+        .expect("ok");
+    assert!(!s.given(Endpoint));
+    s.handle_request(nack(Endpoint, &bad.nonce, "x is broken"))
+        .expect("nack");
+    let (_, named) = crate::testing::rejected_changes(s.state(Endpoint));
+    assert_eq!(named, [("x".into(), version(Endpoint, "x", "2"), false)]);
+    assert_eq!(
+        held(&s, Endpoint),
+        versions(&[("x", "1"), ("y", "1")]),
+        "it runs what it had (P17)"
+    );
+    // q goes out; the rejected x does not go again until it changes (P5).
+    let r = one(&mut s);
+    assert_eq!(names(&r), ["q"]);
+    ack(&mut s, &r);
+    assert_eq!(
+        held(&s, Endpoint),
+        versions(&[("q", "1"), ("x", "1"), ("y", "1")])
+    );
+    assert!(
+        !s.given(Endpoint),
+        "it holds x at another version than the snapshot's"
+    );
+}
+
 #[test]
 fn p18_subscription_changes_with_a_stale_nonce_are_honoured() {
     let mut s = ads();
@@ -674,6 +784,53 @@ fn p28_a_changed_cluster_is_followed_by_its_load_assignment() {
 }
 
 #[test]
+fn p28_from_the_given_form_what_the_client_holds_goes_again_and_a_nack_of_it_is_recorded() {
+    let mut s = ads();
+    let items = |c: &'static str| {
+        snap(&[
+            (Cluster, "a", c),
+            (Cluster, "b", c),
+            (Endpoint, "a", "1"),
+            (Endpoint, "b", "1"),
+        ])
+    };
+    s.handle_snapshot(items("1"));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    s.handle_request(req(Endpoint, &["a"], &[], ""))
+        .expect("ok");
+    for r in drain(&mut s, Instant::now()) {
+        ack(&mut s, &r);
+    }
+    assert!(s.given(Cluster) && s.given(Endpoint));
+    // Both clusters change; the client holds only a's endpoints, which go again unchanged.
+    s.handle_snapshot(items("2"));
+    let all = drain(&mut s, Instant::now());
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert_eq!((all[0].kind, names(&all[0])), (Cluster, vec!["a", "b"]));
+    assert_eq!((all[1].kind, names(&all[1])), (Endpoint, vec!["a"]));
+    assert!(all[1].removed.is_empty());
+    ack(&mut s, &all[0]);
+    assert!(s.given(Cluster));
+    s.handle_request(nack(Endpoint, &all[1].nonce, "bad a"))
+        .expect("nack");
+    let (_, named) = crate::testing::rejected_changes(s.state(Endpoint));
+    assert_eq!(
+        named,
+        [("a".into(), version(Endpoint, "a", "1"), false)],
+        "what the response sent again, as it was held"
+    );
+    assert_eq!(held(&s, Endpoint), versions(&[("a", "1")]));
+    // Again, and ACKed: the given form again.
+    s.handle_snapshot(items("3"));
+    let all = drain(&mut s, Instant::now());
+    assert_eq!((all[1].kind, names(&all[1])), (Endpoint, vec!["a"]));
+    for r in &all {
+        ack(&mut s, r);
+    }
+    assert!(s.given(Cluster), "nothing rejected of CDS");
+}
+
+#[test]
 fn per_type_streams_serve_only_their_type() {
     let mut s = DeltaStream::new(Variant::Single(Endpoint));
     s.handle_snapshot(snap(&[(Cluster, "a", "1"), (Endpoint, "a", "1")]));
@@ -689,9 +846,12 @@ fn per_type_streams_serve_only_their_type() {
 /// removals delete) and ACKs, or in some runs NACKs at random (keeping what it had); random
 /// steps change the snapshot and subscribe or unsubscribe. After each step the server's view
 /// of what the client runs must be exactly what it runs (P17), and, in runs without NACKs,
-/// that must be what its subscription covers at current versions.
+/// that must be what its subscription covers at current versions. Steps after which the
+/// stream keeps what the client holds as its snapshot (`Holding`'s given form) are counted:
+/// the model must reach that form too.
 #[test]
 fn model_client_converges_to_its_subscription() {
+    let given_steps = std::cell::Cell::new((0, 0));
     crate::testing::on_tapes(300, |next| {
         let nacks = next(2) == 0;
         let mut s = ads();
@@ -786,6 +946,8 @@ fn model_client_converges_to_its_subscription() {
                 .map(|(n, v)| (n.to_string(), v.to_string()))
                 .collect();
             assert_eq!(held, client, "the server knows what the client runs (P17)");
+            let (given, steps) = given_steps.get();
+            given_steps.set((given + usize::from(s.given(Cluster)), steps + 1));
             if nacks {
                 continue;
             }
@@ -799,6 +961,11 @@ fn model_client_converges_to_its_subscription() {
             assert_eq!(client, want);
         }
     });
+    let (given, steps) = given_steps.get();
+    assert!(
+        given * 4 > steps,
+        "the given form after {given} of {steps} steps"
+    );
 }
 
 #[test]
@@ -867,6 +1034,10 @@ fn p17_p19_a_delta_response_over_the_limit_is_split_and_the_rest_follows_each_an
     let first = one(&mut s);
     assert_eq!(names(&first), ["old"]);
     ack(&mut s, &first);
+    assert!(
+        s.given(Endpoint),
+        "it holds what it subscribes to: split from the given form"
+    );
     // `old` goes and five large ones come.
     s.handle_snapshot(snap(&five));
     let part1 = one(&mut s);
