@@ -9,7 +9,9 @@
 //! whole, from the same shared bytes, with the same nonce; requests are read for their type
 //! URL and nonce only; ACKs are not checked, names are not looked at, nothing is tracked but
 //! which version of each type a stream was sent. On SIGHUP it loads `CONFIG_DIR` again and
-//! sends each stream the types whose content changed.
+//! sends each stream the types whose content changed, and the endpoints again whenever the
+//! clusters changed (as Switchyard does, P28: Envoy keeps a changed cluster warming until
+//! its endpoints come again).
 //!
 //! So what it spends per push is what reading the ACKs and writing the same bytes costs
 //! (HTTP/2 framing, the tasks' wakeups, the kernel's loopback), and nothing of Switchyard's
@@ -222,11 +224,17 @@ async fn stream(
             }
         }
         let generation = Arc::clone(&current.borrow_and_update());
+        let clusters = ResourceType::Cluster.type_url();
+        let clusters_changed = sent
+            .get(clusters)
+            .zip(generation.types.get(clusters))
+            .is_some_and(|(sent, now)| !sent.is_empty() && *sent != now.version);
         for (type_url, version) in sent.iter_mut() {
             let Some(encoded) = generation.types.get(type_url.as_str()) else {
                 continue;
             };
-            if *version != encoded.version {
+            let again = clusters_changed && type_url == ResourceType::Endpoint.type_url();
+            if *version != encoded.version || again {
                 version.clone_from(&encoded.version);
                 let bytes = if delta { &encoded.delta } else { &encoded.sotw };
                 if out.send(bytes.clone()).await.is_err() {

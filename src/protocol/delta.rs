@@ -6,7 +6,9 @@
 //! for the names that changed since `basis` ([`TypeSnapshot::changes_since`], computed once
 //! per node group and shared), so building a response costs what changed, not the size of
 //! the type. Subscription changes mark names `dirty`; only a newly added wildcard looks at
-//! the whole type.
+//! the whole type. A client that holds exactly what its subscription covers of `basis` (a
+//! fleet's proxies, between pushes) is kept as just that (`held::Holding`'s given form): a
+//! push then sends it the covered changes without looking each up in what it holds.
 //!
 //! The delta flavor of the stream core (`protocol::stream`): the core keeps nonces, ACK/NACK
 //! and the make-before-break plan; responses are built from the snapshot the plan says to

@@ -57,9 +57,10 @@ struct TypeState {
     given: Option<Given>,
     /// What it had before the latest response (to tell what that response brought).
     prev_given: Option<Given>,
-    /// Names to send on the next response even if unchanged: the ClusterLoadAssignments of
-    /// clusters just sent anew, without which Envoy keeps them warming (P28).
-    rewarm: BTreeSet<String>,
+    /// Clusters just sent anew: their ClusterLoadAssignments go on the next response even if
+    /// unchanged, without which Envoy keeps them warming (P28). Those the client lacks go
+    /// anyway, so nothing is looked up here, and no name is copied.
+    rewarm: Vec<Arc<Resource>>,
     /// When the TTL'd resources the client has are due to be sent again (P25, P26).
     refresh_at: Option<Instant>,
     /// Names `given` counts that the client does not have yet: the rest of a response split
@@ -145,11 +146,6 @@ impl Given {
                 !has || also(&r.name)
             })
             .collect()
-    }
-
-    /// Whether the client has a resource of this name.
-    fn has(&self, name: &str) -> bool {
-        self.subscription.covers(name) && self.snapshot.resources.contains_key(name)
     }
 
     /// Whether the client has exactly `selected`, which `subscription` selects from
@@ -389,7 +385,18 @@ impl Sotw {
         // Names the client has not been told do not exist: a response is due for them.
         let news = not_found.iter().any(|n| !core.told_not_found(kind, n));
         let full_state = kind.is_full_state();
-        let rewarm = !st.rewarm.is_empty() && selected.iter().any(|r| st.rewarm.contains(&r.name));
+        // The ClusterLoadAssignments to send again (P28), in name order.
+        let mut rewarm_names: Vec<&str> = st
+            .rewarm
+            .iter()
+            .filter_map(|c| c.warms_with.as_deref())
+            .collect();
+        if !rewarm_names.is_sorted() {
+            rewarm_names.sort_unstable();
+        }
+        rewarm_names.dedup();
+        let rewarmed = |name: &str| rewarm_names.binary_search(&name).is_ok();
+        let rewarm = !rewarm_names.is_empty() && selected.iter().any(|r| rewarmed(&r.name));
         let refresh = st.refresh_at.is_some_and(|at| at <= now);
         // The next refresh: a third of the shortest TTL among what the client will have.
         let next_refresh = wrap_ttl
@@ -472,7 +479,7 @@ impl Sotw {
                     selection.lacking_since(&before)
                 } else {
                     given.lacks(selected, |n| {
-                        st.rewarm.contains(n)
+                        rewarmed(n)
                             || st.owes(n)
                             || (refresh
                                 && current.resources.get(n).is_some_and(|r| r.ttl.is_some()))
@@ -529,15 +536,21 @@ impl Sotw {
         }
 
         // P28: a cluster this response adds or changes warms until its ClusterLoadAssignment
-        // arrives anew; collected here, queued on EDS below.
-        let warming: Vec<&str> = if kind == ResourceType::Cluster {
+        // arrives anew; collected here, queued on EDS below. A response of the whole selection
+        // (CDS's always are) to a client that had a whole selection: what it lacks is the
+        // same for every stream that had the one and now has the other, so shared.
+        let warming: Vec<Arc<Resource>> = if kind == ResourceType::Cluster {
             let changed = match &st.given {
+                Some(given) if payload.len() == selected.len() => {
+                    selection.lacking_since(&given.subscription.select(&given.snapshot))
+                }
                 Some(given) => given.lacks(payload.iter().copied(), |_| false),
                 None => payload.clone(),
             };
             changed
-                .iter()
-                .filter_map(|r| r.warms_with.as_deref())
+                .into_iter()
+                .filter(|r| r.warms_with.is_some())
+                .cloned()
                 .collect()
         } else {
             Vec::new()
@@ -557,15 +570,14 @@ impl Sotw {
         };
         st.prev_given = st.given.replace(Given::new(current, &st.subscription));
         st.pending = false;
-        st.rewarm.clear();
+        st.rewarm = Vec::new();
         // A ClusterLoadAssignment the client does not have yet goes out anyway (it is new to
-        // it); one it has must be sent again though unchanged.
+        // it); one it has must be sent again though unchanged. Before anything was sent,
+        // everything goes.
         if let Some(eds) = self.types.get_mut(ResourceType::Endpoint) {
-            let due = warming
-                .into_iter()
-                .filter(|cla| eds.given.as_ref().is_some_and(|g| g.has(cla)))
-                .map(str::to_string);
-            eds.rewarm.extend(due);
+            if eds.given.is_some() {
+                eds.rewarm.extend(warming);
+            }
         }
         Some(response)
     }

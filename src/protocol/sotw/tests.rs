@@ -945,6 +945,43 @@ fn p28_a_changed_cluster_is_followed_by_its_unchanged_endpoints() {
 }
 
 #[test]
+fn p28_only_endpoints_the_client_has_go_again_and_what_it_lacks_goes_once_asked_for() {
+    let mut s = SotwStream::new(Variant::Aggregated);
+    let items = |d: &'static str| {
+        snap(&[
+            (Cluster, "c", "1"),
+            (Cluster, "d", d),
+            (Endpoint, "c", "e"),
+            (Endpoint, "d", "e"),
+        ])
+    };
+    s.handle_snapshot(items("1"));
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    s.handle_request(req(Endpoint, &["c"], "", "")).expect("ok");
+    for r in drain(&mut s) {
+        let names: &[&str] = if r.kind == Cluster { &[] } else { &["c"] };
+        s.handle_request(req(r.kind, names, &r.version, &r.nonce))
+            .expect("ack");
+    }
+    // Cluster d changes: the client does not take d's endpoints, so EDS has nothing.
+    s.handle_snapshot(items("2"));
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 1, "{out:#?}");
+    assert_eq!(out[0].kind, Cluster);
+    s.handle_request(req(Cluster, &[], &out[0].version, &out[0].nonce))
+        .expect("ack");
+    // Asked for later, d's endpoints come (new to it), and c's do not come again.
+    let eds_version = s.state(Endpoint).sent_version().unwrap_or("").to_string();
+    s.handle_request(req(Endpoint, &["c", "d"], &eds_version, ""))
+        .expect("ok");
+    let r = s.poll_response(Instant::now()).expect("d's endpoints");
+    assert_eq!((r.kind, names(&r)), (Endpoint, vec!["d".to_string()]));
+    s.handle_request(req(Endpoint, &["c", "d"], &r.version, &r.nonce))
+        .expect("ack");
+    assert!(s.poll_response(Instant::now()).is_none());
+}
+
+#[test]
 fn p28_endpoints_wait_for_the_pending_request_then_go() {
     let mut s = SotwStream::new(Variant::Aggregated);
     s.handle_snapshot(snap(&[(Cluster, "c", "1"), (Endpoint, "c", "e")]));
