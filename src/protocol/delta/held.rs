@@ -5,7 +5,7 @@
 //! every resource of the types it takes, about 220 on the reference snapshot); a name the
 //! client only claimed on reconnecting (P23) is kept apart with its version, as there are none
 //! once each is confirmed or sent. A stream that holds exactly what its subscription
-//! covers of its type's snapshot keeps only that snapshot ([`Holding::Given`]): every
+//! covers of its type's snapshot keeps only that snapshot ([`Holding`]'s given form): every
 //! stream of a fleet does between pushes, and a push then needs no lookup per name in what
 //! each stream holds (docs/benchmarks.md, "Issue 22", item 22). Must not: decide what to
 //! send.
