@@ -1,6 +1,6 @@
 //! What a client subscribes to, for one type on one stream: names and the wildcard.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
@@ -94,15 +94,40 @@ impl Subscription {
         }
         // The set may be shared with other streams (below): it is copied only when a name
         // comes or goes, not for every ACK or repeated name.
+        let mut gained: Vec<&str> = Vec::new();
+        let mut seen: HashSet<&str, foldhash::quality::RandomState> = HashSet::default();
         for name in subscribe {
             if name == WILDCARD {
                 self.wildcard = true;
-            } else if self.names.contains(name) {
+            } else if self.names.contains(name) || !seen.insert(name) {
                 // Already subscribed: still sent again (P21).
                 change.resubscribed.push(name.clone());
             } else {
-                Arc::make_mut(&mut self.names).insert(name.clone());
+                gained.push(name);
                 change.subscribed.push(name.clone());
+            }
+        }
+        let mut shared = false;
+        if !gained.is_empty() {
+            if unsubscribe.is_empty() && self.names.len() + gained.len() <= DELTA_SHARED_AT_MOST {
+                // Shared at once, from a merge of the two sorted lists: no copy of the set is
+                // made and dropped (a stream's first request names every resource it takes).
+                gained.sort_unstable();
+                let mut list = Vec::with_capacity(self.names.len() + gained.len());
+                let mut old = self.names.iter().map(String::as_str).peekable();
+                for name in gained {
+                    while let Some(o) = old.next_if(|o| *o < name) {
+                        list.push(o);
+                    }
+                    list.push(name);
+                }
+                list.extend(old);
+                self.globs = list.iter().any(|n| xdstp::is_glob(n));
+                self.names = NameSets::global().share(&list);
+                shared = true;
+            } else {
+                let names = Arc::make_mut(&mut self.names);
+                names.extend(gained.into_iter().map(str::to_string));
             }
         }
         for name in unsubscribe {
@@ -113,7 +138,7 @@ impl Subscription {
                 change.unsubscribed.push(name.clone());
             }
         }
-        if !change.subscribed.is_empty() || !change.unsubscribed.is_empty() {
+        if !shared && (!change.subscribed.is_empty() || !change.unsubscribed.is_empty()) {
             self.globs = self.names.iter().any(|n| xdstp::is_glob(n));
             // A fleet's delta proxies of one kind subscribe to the same names too: share
             // the set as SotW's are. A large set is left the stream's own, so that a client
@@ -493,6 +518,36 @@ mod tests {
         d.apply_delta(true, &many, &[]);
         assert_eq!(c.names(), d.names());
         assert!(!Arc::ptr_eq(&c.names, &d.names));
+    }
+
+    #[test]
+    fn p21_a_name_twice_in_one_request_is_subscribed_once_and_merged_into_the_shared_set() {
+        let (mut a, mut b) = (Subscription::default(), Subscription::default());
+        let change = a.apply_delta(
+            true,
+            &names(&["dup-c", "dup-a", "dup-c", "*", "dup-b"]),
+            &[],
+        );
+        assert_eq!(
+            change.subscribed,
+            ["dup-c", "dup-a", "dup-b"],
+            "in request order"
+        );
+        assert_eq!(change.resubscribed, ["dup-c"]);
+        assert!(a.is_wildcard() && change.wildcard_added);
+        // The same names in another order and in two steps: the one shared set, sorted.
+        b.apply_delta(true, &names(&["dup-b", "*"]), &[]);
+        let change = b.apply_delta(false, &names(&["dup-c", "dup-a", "dup-b"]), &[]);
+        assert_eq!(change.subscribed, ["dup-c", "dup-a"]);
+        assert_eq!(change.resubscribed, ["dup-b"]);
+        assert_eq!(
+            b.names().iter().collect::<Vec<_>>(),
+            ["dup-a", "dup-b", "dup-c"]
+        );
+        assert!(Arc::ptr_eq(&a.names, &b.names));
+        // A glob gained this way is seen as one (P34).
+        b.apply_delta(false, &names(&["xdstp://auth/t/dup/*"]), &[]);
+        assert!(b.covers("xdstp://auth/t/dup/member"));
     }
 
     #[test]
