@@ -66,6 +66,12 @@ pub(crate) fn merge_is_cheaper(probes: usize, size: usize) -> bool {
 const SELECTIONS: usize = 16;
 
 impl TypeSnapshot {
+    /// An empty type snapshot, one shared by all.
+    pub fn empty() -> Arc<TypeSnapshot> {
+        static EMPTY: std::sync::OnceLock<Arc<TypeSnapshot>> = std::sync::OnceLock::new();
+        Arc::clone(EMPTY.get_or_init(Arc::default))
+    }
+
     /// A type snapshot of these resources, with its version computed.
     pub fn new(resources: BTreeMap<String, Arc<Resource>>) -> TypeSnapshot {
         let version = content_hash(

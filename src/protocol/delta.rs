@@ -155,6 +155,27 @@ impl TypeState {
         at_basis && !rejected && self.dirty.is_empty() && !self.full && self.heartbeats.is_empty()
     }
 
+    /// Whether `send` (settled) is exactly what the subscription selects of `current`, to a
+    /// client that holds nothing yet: after it, the client holds what the subscription
+    /// covers of `current` (see `Holding`).
+    fn sends_its_selection(
+        &self,
+        kind: ResourceType,
+        current: &Arc<TypeSnapshot>,
+        send: &[(&Arc<Resource>, Why)],
+    ) -> bool {
+        if kind == ResourceType::VirtualHost || self.held.by_name().is_none_or(|s| s.len() > 0) {
+            return false;
+        }
+        let selected = self.subscription.select(current);
+        selected.resources.len() == send.len()
+            && selected
+                .resources
+                .iter()
+                .zip(send)
+                .all(|(s, (r, why))| *why == Why::Send && Arc::ptr_eq(s, r))
+    }
+
     /// After an ACK (with nothing rejected): if the client holds exactly what its
     /// subscription covers of `basis`, keep only that (see `Holding`). One lookup per name
     /// held, once: a stream stays in the given form from push to push.
@@ -698,6 +719,15 @@ impl Delta {
             st.names();
             given = false;
         }
+        // A first response of exactly what the subscription selects leaves the client
+        // holding just that: the given form at once, with no set built and then checked.
+        let at_once = !given
+            && count >= send.len()
+            && removed.is_empty()
+            && unresolved.is_empty()
+            && !core.has_rejected(kind)
+            && st.sends_its_selection(kind, current, &send);
+        given |= at_once;
         for (r, how) in send.drain(count.min(send.len())..) {
             // A heartbeat left out stays due; a resource goes on the next response.
             if how != Why::Heartbeat {
@@ -768,12 +798,12 @@ impl Delta {
             // The client will hold what the subscription covers of `current`.
             resent.sort_by(|a, b| a.name.cmp(&b.name));
             resent.dedup_by(|a, b| a.name == b.name);
-            let before = st.held.given().map(|was| {
-                Box::new(GivenBefore {
-                    snapshot: Arc::clone(was),
-                    resent,
-                })
-            });
+            // What it held before: nothing, for a response sent at once in the given form.
+            let was = match st.held.given() {
+                Some(was) => Some(Arc::clone(was)),
+                None => at_once.then(TypeSnapshot::empty),
+            };
+            let before = was.map(|snapshot| Box::new(GivenBefore { snapshot, resent }));
             st.held.give(current, before);
         } else {
             st.before = before;

@@ -321,12 +321,6 @@ impl Flavor for Sotw {
     }
 }
 
-/// An empty type snapshot, shared.
-fn empty() -> Arc<TypeSnapshot> {
-    static EMPTY: std::sync::OnceLock<Arc<TypeSnapshot>> = std::sync::OnceLock::new();
-    Arc::clone(EMPTY.get_or_init(Arc::default))
-}
-
 impl Sotw {
     /// Decide whether `kind` has something to send now to bring the client to `current`,
     /// and build it.
@@ -341,7 +335,7 @@ impl Sotw {
         // over SotW the type has nothing, so names asked for are not found.
         let nothing;
         let current = if kind == ResourceType::LbEndpoint {
-            nothing = empty();
+            nothing = TypeSnapshot::empty();
             &nothing
         } else {
             current

@@ -304,7 +304,10 @@ fn p19_a_stream_holding_what_it_subscribes_to_keeps_the_snapshot_and_gets_only_c
         .expect("ok");
     let r = one(&mut s);
     assert_eq!(names(&r), ["x", "y"]);
-    assert!(!s.given(Endpoint), "not before the client answers");
+    assert!(
+        !s.given(Endpoint),
+        "z is answered removed (P20): name by name"
+    );
     ack(&mut s, &r);
     assert!(s.given(Endpoint), "it holds what it subscribes to");
     // x changes, y goes, z (subscribed, missing) comes; w and v are not subscribed to.
@@ -343,6 +346,46 @@ fn p19_a_stream_holding_what_it_subscribes_to_keeps_the_snapshot_and_gets_only_c
     ack(&mut s, &r);
     assert!(s.given(Endpoint));
     assert_eq!(held(&s, Endpoint), versions(&[("w", "3"), ("x", "2")]));
+}
+
+#[test]
+fn p17_a_first_response_of_exactly_the_selection_is_held_as_its_snapshot_and_a_nack_undoes_it() {
+    let items = snap(&[
+        (Endpoint, "x", "1"),
+        (Endpoint, "y", "1"),
+        (Endpoint, "w", "1"),
+    ]);
+    let start = |s: &mut DeltaStream| {
+        s.handle_snapshot(Arc::clone(&items));
+        s.handle_request(req(Endpoint, &["x", "y"], &[], ""))
+            .expect("ok");
+        let r = one(s);
+        assert_eq!(names(&r), ["x", "y"]);
+        assert!(s.given(Endpoint), "at once: no set built");
+        assert_eq!(held(s, Endpoint), versions(&[("x", "1"), ("y", "1")]));
+        r
+    };
+    let mut acked = ads_unordered();
+    let r = start(&mut acked);
+    ack(&mut acked, &r);
+    assert!(acked.given(Endpoint));
+    none(&mut acked);
+    // Rejected: the client runs nothing of the type (P17), and both are recorded as added.
+    let mut nacked = ads_unordered();
+    let r = start(&mut nacked);
+    nacked
+        .handle_request(nack(Endpoint, &r.nonce, "no"))
+        .expect("nack");
+    assert!(!nacked.given(Endpoint));
+    assert!(held(&nacked, Endpoint).is_empty());
+    let (_, named) = crate::testing::rejected_changes(nacked.state(Endpoint));
+    assert_eq!(
+        named,
+        [
+            ("x".into(), version(Endpoint, "x", "1"), true),
+            ("y".into(), version(Endpoint, "y", "1"), true)
+        ]
+    );
 }
 
 #[test]
