@@ -283,6 +283,8 @@ impl TypeState {
 
     /// Forget resources the subscription no longer covers (the client drops them itself).
     fn forget_uncovered(&mut self, current: &TypeSnapshot) {
+        // Made name by name first (with what that carries over); then the set is taken
+        // again apart from the subscription, which the filter reads.
         self.names();
         let subscription = &self.subscription;
         let (set, _) = self.held.names(subscription);

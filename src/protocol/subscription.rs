@@ -692,9 +692,6 @@ mod tests {
         assert!(lacking(&none, &after).is_empty());
     }
 
-    /// P14, P24, P34: whether a subscription covers each of many resources, by a merge of
-    /// the names or by a lookup each, is what it says of each alone: by name, by alias, by
-    /// glob collection, by wildcard.
     #[test]
     fn p19_what_a_pushs_changes_cover_is_computed_once_per_shared_name_set() {
         use crate::resource::ResourceType;
@@ -742,6 +739,9 @@ mod tests {
         }
     }
 
+    /// P14, P24, P34: whether a subscription covers each of many resources, by a merge of
+    /// the names or by a lookup each, is what it says of each alone: by name, by alias, by
+    /// glob collection, by wildcard.
     #[test]
     fn covering_sorted_resources_is_covering_each() {
         use crate::resource::ResourceType;
