@@ -32,8 +32,8 @@ use prost::Message;
 use switchyard::cache::Cache;
 use switchyard::config::{self, LoadOptions};
 use switchyard::protocol::{DeltaStream, Ordering, SotwStream, Variant};
-use switchyard::redact::Secrets;
 use switchyard::resource::ResourceType;
+use switchyard::resource::Secrets;
 use switchyard::server::{WireDeltaResponse, WireResponse};
 
 /// A size from the environment (`FLEET_CLUSTERS`, `FLEET_STREAMS`, `FLEET_DELTA_STREAMS`), or

@@ -36,8 +36,8 @@ pub(crate) mod page;
 use crate::cache::Cache;
 use crate::fleet::{format_time, Fleet, StreamReport, SyncStatus, TypeReport};
 use crate::metrics::Scraped;
-use crate::redact::Secrets;
 use crate::resource::ResourceType;
+use crate::resource::Secrets;
 use crate::server::incoming::{incoming, Accept, Conn, HANDSHAKE_TIMEOUT};
 use crate::server::tls::Tls;
 use crate::server::DRAIN_TIMEOUT;
@@ -649,7 +649,7 @@ async fn config_dump(
 }
 
 fn resource_json(r: &crate::resource::Resource, secrets: Secrets) -> serde_json::Value {
-    crate::config::descriptors::resource_json(r, r.body_shown(secrets))
+    crate::config::json::resource_json(r, r.body_shown(secrets))
         .unwrap_or_else(|| serde_json::json!({ "error": "does not decode as its type" }))
 }
 

@@ -19,7 +19,7 @@ use tracing_subscriber::EnvFilter;
 use crate::config::{self, LoadOptions};
 use crate::daemon::{Daemon, Listeners, Options, RunError};
 use crate::protocol::Ordering;
-use crate::redact::Secrets;
+use crate::resource::Secrets;
 use crate::server::tls::{IdentityPolicy, Tls, TlsFiles};
 use crate::server::{CsdsFrom, Limits, ServeOptions};
 

@@ -17,7 +17,7 @@ use crate::admin::{self, Admin};
 use crate::cache::Cache;
 use crate::config::{LoadFailure, LoadOptions};
 use crate::fleet::Fleet;
-use crate::redact::Secrets;
+use crate::resource::Secrets;
 use crate::rollout::Policy;
 use crate::server::{self, ServeOptions, ServerError};
 use crate::state::{StateDir, StateError};
@@ -126,7 +126,10 @@ impl Daemon {
             options.serve.identity.is_some(),
         );
         Ok(Daemon {
-            fleet: Arc::new(Fleet::new(telemetry.clone())),
+            fleet: Arc::new({
+                let telemetry = telemetry.clone();
+                Fleet::new(move |took| telemetry.converged(took))
+            }),
             cache,
             reloader,
             telemetry,

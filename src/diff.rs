@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::config::{descriptors, Config};
-use crate::redact::Secrets;
+use crate::config::{descriptors, json, Config};
+use crate::resource::Secrets;
 use crate::resource::{Resource, ResourceType};
 
 /// What changed for one node group.
@@ -72,8 +72,7 @@ struct Entry {
 fn side_of(resources: &[Arc<Resource>]) -> Side {
     let mut side = Side::new();
     for r in resources {
-        let json =
-            descriptors::resource_json(r, r.body_shown(Secrets::Redact)).unwrap_or(Value::Null);
+        let json = json::resource_json(r, r.body_shown(Secrets::Redact)).unwrap_or(Value::Null);
         side.entry(r.kind).or_default().insert(
             r.name.clone(),
             Entry {
@@ -130,7 +129,7 @@ fn side_of_dump(dump: &Value) -> Side {
 
 /// A resource's proto3 JSON with its sensitive fields taken out (as the operator sees it).
 fn redacted(kind: ResourceType, json: &Value) -> Value {
-    let Ok(mut message) = crate::config::json::from_json(&descriptors::message(kind), json) else {
+    let Ok(mut message) = json::from_json(&descriptors::message(kind), json) else {
         return Value::Null;
     };
     crate::redact::redact(&mut message, crate::redact::Audience::Operator);

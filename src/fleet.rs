@@ -9,13 +9,12 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{Changed, PlanStatus, SyncState, TypeStatus};
 use crate::resource::ResourceType;
-use crate::telemetry::Telemetry;
 
 /// Every open stream's report.
 #[derive(Debug, Default)]
@@ -28,8 +27,24 @@ pub struct Fleet {
     /// The generation whose convergence is being timed. Locked after `streams`, never
     /// before; never while a report is locked.
     converging: Mutex<Option<Converging>>,
-    /// Where convergence is reported.
-    telemetry: Telemetry,
+    /// Where convergence is reported (the daemon gives telemetry's; the fleet does not
+    /// count or log anything itself).
+    on_converged: OnConverged,
+}
+
+/// What a [`Fleet`] calls with how long a generation took to converge.
+pub struct OnConverged(Box<dyn Fn(Duration) + Send + Sync>);
+
+impl Default for OnConverged {
+    fn default() -> Self {
+        OnConverged(Box::new(|_| {}))
+    }
+}
+
+impl std::fmt::Debug for OnConverged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnConverged")
+    }
 }
 
 /// Where one type stands on one stream, as `/status`, CSDS, the page and `switchyard status`
@@ -351,10 +366,11 @@ impl TypeReport {
 }
 
 impl Fleet {
-    /// An empty fleet, reporting convergence to `telemetry`.
-    pub fn new(telemetry: Telemetry) -> Fleet {
+    /// An empty fleet, calling `on_converged` with how long each generation took to reach
+    /// every stream.
+    pub fn new(on_converged: impl Fn(Duration) + Send + Sync + 'static) -> Fleet {
         Fleet {
-            telemetry,
+            on_converged: OnConverged(Box::new(on_converged)),
             ..Fleet::default()
         }
     }
@@ -434,7 +450,7 @@ impl Fleet {
             }
         }
         if c.unsynced.is_empty() {
-            self.telemetry.converged(c.published.elapsed());
+            (self.on_converged.0)(c.published.elapsed());
             *converging = None;
         }
     }
@@ -538,7 +554,6 @@ pub fn format_time(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn report() -> StreamReport {
         crate::testing::stream_report("n1", "127.0.0.1:1", "ADS")
@@ -659,17 +674,16 @@ mod tests {
         }
     }
 
-    fn convergences(fleet: &Fleet) -> u64 {
-        let text = crate::metrics::encode(fleet.telemetry.metrics(), Default::default());
-        text.lines()
-            .find(|l| l.starts_with("switchyard_convergence_seconds_count"))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(0)
-    }
-
     #[test]
     fn convergence_is_observed_once_every_stream_acked_or_left() {
-        let fleet = Arc::new(Fleet::default());
+        let observed = Arc::new(AtomicU64::new(0));
+        let fleet = Arc::new(Fleet::new({
+            let observed = Arc::clone(&observed);
+            move |_| {
+                observed.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+        let convergences = |_: &Fleet| observed.load(Ordering::Relaxed);
         let (a, b) = (fleet.open(report()), fleet.open(report()));
         let acked = || {
             status(SyncState::Acked {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::config::selector::NodeFacts;
-use crate::config::{descriptors, Config};
+use crate::config::{json, Config};
 use crate::resource::{Resource, ResourceType};
 
 /// How long one `envoy --mode validate` may take.
@@ -145,7 +145,7 @@ pub fn groups(config: &Config) -> Vec<(Group, Vec<Arc<Resource>>)> {
 pub fn bootstrap(node_id: &str, node_cluster: &str, resources: &[Arc<Resource>]) -> Value {
     let mut by_kind: BTreeMap<ResourceType, Vec<(String, Value)>> = BTreeMap::new();
     for r in resources {
-        if let Some(json) = descriptors::resource_json(r, &r.body) {
+        if let Some(json) = json::resource_json(r, &r.body) {
             by_kind
                 .entry(r.kind)
                 .or_default()

@@ -20,27 +20,6 @@ use crate::config::descriptors;
 /// The field option that marks secret material.
 const SENSITIVE: &str = "udpa.annotations.sensitive";
 
-/// Whether to send secret material or leave it out.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Secrets {
-    /// Leave every sensitive field out (the default everywhere).
-    #[default]
-    Redact,
-    /// Send resources as written.
-    Serve,
-}
-
-impl Secrets {
-    /// `Serve` when `serve` is set.
-    pub fn serve_if(serve: bool) -> Secrets {
-        if serve {
-            Secrets::Serve
-        } else {
-            Secrets::Redact
-        }
-    }
-}
-
 /// The full names (`package.Message.field`) of every field the API marks sensitive.
 pub fn sensitive_fields() -> &'static BTreeSet<String> {
     static FIELDS: OnceLock<BTreeSet<String>> = OnceLock::new();

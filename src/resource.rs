@@ -12,8 +12,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use envoy_types::pb::google::protobuf::Any;
 
-use crate::redact::Secrets;
-
 pub mod xdstp;
 
 /// Prefix of every type URL.
@@ -211,6 +209,10 @@ impl fmt::Display for ResourceType {
     }
 }
 
+/// A reference to a resource: its type and name (what a resource names, what a stream's
+/// resources name, what the make-before-break planner orders by).
+pub type Reference = (ResourceType, String);
+
 /// One resource as loaded from a snapshot file: encoded to protobuf once, and shared (by
 /// `Arc`) by every snapshot and stream that sends it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -239,7 +241,7 @@ pub struct Resource {
     /// scoped route's route configuration, an EDS cluster's ClusterLoadAssignment, a TLS
     /// context's SDS secrets; a route configuration with VHDS names its own virtual-host
     /// namespace. Sorted, without duplicates.
-    pub references: Vec<(ResourceType, String)>,
+    pub references: Vec<Reference>,
     /// The resource without its secret material, encoded once, where it has any (see
     /// `redact`); `None` for the (many) resources without.
     pub redacted: Option<Box<Redacted>>,
@@ -286,6 +288,28 @@ impl PartialEq for Memo64 {
 }
 
 impl Eq for Memo64 {}
+
+/// Which of a resource's forms to send or show: as written, or without its secret material
+/// (what is secret is `redact`'s to say; who may see it, the server's and the admin API's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Secrets {
+    /// Leave every sensitive field out (the default everywhere).
+    #[default]
+    Redact,
+    /// Send resources as written.
+    Serve,
+}
+
+impl Secrets {
+    /// `Serve` when `serve` is set.
+    pub fn serve_if(serve: bool) -> Secrets {
+        if serve {
+            Secrets::Serve
+        } else {
+            Secrets::Redact
+        }
+    }
+}
 
 /// A resource's forms without secret material (see `redact`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -471,7 +495,7 @@ impl Resource {
     }
 
     /// The same resource, naming these others (see [`Resource::references`]).
-    pub fn with_references(mut self, mut references: Vec<(ResourceType, String)>) -> Resource {
+    pub fn with_references(mut self, mut references: Vec<Reference>) -> Resource {
         references.sort();
         references.dedup();
         self.references = references;

@@ -618,7 +618,7 @@ mod tests {
         let a = &snapshot
             .get(crate::resource::ResourceType::Cluster)
             .resources["a"];
-        let json = crate::config::descriptors::resource_json(a, &a.body).expect("json");
+        let json = crate::config::json::resource_json(a, &a.body).expect("json");
         json["connectTimeout"]
             .as_str()
             .unwrap_or_default()

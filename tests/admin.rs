@@ -813,8 +813,8 @@ async fn the_flags_serve_and_show_private_keys() {
     let server = TestServer::start_with(
         &[("secrets.yaml", TLS_SECRET)],
         switchyard::server::ServeOptions {
-            secrets: switchyard::redact::Secrets::Serve,
-            show_secrets: switchyard::redact::Secrets::Serve,
+            secrets: switchyard::resource::Secrets::Serve,
+            show_secrets: switchyard::resource::Secrets::Serve,
             ..Default::default()
         },
     )

@@ -329,9 +329,9 @@ fn switchyard_verdict(kind: Kind, yaml: &str) -> Result<Value, String> {
             .join("; ")
     })?;
     let resource = file.resources.first().ok_or("no resource")?;
-    switchyard::config::descriptors::resource_json(
+    switchyard::config::json::resource_json(
         resource,
-        resource.body_for(switchyard::redact::Secrets::Serve),
+        resource.body_for(switchyard::resource::Secrets::Serve),
     )
     .ok_or_else(|| "no JSON".to_string())
 }

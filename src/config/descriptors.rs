@@ -259,18 +259,6 @@ pub fn message(kind: ResourceType) -> MessageDescriptor {
         .expect("every served resource type is in the descriptor set (tested)")
 }
 
-/// A resource's proto3 canonical JSON, decoded from `body` (one of its encoded forms: whole,
-/// or without secrets). `None` only if the bytes do not decode as their type (never for what
-/// the loader encoded from this pool).
-pub fn resource_json(
-    resource: &crate::resource::Resource,
-    body: &bytes::Bytes,
-) -> Option<serde_json::Value> {
-    let message =
-        prost_reflect::DynamicMessage::decode(message(resource.kind), body.clone()).ok()?;
-    super::json::to_json(&message).ok()
-}
-
 /// The descriptor of a message by full name (`envoy.service.discovery.v3.DiscoveryRequest`).
 pub fn message_named(name: &str) -> Option<MessageDescriptor> {
     pool().get_message_by_name(name)

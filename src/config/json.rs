@@ -87,6 +87,17 @@ pub fn from_json(
     )
 }
 
+/// A resource's proto3 canonical JSON, decoded from `body` (one of its encoded forms: whole,
+/// or without secrets). `None` only if the bytes do not decode as their type (never for what
+/// the loader encoded from this pool).
+pub fn resource_json(
+    resource: &crate::resource::Resource,
+    body: &bytes::Bytes,
+) -> Option<serde_json::Value> {
+    let message = DynamicMessage::decode(descriptors::message(resource.kind), body.clone()).ok()?;
+    to_json(&message).ok()
+}
+
 /// A message's proto3 JSON; an empty `Any` is `{}`.
 pub fn to_json(message: &DynamicMessage) -> Result<serde_json::Value, String> {
     to_json_with(message, &SerializeOptions::new())

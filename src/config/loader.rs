@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::hash::content_hash;
-use super::parse::{load_file, FileLoad};
+use super::parse::{load_file, FileLoad, PerFile};
 use super::walk::snapshot_files;
 use super::{references, Config, ConfigError, LoadFailure, LoadOptions, SnapshotFile};
 use crate::resource::ResourceType;
@@ -220,22 +220,6 @@ impl Loader {
             }
         }
         (assemble(loaded, errors, options), work)
-    }
-}
-
-/// The options that decide one file's own result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct PerFile {
-    pub(super) max_bytes: u64,
-    pub(super) envoy_rules: bool,
-}
-
-impl PerFile {
-    fn of(options: &LoadOptions) -> PerFile {
-        PerFile {
-            max_bytes: options.max_file_bytes,
-            envoy_rules: options.envoy_rules,
-        }
     }
 }
 

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use super::decode::decode_resource;
 use super::hash::content_hash;
-use super::loader::PerFile;
-use super::{ConfigError, NodeMatch, Selector, SnapshotFile};
+use super::{ConfigError, LoadOptions, NodeMatch, Selector, SnapshotFile};
 use crate::resource::{ResourceType, SourceFile};
 
 /// The top level of a snapshot file: `nodes`, and each type's list under its file key (the
@@ -123,6 +122,22 @@ fn parse_file(path: &Path, text: &str) -> Result<(RawFile, Vec<ConfigError>), Co
         });
     };
     Ok((RawFile::from_mapping(path, mapping)?, warnings))
+}
+
+/// The options that decide one file's own result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct PerFile {
+    pub(super) max_bytes: u64,
+    pub(super) envoy_rules: bool,
+}
+
+impl PerFile {
+    pub(super) fn of(options: &LoadOptions) -> PerFile {
+        PerFile {
+            max_bytes: options.max_file_bytes,
+            envoy_rules: options.envoy_rules,
+        }
+    }
 }
 
 /// What loading one file gives: a digest of the bytes read (if read), the files on this host

@@ -908,9 +908,9 @@ fn a_key_given_twice_loads_the_last_with_a_warning_naming_both_lines() {
         warnings[0].contains("c.yaml: line 4: `connect_timeout` is given twice (first at line 3)"),
         "{warnings:?}"
     );
-    let json = crate::config::descriptors::resource_json(
+    let json = crate::config::json::resource_json(
         &config.files[0].resources[0],
-        config.files[0].resources[0].body_for(crate::redact::Secrets::Serve),
+        config.files[0].resources[0].body_for(crate::resource::Secrets::Serve),
     )
     .unwrap();
     assert_eq!(json["connectTimeout"], "2s");

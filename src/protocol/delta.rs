@@ -28,10 +28,10 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::per_type::{empty, PerType};
 use super::plan::Previous;
-use super::stream::{Core, Flavor, Reference, Stream};
+use super::stream::{Core, Flavor, Stream};
 use super::{heartbeat_interval, Event, Subscription, UnknownNames, UnknownRequest};
 use crate::cache::TypeSnapshot;
-use crate::resource::{namespace_of, xdstp, Resource, ResourceType};
+use crate::resource::{namespace_of, xdstp, Reference, Resource, ResourceType};
 use held::{Before, GivenBefore, Held, HeldRef, HeldSet, Holding};
 
 /// One resource in a delta response.

@@ -37,10 +37,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::stream::Reference;
 use super::Event;
 use crate::cache::{PlanSteps, Snapshot, TypeSnapshot};
-use crate::resource::{Resource, ResourceType};
+use crate::resource::{Reference, Resource, ResourceType};
 
 use ResourceType::{
     Cluster, Endpoint, ExtensionConfig, LbEndpoint, Listener, Route, Runtime, ScopedRoute, Secret,

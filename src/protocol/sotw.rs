@@ -27,11 +27,11 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
 use super::per_type::{empty, PerType};
 use super::plan::Previous;
-use super::stream::{Core, Flavor, Reference, Stream};
+use super::stream::{Core, Flavor, Stream};
 use super::subscription::selection_version;
 use super::{heartbeat_interval, Response, Subscription, UnknownNames, UnknownRequest};
 use crate::cache::TypeSnapshot;
-use crate::resource::{Resource, ResourceType};
+use crate::resource::{Reference, Resource, ResourceType};
 
 /// One SotW stream: the shared core with the SotW flavor. See `protocol::stream` for the call
 /// order.

@@ -25,7 +25,7 @@ use super::unknown::Unknowns;
 use super::{ClientFeatures, Event, ProtocolError, SyncState, TypeStatus, Variant};
 use super::{RequestType, UnknownRequest, UnknownResponse, UnknownStatus};
 use crate::cache::{Snapshot, TypeSnapshot};
-use crate::resource::{Resource, ResourceType};
+use crate::resource::{Reference, Resource, ResourceType};
 
 /// What a flavor of the protocol (SotW or delta) adds to the core.
 pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
@@ -87,9 +87,6 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
 
 /// The most resource names one stream may subscribe to, by default.
 pub const DEFAULT_MAX_NAMES: usize = 100_000;
-
-/// A reference to a resource: its type and name.
-pub type Reference = (ResourceType, String);
 
 /// One xDS stream: the shared core and one flavor's state.
 #[derive(Debug)]

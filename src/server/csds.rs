@@ -25,8 +25,8 @@ use tonic::{Request, Response, Status, Streaming};
 use super::incoming::ConnInfo;
 use crate::cache::Cache;
 use crate::fleet::{Fleet, StreamReport, SyncStatus, TypeReport};
-use crate::redact::Secrets;
 use crate::resource::ResourceType;
+use crate::resource::Secrets;
 
 /// The CSDS service.
 #[derive(Clone, Debug)]

@@ -44,7 +44,7 @@ use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service
 use crate::cache::Cache;
 use crate::fleet::Fleet;
 use crate::protocol::Ordering;
-use crate::redact::Secrets;
+use crate::resource::Secrets;
 use crate::telemetry::Telemetry;
 
 /// Largest request accepted (a delta reconnect can list every resource it has).

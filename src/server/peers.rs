@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::protocol::stream::Reference;
+use crate::resource::Reference;
 
 /// Every node's per-type streams and what each refers to.
 #[derive(Debug, Default)]

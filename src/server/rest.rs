@@ -23,11 +23,11 @@ use tokio::sync::watch;
 use envoy_types::pb::envoy::config::core::v3::Node;
 
 use crate::cache::Cache;
-use crate::config::descriptors;
+use crate::config::{descriptors, json};
 use crate::protocol::Subscription;
-use crate::redact::Secrets;
 use crate::resource::Resource;
 use crate::resource::ResourceType;
+use crate::resource::Secrets;
 use crate::telemetry::PollApi;
 use crate::telemetry::Telemetry;
 
@@ -183,7 +183,7 @@ impl Rest {
 
 /// A resource as the proto3 JSON of an `Any`: its fields plus `"@type"`.
 fn render_any(r: &crate::resource::Resource, secrets: Secrets) -> Option<String> {
-    let mut json = descriptors::resource_json(r, r.body_for(secrets))?;
+    let mut json = json::resource_json(r, r.body_for(secrets))?;
     json.as_object_mut()?
         .insert("@type".into(), r.kind.type_url().into());
     Some(json.to_string())

@@ -336,12 +336,12 @@ fn the_loader_follows_the_files_a_secret_names() {
     };
     let served = secret(&first);
     assert_eq!(first.certificates().count(), 1);
-    let json = crate::config::descriptors::resource_json(&served, &served.body).expect("json");
+    let json = crate::config::json::resource_json(&served, &served.body).expect("json");
     assert!(json["tlsCertificate"]["privateKey"]["inlineString"]
         .as_str()
         .is_some_and(|k| k.contains("PRIVATE KEY")));
-    let to_proxy = served.body_for(crate::redact::Secrets::Redact);
-    let redacted = crate::config::descriptors::resource_json(&served, to_proxy).expect("json");
+    let to_proxy = served.body_for(crate::resource::Secrets::Redact);
+    let redacted = crate::config::json::resource_json(&served, to_proxy).expect("json");
     assert!(
         redacted["tlsCertificate"].get("privateKey").is_none(),
         "{redacted}"
