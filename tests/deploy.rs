@@ -145,11 +145,11 @@ fn the_replicas_overlay_renders_validates_and_guards_its_admin_port() {
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let serve = serve_args(&strings(&container["args"]));
     assert!(
-        !serve.admin_addr.ip().is_loopback(),
+        !serve.admin.admin_addr.ip().is_loopback(),
         "probes need the pod IP"
     );
     assert!(
-        serve.admin_token_file.is_some() && serve.admin_tls_cert.is_some(),
+        serve.admin.token.admin_token_file.is_some() && serve.admin.admin_tls_cert.is_some(),
         "an admin API beyond loopback has its token and TLS"
     );
     assert_eq!(container["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
@@ -164,11 +164,11 @@ fn the_replicas_overlay_renders_validates_and_guards_its_admin_port() {
             .unwrap_or_else(|| panic!("port {name}"))
     };
     assert_eq!(port("xds"), u64::from(serve.xds_addr.port()));
-    assert_eq!(port("admin"), u64::from(serve.admin_addr.port()));
+    assert_eq!(port("admin"), u64::from(serve.admin.admin_addr.port()));
     let annotations = &deployment["spec"]["template"]["metadata"]["annotations"];
     assert_eq!(
         annotations["prometheus.io/port"].as_str(),
-        Some(serve.admin_addr.port().to_string().as_str())
+        Some(serve.admin.admin_addr.port().to_string().as_str())
     );
     let service = kind_named(&docs, "Service", "switchyard");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "xds");
@@ -206,7 +206,7 @@ fn the_sidecar_overlay_wires_envoy_to_its_switchyard_on_loopback() {
         .find(|c| c["name"] == "switchyard")
         .expect("switchyard container");
     let serve = serve_args(&strings(&sidecar["args"]));
-    assert!(serve.xds_addr.ip().is_loopback() && serve.admin_addr.ip().is_loopback());
+    assert!(serve.xds_addr.ip().is_loopback() && serve.admin.admin_addr.ip().is_loopback());
     assert!(
         serve.insecure_serve_secrets,
         "the only client is the local Envoy"
@@ -268,5 +268,5 @@ fn the_dockerfile_command_parses() {
     let args: Vec<String> = serde_json::from_str(json).expect("CMD is a JSON array");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let serve = serve_args(&args);
-    assert!(serve.admin_token_file.is_some() && serve.admin_tls_cert.is_some());
+    assert!(serve.admin.token.admin_token_file.is_some() && serve.admin.admin_tls_cert.is_some());
 }

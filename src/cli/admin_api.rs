@@ -1,0 +1,114 @@
+//! The client of a running server's admin API, for `status`, `rollout` and `diff --server`:
+//! where it is, its token and CA, one request, and `/status` read back.
+//!
+//! Must not: print, or decide an exit code beyond refusing bad `--admin-*` flags.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use super::flags::{AdminAccess, AdminArgs};
+use super::EXIT_USAGE;
+
+/// Where `switchyard status` finds the admin API, and how it trusts it over HTTPS.
+pub(super) struct AdminTarget {
+    addr: SocketAddr,
+    /// `--admin-ca`: ask over HTTPS, trusting only these CA certificates.
+    ca: Option<Vec<reqwest::Certificate>>,
+    /// `--admin-server-name`: the name the admin certificate carries, reached at `addr`.
+    server_name: Option<String>,
+}
+
+/// The CA certificates of `--admin-ca`.
+fn read_ca(path: &std::path::Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
+    let pem = std::fs::read(path)
+        .map_err(|e| anyhow::anyhow!("cannot read the admin CA file {}: {e}", path.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| anyhow::anyhow!("{} holds no PEM certificate: {e}", path.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!("{} holds no PEM certificate", path.display());
+    }
+    Ok(certs)
+}
+
+/// The admin API `args` name, and its token: or the exit code after saying why not.
+pub(super) fn admin_target(args: &AdminArgs) -> Result<(AdminTarget, Option<Arc<str>>), ExitCode> {
+    admin_at(args.admin_addr, &args.access)
+}
+
+/// The admin API at `addr`, and its token: or the exit code after saying why not.
+pub(super) fn admin_at(
+    addr: SocketAddr,
+    args: &AdminAccess,
+) -> Result<(AdminTarget, Option<Arc<str>>), ExitCode> {
+    let usage = |e: anyhow::Error| {
+        eprintln!("error: {e:#}");
+        ExitCode::from(EXIT_USAGE)
+    };
+    let token = args.token.read().map_err(usage)?;
+    let ca = args
+        .admin_ca
+        .as_deref()
+        .map(read_ca)
+        .transpose()
+        .map_err(usage)?;
+    let target = AdminTarget {
+        addr,
+        ca,
+        server_name: args.admin_server_name.clone(),
+    };
+    Ok((target, token))
+}
+
+/// One request to the admin API: its status code, body and URL.
+pub(super) async fn admin_call(
+    target: &AdminTarget,
+    token: Option<&str>,
+    method: reqwest::Method,
+    path: &str,
+) -> anyhow::Result<(reqwest::StatusCode, String, String)> {
+    let mut client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10));
+    let url = match (&target.ca, &target.server_name) {
+        (None, _) => format!("http://{}{path}", target.addr),
+        (Some(ca), name) => {
+            client = client.tls_built_in_root_certs(false);
+            for cert in ca {
+                client = client.add_root_certificate(cert.clone());
+            }
+            match name {
+                Some(name) => {
+                    client = client.resolve(name, target.addr);
+                    format!("https://{name}:{}{path}", target.addr.port())
+                }
+                None => format!("https://{}{path}", target.addr),
+            }
+        }
+    };
+    let mut request = client.build()?.request(method, &url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.map_err(|e| {
+        let hint = match &target.ca {
+            None => " (if it serves HTTPS, give --admin-ca)",
+            Some(_) => "",
+        };
+        anyhow::Error::new(e).context(format!("cannot reach the admin API at {url}{hint}"))
+    })?;
+    let code = response.status();
+    let body = response.text().await?;
+    Ok((code, body, url))
+}
+
+pub(super) async fn fetch_status(
+    target: &AdminTarget,
+    token: Option<&str>,
+) -> anyhow::Result<(crate::admin::Status, String)> {
+    let (code, body, url) = admin_call(target, token, reqwest::Method::GET, "/status").await?;
+    if !code.is_success() {
+        anyhow::bail!("{url} answered {code}: {}", body.trim());
+    }
+    let status = serde_json::from_str(&body)
+        .map_err(|e| anyhow::anyhow!("{url} did not answer with a Switchyard status: {e}"))?;
+    Ok((status, body))
+}

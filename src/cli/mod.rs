@@ -1,0 +1,148 @@
+//! The command line, the binary's edge: one module per subcommand (`serve`, `validate`,
+//! `diff`, `status`, `rollout`, `import`, `loadgen`), the flag groups several of them take
+//! (`flags`), and the client of a running server's admin API (`admin_api`).
+//!
+//! Owns: parsing the command line, installing `--descriptor-set`s before anything reads a
+//! file, and exit codes: 0 success, 1 a failure at run time or an invalid config under
+//! `validate`, 2 `status` found a node NACKing (or `diff` cannot load a side), 3 `status`
+//! found the server's last load failed, 64 (EX_USAGE) bad flags or a config that cannot load
+//! at start. Errors here are `anyhow` and end in an exit code.
+//!
+//! Must not: hold what a command does beyond turning flags into the library's options and
+//! its results into text and an exit code (loading is `config`'s, serving `daemon`'s, the
+//! diff `diff`'s, the simulated proxies `switchyard_loadgen`'s).
+
+mod admin_api;
+mod diff;
+mod flags;
+mod import;
+mod loadgen;
+mod rollout;
+mod serve;
+mod status;
+mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config;
+pub use diff::DiffArgs;
+pub use flags::{AdminAccess, AdminArgs, ConfigArgs, DescriptorArgs, DEFAULT_ADMIN_ADDR};
+pub use import::ImportArgs;
+pub use rollout::{RolloutAction, RolloutArgs};
+pub use serve::ServeArgs;
+pub use status::{rollout_text, status_table, StatusArgs};
+pub use validate::ValidateArgs;
+
+/// Exit code for bad flags or a config that cannot load at start (sysexits EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
+
+/// `switchyard --version`: this release and the Envoy API it reads files with.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (Envoy API ",
+    env!("SWITCHYARD_ENVOY_API_VERSION"),
+    ")"
+);
+
+/// Switchyard: an xDS management server for Envoy fleets, driven by YAML/JSON snapshot
+/// files.
+#[derive(Debug, Parser)]
+#[command(name = "switchyard", version = VERSION, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the snapshot files to Envoy over xDS (State of the World and incremental, ADS
+    /// and per-type), reloading them when they change.
+    Serve(Box<ServeArgs>),
+    /// Load the snapshot files and report every problem; exit 0 when they load, 1 when not.
+    Validate(ValidateArgs),
+    /// Show what a change of the snapshot files does to each node group: resources added,
+    /// removed and changed per type, with the fields that change; exit 0 when nothing
+    /// changes, 1 when something does, 2 when either side does not load.
+    Diff(DiffArgs),
+    /// Show every connected proxy's sync state per type, from a running server's admin API;
+    /// exit 3 when the server's last config load failed, 2 when any proxy is NACKing, 1
+    /// when the server cannot be asked.
+    Status(StatusArgs),
+    /// A staged rollout on a running server (serve --canary-id/--canary-cluster): show it,
+    /// promote it to every node now, or abort it (the canaries go back to the stable
+    /// generation); exit 1 when there is none or the server cannot be asked.
+    Rollout(RolloutArgs),
+    /// Load an xDS server with simulated Envoys (each its own connection and ADS stream),
+    /// run a trigger command, and report connect and sync times, convergence, responses and
+    /// the server's memory and CPU; exit 1 when the run did not complete.
+    Loadgen(Box<crate::loadgen::LoadgenArgs>),
+    /// Turn an Envoy bootstrap's static resources into snapshot files (OUT/snapshot/), and
+    /// write a bootstrap for the same Envoy that gets them from Switchyard over ADS
+    /// (OUT/envoy.yaml); exit 1 when the bootstrap cannot be imported.
+    Import(ImportArgs),
+}
+
+/// Parse the command line and run it; the whole program.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(EXIT_USAGE),
+            };
+        }
+    };
+    // Custom descriptors go into the pool before anything reads a file.
+    let sets: &[PathBuf] = match &cli.command {
+        Command::Validate(args) => &args.config.descriptors.sets,
+        Command::Serve(args) => &args.config.descriptors.sets,
+        Command::Diff(args) => &args.descriptors.sets,
+        Command::Import(args) => &args.descriptors.sets,
+        _ => &[],
+    };
+    if let Err(e) = config::descriptors::install(sets) {
+        eprintln!("error: --descriptor-set: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    match cli.command {
+        Command::Validate(args) => validate::run(&args),
+        Command::Diff(args) => diff::run(&args),
+        Command::Rollout(args) => rollout::run(&args),
+        Command::Serve(args) => serve::run(*args),
+        Command::Status(args) => status::run(&args),
+        Command::Loadgen(args) => loadgen::run(*args),
+        Command::Import(args) => import::run(&args),
+    }
+}
+
+/// A tokio runtime from `builder` (with I/O and time), or the exit code after saying why not.
+pub(super) fn runtime(
+    mut builder: tokio::runtime::Builder,
+) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("error: cannot start the async runtime: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+/// Each connection and watched file takes a descriptor: raise the soft RLIMIT_NOFILE to the
+/// hard limit, so the fleet is bounded by `--max-connections`, not by a low default.
+#[cfg(unix)]
+pub(super) fn raise_file_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(limit, "File descriptor limit (RLIMIT_NOFILE) raised."),
+        Err(e) => {
+            tracing::warn!(error = %e, "Cannot raise the file descriptor limit (RLIMIT_NOFILE).")
+        }
+    }
+}
+
+#[cfg(not(unix))]
+pub(super) fn raise_file_limit() {}

@@ -1,0 +1,80 @@
+//! `switchyard rollout status|promote|abort`: a staged rollout on a running server, through
+//! its admin API.
+//!
+//! Must not: decide anything about the rollout (the server's `rollout` does).
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use super::admin_api::{admin_call, admin_target, fetch_status};
+use super::flags::AdminArgs;
+use super::runtime;
+use super::status::rollout_text;
+
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    #[command(subcommand)]
+    pub action: RolloutAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RolloutAction {
+    /// The rollout in progress: its state, the stable and candidate generations, and which
+    /// generation each node has.
+    Status(AdminArgs),
+    /// Serve the candidate to every node now.
+    Promote(AdminArgs),
+    /// Stop the rollout: the canaries go back to the stable generation.
+    Abort(AdminArgs),
+}
+
+/// `switchyard rollout`: ask a running server about its rollout, or act on it.
+pub(super) fn run(args: &RolloutArgs) -> ExitCode {
+    let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let admin = match &args.action {
+        RolloutAction::Status(a) | RolloutAction::Promote(a) | RolloutAction::Abort(a) => a,
+    };
+    let (target, token) = match admin_target(admin) {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    let path = match args.action {
+        RolloutAction::Status(_) => {
+            let (status, _) = match runtime.block_on(fetch_status(&target, token.as_deref())) {
+                Ok(found) => found,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            print!("{}", rollout_text(&status));
+            return ExitCode::SUCCESS;
+        }
+        RolloutAction::Promote(_) => "/rollout/promote",
+        RolloutAction::Abort(_) => "/rollout/abort",
+    };
+    let answered = runtime.block_on(admin_call(
+        &target,
+        token.as_deref(),
+        reqwest::Method::POST,
+        path,
+    ));
+    match answered {
+        Ok((code, body, _)) if code.is_success() => {
+            print!("{body}");
+            ExitCode::SUCCESS
+        }
+        Ok((_, body, url)) => {
+            eprintln!("error: {url}: {}", body.trim());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! `switchyard status`: what every proxy has, from a running server's `/status`, as a table
+//! or the JSON; and the text of a rollout (also `switchyard rollout status`). What proxies
+//! sent (node ids, NACK texts, type URLs) is escaped before it reaches a terminal.
+//!
+//! Must not: change anything on the server.
+
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+use super::admin_api::{admin_target, fetch_status};
+use super::flags::AdminArgs;
+use super::runtime;
+
+/// Exit code of `switchyard status` when a node rejected its latest configuration.
+pub const EXIT_NACKED: u8 = 2;
+/// Exit code of `switchyard status` when the server's last config load failed (it serves the
+/// last good snapshot; the edit never took). Checked before NACKs.
+pub const EXIT_LOAD_FAILED: u8 = 3;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// One row per node, a column per type.
+    Table,
+    /// The admin API's /status JSON.
+    Json,
+}
+
+/// `switchyard status`: ask a running server's admin API and print what every proxy has.
+pub(super) fn run(args: &StatusArgs) -> ExitCode {
+    let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let (target, token) = match admin_target(&args.admin) {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    let fetched = runtime.block_on(fetch_status(&target, token.as_deref()));
+    let (status, body) = match fetched {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match args.output {
+        Output::Json => println!("{body}"),
+        Output::Table => print!("{}", status_table(&status)),
+    }
+    if status.config.as_ref().is_some_and(|c| !c.ok) {
+        ExitCode::from(EXIT_LOAD_FAILED)
+    } else if status.any_nacked() {
+        ExitCode::from(EXIT_NACKED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The rollout part of a status, for people.
+pub fn rollout_text(status: &crate::admin::Status) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let Some(r) = &status.rollout else {
+        let _ = writeln!(
+            out,
+            "no rollout in progress: generation {} serves every node",
+            status.generation
+        );
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "rollout {} since {}: generation {} to the canaries ({}), {} to every other node",
+        r.state, r.since, r.candidate, r.canary, r.stable
+    );
+    if let Some(reason) = &r.reason {
+        let _ = writeln!(out, "  halted: {}", printable(reason));
+    }
+    for n in &status.nodes {
+        let _ = writeln!(
+            out,
+            "  {:<32} generation {}",
+            printable(&n.node_id),
+            n.generation
+        );
+    }
+    out
+}
+
+/// Text a proxy sent (node ids, NACK messages), made safe for a terminal: control characters
+/// (escape sequences, carriage returns, newlines) are shown escaped, never acted on.
+pub(super) fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+/// The table `switchyard status` prints: one row per node, a column per type any node asked
+/// for, then the NACK texts and the last config load. What proxies sent is escaped.
+pub fn status_table(status: &crate::admin::Status) -> String {
+    use crate::resource::ResourceType;
+    let kinds: Vec<&str> = ResourceType::ALL
+        .iter()
+        .map(|k| k.short_name())
+        .filter(|k| status.nodes.iter().any(|n| n.types.contains_key(*k)))
+        .collect();
+    let mut rows: Vec<Vec<String>> = vec![["NODE", "CLUSTER", "STREAMS", "AGENT"]
+        .iter()
+        .map(|h| h.to_string())
+        .chain(kinds.iter().map(|k| k.to_string()))
+        .collect()];
+    for n in &status.nodes {
+        let streams: Vec<String> = n.streams.iter().map(|s| s.label()).collect();
+        let agent = format!("{} {}", n.user_agent, n.user_agent_version)
+            .trim()
+            .to_string();
+        let mut row = vec![
+            printable(&n.node_id),
+            printable(&n.node_cluster),
+            printable(&streams.join(",")),
+            printable(&agent),
+        ];
+        row.extend(kinds.iter().map(|k| {
+            n.types
+                .get(*k)
+                .map_or_else(|| "-".to_string(), |t| t.state.name().replace('_', " "))
+        }));
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    for n in &status.nodes {
+        for p in n.streams.iter().filter_map(|s| s.plan.as_ref()) {
+            out.push_str(&format!(
+                "\nUPDATING {}: step {} of {} since {}, waiting for the proxy's ACKs\n",
+                printable(&n.node_id),
+                p.step,
+                p.steps,
+                p.since
+            ));
+            if let (Some(kind), held) = (&p.nacked, p.held_back) {
+                if held > 0 {
+                    out.push_str(&format!(
+                        "  {held} resource(s) held back: they refer to what the proxy NACKed \
+                         ({kind}); they follow once it accepts a fix\n"
+                    ));
+                }
+            }
+        }
+        for s in &n.streams {
+            for u in &s.unknown_types {
+                let names = if u.names.is_empty() {
+                    "every name (wildcard)".to_string()
+                } else {
+                    u.names.join(", ")
+                };
+                out.push_str(&format!(
+                    "\nUNKNOWN TYPE {} ({}): {} is not a type this server serves; answered as \
+                     not existing ({})\n",
+                    printable(&n.node_id),
+                    s.label(),
+                    printable(&u.type_url),
+                    printable(&names)
+                ));
+            }
+        }
+        for (kind, t) in &n.types {
+            if !t.not_found.is_empty() {
+                out.push_str(&format!(
+                    "\nNOT FOUND {} {kind}: subscribed, and no such resource for this node \
+                     (told NOT_FOUND): {}\n",
+                    printable(&n.node_id),
+                    printable(&t.not_found.join(", "))
+                ));
+            }
+            if let Some(bytes) = t.oversized_bytes {
+                out.push_str(&format!(
+                    "\nOVERSIZED {} {kind}: the latest response, {bytes} bytes, is over \
+                     --max-response-bytes and cannot be split (a full-state type, or one \
+                     resource alone over it)\n",
+                    printable(&n.node_id)
+                ));
+            }
+            if let Some(error) = &t.error {
+                out.push_str(&format!(
+                    "\nNACKED {} {kind} (rejected version {}): {}\n",
+                    printable(&n.node_id),
+                    t.rejected_version.as_deref().unwrap_or("?"),
+                    printable(error)
+                ));
+                if !t.rejected_changes.is_empty() {
+                    out.push_str("  it changed, against what the proxy runs:\n");
+                    for c in &t.rejected_changes {
+                        out.push_str(&format!("    {}\n", printable(&c.text())));
+                    }
+                }
+            }
+        }
+    }
+    match &status.config {
+        Some(c) if c.ok => out.push_str(&format!(
+            "\nconfig: generation {} loaded at {}, {} warning(s)\n",
+            c.generation,
+            c.at,
+            c.warnings.len()
+        )),
+        Some(c) => {
+            out.push_str(&format!(
+                "\nconfig: the last load at {} FAILED (still serving generation {}):\n",
+                c.at, c.generation
+            ));
+            for e in &c.errors {
+                out.push_str(&format!("  {e}\n"));
+            }
+        }
+        None => out.push_str("\nconfig: nothing loaded yet\n"),
+    }
+    if status.rollout.is_some() {
+        out.push('\n');
+        out.push_str(&rollout_text(status));
+    }
+    if let Some(n) = status.new_streams.as_ref().filter(|n| n.turned_away > 0) {
+        out.push_str(&format!(
+            "\nnew streams: {} turned away (RESOURCE_EXHAUSTED) past {} a second, {} at once \
+             (--max-new-streams-per-second, --new-streams-burst)\n",
+            n.turned_away, n.per_second, n.burst
+        ));
+    }
+    if !status.certificates.is_empty() {
+        out.push_str("\ncertificates read from files (switchyard_files):\n");
+        for c in &status.certificates {
+            let state = match c.state.as_str() {
+                "ok" => String::new(),
+                other => format!("  {}", other.to_uppercase()),
+            };
+            out.push_str(&format!(
+                "  {} {}: serial {}, expires {}{state}  ({})\n",
+                printable(&c.secret),
+                c.role,
+                c.serial,
+                c.not_after,
+                printable(&c.file)
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::{NodeStatus, Status, StreamStatus, TypeStatusJson};
+
+    #[test]
+    fn status_table_escapes_what_proxies_send() {
+        let nasty = "bad\u{1b}[2J\r\nfake row";
+        let status = Status {
+            nodes: vec![NodeStatus {
+                node_id: nasty.into(),
+                node_cluster: "c".into(),
+                user_agent: "envoy".into(),
+                user_agent_version: String::new(),
+                client_features: vec![],
+                generation: 1,
+                streams: vec![StreamStatus {
+                    peer: "p".into(),
+                    stream: "ADS".into(),
+                    protocol: "sotw".into(),
+                    connected_since: "t".into(),
+                    plan: None,
+                    // P33: a client's type URL and names, escaped too.
+                    unknown_types: vec![crate::fleet::UnknownTypeReport {
+                        type_url: format!("type.googleapis.com/{nasty}"),
+                        names: vec!["w1".into()],
+                        state: crate::fleet::SyncStatus::Synced,
+                    }],
+                }],
+                types: [(
+                    "CDS".to_string(),
+                    TypeStatusJson {
+                        state: crate::fleet::SyncStatus::Nacked,
+                        version_sent: "v2".into(),
+                        version_acked: "v1".into(),
+                        nonce: "1".into(),
+                        error: Some(nasty.into()),
+                        rejected_version: Some("v2".into()),
+                        rejected_changes: vec![crate::fleet::RejectedChange {
+                            resource: "clusters.yaml: clusters[0] \"x\"".into(),
+                            change: "added".into(),
+                            file_changed_at: Some("2026-12-01T10:00:00Z".into()),
+                        }],
+                        oversized_bytes: None,
+                        // P32: what the node asked for and was told does not exist.
+                        not_found: vec!["gone".into(), nasty.into()],
+                        last_change: "t".into(),
+                    },
+                )]
+                .into(),
+            }],
+            config: None,
+            rollout: None,
+            generation: 1,
+            server: Default::default(),
+            certificates: Vec::new(),
+            new_streams: None,
+        };
+        let table = status_table(&status);
+        assert!(
+            !table.contains('\u{1b}') && !table.contains('\r'),
+            "{table:?}"
+        );
+        assert!(table.contains(r"bad\u{1b}[2J\r\nfake row"), "{table}");
+        assert!(!table.lines().any(|l| l.starts_with("fake row")), "{table}");
+        assert!(
+            table.contains(
+                "\n    clusters.yaml: clusters[0] \"x\" (added; the file changed at \
+                 2026-12-01T10:00:00Z)\n"
+            ),
+            "the NACK names what it changed: {table}"
+        );
+        let node = r"bad\u{1b}[2J\r\nfake row";
+        assert!(
+            table.contains(&format!(
+                "NOT FOUND {node} CDS: subscribed, and no such resource for this node (told \
+                 NOT_FOUND): gone, {node}"
+            )),
+            "{table}"
+        );
+        assert!(
+            table.contains(&format!(
+                "UNKNOWN TYPE {node} (ADS/sotw): type.googleapis.com/{node} is not a type this \
+                 server serves; answered as not existing (w1)"
+            )),
+            "{table}"
+        );
+    }
+}
