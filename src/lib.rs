@@ -41,7 +41,6 @@ pub mod daemon;
 pub mod diff;
 pub mod fleet;
 pub mod import;
-pub mod loadgen;
 pub mod metrics;
 pub mod preflight;
 pub mod protocol;

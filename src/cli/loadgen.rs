@@ -8,14 +8,14 @@ use std::process::ExitCode;
 use super::{raise_file_limit, runtime, EXIT_USAGE};
 
 /// `switchyard loadgen`.
-pub(super) fn run(args: crate::loadgen::LoadgenArgs) -> ExitCode {
+pub(super) fn run(args: switchyard_loadgen::LoadgenArgs) -> ExitCode {
     let runtime = match runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(r) => r,
         Err(code) => return code,
     };
     raise_file_limit();
-    let json = args.output == crate::loadgen::ReportFormat::Json;
-    let report = match runtime.block_on(crate::loadgen::run(args)) {
+    let json = args.output == switchyard_loadgen::ReportFormat::Json;
+    let report = match runtime.block_on(switchyard_loadgen::run(args)) {
         Ok(report) => report,
         Err(e) => {
             eprintln!("error: {e}");
@@ -31,7 +31,7 @@ pub(super) fn run(args: crate::loadgen::LoadgenArgs) -> ExitCode {
             }
         }
     } else {
-        print!("{}", crate::loadgen::table(&report));
+        print!("{}", switchyard_loadgen::table(&report));
     }
     if report.cut_short.is_some() {
         ExitCode::FAILURE

@@ -78,7 +78,7 @@ pub enum Command {
     /// Load an xDS server with simulated Envoys (each its own connection and ADS stream),
     /// run a trigger command, and report connect and sync times, convergence, responses and
     /// the server's memory and CPU; exit 1 when the run did not complete.
-    Loadgen(Box<crate::loadgen::LoadgenArgs>),
+    Loadgen(Box<switchyard_loadgen::LoadgenArgs>),
     /// Turn an Envoy bootstrap's static resources into snapshot files (OUT/snapshot/), and
     /// write a bootstrap for the same Envoy that gets them from Switchyard over ADS
     /// (OUT/envoy.yaml); exit 1 when the bootstrap cannot be imported.
