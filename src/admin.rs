@@ -95,7 +95,7 @@ pub struct Status {
     pub config: Option<ConfigStatus>,
     /// A staged rollout in progress (serve --canary-id/--canary-cluster), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<crate::rollout::RolloutStatus>,
+    pub rollout: Option<RolloutStatus>,
     /// The generation every node gets (during a rollout, every node but the canaries).
     #[serde(default)]
     pub generation: u64,
@@ -110,6 +110,43 @@ pub struct Status {
     /// The admission of new streams (`--max-new-streams-per-second`), if limited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_streams: Option<NewStreamsStatus>,
+}
+
+/// A rollout for `/status`: the phase, the generations and since when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutStatus {
+    /// `CANARY`, `BAKING` or `HALTED`.
+    pub state: String,
+    /// The generation every node that is not a canary gets.
+    pub stable: u64,
+    /// The generation being rolled out (the canaries have it).
+    pub candidate: u64,
+    pub canary: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub since: String,
+}
+
+impl RolloutStatus {
+    pub fn new(
+        phase: &crate::rollout::Phase,
+        stable: u64,
+        candidate: u64,
+        policy: &crate::rollout::Policy,
+        since: std::time::SystemTime,
+    ) -> Self {
+        RolloutStatus {
+            state: phase.name().into(),
+            stable,
+            candidate,
+            canary: policy.canary_text.clone(),
+            reason: match phase {
+                crate::rollout::Phase::Halted { reason } => Some(reason.clone()),
+                _ => None,
+            },
+            since: format_time(since),
+        }
+    }
 }
 
 /// How new streams are let in, and how many were turned away.
@@ -696,7 +733,7 @@ fn current_status(admin: &Admin) -> Status {
         .map(|c| CertificateStatus::of(c, now))
         .collect();
     status.rollout = serving.rollout.as_ref().map(|r| {
-        crate::rollout::RolloutStatus::new(
+        RolloutStatus::new(
             &r.phase,
             serving.stable.number,
             r.candidate.number,

@@ -20,7 +20,6 @@ use tokio::sync::watch;
 
 use crate::config::selector::NodeFacts;
 use crate::config::{content_hash, Config};
-use crate::protocol::Selection;
 use crate::resource::{Resource, ResourceType};
 use crate::rollout::{Phase, Policy};
 
@@ -36,6 +35,63 @@ pub struct TypeSnapshot {
     /// What each shared name set selects of this type (`protocol::subscription`): the
     /// streams of a node group that ask for the same names select once per snapshot.
     pub selections: Memo<BTreeSet<String>, Arc<Selection>, SELECTIONS>,
+}
+
+/// What a SotW subscription selects of one type snapshot (`protocol::Subscription::select`),
+/// remembered by the snapshot for the streams that ask for the same names.
+#[derive(Debug)]
+pub struct Selection {
+    /// In name order, each once.
+    pub resources: Vec<Arc<Resource>>,
+    /// The version a client holding exactly these has: the type's, for a wildcard; else the
+    /// selection's own (`protocol::subscription::selection_version`), so that a client back on a new stream
+    /// proves with it what it holds (P13). REST polling answers with the same versions.
+    pub version: String,
+    /// What a client holding an older selection lacks of this one (see
+    /// [`Selection::lacking_since`]), by the older selection.
+    lacking: Memo<Selection, Arc<[usize]>, 4>,
+}
+
+impl Selection {
+    /// `resources` (in name order, each once), which a client holding them has as `version`.
+    pub fn new(resources: Vec<Arc<Resource>>, version: String) -> Selection {
+        Selection {
+            resources,
+            version,
+            lacking: Memo::default(),
+        }
+    }
+
+    /// Those of these resources that a client holding `before` lacks or has at another
+    /// version, in name order. Computed once per pair and shared: the streams of a node
+    /// group that asked for the same names held the same selection, and a push moves them
+    /// all to the same new one. Linear when computed (a merge; unchanged resources compare
+    /// by pointer).
+    pub fn lacking_since(&self, before: &Arc<Selection>) -> Vec<&Arc<Resource>> {
+        let indices = match self.lacking.get(before) {
+            Some(found) => found,
+            None => {
+                let mut old = before.resources.iter().peekable();
+                let indices: Arc<[usize]> = self
+                    .resources
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| {
+                        if old.next_if(|b| Arc::ptr_eq(b, r)).is_some() {
+                            return false;
+                        }
+                        while old.next_if(|b| b.name < r.name).is_some() {}
+                        !old.peek()
+                            .is_some_and(|b| b.name == r.name && b.version == r.version)
+                    })
+                    .map(|(i, _)| i)
+                    .collect();
+                self.lacking.put(before, Arc::clone(&indices));
+                indices
+            }
+        };
+        indices.iter().map(|&i| &self.resources[i]).collect()
+    }
 }
 
 /// The names whose resource differs between an older type snapshot and a newer one, in

@@ -132,7 +132,7 @@ fn redacted(kind: ResourceType, json: &Value) -> Value {
     let Ok(mut message) = json::from_json(&descriptors::message(kind), json) else {
         return Value::Null;
     };
-    crate::redact::redact(&mut message, crate::redact::Audience::Operator);
+    crate::config::redact::redact(&mut message, crate::config::redact::Audience::Operator);
     crate::config::json::to_json(&message).unwrap_or(Value::Null)
 }
 

@@ -3,8 +3,10 @@
 //!
 //! Owns: the registry of open streams and, per stream, the node's identity and, per type, the
 //! version sent, the version ACKed, the latest nonce, the sync state (with the proxy's NACK
-//! text) and when it last changed. Must not: decide anything about the protocol (it copies
-//! what `protocol` reports) or serve HTTP (`admin`).
+//! text) and when it last changed; timing each generation's convergence (reported through
+//! the callback it is made with: the daemon's goes to telemetry). Must not: decide anything
+//! about the protocol (it copies what `protocol` reports), serve HTTP (`admin`), or log or
+//! count anything itself (`telemetry`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -24,13 +24,19 @@
 //!   bootstrap that takes them over ADS (`switchyard import`).
 //! - [`preflight`] checks each node group's snapshot with the real Envoy (`envoy --mode
 //!   validate` on a bootstrap that holds it) before it is published, when asked to.
-//! - [`watch`] reloads on file changes (and keeps each good load with [`state`]); [`redact`]
-//!   knows what is secret.
+//! - [`watch`] reloads on file changes (and keeps each good load with [`state`]);
+//!   [`config::redact`] knows what is secret.
 //! - [`telemetry`] logs and counts every operational event, into [`metrics`] (a leaf: the
 //!   handles and the exposition).
+//! - [`fleet`] keeps what every connected proxy has, which [`admin`] (the admin HTTP server:
+//!   `/status`, `/config_dump`, `/metrics`, the page) shows; [`rollout`] decides staged
+//!   rollouts (pure), which `server::rollout` drives from the fleet's reports.
 //! - [`daemon`] wires it all: [`run`] loads the files and serves xDS and the admin API on the
-//!   listeners given until shutdown. [`cli`] (`switchyard serve`) and the in-process tests
-//!   start the server through it.
+//!   listeners given until shutdown. [`cli`] (the command line, one module per subcommand)
+//!   and the in-process tests start the server through it.
+//!
+//! The load generator behind `switchyard loadgen` is a crate of its own (`loadgen/`,
+//! `switchyard_loadgen`): a client of any xDS server, so none of these modules.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -44,7 +50,6 @@ pub mod import;
 pub mod metrics;
 pub mod preflight;
 pub mod protocol;
-pub mod redact;
 pub mod resource;
 pub mod rollout;
 pub mod server;

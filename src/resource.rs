@@ -1,8 +1,11 @@
 //! The xDS resource types Switchyard serves, and the one table of their facts: type URL,
 //! protobuf message, snapshot-file key, and protocol properties.
 //!
-//! Owns: the mapping between type URLs, file keys and message names. Must not: know about
-//! files, streams or sockets.
+//! Owns: the mapping between type URLs, file keys and message names; a loaded [`Resource`]
+//! in its encoded forms (as written, and without its secret material where it has any) and
+//! which form a [`Secrets`] policy reads; a [`Reference`] from one resource to another. Must
+//! not: know about files, streams or sockets, or which fields are secret (`config::redact` says,
+//! from the descriptors, when the loader makes the forms).
 
 use std::fmt;
 use std::time::Duration;
@@ -243,7 +246,7 @@ pub struct Resource {
     /// namespace. Sorted, without duplicates.
     pub references: Vec<Reference>,
     /// The resource without its secret material, encoded once, where it has any (see
-    /// `redact`); `None` for the (many) resources without.
+    /// `config::redact`); `None` for the (many) resources without.
     pub redacted: Option<Box<Redacted>>,
     /// The resource as a proto3 JSON `Any` (with `"@type"`), for REST-JSON polling: rendered
     /// on first use and shared by every poll, like `any` is for gRPC. `None` inside if it
@@ -290,7 +293,7 @@ impl PartialEq for Memo64 {
 impl Eq for Memo64 {}
 
 /// Which of a resource's forms to send or show: as written, or without its secret material
-/// (what is secret is `redact`'s to say; who may see it, the server's and the admin API's).
+/// (what is secret is `config::redact`'s to say; who may see it, the server's and the admin API's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Secrets {
     /// Leave every sensitive field out (the default everywhere).
@@ -311,7 +314,7 @@ impl Secrets {
     }
 }
 
-/// A resource's forms without secret material (see `redact`).
+/// A resource's forms without secret material (see `config::redact`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Redacted {
     /// Without private key material, for proxies that have not proven who they are.

@@ -2,17 +2,14 @@
 //! the canaries have taken it and a bake time has passed without a NACK.
 //!
 //! Owns: the rollout policy (which nodes are canaries, how long to bake), the rollout's
-//! phases and the pure decision of what to do next from what the canaries report. Must not:
-//! hold generations or talk to streams (the cache holds the stable and candidate
-//! generations and who gets which; `server::rollout` feeds this module the fleet's reports
-//! on a timer and applies its decisions).
+//! phases and the pure decision of what to do next from what the canaries report (an
+//! [`Observation`]). Must not: hold generations, read the fleet or talk to streams (the
+//! cache holds the stable and candidate generations and who gets which; `server::rollout`
+//! observes the fleet's reports on a timer and applies the decisions; `admin` shows it).
 
-use std::time::{Duration, Instant, SystemTime};
-
-use serde::Serialize;
+use std::time::{Duration, Instant};
 
 use crate::config::{NodeMatch, Selector};
-use crate::fleet::StreamReport;
 
 /// `--canary-id`, `--canary-cluster` and `--rollout-bake`.
 #[derive(Clone, Debug)]
@@ -94,40 +91,6 @@ pub struct Observation {
     pub nacked: Option<(String, String, String)>,
 }
 
-impl Observation {
-    /// From the fleet's stream reports: the canaries' view of generation `candidate`.
-    pub fn of(reports: &[StreamReport], policy: &Policy, candidate: u64) -> Observation {
-        let mut nodes: std::collections::BTreeMap<&str, bool> = Default::default();
-        let mut nacked = None;
-        for r in reports
-            .iter()
-            .filter(|r| policy.is_canary(&r.node_id, &r.node_cluster))
-        {
-            let on_candidate = r.generation >= candidate;
-            let synced = nodes.entry(r.node_id.as_str()).or_insert(true);
-            *synced &= on_candidate && r.synced();
-            if on_candidate && nacked.is_none() {
-                nacked = r
-                    .types
-                    .iter()
-                    .find(|(_, t)| t.state == crate::fleet::SyncStatus::Nacked)
-                    .map(|(kind, t)| {
-                        (
-                            r.node_id.clone(),
-                            kind.to_string(),
-                            t.nack.as_ref().map(|n| n.error.clone()).unwrap_or_default(),
-                        )
-                    });
-            }
-        }
-        Observation {
-            canaries: nodes.len(),
-            synced: nodes.values().filter(|s| **s).count(),
-            nacked,
-        }
-    }
-}
-
 /// What to do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -155,43 +118,6 @@ pub fn decide(phase: &Phase, seen: &Observation, now: Instant, bake: Duration) -
         // A canary that (re)connects and has not ACKed yet: wait for it, then bake again.
         (Phase::Baking { .. }, false) => Decision::Enter(Phase::Canary),
         _ => Decision::Stay,
-    }
-}
-
-/// A rollout for `/status`: the phase, the generations and since when.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct RolloutStatus {
-    /// `CANARY`, `BAKING` or `HALTED`.
-    pub state: String,
-    /// The generation every node that is not a canary gets.
-    pub stable: u64,
-    /// The generation being rolled out (the canaries have it).
-    pub candidate: u64,
-    pub canary: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub since: String,
-}
-
-impl RolloutStatus {
-    pub fn new(
-        phase: &Phase,
-        stable: u64,
-        candidate: u64,
-        policy: &Policy,
-        since: SystemTime,
-    ) -> Self {
-        RolloutStatus {
-            state: phase.name().into(),
-            stable,
-            candidate,
-            canary: policy.canary_text.clone(),
-            reason: match phase {
-                Phase::Halted { reason } => Some(reason.clone()),
-                _ => None,
-            },
-            since: crate::fleet::format_time(since),
-        }
     }
 }
 

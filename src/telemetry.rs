@@ -3,7 +3,8 @@
 //! a REST poll answered, a config load, a file event, a rollout's end.
 //!
 //! Owns: what each event logs (level, message, fields) and which metric it moves. Callers say
-//! what happened; they neither log it nor touch a metric handle themselves. Must not: decide
+//! what happened; they neither log it nor touch a metric handle themselves. A NACK's log
+//! names what it rejected as `/status` does (`fleet::RejectedChange`). Must not: decide
 //! anything (the protocol and the server do), or read the fleet or the cache (scrape-time
 //! values are the admin server's to collect).
 

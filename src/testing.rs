@@ -1,4 +1,6 @@
 //! Helpers for the unit tests.
+//!
+//! Must not: be more than fixtures: a test's assertions are its own.
 
 /// Run `run` on `cases` tapes of random choices. proptest makes the tapes and, when a run
 /// panics, shrinks its tape to a minimal failing one (towards fewer, smaller choices) and

@@ -4,6 +4,9 @@
 //! that state, `?page=`), so it stays usable at 10,000 nodes. Nodes with a problem come first
 //! (NACKED, then STALE), then by node id in natural order (`edge-2` before `edge-10`); each
 //! summary count links to the filter that lists its nodes.
+//!
+//! Must not: read the fleet or the cache itself (it renders the [`Status`] it is given, the
+//! same as `/status`), or change anything.
 
 use std::fmt::Write;
 
@@ -606,7 +609,7 @@ mod tests {
     #[test]
     fn a_rollout_shows_its_state_generations_and_why_it_halted() {
         let mut status = fleet(2);
-        status.rollout = Some(crate::rollout::RolloutStatus {
+        status.rollout = Some(crate::admin::RolloutStatus {
             state: "HALTED".into(),
             stable: 3,
             candidate: 4,

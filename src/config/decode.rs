@@ -175,11 +175,12 @@ pub(super) fn decode_resource(
     // resource itself.
     let without = |audience| {
         let mut copy = message.clone();
-        crate::redact::redact(&mut copy, audience).then(|| prost::Message::encode_to_vec(&copy))
+        crate::config::redact::redact(&mut copy, audience)
+            .then(|| prost::Message::encode_to_vec(&copy))
     };
     let (for_proxy, for_operator) = (
-        without(crate::redact::Audience::Proxy),
-        without(crate::redact::Audience::Operator),
+        without(crate::config::redact::Audience::Proxy),
+        without(crate::config::redact::Audience::Operator),
     );
     let body = prost::Message::encode_to_vec(&message);
     let resource = Resource::new(kind, name, version, body, warms_with)

@@ -1,4 +1,6 @@
 //! Content hashes: resource versions, file digests.
+//!
+//! Must not: know what is hashed (callers give the bytes, in their order).
 
 use sha2::{Digest, Sha256};
 

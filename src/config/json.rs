@@ -11,8 +11,9 @@
 //!   `Any` with no type and no value. prost-reflect wants an `"@type"`, so the item is given
 //!   a marker type first and the marker is cleared from the decoded message.
 //!
-//! And in the direction protobuf -> JSON ([`to_json`]): an empty `Any` is written `{}`
-//! (prost-reflect refuses to write an `Any` without a type).
+//! And in the direction protobuf -> JSON ([`to_json`], and a loaded resource's canonical JSON
+//! from one of its forms, [`resource_json`]): an empty `Any` is written `{}` (prost-reflect
+//! refuses to write an `Any` without a type).
 //!
 //! Must not: read files, or check Envoy's rules (`rules`, `envoy_checks`): this only decides
 //! what a text means.

@@ -1,5 +1,7 @@
 //! What a snapshot file says beyond Envoy's own fields: a resource's `ttl` (P25), and the
 //! names a VHDS virtual host is also known by (P24).
+//!
+//! Must not: read anything of Envoy's own fields beyond what these keys need.
 
 use std::time::Duration;
 

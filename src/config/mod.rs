@@ -13,9 +13,10 @@
 //! leniencies, `json`, over Envoy 1.40's API and the operator's descriptor sets,
 //! `descriptors`; then Envoy's field rules, `rules`, and its checks beyond them, `checks`),
 //! `keys` reads what files add to Envoy's fields (TTLs, VHDS aliases), `secret_files` the
-//! PEM files a secret names on this host, `hash` gives
-//! versions, `loader` keeps results between loads and checks across files (`references`,
-//! duplicates). This module holds the types they share.
+//! PEM files a secret names on this host, `redact` which fields are secret (read from the
+//! descriptors) and each resource's forms without them, `hash` gives versions, `loader`
+//! keeps results between loads and checks across files (`references`, duplicates). This
+//! module holds the types they share.
 //!
 //! Must not: serve, or cache per node; swapping configs is the cache's job, watching files
 //! is `watch`'s.
@@ -29,6 +30,7 @@ pub mod json;
 mod keys;
 mod loader;
 mod parse;
+pub mod redact;
 mod references;
 pub mod rules;
 pub mod secret_files;

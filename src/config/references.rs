@@ -7,6 +7,9 @@
 //! References are read from each resource's canonical JSON (lowerCamelCase keys, `Any` expanded with its
 //! `"@type"`), so they see inside typed_config without per-filter code. The checks are
 //! global: a name defined in any file counts, whatever the node selectors.
+//!
+//! Must not: refuse a load by itself: what is an error and what a warning (`--strict`) is
+//! the loader's to say.
 
 use std::collections::BTreeSet;
 

@@ -11,7 +11,7 @@ use prost_reflect::{Kind, MessageDescriptor};
 use serde_path_to_error::{Path, Segment};
 
 use super::descriptors;
-use crate::redact::sensitive_fields;
+use crate::config::redact::sensitive_fields;
 
 /// Whether the value at `path` of `item` (written as a message of type `root`) is a
 /// sensitive field or inside one.

@@ -18,6 +18,8 @@
 //! ACKs or NACKs it. Changes meanwhile accumulate and go out together. Time enters only as
 //! an argument (`now`), for heartbeats: [`DeltaStream::poll_timeout`] says when to call
 //! [`DeltaStream::poll_response`] again.
+//!
+//! Must not: do IO or read a clock, or keep what the core keeps (nonces, ACK/NACK, the plan).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;

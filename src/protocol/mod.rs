@@ -42,7 +42,7 @@ pub use delta::{Delta, DeltaResource, DeltaResponse, DeltaStream};
 pub use plan::{Ordering, PlanEvent, PlanStatus};
 pub use sotw::{Sotw, SotwStream};
 pub use stream::Stream;
-pub use subscription::{DeltaChange, Selection, Subscription};
+pub use subscription::{DeltaChange, Subscription};
 pub use unknown::{
     UnknownNames, UnknownRequest, UnknownResponse, UnknownStatus, MAX_UNKNOWN_TYPES,
     UNKNOWN_TYPE_VERSION,

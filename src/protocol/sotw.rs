@@ -17,6 +17,8 @@
 //! LDS and CDS responses carry the client's whole set (P10). Other types carry only what the
 //! client lacks: resources new to it or changed, plus ClusterLoadAssignments due again for
 //! warming (P28); so one changed endpoint set sends one ClusterLoadAssignment, not all.
+//!
+//! Must not: do IO or read a clock, or keep what the core keeps (nonces, ACK/NACK, the plan).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -12,6 +12,9 @@
 //! and `handle_snapshot` for each new snapshot of the stream's node; then `poll_response(now)`
 //! until `None`, and `poll_event`. `poll_timeout` says when to call `poll_response` again with
 //! no new input (TTL refreshes and heartbeats, a plan step's time-out). No IO, no clocks.
+//!
+//! Must not: know how a flavor subscribes or builds a response (SotW's and delta's own), or
+//! how the planner chooses its steps (`plan`).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;

@@ -1,10 +1,15 @@
 //! What a client subscribes to, for one type on one stream: names and the wildcard.
+//!
+//! Owns: the names and the wildcard per type, SotW's and delta's changes to them (P6-P9,
+//! P19-P21), which resources of a snapshot they select, and the table through which streams
+//! asking for the same names share one name set. Must not: know what the client holds or
+//! what was sent (the flavors do).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use crate::cache::{merge_is_cheaper, Changes, Memo, TypeSnapshot};
+use crate::cache::{merge_is_cheaper, Changes, Selection, TypeSnapshot};
 use crate::resource::{xdstp, Resource};
 
 /// The wildcard name (P14).
@@ -272,11 +277,7 @@ impl Subscription {
         } else {
             selection_version(resources.iter().map(Arc::as_ref))
         };
-        let selection = Arc::new(Selection {
-            resources,
-            version,
-            lacking: Memo::default(),
-        });
+        let selection = Arc::new(Selection::new(resources, version));
         snapshot.selections.put(key, Arc::clone(&selection));
         selection
     }
@@ -304,53 +305,6 @@ impl Subscription {
             out.dedup_by(|a, b| a.name == b.name);
         }
         out
-    }
-}
-
-/// What a SotW subscription selects of one type snapshot ([`Subscription::select`]).
-#[derive(Debug)]
-pub struct Selection {
-    /// In name order, each once.
-    pub resources: Vec<Arc<Resource>>,
-    /// The version a client holding exactly these has: the type's, for a wildcard; else the
-    /// selection's own ([`selection_version`]), so that a client back on a new stream
-    /// proves with it what it holds (P13). REST polling answers with the same versions.
-    pub version: String,
-    /// What a client holding an older selection lacks of this one (see
-    /// [`Selection::lacking_since`]), by the older selection.
-    lacking: Memo<Selection, Arc<[usize]>, 4>,
-}
-
-impl Selection {
-    /// Those of these resources that a client holding `before` lacks or has at another
-    /// version, in name order. Computed once per pair and shared: the streams of a node
-    /// group that asked for the same names held the same selection, and a push moves them
-    /// all to the same new one. Linear when computed (a merge; unchanged resources compare
-    /// by pointer).
-    pub fn lacking_since(&self, before: &Arc<Selection>) -> Vec<&Arc<Resource>> {
-        let indices = match self.lacking.get(before) {
-            Some(found) => found,
-            None => {
-                let mut old = before.resources.iter().peekable();
-                let indices: Arc<[usize]> = self
-                    .resources
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| {
-                        if old.next_if(|b| Arc::ptr_eq(b, r)).is_some() {
-                            return false;
-                        }
-                        while old.next_if(|b| b.name < r.name).is_some() {}
-                        !old.peek()
-                            .is_some_and(|b| b.name == r.name && b.version == r.version)
-                    })
-                    .map(|(i, _)| i)
-                    .collect();
-                self.lacking.put(before, Arc::clone(&indices));
-                indices
-            }
-        };
-        indices.iter().map(|&i| &self.resources[i]).collect()
     }
 }
 

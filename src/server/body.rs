@@ -16,6 +16,8 @@
 //!   together),
 //!   then trailers with the status (`grpc-status: 0` at the end of the stream); a message
 //!   over the size limit ends the stream with `OUT_OF_RANGE` (see [`frame`]).
+//!
+//! Must not: know xDS: it frames and unframes gRPC messages, whatever they hold.
 
 use std::marker::PhantomData;
 use std::pin::Pin;

@@ -5,6 +5,9 @@
 //! current snapshot (the resources of each type it asked for). For a type subscribed by name
 //! (EDS, RDS) the listing is every resource of that type in the node's group, which may be
 //! more than it asked for.
+//!
+//! Must not: show secrets unless the server was told to (`--admin-show-secrets`), or answer
+//! clients beyond `--csds-from`.
 
 use std::pin::Pin;
 use std::sync::Arc;

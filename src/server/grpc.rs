@@ -7,6 +7,8 @@
 //! once per snapshot; requests and responses each go through a buffer of their size
 //! (`server::body`) rather than tonic's per-stream buffers. Paths and limits are otherwise
 //! what the generated code does.
+//!
+//! Must not: decide anything per stream (each method's task does, in `stream`).
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -6,6 +6,9 @@
 //! `version_info` is the current version is held until the type changes for that node or
 //! [`REST_HOLD`] passes, then answered `304 Not Modified` (Envoy's "no update"), so a client
 //! polling with a short refresh delay never gets a loop of unchanged answers.
+//!
+//! Must not: keep state per client between polls (REST has no stream: each poll is answered
+//! from the node's snapshot alone).
 
 use std::sync::Arc;
 use std::time::Duration;

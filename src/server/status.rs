@@ -1,5 +1,7 @@
 //! Where errors become gRPC statuses: the one mapping from this crate's errors to what goes
 //! on the wire.
+//!
+//! Must not: decide when an error happens; it only says how each is reported.
 
 use tonic::Status;
 

@@ -1,5 +1,8 @@
 //! One task per xDS stream (SotW or delta): requests, cache generations and heartbeat
 //! timers in; responses out. The same loop drives both state machines through [`Machine`].
+//!
+//! Must not: decide what to send or when (the state machine does); it only moves inputs in
+//! and responses out, and reports the stream to the fleet and telemetry.
 
 use std::sync::Arc;
 

@@ -13,6 +13,9 @@
 //! Not judged: RE2's program size, which Envoy limits (100 by default, runtime
 //! `re2.max_program_size.error_level`): only RE2's own compiler can count it.
 //! `validate --envoy` and `--preflight-envoy` catch that.
+//!
+//! Must not: compile or run a regex for matching (nothing here matches traffic); it only
+//! judges a pattern as RE2 would.
 
 use regex_syntax::ast::{self, Ast, ErrorKind, RepetitionKind, RepetitionRange};
 

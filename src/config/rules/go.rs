@@ -1,5 +1,7 @@
 //! Values as Go's `fmt` prints them: protoc-gen-validate's generator wrote the rules'
 //! bounds into Envoy's messages with it (`0s`, `1.5s`, `[http https]`, `"^[^\\x00]*$"`).
+//!
+//! Must not: check anything; it only writes values as the messages of Envoy's checks do.
 
 use super::*;
 

@@ -1,5 +1,7 @@
 //! Each message type's rules, decoded once from the descriptor set's options into a
 //! [`Plan`]: what to check, in the order Envoy's generated `Validate()` checks it.
+//!
+//! Must not: look at a value (that is `values`); a plan depends on the type only.
 
 use super::*;
 

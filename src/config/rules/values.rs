@@ -1,5 +1,7 @@
 //! One value against its rules (numbers, strings, bytes, enums, counts, durations, `Any`
 //! type URLs, the well-known string formats), in PGV's words.
+//!
+//! Must not: walk a message (the rules module does, by its [`Plan`](super::plan::Plan)).
 
 use super::*;
 

@@ -7,7 +7,8 @@
 //! message, including inside `Any` fields (a transport socket's `typed_config`). Names,
 //! versions and certificate chains are not sensitive and stay.
 //!
-//! Must not: decide who may see what (the server and the admin API do, by their flags).
+//! Must not: decide who may see what (the server and the admin API do, by their flags), or
+//! keep a resource's forms (`resource` does; the loader makes them with this).
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
@@ -15,7 +16,7 @@ use std::sync::OnceLock;
 use prost::Message;
 use prost_reflect::{DynamicMessage, ExtensionDescriptor, FieldDescriptor, Kind, Value};
 
-use crate::config::descriptors;
+use super::descriptors;
 
 /// The field option that marks secret material.
 const SENSITIVE: &str = "udpa.annotations.sensitive";
