@@ -3,10 +3,10 @@
 //! (`flags`), and the client of a running server's admin API (`admin_api`).
 //!
 //! Owns: parsing the command line, installing `--descriptor-set`s before anything reads a
-//! file, and exit codes: 0 success, 1 a failure at run time or an invalid config under
-//! `validate`, 2 `status` found a node NACKing (or `diff` cannot load a side), 3 `status`
-//! found the server's last load failed, 64 (EX_USAGE) bad flags or a config that cannot load
-//! at start. Errors here are `anyhow` and end in an exit code.
+//! file, and exit codes: 0 success; 1 a failure at run time, an invalid config under
+//! `validate`, or changes under `diff`; 2 `status` found a node NACKing, or `diff` cannot
+//! load a side; 3 `status` found the server's last load failed; 64 (EX_USAGE) bad flags or a
+//! config that cannot load at start. Errors here are `anyhow` and end in an exit code.
 //!
 //! Must not: hold what a command does beyond turning flags into the library's options and
 //! its results into text and an exit code (loading is `config`'s, serving `daemon`'s, the
@@ -29,11 +29,16 @@ use clap::{Parser, Subcommand};
 
 use crate::config;
 pub use diff::DiffArgs;
-pub use flags::{AdminAccess, AdminArgs, ConfigArgs, DescriptorArgs, DEFAULT_ADMIN_ADDR};
+pub use flags::{
+    AdminAccess, AdminArgs, AdminToken, ConfigArgs, DescriptorArgs, DEFAULT_ADMIN_ADDR,
+};
 pub use import::ImportArgs;
 pub use rollout::{RolloutAction, RolloutArgs};
-pub use serve::ServeArgs;
-pub use status::{rollout_text, status_table, StatusArgs};
+pub use serve::{
+    AdminServerArgs, CanaryArgs, ConnectionAgeFlag, LimitArgs, LogFormat, ServeArgs,
+    StreamRateFlag, Switch, XdsTlsArgs,
+};
+pub use status::{rollout_text, status_table, Output, StatusArgs};
 pub use validate::ValidateArgs;
 
 /// Exit code for bad flags or a config that cannot load at start (sysexits EX_USAGE).

@@ -77,7 +77,7 @@ pub struct ServeArgs {
     #[command(flatten, next_help_heading = "Limits")]
     pub limits: LimitArgs,
     #[command(flatten, next_help_heading = "Staged rollouts")]
-    pub rollout: RolloutArgs,
+    pub rollout: CanaryArgs,
     #[command(flatten, next_help_heading = "The admin API")]
     pub admin: AdminServerArgs,
 }
@@ -192,7 +192,7 @@ impl LimitArgs {
 
 /// Staged rollouts: which nodes are the canaries, and how long they hold a change.
 #[derive(Debug, Args)]
-pub struct RolloutArgs {
+pub struct CanaryArgs {
     /// Staged rollouts: each change of the files goes first to the nodes whose id matches
     /// this glob (and --canary-cluster, if given), and to every node once they have all
     /// ACKed it and --rollout-bake has passed without a NACK. A NACK halts it.
@@ -207,7 +207,7 @@ pub struct RolloutArgs {
     pub rollout_bake: Duration,
 }
 
-impl RolloutArgs {
+impl CanaryArgs {
     /// The rollout policy, when canaries are named.
     fn policy(&self) -> anyhow::Result<Option<crate::rollout::Policy>> {
         if self.canary_id.is_none() && self.canary_cluster.is_none() {
