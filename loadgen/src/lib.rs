@@ -5,7 +5,7 @@
 //!   the route configurations its listeners name, ACKing everything or NACKing a fraction).
 //! - [`ads`]: what its ADS stream puts on the wire: State of the World or delta, with its
 //!   node of Envoy's size (`--node-extensions`) on every request, encoded once per run.
-//! - [`run`]: N of them, each over its own connection and stream, reconnecting with what it
+//! - [`run`](mod@run): N of them, each over its own connection and stream, reconnecting with what it
 //!   holds after Envoy's jittered backoff; the trigger command; the server's RSS and CPU.
 //! - [`report`]: connect time, time to the first full config, convergence after the
 //!   trigger, responses and bytes by type, as JSON or a table.

@@ -262,7 +262,7 @@ impl Subscription {
 
     /// What this subscription selects of `snapshot`: the resources it covers, in name order,
     /// and the SotW version of that selection. Computed once per (snapshot, shared name set)
-    /// and shared: the streams asking for the same names hold one [`NameSets`] set, so a push
+    /// and shared: the streams asking for the same names hold one `NameSets` set, so a push
     /// to 10,000 of them selects once. Linear in the sizes of the snapshot and the name set
     /// (a merge of two sorted sequences) when computed.
     pub fn select(&self, snapshot: &TypeSnapshot) -> Arc<Selection> {

@@ -261,7 +261,7 @@ impl WireResponse {
         }
     }
 
-    /// This response framed for the wire (as [`crate::server::body::frame`] frames it), in
+    /// This response framed for the wire (as `server::body::frame` frames it), in
     /// two parts: its gRPC prefix with what is this stream's own (`version_info`,
     /// `nonce`), then the rest (resources, type, control plane, errors). The rest is
     /// encoded once and shared by every stream that sends the same (the same resources as
