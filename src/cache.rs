@@ -44,8 +44,9 @@ pub struct Selection {
     /// In name order, each once.
     pub resources: Vec<Arc<Resource>>,
     /// The version a client holding exactly these has: the type's, for a wildcard; else the
-    /// selection's own (`protocol::subscription::selection_version`), so that a client back on a new stream
-    /// proves with it what it holds (P13). REST polling answers with the same versions.
+    /// selection's own (`protocol::subscription::selection_version`), so that a client back
+    /// on a new stream proves with it what it holds (P13). REST polling answers with the same
+    /// versions.
     pub version: String,
     /// What a client holding an older selection lacks of this one (see
     /// [`Selection::lacking_since`]), by the older selection.

@@ -685,7 +685,7 @@ mod tests {
                 observed.fetch_add(1, Ordering::Relaxed);
             }
         }));
-        let convergences = |_: &Fleet| observed.load(Ordering::Relaxed);
+        let convergences = || observed.load(Ordering::Relaxed);
         let (a, b) = (fleet.open(report()), fleet.open(report()));
         let acked = || {
             status(SyncState::Acked {
@@ -701,16 +701,16 @@ mod tests {
         fleet.generation_arrived(2, Instant::now());
         a.update(2, [(ResourceType::Cluster, acked())], None, Vec::new());
         b.update(2, [(ResourceType::Cluster, sent())], None, Vec::new());
-        assert_eq!(convergences(&fleet), 0, "b has not ACKed");
+        assert_eq!(convergences(), 0, "b has not ACKed");
         b.update(2, [(ResourceType::Cluster, acked())], None, Vec::new());
-        assert_eq!(convergences(&fleet), 1);
+        assert_eq!(convergences(), 1);
         // The next generation: one stream never ACKs, then leaves.
         fleet.generation_arrived(3, Instant::now());
         a.update(3, [(ResourceType::Cluster, acked())], None, Vec::new());
         b.update(3, [(ResourceType::Cluster, sent())], None, Vec::new());
-        assert_eq!(convergences(&fleet), 1);
+        assert_eq!(convergences(), 1);
         drop(b);
-        assert_eq!(convergences(&fleet), 2);
+        assert_eq!(convergences(), 2);
     }
 
     #[test]
