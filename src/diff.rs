@@ -17,8 +17,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::config::{descriptors, json, Config};
-use crate::resource::Secrets;
-use crate::resource::{Resource, ResourceType};
+use crate::resource::{Resource, ResourceType, Secrets};
 
 /// What changed for one node group.
 #[derive(Debug, Default, PartialEq, Eq)]

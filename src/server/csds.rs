@@ -28,8 +28,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::incoming::ConnInfo;
 use crate::cache::Cache;
 use crate::fleet::{Fleet, StreamReport, SyncStatus, TypeReport};
-use crate::resource::ResourceType;
-use crate::resource::Secrets;
+use crate::resource::{ResourceType, Secrets};
 
 /// The CSDS service.
 #[derive(Clone, Debug)]

@@ -28,9 +28,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use crate::cache::Cache;
 use crate::config::{descriptors, json};
 use crate::protocol::Subscription;
-use crate::resource::Resource;
-use crate::resource::ResourceType;
-use crate::resource::Secrets;
+use crate::resource::{Resource, ResourceType, Secrets};
 use crate::telemetry::PollApi;
 use crate::telemetry::Telemetry;
 

@@ -26,8 +26,7 @@ use crate::fleet::{Fleet, StreamHandle, StreamReport};
 use crate::protocol::stream::Flavor;
 use crate::protocol::{Delta, DeltaResponse, Ordering, Response, Sotw, UnknownResponse};
 use crate::protocol::{Stream, Variant};
-use crate::resource::ResourceType;
-use crate::resource::Secrets;
+use crate::resource::{ResourceType, Secrets};
 use crate::telemetry::{Limit, Sent, Telemetry};
 
 /// Responses buffered per stream before the task waits for the client to read.

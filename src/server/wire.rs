@@ -29,8 +29,7 @@ use tonic::Status;
 
 use super::body;
 use crate::protocol::{DeltaResource, DeltaResponse, Response, UnknownResponse, NOT_FOUND_MESSAGE};
-use crate::resource::Resource;
-use crate::resource::Secrets;
+use crate::resource::{Resource, Secrets};
 
 /// The type URL of the `Resource` wrapper in SotW (P26).
 pub const RESOURCE_TYPE_URL: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
