@@ -75,6 +75,15 @@ pub enum Outgoing {
     Delta(DeltaDiscoveryRequest),
 }
 
+/// The error a NACK carries (INVALID_ARGUMENT, as Envoy's).
+fn nack_detail() -> RpcStatus {
+    RpcStatus {
+        code: 3,
+        message: "loadgen: NACKed on purpose".into(),
+        ..Default::default()
+    }
+}
+
 impl Proxy {
     pub fn new(node: Node, protocol: Protocol, nack_fraction: f64) -> Proxy {
         let nack_every = (nack_fraction > 0.0).then(|| (1.0 / nack_fraction).round() as u64);
@@ -196,11 +205,7 @@ impl Proxy {
                 response.version_info.clone()
             },
             response_nonce: response.nonce.clone(),
-            error_detail: nack.then(|| RpcStatus {
-                code: 3,
-                message: "loadgen: NACKed on purpose".into(),
-                ..Default::default()
-            }),
+            error_detail: nack.then(nack_detail),
             ..Default::default()
         }));
         if !nack {
@@ -226,11 +231,7 @@ impl Proxy {
             node: Some(self.node.clone()),
             type_url: kind.to_string(),
             response_nonce: response.nonce.clone(),
-            error_detail: nack.then(|| RpcStatus {
-                code: 3,
-                message: "loadgen: NACKed on purpose".into(),
-                ..Default::default()
-            }),
+            error_detail: nack.then(nack_detail),
             ..Default::default()
         })];
         if nack {

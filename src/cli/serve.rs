@@ -410,9 +410,8 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     let signalled = shutdown_signal()
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
     raise_file_limit();
-    let usage = |e: anyhow::Error| Failure::Usage(e);
-    let rollout = args.rollout.policy().map_err(usage)?;
-    let token = args.admin.token.read().map_err(usage)?;
+    let rollout = args.rollout.policy().map_err(Failure::Usage)?;
+    let token = args.admin.token.read().map_err(Failure::Usage)?;
     if token.is_none() && !args.admin.admin_addr.ip().is_loopback() {
         tracing::warn!(admin_addr = %args.admin.admin_addr, "The admin API listens beyond loopback without a token: anyone who reaches it sees every node and its configuration (--admin-token-file).");
     }
@@ -431,11 +430,11 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             secrets: Secrets::serve_if(args.insecure_serve_secrets),
             show_secrets: Secrets::serve_if(args.admin.admin_show_secrets),
             csds_from: args.csds_from,
-            tls: args.tls.tls().map_err(usage)?,
+            tls: args.tls.tls().map_err(Failure::Usage)?,
             identity: args.tls.node_identity.clone().map(Arc::new),
             limits: args.limits.limits(),
         },
-        admin: args.admin.transport().map_err(usage)?,
+        admin: args.admin.transport().map_err(Failure::Usage)?,
         admin_token: token,
         watch: true,
         rollout,
