@@ -390,9 +390,6 @@ struct Plan {
     new: Arc<Snapshot>,
     /// Index of the step being served (`steps.len()`: `new`).
     step: usize,
-    /// The step before it (the base for step 0): the types that changed since are the ones
-    /// the step waits for.
-    before: Arc<Snapshot>,
     /// When the plan and the current step began: set on the first poll after they did.
     began: Option<Instant>,
     step_began: Option<Instant>,
@@ -408,6 +405,11 @@ pub struct Planner {
     ordered: bool,
     /// What the types serve now.
     target: Option<Arc<Snapshot>>,
+    /// The latest target the client has completed: every response of it ACKed (or
+    /// answered) and its new clusters warm, or whose wait timed out. `None`: nothing yet.
+    /// While `target` is another, what it sent is pending: a newer snapshot does not go past
+    /// it unless what goes first is safe over it ([`safe_over_pending`]).
+    confirmed: Option<Arc<Snapshot>>,
     plan: Option<Plan>,
     /// The cache's newest snapshot.
     newest: Option<Arc<Snapshot>>,
@@ -435,6 +437,13 @@ impl Plan {
     fn snapshot(&self, step: usize) -> &Arc<Snapshot> {
         self.steps.get(step).unwrap_or(&self.new)
     }
+}
+
+/// A snapshot with no resources, one shared by all: what a client that was given nothing
+/// holds.
+fn nothing() -> &'static Arc<Snapshot> {
+    static NOTHING: std::sync::OnceLock<Arc<Snapshot>> = std::sync::OnceLock::new();
+    NOTHING.get_or_init(|| Arc::new(Snapshot::from_types(ResourceType::ALL.map(|_| TypeSnapshot::empty()))))
 }
 
 impl Planner {
@@ -468,6 +477,20 @@ impl Planner {
         })
     }
 
+    /// Whether what the types serve now went out and the client has not completed it yet.
+    fn pending(&self) -> bool {
+        match (&self.target, &self.confirmed) {
+            (Some(target), Some(confirmed)) => !Arc::ptr_eq(target, confirmed),
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+
+    /// What the client has completed: the base the step being served waits on.
+    fn completed(&self) -> &Arc<Snapshot> {
+        self.confirmed.as_ref().unwrap_or_else(|| nothing())
+    }
+
     /// A new snapshot from the cache; `rejected`: what the client has rejected so far.
     pub fn handle_snapshot(
         &mut self,
@@ -480,33 +503,39 @@ impl Planner {
             self.retarget_unordered();
             return;
         }
-        if let Some(plan) = self.plan.take() {
+        let going_on = self.plan.take().map(|plan| {
             events.push_back(Event::Plan(PlanEvent::Replaced {
                 step: plan.step + 1,
             }));
-        }
-        self.replan(rejected, None, events);
+            plan.step_began
+        });
+        self.replan(rejected, Replan::Newer(going_on.flatten()), events);
     }
 
     /// Plan from what the types serve now to the newest snapshot, holding back what refers
-    /// to rejected resources. `going_on`: the plan this one continues (after a NACK or an
-    /// ACK of rejected resources), whose start and NACK it keeps; otherwise a new plan.
-    fn replan(
-        &mut self,
-        rejected: &Rejected,
-        going_on: Option<(Option<Instant>, Option<ResourceType>)>,
-        events: &mut VecDeque<Event>,
-    ) {
+    /// to rejected resources. A step that went out and is not completed yet stays the step
+    /// being waited on, unless what the new plan sends first is safe over it (it only adds
+    /// or changes secrets, clusters and endpoints): the new plan never goes past what the
+    /// client has not confirmed (a route to a cluster still warming, a removal of what a
+    /// route in flight may still name).
+    fn replan(&mut self, rejected: &Rejected, why: Replan, events: &mut VecDeque<Event>) {
         let Some(new) = self.newest.clone() else {
             return;
         };
-        let Some(base) = self.target.clone() else {
+        let Some(target) = self.target.clone() else {
             self.target = Some(new);
             return;
         };
-        let base = scrub(&base, &new, rejected);
+        let pending = self.pending();
+        let base = scrub(&target, &new, rejected);
         let (end, held_back) = effective(&new, &base, rejected);
-        let (steps, end) = steps(&base, &end);
+        let (mut steps, end) = steps(&base, &end);
+        let first = steps.first().unwrap_or(&end);
+        // A step not yet completed is waited on first, unless what goes next is safe over it.
+        let wait_first = pending && !first.same_as(&base) && !safe_over_pending(&base, first);
+        if wait_first {
+            steps.insert(0, Arc::clone(&base));
+        }
         if steps.is_empty() && held_back == 0 {
             self.target = Some(end);
             return;
@@ -516,13 +545,15 @@ impl Planner {
             self.target = Some(base);
             return;
         }
-        let (began, nacked) = match going_on {
-            Some(kept) => kept,
-            None => {
+        let (began, nacked, step_began) = match why {
+            Replan::GoingOn { began, nacked } => (began, nacked, None),
+            Replan::Newer(step_began) => {
                 events.push_back(Event::Plan(PlanEvent::Started {
                     steps: steps.len() + 1,
                 }));
-                (None, None)
+                // A step carried over keeps its clock: a client that never answers holds
+                // the plan up for one time-out, not one per newer snapshot.
+                (None, None, if wait_first { step_began } else { None })
             }
         };
         self.target = Some(Arc::clone(steps.first().unwrap_or(&end)));
@@ -530,9 +561,8 @@ impl Planner {
             steps,
             new: end,
             step: 0,
-            before: base,
             began,
-            step_began: None,
+            step_began,
             held_back,
             nacked,
         });
@@ -584,7 +614,11 @@ impl Planner {
             }
             None => None,
         };
-        self.replan(rejected, Some((began, Some(kind))), events);
+        let why = Replan::GoingOn {
+            began,
+            nacked: Some(kind),
+        };
+        self.replan(rejected, why, events);
     }
 
     /// The client accepted resources it had rejected before: what was held back for them
@@ -593,8 +627,17 @@ impl Planner {
         if !self.ordered {
             return;
         }
-        let going_on = self.plan.take().map(|p| (p.began, p.nacked));
-        self.replan(rejected, going_on, events);
+        let why = match self.plan.take() {
+            Some(p) => Replan::GoingOn {
+                began: p.began,
+                nacked: p.nacked,
+            },
+            None => Replan::GoingOn {
+                began: None,
+                nacked: None,
+            },
+        };
+        self.replan(rejected, why, events);
     }
 
     /// When the current step times out, if a plan is waiting on the client.
@@ -612,18 +655,28 @@ impl Planner {
     }
 
     /// With nothing left to send on the current step: move to the next one if the client has
-    /// ACKed this one (or its time is up). Returns whether the target changed.
+    /// completed this one (or its time is up). Returns whether the target changed. With no
+    /// plan, notes when the client has completed what it was sent.
     pub fn advance(
         &mut self,
         now: Instant,
         client: &impl Progress,
         events: &mut VecDeque<Event>,
     ) -> bool {
+        if !self.ordered {
+            return false;
+        }
         let Some(plan) = &mut self.plan else {
+            if let Some(target) = self.target.as_ref().filter(|_| self.pending()) {
+                if step_done(self.completed(), target, client) {
+                    self.confirmed = Some(Arc::clone(target));
+                }
+            }
             return false;
         };
         let current = Arc::clone(plan.snapshot(plan.step));
-        if !step_done(&plan.before, &current, client) {
+        let done = step_done(self.confirmed.as_ref().unwrap_or(nothing()), &current, client);
+        if !done {
             let began = plan.step_began.unwrap_or(now);
             let waited = now.saturating_duration_since(began);
             if waited < self.ordering.step_timeout {
@@ -634,6 +687,7 @@ impl Planner {
                 waited,
             }));
         }
+        self.confirmed = Some(Arc::clone(&current));
         if plan.step + 1 == plan.len() {
             events.push_back(Event::Plan(PlanEvent::Completed {
                 steps: plan.len(),
@@ -643,7 +697,6 @@ impl Planner {
             return false;
         }
         plan.step += 1;
-        plan.before = current;
         plan.step_began = Some(now);
         let next = Arc::clone(plan.snapshot(plan.step));
         events.push_back(Event::Plan(PlanEvent::Advanced {
@@ -653,6 +706,40 @@ impl Planner {
         self.target = Some(next);
         true
     }
+}
+
+/// Why a stream plans again.
+enum Replan {
+    /// A newer snapshot arrived; the plan it replaces was waiting on its step since then.
+    Newer(Option<Instant>),
+    /// The same plan goes on after a NACK, or after the client accepted what it had
+    /// rejected: its start and NACK are kept.
+    GoingOn {
+        began: Option<Instant>,
+        nacked: Option<ResourceType>,
+    },
+}
+
+/// Whether `next` may go out while `pending` (what was sent) is not yet completed: it only
+/// adds or changes secrets, clusters, ClusterLoadAssignments and LEDS members, and removes
+/// nothing. Those refer only to each other and go out together; what refers to them (a
+/// route, a listener) stays as it is until a step the client has completed. Removing, or
+/// changing a route or listener, waits: a route in flight may still name what is removed,
+/// and a changed route may name a cluster the pending step is still warming.
+fn safe_over_pending(pending: &Snapshot, next: &Snapshot) -> bool {
+    ResourceType::ALL.iter().all(|&kind| {
+        let (before, after) = (pending.get(kind), next.get(kind));
+        if Arc::ptr_eq(before, after) || before.version == after.version {
+            return true;
+        }
+        match kind {
+            Secret | Cluster | Endpoint | LbEndpoint => after
+                .changes_since(before)
+                .iter()
+                .all(|name| after.resources.contains_key(name)),
+            _ => false,
+        }
+    })
 }
 
 /// Whether the client has ACKed step `current` (entered from `before`): no response of any
