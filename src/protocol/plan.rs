@@ -410,6 +410,14 @@ pub struct Planner {
     /// While `target` is another, what it sent is pending: a newer snapshot does not go past
     /// it unless what goes first is safe over it ([`safe_over_pending`]).
     confirmed: Option<Arc<Snapshot>>,
+    /// Per full-state type (LDS, CDS) whose response is in flight, what that response brings
+    /// the client to: a newer target cannot go out on the type until the client answers, so
+    /// a plan made meanwhile starts from what the client may hold, not from a target it was
+    /// never sent (whose union with the next would keep, and later send, resources that no
+    /// snapshot has any more). A type not in flight is sent its target at once; and of the
+    /// types clients ask for by name, a resource no one names is never sent, so their
+    /// targets stand (a cluster's ClusterLoadAssignment with it). Only on ordered streams.
+    held: Option<Box<HeldTypes>>,
     plan: Option<Plan>,
     /// The cache's newest snapshot.
     newest: Option<Arc<Snapshot>>,
@@ -417,6 +425,9 @@ pub struct Planner {
     /// wait).
     peer_references: Arc<BTreeSet<Reference>>,
 }
+
+/// Per type, what the response in flight brings the client to (`None`: none in flight).
+type HeldTypes = [Option<Arc<TypeSnapshot>>; ResourceType::ALL.len()];
 
 /// What the planner needs to know of the client to tell a step is done.
 pub trait Progress {
@@ -443,7 +454,11 @@ impl Plan {
 /// holds.
 fn nothing() -> &'static Arc<Snapshot> {
     static NOTHING: std::sync::OnceLock<Arc<Snapshot>> = std::sync::OnceLock::new();
-    NOTHING.get_or_init(|| Arc::new(Snapshot::from_types(ResourceType::ALL.map(|_| TypeSnapshot::empty()))))
+    NOTHING.get_or_init(|| {
+        Arc::new(Snapshot::from_types(
+            ResourceType::ALL.map(|_| TypeSnapshot::empty()),
+        ))
+    })
 }
 
 impl Planner {
@@ -491,6 +506,45 @@ impl Planner {
         self.confirmed.as_ref().unwrap_or_else(|| nothing())
     }
 
+    /// A response of `kind` went out: it brings the client to what `kind` serves now.
+    pub fn sent(&mut self, kind: ResourceType) {
+        let (Some(target), true) = (&self.target, self.ordered && kind.is_full_state()) else {
+            return;
+        };
+        let held = self.held.get_or_insert_with(Box::default);
+        held[kind.index()] = Some(Arc::clone(target.get(kind)));
+    }
+
+    /// The client answered the response of `kind` in flight (after the planner took in what
+    /// the answer means).
+    pub fn answered(&mut self, kind: ResourceType) {
+        if let Some(held) = &mut self.held {
+            held[kind.index()] = None;
+            if held.iter().all(Option::is_none) {
+                self.held = None;
+            }
+        }
+    }
+
+    /// What the client may hold: per type, what the response in flight brings it to, or
+    /// (none in flight) `target`'s.
+    fn holding(&self, target: &Arc<Snapshot>) -> Arc<Snapshot> {
+        let Some(held) = &self.held else {
+            return Arc::clone(target);
+        };
+        let differs = |kind: ResourceType| {
+            held[kind.index()].as_ref().filter(|h| {
+                let t = target.get(kind);
+                !Arc::ptr_eq(h, t) && h.version != t.version
+            })
+        };
+        if !ResourceType::ALL.iter().any(|&k| differs(k).is_some()) {
+            return Arc::clone(target);
+        }
+        let types = ResourceType::ALL.map(|k| Arc::clone(differs(k).unwrap_or(target.get(k))));
+        Arc::new(Snapshot::from_types(types))
+    }
+
     /// A new snapshot from the cache; `rejected`: what the client has rejected so far.
     pub fn handle_snapshot(
         &mut self,
@@ -527,7 +581,7 @@ impl Planner {
             return;
         };
         let pending = self.pending();
-        let base = scrub(&target, &new, rejected);
+        let base = scrub(&self.holding(&target), &new, rejected);
         let (end, held_back) = effective(&new, &base, rejected);
         let (mut steps, end) = steps(&base, &end);
         let first = steps.first().unwrap_or(&end);
@@ -675,7 +729,11 @@ impl Planner {
             return false;
         };
         let current = Arc::clone(plan.snapshot(plan.step));
-        let done = step_done(self.confirmed.as_ref().unwrap_or(nothing()), &current, client);
+        let done = step_done(
+            self.confirmed.as_ref().unwrap_or(nothing()),
+            &current,
+            client,
+        );
         if !done {
             let began = plan.step_began.unwrap_or(now);
             let waited = now.saturating_duration_since(began);

@@ -233,6 +233,23 @@ impl<F: Flavor> Stream<F> {
             .collect()
     }
 
+    /// What `kind` serves now, as `name:content` of each resource (for tests).
+    #[cfg(test)]
+    pub(crate) fn target_bodies(&self, kind: ResourceType) -> Vec<String> {
+        self.core
+            .target(kind)
+            .map(|t| {
+                t.resources
+                    .values()
+                    .map(|r| {
+                        let body = String::from_utf8_lossy(&r.body);
+                        body.split(':').take(2).collect::<Vec<_>>().join(":")
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The flavor's state (for the flavor's own accessors).
     pub(super) fn flavor(&self) -> &F {
         &self.flavor
@@ -307,18 +324,25 @@ impl<F: Flavor> Stream<F> {
     pub fn handle_snapshot(&mut self, snapshot: Arc<Snapshot>) {
         let core = &mut self.core;
         // A rejected version that neither the files nor what the stream serves still have is
-        // history (the fix arrived and went out).
+        // history (the fix arrived and went out), once the client ACKed a response of its
+        // type since: until then, what it runs of the name is still what it had before the
+        // rejection, which a later NACK of the type must not take for the rejected version.
         let serving = core.planner.target().cloned();
+        let types = &core.types;
         core.rejected.retain(|(kind, name), r| {
-            [Some(&snapshot), serving.as_ref()]
-                .into_iter()
-                .flatten()
-                .any(|s| {
-                    s.get(*kind)
-                        .resources
-                        .get(name)
-                        .is_some_and(|x| x.version == r.version)
-                })
+            let unacked = types
+                .get(*kind)
+                .is_some_and(|t| !matches!(t.state, SyncState::Acked { .. }));
+            unacked
+                || [Some(&snapshot), serving.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .any(|s| {
+                        s.get(*kind)
+                            .resources
+                            .get(name)
+                            .is_some_and(|x| x.version == r.version)
+                    })
         });
         core.planner
             .handle_snapshot(snapshot, &core.rejected, &mut core.events);
@@ -362,6 +386,7 @@ impl<F: Flavor> Stream<F> {
                     .flavor
                     .respond(&mut self.core, kind, target.get(kind), now)
                 {
+                    self.core.planner.sent(kind);
                     if self.core.variant != Variant::Aggregated {
                         let refs = self.flavor.references(kind);
                         self.core.types[kind].refs_sent = Some(Arc::new(refs));
@@ -621,6 +646,7 @@ impl Core {
             }
         }
         t.in_flight = false;
+        self.planner.answered(kind);
         t.acked_version.clone_from(&version);
         t.state = SyncState::Acked {
             version: version.clone(),
@@ -689,6 +715,7 @@ impl Core {
         });
         self.planner
             .handle_nack(kind, &self.rejected, &mut self.events);
+        self.planner.answered(kind);
     }
 
     /// Record an event.

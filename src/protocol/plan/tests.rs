@@ -381,6 +381,38 @@ impl Proxy {
         }
     }
 
+    /// Take `got` as `answer` says: all of it, or (a NACK, as Envoy does with CDS) what is
+    /// valid, keeping the old version of what is not (content `bad`).
+    fn take(&mut self, got: &Got, answer: Answer) {
+        if answer != Answer::Nack {
+            return self.apply(got);
+        }
+        let mut valid = got.clone();
+        let have = self.have.get(&got.kind).cloned().unwrap_or_default();
+        valid.resources = got
+            .resources
+            .iter()
+            .filter_map(|r| {
+                if r.body.ends_with(b":bad") {
+                    have.get(&r.name).cloned()
+                } else {
+                    Some(Arc::clone(r))
+                }
+            })
+            .collect();
+        self.apply(&valid);
+    }
+
+    /// Subscribe to what new clusters, listeners and routes name, as Envoy does before it
+    /// ACKs them, and forget what it no longer names.
+    fn subscribe(&mut self, client: &mut impl Client) {
+        for kind in [Secret, Endpoint, Route] {
+            let wants = self.wants(kind);
+            self.keep_only(kind, &wants);
+            client.set_names(kind, &wants);
+        }
+    }
+
     /// It ACKs `got`: the clusters it brought passed their first health check.
     fn acked(&mut self, got: &Got) {
         if got.kind == Cluster {
@@ -511,26 +543,7 @@ impl<C: Client> Envoy<C> {
             };
             self.log.push(got.clone());
             let answer = (self.answer)(&got);
-            if answer == Answer::Nack {
-                // As Envoy does with CDS: apply what is valid, keep the old version of what
-                // is not (content `bad`), then NACK.
-                let mut valid = got.clone();
-                let have = self.proxy.have.get(&got.kind).cloned().unwrap_or_default();
-                valid.resources = got
-                    .resources
-                    .iter()
-                    .filter_map(|r| {
-                        if r.body.ends_with(b":bad") {
-                            have.get(&r.name).cloned()
-                        } else {
-                            Some(Arc::clone(r))
-                        }
-                    })
-                    .collect();
-                self.proxy.apply(&valid);
-            } else {
-                self.proxy.apply(&got);
-            }
+            self.proxy.take(&got, answer);
             let bad = self.proxy.violations();
             if !bad.is_empty() {
                 return Err(format!(
@@ -538,13 +551,7 @@ impl<C: Client> Envoy<C> {
                     self.trace()
                 ));
             }
-            // Envoy subscribes to what new clusters, listeners and routes name before it
-            // ACKs them.
-            for kind in [Secret, Endpoint, Route] {
-                let wants = self.proxy.wants(kind);
-                self.proxy.keep_only(kind, &wants);
-                self.client.set_names(kind, &wants);
-            }
+            self.proxy.subscribe(&mut self.client);
             match answer {
                 Answer::Ack => self.ack(&got),
                 Answer::Nack => self.client.nack(&got, "rejected"),
@@ -1149,6 +1156,8 @@ fn model_run<C: Client>(mut rand: &mut dyn FnMut(u64) -> u64) -> usize {
     }
     nacks
 }
+
+mod interleavings;
 
 // === the steps themselves ===
 
