@@ -102,6 +102,49 @@ async fn p23_reconnect_with_initial_resource_versions_resends_nothing_unchanged(
     assert!(r.removed_resources.is_empty());
 }
 
+/// Issue 32, a failover: a proxy moves to another replica serving the same files and claims
+/// exactly what that replica has (content-hash versions are the same on every replica). It
+/// is sent nothing, and `/status` shows the type SYNCED at the version the first replica
+/// sent, as for SotW (P13, P23).
+#[tokio::test]
+async fn p23_a_proxy_moved_to_another_replica_with_current_versions_is_synced_and_sent_nothing() {
+    let files = [("c.yaml", clusters(5, None, &[]))];
+    let files: Vec<(&str, &str)> = files.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    let a = TestServer::start(&files).await;
+    let b = TestServer::start(&files).await;
+    let mut c = a.delta("n1").await;
+    c.subscribe(Cluster, &[], &[]).await;
+    let first = c.recv().await;
+    c.ack(&first).await;
+    let claimed: HashMap<String, String> = first
+        .resources
+        .iter()
+        .map(|x| (x.name.clone(), x.version.clone()))
+        .collect();
+    drop(c);
+    let mut c = b.delta("n1").await;
+    let mut r = delta_request(Cluster, &["*"], &[], "");
+    r.initial_resource_versions = claimed;
+    c.send(r).await;
+    c.expect_quiet(Duration::from_millis(300)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = b.status().await;
+        let cds = status
+            .nodes
+            .iter()
+            .find(|n| n.node_id == "n1")
+            .and_then(|n| n.types.get("CDS").cloned());
+        if let Some(cds) = cds {
+            assert_eq!(cds.state, switchyard::fleet::SyncStatus::Synced, "{cds:?}");
+            assert_eq!(cds.version_acked, first.system_version_info);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "n1 never showed in /status");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn p20_a_missing_name_is_removed_at_once_then_sent_when_a_file_adds_it() {
     let server = TestServer::start(&[("c.yaml", &clusters(3, None, &[]))]).await;

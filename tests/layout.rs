@@ -26,7 +26,8 @@ fn modules() -> BTreeMap<String, String> {
             .components()
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .collect();
-        if parts.first().is_some_and(|p| p == "bin") || parts.last().is_some_and(|p| p == "tests") {
+        // Unit tests: a module's `tests.rs`, and the files of its `tests/` folder.
+        if parts.first().is_some_and(|p| p == "bin") || parts.iter().any(|p| p == "tests") {
             continue;
         }
         if parts.last().is_some_and(|p| p == "mod" || p == "lib") {

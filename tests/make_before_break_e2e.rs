@@ -322,6 +322,7 @@ with_and_without_ordering!(
     e2e_p30_route_cut_over_to_a_health_checked_cluster_drops_nothing,
     e2e_p30_new_listener_route_and_clusters_drop_nothing,
     e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix,
+    e2e_p30_route_edit_while_the_new_cluster_warms_waits_for_it,
 );
 
 with_ordering!(
@@ -528,4 +529,46 @@ async fn e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix
         "the fix never moved traffic to y with x removed"
     );
     judge(&fixed, ordering);
+}
+
+/// (f) Overlapping edits (issue 32): a route moves to a new cluster y (active health check),
+/// and 400 ms later, while y still warms and Envoy holds its CDS ACK, a second edit changes
+/// only the route (a timeout). The plan's progress is what Envoy ACKed: the newer snapshot
+/// must not send the route before y is warm.
+async fn e2e_p30_route_edit_while_the_new_cluster_warms_waits_for_it(api: Api, ordering: bool) {
+    let _serial = SERIAL.lock().await;
+    let Some(setup) = Setup::start(api, "mbb-overlap", ordering, &base()).await else {
+        return;
+    };
+    let (cluster_y, endpoints_y) = health_checked("y");
+    let to_y = |action: &str| {
+        format!(
+            "clusters:{cluster_y}endpoints:{endpoints_y}listeners:{}routes:{}",
+            listener_item("http", "LISTENER_PORT", "main"),
+            route_item("main", action)
+        )
+    };
+    let load = Load::start(setup.listener, false);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    setup.edit(&to_y("{ cluster: \"y\" }"), 0);
+    tokio::time::sleep(HEALTH_DELAY * 2 / 5).await;
+    setup.edit(&to_y("{ cluster: \"y\", timeout: 3s }"), 0);
+    let moved = eventually(ARRIVE, || async {
+        http_get(setup.listener).await.as_deref() == Some("upstream-b")
+            && setup.envoy.active_cluster_timeout("x").await.is_none()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let tally = report("route edit while y warms", api, ordering, load.stop().await);
+    assert!(moved.is_some(), "traffic never moved to y with x removed");
+    judge(&tally, ordering);
+    if ordering {
+        assert!(
+            setup
+                .metric("switchyard_update_plans_total{event=\"replaced\"}")
+                .await
+                >= Some(1.0),
+            "the second edit arrived mid-plan"
+        );
+    }
 }

@@ -738,6 +738,46 @@ async fn p29_p30_route_cut_over_is_ordered_make_before_break() {
     server.shutdown().await;
 }
 
+/// Issue 32 over a socket (P29, P30): the cut-over above, and while the client holds its CDS
+/// ACK a second reload changes only the route. The route must still wait for the CDS ACK
+/// (the step is pending until the client completes it, whatever arrives meanwhile); then the
+/// newest route goes, and `backend` only after it.
+#[tokio::test]
+async fn p29_p30_a_newer_reload_while_step_1_awaits_its_ack_keeps_the_order() {
+    let server = standard_server().await;
+    let mut c = envoy_like_start(&server, "n1").await;
+    server.set_files(&[
+        ("clusters.yaml", &eds_cluster("next", "1s", 8081)),
+        ("routes.yaml", &route_to("main", "next")),
+    ]);
+    let cds = c.recv_type(Cluster).await;
+    assert_eq!(names(&cds), ["backend", "next"]);
+    c.send(request(Endpoint, &["backend", "next"], "", ""))
+        .await;
+    let eds = c.recv_type(Endpoint).await;
+    c.ack(&eds, &["backend", "next"]).await;
+    // The route-only edit, while CDS is unanswered.
+    let newer = route_to("main", "next").replace("prefix: /", "prefix: /v2");
+    assert_ne!(newer, route_to("main", "next"), "the edit changes the route");
+    server.set_file("routes.yaml", &newer);
+    c.expect_quiet(std::time::Duration::from_millis(500)).await;
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains("switchyard_update_plans_total{event=\"replaced\"} 1"),
+        "the reload arrived mid-plan: {metrics}"
+    );
+    // The CDS ACK: the newest route, then the removal.
+    c.ack(&cds, &[]).await;
+    let rds = c.recv_type(Route).await;
+    assert_eq!(names(&rds), ["main"]);
+    let body = String::from_utf8_lossy(&rds.resources[0].value).into_owned();
+    assert!(body.contains("/v2"), "the newest route, not the stale one: {body}");
+    c.ack(&rds, &["main"]).await;
+    let cds = c.recv_type(Cluster).await;
+    assert_eq!(names(&cds), ["next"]);
+    server.shutdown().await;
+}
+
 /// `--ordering off`: the same reload goes out at once (plain eventual consistency).
 #[tokio::test]
 async fn p30_ordering_off_sends_the_cut_over_at_once() {

@@ -31,7 +31,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use super::per_type::{empty, PerType};
 use super::plan::Previous;
 use super::stream::{Core, Flavor, Stream};
-use super::{heartbeat_interval, Event, Subscription, UnknownNames, UnknownRequest};
+use super::{heartbeat_interval, Event, Subscription, SyncState, UnknownNames, UnknownRequest};
 use crate::cache::TypeSnapshot;
 use crate::resource::{namespace_of, xdstp, Reference, Resource, ResourceType};
 use held::{Before, GivenBefore, Held, HeldRef, HeldSet, Holding};
@@ -707,6 +707,11 @@ impl Delta {
         }
         let announce = std::mem::take(&mut st.announce);
         if send.is_empty() && removed.is_empty() && unresolved.is_empty() && !announce {
+            // P23: a client back on a new stream with exactly what it is to have (another
+            // replica's, after a failover) holds the type's current version, as SotW's P13.
+            if st.claimed > 0 && *core.state(kind) == SyncState::NotSent {
+                core.assume_acked(kind, &current.version);
+            }
             return None;
         }
         // From the given form with nothing sent again, `send` is the changes': in name

@@ -599,6 +599,39 @@ fn p23_initial_resource_versions_are_not_sent_again() {
     assert_eq!(s.held(Endpoint)["x"], version(Endpoint, "x", "1"));
 }
 
+/// Issue 32: a client back with exactly what the snapshot has (a failover to a replica
+/// serving the same files) is sent nothing and holds the type's version: ACKed, as a SotW
+/// client's P13; one that lacks something is not, until it ACKs what it is sent.
+#[test]
+fn p23_a_client_back_with_exactly_the_snapshot_is_acked_at_its_version() {
+    let snapshot = snap(&[(Cluster, "a", "1"), (Cluster, "b", "2")]);
+    let mut s = ads();
+    s.handle_snapshot(Arc::clone(&snapshot));
+    let mut r = req(Cluster, &["*"], &[], "");
+    r.initial_resource_versions = HashMap::from([
+        ("a".to_string(), version(Cluster, "a", "1")),
+        ("b".to_string(), version(Cluster, "b", "2")),
+    ]);
+    s.handle_request(r).expect("ok");
+    none(&mut s);
+    let type_version = snapshot.get(Cluster).version.clone();
+    assert_eq!(
+        s.state(Cluster),
+        &SyncState::Acked {
+            version: type_version.clone()
+        }
+    );
+    // One claim short: it is sent the rest, and not taken as ACKed before it answers.
+    let mut s = ads();
+    s.handle_snapshot(snapshot);
+    let mut r = req(Cluster, &["*"], &[], "");
+    r.initial_resource_versions = HashMap::from([("a".to_string(), version(Cluster, "a", "1"))]);
+    s.handle_request(r).expect("ok");
+    let sent = one(&mut s);
+    assert_eq!(names(&sent), ["b"]);
+    assert!(matches!(s.state(Cluster), SyncState::Sent { .. }));
+}
+
 #[test]
 fn p23_a_claim_the_snapshot_matches_is_kept_as_its_shared_resource() {
     let mut s = ads();
