@@ -140,7 +140,10 @@ async fn p23_a_proxy_moved_to_another_replica_with_current_versions_is_synced_an
             assert_eq!(cds.version_acked, first.system_version_info);
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "n1 never showed in /status");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "n1 never showed in /status"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -758,7 +758,11 @@ async fn p29_p30_a_newer_reload_while_step_1_awaits_its_ack_keeps_the_order() {
     c.ack(&eds, &["backend", "next"]).await;
     // The route-only edit, while CDS is unanswered.
     let newer = route_to("main", "next").replace("prefix: /", "prefix: /v2");
-    assert_ne!(newer, route_to("main", "next"), "the edit changes the route");
+    assert_ne!(
+        newer,
+        route_to("main", "next"),
+        "the edit changes the route"
+    );
     server.set_file("routes.yaml", &newer);
     c.expect_quiet(std::time::Duration::from_millis(500)).await;
     let (_, metrics) = server.admin_get("/metrics").await;
@@ -771,7 +775,10 @@ async fn p29_p30_a_newer_reload_while_step_1_awaits_its_ack_keeps_the_order() {
     let rds = c.recv_type(Route).await;
     assert_eq!(names(&rds), ["main"]);
     let body = String::from_utf8_lossy(&rds.resources[0].value).into_owned();
-    assert!(body.contains("/v2"), "the newest route, not the stale one: {body}");
+    assert!(
+        body.contains("/v2"),
+        "the newest route, not the stale one: {body}"
+    );
     c.ack(&rds, &["main"]).await;
     let cds = c.recv_type(Cluster).await;
     assert_eq!(names(&cds), ["next"]);

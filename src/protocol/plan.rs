@@ -22,8 +22,15 @@
 //! Steps are computed once per (base, new) pair and shared by the streams of a node group
 //! (memoized on the newer [`Snapshot`]).
 //!
-//! `B` is what the stream serves now (a step of a plan a newer snapshot interrupts, too), so
-//! nothing the client may be using is removed early. A NACK does not stop the rest: what
+//! `B` is what the client may hold: what the stream serves now (a step of a plan a newer
+//! snapshot interrupts, too), except that a CDS or LDS response in flight is what it brings
+//! the client to, not a later target it was never sent. So nothing the client may be using
+//! is removed early. Progress is what the client has completed (every response answered,
+//! new clusters warm), not what was sent: a newer snapshot that arrives while a step is
+//! pending makes a new plan whose first step is that pending step, still waited on, unless
+//! what the new plan sends first only adds or changes secrets, clusters and endpoints (which
+//! cannot make anything refer to what is not warm); a removal, or a route or listener change,
+//! never goes past a step the client has not completed. A NACK does not stop the rest: what
 //! refers, over the dependency graph ([`crate::resource::Resource::references`]), to what the
 //! client rejected is held back at its `B` version, nothing is removed meanwhile, and the plan
 //! goes on from where the client is ([`effective`]); that holds across later snapshots until
@@ -417,7 +424,7 @@ pub struct Planner {
     /// snapshot has any more). A type not in flight is sent its target at once; and of the
     /// types clients ask for by name, a resource no one names is never sent, so their
     /// targets stand (a cluster's ClusterLoadAssignment with it). Only on ordered streams.
-    held: Option<Box<HeldTypes>>,
+    held: [Option<Arc<TypeSnapshot>>; 2],
     plan: Option<Plan>,
     /// The cache's newest snapshot.
     newest: Option<Arc<Snapshot>>,
@@ -426,8 +433,14 @@ pub struct Planner {
     peer_references: Arc<BTreeSet<Reference>>,
 }
 
-/// Per type, what the response in flight brings the client to (`None`: none in flight).
-type HeldTypes = [Option<Arc<TypeSnapshot>>; ResourceType::ALL.len()];
+/// The slot of a full-state type in [`Planner`]'s `held`.
+fn held_slot(kind: ResourceType) -> Option<usize> {
+    match kind {
+        Cluster => Some(0),
+        Listener => Some(1),
+        _ => None,
+    }
+}
 
 /// What the planner needs to know of the client to tell a step is done.
 pub trait Progress {
@@ -508,32 +521,29 @@ impl Planner {
 
     /// A response of `kind` went out: it brings the client to what `kind` serves now.
     pub fn sent(&mut self, kind: ResourceType) {
-        let (Some(target), true) = (&self.target, self.ordered && kind.is_full_state()) else {
+        let (Some(target), Some(slot), true) = (&self.target, held_slot(kind), self.ordered) else {
             return;
         };
-        let held = self.held.get_or_insert_with(Box::default);
-        held[kind.index()] = Some(Arc::clone(target.get(kind)));
+        self.held[slot] = Some(Arc::clone(target.get(kind)));
     }
 
     /// The client answered the response of `kind` in flight (after the planner took in what
     /// the answer means).
     pub fn answered(&mut self, kind: ResourceType) {
-        if let Some(held) = &mut self.held {
-            held[kind.index()] = None;
-            if held.iter().all(Option::is_none) {
-                self.held = None;
-            }
+        if let Some(slot) = held_slot(kind) {
+            self.held[slot] = None;
         }
     }
 
     /// What the client may hold: per type, what the response in flight brings it to, or
     /// (none in flight) `target`'s.
     fn holding(&self, target: &Arc<Snapshot>) -> Arc<Snapshot> {
-        let Some(held) = &self.held else {
+        if self.held.iter().all(Option::is_none) {
             return Arc::clone(target);
-        };
+        }
         let differs = |kind: ResourceType| {
-            held[kind.index()].as_ref().filter(|h| {
+            let held = held_slot(kind).and_then(|slot| self.held[slot].as_ref());
+            held.filter(|h| {
                 let t = target.get(kind);
                 !Arc::ptr_eq(h, t) && h.version != t.version
             })
