@@ -448,8 +448,8 @@ impl<C: Client> Late<C> {
 
 /// One random schedule: snapshots (some with a cluster the client rejects) arriving at any
 /// moment, responses taken, answered and health checks passing in random order; every choice
-/// from `rand`. Returns whether it broke P29, and whether a snapshot arrived while a plan
-/// or a send was pending (the case this is about).
+/// from `rand`. Returns whether a snapshot arrived while a plan or a response was pending
+/// (the case this is about), or what went wrong: P29 broken, or no convergence.
 fn late_run<C: Client>(
     ordering: Ordering,
     rand: &mut dyn FnMut(u64) -> u64,
