@@ -122,6 +122,11 @@ struct TypeState {
     before: Vec<Before>,
     /// How many names the client listed in `initial_resource_versions` (P23).
     claimed: usize,
+    /// Names a response the client rejected removed: it may or may not have removed them,
+    /// so they go again (sent, or removed) with the type's next change. Boxed: almost always
+    /// empty.
+    #[allow(clippy::box_collection)]
+    unremoved: Option<Box<Vec<String>>>,
     /// TTL'd resources the client holds: name -> when their next heartbeat is due (P25).
     heartbeats: BTreeMap<String, Instant>,
 }
@@ -245,7 +250,7 @@ impl TypeState {
     fn release(&mut self, name: &str, before: &mut Vec<Before>) {
         self.heartbeats.remove(name);
         if let Some(old) = self.names().take(name) {
-            before.push(Before::Held(old));
+            before.push(Before::Released(old));
         }
     }
 
@@ -259,6 +264,7 @@ impl TypeState {
                     Before::Nothing(r) => (r.name.as_str(), Previous::Nothing),
                     Before::Held(Held::Sent(r)) => (r.name.as_str(), Previous::Had(Arc::clone(r))),
                     Before::Held(h @ Held::Claimed(_)) => (h.name(), Previous::Unknown),
+                    Before::Released(_) => return None,
                 };
                 match self.held.get(&self.subscription, name)? {
                     HeldRef::Sent(now) => Some((Arc::clone(now), previous)),
@@ -277,6 +283,16 @@ impl TypeState {
                     self.names().remove(r.name.as_str());
                 }
                 Before::Held(old) => {
+                    self.names().replace(old);
+                }
+                // A client that NACKs may have applied the response's removals (Envoy
+                // does) or not (a client that rejects the whole response): with the type's
+                // next change (P5) the name goes again, sent if it exists, else removed
+                // again (harmless if the client had removed it).
+                Before::Released(old) => {
+                    self.unremoved
+                        .get_or_insert_default()
+                        .push(old.name().to_string());
                     self.names().replace(old);
                 }
             }
@@ -702,6 +718,17 @@ impl Delta {
                     if r.version == version && st.subscription.covers_resource(r) {
                         send.push((r, Why::Again));
                     }
+                }
+            }
+            for name in st.unremoved.take().into_iter().flat_map(|names| *names) {
+                match current.resources.get(&name) {
+                    Some(r) if st.subscription.covers_resource(r) => send.push((r, Why::Again)),
+                    Some(_) => {}
+                    // Only what the client still asks for: it forgets the rest itself.
+                    None if st.subscription.covers(&name) => {
+                        removed.insert(name);
+                    }
+                    None => {}
                 }
             }
         }

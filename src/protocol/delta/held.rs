@@ -67,6 +67,8 @@ pub(super) enum Before {
     Nothing(Arc<Resource>),
     /// This.
     Held(Held),
+    /// This, and the response removed it.
+    Released(Held),
 }
 
 /// What a client holds of one type, as far as the server knows: name by name (`set`), or
@@ -195,7 +197,8 @@ fn given_before(
         .filter_map(|(name, now)| {
             let now = now.as_ref().filter(|r| subscription.covers_resource(r));
             match (was_held(name), now) {
-                (Some(was), _) => Some(Before::Held(Held::Sent(Arc::clone(was)))),
+                (Some(was), None) => Some(Before::Released(Held::Sent(Arc::clone(was)))),
+                (Some(was), Some(_)) => Some(Before::Held(Held::Sent(Arc::clone(was)))),
                 (None, Some(now)) => Some(Before::Nothing(Arc::clone(now))),
                 (None, None) => None,
             }

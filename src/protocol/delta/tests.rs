@@ -277,6 +277,45 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
     assert_eq!(names(&fixed), ["a"]);
 }
 
+/// P5, P17 (issue 32's model found it): a NACKed response's removals may or may not have
+/// been applied (Envoy applies them; a client that rejects the whole response does not). With
+/// the type's next change such a name goes again: sent if it is back, even at the version the
+/// client had, else removed again. Before, the server took the client to still hold it, and a
+/// name back at its old version was never sent to an Envoy that had removed it.
+#[test]
+fn p5_p17_a_rejected_response_s_removals_go_again_with_the_next_change() {
+    let mut s = ads_unordered();
+    s.handle_snapshot(snap(ABC));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    let first = one(&mut s);
+    ack(&mut s, &first);
+    s.handle_snapshot(snap(&[(Cluster, "a", "2"), (Cluster, "b", "1")]));
+    let bad = one(&mut s);
+    assert_eq!(bad.removed, ["c"]);
+    s.handle_request(nack(Cluster, &bad.nonce, "a is broken"))
+        .expect("nack");
+    none(&mut s);
+    // c is back at the version the client had: it goes, with the fix.
+    s.handle_snapshot(snap(&[
+        (Cluster, "a", "3"),
+        (Cluster, "b", "1"),
+        (Cluster, "c", "1"),
+    ]));
+    let next = one(&mut s);
+    assert_eq!(names(&next), ["a", "c"]);
+    ack(&mut s, &next);
+    // The same, with c still gone: it is removed again.
+    s.handle_snapshot(snap(&[(Cluster, "a", "4"), (Cluster, "b", "1")]));
+    let bad = one(&mut s);
+    assert_eq!(bad.removed, ["c"]);
+    s.handle_request(nack(Cluster, &bad.nonce, "a is broken"))
+        .expect("nack");
+    s.handle_snapshot(snap(&[(Cluster, "a", "5"), (Cluster, "b", "1")]));
+    let next = one(&mut s);
+    assert_eq!(names(&next), ["a"]);
+    assert_eq!(next.removed, ["c"]);
+}
+
 /// The held names of `kind`, with their versions.
 fn held(s: &DeltaStream, kind: ResourceType) -> BTreeMap<String, String> {
     s.held(kind)
@@ -943,8 +982,8 @@ fn model_client_converges_to_its_subscription() {
         let mut current = snap(&[]);
         // Names unsubscribed under the wildcard, which the server answers for (P22).
         let mut told: std::collections::BTreeSet<String> = Default::default();
-        // Names in responses the client NACKed: Envoy applies the valid part of a response
-        // it rejects, so the server may tell it of their removal too.
+        // Names in responses the client NACKed (sent or removed): Envoy applies the valid
+        // part of a response it rejects, so the server may tell it of their removal too.
         let mut nacked: std::collections::BTreeSet<String> = Default::default();
         s.handle_snapshot(Arc::clone(&current));
         let mut request = req(Cluster, &[], &[], "");
@@ -992,6 +1031,9 @@ fn model_client_converges_to_its_subscription() {
             while let Some(r) = s.poll_response(Instant::now()) {
                 if nacks && next(3) == 0 {
                     nacked.extend(r.resources.iter().map(|d| d.resource.name.clone()));
+                    // And its removals, which the client may or may not have applied: they
+                    // go again with the type's next change.
+                    nacked.extend(r.removed.iter().cloned());
                     s.handle_request(nack(Cluster, &r.nonce, "no"))
                         .expect("nack");
                     continue;

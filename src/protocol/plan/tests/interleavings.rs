@@ -322,6 +322,7 @@ impl<C: Client> Late<C> {
         } else {
             Answer::Ack
         };
+        let removed = got.removed.clone();
         let bodies: Vec<String> = got
             .resources
             .iter()
@@ -334,7 +335,7 @@ impl<C: Client> Late<C> {
             })
             .collect();
         self.trace.push(format!(
-            "got {}{:?} rej={:?}",
+            "got {}{:?} -{removed:?} rej={:?}",
             got.kind,
             bodies,
             self.client
