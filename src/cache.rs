@@ -492,7 +492,14 @@ impl Generation {
 pub struct Serving {
     pub stable: Arc<Generation>,
     pub rollout: Option<Rollout>,
+    /// The generations published before the newest, newest first, at most [`RECENT`]: what
+    /// a proxy that reconnects mid-change may still hold, so that its stream can recognise
+    /// it by its versions and bring it to the newest make-before-break (`protocol::plan`).
+    pub recent: Arc<[Arc<Generation>]>,
 }
+
+/// How many generations before the newest a server keeps for reconnecting proxies.
+pub const RECENT: usize = 2;
 
 /// A staged rollout in progress (see `crate::rollout`).
 #[derive(Clone, Debug)]
@@ -508,6 +515,14 @@ impl Serving {
     /// The newest generation: the candidate during a rollout, else the stable one.
     pub fn newest(&self) -> &Arc<Generation> {
         self.rollout.as_ref().map_or(&self.stable, |r| &r.candidate)
+    }
+
+    /// Every generation a proxy may hold content of: the stable one, a rollout's candidate,
+    /// and the recent ones (some may repeat).
+    pub fn known(&self) -> impl Iterator<Item = &Arc<Generation>> {
+        std::iter::once(&self.stable)
+            .chain(self.rollout.as_ref().map(|r| &r.candidate))
+            .chain(self.recent.iter())
     }
 
     /// The generation a node gets: the candidate for a canary during a rollout, else the
@@ -556,6 +571,7 @@ impl Cache {
         let (current, _) = watch::channel(Arc::new(Serving {
             stable: empty,
             rollout: None,
+            recent: Arc::new([]),
         }));
         Cache {
             current,
@@ -596,6 +612,12 @@ impl Cache {
                 .collect();
             let generation = Arc::new(Generation::new(number, Arc::new(config), previous));
             published = Some(Arc::clone(&generation));
+            let recent: Arc<[Arc<Generation>]> = std::iter::once(serving.newest())
+                .chain(serving.recent.iter())
+                .filter(|g| g.number > 0)
+                .take(RECENT)
+                .cloned()
+                .collect();
             *serving = Arc::new(match &self.policy {
                 Some(policy) if serving.stable.number > 0 => Serving {
                     stable: Arc::clone(&serving.stable),
@@ -605,10 +627,12 @@ impl Cache {
                         phase: Phase::Canary,
                         since: SystemTime::now(),
                     }),
+                    recent,
                 },
                 _ => Serving {
                     stable: generation,
                     rollout: None,
+                    recent,
                 },
             });
         });
@@ -658,6 +682,7 @@ impl Cache {
             *serving = Arc::new(Serving {
                 stable,
                 rollout: None,
+                recent: Arc::clone(&serving.recent),
             });
             true
         });
@@ -680,6 +705,7 @@ impl Cache {
                         since: SystemTime::now(),
                         ..rollout.clone()
                     }),
+                    recent: Arc::clone(&serving.recent),
                 });
             }
             false
@@ -863,9 +889,15 @@ mod tests {
             first.get(ResourceType::Endpoint).version,
             second.get(ResourceType::Endpoint).version
         );
-        // Nothing is reused from a snapshot no stream holds any more, nor through a
-        // generation whose group was never built.
+        // Nothing is reused from a snapshot no stream holds any more once its generation
+        // is no longer among the recent ones the cache keeps, nor through a generation whose
+        // group was never built.
         drop(second);
+        assert_eq!(cache.serving().recent.len(), 1, "the first is kept, for reconnects");
+        for _ in 0..=RECENT {
+            cache.publish(config("e2"));
+        }
+        assert!(cache.serving().recent.iter().all(|g| g.group_count() == 0));
         let third = cache.publish(config("e2")).snapshot_for(&n);
         assert!(!Arc::ptr_eq(
             first.get(ResourceType::Cluster),

@@ -49,8 +49,9 @@ pub struct LimitLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PlanLabels {
     /// `started`, `completed`, `timed_out` (a step's ACKs did not come in time), `stopped`
-    /// (a NACK mid-plan: what depends on it is held back) or `replaced` (a newer snapshot
-    /// arrived mid-plan).
+    /// (a NACK mid-plan: what depends on it is held back), `replaced` (a newer snapshot
+    /// arrived mid-plan), `reconnect_ordered` or `reconnect_unordered` (per type, a proxy back
+    /// on a new stream holding a recent generation's content, or content not kept).
     pub event: &'static str,
 }
 
@@ -238,7 +239,9 @@ pub fn encode(m: &Metrics, scraped: Scraped) -> String {
         "Make-before-break update plans on aggregated streams, by event: started, completed, \
          timed_out (a step not ACKed in time, the next sent anyway), stopped (a NACK mid-plan \
          held back what depends on the rejected resources), replaced (a newer snapshot \
-         arrived mid-plan)",
+         arrived mid-plan), reconnect_ordered and reconnect_unordered (a proxy back on a new \
+         stream holding, per type, a recent generation's content, or content this server does \
+         not keep)",
         m.plans.clone(),
     );
     registry.register(

@@ -32,7 +32,7 @@ use super::per_type::{empty, PerType};
 use super::plan::Previous;
 use super::stream::{Core, Flavor, Stream};
 use super::{heartbeat_interval, Event, Subscription, SyncState, UnknownNames, UnknownRequest};
-use crate::cache::TypeSnapshot;
+use crate::cache::{Snapshot, TypeSnapshot};
 use crate::resource::{namespace_of, xdstp, Reference, Resource, ResourceType};
 use held::{Before, GivenBefore, Held, HeldRef, HeldSet, Holding};
 
@@ -435,6 +435,9 @@ impl Flavor for Delta {
         let mut claimed = HashSet::new();
         if first {
             st.claimed = request.initial_resource_versions.len();
+            if st.claimed > 0 {
+                core.claim(kind);
+            }
             for (name, version) in request.initial_resource_versions {
                 let name = crate::resource::xdstp::canonical(&name).into_owned();
                 st.dirty.entry(name.clone()).or_insert(false);
@@ -537,6 +540,22 @@ impl Flavor for Delta {
             .iter()
             .map(|t| t.subscription.names().len() + t.claimed)
             .sum()
+    }
+
+    /// P23: each name and version the client listed, found in one of `known` (versions
+    /// follow content, so any replica serving the same files has them); `None` if one is not.
+    fn held_of(&self, kind: ResourceType, known: &[Arc<Snapshot>]) -> Option<Arc<TypeSnapshot>> {
+        let st = self.types.get(kind)?;
+        let mut resources = BTreeMap::new();
+        for held in st.held.iter(&st.subscription) {
+            let (name, version) = (held.name(), held.version());
+            let found = known.iter().find_map(|s| {
+                let r = s.get(kind).resources.get(name)?;
+                (r.version == version).then_some(r)
+            })?;
+            resources.insert(name.to_string(), Arc::clone(found));
+        }
+        (!resources.is_empty()).then(|| Arc::new(TypeSnapshot::new(resources)))
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {

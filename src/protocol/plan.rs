@@ -386,6 +386,10 @@ pub enum PlanEvent {
     Replaced { step: usize },
     /// Every step was served and ACKed (or timed out).
     Completed { steps: usize, took: Duration },
+    /// A proxy back on a new stream said what it holds of `kind`: content of a recent
+    /// generation (`ordered`: the update to the newest goes make-before-break from it), or
+    /// content this server does not keep (it gets the newest at once, unordered).
+    Reconnected { kind: ResourceType, ordered: bool },
 }
 
 /// One plan in progress.
@@ -484,6 +488,11 @@ impl Planner {
         }
     }
 
+    /// Whether the stream orders its updates (aggregated, ordering on).
+    pub fn ordered(&self) -> bool {
+        self.ordered
+    }
+
     /// The snapshot the types serve now.
     pub fn target(&self) -> Option<&Arc<Snapshot>> {
         self.target.as_ref()
@@ -553,6 +562,42 @@ impl Planner {
         }
         let types = ResourceType::ALL.map(|k| Arc::clone(differs(k).unwrap_or(target.get(k))));
         Arc::new(Snapshot::from_types(types))
+    }
+
+    /// A client back on a new stream holds `held` of `kind` (found among recent generations;
+    /// `None`: content this server does not keep), before anything of `kind` was sent on this
+    /// stream. It holds that, completed: the plan to the newest starts from it, so a route
+    /// that names a cluster the proxy does not hold waits until that cluster is warm, and
+    /// what the proxy may still use is removed last, as for an edit on a live stream.
+    pub fn handle_held(
+        &mut self,
+        kind: ResourceType,
+        held: Option<Arc<TypeSnapshot>>,
+        rejected: &Rejected,
+        events: &mut VecDeque<Event>,
+    ) {
+        let Some(target) = self.target.clone().filter(|_| self.ordered) else {
+            return;
+        };
+        events.push_back(Event::Plan(PlanEvent::Reconnected {
+            kind,
+            ordered: held.is_some(),
+        }));
+        let Some(held) = held else {
+            return;
+        };
+        if held.version == target.get(kind).version {
+            return;
+        }
+        let with_held = |s: &Snapshot| {
+            Arc::new(Snapshot::from_types(ResourceType::ALL.map(|k| {
+                Arc::clone(if k == kind { &held } else { s.get(k) })
+            })))
+        };
+        self.confirmed = Some(with_held(self.completed()));
+        self.target = Some(with_held(&target));
+        let step_began = self.plan.take().and_then(|p| p.step_began);
+        self.replan(rejected, Replan::Newer(step_began), events);
     }
 
     /// A new snapshot from the cache; `rejected`: what the client has rejected so far.

@@ -32,7 +32,7 @@ use super::plan::Previous;
 use super::stream::{Core, Flavor, Stream};
 use super::subscription::selection_version;
 use super::{heartbeat_interval, Response, Subscription, UnknownNames, UnknownRequest};
-use crate::cache::TypeSnapshot;
+use crate::cache::{Snapshot, TypeSnapshot};
 use crate::resource::{Reference, Resource, ResourceType};
 
 /// One SotW stream: the shared core with the SotW flavor. See `protocol::stream` for the call
@@ -248,6 +248,9 @@ impl Flavor for Sotw {
             }
         }
         if first {
+            if !request.version_info.is_empty() {
+                core.claim(kind);
+            }
             st.initial_version = Some(request.version_info);
         } else if st.given.is_none() && st.initial_version.is_some() && !repeat {
             // The version the stream opened with was of what the first request named; other
@@ -304,6 +307,19 @@ impl Flavor for Sotw {
             .iter()
             .map(|t| t.subscription.names().len())
             .sum()
+    }
+
+    /// P13: the `version_info` of the first request names what the client holds: the
+    /// type's version (wildcard) or that of exactly what it asks for of the type; the first
+    /// of `known` whose type snapshot gives that version.
+    fn held_of(&self, kind: ResourceType, known: &[Arc<Snapshot>]) -> Option<Arc<TypeSnapshot>> {
+        let st = self.types.get(kind)?;
+        let version = st.initial_version.as_deref().filter(|v| !v.is_empty())?;
+        known
+            .iter()
+            .map(|s| s.get(kind))
+            .find(|t| st.subscription.select(t).version == version)
+            .cloned()
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {

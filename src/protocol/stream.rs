@@ -86,6 +86,11 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
     fn references(&self, kind: ResourceType) -> BTreeSet<Reference>;
     /// How many resource names the client subscribes to, every type together.
     fn subscribed_names(&self) -> usize;
+    /// What the client said it holds of `kind` on its first request (SotW's `version_info`,
+    /// delta's `initial_resource_versions`), found among `known` snapshots (the recent
+    /// generations of its node): the type snapshot it holds, or `None` if it names content
+    /// none of them has.
+    fn held_of(&self, kind: ResourceType, known: &[Arc<Snapshot>]) -> Option<Arc<TypeSnapshot>>;
 }
 
 /// The most resource names one stream may subscribe to, by default.
@@ -123,6 +128,9 @@ pub struct Core {
     /// Types the server does not serve that the client asked for (P33); boxed, as almost no
     /// stream has any.
     unknown: Option<Box<Unknowns>>,
+    /// Types whose first request said what the client holds from an earlier stream, not yet
+    /// looked up ([`Stream::handle_history`]): one bit per type.
+    claims: u16,
 }
 
 /// One type's sync state on a stream.
@@ -174,6 +182,7 @@ impl<F: Flavor> Stream<F> {
                 max_names: DEFAULT_MAX_NAMES,
                 max_response_bytes: super::DEFAULT_MAX_RESPONSE_BYTES,
                 unknown: None,
+                claims: 0,
             },
             flavor: F::default(),
         }
@@ -346,6 +355,30 @@ impl<F: Flavor> Stream<F> {
         });
         core.planner
             .handle_snapshot(snapshot, &core.rejected, &mut core.events);
+    }
+
+    /// Whether the client said on a first request what it holds from an earlier stream, and
+    /// the stream would order from it: call [`Stream::handle_history`] before polling.
+    pub fn wants_history(&self) -> bool {
+        self.core.claims != 0
+    }
+
+    /// The snapshots of the node's recent generations (`known`): what the client said it
+    /// holds is looked up among them, and a proxy back mid-change (on this replica or
+    /// another serving the same files) is brought to the newest make-before-break from what
+    /// it holds; content none of them has is served the newest at once, and reported
+    /// ([`PlanEvent::Reconnected`](super::PlanEvent)).
+    pub fn handle_history(&mut self, known: &[Arc<Snapshot>]) {
+        let claims = std::mem::take(&mut self.core.claims);
+        for &kind in ResourceType::ALL.iter() {
+            if claims & (1 << kind.index()) == 0 {
+                continue;
+            }
+            let held = self.flavor.held_of(kind, known);
+            let core = &mut self.core;
+            core.planner
+                .handle_held(kind, held, &core.rejected, &mut core.events);
+        }
     }
 
     /// Per-type streams: what the same node's other streams on this server still refer to
@@ -716,6 +749,14 @@ impl Core {
         self.planner
             .handle_nack(kind, &self.rejected, &mut self.events);
         self.planner.answered(kind);
+    }
+
+    /// The first request of `kind` said what the client holds from an earlier stream: look
+    /// it up before the next response, if the stream orders its updates.
+    pub fn claim(&mut self, kind: ResourceType) {
+        if self.planner.ordered() {
+            self.claims |= 1 << kind.index();
+        }
     }
 
     /// Record an event.

@@ -400,6 +400,16 @@ fn run<M: Machine>(
                 }
                 _ = tx.closed() => break "closed by the client".into(),
             }
+            // A proxy back from an earlier stream said what it holds: look it up among the
+            // recent generations of its node, so that its update is ordered from there.
+            if let (true, Some(node_facts)) = (machine.wants_history(), &facts) {
+                let serving = Arc::clone(&generations.borrow());
+                let known: Vec<_> = serving
+                    .known()
+                    .map(|g| g.snapshot_for(node_facts))
+                    .collect();
+                machine.handle_history(&known);
+            }
             while let Some(event) = machine.poll_event() {
                 events.protocol(&event);
             }
