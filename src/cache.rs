@@ -893,7 +893,11 @@ mod tests {
         // is no longer among the recent ones the cache keeps, nor through a generation whose
         // group was never built.
         drop(second);
-        assert_eq!(cache.serving().recent.len(), 1, "the first is kept, for reconnects");
+        assert_eq!(
+            cache.serving().recent.len(),
+            1,
+            "the first is kept, for reconnects"
+        );
         for _ in 0..=RECENT {
             cache.publish(config("e2"));
         }

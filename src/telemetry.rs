@@ -505,11 +505,17 @@ impl StreamEvents {
                         tracing::debug!(node, step, "Update plan replaced by a newer snapshot.");
                         "replaced"
                     }
-                    PlanEvent::Reconnected { kind, ordered: true } => {
+                    PlanEvent::Reconnected {
+                        kind,
+                        ordered: true,
+                    } => {
                         tracing::info!(node, r#type = %kind, "A proxy back on a new stream holds an earlier generation's content: brought to the newest make-before-break from it.");
                         "reconnect_ordered"
                     }
-                    PlanEvent::Reconnected { kind, ordered: false } => {
+                    PlanEvent::Reconnected {
+                        kind,
+                        ordered: false,
+                    } => {
                         tracing::warn!(node, r#type = %kind, recent = crate::cache::RECENT, "A proxy back on a new stream holds content this server does not keep (not in the newest generation nor the recent ones, e.g. a plan step of another replica, or older edits): it gets the newest at once, unordered.");
                         "reconnect_unordered"
                     }

@@ -590,9 +590,9 @@ impl Planner {
             return;
         }
         let with_held = |s: &Snapshot| {
-            Arc::new(Snapshot::from_types(ResourceType::ALL.map(|k| {
-                Arc::clone(if k == kind { &held } else { s.get(k) })
-            })))
+            Arc::new(Snapshot::from_types(
+                ResourceType::ALL.map(|k| Arc::clone(if k == kind { &held } else { s.get(k) })),
+            ))
         };
         self.confirmed = Some(with_held(self.completed()));
         self.target = Some(with_held(&target));

@@ -370,6 +370,16 @@ impl<F: Flavor> Stream<F> {
     /// ([`PlanEvent::Reconnected`](super::PlanEvent)).
     pub fn handle_history(&mut self, known: &[Arc<Snapshot>]) {
         let claims = std::mem::take(&mut self.core.claims);
+        // A proxy moved mid-change holds a step of a plan between two of them: computed the
+        // same here as on any replica (the steps follow from the two snapshots alone).
+        let mut known = known.to_vec();
+        for pair in known.clone().windows(2) {
+            let (newer, older) = (&pair[0], &pair[1]);
+            if !newer.same_as(older) {
+                known.extend(super::plan::steps(older, newer).0);
+            }
+        }
+        let known = &known[..];
         for &kind in ResourceType::ALL.iter() {
             if claims & (1 << kind.index()) == 0 {
                 continue;

@@ -125,6 +125,11 @@ trait Client: Sized {
     fn ack(&mut self, got: &Got);
     fn nack(&mut self, got: &Got, error: &str);
 
+    /// A new stream of the same client, back (to this server or another) with what it
+    /// holds: its first request of each type it had says so (SotW: the version it last
+    /// accepted; delta: the names and versions in `held`), CDS and LDS first, as Envoy.
+    fn reconnect(&self, ordering: Ordering, held: &Proxy) -> Self;
+
     fn snapshot(&mut self, snapshot: Arc<Snapshot>) {
         self.stream_mut().handle_snapshot(snapshot);
     }
@@ -248,7 +253,26 @@ impl Client for Sotw {
         self.last.insert(got.kind, (version, got.nonce.clone()));
         self.request(got.kind, Some(error));
     }
+
+    fn reconnect(&self, ordering: Ordering, _: &Proxy) -> Sotw {
+        let mut back = Sotw::open(ordering);
+        back.names = self.names.clone();
+        back.last = self
+            .last
+            .iter()
+            .map(|(k, (version, _))| (*k, (version.clone(), String::new())))
+            .collect();
+        for kind in REQUEST_ORDER {
+            if back.names.contains_key(&kind) {
+                back.request(kind, None);
+            }
+        }
+        back
+    }
 }
+
+/// The order in which Envoy's first requests on a stream come.
+const REQUEST_ORDER: [ResourceType; 4] = [Cluster, Listener, Endpoint, Route];
 
 struct Delta {
     s: DeltaStream,
@@ -329,6 +353,31 @@ impl Client for Delta {
 
     fn nack(&mut self, got: &Got, error: &str) {
         self.send(got.kind, Vec::new(), Vec::new(), &got.nonce, Some(error));
+    }
+
+    fn reconnect(&self, ordering: Ordering, held: &Proxy) -> Delta {
+        let mut back = Delta::open(ordering);
+        back.names = self.names.clone();
+        for kind in REQUEST_ORDER {
+            let Some(names) = self.names.get(&kind) else {
+                continue;
+            };
+            let request = DeltaDiscoveryRequest {
+                node: Some(node()),
+                type_url: kind.type_url().into(),
+                resource_names_subscribe: names.iter().cloned().collect(),
+                initial_resource_versions: held
+                    .have
+                    .get(&kind)
+                    .into_iter()
+                    .flatten()
+                    .map(|(n, r)| (n.clone(), r.version.clone()))
+                    .collect(),
+                ..Default::default()
+            };
+            back.s.handle_request(request).expect("valid request");
+        }
+        back
     }
 }
 

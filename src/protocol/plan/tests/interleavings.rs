@@ -10,6 +10,7 @@
 //! to a cluster it lacks or that is still warming.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
@@ -570,3 +571,120 @@ fn short(events: Vec<Event>) -> Vec<String> {
         })
         .collect()
 }
+
+// === reconnects (issue 32, item 3) ===
+
+/// A proxy whose replica died mid-change reconnects, to a replica serving the same files,
+/// holding the older generation: the newer one reaches it make-before-break from what it
+/// holds (the route waits for the new cluster; the old cluster stays until the route moved),
+/// as on a live stream. P13 (SotW's versions), P23 (delta's), P29, P30.
+fn reconnect_holding_an_older_generation_is_brought_in_order<C: Client>() {
+    let (old, new) = (base().snapshot(), cut_over().snapshot());
+    let mut envoy = Envoy::<C>::start(Ordering::default(), Arc::clone(&old));
+    envoy.client = envoy.client.reconnect(Ordering::default(), &envoy.proxy);
+    envoy.answer = silent_on_cds;
+    envoy.client.snapshot(Arc::clone(&new));
+    envoy.client.stream_mut().handle_history(&[new, old]);
+    envoy.run(Instant::now());
+    assert!(
+        envoy.first(sends(Route, "r")).is_none(),
+        "{:?}",
+        envoy.trace()
+    );
+    assert!(envoy.first(removes("x")).is_none(), "{:?}", envoy.trace());
+    let cds = last_cds(&envoy);
+    // Step 1: y added, x kept (SotW: both in the CDS; delta: y alone, nothing removed).
+    let want: &[&str] = if cds.full_state { &["x", "y"] } else { &["y"] };
+    assert_eq!(cds.names(), want, "{:?}", envoy.trace());
+    envoy.answer = super::ack_all;
+    envoy.ack(&cds);
+    envoy.run(Instant::now());
+    let t = envoy.trace();
+    let rds = envoy.first(sends(Route, "r")).expect("the route moves");
+    let remove_x = envoy.first(removes("x")).expect("x removed");
+    assert!(rds < remove_x, "{t:?}");
+    assert_eq!(route_to(&envoy, "r"), ["y"]);
+    assert_eq!(envoy.client.plan(), None);
+    let events = envoy.client.events();
+    for kind in [Cluster, Listener] {
+        assert!(
+            events.contains(&Event::Plan(PlanEvent::Reconnected {
+                kind,
+                ordered: true
+            })),
+            "{kind}: {events:?}"
+        );
+    }
+}
+
+/// The same, but the proxy holds content the server does not keep (its generations are
+/// not among the known ones): it gets the newest at once, unordered, and the event says
+/// so; the simulated Envoy catches the route to the warming cluster (the check can fail).
+fn reconnect_holding_unknown_content_falls_back_and_says_so<C: Client>() {
+    let (old, new) = (base().snapshot(), cut_over().snapshot());
+    let mut envoy = Envoy::<C>::start(Ordering::default(), old);
+    envoy.client = envoy.client.reconnect(Ordering::default(), &envoy.proxy);
+    envoy.answer = silent_on_cds;
+    envoy.client.snapshot(Arc::clone(&new));
+    envoy.client.stream_mut().handle_history(&[new]);
+    assert!(
+        envoy.try_run(Instant::now()).is_err(),
+        "{:?}",
+        envoy.trace()
+    );
+    let events = envoy.client.events();
+    assert!(
+        events.contains(&Event::Plan(PlanEvent::Reconnected {
+            kind: Cluster,
+            ordered: false
+        })),
+        "{events:?}"
+    );
+}
+
+/// A proxy that held a plan's first step (clusters old and new) when its replica died: that
+/// step is no generation, but every replica computes the same steps between the same two,
+/// so it is recognised, and the route still waits for the CDS ACK.
+fn reconnect_holding_a_plan_step_is_recognised<C: Client>() {
+    let (old, new) = (base().snapshot(), cut_over().snapshot());
+    let mut envoy = Envoy::<C>::start(Ordering::default(), Arc::clone(&old));
+    envoy.answer = silent_on_cds;
+    envoy.client.snapshot(Arc::clone(&new));
+    envoy.run(Instant::now());
+    let cds = last_cds(&envoy);
+    // It takes the step-1 CDS and EDS, ACKs them, and its replica dies before step 2.
+    envoy.ack(&cds);
+    envoy.client = envoy.client.reconnect(Ordering::default(), &envoy.proxy);
+    envoy.log.clear();
+    envoy.answer = super::ack_all;
+    envoy.client.snapshot(Arc::clone(&new));
+    envoy.client.stream_mut().handle_history(&[new, old]);
+    envoy.run(Instant::now());
+    let t = envoy.trace();
+    let rds = envoy.first(sends(Route, "r")).expect("the route moves");
+    let remove_x = envoy.first(removes("x")).expect("x removed");
+    assert!(rds < remove_x, "{t:?}");
+    let events = envoy.client.events();
+    assert!(
+        events.contains(&Event::Plan(PlanEvent::Reconnected {
+            kind: Cluster,
+            ordered: true
+        })),
+        "{events:?}"
+    );
+}
+
+/// Route `r` cut over from `x` to a new `y`, `x` removed.
+fn cut_over() -> Mesh {
+    Mesh {
+        clusters: vec![("y", "1")],
+        routes: vec![("r", "y")],
+        ..base()
+    }
+}
+
+sotw_and_delta!(
+    reconnect_holding_an_older_generation_is_brought_in_order,
+    reconnect_holding_unknown_content_falls_back_and_says_so,
+    reconnect_holding_a_plan_step_is_recognised,
+);
