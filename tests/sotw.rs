@@ -785,6 +785,59 @@ async fn p29_p30_a_newer_reload_while_step_1_awaits_its_ack_keeps_the_order() {
     server.shutdown().await;
 }
 
+/// Issue 32, item 3, over a socket (P13, P29, P30): a proxy away while the files changed
+/// (its replica died mid-change) comes back with the versions it holds. They name the
+/// generation before, which the server keeps: the cut-over reaches it make-before-break from
+/// there (the route only after the CDS ACK, `backend` removed last), not all at once.
+#[tokio::test]
+async fn p13_p30_a_proxy_back_with_an_older_generation_is_updated_in_order() {
+    let server = standard_server().await;
+    let mut c = server.ads("n1").await;
+    let mut held = std::collections::BTreeMap::new();
+    for (kind, names) in [
+        (Cluster, &[][..]),
+        (Endpoint, &["backend"][..]),
+        (Listener, &[][..]),
+        (Route, &["main"][..]),
+    ] {
+        c.subscribe(kind, names).await;
+        let r = c.recv_type(kind).await;
+        c.ack(&r, names).await;
+        held.insert(kind, (r.version_info.clone(), names));
+    }
+    drop(c);
+    server.set_files(&[
+        ("clusters.yaml", &eds_cluster("next", "1s", 8081)),
+        ("routes.yaml", &route_to("main", "next")),
+    ]);
+    // Back, with what it holds (Envoy's first requests: CDS, EDS, LDS, RDS at once).
+    let mut c = server.ads("n1").await;
+    for (kind, (version, names)) in &held {
+        c.send(request(*kind, names, version, "")).await;
+    }
+    let cds = c.recv_type(Cluster).await;
+    assert_eq!(names(&cds), ["backend", "next"], "step 1: nothing removed yet");
+    c.send(request(Endpoint, &["backend", "next"], &held[&Endpoint].0, ""))
+        .await;
+    let eds = c.recv_type(Endpoint).await;
+    assert_eq!(names(&eds), ["next"]);
+    c.ack(&eds, &["backend", "next"]).await;
+    c.expect_quiet(std::time::Duration::from_millis(300)).await;
+    // The CDS ACK: the route moves, then `backend` goes.
+    c.ack(&cds, &[]).await;
+    let rds = c.recv_type(Route).await;
+    assert!(String::from_utf8_lossy(&rds.resources[0].value).contains("next"));
+    c.ack(&rds, &["main"]).await;
+    let cds = c.recv_type(Cluster).await;
+    assert_eq!(names(&cds), ["next"]);
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains("switchyard_update_plans_total{event=\"reconnect_ordered\"} 4"),
+        "{metrics}"
+    );
+    server.shutdown().await;
+}
+
 /// `--ordering off`: the same reload goes out at once (plain eventual consistency).
 #[tokio::test]
 async fn p30_ordering_off_sends_the_cut_over_at_once() {
