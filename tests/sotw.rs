@@ -816,9 +816,18 @@ async fn p13_p30_a_proxy_back_with_an_older_generation_is_updated_in_order() {
         c.send(request(*kind, names, version, "")).await;
     }
     let cds = c.recv_type(Cluster).await;
-    assert_eq!(names(&cds), ["backend", "next"], "step 1: nothing removed yet");
-    c.send(request(Endpoint, &["backend", "next"], &held[&Endpoint].0, ""))
-        .await;
+    assert_eq!(
+        names(&cds),
+        ["backend", "next"],
+        "step 1: nothing removed yet"
+    );
+    c.send(request(
+        Endpoint,
+        &["backend", "next"],
+        &held[&Endpoint].0,
+        "",
+    ))
+    .await;
     let eds = c.recv_type(Endpoint).await;
     assert_eq!(names(&eds), ["next"]);
     c.ack(&eds, &["backend", "next"]).await;

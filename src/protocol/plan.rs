@@ -429,6 +429,9 @@ pub struct Planner {
     /// types clients ask for by name, a resource no one names is never sent, so their
     /// targets stand (a cluster's ClusterLoadAssignment with it). Only on ordered streams.
     held: [Option<Arc<TypeSnapshot>>; 2],
+    /// The client came back from an earlier stream saying what it holds
+    /// ([`Planner::handle_held`]): listeners and routes wait for its CDS request.
+    reconnected: bool,
     plan: Option<Plan>,
     /// The cache's newest snapshot.
     newest: Option<Arc<Snapshot>>,
@@ -455,6 +458,8 @@ pub trait Progress {
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool;
     /// Whether the client subscribes to the resource of this name.
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool;
+    /// Whether the client has asked for `kind` on this stream.
+    fn requested(&self, kind: ResourceType) -> bool;
 }
 
 impl Plan {
@@ -579,6 +584,7 @@ impl Planner {
         let Some(target) = self.target.clone().filter(|_| self.ordered) else {
             return;
         };
+        self.reconnected = true;
         events.push_back(Event::Plan(PlanEvent::Reconnected {
             kind,
             ordered: held.is_some(),
@@ -784,11 +790,13 @@ impl Planner {
             return false;
         };
         let current = Arc::clone(plan.snapshot(plan.step));
+        let next = (plan.step + 1 < plan.len()).then(|| plan.snapshot(plan.step + 1));
         let done = step_done(
             self.confirmed.as_ref().unwrap_or(nothing()),
             &current,
             client,
-        );
+        ) && (!self.reconnected
+            || next.is_none_or(|next| routes_may_change(&current, next, client)));
         if !done {
             let began = plan.step_began.unwrap_or(now);
             let waited = now.saturating_duration_since(began);
@@ -877,6 +885,20 @@ fn step_done(before: &Snapshot, current: &Snapshot, client: &impl Progress) -> b
                 || (client.holds(Endpoint, &cla.name, &cla.version)
                     && leds_arrived(cla, current, client))
         })
+}
+
+/// On a stream of a client back from an earlier one: whether `next` may change what names
+/// clusters (listeners, routes) from `current`. Not while the client, asking for those, has
+/// not asked for clusters on this stream: Envoy back on a new stream holds its CDS request
+/// while clusters it has warm (it pauses CDS), so its route requests come first, and until
+/// its CDS request says what it holds a route could name a cluster still warming there.
+fn routes_may_change(current: &Snapshot, next: &Snapshot, client: &impl Progress) -> bool {
+    if client.requested(Cluster) {
+        return true;
+    }
+    [Listener, Route, ScopedRoute, VirtualHost]
+        .iter()
+        .all(|&kind| !client.requested(kind) || current.get(kind).version == next.get(kind).version)
 }
 
 /// P34: a ClusterLoadAssignment whose localities take their endpoints by LEDS warms its

@@ -500,6 +500,10 @@ impl<F: Flavor> Progress for Client<'_, F> {
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
         self.flavor.subscribes(kind, name)
     }
+
+    fn requested(&self, kind: ResourceType) -> bool {
+        self.types.get(kind).is_some_and(|t| t.requested)
+    }
 }
 
 // === impl Core ===

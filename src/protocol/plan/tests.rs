@@ -1394,6 +1394,9 @@ impl super::Progress for Holds {
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
         self.subscribed.contains(&(kind, name.to_string()))
     }
+    fn requested(&self, _: ResourceType) -> bool {
+        true
+    }
 }
 
 #[test]
