@@ -432,6 +432,12 @@ pub struct Planner {
     /// The client came back from an earlier stream saying what it holds
     /// ([`Planner::handle_held`]): listeners and routes wait for its CDS request.
     reconnected: bool,
+    /// Types (one bit each) that name clusters, whose content the client says it holds is
+    /// none the server keeps: nothing of them is sent until the client has completed what
+    /// the types it has asked for serve, its clusters among them (or a step's time-out), so
+    /// that their newest does not name a cluster still warming there. Since when.
+    withheld: u16,
+    withheld_since: Option<Instant>,
     plan: Option<Plan>,
     /// The cache's newest snapshot.
     newest: Option<Arc<Snapshot>>,
@@ -590,6 +596,9 @@ impl Planner {
             ordered: held.is_some(),
         }));
         let Some(held) = held else {
+            if matches!(kind, Listener | Route | ScopedRoute | VirtualHost) {
+                self.withheld |= 1 << kind.index();
+            }
             return;
         };
         if held.version == target.get(kind).version {
@@ -757,8 +766,18 @@ impl Planner {
 
     /// When the current step times out, if a plan is waiting on the client.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let plan = self.plan.as_ref()?;
-        plan.step_began.map(|at| at + self.ordering.step_timeout)
+        let step = self.plan.as_ref().and_then(|p| p.step_began);
+        let withheld = self.withheld_since.filter(|_| self.withheld != 0);
+        [step, withheld]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|at| at + self.ordering.step_timeout)
+    }
+
+    /// Whether nothing of `kind` goes out for now (see `withheld`).
+    pub fn withholds(&self, kind: ResourceType) -> bool {
+        self.withheld & (1 << kind.index()) != 0
     }
 
     /// Start the clocks of a plan or step just begun. Call before deciding what to send.
@@ -766,6 +785,9 @@ impl Planner {
         if let Some(plan) = &mut self.plan {
             plan.began.get_or_insert(now);
             plan.step_began.get_or_insert(now);
+        }
+        if self.withheld != 0 {
+            self.withheld_since.get_or_insert(now);
         }
     }
 
@@ -781,6 +803,27 @@ impl Planner {
         if !self.ordered {
             return false;
         }
+        let moved = self.advance_plan(now, client, events);
+        if self.withheld == 0 {
+            return moved;
+        }
+        let waited = now.saturating_duration_since(self.withheld_since.unwrap_or(now));
+        let completed = self.plan.is_none() && !self.pending() && client.requested(Cluster);
+        if completed || waited >= self.ordering.step_timeout {
+            self.withheld = 0;
+            self.withheld_since = None;
+            return true;
+        }
+        moved
+    }
+
+    /// [`Planner::advance`] of the plan (or of a single response) alone.
+    fn advance_plan(
+        &mut self,
+        now: Instant,
+        client: &impl Progress,
+        events: &mut VecDeque<Event>,
+    ) -> bool {
         let Some(plan) = &mut self.plan else {
             if let Some(target) = self.target.as_ref().filter(|_| self.pending()) {
                 if step_done(self.completed(), target, client) {

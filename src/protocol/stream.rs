@@ -425,6 +425,9 @@ impl<F: Flavor> Stream<F> {
             self.core.planner.start_clock(now);
             let target = Arc::clone(self.core.planner.target()?);
             for &kind in super::served(self.core.variant) {
+                if self.core.planner.withholds(kind) {
+                    continue;
+                }
                 if let Some(r) = self
                     .flavor
                     .respond(&mut self.core, kind, target.get(kind), now)
