@@ -808,7 +808,7 @@ impl Planner {
             return moved;
         }
         let waited = now.saturating_duration_since(self.withheld_since.unwrap_or(now));
-        let completed = self.plan.is_none() && !self.pending() && client.requested(Cluster);
+        let completed = !self.pending() && client.requested(Cluster);
         if completed || waited >= self.ordering.step_timeout {
             self.withheld = 0;
             self.withheld_since = None;
@@ -840,6 +840,11 @@ impl Planner {
             client,
         ) && (!self.reconnected
             || next.is_none_or(|next| routes_may_change(&current, next, client)));
+        // Withheld routes may still name what the next step removes: it waits for them.
+        if done && self.withheld != 0 && next.is_some_and(|next| removes(&current, next)) {
+            self.confirmed = Some(current);
+            return false;
+        }
         if !done {
             let began = plan.step_began.unwrap_or(now);
             let waited = now.saturating_duration_since(began);
@@ -928,6 +933,16 @@ fn step_done(before: &Snapshot, current: &Snapshot, client: &impl Progress) -> b
                 || (client.holds(Endpoint, &cla.name, &cla.version)
                     && leds_arrived(cla, current, client))
         })
+}
+
+/// Whether `next` removes something `current` has.
+fn removes(current: &Snapshot, next: &Snapshot) -> bool {
+    ResourceType::ALL.iter().any(|&kind| {
+        let (now, then) = (current.get(kind), next.get(kind));
+        then.changes_since(now)
+            .iter()
+            .any(|name| !then.resources.contains_key(name))
+    })
 }
 
 /// On a stream of a client back from an earlier one: whether `next` may change what names

@@ -128,7 +128,18 @@ trait Client: Sized {
     /// A new stream of the same client, back (to this server or another) with what it
     /// holds: its first request of each type it had says so (SotW: the version it last
     /// accepted; delta: the names and versions in `held`), CDS and LDS first, as Envoy.
-    fn reconnect(&self, ordering: Ordering, held: &Proxy) -> Self;
+    fn reconnect(&self, ordering: Ordering, held: &Proxy) -> Self {
+        let mut back = self.reopen(ordering);
+        for kind in REQUEST_ORDER {
+            back.claim(kind, held);
+        }
+        back
+    }
+    /// A new stream of the same client, no request sent yet.
+    fn reopen(&self, ordering: Ordering) -> Self;
+    /// The first request of `kind` on a reopened stream, saying what it holds (if it asked
+    /// for `kind` before).
+    fn claim(&mut self, kind: ResourceType, held: &Proxy);
 
     fn snapshot(&mut self, snapshot: Arc<Snapshot>) {
         self.stream_mut().handle_snapshot(snapshot);
@@ -254,7 +265,7 @@ impl Client for Sotw {
         self.request(got.kind, Some(error));
     }
 
-    fn reconnect(&self, ordering: Ordering, _: &Proxy) -> Sotw {
+    fn reopen(&self, ordering: Ordering) -> Sotw {
         let mut back = Sotw::open(ordering);
         back.names = self.names.clone();
         back.last = self
@@ -262,12 +273,13 @@ impl Client for Sotw {
             .iter()
             .map(|(k, (version, _))| (*k, (version.clone(), String::new())))
             .collect();
-        for kind in REQUEST_ORDER {
-            if back.names.contains_key(&kind) {
-                back.request(kind, None);
-            }
-        }
         back
+    }
+
+    fn claim(&mut self, kind: ResourceType, _: &Proxy) {
+        if self.names.contains_key(&kind) {
+            self.request(kind, None);
+        }
     }
 }
 
@@ -355,29 +367,30 @@ impl Client for Delta {
         self.send(got.kind, Vec::new(), Vec::new(), &got.nonce, Some(error));
     }
 
-    fn reconnect(&self, ordering: Ordering, held: &Proxy) -> Delta {
+    fn reopen(&self, ordering: Ordering) -> Delta {
         let mut back = Delta::open(ordering);
         back.names = self.names.clone();
-        for kind in REQUEST_ORDER {
-            let Some(names) = self.names.get(&kind) else {
-                continue;
-            };
-            let request = DeltaDiscoveryRequest {
-                node: Some(node()),
-                type_url: kind.type_url().into(),
-                resource_names_subscribe: names.iter().cloned().collect(),
-                initial_resource_versions: held
-                    .have
-                    .get(&kind)
-                    .into_iter()
-                    .flatten()
-                    .map(|(n, r)| (n.clone(), r.version.clone()))
-                    .collect(),
-                ..Default::default()
-            };
-            back.s.handle_request(request).expect("valid request");
-        }
         back
+    }
+
+    fn claim(&mut self, kind: ResourceType, held: &Proxy) {
+        let Some(names) = self.names.get(&kind) else {
+            return;
+        };
+        let request = DeltaDiscoveryRequest {
+            node: Some(node()),
+            type_url: kind.type_url().into(),
+            resource_names_subscribe: names.iter().cloned().collect(),
+            initial_resource_versions: held
+                .have
+                .get(&kind)
+                .into_iter()
+                .flatten()
+                .map(|(n, r)| (n.clone(), r.version.clone()))
+                .collect(),
+            ..Default::default()
+        };
+        self.s.handle_request(request).expect("valid request");
     }
 }
 

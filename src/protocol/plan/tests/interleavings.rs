@@ -17,6 +17,7 @@ use super::{
     base, brings_bad, random_mesh, removes, sends, silent_on_cds, Answer, Client, Delta, Envoy,
     Got, Mesh, Proxy, Sotw,
 };
+use crate::cache::Snapshot;
 use crate::protocol::plan::{PlanEvent, DEFAULT_STEP_TIMEOUT};
 use crate::protocol::{Event, Ordering};
 use crate::resource::ResourceType;
@@ -674,6 +675,86 @@ fn reconnect_holding_a_plan_step_is_recognised<C: Client>() {
     );
 }
 
+/// Envoy back on a new stream holds its CDS request while a cluster it has warms (it pauses
+/// CDS): its listener and route requests come first. Nothing that names clusters moves
+/// until its CDS request says what it holds; then the cut-over goes in order.
+fn reconnect_whose_cds_request_comes_last_moves_no_route_before_it<C: Client>() {
+    let (old, new) = (base().snapshot(), cut_over().snapshot());
+    let mut envoy = Envoy::<C>::start(Ordering::default(), Arc::clone(&old));
+    let mut back = envoy.client.reopen(Ordering::default());
+    for kind in [Listener, Endpoint, Route] {
+        back.claim(kind, &envoy.proxy);
+    }
+    envoy.client = back;
+    envoy.client.snapshot(Arc::clone(&new));
+    let known = [Arc::clone(&new), Arc::clone(&old)];
+    envoy.client.stream_mut().handle_history(&known);
+    envoy.run(Instant::now());
+    assert!(
+        envoy.first(sends(Route, "r")).is_none(),
+        "{:?}",
+        envoy.trace()
+    );
+    assert!(
+        envoy.first(|g| g.kind == Cluster).is_none(),
+        "{:?}",
+        envoy.trace()
+    );
+    // Its CDS request, once what it has is warm: the cut-over goes in order.
+    envoy.client.claim(Cluster, &envoy.proxy);
+    envoy.client.stream_mut().handle_history(&known);
+    envoy.run(Instant::now());
+    let t = envoy.trace();
+    let add_y = envoy.first(sends(Cluster, "y")).expect("CDS with y");
+    let rds = envoy.first(sends(Route, "r")).expect("the route moves");
+    let remove_x = envoy.first(removes("x")).expect("x removed");
+    assert!(add_y < rds && rds < remove_x, "{t:?}");
+    assert_eq!(route_to(&envoy, "r"), ["y"]);
+}
+
+/// A proxy back holding routes the server does not keep (edits it missed), but clusters it
+/// does: its routes are withheld until it has completed the newest clusters, then go.
+fn reconnect_holding_unknown_routes_gets_them_only_after_the_clusters<C: Client>() {
+    let (old, new) = (base().snapshot(), cut_over().snapshot());
+    let mut envoy = Envoy::<C>::start(Ordering::default(), Arc::clone(&old));
+    envoy.client = envoy.client.reconnect(Ordering::default(), &envoy.proxy);
+    envoy.answer = silent_on_cds;
+    envoy.client.snapshot(Arc::clone(&new));
+    // Known: the newest, and a snapshot with the old clusters but another route `r`.
+    let other_routes = Mesh {
+        routes: vec![("r", "w")],
+        ..base()
+    }
+    .snapshot();
+    let clusters_only = Arc::new(Snapshot::from_types(ResourceType::ALL.map(|k| {
+        Arc::clone(if k == Cluster || k == Endpoint {
+            old.get(k)
+        } else {
+            other_routes.get(k)
+        })
+    })));
+    envoy
+        .client
+        .stream_mut()
+        .handle_history(&[Arc::clone(&new), clusters_only]);
+    envoy.run(Instant::now());
+    let t = envoy.trace();
+    assert!(envoy.first(sends(Route, "r")).is_none(), "{t:?}");
+    let events = envoy.client.events();
+    assert!(
+        events.contains(&Event::Plan(PlanEvent::Reconnected {
+            kind: Route,
+            ordered: false
+        })),
+        "{events:?}"
+    );
+    let cds = last_cds(&envoy);
+    envoy.answer = super::ack_all;
+    envoy.ack(&cds);
+    envoy.run(Instant::now());
+    assert_eq!(route_to(&envoy, "r"), ["y"], "{:?}", envoy.trace());
+}
+
 /// Route `r` cut over from `x` to a new `y`, `x` removed.
 fn cut_over() -> Mesh {
     Mesh {
@@ -687,4 +768,6 @@ sotw_and_delta!(
     reconnect_holding_an_older_generation_is_brought_in_order,
     reconnect_holding_unknown_content_falls_back_and_says_so,
     reconnect_holding_a_plan_step_is_recognised,
+    reconnect_whose_cds_request_comes_last_moves_no_route_before_it,
+    reconnect_holding_unknown_routes_gets_them_only_after_the_clusters,
 );
