@@ -456,13 +456,47 @@ impl Storm {
         found
     }
 
-    /// Run `edits` random changes, from `seed`.
-    async fn run(&mut self, seed: u64, edits: usize) {
+    /// How long each completed update plan took, from every replica's log (`took`), in
+    /// seconds, sorted.
+    fn plan_times(&self) -> Vec<f64> {
+        let mut times = Vec::new();
+        for (r, replica) in self.replicas.iter().enumerate() {
+            for start in 1..=replica.starts {
+                let path = self
+                    .dir
+                    .path()
+                    .join(format!("replica-{r}-{start}/switchyard.log"));
+                let log = std::fs::read_to_string(path).unwrap_or_default();
+                for line in log.lines() {
+                    let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                        continue;
+                    };
+                    if v["message"].as_str() != Some("Update plan completed.") {
+                        continue;
+                    }
+                    if let Some(took) = v["took"].as_str().and_then(seconds) {
+                        times.push(took);
+                    }
+                }
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        times
+    }
+
+    /// Run `edits` random changes, from `seed`. `alone`: 3-3.5 s between edits, and the route
+    /// edit after a new cluster as long after it, so that no two changes overlap.
+    async fn run(&mut self, seed: u64, edits: usize, alone: bool) {
+        let (gap, follow) = if alone {
+            ((3000, 3500), (3000, 3500))
+        } else {
+            ((500, 1500), (300, 500))
+        };
         let mut rng = Rng(seed);
         let mut added = 0;
         let mut down: Option<(usize, Instant)> = None;
         for _ in 0..edits {
-            tokio::time::sleep(rng.millis(500, 1500)).await;
+            tokio::time::sleep(rng.millis(gap.0, gap.1)).await;
             self.clear_bad_edit();
             if let Some((r, since)) = down {
                 if since.elapsed() > Duration::from_millis(1500) {
@@ -481,7 +515,7 @@ impl Storm {
                 4..=6 => {
                     added += 1;
                     self.add_cluster(added);
-                    tokio::time::sleep(rng.millis(300, 500)).await;
+                    tokio::time::sleep(rng.millis(follow.0, follow.1)).await;
                     self.write("route-only edit while the new cluster warms");
                 }
                 7 => {
@@ -528,7 +562,9 @@ async fn e2e_storm_of_overlapping_edits_and_replica_kills_fails_no_request() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(14);
-    eprintln!("storm: seed {seed} (STORM_SEED={seed} replays it), {edits} edits");
+    // STORM_ALONE=1: the same kinds of change, none overlapping (docs/benchmarks.md).
+    let alone = std::env::var("STORM_ALONE").is_ok_and(|v| v == "1");
+    eprintln!("storm: seed {seed} (STORM_SEED={seed} replays it), {edits} edits, alone {alone}");
     let Some(mut storm) = Storm::start(true).await else {
         return;
     };
@@ -537,7 +573,7 @@ async fn e2e_storm_of_overlapping_edits_and_replica_kills_fails_no_request() {
         .iter()
         .map(|(_, port)| Load::start(*port))
         .collect();
-    storm.run(seed, edits).await;
+    storm.run(seed, edits, alone).await;
     // The last edit: back to x, new clusters gone.
     storm.files.route_to = "x".into();
     storm.files.new_clusters.clear();
@@ -564,6 +600,15 @@ async fn e2e_storm_of_overlapping_edits_and_replica_kills_fails_no_request() {
             .iter()
             .map(|t| (t.failed, t.answered.len(), &t.failures))
             .collect::<Vec<_>>()
+    );
+    let times = storm.plan_times();
+    let at = |q: f64| times.get(((times.len() as f64 - 1.0) * q).round() as usize);
+    eprintln!(
+        "storm (seed {seed}): {} plans completed, took median {:?} s, p90 {:?} s, max {:?} s",
+        times.len(),
+        at(0.5),
+        at(0.9),
+        times.last()
     );
     let context = format!(
         "seed {seed} (STORM_SEED={seed}); schedule {:#?}; the replicas on reconnects: {:#?}",
@@ -644,4 +689,13 @@ fn humantime_utc() -> String {
         secs % 60,
         now.subsec_millis()
     )
+}
+
+/// A duration as Rust's `Debug` writes it (`1.5s`, `812.3ms`, `40µs`, `0ns`), in seconds.
+fn seconds(text: &str) -> Option<f64> {
+    let units = [("ns", 1e-9), ("µs", 1e-6), ("us", 1e-6), ("ms", 1e-3), ("s", 1.0)];
+    units.iter().find_map(|(unit, scale)| {
+        let number = text.strip_suffix(unit)?;
+        number.parse::<f64>().ok().map(|n| n * scale)
+    })
 }

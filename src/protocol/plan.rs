@@ -384,7 +384,8 @@ pub enum PlanEvent {
     Stopped { step: usize, kind: ResourceType },
     /// A newer snapshot arrived during step `step`; a new plan replaces the rest.
     Replaced { step: usize },
-    /// Every step was served and ACKed (or timed out).
+    /// Every step was served and ACKed (or timed out); `took`: since the plan began, or the
+    /// first of the plans it replaced (overlapping edits) did.
     Completed { steps: usize, took: Duration },
     /// A proxy back on a new stream said what it holds of `kind`: content of a recent
     /// generation (`ordered`: the update to the newest goes make-before-break from it), or
@@ -611,8 +612,12 @@ impl Planner {
         };
         self.confirmed = Some(with_held(self.completed()));
         self.target = Some(with_held(&target));
-        let step_began = self.plan.take().and_then(|p| p.step_began);
-        self.replan(rejected, Replan::Newer(step_began), events);
+        let replaced = self.plan.take();
+        let why = Replan::Newer {
+            began: replaced.as_ref().and_then(|p| p.began),
+            step_began: replaced.and_then(|p| p.step_began),
+        };
+        self.replan(rejected, why, events);
     }
 
     /// A new snapshot from the cache; `rejected`: what the client has rejected so far.
@@ -627,13 +632,17 @@ impl Planner {
             self.retarget_unordered();
             return;
         }
-        let going_on = self.plan.take().map(|plan| {
+        let replaced = self.plan.take();
+        if let Some(plan) = &replaced {
             events.push_back(Event::Plan(PlanEvent::Replaced {
                 step: plan.step + 1,
             }));
-            plan.step_began
-        });
-        self.replan(rejected, Replan::Newer(going_on.flatten()), events);
+        }
+        let why = Replan::Newer {
+            began: replaced.as_ref().and_then(|p| p.began),
+            step_began: replaced.and_then(|p| p.step_began),
+        };
+        self.replan(rejected, why, events);
     }
 
     /// Plan from what the types serve now to the newest snapshot, holding back what refers
@@ -671,13 +680,15 @@ impl Planner {
         }
         let (began, nacked, step_began) = match why {
             Replan::GoingOn { began, nacked } => (began, nacked, None),
-            Replan::Newer(step_began) => {
+            Replan::Newer { began, step_began } => {
                 events.push_back(Event::Plan(PlanEvent::Started {
                     steps: steps.len() + 1,
                 }));
                 // A step carried over keeps its clock: a client that never answers holds
-                // the plan up for one time-out, not one per newer snapshot.
-                (None, None, if wait_first { step_began } else { None })
+                // the plan up for one time-out, not one per newer snapshot. The plan goes
+                // on from the one it replaces: it began when that one did (`/status`'s
+                // "since", and `Completed`'s time from the first of overlapping edits).
+                (began, None, if wait_first { step_began } else { None })
             }
         };
         self.target = Some(Arc::clone(steps.first().unwrap_or(&end)));
@@ -879,8 +890,12 @@ impl Planner {
 
 /// Why a stream plans again.
 enum Replan {
-    /// A newer snapshot arrived; the plan it replaces was waiting on its step since then.
-    Newer(Option<Instant>),
+    /// A newer snapshot arrived; the plan it replaces (if any) began, and was waiting on its
+    /// step, since then.
+    Newer {
+        began: Option<Instant>,
+        step_began: Option<Instant>,
+    },
     /// The same plan goes on after a NACK, or after the client accepted what it had
     /// rejected: its start and NACK are kept.
     GoingOn {
