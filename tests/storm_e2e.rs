@@ -693,7 +693,13 @@ fn humantime_utc() -> String {
 
 /// A duration as Rust's `Debug` writes it (`1.5s`, `812.3ms`, `40µs`, `0ns`), in seconds.
 fn seconds(text: &str) -> Option<f64> {
-    let units = [("ns", 1e-9), ("µs", 1e-6), ("us", 1e-6), ("ms", 1e-3), ("s", 1.0)];
+    let units = [
+        ("ns", 1e-9),
+        ("µs", 1e-6),
+        ("us", 1e-6),
+        ("ms", 1e-3),
+        ("s", 1.0),
+    ];
     units.iter().find_map(|(unit, scale)| {
         let number = text.strip_suffix(unit)?;
         number.parse::<f64>().ok().map(|n| n * scale)

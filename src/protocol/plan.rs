@@ -433,10 +433,11 @@ pub struct Planner {
     /// The client came back from an earlier stream saying what it holds
     /// ([`Planner::handle_held`]): listeners and routes wait for its CDS request.
     reconnected: bool,
-    /// Types (one bit each) that name clusters, whose content the client says it holds is
-    /// none the server keeps: nothing of them is sent until the client has completed what
-    /// the types it has asked for serve, its clusters among them (or a step's time-out), so
-    /// that their newest does not name a cluster still warming there. Since when.
+    /// On a stream of a client back from an earlier one, the types (one bit each) that name
+    /// clusters: nothing of them is sent until the client has asked for clusters and
+    /// completed what the types serve (or a step's time-out), so that they do not name a
+    /// cluster still warming there (what it holds of them may be unknown, or new to it).
+    /// Since when.
     withheld: u16,
     withheld_since: Option<Instant>,
     plan: Option<Plan>,
@@ -592,14 +593,17 @@ impl Planner {
             return;
         };
         self.reconnected = true;
+        // Until what it holds of clusters is known and it has completed what CDS serves,
+        // nothing that names clusters goes: a listener or route it is sent (new to it, or
+        // unknown) could name a cluster still warming there.
+        for kind in [Listener, Route, ScopedRoute, VirtualHost] {
+            self.withheld |= 1 << kind.index();
+        }
         events.push_back(Event::Plan(PlanEvent::Reconnected {
             kind,
             ordered: held.is_some(),
         }));
         let Some(held) = held else {
-            if matches!(kind, Listener | Route | ScopedRoute | VirtualHost) {
-                self.withheld |= 1 << kind.index();
-            }
             return;
         };
         if held.version == target.get(kind).version {

@@ -309,6 +309,19 @@ impl Flavor for Sotw {
             .sum()
     }
 
+    /// What it was found to hold is what it was given (so a NACK of the next response tells
+    /// what it runs), ACKed at the version it named (P13).
+    fn take_held(&mut self, core: &mut Core, kind: ResourceType, held: &Arc<TypeSnapshot>) {
+        let st = &mut self.types[kind];
+        if st.given.is_some() {
+            return;
+        }
+        st.given = Some(Given::new(held, &st.subscription));
+        if let Some(version) = st.initial_version.clone() {
+            core.assume_acked(kind, &version);
+        }
+    }
+
     /// P13: the `version_info` of the first request names what the client holds: the
     /// type's version (wildcard) or that of exactly what it asks for of the type; the first
     /// of `known` whose type snapshot gives that version.

@@ -91,6 +91,11 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
     /// generations of its node): the type snapshot it holds, or `None` if it names content
     /// none of them has.
     fn held_of(&self, kind: ResourceType, known: &[Arc<Snapshot>]) -> Option<Arc<TypeSnapshot>>;
+    /// The client holds `held` of `kind` (what [`Flavor::held_of`] found), before anything
+    /// of `kind` was sent on this stream: what the flavor counts the client as having.
+    fn take_held(&mut self, core: &mut Core, kind: ResourceType, held: &Arc<TypeSnapshot>) {
+        let _ = (core, kind, held);
+    }
 }
 
 /// The most resource names one stream may subscribe to, by default.
@@ -385,6 +390,9 @@ impl<F: Flavor> Stream<F> {
                 continue;
             }
             let held = self.flavor.held_of(kind, known);
+            if let Some(held) = &held {
+                self.flavor.take_held(&mut self.core, kind, held);
+            }
             let core = &mut self.core;
             core.planner
                 .handle_held(kind, held, &core.rejected, &mut core.events);

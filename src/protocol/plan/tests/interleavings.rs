@@ -771,3 +771,61 @@ sotw_and_delta!(
     reconnect_whose_cds_request_comes_last_moves_no_route_before_it,
     reconnect_holding_unknown_routes_gets_them_only_after_the_clusters,
 );
+
+/// A proxy back on a new stream to a server whose newest snapshot is empty: its listeners go
+/// before the clusters their routes name.
+fn reconnect_to_an_empty_snapshot_removes_listeners_first<C: Client>() {
+    let old = base().snapshot();
+    let empty = Mesh::default().snapshot();
+    let mut envoy = Envoy::<C>::start(Ordering::default(), Arc::clone(&old));
+    let mut back = envoy.client.reopen(Ordering::default());
+    for kind in [Listener, Endpoint, Route] {
+        back.claim(kind, &envoy.proxy);
+    }
+    envoy.client = back;
+    envoy.client.snapshot(Arc::clone(&empty));
+    let known = [Arc::clone(&empty), Arc::clone(&old)];
+    envoy.client.stream_mut().handle_history(&known);
+    envoy.run(Instant::now());
+    envoy.client.claim(Cluster, &envoy.proxy);
+    envoy.client.stream_mut().handle_history(&known);
+    envoy.run(Instant::now());
+    assert!(envoy.holds(Cluster).is_empty(), "{:?}", envoy.trace());
+    assert!(envoy.holds(Listener).is_empty(), "{:?}", envoy.trace());
+}
+
+/// A listener new to a proxy back on a new stream (it held none) while a cluster its route
+/// names still warms there: nothing naming clusters goes before its CDS request.
+fn reconnect_gets_a_new_listener_only_after_its_cds_request<C: Client>() {
+    let old = Mesh {
+        listeners: vec![],
+        ..to_y()
+    }
+    .snapshot();
+    let new = to_y().snapshot();
+    let mut envoy = Envoy::<C>::start(Ordering::default(), Arc::clone(&old));
+    let mut back = envoy.client.reopen(Ordering::default());
+    for kind in [Listener, Endpoint] {
+        back.claim(kind, &envoy.proxy);
+    }
+    envoy.client = back;
+    envoy.client.snapshot(Arc::clone(&new));
+    let known = [Arc::clone(&new), Arc::clone(&old)];
+    envoy.client.stream_mut().handle_history(&known);
+    envoy.run(Instant::now());
+    assert!(
+        envoy.first(|g| g.kind == Listener).is_none(),
+        "{:?}",
+        envoy.trace()
+    );
+    envoy.client.claim(Cluster, &envoy.proxy);
+    envoy.client.stream_mut().handle_history(&known);
+    envoy.run(Instant::now());
+    assert_eq!(envoy.holds(Listener), ["l"], "{:?}", envoy.trace());
+    assert_eq!(route_to(&envoy, "r"), ["y"]);
+}
+
+sotw_and_delta!(
+    reconnect_to_an_empty_snapshot_removes_listeners_first,
+    reconnect_gets_a_new_listener_only_after_its_cds_request,
+);
