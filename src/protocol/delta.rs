@@ -542,8 +542,11 @@ impl Flavor for Delta {
             .sum()
     }
 
-    /// P23: each name and version the client listed, found in one of `known` (versions
-    /// follow content, so any replica serving the same files has them); `None` if one is not.
+    /// P23: the names and versions the client listed, each found in one of `known`
+    /// (versions follow content, so any replica serving the same files has them); `None` if
+    /// none is. Those not found stay claimed, at versions the server cannot plan from (a
+    /// mixture the proxy was left with, say): the rest is still ordered, so that what the
+    /// proxy may use of it (a cluster's endpoints) is not removed before what names it.
     fn held_of(&self, kind: ResourceType, known: &[Arc<Snapshot>]) -> Option<Arc<TypeSnapshot>> {
         let st = self.types.get(kind)?;
         let mut resources = BTreeMap::new();
@@ -552,8 +555,10 @@ impl Flavor for Delta {
             let found = known.iter().find_map(|s| {
                 let r = s.get(kind).resources.get(name)?;
                 (r.version == version).then_some(r)
-            })?;
-            resources.insert(name.to_string(), Arc::clone(found));
+            });
+            if let Some(found) = found {
+                resources.insert(name.to_string(), Arc::clone(found));
+            }
         }
         (!resources.is_empty()).then(|| Arc::new(TypeSnapshot::new(resources)))
     }

@@ -405,6 +405,9 @@ struct Proxy {
     warming: BTreeSet<String>,
     /// New clusters whose CDS response is not ACKed yet (their first health check).
     checking: BTreeSet<String>,
+    /// Clusters whose ClusterLoadAssignment was removed (delta): Envoy ends their warming
+    /// with no endpoints, and a route to one fails.
+    empty: BTreeSet<String>,
 }
 
 impl Proxy {
@@ -420,6 +423,7 @@ impl Proxy {
             if got.kind == Cluster {
                 self.warming.remove(&name);
                 self.checking.remove(&name);
+                self.empty.remove(&name);
             }
         }
         for r in &got.resources {
@@ -433,11 +437,16 @@ impl Proxy {
         }
         if got.kind == Endpoint {
             let clusters = self.have.get(&Cluster).cloned().unwrap_or_default();
-            for r in &got.resources {
-                for c in clusters.values() {
-                    if c.warms_with.as_deref() == Some(r.name.as_str()) {
-                        self.warming.remove(&c.name);
-                    }
+            for c in clusters.values() {
+                let Some(cla) = c.warms_with.as_deref() else {
+                    continue;
+                };
+                if got.resources.iter().any(|r| r.name == cla) {
+                    self.warming.remove(&c.name);
+                    self.empty.remove(&c.name);
+                } else if got.removed.iter().any(|r| r == cla) {
+                    self.warming.remove(&c.name);
+                    self.empty.insert(c.name.clone());
                 }
             }
         }
@@ -521,6 +530,11 @@ impl Proxy {
                     if !clusters.contains_key(c) {
                         bad.push(format!(
                             "route {} names cluster {c}, which it lacks",
+                            route.name
+                        ));
+                    } else if self.empty.contains(c) {
+                        bad.push(format!(
+                            "route {} names cluster {c}, whose endpoints were removed",
                             route.name
                         ));
                     } else if self.warming.contains(c) || self.checking.contains(c) {
