@@ -1122,25 +1122,6 @@ async fn e2e_envoy_hot_restart_two_epochs_are_two_proxies_and_traffic_never_fail
     drop((old, new));
 }
 
-/// The example bootstrap for `api`, its `switchyard` cluster listing a second replica on
-/// `second_port` (the first stays 18000, for `Envoy::start_with` to replace).
-fn two_replica_bootstrap(api: Api, second_port: u16) -> String {
-    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/envoy")
-        .join(api.bootstrap());
-    let text = std::fs::read_to_string(example).expect("bootstrap");
-    let one = "              - endpoint:\n                  address:\n                    socket_address: { address: 127.0.0.1, port_value: 18000 }\n";
-    assert!(
-        text.contains(one),
-        "the example's switchyard endpoint moved"
-    );
-    let both = format!(
-        "{one}{}",
-        one.replace("port_value: 18000", &format!("port_value: {second_port}"))
-    );
-    text.replace(one, &both)
-}
-
 /// The usual mesh served by two replicas (started with `flags`), and an Envoy for `node`
 /// whose ADS cluster lists both, its traffic flowing; `None` without Envoy outside CI.
 async fn two_replicas_and_envoy(
@@ -1158,7 +1139,7 @@ async fn two_replicas_and_envoy(
         Switchyard::start_with_args(&stage.config, &r1_dir, flags).await,
         Switchyard::start_with_args(&stage.config, &r2_dir, flags).await,
     ];
-    let text = two_replica_bootstrap(api, replicas[1].port);
+    let text = api.two_replica_bootstrap(replicas[1].port);
     let envoy = Envoy::start_with(
         &text,
         &envoy_bin,

@@ -18,12 +18,12 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::envoy::{envoy_binary, eventually, free_port, Envoy, Switchyard, Upstream};
+use support::envoy::{envoy_binary, eventually, free_port, Api, Envoy, Switchyard, Upstream};
 use support::listener_item;
 
 /// How long a new cluster's first health check takes.
@@ -34,6 +34,9 @@ const RATE: u32 = 100;
 const LOAD_LIMIT: Duration = Duration::from_secs(150);
 /// How long the first config and the last edit may take to reach every Envoy.
 const ARRIVE: Duration = Duration::from_secs(30);
+
+/// These tests count request failures: one at a time on the 2-core machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A seeded random source (SplitMix64): the schedule replays from its seed.
 struct Rng(u64);
@@ -262,28 +265,6 @@ struct Storm {
     started: Instant,
 }
 
-/// The bootstrap of `api` with the ADS cluster listing both replicas.
-fn bootstrap(api: &str, second_port: u16) -> String {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/envoy")
-        .join(if api == "delta" {
-            "bootstrap-delta.yaml"
-        } else {
-            "bootstrap-ads.yaml"
-        });
-    let text = std::fs::read_to_string(example).expect("bootstrap");
-    let one = "              - endpoint:\n                  address:\n                    socket_address: { address: 127.0.0.1, port_value: 18000 }\n";
-    assert!(
-        text.contains(one),
-        "the example's switchyard endpoint moved"
-    );
-    let both = format!(
-        "{one}{}",
-        one.replace("port_value: 18000", &format!("port_value: {second_port}"))
-    );
-    text.replace(one, &both)
-}
-
 impl Storm {
     async fn start(ordering: bool) -> Option<Storm> {
         let envoy_bin = envoy_binary()?;
@@ -305,7 +286,7 @@ impl Storm {
             new_clusters: Vec::new(),
         };
         support::write(&config, "mesh.yaml", &files.mesh(&ports));
-        let apis = ["sotw", "delta", "sotw"];
+        let apis = [Api::Sotw, Api::Delta, Api::Sotw];
         let listener_ports: Vec<u16> = apis.iter().map(|_| free_port()).collect();
         for (i, port) in listener_ports.iter().enumerate() {
             support::write(
@@ -348,7 +329,7 @@ impl Storm {
             let envoy_dir = storm.dir.path().join(format!("envoy-{i}"));
             std::fs::create_dir(&envoy_dir).expect("mkdir");
             let envoy = Envoy::start_with(
-                &bootstrap(api, second),
+                &api.two_replica_bootstrap(second),
                 &envoy_bin,
                 (storm.replicas[0].ports.0, free_port()),
                 &format!("storm-{i}"),
@@ -426,10 +407,9 @@ impl Storm {
         let _ = std::fs::remove_file(self.config.join("bad.yaml"));
     }
 
-    /// The log lines of every replica's every incarnation whose message has `text`: time,
-    /// replica, node, type and message.
-    fn logged(&self, text: &str) -> Vec<String> {
-        let mut found = Vec::new();
+    /// Every JSON line of every replica's every incarnation, with which (`replica.start`).
+    fn log_lines(&self) -> Vec<(String, serde_json::Value)> {
+        let mut lines = Vec::new();
         for (r, replica) in self.replicas.iter().enumerate() {
             for start in 1..=replica.starts {
                 let path = self
@@ -437,49 +417,42 @@ impl Storm {
                     .path()
                     .join(format!("replica-{r}-{start}/switchyard.log"));
                 let log = std::fs::read_to_string(path).unwrap_or_default();
-                for line in log.lines() {
-                    let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-                        continue;
-                    };
-                    let message = v["message"].as_str().unwrap_or("");
-                    if message.contains(text) {
-                        found.push(format!(
-                            "{} replica {r}.{start} {} {}: {message}",
-                            v["timestamp"].as_str().unwrap_or(""),
-                            v["node"].as_str().unwrap_or(""),
-                            v["type"].as_str().unwrap_or("")
-                        ));
-                    }
-                }
+                lines.extend(
+                    log.lines()
+                        .filter_map(|l| serde_json::from_str(l).ok())
+                        .map(|v| (format!("{r}.{start}"), v)),
+                );
             }
         }
-        found
+        lines
+    }
+
+    /// The log lines whose message has `text`: time, replica, node, type and message.
+    fn logged(&self, text: &str) -> Vec<String> {
+        self.log_lines()
+            .into_iter()
+            .filter(|(_, v)| v["message"].as_str().is_some_and(|m| m.contains(text)))
+            .map(|(replica, v)| {
+                format!(
+                    "{} replica {replica} {} {}: {}",
+                    v["timestamp"].as_str().unwrap_or(""),
+                    v["node"].as_str().unwrap_or(""),
+                    v["type"].as_str().unwrap_or(""),
+                    v["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
     }
 
     /// How long each completed update plan took, from every replica's log (`took`), in
     /// seconds, sorted.
     fn plan_times(&self) -> Vec<f64> {
-        let mut times = Vec::new();
-        for (r, replica) in self.replicas.iter().enumerate() {
-            for start in 1..=replica.starts {
-                let path = self
-                    .dir
-                    .path()
-                    .join(format!("replica-{r}-{start}/switchyard.log"));
-                let log = std::fs::read_to_string(path).unwrap_or_default();
-                for line in log.lines() {
-                    let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-                        continue;
-                    };
-                    if v["message"].as_str() != Some("Update plan completed.") {
-                        continue;
-                    }
-                    if let Some(took) = v["took"].as_str().and_then(seconds) {
-                        times.push(took);
-                    }
-                }
-            }
-        }
+        let mut times: Vec<f64> = self
+            .log_lines()
+            .into_iter()
+            .filter(|(_, v)| v["message"].as_str() == Some("Update plan completed."))
+            .filter_map(|(_, v)| v["took"].as_str().and_then(seconds))
+            .collect();
         times.sort_by(f64::total_cmp);
         times
     }
@@ -564,6 +537,7 @@ async fn e2e_storm_of_overlapping_edits_and_replica_kills_fails_no_request() {
         .unwrap_or(14);
     // STORM_ALONE=1: the same kinds of change, none overlapping (docs/benchmarks.md).
     let alone = std::env::var("STORM_ALONE").is_ok_and(|v| v == "1");
+    let _serial = SERIAL.lock().await;
     eprintln!("storm: seed {seed} (STORM_SEED={seed} replays it), {edits} edits, alone {alone}");
     let Some(mut storm) = Storm::start(true).await else {
         return;
@@ -652,6 +626,7 @@ async fn e2e_storm_of_overlapping_edits_and_replica_kills_fails_no_request() {
 /// The same kinds of change with `--ordering off` fail requests: the check above can fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_storm_with_ordering_off_fails_requests() {
+    let _serial = SERIAL.lock().await;
     let Some(mut storm) = Storm::start(false).await else {
         return;
     };

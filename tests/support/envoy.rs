@@ -574,6 +574,25 @@ impl Api {
 }
 
 impl Api {
+    /// The example bootstrap, its `switchyard` cluster listing a second replica on
+    /// `second_port` (the first stays 18000, for `Envoy::start_with` to replace).
+    pub fn two_replica_bootstrap(self, second_port: u16) -> String {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/envoy")
+            .join(self.bootstrap());
+        let text = std::fs::read_to_string(example).expect("bootstrap");
+        let one = "              - endpoint:\n                  address:\n                    socket_address: { address: 127.0.0.1, port_value: 18000 }\n";
+        assert!(
+            text.contains(one),
+            "the example's switchyard endpoint moved"
+        );
+        let both = format!(
+            "{one}{}",
+            one.replace("port_value: 18000", &format!("port_value: {second_port}"))
+        );
+        text.replace(one, &both)
+    }
+
     /// `api_type: GRPC` made this API's.
     pub fn api_type(self, text: &str) -> String {
         match self {

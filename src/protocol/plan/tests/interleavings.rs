@@ -633,14 +633,7 @@ fn reconnect_holding_unknown_content_falls_back_and_says_so<C: Client>() {
         "{:?}",
         envoy.trace()
     );
-    let events = envoy.client.events();
-    assert!(
-        events.contains(&Event::Plan(PlanEvent::Reconnected {
-            kind: Cluster,
-            ordered: false
-        })),
-        "{events:?}"
-    );
+    assert!(came_back(&mut envoy, Cluster, false));
 }
 
 /// A proxy that held a plan's first step (clusters old and new) when its replica died: that
@@ -665,14 +658,7 @@ fn reconnect_holding_a_plan_step_is_recognised<C: Client>() {
     let rds = envoy.first(sends(Route, "r")).expect("the route moves");
     let remove_x = envoy.first(removes("x")).expect("x removed");
     assert!(rds < remove_x, "{t:?}");
-    let events = envoy.client.events();
-    assert!(
-        events.contains(&Event::Plan(PlanEvent::Reconnected {
-            kind: Cluster,
-            ordered: true
-        })),
-        "{events:?}"
-    );
+    assert!(came_back(&mut envoy, Cluster, true));
 }
 
 /// Envoy back on a new stream holds its CDS request while a cluster it has warms (it pauses
@@ -681,14 +667,8 @@ fn reconnect_holding_a_plan_step_is_recognised<C: Client>() {
 fn reconnect_whose_cds_request_comes_last_moves_no_route_before_it<C: Client>() {
     let (old, new) = (base().snapshot(), cut_over().snapshot());
     let mut envoy = Envoy::<C>::start(Ordering::default(), Arc::clone(&old));
-    let mut back = envoy.client.reopen(Ordering::default());
-    for kind in [Listener, Endpoint, Route] {
-        back.claim(kind, &envoy.proxy);
-    }
-    envoy.client = back;
-    envoy.client.snapshot(Arc::clone(&new));
     let known = [Arc::clone(&new), Arc::clone(&old)];
-    envoy.client.stream_mut().handle_history(&known);
+    come_back(&mut envoy, &[Listener, Endpoint, Route], &new, &known);
     envoy.run(Instant::now());
     assert!(
         envoy.first(sends(Route, "r")).is_none(),
@@ -740,19 +720,40 @@ fn reconnect_holding_unknown_routes_gets_them_only_after_the_clusters<C: Client>
     envoy.run(Instant::now());
     let t = envoy.trace();
     assert!(envoy.first(sends(Route, "r")).is_none(), "{t:?}");
-    let events = envoy.client.events();
-    assert!(
-        events.contains(&Event::Plan(PlanEvent::Reconnected {
-            kind: Route,
-            ordered: false
-        })),
-        "{events:?}"
-    );
+    assert!(came_back(&mut envoy, Route, false));
     let cds = last_cds(&envoy);
     envoy.answer = super::ack_all;
     envoy.ack(&cds);
     envoy.run(Instant::now());
     assert_eq!(route_to(&envoy, "r"), ["y"], "{:?}", envoy.trace());
+}
+
+/// Whether the stream reported the proxy back holding `kind` (`ordered`: content it keeps);
+/// prints the events when not.
+fn came_back<C: Client>(envoy: &mut Envoy<C>, kind: ResourceType, ordered: bool) -> bool {
+    let events = envoy.client.events();
+    let found = events.contains(&Event::Plan(PlanEvent::Reconnected { kind, ordered }));
+    if !found {
+        eprintln!("no Reconnected {{ {kind}, ordered: {ordered} }} in {events:?}");
+    }
+    found
+}
+
+/// Its stream ends and it comes back, with the first request of each of `kinds` saying what
+/// it holds, to a server whose newest snapshot is `new` and that knows `known`.
+fn come_back<C: Client>(
+    envoy: &mut Envoy<C>,
+    kinds: &[ResourceType],
+    new: &Arc<Snapshot>,
+    known: &[Arc<Snapshot>],
+) {
+    let mut back = envoy.client.reopen(Ordering::default());
+    for &kind in kinds {
+        back.claim(kind, &envoy.proxy);
+    }
+    envoy.client = back;
+    envoy.client.snapshot(Arc::clone(new));
+    envoy.client.stream_mut().handle_history(known);
 }
 
 /// Route `r` cut over from `x` to a new `y`, `x` removed.
@@ -778,14 +779,8 @@ fn reconnect_to_an_empty_snapshot_removes_listeners_first<C: Client>() {
     let old = base().snapshot();
     let empty = Mesh::default().snapshot();
     let mut envoy = Envoy::<C>::start(Ordering::default(), Arc::clone(&old));
-    let mut back = envoy.client.reopen(Ordering::default());
-    for kind in [Listener, Endpoint, Route] {
-        back.claim(kind, &envoy.proxy);
-    }
-    envoy.client = back;
-    envoy.client.snapshot(Arc::clone(&empty));
     let known = [Arc::clone(&empty), Arc::clone(&old)];
-    envoy.client.stream_mut().handle_history(&known);
+    come_back(&mut envoy, &[Listener, Endpoint, Route], &empty, &known);
     envoy.run(Instant::now());
     envoy.client.claim(Cluster, &envoy.proxy);
     envoy.client.stream_mut().handle_history(&known);
@@ -804,14 +799,8 @@ fn reconnect_gets_a_new_listener_only_after_its_cds_request<C: Client>() {
     .snapshot();
     let new = to_y().snapshot();
     let mut envoy = Envoy::<C>::start(Ordering::default(), Arc::clone(&old));
-    let mut back = envoy.client.reopen(Ordering::default());
-    for kind in [Listener, Endpoint] {
-        back.claim(kind, &envoy.proxy);
-    }
-    envoy.client = back;
-    envoy.client.snapshot(Arc::clone(&new));
     let known = [Arc::clone(&new), Arc::clone(&old)];
-    envoy.client.stream_mut().handle_history(&known);
+    come_back(&mut envoy, &[Listener, Endpoint], &new, &known);
     envoy.run(Instant::now());
     assert!(
         envoy.first(|g| g.kind == Listener).is_none(),
