@@ -5,7 +5,9 @@
 //! per-type versions, and waking every stream when a new generation is published. Under a
 //! rollout policy ([`Cache::with_rollouts`]) it holds two generations, the stable one and the
 //! candidate the canary nodes get ([`Serving`]), and wakes every stream when a rollout is
-//! promoted or aborted; deciding when is `rollout`'s.
+//! promoted or aborted; deciding when is `rollout`'s. It also keeps the [`RECENT`]
+//! generations before the newest, for proxies that come back on a new stream holding one
+//! (`protocol::plan` orders their update from it).
 //!
 //! A node group is the set of files whose selectors match a node; nodes with the same set
 //! share one `Snapshot`. Groups are found lazily, when a node of that group first asks.

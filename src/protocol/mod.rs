@@ -17,7 +17,9 @@
 //!
 //! Call order (in the vocabulary of quinn-proto): feed inputs with `handle_request` (each
 //! message from the client) and `handle_snapshot` (each new snapshot of the cache for this
-//! stream's node); then drain outputs with `poll_response(now)` until it returns `None`, and
+//! stream's node), and, when `wants_history` says a client back from an earlier stream said
+//! what it holds, `handle_history` (the node's recent snapshots, to find it among); then
+//! drain outputs with `poll_response(now)` until it returns `None`, and
 //! `poll_event` for what happened (ACKs, NACKs, subscription changes, plan steps), for logs
 //! and metrics. `poll_timeout` says when to call `poll_response` again with no new input (TTL
 //! refreshes, a plan step's time-out); time comes in only as that `now` argument.

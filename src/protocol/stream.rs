@@ -9,7 +9,8 @@
 //! given; delta: name -> version), and how a response is built from the target snapshot.
 //!
 //! Call order (quinn-proto's vocabulary): `handle_request` for each message from the client
-//! and `handle_snapshot` for each new snapshot of the stream's node; then `poll_response(now)`
+//! and `handle_snapshot` for each new snapshot of the stream's node (and `handle_history`
+//! when `wants_history`: a client back from an earlier stream); then `poll_response(now)`
 //! until `None`, and `poll_event`. `poll_timeout` says when to call `poll_response` again with
 //! no new input (TTL refreshes and heartbeats, a plan step's time-out). No IO, no clocks.
 //!
