@@ -677,9 +677,22 @@ impl Delta {
             }
         }
         // Names subscribed, re-subscribed, unsubscribed under a wildcard, or claimed (P20..P23).
+        let mut deferred = Vec::new();
         for (name, forced) in std::mem::take(&mut st.dirty) {
             let found = current.resolve(kind, &name);
             if found.is_empty() {
+                // Claimed on reconnecting at a version the server does not keep: the proxy
+                // may still route to it; removed once its update is complete.
+                let claimed = || {
+                    matches!(
+                        st.held.get(&st.subscription, &name),
+                        Some(HeldRef::Claimed { .. })
+                    )
+                };
+                if core.defers_removals() && claimed() {
+                    deferred.push((name, forced));
+                    continue;
+                }
                 if kind == ResourceType::VirtualHost
                     && namespace_of(kind, &name).is_some()
                     && !st.held.contains(&st.subscription, &name)
@@ -708,6 +721,7 @@ impl Delta {
                 }
             }
         }
+        st.dirty.extend(deferred);
         // Heartbeats due, for TTL'd resources the client holds unchanged (P25).
         let due: Vec<String> = st
             .heartbeats

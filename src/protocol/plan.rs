@@ -440,6 +440,11 @@ pub struct Planner {
     /// Since when.
     withheld: u16,
     withheld_since: Option<Instant>,
+    /// A client back from an earlier stream, until it has completed what it was sent once
+    /// `withheld` ended (the routes that moved off what it held among them): removals of
+    /// what it claims at versions the server does not keep wait till then
+    /// ([`Planner::defers_removals`]).
+    settling: bool,
     plan: Option<Plan>,
     /// The cache's newest snapshot.
     newest: Option<Arc<Snapshot>>,
@@ -593,6 +598,7 @@ impl Planner {
             return;
         };
         self.reconnected = true;
+        self.settling = true;
         // Until what it holds of clusters is known and it has completed what CDS serves,
         // nothing that names clusters goes: a listener or route it is sent (new to it, or
         // unknown) could name a cluster still warming there.
@@ -790,6 +796,12 @@ impl Planner {
             .map(|at| at + self.ordering.step_timeout)
     }
 
+    /// Whether removals of what a client back from an earlier stream claims at versions the
+    /// server does not keep wait: until it has the routes that no longer name them.
+    pub fn defers_removals(&self) -> bool {
+        self.settling
+    }
+
     /// Whether nothing of `kind` goes out for now (see `withheld`).
     pub fn withholds(&self, kind: ResourceType) -> bool {
         self.withheld & (1 << kind.index()) != 0
@@ -820,6 +832,10 @@ impl Planner {
         }
         let moved = self.advance_plan(now, client, events);
         if self.withheld == 0 {
+            if self.settling && self.plan.is_none() && !self.pending() {
+                self.settling = false;
+                return true;
+            }
             return moved;
         }
         let waited = now.saturating_duration_since(self.withheld_since.unwrap_or(now));

@@ -531,6 +531,12 @@ impl Core {
         self.planner.target().map(|s| s.get(kind))
     }
 
+    /// Whether removals of what the client claims at versions the server does not keep
+    /// wait (it is back from an earlier stream and has not completed its update yet).
+    pub fn defers_removals(&self) -> bool {
+        self.planner.defers_removals()
+    }
+
     /// Whether the client has asked for `kind`.
     pub fn requested(&self, kind: ResourceType) -> bool {
         self.types[kind].requested
