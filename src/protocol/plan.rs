@@ -443,7 +443,8 @@ pub struct Planner {
     /// A client back from an earlier stream, until it has completed what it was sent once
     /// `withheld` ended (the routes that moved off what it held among them): removals of
     /// what it claims at versions the server does not keep wait till then
-    /// ([`Planner::defers_removals`]).
+    /// ([`Planner::defers_removals`]), and so does a plan's step that removes (what those
+    /// may name).
     settling: bool,
     plan: Option<Plan>,
     /// The cache's newest snapshot.
@@ -832,7 +833,7 @@ impl Planner {
         }
         let moved = self.advance_plan(now, client, events);
         if self.withheld == 0 {
-            if self.settling && self.plan.is_none() && !self.pending() {
+            if self.settling && !self.pending() {
                 self.settling = false;
                 return true;
             }
@@ -871,8 +872,10 @@ impl Planner {
             client,
         ) && (!self.reconnected
             || next.is_none_or(|next| routes_may_change(&current, next, client)));
-        // Withheld routes may still name what the next step removes: it waits for them.
-        if done && self.withheld != 0 && next.is_some_and(|next| removes(&current, next)) {
+        // Withheld routes, or listeners and routes whose removal is deferred, may still name
+        // what the next step removes: it waits for them.
+        let waits = self.withheld != 0 || self.settling;
+        if done && waits && next.is_some_and(|next| removes(&current, next)) {
             self.confirmed = Some(current);
             return false;
         }
