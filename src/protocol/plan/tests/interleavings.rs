@@ -848,3 +848,41 @@ fn reconnect_delta_removes_a_cluster_claimed_at_an_unknown_version_after_the_rou
     assert!(rds < remove_x, "{t:?}");
     assert_eq!(envoy.holds(Cluster), ["y"]);
 }
+
+/// Delta: a proxy back holding a second listener at a version no replica keeps, whose route
+/// names `x`; the newest has neither that listener nor `x`. The listener's removal is
+/// deferred until the update is complete, and the plan's removal of `x` waits for it.
+#[test]
+fn reconnect_delta_removes_a_cluster_only_after_an_unknown_listener_naming_it() {
+    let two = Mesh {
+        routes: vec![("r", "x"), ("r2", "x")],
+        listeners: vec![("l", "r"), ("l2", "r2")],
+        ..base()
+    };
+    let (old, new) = (two.snapshot(), cut_over().snapshot());
+    let mut envoy = Envoy::<Delta>::start(Ordering::default(), Arc::clone(&old));
+    // It holds l2 at a version of its own (still naming r2).
+    let odd = super::res(Listener, "l2", "its own", &[(Route, "r2")]);
+    envoy
+        .proxy
+        .have
+        .entry(Listener)
+        .or_default()
+        .insert("l2".into(), odd);
+    let known = [Arc::clone(&new), Arc::clone(&old)];
+    come_back(
+        &mut envoy,
+        &[Cluster, Listener, Endpoint, Route],
+        &new,
+        &known,
+    );
+    envoy.run(Instant::now());
+    let t = envoy.trace();
+    let drop_l2 = envoy
+        .first(|g| g.kind == Listener && g.removed.iter().any(|r| r == "l2"))
+        .expect("l2 removed");
+    let remove_x = envoy.first(removes("x")).expect("x removed");
+    assert!(drop_l2 < remove_x, "{t:?}");
+    assert_eq!(envoy.holds(Cluster), ["y"]);
+    assert_eq!(envoy.holds(Listener), ["l"]);
+}
