@@ -457,6 +457,14 @@ impl Storm {
         times
     }
 
+    /// A request loop through each Envoy.
+    fn loads(&self) -> Vec<Load> {
+        self.envoys
+            .iter()
+            .map(|(_, port)| Load::start(*port))
+            .collect()
+    }
+
     /// Run `edits` random changes, from `seed`. `alone`: 3-3.5 s between edits, and the route
     /// edit after a new cluster as long after it, so that no two changes overlap.
     async fn run(&mut self, seed: u64, edits: usize, alone: bool) {
@@ -542,11 +550,7 @@ async fn e2e_storm_of_overlapping_edits_and_replica_kills_fails_no_request() {
     let Some(mut storm) = Storm::start(true).await else {
         return;
     };
-    let loads: Vec<Load> = storm
-        .envoys
-        .iter()
-        .map(|(_, port)| Load::start(*port))
-        .collect();
+    let loads = storm.loads();
     storm.run(seed, edits, alone).await;
     // The last edit: back to x, new clusters gone.
     storm.files.route_to = "x".into();
@@ -630,11 +634,7 @@ async fn e2e_storm_with_ordering_off_fails_requests() {
     let Some(mut storm) = Storm::start(false).await else {
         return;
     };
-    let loads: Vec<Load> = storm
-        .envoys
-        .iter()
-        .map(|(_, port)| Load::start(*port))
-        .collect();
+    let loads = storm.loads();
     tokio::time::sleep(Duration::from_millis(500)).await;
     storm.add_cluster(1);
     tokio::time::sleep(Duration::from_millis(400)).await;

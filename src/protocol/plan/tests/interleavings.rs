@@ -756,6 +756,19 @@ fn come_back<C: Client>(
     envoy.client.stream_mut().handle_history(known);
 }
 
+/// The proxy holds `name` of `kind` at a version of its own, which no snapshot has (a mixture
+/// a NACK left it with, say), naming `refs`.
+fn holds_its_own<C: Client>(
+    envoy: &mut Envoy<C>,
+    kind: ResourceType,
+    name: &str,
+    refs: &[(ResourceType, &str)],
+) {
+    let odd = super::res(kind, name, "its own", refs);
+    let have = envoy.proxy.have.entry(kind).or_default();
+    have.insert(name.to_string(), odd);
+}
+
 /// Route `r` cut over from `x` to a new `y`, `x` removed.
 fn cut_over() -> Mesh {
     Mesh {
@@ -827,13 +840,7 @@ fn reconnect_delta_removes_a_cluster_claimed_at_an_unknown_version_after_the_rou
     let (old, new) = (base().snapshot(), cut_over().snapshot());
     let mut envoy = Envoy::<Delta>::start(Ordering::default(), Arc::clone(&old));
     // It holds x at a version of its own.
-    let odd = super::res(Cluster, "x", "its own", &[]);
-    envoy
-        .proxy
-        .have
-        .entry(Cluster)
-        .or_default()
-        .insert("x".into(), odd);
+    holds_its_own(&mut envoy, Cluster, "x", &[]);
     let known = [Arc::clone(&new), Arc::clone(&old)];
     come_back(
         &mut envoy,
@@ -862,13 +869,7 @@ fn reconnect_delta_removes_a_cluster_only_after_an_unknown_listener_naming_it() 
     let (old, new) = (two.snapshot(), cut_over().snapshot());
     let mut envoy = Envoy::<Delta>::start(Ordering::default(), Arc::clone(&old));
     // It holds l2 at a version of its own (still naming r2).
-    let odd = super::res(Listener, "l2", "its own", &[(Route, "r2")]);
-    envoy
-        .proxy
-        .have
-        .entry(Listener)
-        .or_default()
-        .insert("l2".into(), odd);
+    holds_its_own(&mut envoy, Listener, "l2", &[(Route, "r2")]);
     let known = [Arc::clone(&new), Arc::clone(&old)];
     come_back(
         &mut envoy,
