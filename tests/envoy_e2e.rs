@@ -115,6 +115,24 @@ const UPDATE_COUNTERS: [&str; 6] = [
     "listener_manager.lds.update_rejected",
 ];
 
+/// What must not move when Envoy reconnects to the same files: what it applied. Over delta
+/// nothing is sent again (P23). Over SotW the wildcard CDS and LDS are not (P13), and the
+/// route configuration and endpoints, asked for by name, go again (P9) and change nothing:
+/// no route reload, no membership change.
+fn unchanged_on_reconnect(api: Api) -> [&'static str; 6] {
+    match api {
+        Api::Delta => UPDATE_COUNTERS,
+        Api::Sotw => [
+            "cluster_manager.cds.update_success",
+            "listener_manager.lds.update_success",
+            "http.http.rds.main.config_reload",
+            "cluster.a.membership_change",
+            "cluster_manager.cds.update_rejected",
+            "listener_manager.lds.update_rejected",
+        ],
+    }
+}
+
 /// Two upstreams, clusters `a` and `b` to them, a listener, and a route to `a`.
 struct Fleet {
     _a: Upstream,
@@ -977,16 +995,13 @@ async fn e2e_rest_polling_envoy_gets_config_follows_edits_and_idles() {
 }
 
 /// `kill -9` of the server, and a restart on the same port with the same files: Envoy
-/// reconnects and applies nothing new, and traffic goes on. Over delta nothing is sent again
-/// (P23: Envoy lists what it has). Over SotW nothing is either (P13): the wildcard CDS and
-/// LDS by the type's version, and the route configuration and endpoints, which Envoy asks
-/// for by name, by the version of exactly those names and versions, which Envoy presents.
+/// reconnects and applies nothing new ([`unchanged_on_reconnect`]), and traffic goes on.
 async fn e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new(api: Api) {
     let node = api.node("e2e-restart");
     let Some(mut fleet) = Fleet::start(api, &node).await else {
         return;
     };
-    let counted = UPDATE_COUNTERS;
+    let counted = unchanged_on_reconnect(api);
     let route_version = |dump: serde_json::Value| {
         dump["configs"][0]["version_info"]
             .as_str()
@@ -1017,6 +1032,7 @@ async fn e2e_p13_p23_kill_9_and_restart_envoy_reconnects_and_applies_nothing_new
         Some("upstream-a")
     );
     for i in 0..counted.len() {
+        assert!(before[i].is_some(), "{} not found", counted[i]);
         assert_eq!(
             before[i], after[i],
             "{}: Envoy applied something new",
@@ -1170,8 +1186,12 @@ async fn e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new(api
         .position(serving)
         .expect("a replica serves Envoy");
     let other = 1 - used;
-    let counted = UPDATE_COUNTERS;
+    let counted = unchanged_on_reconnect(api);
     let before = envoy.stats(&counted).await;
+    assert!(
+        before.iter().all(Option::is_some),
+        "{counted:?}: {before:?}"
+    );
     replicas[used].process.kill();
     let moved = eventually(Duration::from_secs(30), || async {
         serving(&replicas[other]) && replicas[other].node_synced(&node).await
@@ -1209,8 +1229,12 @@ async fn e2e_max_connection_age_moves_envoy_between_replicas_without_losing_conf
     let Some((stage, replicas, envoy)) = two_replicas_and_envoy(api, &node, &age).await else {
         return;
     };
-    let counted = &UPDATE_COUNTERS[..4];
+    let counted = &unchanged_on_reconnect(api)[..4];
     let before = envoy.stats(counted).await;
+    assert!(
+        before.iter().all(Option::is_some),
+        "{counted:?}: {before:?}"
+    );
     // Requests every 20 ms until both replicas have served Envoy (bounded).
     let served_by_both = || {
         replicas

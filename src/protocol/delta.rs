@@ -602,6 +602,8 @@ impl Delta {
         let mut send: Vec<(&Arc<Resource>, Why)> = Vec::new();
         let mut removed: BTreeSet<String> = BTreeSet::new();
         let mut unresolved: Vec<String> = Vec::new();
+        // Names whose removal waits (see `HeldRef::Claimed` below), marked again for later.
+        let mut deferred = Vec::new();
 
         // Changes to the snapshot since the last look (P19), with their resources: looked up
         // once per pair of snapshots, not per stream.
@@ -636,7 +638,13 @@ impl Delta {
                         // response it NACKs, so it may hold it (removing a name it does not
                         // hold is harmless).
                         let maybe_held = || core.rejected(kind).any(|(n, _)| n == name);
-                        if st.held.contains(&st.subscription, name) || maybe_held() {
+                        let held = st.held.get(&st.subscription, name);
+                        if matches!(held, Some(HeldRef::Claimed { .. }))
+                            && core.defers_removal_of(kind)
+                        {
+                            // Claimed at a version the server does not keep: as below.
+                            deferred.push((name.clone(), false));
+                        } else if held.is_some() || maybe_held() {
                             removed.insert(name.clone());
                         }
                     }
@@ -677,7 +685,6 @@ impl Delta {
             }
         }
         // Names subscribed, re-subscribed, unsubscribed under a wildcard, or claimed (P20..P23).
-        let mut deferred = Vec::new();
         for (name, forced) in std::mem::take(&mut st.dirty) {
             let found = current.resolve(kind, &name);
             if found.is_empty() {
@@ -689,7 +696,7 @@ impl Delta {
                         Some(HeldRef::Claimed { .. })
                     )
                 };
-                if core.defers_removals() && claimed() {
+                if core.defers_removal_of(kind) && claimed() {
                     deferred.push((name, forced));
                     continue;
                 }

@@ -443,9 +443,17 @@ pub struct Planner {
     /// A client back from an earlier stream, until it has completed what it was sent once
     /// `withheld` ended (the routes that moved off what it held among them): removals of
     /// what it claims at versions the server does not keep wait till then
-    /// ([`Planner::defers_removals`]), and so does a plan's step that removes (what those
+    /// ([`Planner::defers_removal_of`]), and so does a plan's step that removes (what those
     /// may name).
     settling: bool,
+    /// While settling, removals deferred so far go in the order that keeps what names them
+    /// first: of the types whose [`removal_rank`] is below this (listeners first, then what
+    /// they name, down to endpoints), one rank more each time the client has completed what
+    /// it was sent.
+    released: u8,
+    /// Whether anything was sent on this stream: until then the client holds only what it
+    /// claimed (`confirmed`), if anything, and nothing of a target is pending.
+    sent_any: bool,
     plan: Option<Plan>,
     /// The cache's newest snapshot.
     newest: Option<Arc<Snapshot>>,
@@ -549,6 +557,7 @@ impl Planner {
 
     /// A response of `kind` went out: it brings the client to what `kind` serves now.
     pub fn sent(&mut self, kind: ResourceType) {
+        self.sent_any = true;
         let (Some(target), Some(slot), true) = (&self.target, held_slot(kind), self.ordered) else {
             return;
         };
@@ -566,11 +575,16 @@ impl Planner {
     /// What the client may hold: per type, what the response in flight brings it to, or
     /// (none in flight) `target`'s.
     fn holding(&self, target: &Arc<Snapshot>) -> Arc<Snapshot> {
-        if self.held.iter().all(Option::is_none) {
+        if self.held.iter().all(Option::is_none) && self.withheld == 0 {
             return Arc::clone(target);
         }
         let differs = |kind: ResourceType| {
-            let held = held_slot(kind).and_then(|slot| self.held[slot].as_ref());
+            // A withheld type was not sent: the client has what it completed.
+            let held = if self.withholds(kind) {
+                Some(self.completed().get(kind))
+            } else {
+                held_slot(kind).and_then(|slot| self.held[slot].as_ref())
+            };
             held.filter(|h| {
                 let t = target.get(kind);
                 !Arc::ptr_eq(h, t) && h.version != t.version
@@ -600,6 +614,7 @@ impl Planner {
         };
         self.reconnected = true;
         self.settling = true;
+        self.released = 0;
         // Until what it holds of clusters is known and it has completed what CDS serves,
         // nothing that names clusters goes: a listener or route it is sent (new to it, or
         // unknown) could name a cluster still warming there.
@@ -613,15 +628,17 @@ impl Planner {
         let Some(held) = held else {
             return;
         };
-        if held.version == target.get(kind).version {
-            return;
-        }
         let with_held = |s: &Snapshot| {
             Arc::new(Snapshot::from_types(
                 ResourceType::ALL.map(|k| Arc::clone(if k == kind { &held } else { s.get(k) })),
             ))
         };
+        // What it holds is what a later plan starts from, even where it is what it is to
+        // have now (a newer snapshot may come before its other types are known).
         self.confirmed = Some(with_held(self.completed()));
+        if held.version == target.get(kind).version {
+            return;
+        }
         self.target = Some(with_held(&target));
         let replaced = self.plan.take();
         let why = Replan::Newer {
@@ -670,8 +687,19 @@ impl Planner {
             self.target = Some(new);
             return;
         };
-        let pending = self.pending();
-        let base = scrub(&self.holding(&target), &new, rejected);
+        // Nothing sent yet: the client holds what it claimed, or (none) it is new, and gets
+        // the newest at once as on a first snapshot.
+        let holding = match (&self.confirmed, self.sent_any) {
+            (_, true) => self.holding(&target),
+            (Some(claimed), false) => Arc::clone(claimed),
+            (None, false) => {
+                self.target = Some(new);
+                self.plan = None;
+                return;
+            }
+        };
+        let pending = self.sent_any && self.pending();
+        let base = scrub(&holding, &new, rejected);
         let (end, held_back) = effective(&new, &base, rejected);
         let (mut steps, end) = steps(&base, &end);
         let first = steps.first().unwrap_or(&end);
@@ -799,8 +827,8 @@ impl Planner {
 
     /// Whether removals of what a client back from an earlier stream claims at versions the
     /// server does not keep wait: until it has the routes that no longer name them.
-    pub fn defers_removals(&self) -> bool {
-        self.settling
+    pub fn defers_removal_of(&self, kind: ResourceType) -> bool {
+        self.settling && removal_rank(kind) >= self.released
     }
 
     /// Whether nothing of `kind` goes out for now (see `withheld`).
@@ -833,20 +861,45 @@ impl Planner {
         }
         let moved = self.advance_plan(now, client, events);
         if self.withheld == 0 {
-            if self.settling && !self.pending() {
-                self.settling = false;
+            if self.settling && !self.pending() && self.only_removals_left(client) {
+                // One rank more of deferred removals goes; the plan's own removals wait for
+                // the last (what they remove may be named by what is deferred).
+                self.released += 1;
+                if self.released > MAX_REMOVAL_RANK {
+                    self.settling = false;
+                    self.released = 0;
+                }
                 return true;
             }
             return moved;
         }
         let waited = now.saturating_duration_since(self.withheld_since.unwrap_or(now));
-        let completed = !self.pending() && client.requested(Cluster);
+        // It asked for clusters and completed what CDS (and EDS) serve now; what is withheld
+        // is not waited on (it waits for this).
+        let completed = client.requested(Cluster)
+            && self
+                .target
+                .as_ref()
+                .is_none_or(|target| step_done(self.completed(), target, client));
         if completed || waited >= self.ordering.step_timeout {
             self.withheld = 0;
             self.withheld_since = None;
             return true;
         }
         moved
+    }
+
+    /// Whether the client has completed all but removals: nothing it was sent is
+    /// unanswered, and the plan has ended or waits to remove.
+    fn only_removals_left(&self, client: &impl Progress) -> bool {
+        if ResourceType::ALL.iter().any(|&k| client.in_flight(k)) {
+            return false;
+        }
+        self.plan.as_ref().is_none_or(|plan| {
+            plan.step + 1 < plan.len()
+                && removal_rank_of(plan.snapshot(plan.step), plan.snapshot(plan.step + 1))
+                    .is_some_and(|rank| rank >= self.released)
+        })
     }
 
     /// [`Planner::advance`] of the plan (or of a single response) alone.
@@ -871,11 +924,20 @@ impl Planner {
             &current,
             client,
         ) && (!self.reconnected
-            || next.is_none_or(|next| routes_may_change(&current, next, client)));
+            || next.is_none_or(|next| routes_may_change(&current, next, client)))
+            && !withholds_part_of(self.withheld, self.confirmed.as_ref(), &current);
         // Withheld routes, or listeners and routes whose removal is deferred, may still name
-        // what the next step removes: it waits for them.
-        let waits = self.withheld != 0 || self.settling;
-        if done && waits && next.is_some_and(|next| removes(&current, next)) {
+        // what the next step removes: it waits for them (for those of the ranks before, while
+        // deferred removals go rank by rank).
+        let waits = |next: &Snapshot| {
+            if self.withheld != 0 {
+                removes(&current, next)
+            } else {
+                self.settling
+                    && removal_rank_of(&current, next).is_some_and(|rank| rank >= self.released)
+            }
+        };
+        if done && next.is_some_and(|next| waits(next)) {
             self.confirmed = Some(current);
             return false;
         }
@@ -973,14 +1035,51 @@ fn step_done(before: &Snapshot, current: &Snapshot, client: &impl Progress) -> b
         })
 }
 
+/// The order in which removals deferred on a reconnect go: what names a type goes before it
+/// (a listener names route configurations, scoped routes and extension configs; a route
+/// configuration clusters and virtual hosts; a cluster endpoints and secrets; endpoints
+/// LEDS members).
+fn removal_rank(kind: ResourceType) -> u8 {
+    match kind {
+        Listener | Runtime => 0,
+        ScopedRoute | ExtensionConfig => 1,
+        Route => 2,
+        VirtualHost | Cluster => 3,
+        Endpoint | Secret => 4,
+        LbEndpoint => MAX_REMOVAL_RANK,
+    }
+}
+
+const MAX_REMOVAL_RANK: u8 = 5;
+
+/// The first [`removal_rank`] of what `next` removes from `current`, if it removes anything.
+fn removal_rank_of(current: &Snapshot, next: &Snapshot) -> Option<u8> {
+    ResourceType::ALL
+        .iter()
+        .filter(|&&kind| {
+            let (now, then) = (current.get(kind), next.get(kind));
+            then.changes_since(now)
+                .iter()
+                .any(|name| !then.resources.contains_key(name))
+        })
+        .map(|&kind| removal_rank(kind))
+        .min()
+}
+
+/// Whether `step` has something of a type `withheld` (one bit each) that the client has not
+/// completed (`confirmed`): the step is not done until it went.
+fn withholds_part_of(withheld: u16, confirmed: Option<&Arc<Snapshot>>, step: &Snapshot) -> bool {
+    let completed = confirmed.unwrap_or_else(|| nothing());
+    withheld != 0
+        && ResourceType::ALL.iter().any(|&kind| {
+            withheld & (1 << kind.index()) != 0
+                && step.get(kind).version != completed.get(kind).version
+        })
+}
+
 /// Whether `next` removes something `current` has.
 fn removes(current: &Snapshot, next: &Snapshot) -> bool {
-    ResourceType::ALL.iter().any(|&kind| {
-        let (now, then) = (current.get(kind), next.get(kind));
-        then.changes_since(now)
-            .iter()
-            .any(|name| !then.resources.contains_key(name))
-    })
+    removal_rank_of(current, next).is_some()
 }
 
 /// On a stream of a client back from an earlier one: whether `next` may change what names

@@ -87,6 +87,34 @@ struct Given {
 empty!(TypeState);
 
 impl TypeState {
+    /// A request names `names` (stale or not, P6): what it no longer names the client has
+    /// forgotten (P9: asked for again, it goes again), even if a later request names it
+    /// again before anything was decided.
+    fn forget_dropped(&mut self, names: &[String]) {
+        let Some(given) = &mut self.given else {
+            return;
+        };
+        if given.subscription.is_wildcard() {
+            return;
+        }
+        // `[]` after names is nothing (P16).
+        let mut asked = Subscription::default();
+        asked.apply_sotw(names);
+        if asked.is_wildcard() && !names.is_empty() {
+            return;
+        }
+        let held = given.subscription.names();
+        if held.iter().all(|n| asked.names().contains(n)) {
+            return;
+        }
+        let kept: Vec<String> = held
+            .iter()
+            .filter(|n| asked.names().contains(*n))
+            .cloned()
+            .collect();
+        given.subscription.apply_sotw(&kept);
+    }
+
     /// Whether `name` is of the rest of a split response, still to send.
     fn owes(&self, name: &str) -> bool {
         self.owed.as_ref().is_some_and(|o| o.contains(name))
@@ -211,6 +239,9 @@ impl Flavor for Sotw {
         repeat: bool,
     ) -> bool {
         let st = &mut self.types[kind];
+        if !repeat && !kind.is_full_state() {
+            st.forget_dropped(&request.resource_names);
+        }
         let nonce = request.response_nonce;
         if let Some(latest) = core.latest_nonce(kind) {
             if !nonce.is_empty() && nonce != latest {
@@ -316,7 +347,11 @@ impl Flavor for Sotw {
         if st.given.is_some() {
             return;
         }
-        st.given = Some(Given::new(held, &st.subscription));
+        // Named resources go again whole (see `respond_type`): what the client holds of them
+        // orders the update, and is not taken as given.
+        if kind.is_full_state() && st.subscription.is_wildcard() {
+            st.given = Some(Given::new(held, &st.subscription));
+        }
         if let Some(version) = st.initial_version.clone() {
             core.assume_acked(kind, &version);
         }
@@ -443,13 +478,15 @@ impl Sotw {
                 // only when a response goes out, or on a stream's first decision.
                 let version = selection.version.clone();
                 // P13: a client back on a new stream with the version of what it would get
-                // has it already: a wildcard LDS/CDS at the type's version, or named
-                // resources at the version of exactly that selection (a name more or less,
-                // or one changed, is another version). Never on a type-wide version alone.
+                // has it already: a wildcard LDS/CDS at the type's version. Not so names
+                // (P9: on a new stream the set grows from nothing): Envoy keeps a type's
+                // version when it drops names and presents it again once they come back,
+                // so a version of exactly the names it asks for does not prove it holds
+                // them (a cluster removed and added again before the server answered).
                 let holds_it = st.initial_version.as_deref() == Some(version.as_str())
                     && not_found.is_empty()
-                    && ((full_state && st.subscription.is_wildcard())
-                        || (!st.subscription.is_wildcard() && !selected.is_empty()));
+                    && full_state
+                    && st.subscription.is_wildcard();
                 if holds_it {
                     st.given = Some(Given::new(current, &st.subscription));
                     core.assume_acked(kind, &version);

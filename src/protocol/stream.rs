@@ -248,7 +248,7 @@ impl<F: Flavor> Stream<F> {
             .collect()
     }
 
-    /// What `kind` serves now, as `name:content` of each resource (for tests).
+    /// What `kind` serves now, as the body of each resource (for tests).
     #[cfg(test)]
     pub(crate) fn target_bodies(&self, kind: ResourceType) -> Vec<String> {
         self.core
@@ -256,10 +256,7 @@ impl<F: Flavor> Stream<F> {
             .map(|t| {
                 t.resources
                     .values()
-                    .map(|r| {
-                        let body = String::from_utf8_lossy(&r.body);
-                        body.split(':').take(2).collect::<Vec<_>>().join(":")
-                    })
+                    .map(|r| String::from_utf8_lossy(&r.body).into_owned())
                     .collect()
             })
             .unwrap_or_default()
@@ -531,10 +528,11 @@ impl Core {
         self.planner.target().map(|s| s.get(kind))
     }
 
-    /// Whether removals of what the client claims at versions the server does not keep
-    /// wait (it is back from an earlier stream and has not completed its update yet).
-    pub fn defers_removals(&self) -> bool {
-        self.planner.defers_removals()
+    /// Whether removals of what the client claims of `kind` at versions the server does not
+    /// keep wait (it is back from an earlier stream and has not completed its update yet, or
+    /// the removals of what may name `kind` are not complete yet).
+    pub fn defers_removal_of(&self, kind: ResourceType) -> bool {
+        self.planner.defers_removal_of(kind)
     }
 
     /// Whether the client has asked for `kind`.

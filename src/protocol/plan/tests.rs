@@ -267,7 +267,14 @@ impl Client for Sotw {
 
     fn reopen(&self, ordering: Ordering) -> Sotw {
         let mut back = Sotw::open(ordering);
-        back.names = self.names.clone();
+        // Nothing named of a type that is not full state is not asked for at all on a new
+        // stream (an empty request would be the legacy wildcard, P15).
+        back.names = self
+            .names
+            .iter()
+            .filter(|(k, names)| k.is_full_state() || !names.is_empty())
+            .map(|(k, names)| (*k, names.clone()))
+            .collect();
         back.last = self
             .last
             .iter()

@@ -20,7 +20,7 @@ use super::{
 use crate::cache::Snapshot;
 use crate::protocol::plan::{PlanEvent, DEFAULT_STEP_TIMEOUT};
 use crate::protocol::{Event, Ordering};
-use crate::resource::ResourceType;
+use crate::resource::{Resource, ResourceType};
 
 use ResourceType::{Cluster, Endpoint, Listener, Route};
 
@@ -289,6 +289,7 @@ sotw_and_delta!(
     removal_whose_referrer_is_still_in_flight,
     time_out_mid_plan_keeps_the_step_s_clock,
     p29_p30_random_schedules_never_route_to_a_cluster_not_warm,
+    p29_p30_random_schedules_with_reconnects_never_route_to_a_cluster_not_warm,
 );
 
 // === the property over random schedules ===
@@ -301,16 +302,144 @@ struct Late<C> {
     unanswered: VecDeque<(Got, Answer)>,
     /// What happened, for the failure message.
     trace: Vec<String>,
+    ordering: Ordering,
+    /// The snapshots given so far, newest first (at most three): what a replica keeps.
+    recent: Vec<Arc<Snapshot>>,
+    /// Back on a new stream, its CDS request not sent yet (Envoy holds it while a cluster
+    /// warms).
+    cds_to_claim: bool,
+    /// Since a CDS claim the server did not recognise, until the update it then makes is
+    /// complete: the newest goes at once, the documented limit, so P29 is not judged.
+    unordered: bool,
+    /// Reconnects whose CDS claim was made, and those of them the server did not recognise.
+    claims: usize,
+    unrecognised: usize,
+    /// Reconnects, and those holding no listener.
+    reconnects: usize,
+    bare: usize,
+    /// Whether it took a response since it came back (until then a proxy that holds nothing
+    /// is new to the server).
+    answered_since: bool,
 }
 
 impl<C: Client> Late<C> {
     fn start(ordering: Ordering, first: &Mesh) -> Late<C> {
-        let envoy = Envoy::<C>::start(ordering, first.snapshot());
+        let snapshot = first.snapshot();
+        let envoy = Envoy::<C>::start(ordering, Arc::clone(&snapshot));
         Late {
             client: envoy.client,
             proxy: envoy.proxy,
             unanswered: VecDeque::new(),
             trace: Vec::new(),
+            ordering,
+            recent: vec![snapshot],
+            cds_to_claim: false,
+            unordered: false,
+            claims: 0,
+            unrecognised: 0,
+            reconnects: 0,
+            bare: 0,
+            answered_since: true,
+        }
+    }
+
+    /// A newer snapshot.
+    fn snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        self.recent.insert(0, Arc::clone(&snapshot));
+        self.recent.truncate(3);
+        self.client.snapshot(snapshot);
+    }
+
+    /// Its stream ends (its replica died) and it comes back, to a replica that keeps the
+    /// recent snapshots, saying what it holds: listeners, endpoints and routes first, CDS
+    /// once no cluster warms. Its unanswered responses are gone with the stream.
+    fn reconnect(&mut self) {
+        self.trace.push("reconnect".into());
+        // What it applied it has accepted, ACKed or not (Envoy's version of a type is set
+        // when a response is applied; the ACK may wait, CDS's while clusters warm).
+        for (got, answer) in std::mem::take(&mut self.unanswered) {
+            if answer == Answer::Ack {
+                self.client.ack(&got);
+            }
+        }
+        if self
+            .proxy
+            .have
+            .get(&Listener)
+            .is_none_or(|held| held.is_empty())
+        {
+            // Holding no listener, it has no route a request could take: to the server, until
+            // its CDS request (which waits while a cluster warms), a new proxy, given the
+            // newest at once (a new Envoy asks for listeners only once its clusters are
+            // warm). Not judged until that is complete.
+            self.trace.push("back holding no listener".into());
+            self.unordered = true;
+            self.bare += 1;
+        }
+        self.reconnects += 1;
+        self.answered_since = false;
+        let mut back = self.client.reopen(self.ordering);
+        for kind in [Listener, Endpoint, Route] {
+            back.claim(kind, &self.proxy);
+        }
+        self.client = back;
+        self.unanswered.clear();
+        self.client.snapshot(Arc::clone(&self.recent[0]));
+        self.client.stream_mut().handle_history(&self.recent);
+        self.cds_to_claim = true;
+        self.claim_cds();
+    }
+
+    /// Its CDS request after a reconnect, once no cluster it holds warms.
+    fn claim_cds(&mut self) {
+        if !self.cds_to_claim || self.cds_paused() {
+            return;
+        }
+        self.cds_to_claim = false;
+        self.client.claim(Cluster, &self.proxy);
+        self.client.stream_mut().handle_history(&self.recent);
+        let events = self.client.events();
+        let unrecognised = events.contains(&Event::Plan(PlanEvent::Reconnected {
+            kind: Cluster,
+            ordered: false,
+        }));
+        self.claims += 1;
+        self.unrecognised += usize::from(unrecognised);
+        self.unordered |= unrecognised;
+        self.trace.push(format!("CDS claimed: {:?}", short(events)));
+    }
+
+    /// Whether it holds what the stream serves of `kind` now.
+    fn holds_target(&self, kind: ResourceType) -> bool {
+        let mut holds: Vec<String> = self
+            .proxy
+            .have
+            .get(&kind)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .map(|r| body_of(r))
+            .collect();
+        holds.sort();
+        let mut target = self.client.stream().target_bodies(kind);
+        target.sort();
+        holds == target
+    }
+
+    /// An unordered update is over once nothing is pending and the proxy holds what routes
+    /// nowhere it should not: from there on it is judged again.
+    fn judge_again(&mut self) {
+        if self.unordered
+            && self.answered_since
+            && !self.cds_to_claim
+            && self.client.plan().is_none()
+            && self.unanswered.is_empty()
+            && [Cluster, Listener]
+                .iter()
+                .all(|&kind| self.holds_target(kind))
+            && self.proxy.violations().is_empty()
+        {
+            self.trace.push("ordered again".into());
+            self.unordered = false;
         }
     }
 
@@ -325,17 +454,7 @@ impl<C: Client> Late<C> {
             Answer::Ack
         };
         let removed = got.removed.clone();
-        let bodies: Vec<String> = got
-            .resources
-            .iter()
-            .map(|r| {
-                String::from_utf8_lossy(&r.body)
-                    .split(':')
-                    .take(2)
-                    .collect::<Vec<_>>()
-                    .join(":")
-            })
-            .collect();
+        let bodies: Vec<String> = got.resources.iter().map(|r| body_of(r)).collect();
         self.trace.push(format!(
             "got {}{:?} -{removed:?} rej={:?}",
             got.kind,
@@ -347,6 +466,7 @@ impl<C: Client> Late<C> {
                 .collect::<Vec<_>>()
         ));
         self.proxy.take(&got, answer);
+        self.answered_since = true;
         self.unanswered.push_back((got, answer));
         self.check("a response")?;
         // A name change of a type goes out with its pending answers (Envoy's requests carry
@@ -422,9 +542,23 @@ impl<C: Client> Late<C> {
         true
     }
 
+    /// Nothing else moves, and a cluster back on a new stream still waits for endpoints no
+    /// replica has any more (the newest snapshot lacks them): Envoy's initial fetch timeout
+    /// ends its warming with no endpoints (a route to it then fails), and its CDS request,
+    /// held meanwhile, goes.
+    fn fetch_timeout(&mut self) -> bool {
+        let stuck = std::mem::take(&mut self.proxy.warming);
+        if stuck.is_empty() {
+            return false;
+        }
+        self.trace.push(format!("fetch timeout {stuck:?}"));
+        self.proxy.empty.extend(stuck);
+        true
+    }
+
     fn check(&self, after: &str) -> Result<(), String> {
         let bad = self.proxy.violations();
-        if bad.is_empty() {
+        if bad.is_empty() || self.unordered {
             return Ok(());
         }
         Err(format!(
@@ -436,11 +570,16 @@ impl<C: Client> Late<C> {
     /// Run until nothing is left to take, answer or check.
     fn settle(&mut self, now: Instant) -> Result<(), String> {
         for _ in 0..1000 {
+            self.claim_cds();
+            self.judge_again();
             let mut moved = self.receive(now)?;
             for kind in ResourceType::ALL {
                 moved |= self.answer_one(kind);
             }
             moved |= self.health_check(0);
+            if !moved && self.cds_to_claim && self.cds_paused() {
+                moved = self.fetch_timeout();
+            }
             if !moved {
                 return Ok(());
             }
@@ -457,20 +596,34 @@ fn late_run<C: Client>(
     ordering: Ordering,
     rand: &mut dyn FnMut(u64) -> u64,
 ) -> Result<bool, String> {
+    late_run_with::<C>(ordering, false, rand).map(|(overlapped, _)| overlapped)
+}
+
+/// [`late_run`], and with `reconnects` the proxy's stream also ends at random moments and it
+/// comes back (to a replica keeping the last three snapshots) saying what it holds. Returns
+/// also what came of the reconnects.
+fn late_run_with<C: Client>(
+    ordering: Ordering,
+    reconnects: bool,
+    rand: &mut dyn FnMut(u64) -> u64,
+) -> Result<(bool, Reconnects), String> {
     let mut rand = rand;
     let first = random_mesh(&mut rand, false);
     let mut envoy = Late::<C>::start(ordering, &first);
     let now = Instant::now();
     let mut overlapped = false;
     for _ in 0..60 {
-        match rand(10) {
+        envoy.claim_cds();
+        envoy.judge_again();
+        match rand(if reconnects { 11 } else { 10 }) {
+            10 => envoy.reconnect(),
             0 => {
                 let ev = short(envoy.client.events());
                 envoy.trace.push(format!("{ev:?}"));
                 overlapped |= envoy.client.plan().is_some() || !envoy.unanswered.is_empty();
-                let mesh = random_mesh(&mut rand, true);
+                let mesh = random_mesh(&mut rand, !reconnects);
                 envoy.trace.push(format!("snapshot {:?}", mesh.clusters));
-                envoy.client.snapshot(mesh.snapshot());
+                envoy.snapshot(mesh.snapshot());
                 let st = envoy.client.stream();
                 envoy.trace.push(format!(
                     "target CDS {:?} EDS {:?}",
@@ -493,8 +646,11 @@ fn late_run<C: Client>(
         }
     }
     let last = random_mesh(&mut rand, false);
-    envoy.trace.push("last snapshot".into());
-    envoy.client.snapshot(last.snapshot());
+    envoy.trace.push(format!(
+        "last snapshot {:?} {:?} {:?}",
+        last.clusters, last.routes, last.listeners
+    ));
+    envoy.snapshot(last.snapshot());
     envoy.settle(now)?;
     envoy.trace.push(format!(
         "settled {:?} {:?}",
@@ -519,7 +675,15 @@ fn late_run<C: Client>(
             ));
         }
     }
-    Ok(overlapped)
+    Ok((
+        overlapped,
+        Reconnects {
+            all: envoy.reconnects,
+            bare: envoy.bare,
+            claims: envoy.claims,
+            unrecognised: envoy.unrecognised,
+        },
+    ))
 }
 
 /// P29/P30 as a property: over random schedules of snapshots, answers and health checks,
@@ -557,6 +721,80 @@ fn p29_p30_random_schedules_never_route_to_a_cluster_not_warm<C: Client>() {
         "without ordering, only {} broke",
         broken.get()
     );
+}
+
+/// What came of the reconnects of a schedule: how many, how many held no listener, how many
+/// came back with a CDS request, and how many of those the server did not recognise.
+#[derive(Default, Clone, Copy, Debug)]
+struct Reconnects {
+    all: usize,
+    bare: usize,
+    claims: usize,
+    unrecognised: usize,
+}
+
+/// The same property with reconnects (issue 32, item 3): at random moments the proxy's
+/// stream ends and it comes back, as Envoy does (its CDS request only once nothing warms), to
+/// a replica that keeps the last three snapshots. Where the server recognises the clusters it
+/// comes back with (those snapshots and the steps between them), nothing routes to a cluster
+/// it lacks or that warms. It is not judged, until the update it then gets is complete, where
+/// the server cannot know: a CDS claim it does not recognise (it sends the newest at once,
+/// the documented limit, and says so with `Reconnected { ordered: false }`), or a proxy back
+/// holding no listener (no route of it was in use; a new proxy to the server until its CDS
+/// request). Both are counted and printed; most reconnects must be judged. Without ordering
+/// the same schedules break P29.
+///
+/// `SWITCHYARD_MODEL_CASES=N` runs N schedules (docs/benchmarks.md).
+fn p29_p30_random_schedules_with_reconnects_never_route_to_a_cluster_not_warm<C: Client>() {
+    let cases = std::env::var("SWITCHYARD_MODEL_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(300);
+    let total = std::cell::Cell::new(Reconnects::default());
+    crate::testing::on_tapes(cases, |rand| {
+        match late_run_with::<C>(Ordering::default(), true, rand) {
+            Ok((_, r)) => {
+                let t = total.get();
+                total.set(Reconnects {
+                    all: t.all + r.all,
+                    bare: t.bare + r.bare,
+                    claims: t.claims + r.claims,
+                    unrecognised: t.unrecognised + r.unrecognised,
+                });
+            }
+            Err(e) => panic!("{e}"),
+        }
+    });
+    let t = total.get();
+    println!(
+        "{cases} schedules: {} reconnects, {} holding no listener; {} CDS requests, {} of them \
+         unrecognised",
+        t.all, t.bare, t.claims, t.unrecognised
+    );
+    assert!(
+        t.all > cases as usize,
+        "too few reconnects to mean much: {t:?}"
+    );
+    assert!(
+        (t.bare + t.unrecognised) * 2 < t.all,
+        "most reconnects must be judged: {t:?}"
+    );
+    let broken = std::cell::Cell::new(0);
+    crate::testing::on_tapes(100, |rand| {
+        if late_run_with::<C>(Ordering::off(), true, rand).is_err_and(|e| e.starts_with("P29")) {
+            broken.set(broken.get() + 1);
+        }
+    });
+    assert!(
+        broken.get() > 10,
+        "without ordering, only {} broke",
+        broken.get()
+    );
+}
+
+/// A resource's body (`name:content`, and what it names).
+fn body_of(r: &Resource) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
 }
 
 /// Events in brief, for the failure message.
