@@ -30,8 +30,19 @@ use support::listener_item;
 const HEALTH_DELAY: Duration = Duration::from_millis(1000);
 /// Requests per second through each Envoy.
 const RATE: u32 = 100;
-/// Upper bound on any load loop.
-const LOAD_LIMIT: Duration = Duration::from_secs(150);
+/// Upper bound on any load loop: 150 s, or 5 s an edit for a longer schedule (an hour at
+/// most).
+fn load_limit() -> Duration {
+    Duration::from_secs((storm_edits() as u64 * 5).clamp(150, 3_600))
+}
+
+/// The schedule's length: `STORM_EDITS`, or the suite's 14.
+fn storm_edits() -> usize {
+    std::env::var("STORM_EDITS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(14)
+}
 /// How long the first config and the last edit may take to reach every Envoy.
 const ARRIVE: Duration = Duration::from_secs(30);
 
@@ -196,7 +207,8 @@ impl Load {
             let started = Instant::now();
             let mut next = started;
             let mut tally = Tally::default();
-            while !flag.load(Ordering::Relaxed) && started.elapsed() < LOAD_LIMIT {
+            let limit = load_limit();
+            while !flag.load(Ordering::Relaxed) && started.elapsed() < limit {
                 let failure = match client.get(&url).send().await {
                     Ok(r) if r.status().is_success() => {
                         let revision = r
@@ -539,10 +551,7 @@ async fn e2e_storm_of_overlapping_edits_and_replica_kills_fails_no_request() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64)
         });
-    let edits: usize = std::env::var("STORM_EDITS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(14);
+    let edits = storm_edits();
     // STORM_ALONE=1: the same kinds of change, none overlapping (docs/benchmarks.md).
     let alone = std::env::var("STORM_ALONE").is_ok_and(|v| v == "1");
     let _serial = SERIAL.lock().await;

@@ -705,7 +705,11 @@ impl Planner {
         let first = steps.first().unwrap_or(&end);
         // A step not yet completed is waited on first, unless what goes next is safe over it.
         let wait_first = pending && !first.same_as(&base) && !safe_over_pending(&base, first);
-        if wait_first {
+        // On a stream of a client back from an earlier one, what it holds that the server
+        // does not know yet (withheld, settling) may name what the first step removes: the
+        // removal waits, as between steps.
+        let guard_removal = (self.withheld != 0 || self.settling) && removes(&base, first);
+        if wait_first || guard_removal {
             steps.insert(0, Arc::clone(&base));
         }
         if steps.is_empty() && held_back == 0 {
@@ -911,7 +915,9 @@ impl Planner {
     ) -> bool {
         let Some(plan) = &mut self.plan else {
             if let Some(target) = self.target.as_ref().filter(|_| self.pending()) {
-                if step_done(self.completed(), target, client) {
+                if step_done(self.completed(), target, client)
+                    && !withholds_part_of(self.withheld, self.confirmed.as_ref(), target)
+                {
                     self.confirmed = Some(Arc::clone(target));
                 }
             }
