@@ -230,6 +230,38 @@ fn main() {
         t.elapsed() / 1000
     );
 
+    // 2b. What the cache keeps of the generations before the newest (issue 32: `RECENT`, so
+    // that a proxy back from another replica is recognised): the live heap of a cache that
+    // published one generation, then of one that published 1 + RECENT, each with one
+    // cluster changed, and each generation's snapshot built (what a stream asks for).
+    {
+        let fresh = Cache::new();
+        let facts = switchyard::config::selector::NodeFacts::new("bench", "");
+        let live_empty = live_kib();
+        fresh.publish(config::load(&paths, &options).expect("loads"));
+        fresh.current().snapshot_for(&facts);
+        let live_one = live_kib();
+        let changed = ["2s", "3s", "4s", "5s"];
+        for g in 0..switchyard::cache::RECENT {
+            let timeout = changed[g % changed.len()];
+            write_files(dir.path(), |i| if i == 0 { timeout } else { "1s" });
+            fresh.publish(config::load(&paths, &options).expect("loads"));
+            fresh.current().snapshot_for(&facts);
+        }
+        let live_kept = live_kib();
+        write_files(dir.path(), |_| "1s");
+        let one = live_one.saturating_sub(live_empty);
+        let more = live_kept.saturating_sub(live_one);
+        println!(
+            "kept generations ({} before the newest): one generation {} MiB live heap; with \
+             those kept {} MiB more ({} MiB each)",
+            switchyard::cache::RECENT,
+            one / 1024,
+            more / 1024,
+            more / 1024 / switchyard::cache::RECENT
+        );
+    }
+
     // 3. S streams, wildcard CDS each.
     let snapshot = g.snapshot_for(&switchyard::config::selector::NodeFacts::new("bench", ""));
     let control_plane: Arc<str> = "bench".into();
