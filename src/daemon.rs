@@ -107,7 +107,15 @@ impl Daemon {
             if !envoy.is_file() {
                 return Err(RunError::NoEnvoy(envoy));
             }
-            reloader = reloader.with_preflight(envoy, timeout);
+            // What the nodes that may get inline key material are sent: every node with
+            // --insecure-serve-secrets, the bound ones with --node-identity (in such a fleet,
+            // every proxy); otherwise none gets it.
+            let secrets = if options.serve.identity.is_some() {
+                Secrets::Serve
+            } else {
+                options.serve.secrets
+            };
+            reloader = reloader.with_preflight(envoy, timeout, secrets);
         }
         if let Some(dir) = &options.state_dir {
             reloader = reloader.with_state(StateDir::open(dir)?);

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use crate::config::selector::NodeFacts;
 use crate::config::{json, Config};
-use crate::resource::{Resource, ResourceType};
+use crate::resource::{Resource, ResourceType, Secrets};
 
 /// How long one `envoy --mode validate` may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -141,11 +141,18 @@ pub fn groups(config: &Config) -> Vec<(Group, Vec<Arc<Resource>>)> {
     out
 }
 
-/// A group's resources as an Envoy bootstrap that holds them statically.
-pub fn bootstrap(node_id: &str, node_cluster: &str, resources: &[Arc<Resource>]) -> Value {
+/// A group's resources as an Envoy bootstrap that holds them statically, as a node is sent
+/// them: with `secrets` [`Secrets::Redact`], without inline private key material (a key
+/// named by a path on the proxy's host stays; see `config::redact`).
+pub fn bootstrap(
+    node_id: &str,
+    node_cluster: &str,
+    resources: &[Arc<Resource>],
+    secrets: Secrets,
+) -> Value {
     let mut by_kind: BTreeMap<ResourceType, Vec<(String, Value)>> = BTreeMap::new();
     for r in resources {
-        if let Some(json) = json::resource_json(r, &r.body) {
+        if let Some(json) = json::resource_json(r, r.body_for(secrets)) {
             by_kind
                 .entry(r.kind)
                 .or_default()
@@ -359,16 +366,18 @@ fn envoy_error(text: &str, path: &Path) -> String {
     }
 }
 
-/// Check every group of `config` with the Envoy at `envoy`, one after another.
+/// Check every group of `config` with the Envoy at `envoy`, one after another, as a node is
+/// sent it (`secrets`: with or without inline private key material).
 pub fn check(
     envoy: &Path,
     config: &Config,
     timeout: Duration,
+    secrets: Secrets,
 ) -> Result<Vec<Verdict>, PreflightError> {
     groups(config)
         .into_iter()
         .map(|(group, resources)| {
-            let bootstrap = bootstrap(&group.node_id, &group.node_cluster, &resources);
+            let bootstrap = bootstrap(&group.node_id, &group.node_cluster, &resources, secrets);
             let result = run_envoy(envoy, &bootstrap, timeout)?;
             Ok(Verdict { group, result })
         })

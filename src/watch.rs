@@ -64,8 +64,9 @@ pub struct Reloader {
     kept: watch::Sender<u64>,
     /// Where each good load is kept (`--state-dir`).
     state: Option<StateDir>,
-    /// `--preflight-envoy`: the Envoy binary that checks each new config, and its time limit.
-    preflight: Option<(PathBuf, std::time::Duration)>,
+    /// `--preflight-envoy`: the Envoy binary that checks each new config, its time limit,
+    /// and the form nodes get (with or without inline key material).
+    preflight: Option<(PathBuf, std::time::Duration, crate::resource::Secrets)>,
 }
 
 impl Reloader {
@@ -90,21 +91,27 @@ impl Reloader {
     }
 
     /// The same, checking each new config with the Envoy at `envoy` before publishing it.
-    pub fn with_preflight(mut self, envoy: PathBuf, timeout: std::time::Duration) -> Reloader {
-        self.preflight = Some((envoy, timeout));
+    /// Check each new config with `envoy` as nodes are sent it (`secrets`).
+    pub fn with_preflight(
+        mut self,
+        envoy: PathBuf,
+        timeout: std::time::Duration,
+        secrets: crate::resource::Secrets,
+    ) -> Reloader {
+        self.preflight = Some((envoy, timeout, secrets));
         self
     }
 
     /// Envoy's verdict on a config that differs from the one serving: the groups it rejects
     /// as errors (an Envoy that cannot be run is one too: the check fails closed).
     fn preflight(&self, config: &Config) -> Vec<ConfigError> {
-        let Some((envoy, timeout)) = &self.preflight else {
+        let Some((envoy, timeout, secrets)) = &self.preflight else {
             return Vec::new();
         };
         if self.cache.current().config.version() == config.version() {
             return Vec::new();
         }
-        match crate::preflight::check(envoy, config, *timeout) {
+        match crate::preflight::check(envoy, config, *timeout, *secrets) {
             Ok(verdicts) => verdicts
                 .into_iter()
                 .filter_map(|v| {

@@ -808,6 +808,36 @@ async fn private_keys_go_nowhere_by_default_but_certificate_chains_do() {
     server.shutdown().await;
 }
 
+/// Issue 33: a key named by a path (and a password by an environment variable) on the
+/// proxy's host is not key material: every door gives it as written, to any node, with no
+/// flag.
+#[tokio::test]
+async fn keys_named_by_a_path_on_the_proxy_s_host_go_through_every_door() {
+    const FILE_SECRET: &str = r#"
+secrets:
+  - name: cert
+    tls_certificate:
+      certificate_chain: { filename: /etc/envoy/tls.crt }
+      private_key: { filename: /etc/envoy/tls.key }
+      password: { environment_variable: TLS_KEY_PASSWORD }
+"#;
+    let server = TestServer::start(&[("secrets.yaml", FILE_SECRET)]).await;
+    let doors = secret_everywhere(&server).await;
+    for (door, text) in ["SDS", "REST", "CSDS", "/config_dump", "Fetch"]
+        .iter()
+        .zip(&doors)
+    {
+        for written in [
+            "/etc/envoy/tls.key",
+            "TLS_KEY_PASSWORD",
+            "/etc/envoy/tls.crt",
+        ] {
+            assert!(text.contains(written), "{door} lost {written}: {text}");
+        }
+    }
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn the_flags_serve_and_show_private_keys() {
     let server = TestServer::start_with(

@@ -102,6 +102,82 @@ fn validate_envoy_reports_envoys_verdict_per_node_group() {
     assert_eq!(code, Some(64), "{err}");
 }
 
+/// Issue 33: pre-flight checks what a node is sent. A listener whose TLS key is inline goes
+/// to a node that is not bound without the key, and Envoy rejects that
+/// (`--with-key-material` checks what a bound node gets: the key, and Envoy accepts); the
+/// same listener naming its key by a path on the proxy's host goes as written to every node.
+#[test]
+fn validate_envoy_checks_what_a_node_is_sent_of_its_keys() {
+    let Some(envoy) = envoy_binary() else { return };
+    let envoy = envoy.to_str().expect("utf-8 path").to_string();
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    let leaf = support::certs::Ca::new("preflight").leaf(&["edge.example"], &[]);
+    leaf.write(dir.path(), "edge");
+    let listener = |chain: &str, key: &str| {
+        format!(
+            r#"listeners:
+  - name: https
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: 10443 }} }}
+    filter_chains:
+      - transport_socket:
+          name: envoy.transport_sockets.tls
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+            common_tls_context:
+              tls_certificates:
+              - certificate_chain: {chain}
+                private_key: {key}
+        filters:
+          - name: envoy.filters.network.tcp_proxy
+            typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: t, cluster: a }}
+"#
+        )
+    };
+    write(&config, "a.yaml", &eds_cluster("a", "1s", 8080));
+    let inline = |pem: &str| {
+        format!(
+            "{{ inline_string: {} }}",
+            serde_json::to_string(pem).expect("json")
+        )
+    };
+    write(
+        &config,
+        "listener.yaml",
+        &listener(&inline(&leaf.cert), &inline(&leaf.key)),
+    );
+    let config = config.to_str().expect("utf-8").to_string();
+    let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("Envoy rejects the nodes no selector names"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--with-key-material checks what those get"),
+        "{err}"
+    );
+    let (code, _, err) = switchyard(&[
+        "validate",
+        "--config",
+        &config,
+        "--envoy",
+        &envoy,
+        "--with-key-material",
+    ]);
+    assert_eq!(code, Some(0), "a bound node gets the key: {err}");
+
+    let path = |name: &str| format!("{{ filename: {} }}", dir.path().join(name).display());
+    write(
+        std::path::Path::new(&config),
+        "listener.yaml",
+        &listener(&path("edge.pem"), &path("edge.key")),
+    );
+    let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
+    assert_eq!(code, Some(0), "a path goes as written: {err}");
+}
+
 #[tokio::test]
 async fn serve_preflight_envoy_refuses_a_reload_envoy_rejects() {
     let Some(envoy) = envoy_binary() else { return };

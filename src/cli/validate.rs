@@ -24,6 +24,12 @@ pub struct ValidateArgs {
     /// How long one Envoy check may take.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
     pub envoy_timeout: Duration,
+    /// With `--envoy`, check what a node that may get inline private key material is sent
+    /// (every node under `serve --insecure-serve-secrets`, a bound one under
+    /// `--node-identity`). Without it, what any other node is sent: without inline keys
+    /// (keys named by a path on the proxy's host go either way).
+    #[arg(long, requires = "envoy")]
+    pub with_key_material: bool,
 }
 
 pub(super) fn run(args: &ValidateArgs) -> ExitCode {
@@ -53,7 +59,8 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
             eprintln!("error: --envoy {}: no such file", envoy.display());
             return ExitCode::from(EXIT_USAGE);
         }
-        let verdicts = match crate::preflight::check(envoy, &config, args.envoy_timeout) {
+        let secrets = crate::resource::Secrets::serve_if(args.with_key_material);
+        let verdicts = match crate::preflight::check(envoy, &config, args.envoy_timeout, secrets) {
             Ok(verdicts) => verdicts,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -71,6 +78,19 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
         }
     }
     if rejected > 0 {
+        let inline_keys = config
+            .files
+            .iter()
+            .flat_map(|f| &f.resources)
+            .any(|r| r.has_private_material());
+        if inline_keys && !args.with_key_material {
+            eprintln!(
+                "note: Envoy was given what a node that is not bound gets: without the inline \
+                 private keys of these files, which go only to nodes bound by --node-identity \
+                 (or to all with --insecure-serve-secrets). --with-key-material checks what \
+                 those get; a key named by a path on the proxy's host goes to every node."
+            );
+        }
         eprintln!("invalid: Envoy rejects {rejected} node group(s)");
         return ExitCode::FAILURE;
     }

@@ -5,7 +5,9 @@
 //! OAuth2 token secrets, ...), found in the descriptor pool rather than listed by hand, so a
 //! field added to the API is covered when envoy-types is updated; and clearing them from a
 //! message, including inside `Any` fields (a transport socket's `typed_config`). Names,
-//! versions and certificate chains are not sensitive and stay.
+//! versions and certificate chains are not sensitive and stay, and so does a sensitive
+//! `DataSource` that names a file or an environment variable on the proxy's host (a path is
+//! not the secret; only inline bytes and strings are).
 //!
 //! Must not: decide who may see what (the server and the admin API do, by their flags), or
 //! keep a resource's forms (`resource` does; the loader makes them with this).
@@ -92,8 +94,10 @@ fn redact_in(message: &mut DynamicMessage, sensitive: &BTreeSet<String>) -> bool
     let set: Vec<FieldDescriptor> = message.fields().map(|(f, _)| f).collect();
     for field in set {
         if sensitive.contains(field.full_name()) {
-            message.clear_field(&field);
-            cleared = true;
+            if holds_material(&message.get_field(&field)) {
+                message.clear_field(&field);
+                cleared = true;
+            }
             continue;
         }
         if !matches!(field.kind(), Kind::Message(_)) {
@@ -103,6 +107,28 @@ fn redact_in(message: &mut DynamicMessage, sensitive: &BTreeSet<String>) -> bool
         cleared |= redact_value(value, sensitive);
     }
     cleared
+}
+
+/// The message that names where a secret is, or holds it.
+const DATA_SOURCE: &str = "envoy.config.core.v3.DataSource";
+
+/// Whether a sensitive field's value holds secret material. A `DataSource` that names a file
+/// or an environment variable on the proxy's host holds none: it is a path, which Envoy
+/// reads there (and shows in its own config dump), so it goes as written; inline bytes or a
+/// string are the material itself. Anything else sensitive counts as material.
+fn holds_material(value: &Value) -> bool {
+    match value {
+        Value::Message(m)
+            if prost_reflect::ReflectMessage::descriptor(m).full_name() == DATA_SOURCE =>
+        {
+            ["inline_bytes", "inline_string"]
+                .iter()
+                .any(|name| m.has_field_by_name(name))
+        }
+        Value::List(items) => items.iter().any(holds_material),
+        Value::Map(entries) => entries.values().any(holds_material),
+        _ => true,
+    }
 }
 
 fn redact_value(value: &mut Value, sensitive: &BTreeSet<String>) -> bool {
@@ -219,6 +245,66 @@ tls_certificate:
         assert!(!serde_json::to_string(&generic)
             .expect("json")
             .contains("hush"));
+    }
+
+    /// Issue 33: a key named by a path (or an environment variable) on the proxy's host is
+    /// not key material: it goes as written to proxies and operators alike, in a secret and
+    /// inside a listener's transport socket; beside inline material it still goes.
+    #[test]
+    fn a_key_named_by_a_path_on_the_proxy_s_host_stays_for_every_audience() {
+        for audience in [Audience::Proxy, Audience::Operator] {
+            let mut secret = decode(
+                ResourceType::Secret,
+                r#"
+name: edge
+tls_certificate:
+  certificate_chain: { filename: /etc/envoy/tls.crt }
+  private_key: { filename: /etc/envoy/tls.key }
+  password: { environment_variable: KEY_PASSWORD }
+"#,
+            );
+            assert!(!redact(&mut secret, audience), "{audience:?}");
+            let json = serde_json::to_string(&secret).expect("json");
+            assert!(
+                json.contains("/etc/envoy/tls.key") && json.contains("KEY_PASSWORD"),
+                "{audience:?}: {json}"
+            );
+            let mut listener = decode(
+                ResourceType::Listener,
+                r#"
+name: https
+address: { socket_address: { address: 0.0.0.0, port_value: 443 } }
+filter_chains:
+  - filters: []
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+        common_tls_context:
+          tls_certificates:
+            - certificate_chain: { filename: /etc/envoy/tls.crt }
+              private_key: { filename: /etc/envoy/tls.key }
+            - certificate_chain: { inline_string: "chain" }
+              private_key: { inline_string: "the-key" }
+"#,
+            );
+            assert!(redact(&mut listener, audience), "{audience:?}");
+            let json = serde_json::to_string(&listener).expect("json");
+            assert!(json.contains("/etc/envoy/tls.key"), "{audience:?}: {json}");
+            assert!(!json.contains("the-key"), "{audience:?}: {json}");
+        }
+        // Session ticket keys: a list with one inline key goes whole; files alone stay.
+        let mut keys = decode(
+            ResourceType::Secret,
+            "name: t\nsession_ticket_keys: { keys: [{ filename: /k1 }, { inline_bytes: AAAA }] }\n",
+        );
+        assert!(redact(&mut keys, Audience::Proxy));
+        assert!(!serde_json::to_string(&keys).expect("json").contains("/k1"));
+        let mut files = decode(
+            ResourceType::Secret,
+            "name: t\nsession_ticket_keys: { keys: [{ filename: /k1 }, { filename: /k2 }] }\n",
+        );
+        assert!(!redact(&mut files, Audience::Proxy));
     }
 
     #[test]

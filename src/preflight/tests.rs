@@ -47,7 +47,12 @@ fn a_bootstrap_holds_endpoints_routes_and_secrets_inline() {
     let groups = groups(&config);
     assert_eq!(groups.len(), 1, "no selectors: one group");
     let (group, resources) = &groups[0];
-    let b = bootstrap(&group.node_id, &group.node_cluster, resources);
+    let b = bootstrap(
+        &group.node_id,
+        &group.node_cluster,
+        resources,
+        Secrets::Serve,
+    );
     let clusters = b["staticResources"]["clusters"]
         .as_array()
         .expect("clusters");
