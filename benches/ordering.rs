@@ -109,7 +109,12 @@ fn main() {
                 ("STORM_EDITS", edits.to_string()),
             ],
             limit,
-            |l| l.starts_with("storm") || l.contains("test result") || l.contains("panicked"),
+            |l| {
+                l.starts_with("storm (")
+                    || l.starts_with("storm:")
+                    || l.contains("test result")
+                    || l.contains("panicked")
+            },
         );
         println!("    {:.0} s", took.as_secs_f64());
         if status.is_none_or(|s| !s.success()) {

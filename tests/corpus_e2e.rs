@@ -12,7 +12,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -90,16 +90,6 @@ const EXCLUDED: &[(&str, Step, &str)] = &[
         "its Wasm filter is a .wasm file the sandbox builds",
     ),
 ];
-
-fn corpus() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for candidate in [root.join("../shared/corpus/envoy-examples")] {
-        if candidate.is_dir() {
-            return candidate;
-        }
-    }
-    panic!("../shared/corpus/envoy-examples is missing (CI lays shared/ beside the clone)");
-}
 
 /// The bootstrap made local: every listener (and the admin) on 127.0.0.1 and a free port.
 fn localize(mut bootstrap: Value) -> (Value, u16) {
@@ -405,8 +395,12 @@ async fn run_case(envoy: &Path, path: &Path, scratch: &Path) -> (Step, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_example_bootstrap_imports_validates_serves_and_matches() {
+    let Some(corpus) =
+        support::shared_corpus("every_example_bootstrap_imports_validates_serves_and_matches")
+    else {
+        return;
+    };
     let Some(envoy) = envoy_binary() else { return };
-    let corpus = corpus();
     let scratch = tempfile::tempdir().expect("tmp");
     let mut outcomes = Vec::new();
     let mut wrong = Vec::new();

@@ -1,5 +1,5 @@
 //! Integration tests of Incremental xDS: a tonic delta client over a real socket against the
-//! whole server in-process. Rules are cited from shared/xds-protocol.md.
+//! whole server in-process. Rules are cited as docs/protocol.md states them.
 
 mod support;
 

@@ -24,7 +24,7 @@
 //! and metrics. `poll_timeout` says when to call `poll_response` again with no new input (TTL
 //! refreshes, a plan step's time-out); time comes in only as that `now` argument.
 //!
-//! Rules are cited by number from `shared/xds-protocol.md` (P1..P36).
+//! Rules are cited by number (P1..P36), as `docs/protocol.md` states them.
 
 mod delta;
 mod per_type;

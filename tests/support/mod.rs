@@ -643,6 +643,30 @@ pub fn route_item(name: &str, action: &str) -> String {
 }
 
 /// Every `*.yaml` file under `dir`, at any depth, in path order.
+/// The public corpus of real configurations (`../shared/corpus/envoy-examples`, beside the
+/// repository, not in it). Present: its path. Absent: required under `CI=true` (a failure
+/// naming it); elsewhere `None`, after saying plainly that the test did not run, and why.
+pub fn shared_corpus(test: &str) -> Option<std::path::PathBuf> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/envoy-examples");
+    if path.is_dir() {
+        return Some(path);
+    }
+    let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
+    assert!(
+        !in_ci,
+        "{test}: {} is missing, and it is required under CI=true (CI lays shared/ beside the \
+         clone)",
+        path.display()
+    );
+    eprintln!(
+        "DID NOT RUN: {test} reads the public corpus, {}, which is not beside this clone \
+         (CI lays it there; under CI=true its absence fails).",
+        path.display()
+    );
+    None
+}
+
 pub fn yaml_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

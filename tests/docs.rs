@@ -1,0 +1,134 @@
+//! The documents stay true to the repository (issue 33, item 7): `docs/protocol.md` states
+//! every rule P1..P36 and names only tests that exist, and nothing in README.md or `docs/`
+//! links outside the repository.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every file under `dir` (recursively) whose name ends with `ext`.
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.to_string_lossy().ends_with(ext) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The names of every function in the crate's sources and tests.
+fn functions() -> Vec<String> {
+    let mut names = Vec::new();
+    for dir in ["src", "tests", "benches", "loadgen/src"] {
+        for path in files(&root().join(dir), ".rs") {
+            let text = std::fs::read_to_string(&path).expect("read");
+            for line in text.lines() {
+                let line = line.trim_start();
+                let rest = [
+                    "fn ",
+                    "pub fn ",
+                    "async fn ",
+                    "pub async fn ",
+                    "pub(crate) fn ",
+                ]
+                .iter()
+                .find_map(|p| line.strip_prefix(p));
+                if let Some(rest) = rest {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// Backticked words of `text` that name tests by rule: `p9_...`, `e2e_p32_...`, with an
+/// optional trailing `*` (a prefix).
+fn rule_test_names(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| {
+            let w = w.strip_prefix("e2e_").unwrap_or(w);
+            w.starts_with('p')
+                && w[1..].starts_with(|c: char| c.is_ascii_digit())
+                && w.contains('_')
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '*')
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_protocol_document_states_every_rule_and_names_tests_that_exist() {
+    let text = std::fs::read_to_string(root().join("docs/protocol.md")).expect("docs/protocol.md");
+    for n in 1..=36 {
+        assert!(
+            text.contains(&format!("\n## P{n}. ")),
+            "docs/protocol.md has no section for P{n}"
+        );
+    }
+    let functions = functions();
+    let named = rule_test_names(&text);
+    assert!(named.len() > 60, "too few tests named: {named:?}");
+    let missing: Vec<&String> = named
+        .iter()
+        .filter(|name| match name.strip_suffix('*') {
+            Some(prefix) => !functions.iter().any(|f| f.starts_with(prefix)),
+            None => !functions.iter().any(|f| f == *name),
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/protocol.md names tests that do not exist: {missing:?}"
+    );
+}
+
+#[test]
+fn nothing_in_the_readme_or_docs_links_outside_the_repository() {
+    let mut documents = vec![root().join("README.md")];
+    documents.extend(files(&root().join("docs"), ".md"));
+    let mut outside = Vec::new();
+    for doc in &documents {
+        let text = std::fs::read_to_string(doc).expect("read");
+        for (at, _) in text.match_indices("](") {
+            let target: String = text[at + 2..].chars().take_while(|c| *c != ')').collect();
+            let target = target.split('#').next().unwrap_or_default();
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let resolved = doc.parent().expect("a directory").join(target);
+            let inside = resolved
+                .canonicalize()
+                .is_ok_and(|p| p.starts_with(root().canonicalize().expect("root")));
+            if !inside {
+                outside.push(format!("{}: {target}", doc.display()));
+            }
+        }
+        if text.contains("../shared") {
+            outside.push(format!("{}: names ../shared", doc.display()));
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "links outside the repository (or to nothing): {outside:#?}"
+    );
+}
