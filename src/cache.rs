@@ -596,6 +596,13 @@ impl Cache {
         self.policy.as_deref()
     }
 
+    /// Number the next generation after `last` (a number published before a restart, kept
+    /// in `--state-dir`), so that numbers never repeat. Never goes back.
+    pub fn number_after(&self, last: u64) {
+        self.numbered
+            .fetch_max(last, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Swap in a new configuration, whole, and wake every stream. Under a rollout policy it
     /// becomes the candidate of a new rollout (replacing any rollout in progress, from the
     /// same stable generation), except the first, which every node gets.

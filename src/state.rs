@@ -12,6 +12,9 @@ use crate::config::{self, LoadOptions};
 
 /// The symlink to the current generation.
 const CURRENT: &str = "current";
+/// The file that keeps the last generation number this server published, so that numbers
+/// never repeat across restarts.
+const NUMBERED: &str = "generation";
 
 /// The state directory failed.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +47,24 @@ impl StateDir {
         Ok(StateDir {
             dir: dir.to_path_buf(),
         })
+    }
+
+    /// The last generation number published with this state directory (0: none yet, or a
+    /// file that does not read as a number).
+    pub fn last_generation(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join(NUMBERED))
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Keep `generation` as the last number published (written aside and renamed, so a crash
+    /// leaves the old number or the new one).
+    pub fn record_generation(&self, generation: u64) -> Result<(), StateError> {
+        let path = self.dir.join(NUMBERED);
+        let tmp = self.dir.join(".generation.tmp");
+        std::fs::write(&tmp, format!("{generation}\n")).map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))
     }
 
     /// The roots (one per `--config` path, in order) of the last good copy, if there is one.

@@ -318,11 +318,18 @@ impl Telemetry {
 
     /// A config load failed; `serving` keeps serving.
     pub fn config_failed(&self, errors: usize, serving: u64, failure: &impl std::fmt::Display) {
-        tracing::error!(
-            errors,
-            serving_generation = serving,
-            "Configuration load failed; the last good snapshot keeps serving. {failure}"
-        );
+        if serving == 0 {
+            tracing::error!(
+                errors,
+                "Configuration load failed, and nothing has loaded yet: no node is served until the files load. {failure}"
+            );
+        } else {
+            tracing::error!(
+                errors,
+                serving_generation = serving,
+                "Configuration load failed; the last good snapshot keeps serving. {failure}"
+            );
+        }
         self.count_load("failed");
     }
 

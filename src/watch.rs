@@ -128,8 +128,10 @@ impl Reloader {
         }
     }
 
-    /// The same, keeping each good load in `state`.
+    /// The same, keeping each good load in `state`; generations are numbered on from the last
+    /// one published with it.
     pub fn with_state(mut self, state: StateDir) -> Reloader {
+        self.cache.number_after(state.last_generation());
         self.state = Some(state);
         self
     }
@@ -166,6 +168,16 @@ impl Reloader {
         Some(generation)
     }
 
+    /// Keep `generation` as the last number published, in the state directory if there is
+    /// one (a failure is logged; numbering goes on in memory).
+    fn record_generation(&self, generation: u64) {
+        if let Some(state) = &self.state {
+            if let Err(e) = state.record_generation(generation) {
+                tracing::error!(error = %e, "Cannot keep the generation number in --state-dir.");
+            }
+        }
+    }
+
     /// Load the copy kept in the state directory and publish it: its generation, or `None`
     /// without a copy (or when it does not load, which is logged).
     fn publish_kept_copy(&self) -> Option<u64> {
@@ -173,6 +185,7 @@ impl Reloader {
         match config::load(&roots, &self.options) {
             Ok(config) => {
                 let generation = self.cache.publish(config).number;
+                self.record_generation(generation);
                 // What serves is what the state directory keeps.
                 self.kept.send_replace(generation);
                 Some(generation)
@@ -346,6 +359,7 @@ impl Reloader {
             }
         }
         loaded.generation = self.cache.publish(config).number;
+        self.record_generation(loaded.generation);
         loaded.changed = true;
         if kept {
             self.kept.send_replace(loaded.generation);

@@ -321,6 +321,14 @@ async fn a_restart_with_broken_files_serves_the_last_good_copy_from_the_state_di
     );
     let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
     assert_eq!(status["config"]["ok"], false, "{status}");
+    // Generation numbers go on across restarts (issue 33): the first run published 1.
+    assert_eq!(status["generation"], 2, "{status}");
+    assert_eq!(
+        std::fs::read_to_string(state.path().join("generation"))
+            .ok()
+            .as_deref(),
+        Some("2\n")
+    );
     assert!(status["config"]["errors"][0]
         .as_str()
         .is_some_and(|e| e.contains("oops")));

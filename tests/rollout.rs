@@ -109,3 +109,155 @@ async fn a_canary_nack_halts_and_only_an_operator_moves_it_on() {
         fixed.version_info
     );
 }
+
+/// `switchyard status ARGS` against `server`, run as a process (the test's runtime goes on
+/// serving meanwhile): its exit code, stdout and stderr.
+async fn status_cli(server: &TestServer, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec![
+        "status".to_string(),
+        "--admin-addr".to_string(),
+        server.admin_addr.to_string(),
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let out = cli(all).await;
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `switchyard ARGS` as a process, off the test's runtime (which goes on serving).
+async fn cli(args: Vec<String>) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(&args)
+            .output()
+            .expect("runs")
+    })
+    .await
+    .expect("joined")
+}
+
+/// Issue 33, item 5: gates a deploy can wait on. `switchyard status` exits 0 only when every
+/// connected node runs the newest loaded generation and no rollout is on: 4 while the
+/// canaries bake, 5 once halted (as does `rollout status`), 5 after an abort while the files
+/// differ from what serves (and says so), 6 when `--wait` times out; `--wait` returns 0 once
+/// a promotion reaches every node. Generation numbers never repeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_exit_codes_tell_the_truth_through_a_rollout() {
+    use switchyard::cli::status::{verdict, Verdict};
+    let server = server(Duration::from_secs(3600)).await;
+    let mut canary = server.ads("canary-1").await;
+    let mut edge = server.ads("edge-1").await;
+    let mut v1 = Vec::new();
+    for c in [&mut canary, &mut edge] {
+        c.subscribe(Cluster, &[]).await;
+        let first = c.recv_type(Cluster).await;
+        c.ack(&first, &[]).await;
+        v1.push(first.version_info);
+    }
+    let (code, out, err) = status_cli(&server, &["--wait", "--timeout", "10s"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("GEN"),
+        "the table shows each node's generation: {out}"
+    );
+
+    // A change: the canary gets it, the bake is an hour: 4, and --wait times out (6).
+    server.set_file("clusters.yaml", &eds_cluster("backend", "2s", 8080));
+    let change = canary.recv_type(Cluster).await;
+    canary.ack(&change, &[]).await;
+    until_rollout(&server, Some("BAKING")).await;
+    assert_eq!(verdict(&server.status().await), Verdict::RollingOut);
+    let (code, _, err) = status_cli(&server, &[]).await;
+    assert_eq!(code, Some(4), "{err}");
+    let (code, _, err) = status_cli(&server, &["--wait", "--timeout", "1s"]).await;
+    assert_eq!(code, Some(6), "{err}");
+    assert!(
+        err.contains("timed out after 1s: a rollout is in progress"),
+        "{err}"
+    );
+
+    // Promoted while `--wait` waits: it returns 0 once the edge node has the change.
+    let waiting = tokio::spawn(cli([
+        "status",
+        "--admin-addr",
+        &server.admin_addr.to_string(),
+        "--wait",
+        "--timeout",
+        "30s",
+    ]
+    .map(String::from)
+    .to_vec()));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (code, _) = server.admin_post("/rollout/promote").await;
+    assert_eq!(code, 200);
+    let promoted = edge.recv_type(Cluster).await;
+    edge.ack(&promoted, &[]).await;
+    let out = waiting.await.expect("joined");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before_halt = server.status().await.generation;
+
+    // A change the canary rejects: halted, 5, from `status` and `rollout status` alike.
+    server.set_file("clusters.yaml", &envoy_rejected_cluster("backend", 8080));
+    let bad = canary.recv_type(Cluster).await;
+    canary
+        .nack(&bad, &[], &promoted.version_info, "no thanks")
+        .await;
+    until_rollout(&server, Some("HALTED")).await;
+    let (code, _, err) = status_cli(&server, &["--wait", "--timeout", "10s"]).await;
+    assert_eq!(code, Some(5), "a halt ends the wait at once: {err}");
+    let rollout = cli([
+        "rollout",
+        "status",
+        "--admin-addr",
+        &server.admin_addr.to_string(),
+    ]
+    .map(String::from)
+    .to_vec())
+    .await;
+    assert_eq!(rollout.status.code(), Some(5));
+
+    // Aborted: what serves is the generation before, and the files differ from it: 5, said.
+    let (code, _) = server.admin_post("/rollout/abort").await;
+    assert_eq!(code, 200);
+    let back = canary.recv_type(Cluster).await;
+    canary.ack(&back, &[]).await;
+    let status = server.status().await;
+    assert_eq!(status.generation, before_halt);
+    assert_eq!(verdict(&status), Verdict::RolloutStopped);
+    let (code, out, _) = status_cli(&server, &[]).await;
+    assert_eq!(code, Some(5), "{out}");
+    let aborted = status
+        .config
+        .as_ref()
+        .map(|c| c.generation)
+        .unwrap_or_default();
+    assert!(
+        out.contains(&format!(
+            "generation {before_halt} serves every node: the rollout of generation {aborted} \
+             was aborted, and the files differ from what serves"
+        )),
+        "{out}"
+    );
+
+    // The fix after the abort is a generation of its own, never one seen before.
+    server.set_file("clusters.yaml", &eds_cluster("backend", "3s", 8080));
+    let fixed = canary.recv_type(Cluster).await;
+    canary.ack(&fixed, &[]).await;
+    until_rollout(&server, Some("BAKING")).await;
+    let status = server.status().await;
+    let candidate = status
+        .rollout
+        .as_ref()
+        .map(|r| r.candidate)
+        .unwrap_or_default();
+    assert!(candidate > aborted, "{candidate} after {aborted}");
+    let _ = v1;
+}

@@ -126,7 +126,7 @@ async fn e2e_a_change_reaches_the_canary_first_and_a_rejected_one_never_leaves_i
         Some("2s")
     );
     let (code, text) = rollout(&server, "status");
-    assert_eq!(code, Some(0));
+    assert_eq!(code, Some(5), "halted is not a success (issue 33): {text}");
     assert!(
         text.starts_with("rollout HALTED") && text.contains("canary-1") && text.contains("edge-1"),
         "{text}"

@@ -184,14 +184,29 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
                 esc(&c.at),
                 c.warnings.len()
             );
+            if status.rollout.is_none() && c.generation != status.generation {
+                let _ = write!(
+                    html,
+                    "<p class=\"bad\">Generation {} serves every node: the rollout of generation {} was aborted, and the files differ from what serves.</p>",
+                    status.generation, c.generation
+                );
+            }
         }
         Some(c) => {
-            let _ = write!(
-                html,
-                "<p class=\"bad\">Config: the last load at {} FAILED; generation {} keeps serving.</p><ul>",
-                esc(&c.at),
-                c.generation
-            );
+            let _ = if c.generation == 0 {
+                write!(
+                    html,
+                    "<p class=\"bad\">Config: the last load at {} FAILED, and nothing has loaded yet: no node is served until the files load.</p><ul>",
+                    esc(&c.at)
+                )
+            } else {
+                write!(
+                    html,
+                    "<p class=\"bad\">Config: the last load at {} FAILED; generation {} keeps serving.</p><ul>",
+                    esc(&c.at),
+                    c.generation
+                )
+            };
             for e in &c.errors {
                 let _ = write!(html, "<li class=\"err\">{}</li>", esc(e));
             }

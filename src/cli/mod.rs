@@ -19,7 +19,7 @@ mod import;
 mod loadgen;
 mod rollout;
 mod serve;
-mod status;
+pub mod status;
 mod validate;
 
 use std::path::PathBuf;

@@ -52,6 +52,10 @@ pub(super) fn run(args: &RolloutArgs) -> ExitCode {
                 }
             };
             print!("{}", rollout_text(&status));
+            // Halted: the candidate will not reach every node without someone acting.
+            if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED") {
+                return ExitCode::from(super::status::EXIT_ROLLOUT_STOPPED);
+            }
             return ExitCode::SUCCESS;
         }
         RolloutAction::Promote(_) => "/rollout/promote",

@@ -15,8 +15,20 @@ use super::runtime;
 /// Exit code of `switchyard status` when a node rejected its latest configuration.
 pub const EXIT_NACKED: u8 = 2;
 /// Exit code of `switchyard status` when the server's last config load failed (it serves the
-/// last good snapshot; the edit never took). Checked before NACKs.
+/// last good snapshot; the edit never took). Checked first.
 pub const EXIT_LOAD_FAILED: u8 = 3;
+/// Exit code of `switchyard status` while a staged rollout is in progress (canaries or
+/// baking): most nodes still run the generation before.
+pub const EXIT_ROLLING_OUT: u8 = 4;
+/// Exit code of `switchyard status` (and `rollout status`) when a rollout halted, or was
+/// aborted and the files still differ from what serves: the newest generation will not
+/// reach every node without someone acting.
+pub const EXIT_ROLLOUT_STOPPED: u8 = 5;
+/// Exit code of `switchyard status --wait` when its `--timeout` passed first.
+pub const EXIT_TIMED_OUT: u8 = 6;
+/// Exit code of `switchyard status` while a node is still taking the newest generation (a
+/// response not yet ACKed, a make-before-break plan in progress, an older generation).
+pub const EXIT_UPDATING: u8 = 7;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -25,6 +37,100 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Wait until every connected node runs the newest loaded generation on every type and
+    /// no rollout is in progress (exit 0), or until that cannot happen without someone
+    /// acting (a NACK, a failed load, a halted or aborted rollout: their exit codes), or
+    /// until `--timeout` (exit 6). Like `kubectl rollout status`.
+    #[arg(long)]
+    pub wait: bool,
+    /// With `--wait`: how long to wait at most.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration, requires = "wait")]
+    pub timeout: std::time::Duration,
+}
+
+/// Where the fleet stands, for a deploy to wait on: `switchyard status`'s exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every connected node runs the newest loaded generation, and no rollout is on.
+    Done,
+    LoadFailed,
+    RolloutStopped,
+    Nacked,
+    RollingOut,
+    Updating,
+}
+
+impl Verdict {
+    /// The exit code that says it.
+    pub fn code(self) -> u8 {
+        match self {
+            Verdict::Done => 0,
+            Verdict::LoadFailed => EXIT_LOAD_FAILED,
+            Verdict::RolloutStopped => EXIT_ROLLOUT_STOPPED,
+            Verdict::Nacked => EXIT_NACKED,
+            Verdict::RollingOut => EXIT_ROLLING_OUT,
+            Verdict::Updating => EXIT_UPDATING,
+        }
+    }
+
+    /// Whether it can change without someone acting (waiting makes sense).
+    pub fn settles_by_itself(self) -> bool {
+        matches!(self, Verdict::RollingOut | Verdict::Updating)
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            Verdict::Done => "every connected node runs the newest generation",
+            Verdict::LoadFailed => "the last config load failed",
+            Verdict::RolloutStopped => {
+                "the rollout halted, or was aborted and the files differ from what serves"
+            }
+            Verdict::Nacked => "a node rejected its configuration",
+            Verdict::RollingOut => "a rollout is in progress",
+            Verdict::Updating => "a node is still taking the newest generation",
+        }
+    }
+}
+
+/// Where `status` says the fleet stands. In order: a failed load, a stopped rollout, a
+/// NACK, a rollout in progress, a node still updating.
+pub fn verdict(status: &crate::admin::Status) -> Verdict {
+    use crate::fleet::SyncStatus;
+    if status.config.as_ref().is_some_and(|c| !c.ok) {
+        return Verdict::LoadFailed;
+    }
+    if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED") {
+        return Verdict::RolloutStopped;
+    }
+    if status.any_nacked() {
+        return Verdict::Nacked;
+    }
+    if status.rollout.is_some() {
+        return Verdict::RollingOut;
+    }
+    if files_differ_from_what_serves(status) {
+        return Verdict::RolloutStopped;
+    }
+    let updating = status.nodes.iter().any(|n| {
+        n.generation != status.generation
+            || n.types.values().any(|t| t.state == SyncStatus::Stale)
+            || n.streams.iter().any(|s| s.plan.is_some())
+    });
+    if updating {
+        Verdict::Updating
+    } else {
+        Verdict::Done
+    }
+}
+
+/// No rollout on, and the newest loaded generation is not the one that serves: a rollout of
+/// it was aborted.
+fn files_differ_from_what_serves(status: &crate::admin::Status) -> bool {
+    status.rollout.is_none()
+        && status
+            .config
+            .as_ref()
+            .is_some_and(|c| c.ok && c.generation != status.generation)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -45,26 +151,63 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
         Ok(found) => found,
         Err(code) => return code,
     };
-    let fetched = runtime.block_on(fetch_status(&target, token.as_deref()));
-    let (status, body) = match fetched {
-        Ok(found) => found,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::FAILURE;
+    let started = std::time::Instant::now();
+    let mut said = None;
+    let (status, body, verdict) = loop {
+        let fetched = runtime.block_on(fetch_status(&target, token.as_deref()));
+        let (status, body) = match fetched {
+            Ok(found) => found,
+            Err(e) if args.wait && started.elapsed() < args.timeout => {
+                // The server may be restarting: go on asking until the time is up.
+                if said.is_none() {
+                    eprintln!("waiting: {e:#}");
+                }
+                std::thread::sleep(POLL);
+                continue;
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return if args.wait {
+                    ExitCode::from(EXIT_TIMED_OUT)
+                } else {
+                    ExitCode::FAILURE
+                };
+            }
+        };
+        let verdict = verdict(&status);
+        if !args.wait || !verdict.settles_by_itself() {
+            break (status, body, verdict);
         }
+        if started.elapsed() >= args.timeout {
+            match args.output {
+                Output::Json => println!("{body}"),
+                Output::Table => print!("{}", status_table(&status)),
+            }
+            eprintln!(
+                "timed out after {}: {}",
+                humantime::format_duration(args.timeout),
+                verdict.text()
+            );
+            return ExitCode::from(EXIT_TIMED_OUT);
+        }
+        if said != Some(verdict) {
+            eprintln!("waiting: {}", verdict.text());
+            said = Some(verdict);
+        }
+        std::thread::sleep(POLL);
     };
     match args.output {
         Output::Json => println!("{body}"),
         Output::Table => print!("{}", status_table(&status)),
     }
-    if status.config.as_ref().is_some_and(|c| !c.ok) {
-        ExitCode::from(EXIT_LOAD_FAILED)
-    } else if status.any_nacked() {
-        ExitCode::from(EXIT_NACKED)
-    } else {
-        ExitCode::SUCCESS
+    if verdict != Verdict::Done {
+        eprintln!("{} (exit {})", verdict.text(), verdict.code());
     }
+    ExitCode::from(verdict.code())
 }
+
+/// How often `--wait` asks.
+const POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The rollout part of a status, for people.
 pub fn rollout_text(status: &crate::admin::Status) -> String {
@@ -121,7 +264,7 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         .map(|k| k.short_name())
         .filter(|k| status.nodes.iter().any(|n| n.types.contains_key(*k)))
         .collect();
-    let mut rows: Vec<Vec<String>> = vec![["NODE", "CLUSTER", "STREAMS", "AGENT"]
+    let mut rows: Vec<Vec<String>> = vec![["NODE", "CLUSTER", "STREAMS", "AGENT", "GEN"]
         .iter()
         .map(|h| h.to_string())
         .chain(kinds.iter().map(|k| k.to_string()))
@@ -136,6 +279,7 @@ pub fn status_table(status: &crate::admin::Status) -> String {
             printable(&n.node_cluster),
             printable(&streams.join(",")),
             printable(&agent),
+            n.generation.to_string(),
         ];
         row.extend(kinds.iter().map(|k| {
             n.types
@@ -226,12 +370,32 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         }
     }
     match &status.config {
-        Some(c) if c.ok => out.push_str(&format!(
-            "\nconfig: generation {} loaded at {}, {} warning(s)\n",
-            c.generation,
-            c.at,
-            c.warnings.len()
-        )),
+        Some(c) if c.ok => {
+            out.push_str(&format!(
+                "\nconfig: generation {} loaded at {}, {} warning(s)\n",
+                c.generation,
+                c.at,
+                c.warnings.len()
+            ));
+            if files_differ_from_what_serves(status) {
+                out.push_str(&format!(
+                    "  generation {} serves every node: the rollout of generation {} was \
+                     aborted, and the files differ from what serves (edit them to roll out \
+                     again)\n",
+                    status.generation, c.generation
+                ));
+            }
+        }
+        Some(c) if c.generation == 0 => {
+            out.push_str(&format!(
+                "\nconfig: the last load at {} FAILED, and nothing has loaded yet: no node is \
+                 served until the files load:\n",
+                c.at
+            ));
+            for e in &c.errors {
+                out.push_str(&format!("  {e}\n"));
+            }
+        }
         Some(c) => {
             out.push_str(&format!(
                 "\nconfig: the last load at {} FAILED (still serving generation {}):\n",
@@ -359,6 +523,76 @@ mod tests {
                 "UNKNOWN TYPE {node} (ADS/sotw): type.googleapis.com/{node} is not a type this \
                  server serves; answered as not existing (w1)"
             )),
+            "{table}"
+        );
+    }
+
+    /// A `/status` with one node `n1` at `generation` whose CDS is `state`, serving
+    /// `serving`, the files at `loaded`, and `rollout` as its state (if any).
+    fn fleet(
+        generation: u64,
+        state: &str,
+        serving: u64,
+        loaded: u64,
+        rollout: Option<&str>,
+    ) -> Status {
+        let mut json = serde_json::json!({
+            "nodes": [{
+                "node_id": "n1", "node_cluster": "c", "user_agent": "envoy",
+                "user_agent_version": "", "client_features": [], "generation": generation,
+                "streams": [],
+                "types": {"CDS": {"state": state, "version_sent": "v", "version_acked": "v",
+                                  "nonce": "1", "last_change": "t"}}
+            }],
+            "config": {"ok": true, "at": "t", "generation": loaded, "errors": [], "warnings": []},
+            "generation": serving
+        });
+        if let Some(r) = rollout {
+            json["rollout"] = serde_json::json!({"state": r, "stable": serving,
+                "candidate": loaded, "canary": "id canary-*", "since": "t"});
+        }
+        serde_json::from_value(json).expect("a status")
+    }
+
+    /// Issue 33, item 5: what each state of the fleet exits with.
+    #[test]
+    fn the_verdict_follows_the_fleet() {
+        assert_eq!(verdict(&fleet(2, "SYNCED", 2, 2, None)), Verdict::Done);
+        assert_eq!(verdict(&fleet(1, "SYNCED", 2, 2, None)), Verdict::Updating);
+        assert_eq!(verdict(&fleet(2, "STALE", 2, 2, None)), Verdict::Updating);
+        assert_eq!(verdict(&fleet(2, "NACKED", 2, 2, None)), Verdict::Nacked);
+        assert_eq!(
+            verdict(&fleet(1, "SYNCED", 1, 2, Some("BAKING"))),
+            Verdict::RollingOut
+        );
+        assert_eq!(
+            verdict(&fleet(1, "NACKED", 1, 2, Some("HALTED"))),
+            Verdict::RolloutStopped
+        );
+        assert_eq!(
+            verdict(&fleet(1, "SYNCED", 1, 2, None)),
+            Verdict::RolloutStopped
+        );
+        let mut failed = fleet(2, "SYNCED", 2, 2, None);
+        if let Some(c) = failed.config.as_mut() {
+            c.ok = false;
+        }
+        assert_eq!(verdict(&failed), Verdict::LoadFailed);
+        assert_eq!(
+            [
+                Verdict::Done,
+                Verdict::Nacked,
+                Verdict::LoadFailed,
+                Verdict::RollingOut,
+                Verdict::RolloutStopped,
+                Verdict::Updating
+            ]
+            .map(Verdict::code),
+            [0, 2, 3, 4, 5, 7]
+        );
+        let table = status_table(&fleet(1, "SYNCED", 1, 2, None));
+        assert!(
+            table.contains("the rollout of generation 2 was aborted"),
             "{table}"
         );
     }
