@@ -153,4 +153,17 @@ async fn e2e_a_change_reaches_the_canary_first_and_a_rejected_one_never_leaves_i
     })
     .await;
     assert!(back.is_some(), "both nodes on the stable generation again");
+    // The files still hold the rejected change: `status` does not say all is well (issue 33).
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["status", "--wait", "--timeout", "20s", "--admin-addr"])
+        .arg(format!("127.0.0.1:{}", server.admin_port))
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert!(
+        text.contains(&format!("generation {stable} serves every node"))
+            && text.contains("aborted"),
+        "{text}"
+    );
 }
