@@ -4,8 +4,11 @@
 //! Owns: comparing two loaded configs node group by node group (the groups of
 //! [`crate::preflight::groups`], taken from both configs), or a loaded config with what a
 //! server's `/config_dump` says each of its groups gets, per type: resources added, removed
-//! and changed, and for each changed resource the fields that differ, as proto3 JSON paths
-//! (`loadAssignment.endpoints[0].lbEndpoints[0].endpoint.address.socketAddress.portValue`).
+//! and changed, and for each changed resource the fields that differ, as paths in the field
+//! names the files are written with (`load_assignment.endpoints[0].lb_endpoints[0]...`).
+//! Lists whose elements Envoy keys by name or match are paired by that key, not by position
+//! (`virtual_hosts[name=all].routes[name=api]`), so inserting one route reads as one added
+//! route; a new order of the same elements is a change of its own (routes match in order).
 //! Sensitive fields are compared by version only and never shown.
 //!
 //! Must not: load files (the CLI does) or print (it returns a [`Report`]).
@@ -68,10 +71,18 @@ struct Entry {
     ttl: Option<String>,
 }
 
+/// A resource's JSON as the files write it (the .proto field names), or `Null`.
+fn shown(kind: ResourceType, body: &bytes::Bytes) -> Value {
+    prost_reflect::DynamicMessage::decode(descriptors::message(kind), body.clone())
+        .ok()
+        .and_then(|m| json::to_json_proto_names(&m).ok())
+        .unwrap_or(Value::Null)
+}
+
 fn side_of(resources: &[Arc<Resource>]) -> Side {
     let mut side = Side::new();
     for r in resources {
-        let json = json::resource_json(r, r.body_shown(Secrets::Redact)).unwrap_or(Value::Null);
+        let json = shown(r.kind, r.body_shown(Secrets::Redact));
         side.entry(r.kind).or_default().insert(
             r.name.clone(),
             Entry {
@@ -132,7 +143,7 @@ fn redacted(kind: ResourceType, json: &Value) -> Value {
         return Value::Null;
     };
     crate::config::redact::redact(&mut message, crate::config::redact::Audience::Operator);
-    crate::config::json::to_json(&message).unwrap_or(Value::Null)
+    crate::config::json::to_json_proto_names(&message).unwrap_or(Value::Null)
 }
 
 /// Compare `old` and `new` for every node group either of them has.
@@ -272,11 +283,14 @@ fn walk(path: &str, old: Option<&Value>, new: Option<&Value>, out: &mut Vec<Fiel
                 walk(&child(key), a.get(key), b.get(key), out);
             }
         }
-        (Some(Value::Array(a)), Some(Value::Array(b))) => {
-            for i in 0..a.len().max(b.len()) {
-                walk(&format!("{path}[{i}]"), a.get(i), b.get(i), out);
+        (Some(Value::Array(a)), Some(Value::Array(b))) => match pairing_key(a, b) {
+            Some(key) => walk_keyed(path, key, a, b, out),
+            None => {
+                for i in 0..a.len().max(b.len()) {
+                    walk(&format!("{path}[{i}]"), a.get(i), b.get(i), out);
+                }
             }
-        }
+        },
         (a, b) if a == b => {}
         (a, b) => out.push(FieldChange {
             path: if path.is_empty() {
@@ -287,6 +301,93 @@ fn walk(path: &str, old: Option<&Value>, new: Option<&Value>, out: &mut Vec<Fiel
             old: a.map(Value::to_string),
             new: b.map(Value::to_string),
         }),
+    }
+}
+
+/// What elements of a list are known by, in the order tried: a `name` (virtual hosts,
+/// routes, filter chains, filters, clusters of weighted clusters, ...), a route's `match`, a
+/// filter chain's `filter_chain_match`, an endpoint's `endpoint.address`, a locality's
+/// `locality`. Lists of plain values, and lists no key fits, go by position.
+const KEYS: [&str; 5] = [
+    "name",
+    "match",
+    "filter_chain_match",
+    "endpoint.address",
+    "locality",
+];
+
+/// The key both lists' elements are known by: every element has it, and no two elements of
+/// one list share it. `None`: compare by position.
+fn pairing_key(a: &[Value], b: &[Value]) -> Option<&'static str> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    KEYS.into_iter().find(|key| {
+        [a, b].iter().all(|list| {
+            let mut seen = std::collections::BTreeSet::new();
+            list.iter()
+                .all(|e| key_of(e, key).is_some_and(|k| seen.insert(k)))
+        })
+    })
+}
+
+/// `element`'s value at the dotted `key`, as compact JSON (a string as itself).
+fn key_of(element: &Value, key: &str) -> Option<String> {
+    let mut at = element;
+    for part in key.split('.') {
+        at = at.get(part)?;
+    }
+    // An address as people write it: `127.0.0.1:8080`.
+    let socket = at.get("socket_address");
+    if let Some((host, port)) = socket.and_then(|s| Some((s.get("address")?, s.get("port_value")?)))
+    {
+        return Some(format!("{}:{port}", host.as_str().unwrap_or_default()));
+    }
+    Some(match at {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    })
+}
+
+/// Compare two lists element by element of the same key: what only one side has is added or
+/// removed whole, the rest compared field by field; a new order of the elements both have is
+/// one change of its own.
+fn walk_keyed(path: &str, key: &str, a: &[Value], b: &[Value], out: &mut Vec<FieldChange>) {
+    let label = key.rsplit('.').next().unwrap_or(key);
+    let keyed = |list: &[Value]| -> Vec<(String, Value)> {
+        list.iter()
+            .filter_map(|e| Some((key_of(e, key)?, e.clone())))
+            .collect()
+    };
+    let (old, new) = (keyed(a), keyed(b));
+    let find = |list: &[(String, Value)], k: &str| {
+        list.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone())
+    };
+    let element = |k: &str| format!("{path}[{label}={k}]");
+    for (k, value) in &old {
+        match find(&new, k) {
+            Some(now) => walk(&element(k), Some(value), Some(&now), out),
+            None => walk(&element(k), Some(value), None, out),
+        }
+    }
+    for (k, value) in &new {
+        if find(&old, k).is_none() {
+            walk(&element(k), None, Some(value), out);
+        }
+    }
+    let order = |list: &[(String, Value)], other: &[(String, Value)]| -> Vec<String> {
+        list.iter()
+            .filter(|(k, _)| other.iter().any(|(x, _)| x == k))
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    let (before, after) = (order(&old, &new), order(&new, &old));
+    if before != after {
+        out.push(FieldChange {
+            path: format!("{path} (order)"),
+            old: Some(format!("{before:?}")),
+            new: Some(format!("{after:?}")),
+        });
     }
 }
 

@@ -523,6 +523,71 @@ fn validate_checks_envoys_field_rules_unless_told_not_to() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
+/// `switchyard diff` by name (issue 33, item 4): an HTTP filter and a route inserted into a
+/// listener's inline route configuration read as one added filter and one added route, in
+/// the field names the file uses.
+#[test]
+fn diff_pairs_routes_and_filters_by_name_or_match() {
+    let old = tempfile::tempdir().expect("tmp");
+    let new = tempfile::tempdir().expect("tmp");
+    let listener = |extra_route: &str, extra_filter: &str| {
+        format!(
+            r#"listeners:
+  - name: http
+    address: {{ socket_address: {{ address: 0.0.0.0, port_value: 10000 }} }}
+    filter_chains:
+      - filters:
+          - name: envoy.filters.network.http_connection_manager
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+              stat_prefix: http
+              route_config:
+                name: local
+                virtual_hosts:
+                  - name: all
+                    domains: ["*"]
+                    routes:
+                      - {{ name: api, match: {{ prefix: /api }}, route: {{ cluster: api }} }}
+{extra_route}                      - {{ name: rest, match: {{ prefix: / }}, route: {{ cluster: web }} }}
+              http_filters:
+{extra_filter}                - name: envoy.filters.http.router
+                  typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
+"#
+        )
+    };
+    std::fs::write(old.path().join("l.yaml"), listener("", "")).expect("write");
+    std::fs::write(
+        new.path().join("l.yaml"),
+        listener(
+            "                      - { name: static, match: { prefix: /static }, route: { cluster: web } }\n",
+            "                - name: envoy.filters.http.cors\n                  typed_config: { \"@type\": type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors }\n",
+        ),
+    )
+    .expect("write");
+    let (o, n) = (
+        old.path().to_str().expect("utf-8"),
+        new.path().to_str().expect("utf-8"),
+    );
+    let d = switchyard(&["diff", "--config", n, "--against", o, "--skip-envoy-rules"]);
+    assert_eq!(d.status.code(), Some(1), "{}", stderr(&d));
+    let out = String::from_utf8_lossy(&d.stdout);
+    let fields: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("        "))
+        .map(|l| l.trim().split(": ").next().unwrap_or_default())
+        .collect();
+    let hcm =
+        "filter_chains[0].filters[name=envoy.filters.network.http_connection_manager].typed_config";
+    assert_eq!(
+        fields,
+        [
+            format!("{hcm}.http_filters[name=envoy.filters.http.cors]"),
+            format!("{hcm}.route_config.virtual_hosts[name=all].routes[name=static]"),
+        ],
+        "{out}"
+    );
+}
+
 /// `switchyard diff`: 0 when nothing changes, 1 when something does (and what), 2 when a
 /// side does not load.
 #[test]
@@ -548,7 +613,7 @@ fn diff_exits_0_1_or_2_and_names_what_changes() {
     assert!(
         out.contains("CDS: 0 added, 0 removed, 1 changed")
             && out.contains("~ backend")
-            && out.contains("connectTimeout: \"1s\" -> \"2s\""),
+            && out.contains("connect_timeout: \"1s\" -> \"2s\""),
         "{out}"
     );
 

@@ -268,7 +268,7 @@ async fn diff_against_a_running_server() {
     let (code, out, err) = diff(&admin);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        out.contains("~ a\n        connectTimeout: \"1s\" -> \"3s\"\n"),
+        out.contains("~ a\n        connect_timeout: \"1s\" -> \"3s\"\n"),
         "{out}"
     );
     assert!(

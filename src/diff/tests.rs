@@ -47,14 +47,27 @@ fn added_removed_and_changed_with_field_paths() {
         .iter()
         .map(|c| (c.path.as_str(), c.old.as_deref(), c.new.as_deref()))
         .collect();
+    // Paths as the files write them; endpoints known by their address (to Envoy another
+    // address is another host).
+    let host = |port: u16| {
+        format!(
+            "{{\"endpoint\":{{\"address\":{{\"socket_address\":{{\"address\":\"127.0.0.1\",\"port_value\":{port}}}}}}}}}"
+        )
+    };
+    let (old_host, new_host) = (host(80), host(8080));
     assert_eq!(
         paths,
         [
-            ("connectTimeout", Some("\"1s\""), Some("\"2s\"")),
+            ("connect_timeout", Some("\"1s\""), Some("\"2s\"")),
             (
-                "loadAssignment.endpoints[0].lbEndpoints[0].endpoint.address.socketAddress.portValue",
-                Some("80"),
-                Some("8080")
+                "load_assignment.endpoints[0].lb_endpoints[address=127.0.0.1:80]",
+                Some(old_host.as_str()),
+                None
+            ),
+            (
+                "load_assignment.endpoints[0].lb_endpoints[address=127.0.0.1:8080]",
+                None,
+                Some(new_host.as_str())
             ),
         ]
     );
@@ -64,7 +77,7 @@ fn added_removed_and_changed_with_field_paths() {
         "{text}"
     );
     assert!(
-        text.contains("        connectTimeout: \"1s\" -> \"2s\"\n"),
+        text.contains("        connect_timeout: \"1s\" -> \"2s\"\n"),
         "{text}"
     );
 }
@@ -98,4 +111,54 @@ fn per_node_group_and_secrets_never_shown() {
         "{text}"
     );
     assert!(!text.contains("KEY"), "{text}");
+}
+
+/// Issue 33, item 4: lists Envoy keys by name or match are paired by it. A route inserted
+/// between two others is one added route (by its match, routes here have no name), not
+/// field changes to every route after it; an HTTP filter added is one added filter; a new
+/// order of the same routes is one change of its own.
+#[test]
+fn inserting_a_route_reads_as_one_added_route() {
+    let routes = |list: &[(&str, &str)]| {
+        let mut text = String::from(
+            "routes:\n  - name: main\n    virtual_hosts:\n      - name: all\n        domains: [\"*\"]\n        routes:\n",
+        );
+        for (prefix, cluster) in list {
+            text.push_str(&format!(
+                "          - {{ match: {{ prefix: \"{prefix}\" }}, route: {{ cluster: {cluster}, timeout: 5s }} }}\n"
+            ));
+        }
+        text
+    };
+    let old = load(&[("r.yaml", &routes(&[("/api", "a"), ("/", "b")]))]);
+    let new = load(&[(
+        "r.yaml",
+        &routes(&[("/api", "a"), ("/static", "c"), ("/", "b")]),
+    )]);
+    let report = diff(&old, &new);
+    let rds = &report.groups[0].types[0];
+    assert_eq!(rds.kind, "RDS");
+    let (_, changes) = &rds.changed[0];
+    let paths: Vec<(&str, Option<&str>)> = changes
+        .iter()
+        .map(|c| (c.path.as_str(), c.old.as_deref()))
+        .collect();
+    assert_eq!(
+        paths,
+        [(
+            "virtual_hosts[name=all].routes[match={\"prefix\":\"/static\"}]",
+            None
+        )],
+        "{report}"
+    );
+
+    // The same routes in another order: one change, the order.
+    let swapped = load(&[("r.yaml", &routes(&[("/", "b"), ("/api", "a")]))]);
+    let report = diff(&old, &swapped);
+    let (_, changes) = &report.groups[0].types[0].changed[0];
+    assert_eq!(changes.len(), 1, "{report}");
+    assert_eq!(
+        changes[0].path, "virtual_hosts[name=all].routes (order)",
+        "{report}"
+    );
 }
