@@ -445,6 +445,28 @@ fn checks() -> Vec<Case> {
             "typed_config": hcm(json!({"http_filters": [{"name": "acme.optional", "is_optional": true},
                 {"name": "router", "typed_config": {"@type": ROUTER}}]}))}]}]})),
         ),
+        // A listener that accepts connections with no filter chain (issue 33): refused;
+        // with a default filter chain, or as a UDP listener (a UDP proxy), accepted.
+        case(
+            "envoy",
+            Listener,
+            json!({"name": "l", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}}}),
+        ),
+        valid(
+            Listener,
+            json!({"name": "l", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+            "default_filter_chain": {"filters": [{"name": "hcm", "typed_config": hcm(json!({}))}]}}),
+        ),
+        valid(
+            Listener,
+            json!({"name": "u", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10001, "protocol": "UDP"}},
+            "listener_filters": [{"name": "envoy.filters.udp_listener.udp_proxy", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.udp.udp_proxy.v3.UdpProxyConfig",
+                "stat_prefix": "u",
+                "matcher": {"on_no_match": {"action": {"name": "route", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.udp.udp_proxy.v3.Route",
+                    "cluster": "c"}}}}}}]}),
+        ),
         // Two filter chains with the same match (none at all, or the same server names).
         case(
             "envoy",

@@ -7,7 +7,8 @@
 //!   domains in lower case);
 //! - a regex (`RegexMatcher.regex`) that RE2 refuses, judged by RE2's syntax (`regex`);
 //! - TLS parameters naming ECDH curves or cipher suites BoringSSL does not have;
-//! - a listener with two filter chains whose `filter_chain_match` is the same;
+//! - a listener with two filter chains whose `filter_chain_match` is the same, or one that
+//!   accepts connections with no filter chain at all;
 //! - `ipv4_compat` on an address other than `::` or an IPv4-mapped IPv6 address;
 //! - an HTTP or network filter with no `typed_config` (nor `config_discovery`).
 //!
@@ -342,10 +343,64 @@ fn address_text(socket: &DynamicMessage) -> String {
     }
 }
 
-/// Envoy's listener manager: no two filter chains with the same `filter_chain_match` (an
-/// absent one is the empty match). Not when the listener matches with
+/// How Envoy names a listener in its errors: its socket address (and additional ones),
+/// joined by commas; its name when it has none.
+fn listener_address(message: &DynamicMessage) -> String {
+    let socket = |address: Option<DynamicMessage>| {
+        address
+            .and_then(|a| a.get_field_by_name("socket_address")?.as_message().cloned())
+            .map(|s| address_text(&s))
+    };
+    let mut all: Vec<String> = socket(super::fields::message(message, "address"))
+        .into_iter()
+        .collect();
+    all.extend(
+        messages(message, "additional_addresses")
+            .iter()
+            .filter_map(|a| socket(super::fields::message(a, "address"))),
+    );
+    if all.is_empty() {
+        return string(message, "name");
+    }
+    all.join(",")
+}
+
+/// Whether Envoy's listener manager takes the listener as connection-oriented: a stream
+/// (TCP) listener, or a UDP one that speaks QUIC. A plain UDP listener (a UDP proxy, in its
+/// listener filters) needs no filter chain.
+fn connection_oriented(message: &DynamicMessage) -> bool {
+    let udp = super::fields::message(message, "address")
+        .and_then(|a| super::fields::message(&a, "socket_address"))
+        .and_then(|s| {
+            s.get_field_by_name("protocol")
+                .and_then(|p| p.as_enum_number())
+        })
+        .is_some_and(|p| p == 1);
+    let quic = super::fields::message(message, "udp_listener_config")
+        .is_some_and(|u| has(&u, "quic_options"));
+    !udp || quic
+}
+
+/// Envoy's listener manager: a listener that accepts connections on an address has a filter
+/// chain to give them (one of `filter_chains`, or `default_filter_chain`); an API listener
+/// (gRPC's) has none, and is not such a listener. And no two filter chains with the same
+/// `filter_chain_match` (an absent one is the empty match), unless the listener matches with
 /// `filter_chain_matcher`, which replaces the matches.
 fn listener(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    if has(message, "address")
+        && !has(message, "api_listener")
+        && messages(message, "filter_chains").is_empty()
+        && !has(message, "default_filter_chain")
+        && connection_oriented(message)
+    {
+        return refuse(
+            at,
+            format!(
+                "error adding listener '{}': no filter chains specified",
+                listener_address(message)
+            ),
+        );
+    }
     if has(message, "filter_chain_matcher") {
         return Ok(());
     }
@@ -361,15 +416,7 @@ fn listener(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
         .collect();
     for (i, m) in matches.iter().enumerate() {
         if let Some(first) = matches[..i].iter().position(|earlier| earlier == m) {
-            let address = message
-                .get_field_by_name("address")
-                .and_then(|a| a.as_message().cloned())
-                .and_then(|a| {
-                    a.get_field_by_name("socket_address")
-                        .and_then(|s| s.as_message().cloned())
-                })
-                .map(|s| address_text(&s))
-                .unwrap_or_else(|| string(message, "name"));
+            let address = listener_address(message);
             let name = |chain: &DynamicMessage| string(chain, "name");
             let mut here = at.to_vec();
             here.extend(["filter_chains".to_string(), format!("[{i}]")]);
