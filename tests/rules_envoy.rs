@@ -706,3 +706,42 @@ fn loader_and_envoy_agree_on_every_rule_kind() {
     );
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 }
+
+/// Two listeners on one address (issue 33, item 6): a check across resources, so not a case
+/// of the table above. The loader refuses the second in the words Envoy refuses it with.
+#[test]
+fn two_listeners_on_one_address_are_refused_in_envoy_s_words() {
+    let Some(envoy) = envoy_binary() else { return };
+    let tcp = |name: &str| {
+        json!({"name": name, "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+            "filter_chains": [{"filters": [{"name": "t", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                "stat_prefix": "t", "cluster": "c"}}]}]})
+    };
+    let listeners = json!([tcp("l1"), tcp("l2")]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text =
+        serde_json::to_string(&json!({"listeners": listeners, "clusters": [cluster(json!({}))]}))
+            .expect("json");
+    std::fs::write(dir.path().join("l.json"), text).expect("write");
+    let failure = switchyard::config::load(
+        &[dir.path().to_path_buf()],
+        &switchyard::config::LoadOptions::default(),
+    )
+    .expect_err("refused");
+    let ours = failure.errors[0].to_string();
+    let words = ours
+        .split("Envoy would reject it with: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("not in Envoy's words: {ours}"));
+    let bootstrap =
+        json!({"static_resources": {"listeners": listeners, "clusters": [cluster(json!({}))]}});
+    let theirs = switchyard::preflight::run_envoy(
+        &envoy,
+        &bootstrap,
+        switchyard::preflight::DEFAULT_TIMEOUT,
+    )
+    .expect("Envoy runs")
+    .expect_err("Envoy refuses it");
+    assert!(theirs.contains(words), "ours: {words}\nEnvoy: {theirs}");
+}

@@ -278,6 +278,7 @@ fn assemble(
     options: &LoadOptions,
 ) -> Result<Config, LoadFailure> {
     errors.extend(duplicates(&loaded));
+    errors.extend(duplicate_addresses(&loaded));
     errors.extend(foreign_authorities(&loaded, &options.authorities));
 
     // References are checked only across a complete set of files: with a file missing, its
@@ -341,6 +342,85 @@ fn foreign_authorities(files: &[SnapshotFile], authorities: &[String]) -> Vec<Co
                     ),
                 });
             }
+        }
+    }
+    errors
+}
+
+/// Two listeners on one address, port and protocol that a node could both get (in one file,
+/// or in two whose node selectors a node could both match): Envoy's listener manager refuses
+/// the second, in these words. Port 0 (a port the system picks) is never a duplicate.
+fn duplicate_addresses(files: &[SnapshotFile]) -> Vec<ConfigError> {
+    use prost_reflect::DynamicMessage;
+    // By (protocol, address, port): each file index and listener on it.
+    type Places<'a> = Vec<(usize, &'a crate::resource::Resource)>;
+    let mut seen: BTreeMap<(i32, String, u32), Places> = BTreeMap::new();
+    for (i, file) in files.iter().enumerate() {
+        for r in file
+            .resources
+            .iter()
+            .filter(|r| r.kind == ResourceType::Listener)
+        {
+            let Ok(listener) =
+                DynamicMessage::decode(super::descriptors::message(r.kind), r.body.clone())
+            else {
+                continue;
+            };
+            let Some(socket) = super::fields::message(&listener, "address")
+                .and_then(|a| super::fields::message(&a, "socket_address"))
+            else {
+                continue;
+            };
+            let port = socket
+                .get_field_by_name("port_value")
+                .and_then(|v| v.as_u32())
+                .unwrap_or(0);
+            if port == 0 {
+                continue;
+            }
+            let protocol = socket
+                .get_field_by_name("protocol")
+                .and_then(|v| v.as_enum_number())
+                .unwrap_or(0);
+            let host = super::fields::string(&socket, "address");
+            let host = match host.parse::<std::net::IpAddr>() {
+                Ok(ip) => ip.to_string(),
+                Err(_) => host,
+            };
+            seen.entry((protocol, host, port)).or_default().push((i, r));
+        }
+    }
+    let mut errors = Vec::new();
+    for ((_, host, port), places) in seen {
+        for (n, &(a, first)) in places.iter().enumerate() {
+            let Some(&(b, second)) = places[n + 1..].iter().find(|(b, _)| {
+                a == *b || files[a].selector.common_node(&files[*b].selector).is_some()
+            }) else {
+                continue;
+            };
+            let address = match host.parse::<std::net::IpAddr>() {
+                Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
+                _ => format!("{host}:{port}"),
+            };
+            let resource = second.origin().map_or_else(
+                || second.name.clone(),
+                |(_, index)| format!("listeners[{index}] {:?}", second.name),
+            );
+            errors.push(ConfigError::Resource {
+                path: files[b].path.clone(),
+                resource,
+                field: "address".into(),
+                message: format!(
+                    "on the address of listener {:?} ({}), for the same nodes. Envoy would \
+                     reject it with: error adding listener: '{}' has duplicate address '{address}' \
+                     as existing listener, to check if the listener has duplicated addresses \
+                     with other listeners or 'enable_reuse_port' is set to 'false' for the \
+                     listener",
+                    first.name,
+                    files[a].path.display(),
+                    second.name
+                ),
+            });
         }
     }
     errors

@@ -1148,3 +1148,70 @@ fn p34_an_lb_endpoint_needs_an_xdstp_name() {
         "{e:?}"
     );
 }
+
+/// Issue 33, item 6: two listeners on one address and port for the same nodes are refused as
+/// Envoy refuses the second (tests/rules_envoy.rs checks the words against Envoy); on
+/// another protocol, port 0, or for nodes no one node matches both of, they load.
+#[test]
+fn two_listeners_on_one_address_for_the_same_nodes_are_refused() {
+    let listener = |name: &str, address: &str, port: u32, extra: &str| {
+        format!(
+            "  - name: {name}\n    address: {{ socket_address: {{ address: {address}, port_value: {port}{extra} }} }}\n    \
+             filter_chains: [{{ filters: [{{ name: t, typed_config: {{ \"@type\": \
+             type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, \
+             stat_prefix: t, cluster: c }} }}] }}]\n"
+        )
+    };
+    let clusters = "clusters: [{ name: c, connect_timeout: 1s }]\n";
+    let load = |files: &[(&str, String)]| {
+        let dir = tempfile::tempdir().expect("tmp");
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).expect("write");
+        }
+        std::fs::write(dir.path().join("c.yaml"), clusters).expect("write");
+        load(&[dir.path().to_path_buf()], &LoadOptions::default())
+    };
+    let same = format!(
+        "listeners:\n{}{}",
+        listener("l1", "127.0.0.1", 10000, ""),
+        listener("l2", "127.0.0.1", 10000, "")
+    );
+    let failure = load(&[("l.yaml", same)]).expect_err("refused");
+    let message = failure.errors[0].to_string();
+    assert!(
+        message.contains("listeners[1] \"l2\": address: on the address of listener \"l1\"")
+            && message.ends_with(
+                "Envoy would reject it with: error adding listener: 'l2' has duplicate address \
+                 '127.0.0.1:10000' as existing listener, to check if the listener has \
+                 duplicated addresses with other listeners or 'enable_reuse_port' is set to \
+                 'false' for the listener"
+            ),
+        "{message}"
+    );
+    // Two files whose selectors a node matches both of: refused too.
+    let edge = |name: &str, selector: &str| {
+        format!(
+            "nodes: [{selector}]\nlisteners:\n{}",
+            listener(name, "127.0.0.1", 10000, "")
+        )
+    };
+    assert!(load(&[
+        ("a.yaml", edge("a", "{ id: \"edge-*\" }")),
+        ("b.yaml", edge("b", "{ cluster: eu }"))
+    ])
+    .is_err());
+    // Nodes no one node is among both of; UDP beside TCP; port 0 twice: all load.
+    assert!(load(&[
+        ("a.yaml", edge("a", "{ id: \"edge-*\" }")),
+        ("b.yaml", edge("b", "{ id: \"core-*\" }"))
+    ])
+    .is_ok());
+    let other = format!(
+        "listeners:\n{}{}{}{}",
+        listener("tcp", "127.0.0.1", 10000, ""),
+        listener("udp", "127.0.0.1", 10000, ", protocol: UDP"),
+        listener("any1", "127.0.0.1", 0, ""),
+        listener("any2", "127.0.0.1", 0, "")
+    );
+    assert!(load(&[("l.yaml", other)]).is_ok());
+}
