@@ -73,12 +73,15 @@ pub enum Command {
     /// changes, 1 when something does, 2 when either side does not load.
     Diff(DiffArgs),
     /// Show every connected proxy's sync state per type, from a running server's admin API;
-    /// exit 3 when the server's last config load failed, 2 when any proxy is NACKing, 1
-    /// when the server cannot be asked.
+    /// exit 0 when every connected node runs the newest loaded generation and no rollout is
+    /// on, 2 a proxy NACKs, 3 the last config load failed, 4 a rollout is in progress, 5 a
+    /// rollout halted or was aborted, 6 --wait timed out, 7 a node is still updating, 1 the
+    /// server cannot be asked.
     Status(StatusArgs),
     /// A staged rollout on a running server (serve --canary-id/--canary-cluster): show it,
     /// promote it to every node now, or abort it (the canaries go back to the stable
-    /// generation); exit 1 when there is none or the server cannot be asked.
+    /// generation); exit 1 when there is none or the server cannot be asked, and `status` 5
+    /// when the rollout halted.
     Rollout(RolloutArgs),
     /// Load an xDS server with simulated Envoys (each its own connection and ADS stream),
     /// run a trigger command, and report connect and sync times, convergence, responses and
