@@ -23,7 +23,9 @@ fn the_cli_reference_is_generated_from_the_cli() {
          cli_reference` and commit it"
     );
     // Every subcommand is there.
-    for command in ["serve", "validate", "diff", "status", "rollout", "import", "loadgen"] {
+    for command in [
+        "serve", "validate", "diff", "status", "rollout", "import", "loadgen",
+    ] {
         assert!(
             generated.contains(&format!("## `switchyard {command}`")),
             "{command} is not in the reference"

@@ -109,6 +109,10 @@ pub(super) fn decode_resource(
                 }
                 if sensitive::at_sensitive(descriptor.clone(), item, &path) {
                     message = sensitive::hidden(&message);
+                } else if let Some((field, said)) =
+                    super::suggest::explain(&descriptor, item, &path, &message)
+                {
+                    return error(field, said);
                 }
                 error(path.to_string(), message)
             })

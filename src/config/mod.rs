@@ -36,6 +36,7 @@ pub mod rules;
 pub mod secret_files;
 pub mod selector;
 mod sensitive;
+mod suggest;
 mod walk;
 pub mod yaml;
 
