@@ -512,7 +512,7 @@ fn validate_checks_envoys_field_rules_unless_told_not_to() {
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains(
-            "c.yaml: clusters[0] \"backend\": connect_timeout: breaks Envoy's rule duration.gt; \
+            "c.yaml:2:22: clusters[0] \"backend\": connect_timeout: breaks Envoy's rule duration.gt; \
              Envoy would reject it with: Proto constraint validation failed \
              (ClusterValidationError.ConnectTimeout: value must be greater than 0s)"
         ),

@@ -41,6 +41,7 @@ pub(super) fn decode_resource(
         resource: label.clone(),
         field,
         message,
+        at: None,
     };
 
     // `ttl` sits beside the resource's own fields (no resource type has a field of that

@@ -340,6 +340,7 @@ fn foreign_authorities(files: &[SnapshotFile], authorities: &[String]) -> Vec<Co
                         name.authority,
                         authorities.join(", --authority ")
                     ),
+                    at: None,
                 });
             }
         }
@@ -420,6 +421,7 @@ fn duplicate_addresses(files: &[SnapshotFile]) -> Vec<ConfigError> {
                     files[a].path.display(),
                     second.name
                 ),
+                at: None,
             });
         }
     }

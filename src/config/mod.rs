@@ -205,6 +205,12 @@ impl std::error::Error for LoadFailure {}
 
 /// One problem in the configuration, naming the file and, where there is one, the resource
 /// and the field path.
+/// `:LINE:COLUMN` after a file's path, or nothing.
+fn line_and_column(at: &Option<(usize, usize)>) -> String {
+    at.map(|(line, column)| format!(":{line}:{column}"))
+        .unwrap_or_default()
+}
+
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{}: {message}", .path.display())]
@@ -217,7 +223,7 @@ pub enum ConfigError {
         at: String,
         message: String,
     },
-    #[error("{}: {resource}: {field}: {message}", .path.display())]
+    #[error("{}{}: {resource}: {field}: {message}", .path.display(), line_and_column(.at))]
     Resource {
         path: PathBuf,
         /// `clusters[2]`, with the name where it could be read: `clusters[2] "backend"`.
@@ -226,6 +232,9 @@ pub enum ConfigError {
         /// resource itself.
         field: String,
         message: String,
+        /// Where in the file (line, column, from 1): the field, or the nearest part of the
+        /// resource the file has (an unknown name at its key), when known.
+        at: Option<(usize, usize)>,
     },
     #[error("{kind} {name:?} is defined twice: in {} and in {}{why}", .first.display(), .second.display())]
     Duplicate {

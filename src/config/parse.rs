@@ -263,6 +263,7 @@ fn load_text_naming(
                                 resource: label.clone(),
                                 field,
                                 message,
+                                at: None,
                             }
                         }));
                         read_files.extend(filled.read);
@@ -274,11 +275,55 @@ fn load_text_naming(
             }
         }
     }
+    // Where in the file each thing reported is, found only when there is something to
+    // report (a good file never pays for it).
+    let reported = |e: &ConfigError| matches!(e, ConfigError::Resource { at: None, .. });
+    if errors.iter().chain(&warnings).any(reported) {
+        let positions = super::yaml::positions(text);
+        for e in errors.iter_mut().chain(warnings.iter_mut()) {
+            locate(e, &positions);
+        }
+    }
     if errors.is_empty() {
         Ok(SnapshotFile::new(path.to_path_buf(), selector, resources)
             .with_warnings(warnings)
             .with_secret_files(read_files, certificates))
     } else {
         Err(errors)
+    }
+}
+
+/// Give a resource's error the line and column of its field in the file, or of the nearest
+/// part of it the file has (an unknown field's key is there; a field a rule found missing is
+/// not, and its resource is).
+fn locate(error: &mut ConfigError, positions: &super::yaml::Positions) {
+    let ConfigError::Resource {
+        resource,
+        field,
+        at: at @ None,
+        ..
+    } = error
+    else {
+        return;
+    };
+    // `clusters[1] "web"`: the item is `clusters[1]`.
+    let item = resource.split(' ').next().unwrap_or_default();
+    let mut path = if field == "." {
+        item.to_string()
+    } else {
+        format!("{item}.{field}")
+    };
+    loop {
+        if let Some(&found) = positions.get(&path) {
+            *at = Some(found);
+            return;
+        }
+        // One segment less: `a.b[2]` -> `a.b`, `a.b` -> `a`.
+        let cut = match (path.rfind('.'), path.rfind('[')) {
+            (Some(dot), Some(bracket)) => dot.max(bracket),
+            (Some(cut), None) | (None, Some(cut)) => cut,
+            (None, None) => return,
+        };
+        path.truncate(cut);
     }
 }

@@ -519,7 +519,7 @@ fn p25_ttl_key_beside_the_resource_sets_its_ttl_and_version() {
         let errs = errors(dir.path());
         assert_eq!(errs.len(), 1, "{bad}: {errs:?}");
         assert!(
-            errs[0].contains("a.yaml: clusters[0] \"c\": ttl:") && errs[0].contains(why),
+            errs[0].contains("a.yaml:4:5: clusters[0] \"c\": ttl:") && errs[0].contains(why),
             "{bad}: {}",
             errs[0]
         );

@@ -57,8 +57,29 @@ enum Frame {
     },
 }
 
+/// Where each node of a file starts, by its path from the top (`clusters[1].connect_timeout`,
+/// `clusters[1]`): a mapping entry at its key, a list item at its first character. Line and
+/// column count from 1.
+pub type Positions = std::collections::HashMap<String, (usize, usize)>;
+
+/// Where each node of `text` starts (see [`Positions`]); what does not parse has none. Only
+/// asked for when a file has something to report, so a good load never builds it.
+pub fn positions(text: &str) -> Positions {
+    let mut builder = Builder {
+        track: true,
+        ..Builder::default()
+    };
+    let mut parser = Parser::new_from_str(text);
+    let _ = parser.load(&mut builder, true);
+    builder.positions
+}
+
 #[derive(Default)]
 struct Builder {
+    /// Whether to keep [`Positions`] (and the path of each open frame, in `paths`).
+    track: bool,
+    paths: Vec<String>,
+    positions: Positions,
     stack: Vec<Frame>,
     root: Option<Value>,
     anchors: std::collections::HashMap<usize, Value>,
@@ -73,6 +94,29 @@ impl Builder {
         if self.error.is_none() {
             self.error = Some(message);
         }
+    }
+
+    /// The path of the node about to be added (not a key), and whether it is a list item.
+    fn child_path(&self) -> (String, bool) {
+        let parent = self.paths.last().map(String::as_str).unwrap_or_default();
+        match self.stack.last() {
+            Some(Frame::Sequence { items, .. }) => (format!("{parent}[{}]", items.len()), true),
+            Some(Frame::Mapping {
+                key: Some((k, _)), ..
+            }) => (join(parent, k), false),
+            _ => (String::new(), false),
+        }
+    }
+
+    /// Keep where the node about to be added starts (list items; entries are kept at
+    /// their keys), and return its path.
+    fn mark_child(&mut self, mark: &Marker) -> String {
+        let (path, item) = self.child_path();
+        if item {
+            self.positions
+                .insert(path.clone(), (mark.line(), mark.col() + 1));
+        }
+        path
     }
 
     /// Whether the next node is a mapping key.
@@ -129,10 +173,18 @@ impl MarkedEventReceiver for Builder {
             Event::DocumentStart => self.documents += 1,
             Event::Scalar(text, style, anchor, tag) => {
                 if self.wants_key() {
+                    if self.track {
+                        let parent = self.paths.last().map(String::as_str).unwrap_or_default();
+                        let path = join(parent, &text);
+                        self.positions.insert(path, (mark.line(), mark.col() + 1));
+                    }
                     if let Some(Frame::Mapping { key, .. }) = self.stack.last_mut() {
                         *key = Some((text, mark.line()));
                     }
                     return;
+                }
+                if self.track {
+                    self.mark_child(&mark);
                 }
                 let value = resolve(text, style, tag.as_ref());
                 self.add(value, anchor);
@@ -143,6 +195,10 @@ impl MarkedEventReceiver for Builder {
                         "line {}: a mapping key must be a plain value, not a list or a mapping",
                         mark.line()
                     ));
+                }
+                if self.track {
+                    let path = self.mark_child(&mark);
+                    self.paths.push(path);
                 }
                 let frame = match event {
                     Event::SequenceStart(..) => Frame::Sequence {
@@ -159,6 +215,9 @@ impl MarkedEventReceiver for Builder {
                 self.stack.push(frame);
             }
             Event::SequenceEnd | Event::MappingEnd => {
+                if self.track {
+                    self.paths.pop();
+                }
                 let (value, anchor) = match self.stack.pop() {
                     Some(Frame::Sequence { items, anchor }) => (Value::Sequence(items), anchor),
                     Some(Frame::Mapping {
@@ -203,6 +262,15 @@ impl MarkedEventReceiver for Builder {
             }
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
         }
+    }
+}
+
+/// `parent` and one key more, as error paths write them.
+fn join(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}.{key}")
     }
 }
 
