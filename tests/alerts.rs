@@ -194,15 +194,15 @@ async fn a_live_prometheus_fires_the_nack_alert_and_every_panel_has_data() {
     .await;
     assert!(scraping.is_some(), "Prometheus never scraped Switchyard");
 
-    // A second listener on the address of the first passes every field rule; Envoy NACKs
-    // it, and the rollout to the canaries halts.
+    // A second listener passes every field rule and check of Switchyard's; Envoy NACKs it
+    // (its regex's RE2 program is over Envoy's limit), and the rollout to the canaries halts.
     write(
         &config,
         "listener.yaml",
         &format!(
             "listeners:{}{}",
             listener_item("http", listener, "main"),
-            listener_item("b", listener, "main")
+            support::envoy_rejected_listener_item("b", free_port(), "a")
         ),
     );
     // An admin connection that never sends its headers: turned away by a limit.

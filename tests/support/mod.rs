@@ -619,6 +619,38 @@ pub fn listener_item(name: &str, port: impl std::fmt::Display, route: &str) -> S
     )
 }
 
+/// A listener item every field rule and every check of Switchyard's passes, and Envoy 1.40
+/// refuses: its inline route matches a regex whose RE2 program (104) is over Envoy's default
+/// limit (100), which Switchyard does not count. For tests that need a NACK.
+pub fn envoy_rejected_listener_item(
+    name: &str,
+    port: impl std::fmt::Display,
+    cluster: &str,
+) -> String {
+    format!(
+        r#"
+  - name: {name}
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+      - filters:
+          - name: envoy.filters.network.http_connection_manager
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+              stat_prefix: {name}
+              route_config:
+                name: {name}
+                virtual_hosts:
+                  - name: all
+                    domains: ["*"]
+                    routes: [{{ match: {{ safe_regex: {{ regex: "x{{0,50}}" }} }}, route: {{ cluster: {cluster} }} }}]
+              http_filters:
+                - name: envoy.filters.http.router
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#
+    )
+}
+
 /// Route configuration `name` sending everything to `cluster`.
 pub fn route_to(name: &str, cluster: &str) -> String {
     format!(

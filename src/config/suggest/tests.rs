@@ -226,3 +226,22 @@ fn typos_and_slips_get_messages_that_point() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// JSON files point as YAML ones do (for positions, JSON is read as the YAML it is).
+#[test]
+fn json_files_point_too() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        dir.path().join("f.json"),
+        "{\"clusters\": [\n  {\"name\": \"web\",\n   \"conect_timeout\": \"1s\"}\n]}\n",
+    )
+    .expect("write");
+    let failure = load(&[dir.path().to_path_buf()], &LoadOptions::default()).expect_err("refused");
+    assert_eq!(
+        failure.errors[0]
+            .to_string()
+            .replace(&format!("{}/", dir.path().display()), ""),
+        "f.json:3:4: clusters[0] \"web\": conect_timeout: unknown field `conect_timeout` of \
+         envoy.config.cluster.v3.Cluster; did you mean `connect_timeout`?"
+    );
+}
