@@ -585,7 +585,7 @@ async fn per_type(server: &TestServer, kind: ResourceType) -> XdsClient {
 const EVERY_KIND: &str = r#"
 clusters: [{ name: c, connect_timeout: 1s }]
 endpoints: [{ cluster_name: c }]
-listeners: [{ name: l, address: { socket_address: { address: 127.0.0.1, port_value: 1 } } }]
+listeners: [{ name: l, address: { socket_address: { address: 127.0.0.1, port_value: 1 } }, filter_chains: [{ filters: [{ name: t, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: t, cluster: c } }] }] }]
 routes: [{ name: r }]
 scoped_routes: [{ name: s, route_configuration_name: r, key: { fragments: [{ string_key: k }] } }]
 secrets: [{ name: x, generic_secret: { secret: { inline_string: hush } } }]
