@@ -23,7 +23,7 @@ use crate::config::{descriptors, json, Config};
 use crate::resource::{Resource, ResourceType, Secrets};
 
 /// What changed for one node group.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GroupDiff {
     /// The node group, as [`crate::preflight::Group`] names it.
     pub group: String,
@@ -31,7 +31,7 @@ pub struct GroupDiff {
     pub types: Vec<TypeDiff>,
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TypeDiff {
     pub kind: String,
     pub added: Vec<String>,
@@ -41,7 +41,7 @@ pub struct TypeDiff {
 }
 
 /// One field that differs, with both values as proto3 JSON (`None`: absent on that side).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, serde::Serialize)]
 pub struct FieldChange {
     pub path: String,
     pub old: Option<String>,

@@ -626,3 +626,115 @@ fn diff_exits_0_1_or_2_and_names_what_changes() {
         stderr(&broken)
     );
 }
+
+/// Issue 33, item 2: `validate --output json|github` prints a result for machines on stdout
+/// (schema `switchyard.validate/v1`, docs/output.md), with each finding's file, line,
+/// column, resource, field, message and Envoy's words; the exit code is the same as text's.
+#[test]
+fn validate_prints_findings_for_machines() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        "clusters:\n  - name: web\n    conect_timeout: 1s\n  - { name: zero, connect_timeout: 0s }\n",
+    )
+    .expect("write");
+    let path = dir.path().to_str().expect("utf-8");
+    let o = switchyard(&["validate", "--config", path, "--output", "json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(doc["schema"], "switchyard.validate/v1");
+    assert_eq!(doc["ok"], false);
+    let file = dir.path().join("c.yaml").display().to_string();
+    let findings = doc["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 2, "{doc:#}");
+    let typo = &findings[0];
+    assert_eq!(typo["severity"], "error");
+    assert_eq!(typo["file"], file.as_str());
+    assert_eq!(
+        (typo["line"].as_u64(), typo["column"].as_u64()),
+        (Some(3), Some(5))
+    );
+    assert_eq!(typo["resource"], "clusters[0] \"web\"");
+    assert_eq!(typo["field"], "conect_timeout");
+    assert!(typo["message"]
+        .as_str()
+        .is_some_and(|m| m.ends_with("did you mean `connect_timeout`?")));
+    assert!(typo["envoy"].is_null());
+    let rule = &findings[1];
+    assert_eq!(rule["field"], "connect_timeout");
+    assert_eq!(
+        rule["envoy"],
+        "Proto constraint validation failed (ClusterValidationError.ConnectTimeout: value must \
+         be greater than 0s)"
+    );
+
+    let o = switchyard(&["validate", "--config", path, "--output", "github"]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.starts_with(&format!(
+            "::error file={file},line=3,col=5,title=switchyard%3A clusters[0] \"web\"::conect_timeout: \
+             unknown field `conect_timeout`"
+        )),
+        "{out}"
+    );
+    assert_eq!(out.lines().count(), 2, "{out}");
+
+    // Good files: ok, exit 0, nothing found.
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        "clusters: [{ name: web, connect_timeout: 1s }]\n",
+    )
+    .expect("write");
+    let o = switchyard(&["validate", "--config", path, "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(
+        (doc["ok"].as_bool(), doc["resources"].as_u64()),
+        (Some(true), Some(1))
+    );
+}
+
+/// Issue 33, item 2: `diff --output json|markdown|github`.
+#[test]
+fn diff_prints_for_machines_and_pull_requests() {
+    let old = tempfile::tempdir().expect("tmp");
+    let new = tempfile::tempdir().expect("tmp");
+    let cluster =
+        |timeout: &str| format!("clusters:\n  - {{ name: backend, connect_timeout: {timeout} }}\n");
+    std::fs::write(old.path().join("c.yaml"), cluster("1s")).expect("write");
+    std::fs::write(new.path().join("c.yaml"), cluster("2s")).expect("write");
+    let (o, n) = (
+        old.path().to_str().expect("utf-8"),
+        new.path().to_str().expect("utf-8"),
+    );
+    let run =
+        |format: &str| switchyard(&["diff", "--config", n, "--against", o, "--output", format]);
+    let json = run("json");
+    assert_eq!(json.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(doc["schema"], "switchyard.diff/v1");
+    assert_eq!(doc["changes"], true);
+    let change = &doc["groups"][0]["types"][0];
+    assert_eq!(change["kind"], "CDS");
+    assert_eq!(change["changed"][0][0], "backend");
+    assert_eq!(change["changed"][0][1][0]["path"], "connect_timeout");
+    assert_eq!(change["changed"][0][1][0]["new"], "\"2s\"");
+
+    let md = String::from_utf8_lossy(&run("markdown").stdout).into_owned();
+    assert!(
+        md.contains("| CDS |  |  | `backend` |")
+            && md.contains("- `connect_timeout`: `\"1s\"` → `\"2s\"`"),
+        "{md}"
+    );
+    let gh = String::from_utf8_lossy(&run("github").stdout).into_owned();
+    assert!(
+        gh.starts_with("::notice title=switchyard diff%3A CDS changed::backend: connect_timeout ("),
+        "{gh}"
+    );
+    std::fs::write(new.path().join("c.yaml"), cluster("1s")).expect("write");
+    let same = run("json");
+    assert_eq!(same.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_slice(&same.stdout).expect("JSON");
+    assert_eq!(doc["changes"], false);
+}

@@ -76,6 +76,22 @@ fn validate_envoy_reports_envoys_verdict_per_node_group() {
             && err.contains("RE2 program size of 104 > max program size of 100"),
         "{err}"
     );
+    // The same for machines: a finding naming the node group, in Envoy's words.
+    let (code, out, _) = switchyard(&[
+        "validate", "--config", &config, "--envoy", &envoy, "--output", "json",
+    ]);
+    assert_eq!(code, Some(1));
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let finding = &doc["findings"][0];
+    assert!(
+        finding["node_group"]
+            .as_str()
+            .is_some_and(|g| g.starts_with("nodes no selector names"))
+            && finding["envoy"]
+                .as_str()
+                .is_some_and(|e| e.contains("RE2 program size of 104")),
+        "{doc:#}"
+    );
     write(dir.path(), "routes.yaml", &route_to("main", "a"));
 
     // A file for edge-* nodes only, with a cluster Envoy rejects: only that group fails,

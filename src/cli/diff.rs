@@ -11,6 +11,7 @@ use clap::Args;
 
 use super::admin_api::{admin_at, admin_call};
 use super::flags::{AdminAccess, DescriptorArgs};
+use super::output::DiffFormat;
 use super::runtime;
 use crate::config::{self, LoadOptions};
 
@@ -37,6 +38,11 @@ pub struct DiffArgs {
     pub skip_envoy_rules: bool,
     #[command(flatten)]
     pub descriptors: DescriptorArgs,
+    /// How to print what changes: `text`, `json` (schema `switchyard.diff/v1`,
+    /// docs/output.md), `github` (GitHub Actions notices) or `markdown` (a summary for a pull
+    /// request's comment), on stdout. A side that does not load is said on stderr.
+    #[arg(long, short = 'o', value_enum, default_value_t = DiffFormat::Text)]
+    pub output: DiffFormat,
 }
 
 /// Exit code of `switchyard diff` when something changes.
@@ -106,7 +112,12 @@ pub(super) fn run(args: &DiffArgs) -> ExitCode {
             crate::diff::diff(&old, &new)
         }
     };
-    print!("{report}");
+    match args.output {
+        DiffFormat::Text => print!("{report}"),
+        DiffFormat::Json => println!("{}", super::output::diff_json(&report)),
+        DiffFormat::Github => print!("{}", super::output::diff_annotations(&report)),
+        DiffFormat::Markdown => print!("{}", super::output::diff_markdown(&report)),
+    }
     if report.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -17,6 +17,7 @@ mod diff;
 mod flags;
 mod import;
 mod loadgen;
+mod output;
 mod rollout;
 mod serve;
 pub mod status;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::flags::ConfigArgs;
+use super::output::{Finding, Format, Validation};
 use super::EXIT_USAGE;
 use crate::config::{self, LoadOptions};
 
@@ -30,6 +31,31 @@ pub struct ValidateArgs {
     /// (keys named by a path on the proxy's host go either way).
     #[arg(long, requires = "envoy")]
     pub with_key_material: bool,
+    /// How to print the result: `text` (diagnostics on stderr, the verdict on stdout),
+    /// `json` (one document of schema `switchyard.validate/v1`, docs/output.md) or `github`
+    /// (GitHub Actions annotations), on stdout.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
+    pub output: Format,
+}
+
+/// Print a machine's result (`--output json` or `github`) and exit with `ok`'s code.
+fn machine(args: &ValidateArgs, result: &Validation) -> ExitCode {
+    match args.output {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(result).unwrap_or_default()
+        ),
+        _ => {
+            for f in &result.findings {
+                println!("{}", f.annotation());
+            }
+        }
+    }
+    if result.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 pub(super) fn run(args: &ValidateArgs) -> ExitCode {
@@ -37,8 +63,20 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
         allow_empty: true,
         ..args.config.load_options()
     };
+    let text = args.output == Format::Text;
     let config = match config::load(&args.config.paths, &options) {
         Ok(config) => config,
+        Err(failure) if !text => {
+            let mut result = Validation::new(0, 0);
+            result.ok = false;
+            result
+                .findings
+                .extend(failure.errors.iter().map(|e| Finding::of(e, "error")));
+            result
+                .findings
+                .extend(failure.warnings.iter().map(|w| Finding::of(w, "warning")));
+            return machine(args, &result);
+        }
         Err(failure) => {
             for w in &failure.warnings {
                 eprintln!("warning: {w}");
@@ -50,8 +88,14 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    for w in &config.warnings {
-        eprintln!("warning: {w}");
+    let mut result = Validation::new(config.files.len(), config.resource_count());
+    result
+        .findings
+        .extend(config.warnings.iter().map(|w| Finding::of(w, "warning")));
+    if text {
+        for w in &config.warnings {
+            eprintln!("warning: {w}");
+        }
     }
     let mut rejected = 0;
     if let Some(envoy) = &args.envoy {
@@ -69,13 +113,23 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
         };
         for v in &verdicts {
             match &v.result {
-                Ok(()) => eprintln!("envoy: OK: {}", v.group),
+                Ok(()) if text => eprintln!("envoy: OK: {}", v.group),
+                Ok(()) => result.envoy_accepted.push(v.group.to_string()),
                 Err(message) => {
                     rejected += 1;
-                    eprintln!("error: Envoy rejects the {}: {message}", v.group);
+                    if text {
+                        eprintln!("error: Envoy rejects the {}: {message}", v.group);
+                    }
+                    result
+                        .findings
+                        .push(Finding::rejected_group(&v.group.to_string(), message));
                 }
             }
         }
+    }
+    if !text {
+        result.ok = rejected == 0;
+        return machine(args, &result);
     }
     if rejected > 0 {
         let inline_keys = config

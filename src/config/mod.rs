@@ -203,14 +203,14 @@ impl fmt::Display for LoadFailure {
 
 impl std::error::Error for LoadFailure {}
 
-/// One problem in the configuration, naming the file and, where there is one, the resource
-/// and the field path.
 /// `:LINE:COLUMN` after a file's path, or nothing.
 fn line_and_column(at: &Option<(usize, usize)>) -> String {
     at.map(|(line, column)| format!(":{line}:{column}"))
         .unwrap_or_default()
 }
 
+/// One problem in the configuration, naming the file and, where there is one, the resource
+/// and the field path.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{}: {message}", .path.display())]
