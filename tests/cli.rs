@@ -738,3 +738,49 @@ fn diff_prints_for_machines_and_pull_requests() {
     let doc: serde_json::Value = serde_json::from_slice(&same.stdout).expect("JSON");
     assert_eq!(doc["changes"], false);
 }
+
+/// Issue 33, item 2: `import --output json` says what it wrote (schema
+/// `switchyard.import/v1`), or why it wrote nothing.
+#[test]
+fn import_prints_for_machines() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let bootstrap = dir.path().join("envoy.yaml");
+    std::fs::write(
+        &bootstrap,
+        "static_resources:\n  clusters: [{ name: web, connect_timeout: 1s }]\n",
+    )
+    .expect("write");
+    let out = dir.path().join("out");
+    let (b, o) = (
+        bootstrap.to_str().expect("utf-8"),
+        out.to_str().expect("utf-8"),
+    );
+    let run = switchyard(&["import", b, "--out", o, "--output", "json"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let doc: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    assert_eq!(doc["schema"], "switchyard.import/v1");
+    assert_eq!(doc["ok"], true);
+    let written: Vec<&str> = doc["written"]
+        .as_array()
+        .expect("written")
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    assert!(
+        written.iter().any(|w| w.ends_with("envoy.yaml"))
+            && written.iter().any(|w| w.ends_with("clusters.yaml")),
+        "{doc:#}"
+    );
+    assert!(doc["next"]
+        .as_str()
+        .is_some_and(|n| n.starts_with("switchyard serve")));
+    // Again, without --force: nothing written, and why.
+    let again = switchyard(&["import", b, "--out", o, "--output", "json"]);
+    assert_eq!(again.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&again.stdout).expect("JSON");
+    assert_eq!(
+        (doc["ok"].as_bool(), doc["written"].as_array().map(Vec::len)),
+        (Some(false), Some(0))
+    );
+    assert_eq!(doc["errors"].as_array().map(Vec::len), Some(1), "{doc:#}");
+}

@@ -223,6 +223,21 @@ async fn status_exit_codes_tell_the_truth_through_a_rollout() {
     .to_vec())
     .await;
     assert_eq!(rollout.status.code(), Some(5));
+    let json = cli([
+        "rollout",
+        "status",
+        "--admin-addr",
+        &server.admin_addr.to_string(),
+        "--output",
+        "json",
+    ]
+    .map(String::from)
+    .to_vec())
+    .await;
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(doc["schema"], "switchyard.rollout/v1");
+    assert_eq!(doc["rollout"]["state"], "HALTED", "{doc:#}");
+    assert_eq!(json.status.code(), Some(5));
 
     // Aborted: what serves is the generation before, and the files differ from it: 5, said.
     let (code, _) = server.admin_post("/rollout/abort").await;

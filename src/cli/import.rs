@@ -44,6 +44,24 @@ pub struct ImportArgs {
     pub force: bool,
     #[command(flatten)]
     pub descriptors: DescriptorArgs,
+    /// How to print the result: `text`, or `json` (schema `switchyard.import/v1`,
+    /// docs/output.md) on stdout.
+    #[arg(long, short = 'o', value_enum, default_value_t = super::output::TextOrJson::Text)]
+    pub output: super::output::TextOrJson,
+}
+
+/// `import --output json`: print `result` and exit by it.
+fn json(mut result: super::output::Imported, ok: bool) -> ExitCode {
+    result.ok = ok;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&result).unwrap_or_default()
+    );
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 /// `switchyard import`: the files written only when the whole import succeeded and the
@@ -57,45 +75,66 @@ pub(super) fn run(args: &ImportArgs) -> ExitCode {
         node_id: args.node_id.clone(),
         node_cluster: args.node_cluster.clone(),
     };
+    let machine = args.output == super::output::TextOrJson::Json;
+    let mut result = super::output::Imported::new();
     let imported = match crate::import::import(&args.bootstrap, &options) {
         Ok(imported) => imported,
+        Err(e) if machine => {
+            result.errors.push(e.to_string());
+            return json(result, false);
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
     // What is written must load: checked before anything is written.
-    let mut errors = 0;
     for (name, text) in &imported.files {
         if let Err(file_errors) = config::load_text(std::path::Path::new(name), text) {
             for e in file_errors {
-                errors += 1;
-                eprintln!("error: the imported {e}");
+                if !machine {
+                    eprintln!("error: the imported {e}");
+                }
+                result.errors.push(format!("the imported {e}"));
             }
         }
     }
-    if errors > 0 {
+    if !result.errors.is_empty() {
+        if machine {
+            return json(result, false);
+        }
         eprintln!("invalid: the imported files do not load; nothing written");
         return ExitCode::FAILURE;
     }
     let written = match crate::import::write(&args.out, &imported, args.force) {
         Ok(written) => written,
+        Err(e) if machine => {
+            result.errors.push(e.to_string());
+            return json(result, false);
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
+    let next = format!(
+        "switchyard serve --config {} (xDS on {}); envoy -c {}",
+        args.out.join(crate::import::SNAPSHOT_DIR).display(),
+        args.xds_address,
+        args.out.join(crate::import::BOOTSTRAP_FILE).display()
+    );
+    if machine {
+        result.notes = imported.notes.iter().map(ToString::to_string).collect();
+        result.written = written.iter().map(|p| p.display().to_string()).collect();
+        result.next = Some(next);
+        return json(result, true);
+    }
     for note in &imported.notes {
         eprintln!("note: {note}");
     }
     for path in &written {
         println!("wrote {}", path.display());
     }
-    println!(
-        "next: switchyard serve --config {} (xDS on {}); envoy -c {}",
-        args.out.join(crate::import::SNAPSHOT_DIR).display(),
-        args.xds_address,
-        args.out.join(crate::import::BOOTSTRAP_FILE).display()
-    );
+    println!("next: {next}");
     ExitCode::SUCCESS
 }

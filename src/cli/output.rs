@@ -26,6 +26,72 @@ pub enum Format {
     Github,
 }
 
+/// How `import` and `rollout status` print their result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TextOrJson {
+    /// For people.
+    Text,
+    /// One JSON document on stdout (docs/output.md).
+    Json,
+}
+
+/// `import`'s result, as JSON.
+#[derive(Debug, Serialize)]
+pub struct Imported {
+    /// `switchyard.import/v1`.
+    pub schema: String,
+    pub ok: bool,
+    /// The files written (none when it failed).
+    pub written: Vec<String>,
+    /// What `import` has to say about what it did (kept static, moved, ...).
+    pub notes: Vec<String>,
+    /// Why it failed, when it did: the imported files' load errors, or the error.
+    pub errors: Vec<String>,
+    /// The commands to run next.
+    pub next: Option<String>,
+}
+
+impl Imported {
+    pub fn new() -> Imported {
+        Imported {
+            schema: format!("switchyard.import/v{SCHEMA_VERSION}"),
+            ok: false,
+            written: Vec::new(),
+            notes: Vec::new(),
+            errors: Vec::new(),
+            next: None,
+        }
+    }
+}
+
+/// `rollout status`'s result, as JSON.
+#[derive(Debug, Serialize)]
+pub struct Rollout<'a> {
+    /// `switchyard.rollout/v1`.
+    pub schema: String,
+    /// The generation every node but the canaries gets.
+    pub generation: u64,
+    /// The rollout in progress, if any (as `/status` has it).
+    pub rollout: Option<&'a crate::admin::RolloutStatus>,
+    /// Each node and its generation.
+    pub nodes: Vec<(String, u64)>,
+}
+
+impl<'a> Rollout<'a> {
+    pub fn of(status: &'a crate::admin::Status) -> Rollout<'a> {
+        Rollout {
+            schema: format!("switchyard.rollout/v{SCHEMA_VERSION}"),
+            generation: status.generation,
+            rollout: status.rollout.as_ref(),
+            nodes: status
+                .nodes
+                .iter()
+                .map(|n| (n.node_id.clone(), n.generation))
+                .collect(),
+        }
+    }
+}
+
 /// How `diff` prints its result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum DiffFormat {

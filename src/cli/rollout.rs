@@ -22,11 +22,20 @@ pub struct RolloutArgs {
 pub enum RolloutAction {
     /// The rollout in progress: its state, the stable and candidate generations, and which
     /// generation each node has.
-    Status(AdminArgs),
+    Status(RolloutStatusArgs),
     /// Serve the candidate to every node now.
     Promote(AdminArgs),
     /// Stop the rollout: the canaries go back to the stable generation.
     Abort(AdminArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RolloutStatusArgs {
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    /// How to print it: `text`, or `json` (schema `switchyard.rollout/v1`, docs/output.md).
+    #[arg(long, short = 'o', value_enum, default_value_t = super::output::TextOrJson::Text)]
+    pub output: super::output::TextOrJson,
 }
 
 /// `switchyard rollout`: ask a running server about its rollout, or act on it.
@@ -36,14 +45,15 @@ pub(super) fn run(args: &RolloutArgs) -> ExitCode {
         Err(code) => return code,
     };
     let admin = match &args.action {
-        RolloutAction::Status(a) | RolloutAction::Promote(a) | RolloutAction::Abort(a) => a,
+        RolloutAction::Status(s) => &s.admin,
+        RolloutAction::Promote(a) | RolloutAction::Abort(a) => a,
     };
     let (target, token) = match admin_target(admin) {
         Ok(found) => found,
         Err(code) => return code,
     };
-    let path = match args.action {
-        RolloutAction::Status(_) => {
+    let path = match &args.action {
+        RolloutAction::Status(status_args) => {
             let (status, _) = match runtime.block_on(fetch_status(&target, token.as_deref())) {
                 Ok(found) => found,
                 Err(e) => {
@@ -51,7 +61,14 @@ pub(super) fn run(args: &RolloutArgs) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            print!("{}", rollout_text(&status));
+            match status_args.output {
+                super::output::TextOrJson::Text => print!("{}", rollout_text(&status)),
+                super::output::TextOrJson::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&super::output::Rollout::of(&status))
+                        .unwrap_or_default()
+                ),
+            }
             // Halted: the candidate will not reach every node without someone acting.
             if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED") {
                 return ExitCode::from(super::status::EXIT_ROLLOUT_STOPPED);
