@@ -86,8 +86,14 @@ impl Default for Transport {
 }
 
 /// `GET /status`.
+/// The schema `/status` (and `switchyard status --output json`) follows (docs/output.md).
+pub const STATUS_SCHEMA: &str = "switchyard.status/v1";
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Status {
+    /// `switchyard.status/v1` (docs/output.md): fields are only added within a version.
+    #[serde(default)]
+    pub schema: String,
     /// One entry per connected node (by node id), in node id order.
     pub nodes: Vec<NodeStatus>,
     /// The last config load, or `None` before the first.
@@ -381,6 +387,7 @@ impl Status {
             }
         }
         Status {
+            schema: STATUS_SCHEMA.to_string(),
             nodes: nodes.into_values().collect(),
             config,
             rollout: None,

@@ -82,6 +82,10 @@ async fn status_follows_a_node_through_sent_acked_nacked_and_gone() {
     let server = server().await;
     let empty = server.status().await;
     assert!(empty.nodes.is_empty());
+    assert_eq!(
+        empty.schema, "switchyard.status/v1",
+        "a versioned schema (docs/output.md)"
+    );
     let config = empty.config.expect("the initial load is reported");
     assert!(config.ok && config.generation == 1 && config.errors.is_empty());
 

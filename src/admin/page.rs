@@ -422,6 +422,7 @@ mod tests {
 
     fn fleet(n: usize) -> Status {
         Status {
+            schema: crate::admin::STATUS_SCHEMA.into(),
             nodes: (0..n)
                 .map(|i| {
                     if i == 7 {
@@ -558,6 +559,7 @@ mod tests {
     #[test]
     fn problems_first_then_node_ids_in_natural_order() {
         let status = Status {
+            schema: crate::admin::STATUS_SCHEMA.into(),
             nodes: vec![
                 node("edge-10", "SYNCED", None),
                 node("edge-9", "STALE", None),

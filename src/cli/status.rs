@@ -447,6 +447,7 @@ mod tests {
     fn status_table_escapes_what_proxies_send() {
         let nasty = "bad\u{1b}[2J\r\nfake row";
         let status = Status {
+            schema: crate::admin::STATUS_SCHEMA.into(),
             nodes: vec![NodeStatus {
                 node_id: nasty.into(),
                 node_cluster: "c".into(),
