@@ -113,7 +113,8 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
         };
         for v in &verdicts {
             match &v.result {
-                Ok(()) if text => eprintln!("envoy: OK: {}", v.group),
+                // A result, so on stdout with the verdict; what is wrong goes to stderr.
+                Ok(()) if text => println!("envoy: OK: {}", v.group),
                 Ok(()) => result.envoy_accepted.push(v.group.to_string()),
                 Err(message) => {
                     rejected += 1;
