@@ -1,4 +1,4 @@
-//! The file tree is the architecture (README, "Layout"): no module of the library imports
+//! The file tree is the architecture (docs/architecture.md): no module of the library imports
 //! one that imports it back, directly or around a circle, neither between files
 //! (`config::loader` and `config::parse`) nor between the top-level modules (`cache` and
 //! `protocol`). Read from the sources: every `crate::` and `super::` path outside comments
