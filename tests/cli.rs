@@ -53,7 +53,15 @@ fn validate_prints_warnings_and_strict_makes_them_errors() {
     let path = dir.path().to_str().expect("utf8");
     let o = switchyard(&["validate", "-c", path]);
     assert_eq!(o.status.code(), Some(0));
-    assert!(stderr(&o).contains("warning:") && stderr(&o).contains("\"ghost\""));
+    // Where the resource that refers is written, too (issue 33).
+    let file = dir.path().join("r.yaml").display().to_string();
+    assert!(
+        stderr(&o).contains(&format!(
+            "warning: {file}:1:10: RDS \"r\": refers to cluster \"ghost\", which no file defines"
+        )),
+        "{}",
+        stderr(&o)
+    );
     let strict = switchyard(&["validate", "--strict", "-c", path]);
     assert_eq!(strict.status.code(), Some(1));
 }

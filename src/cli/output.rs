@@ -180,8 +180,18 @@ impl Finding {
             ConfigError::Duplicate { second, .. } => {
                 f.file = Some(second.display().to_string());
             }
-            ConfigError::Reference { path, .. } => {
+            ConfigError::Reference {
+                path,
+                kind,
+                name,
+                message,
+                at,
+            } => {
                 f.file = Some(path.display().to_string());
+                f.line = at.map(|a| a.0);
+                f.column = at.map(|a| a.1);
+                f.resource = Some(format!("{kind} {name:?}"));
+                f.message = message.clone();
             }
             ConfigError::Preflight { group, message } => {
                 f.node_group = Some(group.clone());

@@ -269,12 +269,14 @@ pub enum ConfigError {
         first_line: usize,
         second_line: usize,
     },
-    #[error("{}: {kind} {name:?}: {message}", .path.display())]
+    #[error("{}{}: {kind} {name:?}: {message}", .path.display(), line_and_column(.at))]
     Reference {
         path: PathBuf,
         kind: ResourceType,
         name: String,
         message: String,
+        /// Where the resource that refers is written (line, column, from 1), when known.
+        at: Option<(usize, usize)>,
     },
 }
 

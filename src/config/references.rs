@@ -21,6 +21,8 @@ use crate::resource::{xdstp, Resource, ResourceType};
 /// A reference from one resource to another.
 struct Reference<'a> {
     file: usize,
+    /// The resource's index in its list, when it was read from a file.
+    index: Option<usize>,
     from_kind: ResourceType,
     from_name: &'a str,
     to_kind: ResourceType,
@@ -148,6 +150,7 @@ impl<'a> Checker<'a> {
             }
             self.references.push(Reference {
                 file,
+                index: resource.origin().map(|(_, index)| index),
                 from_kind: resource.kind,
                 from_name: &resource.name,
                 to_kind: *to_kind,
@@ -169,12 +172,27 @@ impl<'a> Checker<'a> {
             self.defined.contains(&(r.to_kind, r.to_name))
                 || collections.contains(&(r.to_kind, r.to_name.to_string()))
         };
+        // Where each resource that refers is written: found only for files with something to
+        // report, read again with positions (a good load never pays for it).
+        let mut positions: std::collections::HashMap<usize, super::yaml::Positions> =
+            std::collections::HashMap::new();
+        let mut at = |r: &Reference| {
+            let index = r.index?;
+            let file = positions.entry(r.file).or_insert_with(|| {
+                std::fs::read_to_string(&files[r.file].path)
+                    .map(|text| super::yaml::positions(&text))
+                    .unwrap_or_default()
+            });
+            file.get(&format!("{}[{index}]", r.from_kind.file_key()))
+                .copied()
+        };
         self.references
             .iter()
             .filter(|r| !defined(r))
             .filter(|r| seen.insert((r.file, r.from_kind, r.from_name, r.to_kind, r.to_name)))
             .map(|r| ConfigError::Reference {
                 path: files[r.file].path.clone(),
+                at: at(r),
                 kind: r.from_kind,
                 name: r.from_name.to_string(),
                 message: match r.to_kind {
