@@ -691,7 +691,11 @@ pub fn shared_corpus(test: &str) -> Option<std::path::PathBuf> {
          clone)",
         path.display()
     );
-    eprintln!(
+    // Written to the process's stderr itself, past the test harness's capture, so that a
+    // plain `cargo test` shows it.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
         "DID NOT RUN: {test} reads the public corpus, {}, which is not beside this clone \
          (CI lays it there; under CI=true its absence fails).",
         path.display()
