@@ -293,9 +293,8 @@ fn load_text_naming(
     }
 }
 
-/// Give a resource's error the line and column of its field in the file, or of the nearest
-/// part of it the file has (an unknown field's key is there; a field a rule found missing is
-/// not, and its resource is).
+/// Give a resource's error the line and column of its field in the file (see
+/// `yaml::position_of`).
 fn locate(error: &mut ConfigError, positions: &super::yaml::Positions) {
     let ConfigError::Resource {
         resource,
@@ -308,22 +307,10 @@ fn locate(error: &mut ConfigError, positions: &super::yaml::Positions) {
     };
     // `clusters[1] "web"`: the item is `clusters[1]`.
     let item = resource.split(' ').next().unwrap_or_default();
-    let mut path = if field == "." {
+    let path = if field == "." {
         item.to_string()
     } else {
         format!("{item}.{field}")
     };
-    loop {
-        if let Some(&found) = positions.get(&path) {
-            *at = Some(found);
-            return;
-        }
-        // One segment less: `a.b[2]` -> `a.b`, `a.b` -> `a`.
-        let cut = match (path.rfind('.'), path.rfind('[')) {
-            (Some(dot), Some(bracket)) => dot.max(bracket),
-            (Some(cut), None) | (None, Some(cut)) => cut,
-            (None, None) => return,
-        };
-        path.truncate(cut);
-    }
+    *at = super::yaml::position_of(positions, &path);
 }

@@ -183,8 +183,7 @@ impl<'a> Checker<'a> {
                     .map(|text| super::yaml::positions(&text))
                     .unwrap_or_default()
             });
-            file.get(&format!("{}[{index}]", r.from_kind.file_key()))
-                .copied()
+            super::yaml::position_of(file, &format!("{}[{index}]", r.from_kind.file_key()))
         };
         self.references
             .iter()

@@ -62,6 +62,24 @@ enum Frame {
 /// column count from 1.
 pub type Positions = std::collections::HashMap<String, (usize, usize)>;
 
+/// Where `path` starts in a file, or the nearest part of it the file has (`a.b[2].c`, then
+/// `a.b[2]`, `a.b`, `a`): an unknown field's key is there; a field a rule found missing is
+/// not, and its resource is.
+pub fn position_of(positions: &Positions, path: &str) -> Option<(usize, usize)> {
+    let mut path = path;
+    loop {
+        if let Some(&found) = positions.get(path) {
+            return Some(found);
+        }
+        let cut = match (path.rfind('.'), path.rfind('[')) {
+            (Some(dot), Some(bracket)) => dot.max(bracket),
+            (Some(cut), None) | (None, Some(cut)) => cut,
+            (None, None) => return None,
+        };
+        path = &path[..cut];
+    }
+}
+
 /// Where each node of `text` starts (see [`Positions`]); what does not parse has none. Only
 /// asked for when a file has something to report, so a good load never builds it.
 pub fn positions(text: &str) -> Positions {

@@ -600,22 +600,12 @@ pub fn rds_listener(name: &str, port: u16, route: &str) -> String {
 
 /// [`rds_listener`]'s list item alone (`port` may be a placeholder to fill in later).
 pub fn listener_item(name: &str, port: impl std::fmt::Display, route: &str) -> String {
-    format!(
-        r#"
-  - name: {name}
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-      - filters:
-          - name: envoy.filters.network.http_connection_manager
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-              stat_prefix: {name}
-              rds: {{ route_config_name: {route}, config_source: {{ ads: {{}}, resource_api_version: V3 }} }}
-              http_filters:
-                - name: envoy.filters.http.router
-                  typed_config:
-                    "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-"#
+    hcm_listener_item(
+        name,
+        port,
+        &format!(
+            "rds: {{ route_config_name: {route}, config_source: {{ ads: {{}}, resource_api_version: V3 }} }}"
+        ),
     )
 }
 
@@ -627,6 +617,19 @@ pub fn envoy_rejected_listener_item(
     port: impl std::fmt::Display,
     cluster: &str,
 ) -> String {
+    hcm_listener_item(
+        name,
+        port,
+        &format!(
+            "route_config: {{ name: {name}, virtual_hosts: [{{ name: all, domains: [\"*\"], routes: \
+             [{{ match: {{ safe_regex: {{ regex: \"x{{0,50}}\" }} }}, route: {{ cluster: {cluster} }} }}] }}] }}"
+        ),
+    )
+}
+
+/// An HTTP listener item `name` on `port` whose connection manager takes its routes from
+/// `routes` (one line: `rds: ...` or `route_config: ...`).
+fn hcm_listener_item(name: &str, port: impl std::fmt::Display, routes: &str) -> String {
     format!(
         r#"
   - name: {name}
@@ -637,12 +640,7 @@ pub fn envoy_rejected_listener_item(
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
               stat_prefix: {name}
-              route_config:
-                name: {name}
-                virtual_hosts:
-                  - name: all
-                    domains: ["*"]
-                    routes: [{{ match: {{ safe_regex: {{ regex: "x{{0,50}}" }} }}, route: {{ cluster: {cluster} }} }}]
+              {routes}
               http_filters:
                 - name: envoy.filters.http.router
                   typed_config:
