@@ -22,6 +22,7 @@ use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 use super::descriptors;
 use super::fields::{has, messages, string, strings};
 
+pub mod re2;
 mod regex;
 
 /// What Envoy would refuse, and where.

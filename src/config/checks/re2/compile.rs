@@ -1,11 +1,8 @@
-//! RE2's compiler (`re2::Compiler`) and the two passes that settle a program's size
-//! (`Prog::Optimize`, `Prog::Flatten`): instructions are allocated in RE2's order, UTF-8
-//! ranges share suffixes as RE2's rune cache shares them, and the flattened program is
-//! counted as `RE2::ProgramSize` reports it.
+//! RE2's compiler (`re2::Compiler`) for Latin-1 and the two passes that settle a program's
+//! size (`Prog::Optimize`, `Prog::Flatten`): instructions are allocated in RE2's order, and
+//! the flattened program is counted as `RE2::ProgramSize` reports it.
 
-use std::collections::HashMap;
-
-use super::regexp::{flags, Op, Re, RUNE_MAX};
+use super::regexp::{flags, Op, Re, LATIN1_MAX, RUNE_MAX};
 
 /// RE2's instruction budget for Envoy's options: two thirds of the default 8 MiB `max_mem`
 /// over 8-byte instructions, less the program's header (about 700,000 instructions). Past
@@ -61,7 +58,6 @@ pub(super) struct Compiler {
     inst: Vec<Inst>,
     ninst: usize,
     failed: bool,
-    rune_cache: HashMap<u64, u32>,
     rune_range: Frag,
 }
 
@@ -71,7 +67,6 @@ impl Compiler {
             inst: Vec::new(),
             ninst: 0,
             failed: false,
-            rune_cache: HashMap::new(),
             rune_range: Frag::default(),
         };
         let fail = c.alloc().unwrap_or(0);
@@ -307,214 +302,43 @@ impl Compiler {
         }
     }
 
-    // ---- Rune ranges in UTF-8 ----
+    // ---- Rune ranges in Latin-1 ----
 
     fn begin_range(&mut self) {
-        self.rune_cache.clear();
         self.rune_range = Frag::default();
     }
 
-    fn uncached_suffix(&mut self, lo: u8, hi: u8, fold: bool, next: u32) -> u32 {
-        let f = self.byte_range(lo, hi, fold);
-        if next != 0 {
-            self.patch(f.end, next);
-        } else {
-            self.rune_range.end = self.append(self.rune_range.end, f.end);
-        }
-        f.begin
-    }
-
-    fn cache_key(lo: u8, hi: u8, fold: bool, next: u32) -> u64 {
-        u64::from(next) << 17 | u64::from(lo) << 9 | u64::from(hi) << 1 | u64::from(fold)
-    }
-
-    fn cached_suffix(&mut self, lo: u8, hi: u8, fold: bool, next: u32) -> u32 {
-        let key = Self::cache_key(lo, hi, fold, next);
-        if let Some(&id) = self.rune_cache.get(&key) {
-            return id;
-        }
-        let id = self.uncached_suffix(lo, hi, fold, next);
-        self.rune_cache.insert(key, id);
-        id
-    }
-
-    fn is_cached_suffix(&self, id: u32) -> bool {
-        let ip = &self.inst[id as usize];
-        self.rune_cache
-            .contains_key(&Self::cache_key(ip.lo, ip.hi, ip.fold, ip.out))
-    }
-
-    fn add_suffix(&mut self, id: u32) {
-        if self.failed {
-            return;
-        }
-        if self.rune_range.begin == 0 {
-            self.rune_range.begin = id;
-            return;
-        }
-        self.rune_range.begin = self.add_suffix_recursive(self.rune_range.begin, id);
-    }
-
-    fn byte_range_equal(&self, a: u32, b: u32) -> bool {
-        let (x, y) = (&self.inst[a as usize], &self.inst[b as usize]);
-        x.lo == y.lo && x.hi == y.hi && x.fold == y.fold
-    }
-
-    /// `FindByteRange` (forward): the Alt (or root) whose branch starts like `id`.
-    fn find_byte_range(&self, root: u32, id: u32) -> Frag {
-        let r = &self.inst[root as usize];
-        if r.op == Opcode::ByteRange {
-            if self.byte_range_equal(root, id) {
-                return Frag {
-                    begin: root,
-                    end: PatchList::default(),
-                    nullable: false,
-                };
-            }
-            return Self::no_match();
-        }
-        if r.op == Opcode::Alt && self.byte_range_equal(r.out1, id) {
-            return Frag {
-                begin: root,
-                end: PatchList::mk((root << 1) | 1),
-                nullable: false,
-            };
-        }
-        Self::no_match()
-    }
-
-    fn add_suffix_recursive(&mut self, mut root: u32, id: u32) -> u32 {
-        let f = self.find_byte_range(root, id);
-        if f.begin == 0 {
-            let Some(alt) = self.alloc() else {
-                return 0;
-            };
-            self.inst[alt as usize] = Inst {
-                op: Opcode::Alt,
-                out: root,
-                out1: id,
-                ..Inst::default()
-            };
-            return alt;
-        }
-        let mut br = if f.end.head == 0 {
-            root
-        } else if f.end.head & 1 != 0 {
-            self.inst[f.begin as usize].out1
-        } else {
-            self.inst[f.begin as usize].out
-        };
-        if self.is_cached_suffix(br) {
-            // A cached suffix is shared: clone its head.
-            let Some(byterange) = self.alloc() else {
-                return 0;
-            };
-            let copy = self.inst[br as usize];
-            self.inst[byterange as usize] = Inst {
-                op: Opcode::ByteRange,
-                out: copy.out,
-                out1: 0,
-                lo: copy.lo,
-                hi: copy.hi,
-                fold: copy.fold,
-            };
-            br = byterange;
-            if f.end.head == 0 {
-                root = br;
-            } else if f.end.head & 1 != 0 {
-                self.inst[f.begin as usize].out1 = br;
-            } else {
-                self.inst[f.begin as usize].out = br;
-            }
-        }
-        let out = self.inst[id as usize].out;
-        if !self.is_cached_suffix(id) {
-            // The head is the last instruction allocated: free it.
-            self.inst[id as usize] = Inst::default();
-            self.ninst -= 1;
-        }
-        let out = self.add_suffix_recursive(self.inst[br as usize].out, out);
-        if out == 0 {
-            return 0;
-        }
-        self.inst[br as usize].out = out;
-        root
-    }
-
-    fn add_80_10ffff(&mut self) {
-        let cont1 = self.uncached_suffix(0x80, 0xBF, false, 0);
-        let id = self.uncached_suffix(0xC2, 0xDF, false, cont1);
-        self.add_suffix(id);
-        let cont2 = self.uncached_suffix(0x80, 0xBF, false, cont1);
-        let id = self.uncached_suffix(0xE0, 0xEF, false, cont2);
-        self.add_suffix(id);
-        let cont3 = self.uncached_suffix(0x80, 0xBF, false, cont2);
-        let id = self.uncached_suffix(0xF0, 0xF4, false, cont3);
-        self.add_suffix(id);
-    }
-
+    /// `AddRuneRangeLatin1`: one byte range per class range (clipped to Latin-1), joined by
+    /// a chain of Alts (`AddSuffix`).
     fn add_rune_range(&mut self, lo: u32, hi: u32, fold: bool) {
-        if lo > hi || self.failed {
+        if lo > hi || lo > LATIN1_MAX || self.failed {
             return;
         }
-        if lo == 0x80 && hi == RUNE_MAX {
-            self.add_80_10ffff();
+        let hi = hi.min(LATIN1_MAX);
+        let f = self.byte_range(lo as u8, hi as u8, fold);
+        if f.begin == 0 {
             return;
         }
-        for i in 1..4 {
-            let max = max_rune(i);
-            if lo <= max && max < hi {
-                self.add_rune_range(lo, max, fold);
-                self.add_rune_range(max + 1, hi, fold);
-                return;
-            }
-        }
-        if hi < 0x80 {
-            let id = self.uncached_suffix(lo as u8, hi as u8, fold, 0);
-            self.add_suffix(id);
+        self.rune_range.end = self.append(self.rune_range.end, f.end);
+        if self.rune_range.begin == 0 {
+            self.rune_range.begin = f.begin;
             return;
         }
-        for i in 1..4 {
-            let m: u32 = (1 << (6 * i)) - 1;
-            if (lo & !m) != (hi & !m) {
-                if (lo & m) != 0 {
-                    self.add_rune_range(lo, lo | m, fold);
-                    self.add_rune_range((lo | m) + 1, hi, fold);
-                    return;
-                }
-                if (hi & m) != m {
-                    self.add_rune_range(lo, (hi & !m) - 1, fold);
-                    self.add_rune_range(hi & !m, hi, fold);
-                    return;
-                }
-            }
-        }
-        let ulo = utf8(lo);
-        let uhi = utf8(hi);
-        let n = ulo.len();
-        let mut id = 0;
-        for i in (0..n).rev() {
-            // Forward: cache the last continuation byte, and middle bytes that are ranges.
-            if i == n - 1 || (ulo[i] < uhi[i] && i != 0) {
-                id = self.cached_suffix(ulo[i], uhi[i], false, id);
-            } else {
-                id = self.uncached_suffix(ulo[i], uhi[i], false, id);
-            }
-        }
-        self.add_suffix(id);
+        let Some(alt) = self.alloc() else {
+            self.rune_range.begin = 0;
+            return;
+        };
+        self.inst[alt as usize] = Inst {
+            op: Opcode::Alt,
+            out: self.rune_range.begin,
+            out1: f.begin,
+            ..Inst::default()
+        };
+        self.rune_range.begin = alt;
     }
 
     fn literal(&mut self, r: u32, fold: bool) -> Frag {
-        if r < 0x80 {
-            return self.byte_range(r as u8, r as u8, fold);
-        }
-        let bytes = utf8(r);
-        let mut f = self.byte_range(bytes[0], bytes[0], false);
-        for &b in &bytes[1..] {
-            let next = self.byte_range(b, b, false);
-            f = self.cat(f, next);
-        }
-        f
+        self.byte_range(r as u8, r as u8, fold)
     }
 
     /// `PostVisit`: the fragment for `re`, its children compiled first, in order.
@@ -625,30 +449,6 @@ impl Compiler {
                 Self::no_match()
             }
         }
-    }
-}
-
-fn max_rune(len: u32) -> u32 {
-    let bits = if len == 1 {
-        7
-    } else {
-        8 - (len + 1) + 6 * (len - 1)
-    };
-    (1 << bits) - 1
-}
-
-fn utf8(r: u32) -> Vec<u8> {
-    // Surrogates encode as RE2's runetochar encodes them (three bytes, ED A0..BF ..).
-    match char::from_u32(r) {
-        Some(c) => {
-            let mut buf = [0u8; 4];
-            c.encode_utf8(&mut buf).as_bytes().to_vec()
-        }
-        None => vec![
-            0xE0 | (r >> 12) as u8,
-            0x80 | ((r >> 6) & 0x3F) as u8,
-            0x80 | (r & 0x3F) as u8,
-        ],
     }
 }
 

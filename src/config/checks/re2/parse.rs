@@ -4,7 +4,7 @@
 //! first, so they are rare here.
 
 use super::factor::factor_alternation;
-use super::regexp::{flags, unicode, Class, Kind, Op, Re, RUNE_MAX};
+use super::regexp::{flags, unicode, Class, Kind, Op, Re, LATIN1_MAX, RUNE_MAX};
 
 /// RE2 refuses repeat counts over this (and nested repeats whose product is over it).
 const MAX_REPEAT: i32 = 1000;
@@ -15,7 +15,8 @@ pub(super) fn parse(pattern: &str, global: u32) -> Result<Re, String> {
         stack: Vec::new(),
         ncap: 0,
     };
-    let t: Vec<char> = pattern.chars().collect();
+    // Latin-1: each byte of the pattern is a character (RE2's `ConvertLatin1ToUTF8`).
+    let t: Vec<char> = pattern.bytes().map(char::from).collect();
     let mut i = 0;
     let mut last_unary = false;
     while i < t.len() {
@@ -34,7 +35,7 @@ pub(super) fn parse(pattern: &str, global: u32) -> Result<Re, String> {
                 i += 1;
             }
             ')' => {
-                ps.do_right_paren()?;
+                ps.do_right_paren(pattern)?;
                 i += 1;
             }
             '^' => {
@@ -193,8 +194,9 @@ impl State {
         if let Op::CharClass {
             class,
             builder: true,
-        } = &re.op
+        } = &mut re.op
         {
+            class.remove_above(LATIN1_MAX);
             if class.size() == 1 {
                 re = Re::new(Op::Literal(class.ranges[0].0), self.flags);
             } else if class.size() == 2 {
@@ -245,24 +247,23 @@ impl State {
         }
     }
 
-    /// `PushLiteral`: under `(?i)` a rune with other cases is the class of them all.
+    /// `PushLiteral`: under `(?i)` an ASCII letter is the class of its two cases (Latin-1
+    /// folds nothing else).
     fn push_literal(&mut self, r: u32) {
-        if self.flags & flags::FOLD_CASE != 0 {
-            if let Some(orbit) = unicode::orbit(r) {
-                let mut class = Class::default();
-                for (lo, hi) in orbit {
-                    class.add_range(lo, hi);
-                }
-                let re = Re::new(
-                    Op::CharClass {
-                        class,
-                        builder: true,
-                    },
-                    self.flags & !flags::FOLD_CASE,
-                );
-                self.push_regexp(re);
-                return;
-            }
+        if self.flags & flags::FOLD_CASE != 0
+            && char::from_u32(r).is_some_and(|c| c.is_ascii_alphabetic())
+        {
+            let mut class = Class::default();
+            class.add_folded_range_latin1(r, r);
+            let re = Re::new(
+                Op::CharClass {
+                    class,
+                    builder: true,
+                },
+                self.flags & !flags::FOLD_CASE,
+            );
+            self.push_regexp(re);
+            return;
         }
         if self.maybe_concat_string(Some((r, self.flags))) {
             return;
@@ -279,7 +280,7 @@ impl State {
         }
         let mut class = Class::default();
         class.add_range(0, u32::from(b'\n') - 1);
-        class.add_range(u32::from(b'\n') + 1, RUNE_MAX);
+        class.add_range(u32::from(b'\n') + 1, LATIN1_MAX);
         let re = Re::new(
             Op::CharClass {
                 class,
@@ -339,7 +340,7 @@ impl State {
     ) -> Result<(), String> {
         let text: String = op.iter().collect();
         if (max != -1 && max < min) || min > MAX_REPEAT || max > MAX_REPEAT {
-            return Err(format!("bad repetition operator: {text}"));
+            return Err(format!("invalid repetition size: {text}"));
         }
         self.top_operand(op)?;
         let mut fl = self.flags;
@@ -349,7 +350,7 @@ impl State {
         let sub = Box::new(finish(self.stack.pop().expect("checked")));
         let re = Re::new(Op::Repeat { sub, min, max }, fl);
         if (min >= 2 || max >= 2) && repetition_budget(&re, MAX_REPEAT) == 0 {
-            return Err(format!("bad repetition operator: {text}"));
+            return Err(format!("invalid repetition size: {text}"));
         }
         self.stack.push(re);
         Ok(())
@@ -406,11 +407,11 @@ impl State {
         self.push_simple(Op::VerticalBar);
     }
 
-    fn do_right_paren(&mut self) -> Result<(), String> {
+    fn do_right_paren(&mut self, pattern: &str) -> Result<(), String> {
         self.do_alternation();
         let n = self.stack.len();
         if n < 2 || !matches!(self.stack[n - 2].op, Op::LeftParen { .. }) {
-            return Err("unexpected )".into());
+            return Err(format!("unexpected ): {pattern}"));
         }
         let r1 = self.stack.pop().expect("n >= 2");
         let r2 = self.stack.pop().expect("n >= 2");
@@ -776,6 +777,9 @@ fn escape(t: &[char], i: usize) -> Result<(u32, usize), String> {
                     _ => break,
                 }
             }
+            if code > LATIN1_MAX {
+                return Err(bad(j));
+            }
             Ok((code, j))
         }
         'x' => {
@@ -795,7 +799,7 @@ fn escape(t: &[char], i: usize) -> Result<(u32, usize), String> {
                         Some(v) => {
                             n += 1;
                             code = code * 16 + v;
-                            if code > RUNE_MAX {
+                            if code > LATIN1_MAX {
                                 return Err(bad(j));
                             }
                         }

@@ -17,13 +17,18 @@ pub(super) mod flags {
     pub const UNICODE_GROUPS: u32 = 1 << 10;
     pub const NEVER_NL: u32 = 1 << 11;
     pub const WAS_DOLLAR: u32 = 1 << 13;
-    /// `RE2::Options` as Envoy builds them (`RE2::Quiet`): UTF-8, Perl syntax, case
-    /// sensitive: `ClassNL | LikePerl`.
-    pub const ENVOY: u32 = CLASS_NL | ONE_LINE | PERL_CLASSES | PERL_B | PERL_X | UNICODE_GROUPS;
+    /// `RE2::Options` as Envoy 1.40 builds them: Latin-1 (the pattern's bytes are its
+    /// characters, as Envoy 1.40 refuses `\x{100}` and counts `\pL` as 11), Perl syntax,
+    /// case sensitive: `ClassNL | LikePerl | Latin1`.
+    pub const ENVOY: u32 =
+        CLASS_NL | ONE_LINE | PERL_CLASSES | PERL_B | PERL_X | UNICODE_GROUPS | LATIN1;
 }
 
-/// The largest code point.
+/// The largest code point (RE2's `Runemax`).
 pub(super) const RUNE_MAX: u32 = 0x10FFFF;
+
+/// The largest character in Latin-1 (RE2's `rune_max_` for Envoy's options).
+pub(super) const LATIN1_MAX: u32 = 0xFF;
 
 /// A node of the tree, with the flags it was parsed under.
 #[derive(Clone, Debug)]
@@ -337,73 +342,39 @@ impl Class {
             return;
         }
         if parse_flags & flags::FOLD_CASE != 0 {
-            self.add_folded_range(lo, hi);
+            // Envoy's RE2 reads Latin-1, where only ASCII letters have another case.
+            self.add_folded_range_latin1(lo, hi);
         } else {
             self.add_range(lo, hi);
         }
     }
 
-    /// `AddFoldedRange`: the range and every code point that simple case folding makes
-    /// equivalent to one in it (RE2 walks its fold orbits; the closure is the same).
-    pub fn add_folded_range(&mut self, lo: u32, hi: u32) {
-        if !self.add_range(lo, hi) {
-            return;
+    /// `AddFoldedRangeLatin1`: the range, and the other case of the ASCII letters in it.
+    pub fn add_folded_range_latin1(&mut self, lo: u32, hi: u32) {
+        self.add_range(lo, hi);
+        for (from, to) in [(b'A', b'a'), (b'a', b'A')] {
+            let (l, h) = (lo.max(u32::from(from)), hi.min(u32::from(from) + 25));
+            if l <= h {
+                let shift = |c: u32| c - u32::from(from) + u32::from(to);
+                self.add_range(shift(l), shift(h));
+            }
         }
-        for (l, h) in unicode::fold_closure(lo, hi) {
-            self.add_range(l, h);
+    }
+
+    /// `CharClassBuilder::RemoveAbove`.
+    pub fn remove_above(&mut self, r: u32) {
+        self.ranges.retain(|&(lo, _)| lo <= r);
+        if let Some(last) = self.ranges.last_mut() {
+            last.1 = last.1.min(r);
         }
     }
 }
 
-/// Unicode data RE2 keeps in its own tables (case folding, general categories and
-/// scripts), taken here from regex-syntax's tables.
+/// Unicode's general categories and scripts, which RE2 keeps in its own tables (of Unicode
+/// 15.1), taken here from regex-syntax's. Envoy's RE2 reads Latin-1, so only the first 256
+/// code points of a group count, and their properties have not changed in decades.
 pub(super) mod unicode {
-    use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, HirKind};
-
-    const SURROGATES: (u32, u32) = (0xD800, 0xDFFF);
-
-    fn chars(lo: u32, hi: u32) -> Vec<ClassUnicodeRange> {
-        // `char` has no surrogates, which have no case anyway.
-        let mut out = Vec::new();
-        let mut push = |lo: u32, hi: u32| {
-            if let (Some(l), Some(h)) = (char::from_u32(lo), char::from_u32(hi)) {
-                if l <= h {
-                    out.push(ClassUnicodeRange::new(l, h));
-                }
-            }
-        };
-        if hi < SURROGATES.0 || lo > SURROGATES.1 {
-            push(lo, hi);
-        } else {
-            if lo < SURROGATES.0 {
-                push(lo, SURROGATES.0 - 1);
-            }
-            if hi > SURROGATES.1 {
-                push(SURROGATES.1 + 1, hi);
-            }
-        }
-        out
-    }
-
-    fn ranges(class: &ClassUnicode) -> Vec<(u32, u32)> {
-        class
-            .iter()
-            .map(|r| (u32::from(r.start()), u32::from(r.end())))
-            .collect()
-    }
-
-    /// lo..=hi and what simple case folding makes equivalent to any of it.
-    pub fn fold_closure(lo: u32, hi: u32) -> Vec<(u32, u32)> {
-        let mut class = ClassUnicode::new(chars(lo, hi));
-        class.case_fold_simple();
-        ranges(&class)
-    }
-
-    /// Whether `r` has another case (`CycleFoldRune(r) != r`), and its orbit if so.
-    pub fn orbit(r: u32) -> Option<Vec<(u32, u32)>> {
-        let closure = fold_closure(r, r);
-        (closure != [(r, r)]).then_some(closure)
-    }
+    use regex_syntax::hir::{Class, HirKind};
 
     /// A Unicode group as RE2 names them: a general category (one or two letters), a script,
     /// or `Any`. RE2's `C` is Cc, Cf, Co and Cs (no unassigned code points).
@@ -421,14 +392,19 @@ pub(super) mod unicode {
             return Some(all.ranges);
         }
         if name == "Cs" {
-            return Some(vec![SURROGATES]);
+            return Some(vec![(0xD800, 0xDFFF)]);
         }
         let hir = regex_syntax::ParserBuilder::new()
             .build()
             .parse(&format!("\\p{{{name}}}"))
             .ok()?;
         match hir.kind() {
-            HirKind::Class(Class::Unicode(class)) => Some(ranges(class)),
+            HirKind::Class(Class::Unicode(class)) => Some(
+                class
+                    .iter()
+                    .map(|r| (u32::from(r.start()), u32::from(r.end())))
+                    .collect(),
+            ),
             HirKind::Literal(lit) => {
                 let c = std::str::from_utf8(&lit.0).ok()?.chars().next()?;
                 Some(vec![(u32::from(c), u32::from(c))])
