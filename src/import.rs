@@ -114,7 +114,23 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
     )
     .map_err(invalid)?;
     rules::check(&bootstrap).map_err(|v| invalid(format!("{}: {v}", v.path)))?;
-    checks::check(&bootstrap).map_err(|r| invalid(format!("{}: {r}", r.path)))?;
+    // A regex's program is judged with the limit the bootstrap's own runtime sets.
+    if let Some(program) =
+        checks::check(&bootstrap).map_err(|r| invalid(format!("{}: {r}", r.path)))?
+    {
+        let limit = crate::config::json::to_json(&bootstrap)
+            .ok()
+            .and_then(|json| {
+                let layers = json.pointer("/layered_runtime/layers")?.as_array()?.clone();
+                layers
+                    .iter()
+                    .filter_map(|l| l.get("static_layer"))
+                    .filter_map(checks::re2::runtime_limit)
+                    .next_back()
+            })
+            .unwrap_or(checks::re2::DEFAULT_MAX_PROGRAM_SIZE);
+        checks::judge_regex(&program, limit).map_err(|r| invalid(format!("{}: {r}", r.path)))?;
+    }
 
     if has(&bootstrap, "dynamic_resources") {
         return Err(refused(

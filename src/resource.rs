@@ -258,6 +258,19 @@ pub struct Resource {
     /// Where it was written (file, and place in the file's list), to name it when a proxy
     /// rejects it. Not part of its value.
     origin: Origin,
+    /// Its regex with the largest RE2 program, if it has a regex: Envoy limits the size by
+    /// the node's runtime, so the loader judges it per node group.
+    regex_program: Option<Box<RegexProgram>>,
+}
+
+/// A regex (`RegexMatcher.regex`) and the size of the program RE2 compiles it to, as Envoy
+/// counts it (`config::checks::re2`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegexProgram {
+    /// Where in the resource, as field rules name places (`virtual_hosts[0]...regex`).
+    pub path: String,
+    pub pattern: String,
+    pub size: u64,
 }
 
 /// A snapshot file a resource was read from, shared by its resources.
@@ -380,7 +393,19 @@ impl Resource {
             any_json: Rendered::default(),
             selection_key: Memo64::default(),
             origin: Origin::default(),
+            regex_program: None,
         }
+    }
+
+    /// The same resource, whose largest regex program is `program`.
+    pub fn with_regex_program(mut self, program: Option<RegexProgram>) -> Resource {
+        self.regex_program = program.map(Box::new);
+        self
+    }
+
+    /// Its regex with the largest RE2 program, if it has a regex.
+    pub fn regex_program(&self) -> Option<&RegexProgram> {
+        self.regex_program.as_deref()
     }
 
     /// The same resource, written at `index` of its type's list in `file`.

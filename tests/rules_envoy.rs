@@ -573,6 +573,17 @@ fn checks() -> Vec<Case> {
         "(?x)a",
         "(?=a)",
         "[[:foo:]]",
+        // RE2's program over Envoy's default limit of 100 (issue 33, item 6), counted as RE2
+        // counts it (tests/re2_envoy.rs compares thousands more).
+        "x{0,49}",
+        "^/static/[a-z0-9-]{1,64}/[a-z0-9-]{1,64}\\.(css|js|png)$",
+        "(?i)[a-z]{60}\\d{40}",
+        "(?P<n-1>a)",
+        // Envoy's RE2 reads Latin-1: no character past \xff.
+        "\\x{100}",
+        // Nested repeats past 1000 copies; and at 1000, refused for its program.
+        "((a{20}){20}){3}",
+        "(a{10}){100}",
     ] {
         cases.push(case("envoy", Routes, regex_route(bad)));
     }
@@ -589,6 +600,12 @@ fn checks() -> Vec<Case> {
         "[a&&b]",
         "(?i)a",
         "\\_",
+        // At the limit, and just under it.
+        "x{0,48}",
+        "^/static/[a-z0-9-]{1,8}\\.(css|js)$",
+        "\\x{ff}é",
+        "\\p{Greek}",
+        "(?P<n>a)(?P<n>b)",
     ] {
         cases.push(valid(Routes, regex_route(good)));
     }
@@ -705,6 +722,62 @@ fn loader_and_envoy_agree_on_every_rule_kind() {
         kinds.len()
     );
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}
+
+/// A runtime in the files raises (or lowers) the RE2 program limit for the nodes it reaches,
+/// as Envoy's runtime does (issue 33, item 6): the loader's verdict on a regex of 124 with
+/// the limit at 200, 110 and unset is Envoy's with the same runtime as a layer.
+#[test]
+fn regex_program_limit_set_by_a_runtime_is_envoys() {
+    let Some(envoy) = envoy_binary() else { return };
+    let route = regex_route("x{0,60}");
+    for limit in [Some(json!(200)), Some(json!("110")), None] {
+        let mut file = json!({"routes": [route.clone()]});
+        let mut bootstrap = json!({"static_resources": {"listeners": [{"name": "l",
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+            "filter_chains": [{"filters": [{"name": "hcm", "typed_config": {
+                "@type": HCM, "stat_prefix": "s", "route_config": route.clone(),
+                "http_filters": [{"name": "router", "typed_config": {"@type": ROUTER}}]}}]}]}],
+            "clusters": [cluster(json!({}))]}});
+        if let Some(limit) = &limit {
+            // Nested in the file, flat in the bootstrap: Envoy reads both as one key.
+            file["runtimes"] = json!([{"name": "limits",
+                "layer": {"re2": {"max_program_size": {"error_level": limit}}}}]);
+            bootstrap["layered_runtime"] = json!({"layers": [{"name": "limits",
+                "static_layer": {"re2.max_program_size.error_level": limit}}]});
+        }
+        let text = serde_json::to_string(&file).expect("json");
+        let ours =
+            switchyard::config::load_text(Path::new("limits.json"), &text).map_err(|errors| {
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        let theirs = switchyard::preflight::run_envoy(
+            &envoy,
+            &bootstrap,
+            switchyard::preflight::DEFAULT_TIMEOUT,
+        )
+        .expect("Envoy runs");
+        eprintln!(
+            "limit {limit:?}: ours {:?}, Envoy {theirs:?}",
+            ours.as_ref().err()
+        );
+        match (&ours, &theirs) {
+            (Ok(_), Ok(())) => assert_eq!(limit, Some(json!(200))),
+            (Err(ours), Err(theirs)) => {
+                let words = ours
+                    .split("Envoy would reject it with: ")
+                    .nth(1)
+                    .expect("in Envoy's words");
+                assert!(theirs.contains(words), "ours: {words}\nEnvoy: {theirs}");
+                assert_ne!(limit, Some(json!(200)));
+            }
+            _ => panic!("limit {limit:?}: ours {ours:?}, Envoy {theirs:?}"),
+        }
+    }
 }
 
 /// Two listeners on one address (issue 33, item 6): a check across resources, so not a case

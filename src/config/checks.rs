@@ -5,7 +5,9 @@
 //! Owns, at any depth of a resource (inside `Any` payloads too):
 //! - a route configuration with more than one `*` domain, or one domain twice (Envoy compares
 //!   domains in lower case);
-//! - a regex (`RegexMatcher.regex`) that RE2 refuses, judged by RE2's syntax (`regex`);
+//! - a regex (`RegexMatcher.regex`) that RE2 refuses, judged by RE2's own parser as Envoy 1.40
+//!   runs it (`re2`), whose program size is counted as RE2 counts it and judged per node
+//!   group (`super::regex_programs`), against the limit the node's runtime sets;
 //! - TLS parameters naming ECDH curves or cipher suites BoringSSL does not have;
 //! - a listener with two filter chains whose `filter_chain_match` is the same, or one that
 //!   accepts connections with no filter chain at all;
@@ -21,9 +23,9 @@ use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 use super::descriptors;
 use super::fields::{has, messages, string, strings};
+pub use crate::resource::RegexProgram;
 
 pub mod re2;
-mod regex;
 
 /// What Envoy would refuse, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,10 +42,34 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// The first thing in `message` that Envoy refuses beyond its field rules.
-pub fn check(message: &DynamicMessage) -> Result<(), Refusal> {
-    let mut at = Vec::new();
-    visit(message, &mut at)
+/// The first thing in `message` that Envoy refuses beyond its field rules; else the regex in
+/// it with the largest RE2 program, which is judged with the limit the node's runtime sets
+/// (`RegexProgram::judge`), known only where the node group is.
+pub fn check(message: &DynamicMessage) -> Result<Option<RegexProgram>, Refusal> {
+    let mut walk = Walk {
+        at: Vec::new(),
+        largest: None,
+    };
+    visit(message, &mut walk)?;
+    Ok(walk.largest)
+}
+
+/// Envoy's refusal of a regex whose program is over `limit` (`re2.max_program_size.error_level`
+/// of the node's runtime; [`re2::DEFAULT_MAX_PROGRAM_SIZE`] when nothing sets it).
+pub fn judge_regex(program: &RegexProgram, limit: u64) -> Result<(), Refusal> {
+    if program.size <= limit {
+        return Ok(());
+    }
+    Err(Refusal {
+        path: program.path.clone(),
+        envoy: re2::over_limit(&program.pattern, program.size, limit),
+    })
+}
+
+/// Where the walk is, and what it carries out.
+struct Walk {
+    at: Vec<String>,
+    largest: Option<RegexProgram>,
 }
 
 fn path_of(at: &[String]) -> String {
@@ -67,44 +93,59 @@ fn refuse(at: &[String], envoy: String) -> Result<(), Refusal> {
     })
 }
 
-fn visit(message: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> {
+fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
     let descriptor = message.descriptor();
     match descriptor.full_name() {
-        "google.protobuf.Any" => return visit_any(message, at),
-        "envoy.config.route.v3.RouteConfiguration" => route_configuration(message, at)?,
+        "google.protobuf.Any" => return visit_any(message, w),
+        "envoy.config.route.v3.RouteConfiguration" => route_configuration(message, &w.at)?,
         "envoy.type.matcher.v3.RegexMatcher" => {
-            if let Err(words) = regex::check(&string(message, "regex")) {
-                at.push("regex".into());
-                let result = refuse(at, words);
-                at.pop();
-                return result;
+            let pattern = string(message, "regex");
+            w.at.push("regex".into());
+            let result = re2::program_size(&pattern);
+            let path = path_of(&w.at);
+            w.at.pop();
+            match result {
+                Err(words) => {
+                    return Err(Refusal { path, envoy: words });
+                }
+                Ok(size) => {
+                    if w.largest.as_ref().is_none_or(|l| size > l.size) {
+                        w.largest = Some(RegexProgram {
+                            path,
+                            pattern,
+                            size,
+                        });
+                    }
+                }
             }
         }
-        "envoy.extensions.transport_sockets.tls.v3.TlsParameters" => tls_parameters(message, at)?,
-        "envoy.config.listener.v3.Listener" => listener(message, at)?,
-        "envoy.config.core.v3.SocketAddress" => socket_address(message, at)?,
+        "envoy.extensions.transport_sockets.tls.v3.TlsParameters" => {
+            tls_parameters(message, &w.at)?
+        }
+        "envoy.config.listener.v3.Listener" => listener(message, &w.at)?,
+        "envoy.config.core.v3.SocketAddress" => socket_address(message, &w.at)?,
         "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter"
-        | "envoy.config.listener.v3.Filter" => filter(message, at)?,
-        "xds.type.v3.TypedStruct" | "udpa.type.v1.TypedStruct" => return typed_struct(message, at),
+        | "envoy.config.listener.v3.Filter" => filter(message, &w.at)?,
+        "xds.type.v3.TypedStruct" | "udpa.type.v1.TypedStruct" => return typed_struct(message, w),
         _ => {}
     }
     for (field, value) in message.fields() {
-        at.push(field.name().to_string());
-        let result = visit_value(value, at);
-        at.pop();
+        w.at.push(field.name().to_string());
+        let result = visit_value(value, w);
+        w.at.pop();
         result?;
     }
     Ok(())
 }
 
-fn visit_value(value: &Value, at: &mut Vec<String>) -> Result<(), Refusal> {
+fn visit_value(value: &Value, w: &mut Walk) -> Result<(), Refusal> {
     match value {
-        Value::Message(m) => visit(m, at),
+        Value::Message(m) => visit(m, w),
         Value::List(items) => {
             for (i, item) in items.iter().enumerate() {
-                at.push(format!("[{i}]"));
-                let result = visit_value(item, at);
-                at.pop();
+                w.at.push(format!("[{i}]"));
+                let result = visit_value(item, w);
+                w.at.pop();
                 result?;
             }
             Ok(())
@@ -117,9 +158,9 @@ fn visit_value(value: &Value, at: &mut Vec<String>) -> Result<(), Refusal> {
                     prost_reflect::MapKey::String(s) => s.clone(),
                     other => format!("{other:?}"),
                 };
-                at.push(format!("[{key:?}]"));
-                let result = visit_value(item, at);
-                at.pop();
+                w.at.push(format!("[{key:?}]"));
+                let result = visit_value(item, w);
+                w.at.pop();
                 result?;
             }
             Ok(())
@@ -129,7 +170,7 @@ fn visit_value(value: &Value, at: &mut Vec<String>) -> Result<(), Refusal> {
 }
 
 /// An `Any`'s payload, checked as its type (the path goes on into it, as for field rules).
-fn visit_any(any: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> {
+fn visit_any(any: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
     let Some(name) =
         Some(string(any, "type_url")).and_then(|u| u.rsplit_once('/').map(|(_, n)| n.to_string()))
     else {
@@ -143,7 +184,7 @@ fn visit_any(any: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> 
         .and_then(|v| v.as_bytes().cloned())
         .unwrap_or_default();
     match DynamicMessage::decode(descriptor, bytes) {
-        Ok(payload) => visit(&payload, at),
+        Ok(payload) => visit(&payload, w),
         Err(_) => Ok(()),
     }
 }
@@ -477,7 +518,7 @@ fn socket_address(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal
 /// A `TypedStruct` of a type Envoy knows: Envoy reads its `value` as that type, so what the
 /// type refuses (an unknown field, a wrong value, a field rule) is refused here too. One of
 /// a type the pool does not know is left alone (a plugin's own configuration, say).
-fn typed_struct(message: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Refusal> {
+fn typed_struct(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
     let url = string(message, "type_url");
     let Some(descriptor) = url
         .rsplit_once('/')
@@ -493,21 +534,21 @@ fn typed_struct(message: &DynamicMessage, at: &mut Vec<String>) -> Result<(), Re
         .ok()
         .flatten()
         .unwrap_or_else(|| serde_json::json!({}));
-    at.push("value".into());
+    w.at.push("value".into());
     let result = match super::json::from_json(&descriptor, &value) {
         Err(e) => refuse(
-            at,
+            &w.at,
             format!(
                 "the TypedStruct's value is not a {}: {e}",
                 descriptor.full_name()
             ),
         ),
         Ok(inner) => match super::rules::check(&inner) {
-            Err(v) => refuse(at, format!("{} ({})", v.envoy, v.rule)),
-            Ok(()) => visit(&inner, at),
+            Err(v) => refuse(&w.at, format!("{} ({})", v.envoy, v.rule)),
+            Ok(()) => visit(&inner, w),
         },
     };
-    at.pop();
+    w.at.pop();
     result
 }
 

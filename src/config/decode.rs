@@ -151,10 +151,12 @@ pub(super) fn decode_resource(
         ));
     }
     // Envoy's own field rules: what every proxy would NACK stops here, with its words.
+    let mut regex_program = None;
     if envoy_rules {
         rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;
         // And what Envoy refuses in its C++ code, beyond the field rules.
-        checks::check(&message).map_err(|r| error(r.path.clone(), r.to_string()))?;
+        regex_program =
+            checks::check(&message).map_err(|r| error(r.path.clone(), r.to_string()))?;
     }
     // Versions hash the canonical JSON, not the bytes: map fields (Struct metadata, runtime
     // layers) encode in HashMap order, which differs between processes, while serde_json's
@@ -192,6 +194,7 @@ pub(super) fn decode_resource(
         .with_ttl(ttl)
         .with_aliases(aliases)
         .with_references(references)
-        .with_redactions(for_proxy, for_operator);
+        .with_redactions(for_proxy, for_operator)
+        .with_regex_program(regex_program);
     Ok((resource, filled))
 }

@@ -279,6 +279,10 @@ fn assemble(
 ) -> Result<Config, LoadFailure> {
     errors.extend(duplicates(&loaded));
     errors.extend(duplicate_addresses(&loaded));
+    errors.extend(super::regex_programs::judge(
+        &loaded,
+        &std::collections::HashMap::new(),
+    ));
     errors.extend(foreign_authorities(&loaded, &options.authorities));
 
     // References are checked only across a complete set of files: with a file missing, its

@@ -32,6 +32,7 @@ mod loader;
 mod parse;
 pub mod redact;
 mod references;
+mod regex_programs;
 pub mod rules;
 pub mod secret_files;
 pub mod selector;

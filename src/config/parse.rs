@@ -223,7 +223,15 @@ pub fn load_text_with(
         path: path.to_path_buf(),
         modified: None,
     });
-    load_text_naming(source, text, envoy_rules, &mut Vec::new())
+    let file = load_text_naming(source, text, envoy_rules, &mut Vec::new())?;
+    // A regex's program, judged with the limit the file's own runtimes set.
+    let texts = std::collections::HashMap::from([(0, text)]);
+    let errors = super::regex_programs::judge(std::slice::from_ref(&file), &texts);
+    if errors.is_empty() {
+        Ok(file)
+    } else {
+        Err(errors)
+    }
 }
 
 /// [`load_text_with`], adding to `secret_files` each file on this host a secret names.

@@ -610,8 +610,8 @@ pub fn listener_item(name: &str, port: impl std::fmt::Display, route: &str) -> S
 }
 
 /// A listener item every field rule and every check of Switchyard's passes, and Envoy 1.40
-/// refuses: its inline route matches a regex whose RE2 program (104) is over Envoy's default
-/// limit (100), which Switchyard does not count. For tests that need a NACK.
+/// refuses: its connection manager's router (a terminal filter) is not its last HTTP filter,
+/// which Switchyard does not check ([`ENVOY_REJECTED_LISTENER`]). For tests that need a NACK.
 pub fn envoy_rejected_listener_item(
     name: &str,
     port: impl std::fmt::Display,
@@ -622,10 +622,18 @@ pub fn envoy_rejected_listener_item(
         port,
         &format!(
             "route_config: {{ name: {name}, virtual_hosts: [{{ name: all, domains: [\"*\"], routes: \
-             [{{ match: {{ safe_regex: {{ regex: \"x{{0,50}}\" }} }}, route: {{ cluster: {cluster} }} }}] }}] }}"
+             [{{ match: {{ prefix: \"/\" }}, route: {{ cluster: {cluster} }} }}] }}] }}"
         ),
     )
+    .replace(
+        "              http_filters:\n",
+        "              http_filters:\n                - name: envoy.filters.http.router.first\n                  \
+         typed_config:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n",
+    )
 }
+
+/// The words of Envoy's NACK of [`envoy_rejected_listener_item`].
+pub const ENVOY_REJECTED_LISTENER: &str = "must be the last filter in a http filter chain";
 
 /// An HTTP listener item `name` on `port` whose connection manager takes its routes from
 /// `routes` (one line: `rds: ...` or `route_config: ...`).

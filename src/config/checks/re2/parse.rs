@@ -18,9 +18,10 @@ pub(super) fn parse(pattern: &str, global: u32) -> Result<Re, String> {
     // Latin-1: each byte of the pattern is a character (RE2's `ConvertLatin1ToUTF8`).
     let t: Vec<char> = pattern.bytes().map(char::from).collect();
     let mut i = 0;
-    let mut last_unary = false;
+    // Where the previous repetition operator began, if the previous token was one.
+    let mut last_unary: Option<usize> = None;
     while i < t.len() {
-        let mut is_unary = false;
+        let mut is_unary = None;
         match t[i] {
             '(' => {
                 if ps.flags & flags::PERL_X != 0 && t.get(i + 1) == Some(&'?') {
@@ -79,15 +80,15 @@ pub(super) fn parse(pattern: &str, global: u32) -> Result<Re, String> {
                         nongreedy = true;
                         i += 1;
                     }
-                    if last_unary {
+                    if let Some(last) = last_unary {
                         return Err(format!(
                             "bad repetition operator: {}",
-                            t[start..i].iter().collect::<String>()
+                            t[last..i].iter().collect::<String>()
                         ));
                     }
                 }
                 ps.push_repeat_op(kind, nongreedy, &t[start..i])?;
-                is_unary = true;
+                is_unary = Some(start);
             }
             '{' => match repetition(&t, i) {
                 None => {
@@ -103,15 +104,15 @@ pub(super) fn parse(pattern: &str, global: u32) -> Result<Re, String> {
                             nongreedy = true;
                             i += 1;
                         }
-                        if last_unary {
+                        if let Some(last) = last_unary {
                             return Err(format!(
                                 "bad repetition operator: {}",
-                                t[start..i].iter().collect::<String>()
+                                t[last..i].iter().collect::<String>()
                             ));
                         }
                     }
                     ps.push_repetition(lo, hi, nongreedy, &t[start..i])?;
-                    is_unary = true;
+                    is_unary = Some(start);
                 }
             },
             '\\' => i = ps.parse_backslash(&t, i)?,
@@ -295,7 +296,7 @@ impl State {
         match self.stack.last() {
             Some(top) if !top.is_marker() => Ok(()),
             _ => Err(format!(
-                "missing argument to repetition operator: {}",
+                "no argument for repetition operator: {}",
                 op.iter().collect::<String>()
             )),
         }
@@ -506,6 +507,14 @@ impl State {
                 ));
             };
             let name: String = t[start + begin..start + begin + close].iter().collect();
+            if !valid_capture_name(&name) {
+                return Err(format!(
+                    "invalid named capture group: {}",
+                    t[start..start + begin + close + 1]
+                        .iter()
+                        .collect::<String>()
+                ));
+            }
             self.do_left_paren(Some(name));
             return Ok(start + begin + close + 1);
         }
@@ -686,6 +695,7 @@ impl State {
                 continue;
             }
             // A character or a range.
+            let lo_start = i;
             let (lo, next) = class_char(t, i, &whole)?;
             i = next;
             let mut hi = lo;
@@ -694,7 +704,7 @@ impl State {
                 if h < lo {
                     return Err(format!(
                         "invalid character class range: {}",
-                        t[i - 1..next].iter().collect::<String>()
+                        t[lo_start..next].iter().collect::<String>()
                     ));
                 }
                 hi = h;
@@ -740,6 +750,21 @@ impl State {
         add_group(class, ranges, sign, self.flags);
         Ok(Some(q + 2))
     }
+}
+
+/// `IsValidCaptureName`: letters, marks, digits, letter numbers and connector punctuation.
+fn valid_capture_name(name: &str) -> bool {
+    static ALLOWED: std::sync::OnceLock<Class> = std::sync::OnceLock::new();
+    let allowed = ALLOWED.get_or_init(|| {
+        let mut class = Class::default();
+        for group in ["Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Mn", "Mc", "Nd", "Pc"] {
+            for (lo, hi) in unicode::group(group).unwrap_or_default() {
+                class.add_range(lo, hi);
+            }
+        }
+        class
+    });
+    !name.is_empty() && name.chars().all(|c| allowed.contains(u32::from(c)))
 }
 
 /// A character inside a class (escapes allowed).
