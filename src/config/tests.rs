@@ -1215,3 +1215,138 @@ fn two_listeners_on_one_address_for_the_same_nodes_are_refused() {
     );
     assert!(load(&[("l.yaml", other)]).is_ok());
 }
+
+/// Issue 33, item 6: a regex's RE2 program is judged with the limit of the nodes that get
+/// it: `re2.max_program_size.error_level` of the RTDS runtimes they get (flat or nested, a
+/// number or a string), else Envoy's 100; where some of its nodes could lack the runtime,
+/// Envoy's default still counts, and the smallest of several limits wins.
+#[test]
+fn a_regex_program_is_judged_with_the_limit_its_nodes_runtime_sets() {
+    // x{0,60} is 124 instructions; x{0,48}, 100.
+    let routes = |regex: &str, selector: &str| {
+        format!(
+            "{selector}routes:\n  - name: r\n    virtual_hosts: [{{ name: a, domains: [\"*\"], routes: \
+             [{{ match: {{ safe_regex: {{ regex: \"{regex}\" }} }}, direct_response: {{ status: 200 }} }}] }}]\n"
+        )
+    };
+    let runtime = |name: &str, layer: &str, selector: &str| {
+        format!("{selector}runtimes:\n  - name: {name}\n    layer: {layer}\n")
+    };
+    let edge = "nodes: [{ id: \"edge-*\" }]\n";
+    let cases: &[(&str, &[(&str, String)], Option<u64>)] = &[
+        (
+            "at the default limit",
+            &[("r.yaml", routes("x{0,48}", ""))],
+            None,
+        ),
+        ("over it", &[("r.yaml", routes("x{0,60}", ""))], Some(100)),
+        (
+            "raised for every node, nested",
+            &[
+                ("r.yaml", routes("x{0,60}", "")),
+                (
+                    "rt.yaml",
+                    runtime(
+                        "l",
+                        "{ re2: { max_program_size: { error_level: 200 } } }",
+                        "",
+                    ),
+                ),
+            ],
+            None,
+        ),
+        (
+            "raised too little, flat, as a string",
+            &[
+                ("r.yaml", routes("x{0,60}", "")),
+                (
+                    "rt.yaml",
+                    runtime("l", "{ re2.max_program_size.error_level: \"110\" }", ""),
+                ),
+            ],
+            Some(110),
+        ),
+        (
+            "lowered",
+            &[
+                ("r.yaml", routes("x{0,48}", "")),
+                (
+                    "rt.yaml",
+                    runtime("l", "{ re2.max_program_size.error_level: 50 }", ""),
+                ),
+            ],
+            Some(50),
+        ),
+        (
+            "raised for the edge nodes only: the others keep 100",
+            &[
+                ("r.yaml", routes("x{0,60}", "")),
+                (
+                    "rt.yaml",
+                    runtime("l", "{ re2.max_program_size.error_level: 200 }", edge),
+                ),
+            ],
+            Some(100),
+        ),
+        (
+            "raised for the same nodes as the routes",
+            &[
+                ("r.yaml", routes("x{0,60}", edge)),
+                (
+                    "rt.yaml",
+                    runtime("l", "{ re2.max_program_size.error_level: 200 }", edge),
+                ),
+            ],
+            None,
+        ),
+        (
+            "two runtimes: the smaller",
+            &[
+                ("r.yaml", routes("x{0,60}", "")),
+                (
+                    "rt.yaml",
+                    format!(
+                        "{}{}",
+                        runtime("l", "{ re2.max_program_size.error_level: 300 }", ""),
+                        "  - name: m\n    layer: { re2.max_program_size.error_level: 120 }\n"
+                    ),
+                ),
+            ],
+            Some(120),
+        ),
+        (
+            "a runtime that sets something else",
+            &[
+                ("r.yaml", routes("x{0,60}", "")),
+                (
+                    "rt.yaml",
+                    runtime("l", "{ re2.max_program_size.warn_level: 1 }", ""),
+                ),
+            ],
+            Some(100),
+        ),
+    ];
+    for (what, files, refused_at) in cases {
+        let dir = tempfile::tempdir().expect("tmp");
+        for (name, text) in *files {
+            write(dir.path(), name, text);
+        }
+        let result = load_dir(dir.path());
+        match (refused_at, result) {
+            (None, Ok(_)) => {}
+            (Some(limit), Err(failure)) => {
+                let message = failure.errors[0].to_string();
+                assert!(
+                    message.contains(&format!(
+                        "max program size of {limit} set for the error level"
+                    )) && message.contains("r.yaml:")
+                        && message.contains(
+                            "routes[0] \"r\": virtual_hosts[0].routes[0].match.safe_regex.regex:"
+                        ),
+                    "{what}: {message}"
+                );
+            }
+            (expected, got) => panic!("{what}: expected refusal at {expected:?}, got {got:?}"),
+        }
+    }
+}
