@@ -52,6 +52,10 @@ pub struct Imported {
     /// What the import did that the operator should know (names given, resources kept
     /// static, node id added).
     pub notes: Vec<String>,
+    /// The RE2 program limit the bootstrap's runtime sets (`re2.max_program_size.error_level`
+    /// in a static layer), which the snapshot files are judged by: `serve` needs it as
+    /// `--re2-max-program-size`.
+    pub re2_max_program_size: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,20 +119,21 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
     .map_err(invalid)?;
     rules::check(&bootstrap).map_err(|v| invalid(format!("{}: {v}", v.path)))?;
     // A regex's program is judged with the limit the bootstrap's own runtime sets.
+    let re2_max_program_size = {
+        use crate::config::fields;
+        fields::message(&bootstrap, "layered_runtime")
+            .map(|runtime| fields::messages(&runtime, "layers"))
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|layer| fields::message(layer, "static_layer"))
+            .filter_map(|layer| crate::config::json::to_json(&layer).ok())
+            .filter_map(|layer| checks::re2::runtime_limit(&layer))
+            .next_back()
+    };
     if let Some(program) =
         checks::check(&bootstrap).map_err(|r| invalid(format!("{}: {r}", r.path)))?
     {
-        let limit = crate::config::json::to_json(&bootstrap)
-            .ok()
-            .and_then(|json| {
-                let layers = json.pointer("/layered_runtime/layers")?.as_array()?.clone();
-                layers
-                    .iter()
-                    .filter_map(|l| l.get("static_layer"))
-                    .filter_map(checks::re2::runtime_limit)
-                    .next_back()
-            })
-            .unwrap_or(checks::re2::DEFAULT_MAX_PROGRAM_SIZE);
+        let limit = re2_max_program_size.unwrap_or(checks::re2::DEFAULT_MAX_PROGRAM_SIZE);
         checks::judge_regex(&program, limit).map_err(|r| invalid(format!("{}: {r}", r.path)))?;
     }
 
@@ -431,10 +436,18 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         options.xds_address,
         to_yaml(&out).map_err(&invalid)?
     );
+    if let Some(limit) = re2_max_program_size {
+        notes.push(format!(
+            "the bootstrap's runtime sets {} to {limit}: serve (and validate) the snapshot with \
+             --re2-max-program-size {limit}",
+            checks::re2::RUNTIME_KEY
+        ));
+    }
     Ok(Imported {
         files,
         bootstrap: bootstrap_text,
         notes,
+        re2_max_program_size,
     })
 }
 

@@ -259,8 +259,15 @@ async fn serve_preflight_envoy_refuses_a_reload_envoy_rejects() {
     let (code, out) = server.status_command(&[]);
     assert_eq!(code, Some(3), "status gates on the failed load\n{out}");
 
-    // The fix passes and is published.
-    write(&config, "routes.yaml", &route_to("main", "a"));
+    // The fix (one rewrite) passes and is published.
+    write(
+        &config,
+        "routes.yaml",
+        &BAD_ROUTES.replace(
+            ", regex_rewrite: { pattern: { regex: \"a\" }, substitution: \"b\" }",
+            "",
+        ),
+    );
     let fixed = eventually(Duration::from_secs(30), || async {
         config_status()
             .await

@@ -59,6 +59,11 @@ pub struct ConfigArgs {
     /// load error, and a request naming one is answered as not existing. None given: any.
     #[arg(long = "authority", value_name = "NAME")]
     pub authorities: Vec<String>,
+    /// The RE2 program size a regex may have where no RTDS runtime in the files sets
+    /// `re2.max_program_size.error_level`: what the proxies' bootstraps set in a static
+    /// layer, when they raise Envoy's default.
+    #[arg(long, value_name = "N", default_value_t = crate::config::checks::re2::DEFAULT_MAX_PROGRAM_SIZE)]
+    pub re2_max_program_size: u64,
     #[command(flatten)]
     pub descriptors: DescriptorArgs,
 }
@@ -70,6 +75,7 @@ impl ConfigArgs {
             strict: self.strict,
             envoy_rules: !self.skip_envoy_rules,
             authorities: self.authorities.clone(),
+            re2_max_program_size: self.re2_max_program_size,
             ..LoadOptions::default()
         }
     }

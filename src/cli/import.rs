@@ -90,7 +90,11 @@ pub(super) fn run(args: &ImportArgs) -> ExitCode {
     };
     // What is written must load: checked before anything is written.
     for (name, text) in &imported.files {
-        if let Err(file_errors) = config::load_text(std::path::Path::new(name), text) {
+        let limit = imported
+            .re2_max_program_size
+            .unwrap_or(config::checks::re2::DEFAULT_MAX_PROGRAM_SIZE);
+        if let Err(file_errors) = config::load_text_judged(std::path::Path::new(name), text, limit)
+        {
             for e in file_errors {
                 if !machine {
                     eprintln!("error: the imported {e}");
@@ -117,8 +121,12 @@ pub(super) fn run(args: &ImportArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let limit = imported
+        .re2_max_program_size
+        .map(|n| format!(" --re2-max-program-size {n}"))
+        .unwrap_or_default();
     let next = format!(
-        "switchyard serve --config {} (xDS on {}); envoy -c {}",
+        "switchyard serve --config {}{limit} (xDS on {}); envoy -c {}",
         args.out.join(crate::import::SNAPSHOT_DIR).display(),
         args.xds_address,
         args.out.join(crate::import::BOOTSTRAP_FILE).display()

@@ -282,6 +282,7 @@ fn assemble(
     errors.extend(super::regex_programs::judge(
         &loaded,
         &std::collections::HashMap::new(),
+        options.re2_max_program_size,
     ));
     errors.extend(foreign_authorities(&loaded, &options.authorities));
 

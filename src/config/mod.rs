@@ -49,7 +49,7 @@ use crate::resource::{Resource, ResourceType};
 pub use hash::content_hash;
 pub use keys::{MIN_TTL, TTL_KEY};
 pub use loader::{LoadWork, Loader};
-pub use parse::{load_text, load_text_with};
+pub use parse::{load_text, load_text_judged, load_text_with};
 pub use secret_files::{CertificateInfo, ReadFile, FILES_KEY};
 pub use selector::{NodeMatch, Selector};
 pub use walk::snapshot_files;
@@ -71,6 +71,10 @@ pub struct LoadOptions {
     /// `--authority`: the xdstp authorities this server answers for (P35); a resource named
     /// for another is a load error. Empty: any.
     pub authorities: Vec<String>,
+    /// `--re2-max-program-size`: the RE2 program size a regex may have where no RTDS runtime
+    /// in the files sets `re2.max_program_size.error_level` (what the proxies' bootstraps
+    /// set; Envoy's default, 100, if they set nothing).
+    pub re2_max_program_size: u64,
 }
 
 /// The largest snapshot file read, by default.
@@ -84,6 +88,7 @@ impl Default for LoadOptions {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             envoy_rules: true,
             authorities: Vec::new(),
+            re2_max_program_size: checks::re2::DEFAULT_MAX_PROGRAM_SIZE,
         }
     }
 }

@@ -210,7 +210,26 @@ pub(super) fn load_file(path: &Path, under: PerFile) -> FileLoad {
 /// its selector and its resources, or every error in it. The loader's core, without the
 /// file system (the fuzz target feeds it arbitrary text).
 pub fn load_text(path: &Path, text: &str) -> Result<SnapshotFile, Vec<ConfigError>> {
-    load_text_with(path, text, true)
+    load_text_judged(path, text, super::checks::re2::DEFAULT_MAX_PROGRAM_SIZE)
+}
+
+/// [`load_text`], with RE2 programs judged against `re2_max_program_size` where the file's
+/// runtimes set no limit (`LoadOptions::re2_max_program_size`).
+pub fn load_text_judged(
+    path: &Path,
+    text: &str,
+    re2_max_program_size: u64,
+) -> Result<SnapshotFile, Vec<ConfigError>> {
+    let file = load_text_with(path, text, true)?;
+    // A regex's program, judged with the limit the file's own runtimes set.
+    let texts = std::collections::HashMap::from([(0, text)]);
+    let errors =
+        super::regex_programs::judge(std::slice::from_ref(&file), &texts, re2_max_program_size);
+    if errors.is_empty() {
+        Ok(file)
+    } else {
+        Err(errors)
+    }
 }
 
 /// [`load_text`], checking Envoy's field rules or not.
@@ -223,15 +242,7 @@ pub fn load_text_with(
         path: path.to_path_buf(),
         modified: None,
     });
-    let file = load_text_naming(source, text, envoy_rules, &mut Vec::new())?;
-    // A regex's program, judged with the limit the file's own runtimes set.
-    let texts = std::collections::HashMap::from([(0, text)]);
-    let errors = super::regex_programs::judge(std::slice::from_ref(&file), &texts);
-    if errors.is_empty() {
-        Ok(file)
-    } else {
-        Err(errors)
-    }
+    load_text_naming(source, text, envoy_rules, &mut Vec::new())
 }
 
 /// [`load_text_with`], adding to `secret_files` each file on this host a secret names.

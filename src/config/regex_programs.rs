@@ -5,9 +5,10 @@
 //!
 //! The limit for a resource is the smallest that a node getting it could have: the limits
 //! of the runtimes in files whose nodes overlap its file's (a node's layers are ordered by its
-//! bootstrap, which Switchyard does not see), and Envoy's default as well unless a runtime
+//! bootstrap, which Switchyard does not see), and the default as well unless a runtime
 //! reaches every node of its file (in the same file, a file for every node, or one with the
-//! same `nodes:`). A runtime counts only if the proxies' bootstraps name it as an RTDS layer.
+//! same `nodes:`). The default is Envoy's 100, or what the proxies' bootstraps set, given as
+//! `--re2-max-program-size`. A runtime counts only if the bootstraps name it as an RTDS layer.
 //!
 //! Must not: count programs (`checks::re2` does) or decide anything about other resources.
 
@@ -31,7 +32,12 @@ fn runtime_limit(runtime: &Resource) -> Option<u64> {
 /// Each regex over the limit for the nodes that get it, as an error naming where it is
 /// written. `texts`: the files' texts where the caller has them (else they are read again,
 /// and only for files with something to report).
-pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec<ConfigError> {
+/// `default`: the limit where no runtime in the files sets one (`--re2-max-program-size`).
+pub(super) fn judge(
+    files: &[SnapshotFile],
+    texts: &HashMap<usize, &str>,
+    default: u64,
+) -> Vec<ConfigError> {
     let mut limits: Vec<(usize, u64)> = Vec::new();
     for (i, file) in files.iter().enumerate() {
         for r in &file.resources {
@@ -61,9 +67,9 @@ pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec
         let limit = applicable
             .iter()
             .copied()
-            .chain((!covered).then_some(re2::DEFAULT_MAX_PROGRAM_SIZE))
+            .chain((!covered).then_some(default))
             .min()
-            .unwrap_or(re2::DEFAULT_MAX_PROGRAM_SIZE);
+            .unwrap_or(default);
         let mut positions = None;
         for r in &file.resources {
             let Some(program) = r.regex_program() else {
@@ -80,11 +86,15 @@ pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec
                     .map(|text| super::yaml::positions(&text))
                     .unwrap_or_default(),
             });
-            let raised = if limit == re2::DEFAULT_MAX_PROGRAM_SIZE {
+            let raised = if applicable.is_empty() && default == re2::DEFAULT_MAX_PROGRAM_SIZE {
                 format!(
-                    " (Envoy's default; an RTDS runtime the nodes get may raise it with `{}`)",
+                    " (Envoy's default; a runtime the nodes get may raise it with `{}`: an \
+                     RTDS runtime in the files, or in their bootstraps with \
+                     --re2-max-program-size)",
                     re2::RUNTIME_KEY
                 )
+            } else if !applicable.contains(&limit) {
+                " (--re2-max-program-size)".to_string()
             } else {
                 format!(" (`{}` in the runtime these nodes get)", re2::RUNTIME_KEY)
             };

@@ -1233,7 +1233,9 @@ fn a_regex_program_is_judged_with_the_limit_its_nodes_runtime_sets() {
         format!("{selector}runtimes:\n  - name: {name}\n    layer: {layer}\n")
     };
     let edge = "nodes: [{ id: \"edge-*\" }]\n";
-    let cases: &[(&str, &[(&str, String)], Option<u64>)] = &[
+    // (what, the files, the limit the load is refused at).
+    type Case<'a> = (&'a str, &'a [(&'a str, String)], Option<u64>);
+    let cases: &[Case] = &[
         (
             "at the default limit",
             &[("r.yaml", routes("x{0,48}", ""))],
@@ -1349,4 +1351,29 @@ fn a_regex_program_is_judged_with_the_limit_its_nodes_runtime_sets() {
             (expected, got) => panic!("{what}: expected refusal at {expected:?}, got {got:?}"),
         }
     }
+    // What the proxies' bootstraps set (`--re2-max-program-size`) is the limit where no
+    // runtime in the files sets one; a runtime that reaches the nodes still decides.
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "r.yaml", &routes("x{0,60}", ""));
+    let with = |limit: u64| {
+        load(
+            &[dir.path().to_path_buf()],
+            &LoadOptions {
+                re2_max_program_size: limit,
+                ..LoadOptions::default()
+            },
+        )
+    };
+    assert!(with(200).is_ok());
+    let refused = with(110).expect_err("over 110").errors[0].to_string();
+    assert!(
+        refused.contains("over the limit of 110 (--re2-max-program-size)"),
+        "{refused}"
+    );
+    write(
+        dir.path(),
+        "rt.yaml",
+        &runtime("l", "{ re2.max_program_size.error_level: 120 }", ""),
+    );
+    assert!(with(200).is_err(), "the files' runtime says 120");
 }

@@ -260,3 +260,53 @@ fn a_key_given_twice_in_the_bootstrap_is_a_note() {
         imported.notes
     );
 }
+
+/// Issue 33, item 6: a regex's RE2 program is judged with the limit the bootstrap's own
+/// runtime sets, and the import says to serve with it.
+#[test]
+fn a_regex_program_is_judged_with_the_bootstraps_runtime_limit() {
+    let bootstrap = |runtime: &str| {
+        format!(
+            r#"
+static_resources:
+  listeners:
+  - name: l
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: 10000 }} }}
+    filter_chains:
+    - filters:
+      - name: hcm
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: x
+          route_config:
+            virtual_hosts:
+            - name: a
+              domains: ["*"]
+              routes:
+              - match: {{ safe_regex: {{ regex: "x{{0,60}}" }} }}
+                direct_response: {{ status: 200 }}
+          http_filters:
+          - name: router
+            typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
+{runtime}"#
+        )
+    };
+    let refused = import_text(&bootstrap(""), &options()).expect_err("124 > 100");
+    assert!(
+        refused
+            .to_string()
+            .contains("RE2 program size of 124 > max program size of 100"),
+        "{refused}"
+    );
+    let raised = "layered_runtime:\n  layers:\n  - name: s\n    static_layer: { re2.max_program_size.error_level: 200 }\n";
+    let imported = import_text(&bootstrap(raised), &options()).expect("200 allows it");
+    assert_eq!(imported.re2_max_program_size, Some(200));
+    assert!(
+        imported
+            .notes
+            .iter()
+            .any(|n| n.contains("--re2-max-program-size 200")),
+        "{:?}",
+        imported.notes
+    );
+}
