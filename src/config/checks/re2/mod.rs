@@ -25,9 +25,73 @@ use regexp::{flags, Op, Re};
 /// Envoy's default limit on a regex's program size (`re2.max_program_size.error_level`).
 pub const DEFAULT_MAX_PROGRAM_SIZE: u64 = 100;
 
+/// Parentheses nested deeper than this are not counted (and the regex is refused): each level
+/// takes the count's recursion a few kilobytes of stack deeper.
+pub const MAX_NESTING: usize = 10_000;
+
 /// The size of the program RE2 compiles `pattern` to, with the options Envoy gives RE2; or
 /// RE2's words for why it compiles none.
+///
+/// RE2 walks its trees with explicit stacks; this count recurses, as deep as the pattern
+/// nests (parentheses, and repeats RE2 expands into nested options: `x{0,1000}` is 2,000
+/// levels). A pattern that may nest deeply is counted on a thread with a stack to match, so
+/// that no pattern can overflow the caller's.
 pub fn program_size(pattern: &str) -> Result<u64, String> {
+    let (nesting, largest_count) = shape(pattern);
+    if nesting > MAX_NESTING {
+        return Err(format!(
+            "invalid regex: parentheses nested {nesting} deep, more than the {MAX_NESTING} \
+             Switchyard counts RE2's program for"
+        ));
+    }
+    if nesting <= 16 && largest_count <= 64 {
+        return count(pattern);
+    }
+    // About 3 KiB per level in a debug build: nested groups take up to three levels each,
+    // and repeats expand into at most about 2,000 (RE2 allows 1,000 copies along a chain).
+    let levels = 3 * nesting + 2 * largest_count.min(1000) + 2 * 1010;
+    let stack = (16 << 20) + levels * (4 << 10);
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("re2-count".into())
+            .stack_size(stack)
+            .spawn_scoped(scope, || count(pattern))
+            .map_err(|e| format!("cannot count the regex's RE2 program: {e}"))?
+            .join()
+            .map_err(|_| "cannot count the regex's RE2 program: the count failed".to_string())?
+    })
+}
+
+/// How deep `pattern`'s parentheses nest, and its largest repeat count (`{n}`, `{n,m}`),
+/// read over (escapes and classes skipped roughly: an over-estimate only costs a thread).
+fn shape(pattern: &str) -> (usize, usize) {
+    let bytes = pattern.as_bytes();
+    let (mut depth, mut deepest, mut largest) = (0usize, 0usize, 0usize);
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 1,
+            b'(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' => depth = depth.saturating_sub(1),
+            b'{' | b',' => {
+                let digits = bytes[i + 1..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .take(9)
+                    .fold(0usize, |n, d| n * 10 + usize::from(d - b'0'));
+                largest = largest.max(digits);
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    (deepest, largest)
+}
+
+fn count(pattern: &str) -> Result<u64, String> {
     let re = parse::parse(pattern, flags::ENVOY)?;
     let sre = simplify::simplify(without_required_prefix(re));
     compile::program_size(sre)
