@@ -452,36 +452,28 @@ impl Compiler {
     }
 }
 
-/// `IsAnchorStart`: a leading `\A` (through concatenations and captures, four deep) comes
-/// out, and the program is anchored.
-fn is_anchor_start(re: &mut Re, depth: usize) -> bool {
+/// `IsAnchorStart` (`start`) and `IsAnchorEnd`: a leading `\A` (a trailing `\z`, or `$`
+/// outside multi-line mode), through concatenations and captures four deep, comes out, and
+/// the program is anchored at that end.
+fn strip_anchor(re: &mut Re, depth: usize, start: bool) -> bool {
     if depth >= 4 {
         return false;
     }
     match &mut re.op {
-        Op::Concat(subs) => subs
-            .first_mut()
-            .is_some_and(|first| is_anchor_start(first, depth + 1)),
-        Op::Capture { sub, .. } => is_anchor_start(sub, depth + 1),
-        Op::BeginText => {
+        Op::Concat(subs) => {
+            let edge = if start {
+                subs.first_mut()
+            } else {
+                subs.last_mut()
+            };
+            edge.is_some_and(|edge| strip_anchor(edge, depth + 1, start))
+        }
+        Op::Capture { sub, .. } => strip_anchor(sub, depth + 1, start),
+        Op::BeginText if start => {
             re.op = Op::LiteralString(Vec::new());
             true
         }
-        _ => false,
-    }
-}
-
-/// `IsAnchorEnd`: the same for a trailing `\z` (or `$` outside multi-line mode).
-fn is_anchor_end(re: &mut Re, depth: usize) -> bool {
-    if depth >= 4 {
-        return false;
-    }
-    match &mut re.op {
-        Op::Concat(subs) => subs
-            .last_mut()
-            .is_some_and(|last| is_anchor_end(last, depth + 1)),
-        Op::Capture { sub, .. } => is_anchor_end(sub, depth + 1),
-        Op::EndText => {
+        Op::EndText if !start => {
             re.op = Op::LiteralString(Vec::new());
             true
         }
@@ -493,8 +485,9 @@ fn is_anchor_end(re: &mut Re, depth: usize) -> bool {
 /// RE2 would give up ("pattern too large - compile failed").
 pub(super) fn program_size(mut sre: Re) -> Option<usize> {
     let mut c = Compiler::new();
-    let anchor_start = is_anchor_start(&mut sre, 0);
-    let _anchor_end = is_anchor_end(&mut sre, 0);
+    let anchor_start = strip_anchor(&mut sre, 0, true);
+    // Anchored at the end or not, the program is the same size (only `\z` comes out).
+    strip_anchor(&mut sre, 0, false);
     let all = c.walk(&sre);
     if c.failed {
         return None;

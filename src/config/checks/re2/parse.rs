@@ -74,19 +74,7 @@ pub(super) fn parse(pattern: &str, global: u32) -> Result<Re, String> {
                 };
                 let start = i;
                 i += 1;
-                let mut nongreedy = false;
-                if ps.flags & flags::PERL_X != 0 {
-                    if t.get(i) == Some(&'?') {
-                        nongreedy = true;
-                        i += 1;
-                    }
-                    if let Some(last) = last_unary {
-                        return Err(format!(
-                            "bad repetition operator: {}",
-                            t[last..i].iter().collect::<String>()
-                        ));
-                    }
-                }
+                let nongreedy = ps.after_repetition(&t, &mut i, last_unary)?;
                 ps.push_repeat_op(kind, nongreedy, &t[start..i])?;
                 is_unary = Some(start);
             }
@@ -98,19 +86,7 @@ pub(super) fn parse(pattern: &str, global: u32) -> Result<Re, String> {
                 Some((lo, hi, next)) => {
                     let start = i;
                     i = next;
-                    let mut nongreedy = false;
-                    if ps.flags & flags::PERL_X != 0 {
-                        if t.get(i) == Some(&'?') {
-                            nongreedy = true;
-                            i += 1;
-                        }
-                        if let Some(last) = last_unary {
-                            return Err(format!(
-                                "bad repetition operator: {}",
-                                t[last..i].iter().collect::<String>()
-                            ));
-                        }
-                    }
+                    let nongreedy = ps.after_repetition(&t, &mut i, last_unary)?;
                     ps.push_repetition(lo, hi, nongreedy, &t[start..i])?;
                     is_unary = Some(start);
                 }
@@ -184,6 +160,30 @@ fn finish(mut re: Re) -> Re {
 }
 
 impl State {
+    /// After a repetition operator at `i`: a `?` makes it non-greedy; and Perl syntax has no
+    /// repetition of a repetition (`a**`), whose words span both (`last_unary` on).
+    fn after_repetition(
+        &self,
+        t: &[char],
+        i: &mut usize,
+        last_unary: Option<usize>,
+    ) -> Result<bool, String> {
+        if self.flags & flags::PERL_X == 0 {
+            return Ok(false);
+        }
+        let nongreedy = t.get(*i) == Some(&'?');
+        if nongreedy {
+            *i += 1;
+        }
+        if let Some(last) = last_unary {
+            return Err(format!(
+                "bad repetition operator: {}",
+                t[last..*i].iter().collect::<String>()
+            ));
+        }
+        Ok(nongreedy)
+    }
+
     fn push_simple(&mut self, op: Op) {
         let re = Re::new(op, self.flags);
         self.push_regexp(re);
