@@ -15,6 +15,9 @@
 //! and checked apart: a sample of every kind of refusal goes to Envoy one by one, which must
 //! refuse it in the same words.
 //!
+//! And end to end: a runtime served over RTDS raises the limit for a real Envoy as
+//! Switchyard judges it.
+//!
 //! The seed is printed; `SWITCHYARD_RE2_SEED` runs another, `SWITCHYARD_RE2_PATTERNS` more
 //! patterns.
 
@@ -27,7 +30,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::envoy::envoy_binary;
+use support::envoy::{envoy_binary, eventually, free_port, http_get, Envoy, Switchyard};
 
 const HCM: &str =
     "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
@@ -464,4 +467,101 @@ fn program_sizes_are_envoys_on_generated_patterns() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// A runtime in the files raises the RE2 limit for the nodes that get it (issue 33, item 6),
+/// end to end: Switchyard serves a regex of 125 instructions with an RTDS runtime at 200,
+/// and a real Envoy whose bootstrap names that runtime as a layer takes both (ACKs, and
+/// answers through the route). At 110 the load is refused in Envoy's words and the last
+/// good generation keeps serving.
+#[tokio::test]
+async fn a_runtime_served_over_rtds_raises_the_limit_for_a_real_envoy() {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    let port = free_port();
+    let runtime = |limit: u32| {
+        format!("runtimes:\n  - name: limits\n    layer: {{ re2: {{ max_program_size: {{ error_level: {limit} }} }} }}\n")
+    };
+    std::fs::write(config.join("runtimes.yaml"), runtime(200)).expect("write");
+    std::fs::write(
+        config.join("listeners.yaml"),
+        format!(
+            r#"listeners:
+  - name: web
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+      - filters:
+          - name: envoy.filters.network.http_connection_manager
+            typed_config:
+              "@type": {HCM}
+              stat_prefix: web
+              route_config:
+                name: web
+                virtual_hosts:
+                  - name: all
+                    domains: ["*"]
+                    routes:
+                      - match: {{ safe_regex: {{ regex: "/x{{0,60}}" }} }}
+                        direct_response: {{ status: 200, body: {{ inline_string: "matched" }} }}
+              http_filters:
+                - name: envoy.filters.http.router
+                  typed_config: {{ "@type": {ROUTER} }}
+"#
+        ),
+    )
+    .expect("write");
+    assert_eq!(
+        switchyard::config::checks::re2::program_size("/x{0,60}"),
+        Ok(125)
+    );
+    let server = Switchyard::start(&config, dir.path()).await;
+    let loaded = eventually(Duration::from_secs(30), || async {
+        server
+            .status()
+            .await
+            .and_then(|s| s.config)
+            .is_some_and(|c| c.ok && c.generation == 1)
+    })
+    .await;
+    assert!(loaded.is_some(), "the files load under the runtime's 200");
+
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envoy/bootstrap-ads.yaml");
+    let bootstrap = std::fs::read_to_string(example).expect("example bootstrap")
+        + "layered_runtime:\n  layers:\n    - name: limits\n      rtds_layer:\n        name: limits\n        rtds_config: { resource_api_version: V3, ads: {} }\n";
+    let node = "re2-runtime";
+    let envoy_dir = dir.path().join("envoy");
+    std::fs::create_dir(&envoy_dir).expect("mkdir");
+    let envoy = Envoy::start_from_text(&bootstrap, &envoy_bin, server.port, node, &envoy_dir).await;
+    let answered = eventually(Duration::from_secs(30), || async {
+        http_get(port).await.is_some_and(|body| body == "matched")
+    })
+    .await;
+    assert!(
+        answered.is_some(),
+        "Envoy never answered through the regex route\n{}",
+        envoy.process.log_text()
+    );
+    assert!(server.node_synced(node).await, "every type ACKed");
+
+    // At 110 the regex is over the limit: the load is refused, the last good one serves.
+    std::fs::write(config.join("runtimes.yaml"), runtime(110)).expect("write");
+    let refused = eventually(Duration::from_secs(30), || async {
+        server
+            .status()
+            .await
+            .and_then(|s| s.config)
+            .is_some_and(|c| {
+                !c.ok
+                    && c.errors
+                        .iter()
+                        .any(|e| e.contains("RE2 program size of 125 > max program size of 110"))
+            })
+    })
+    .await;
+    assert!(refused.is_some(), "the load under 110 is refused");
+    assert_eq!(http_get(port).await.as_deref(), Some("matched"));
 }
