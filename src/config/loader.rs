@@ -219,7 +219,10 @@ impl Loader {
                 None => {}
             }
         }
-        (assemble(loaded, errors, options), work)
+        (
+            assemble(loaded, errors, options, &std::collections::HashMap::new()),
+            work,
+        )
     }
 }
 
@@ -272,16 +275,19 @@ fn parse_in_parallel(files: &[(&PathBuf, Option<FileStamp>)], under: PerFile) ->
 
 /// The configuration from loaded files (in path order) and the errors so far: duplicates
 /// and references checked across every file.
+/// `texts`: each loaded file's text by its index, where the caller holds it (documents from a
+/// source other than a directory); files are read again for positions otherwise.
 fn assemble(
     loaded: Vec<SnapshotFile>,
     mut errors: Vec<ConfigError>,
     options: &LoadOptions,
+    texts: &std::collections::HashMap<usize, &str>,
 ) -> Result<Config, LoadFailure> {
     errors.extend(duplicates(&loaded));
     errors.extend(duplicate_addresses(&loaded));
     errors.extend(super::regex_programs::judge(
         &loaded,
-        &std::collections::HashMap::new(),
+        texts,
         options.re2_max_program_size,
     ));
     errors.extend(foreign_authorities(&loaded, &options.authorities));
@@ -300,7 +306,7 @@ fn assemble(
                 checks.add(index, resource);
             }
         }
-        checks.run(&loaded)
+        checks.run(&loaded, texts)
     } else {
         Vec::new()
     };
@@ -319,6 +325,70 @@ fn assemble(
     } else {
         Err(LoadFailure { errors, warnings })
     }
+}
+
+/// A snapshot document from a source that is not a directory (each etcd key under a prefix
+/// holds one, issue 34): the name its errors give it (the key, say), and its text, in the
+/// format of a snapshot file (YAML or JSON).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Document {
+    pub name: String,
+    pub text: String,
+}
+
+/// Load named documents as the snapshot files they would be: each parsed as a file is (its
+/// errors named `NAME:LINE:COLUMN`), all checked across one another as files are (the same
+/// name twice, duplicates, listener addresses, RE2 limits, references), in name order. The
+/// same texts give the same resources and versions as files do, so a proxy served from
+/// either is sent nothing new. Either the whole configuration, or every error.
+pub fn load_documents(
+    documents: &[Document],
+    options: &LoadOptions,
+) -> Result<Config, LoadFailure> {
+    let mut sorted: Vec<&Document> = documents.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut errors = Vec::new();
+    let mut loaded = Vec::new();
+    let mut texts = std::collections::HashMap::new();
+    for (i, document) in sorted.iter().enumerate() {
+        let path = PathBuf::from(&document.name);
+        if i > 0 && sorted[i - 1].name == document.name {
+            errors.push(ConfigError::Read {
+                path,
+                message: "a second document of this name".into(),
+            });
+            continue;
+        }
+        let size = document.text.len() as u64;
+        if size > options.max_file_bytes {
+            errors.push(ConfigError::Read {
+                path,
+                message: format!(
+                    "the document is {size} bytes, more than the limit of {} \
+                     (--max-file-size)",
+                    options.max_file_bytes
+                ),
+            });
+            continue;
+        }
+        let source = std::sync::Arc::new(crate::resource::SourceFile {
+            path,
+            modified: None,
+        });
+        match super::parse::load_text_naming(
+            source,
+            &document.text,
+            options.envoy_rules,
+            &mut Vec::new(),
+        ) {
+            Ok(file) => {
+                texts.insert(loaded.len(), document.text.as_str());
+                loaded.push(file);
+            }
+            Err(file_errors) => errors.extend(file_errors),
+        }
+    }
+    assemble(loaded, errors, options, &texts)
 }
 
 /// P35: resources named for an xdstp authority this server does not answer for

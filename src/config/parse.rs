@@ -246,7 +246,7 @@ pub fn load_text_with(
 }
 
 /// [`load_text_with`], adding to `secret_files` each file on this host a secret names.
-fn load_text_naming(
+pub(super) fn load_text_naming(
     origin: Arc<SourceFile>,
     text: &str,
     envoy_rules: bool,

@@ -161,7 +161,13 @@ impl<'a> Checker<'a> {
 
     /// Every reference to something no file defines (a glob collection, P34: with no member
     /// defined).
-    pub(super) fn run(self, files: &[SnapshotFile]) -> Vec<ConfigError> {
+    /// `texts`: each file's text by index, where the caller holds it (documents); files are
+    /// read again otherwise.
+    pub(super) fn run(
+        self,
+        files: &[SnapshotFile],
+        texts: &std::collections::HashMap<usize, &str>,
+    ) -> Vec<ConfigError> {
         let mut seen = BTreeSet::new();
         let collections: BTreeSet<(ResourceType, String)> = self
             .defined
@@ -178,11 +184,14 @@ impl<'a> Checker<'a> {
             std::collections::HashMap::new();
         let mut at = |r: &Reference| {
             let index = r.index?;
-            let file = positions.entry(r.file).or_insert_with(|| {
-                std::fs::read_to_string(&files[r.file].path)
-                    .map(|text| super::yaml::positions(&text))
-                    .unwrap_or_default()
-            });
+            let file = positions
+                .entry(r.file)
+                .or_insert_with(|| match texts.get(&r.file) {
+                    Some(text) => super::yaml::positions(text),
+                    None => std::fs::read_to_string(&files[r.file].path)
+                        .map(|text| super::yaml::positions(&text))
+                        .unwrap_or_default(),
+                });
             super::yaml::position_of(file, &format!("{}[{index}]", r.from_kind.file_key()))
         };
         self.references

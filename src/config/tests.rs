@@ -1377,3 +1377,150 @@ fn a_regex_program_is_judged_with_the_limit_its_nodes_runtime_sets() {
     );
     assert!(with(200).is_err(), "the files' runtime says 120");
 }
+
+/// Issue 34, item 1: named documents (an etcd key each) load as the files they would be: the
+/// same resources and versions (a proxy moved between sources is sent nothing new), errors
+/// named `NAME:LINE:COLUMN`, and every check across documents as across files.
+#[test]
+fn documents_load_as_the_files_they_would_be() {
+    let texts = [
+        ("edge/clusters.yaml", "clusters:\n  - name: backend\n    connect_timeout: 1s\n"),
+        (
+            "edge/routes.yaml",
+            "nodes: [{ id: \"edge-*\" }]\nroutes:\n  - name: main\n    virtual_hosts: [{ name: all, domains: [\"*\"], routes: [{ match: { prefix: \"/\" }, route: { cluster: backend } }] }]\n",
+        ),
+        (
+            "runtime.json",
+            "{\"runtimes\": [{\"name\": \"rt\", \"layer\": {\"flag\": true}}]}",
+        ),
+    ];
+    let documents: Vec<Document> = texts
+        .iter()
+        .map(|(name, text)| Document {
+            name: name.to_string(),
+            text: text.to_string(),
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("tmp");
+    for (name, text) in texts {
+        write(dir.path(), name, text);
+    }
+    let versions = |config: &Config| {
+        let mut all: Vec<(ResourceType, String, String)> = config
+            .files
+            .iter()
+            .flat_map(|f| f.resources.iter())
+            .map(|r| (r.kind, r.name.clone(), r.version.clone()))
+            .collect();
+        all.sort();
+        all
+    };
+    let from_files = load_dir(dir.path()).expect("files load");
+    let from_documents =
+        load_documents(&documents, &LoadOptions::default()).expect("documents load");
+    assert_eq!(versions(&from_files), versions(&from_documents));
+    assert_eq!(versions(&from_documents).len(), 3);
+    // The selector of a document applies as a file's does.
+    let edge = from_documents
+        .files
+        .iter()
+        .find(|f| f.path == Path::new("edge/routes.yaml"))
+        .expect("the routes document");
+    assert!(edge
+        .selector
+        .matches(&crate::config::selector::NodeFacts::new("edge-1", "")));
+    assert!(!edge
+        .selector
+        .matches(&crate::config::selector::NodeFacts::new("core-1", "")));
+
+    let with = |name: &str, text: &str| {
+        let mut all = documents.clone();
+        all.push(Document {
+            name: name.to_string(),
+            text: text.to_string(),
+        });
+        load_documents(&all, &LoadOptions::default())
+            .expect_err("refused")
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    // An error in a document names it, with line and column.
+    let typo = with(
+        "prod/c.yaml",
+        "clusters:\n  - name: c\n    conect_timeout: 1s\n",
+    );
+    assert!(
+        typo[0].starts_with("prod/c.yaml:3:5: clusters[0] \"c\": conect_timeout:"),
+        "{typo:?}"
+    );
+    // The same cluster in two documents for the same nodes.
+    let twice = with(
+        "more.yaml",
+        "clusters:\n  - name: backend\n    connect_timeout: 2s\n",
+    );
+    assert!(
+        twice
+            .iter()
+            .any(|e| e.contains("backend") && e.contains("edge/clusters.yaml")),
+        "{twice:?}"
+    );
+    // A regex judged with the limit a runtime in another document sets.
+    let regex = "routes:\n  - name: r\n    virtual_hosts: [{ name: a, domains: [\"*\"], routes: [{ match: { safe_regex: { regex: \"x{0,60}\" } }, direct_response: { status: 200 } }] }]\n";
+    let over = with("regex.yaml", regex);
+    assert!(
+        over[0].starts_with("regex.yaml:3:82: routes[0] \"r\": ")
+            && over[0].contains("RE2 program size of 124"),
+        "{over:?}"
+    );
+    let mut raised = documents.clone();
+    raised.push(Document {
+        name: "regex.yaml".into(),
+        text: regex.into(),
+    });
+    raised.push(Document {
+        name: "limits.yaml".into(),
+        text: "runtimes: [{ name: l, layer: { re2.max_program_size.error_level: 200 } }]\n".into(),
+    });
+    assert!(load_documents(&raised, &LoadOptions::default()).is_ok());
+    // A reference no document defines, where the document says it (from its text: no file
+    // of that name is read).
+    let mut dangling = documents.clone();
+    dangling.push(Document {
+        name: "dangling.yaml".into(),
+        text: "routes:\n  - name: d\n    virtual_hosts: [{ name: a, domains: [\"*\"], routes: [{ match: { prefix: \"/\" }, route: { cluster: nope } }] }]\n".into(),
+    });
+    let strict = LoadOptions {
+        strict: true,
+        ..LoadOptions::default()
+    };
+    let missing = load_documents(&dangling, &strict)
+        .expect_err("strict")
+        .errors[0]
+        .to_string();
+    assert!(
+        missing.starts_with("dangling.yaml:2:9: RDS \"d\": refers to cluster \"nope\""),
+        "{missing}"
+    );
+    // The same name twice, and a document over the size limit.
+    let again = with("runtime.json", "{}");
+    assert!(
+        again
+            .iter()
+            .any(|e| e.starts_with("runtime.json: a second document of this name")),
+        "{again:?}"
+    );
+    let small = LoadOptions {
+        max_file_bytes: 64,
+        ..LoadOptions::default()
+    };
+    let big = load_documents(&documents, &small)
+        .expect_err("too big")
+        .errors[0]
+        .to_string();
+    assert!(
+        big.contains("more than the limit of 64 (--max-file-size)"),
+        "{big}"
+    );
+}
