@@ -53,6 +53,7 @@ pub mod protocol;
 pub mod resource;
 pub mod rollout;
 pub mod server;
+pub mod source;
 pub mod state;
 pub mod telemetry;
 #[cfg(test)]

@@ -43,8 +43,8 @@ pub struct AdminAccess {
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
     /// A snapshot file, or a directory whose *.yaml, *.yml and *.json files (at any depth,
-    /// hidden entries skipped) are read. Repeatable.
-    #[arg(long = "config", short = 'c', value_name = "PATH", required = true)]
+    /// hidden entries skipped) are read. Repeatable. Required, but for `validate --source`.
+    #[arg(long = "config", short = 'c', value_name = "PATH")]
     pub paths: Vec<PathBuf>,
     /// Treat reference problems (a route naming a missing cluster, ...) as errors.
     #[arg(long)]

@@ -378,6 +378,10 @@ pub enum LogFormat {
 }
 
 pub(super) fn run(args: ServeArgs) -> ExitCode {
+    if args.config.paths.is_empty() {
+        eprintln!("error: --config PATH is required: the snapshot files to serve");
+        return ExitCode::from(EXIT_USAGE);
+    }
     if let Err(e) = init_logging(&args.log_level, args.log_format) {
         eprintln!("error: {e:#}");
         return ExitCode::from(EXIT_USAGE);

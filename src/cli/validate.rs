@@ -36,6 +36,64 @@ pub struct ValidateArgs {
     /// (GitHub Actions annotations), on stdout.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
     pub output: Format,
+    /// Validate what etcd holds instead of files: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`,
+    /// every key under `PREFIX/` one snapshot document (keys starting with `.` aside), read
+    /// at one revision (docs/etcd.md).
+    #[arg(long, value_name = "URL", conflicts_with = "paths")]
+    pub source: Option<String>,
+    /// How long connecting to etcd and reading the prefix may take, each.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub source_timeout: Duration,
+}
+
+/// The configuration from `--config` files, or from `--source`: the documents at one etcd
+/// revision (and the revision). Errors are printed, and the exit code returned.
+fn load(
+    args: &ValidateArgs,
+    options: &LoadOptions,
+) -> Result<(Result<config::Config, config::LoadFailure>, Option<i64>), ExitCode> {
+    let Some(source) = &args.source else {
+        if args.config.paths.is_empty() {
+            eprintln!("error: name the snapshot: --config PATH, or --source URL");
+            return Err(ExitCode::from(EXIT_USAGE));
+        }
+        return Ok((config::load(&args.config.paths, options), None));
+    };
+    let url: crate::source::EtcdUrl = source.parse().map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(EXIT_USAGE)
+    })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: cannot start a runtime: {e}");
+            ExitCode::FAILURE
+        })?;
+    let timeout = args.source_timeout;
+    let snapshot = runtime
+        .block_on(async {
+            let mut client = crate::source::etcd::connect(&url, timeout).await?;
+            tokio::time::timeout(timeout, crate::source::etcd::read(&mut client, &url))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(crate::source::SourceError::Unavailable {
+                        url: url.display(),
+                        message: format!(
+                            "no answer within {}",
+                            humantime::format_duration(timeout)
+                        ),
+                    })
+                })
+        })
+        .map_err(|e| {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        })?;
+    Ok((
+        config::load_documents(&snapshot.documents, options),
+        Some(snapshot.revision),
+    ))
 }
 
 /// Print a machine's result (`--output json` or `github`) and exit with `ok`'s code.
@@ -64,7 +122,11 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
         ..args.config.load_options()
     };
     let text = args.output == Format::Text;
-    let config = match config::load(&args.config.paths, &options) {
+    let (loaded, revision) = match load(args, &options) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let config = match loaded {
         Ok(config) => config,
         Err(failure) if !text => {
             let mut result = Validation::new(0, 0);
@@ -149,9 +211,15 @@ pub(super) fn run(args: &ValidateArgs) -> ExitCode {
         eprintln!("invalid: Envoy rejects {rejected} node group(s)");
         return ExitCode::FAILURE;
     }
+    let read = match revision {
+        Some(revision) => format!(
+            "{} document(s) at etcd revision {revision}",
+            config.files.len()
+        ),
+        None => format!("{} file(s)", config.files.len()),
+    };
     println!(
-        "OK: {} file(s), {} resource(s), {} warning(s)",
-        config.files.len(),
+        "OK: {read}, {} resource(s), {} warning(s)",
         config.resource_count(),
         config.warnings.len()
     );

@@ -4,6 +4,7 @@
 
 pub mod certs;
 pub mod envoy;
+pub mod etcd;
 pub mod memory;
 
 use std::net::SocketAddr;

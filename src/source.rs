@@ -1,0 +1,97 @@
+//! Where snapshot documents come from when they are not `--config` files: etcd (issue 34).
+//! `--source etcd://HOST:PORT[,HOST:PORT...]/PREFIX` names a cluster and a key prefix; each
+//! key under `PREFIX/` holds one snapshot document in the files' format, named by its key.
+//! Keys whose name starts with `.` are Switchyard's own (as hidden entries of a directory are
+//! skipped), never documents.
+//!
+//! Owns: reading the URL, and reading the prefix at one revision (`etcd`).
+//! Must not: parse or judge documents (`config::load_documents` does), or serve them.
+
+pub mod etcd;
+
+use crate::config::Document;
+
+/// A source's URL, or a source, that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("--source {url}: {message}")]
+    Url { url: String, message: String },
+    #[error("{url}: {message}")]
+    Unavailable { url: String, message: String },
+}
+
+/// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`: the cluster's members and the key prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdUrl {
+    /// `HOST:PORT` of each member, as written.
+    pub endpoints: Vec<String>,
+    /// The prefix as written after the members, with its leading `/` (`/switchyard`).
+    pub prefix: String,
+}
+
+impl EtcdUrl {
+    /// The keys of documents start with this: the prefix and a `/`.
+    pub fn key_prefix(&self) -> String {
+        format!("{}/", self.prefix.trim_end_matches('/'))
+    }
+
+    /// The URL as given (members joined by `,`).
+    pub fn display(&self) -> String {
+        format!("etcd://{}{}", self.endpoints.join(","), self.prefix)
+    }
+}
+
+impl std::str::FromStr for EtcdUrl {
+    type Err = SourceError;
+
+    fn from_str(url: &str) -> Result<EtcdUrl, SourceError> {
+        let bad = |message: String| SourceError::Url {
+            url: url.to_string(),
+            message,
+        };
+        let Some(rest) = url.strip_prefix("etcd://") else {
+            return Err(bad(
+                "not an etcd URL: etcd://HOST:PORT[,HOST:PORT...]/PREFIX".into(),
+            ));
+        };
+        let (members, prefix) = match rest.find('/') {
+            Some(at) => (&rest[..at], &rest[at..]),
+            None => (rest, ""),
+        };
+        if prefix.trim_matches('/').is_empty() {
+            return Err(bad(
+                "no key prefix: name one after the members (etcd://HOST:PORT/PREFIX); the \
+                 whole key space is never read"
+                    .into(),
+            ));
+        }
+        let mut endpoints = Vec::new();
+        for member in members.split(',') {
+            let Some((host, port)) = member.rsplit_once(':') else {
+                return Err(bad(format!("member {member:?} has no port (HOST:PORT)")));
+            };
+            if host.is_empty() {
+                return Err(bad(format!("member {member:?} has no host (HOST:PORT)")));
+            }
+            match port.parse::<u16>() {
+                Ok(p) if p > 0 => endpoints.push(member.to_string()),
+                _ => return Err(bad(format!("member {member:?}: {port:?} is not a port"))),
+            }
+        }
+        Ok(EtcdUrl {
+            endpoints,
+            prefix: prefix.to_string(),
+        })
+    }
+}
+
+/// The documents under a prefix at one revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The store's revision they were read at.
+    pub revision: i64,
+    pub documents: Vec<Document>,
+}
+
+#[cfg(test)]
+mod tests;
