@@ -44,6 +44,9 @@ pub struct Options {
     pub state_dir: Option<PathBuf>,
     /// `--preflight-envoy` and `--preflight-timeout`: the Envoy that checks each new config.
     pub preflight: Option<(PathBuf, Duration)>,
+    /// `--source`: serve the documents under an etcd prefix instead of `paths`, from this
+    /// first read (the caller's), following the prefix from its revision.
+    pub source: Option<(crate::source::EtcdUrl, crate::source::Snapshot)>,
 }
 
 /// The two ports, bound by the caller.
@@ -81,6 +84,8 @@ pub struct Daemon {
     pub reloader: Arc<Reloader>,
     pub telemetry: Telemetry,
     watching: Option<Watching>,
+    /// `--source`: the etcd prefix to follow, from the revision first loaded.
+    follow: Option<(crate::source::EtcdUrl, i64)>,
     serve: ServeOptions,
     admin: admin::Transport,
     admin_token: Option<Arc<str>>,
@@ -121,11 +126,22 @@ impl Daemon {
             reloader = reloader.with_state(StateDir::open(dir)?);
         }
         let reloader = Arc::new(reloader);
-        let watching = options.watch.then(|| reloader.watching());
-        let promoted_first = reloader.serve_promoted_first().is_some();
-        if let Err(failure) = reloader.reload() {
-            if !promoted_first && reloader.serve_last_good(&failure).is_none() {
-                return Err(RunError::Load(failure));
+        let mut follow = None;
+        let mut watching = None;
+        if let Some((url, first)) = options.source {
+            // From etcd: no files to watch or keep; a first read that does not load is an
+            // error (there is no state directory to serve from meanwhile).
+            reloader
+                .reload_documents(&first.documents)
+                .map_err(RunError::Load)?;
+            follow = options.watch.then_some((url, first.revision));
+        } else {
+            watching = options.watch.then(|| reloader.watching());
+            let promoted_first = reloader.serve_promoted_first().is_some();
+            if let Err(failure) = reloader.reload() {
+                if !promoted_first && reloader.serve_last_good(&failure).is_none() {
+                    return Err(RunError::Load(failure));
+                }
             }
         }
         log_secret_policy(
@@ -142,6 +158,7 @@ impl Daemon {
             reloader,
             telemetry,
             watching,
+            follow,
             serve: options.serve,
             admin: options.admin,
             admin_token: options.admin_token,
@@ -161,6 +178,7 @@ impl Daemon {
             reloader,
             telemetry,
             watching,
+            follow,
             serve,
             admin,
             admin_token,
@@ -173,6 +191,14 @@ impl Daemon {
             tracing::info!(xds_addr = %xds, admin_addr = %admin, "Serving xDS.");
         }
         let watcher = watching.map(|w| tokio::spawn(w.run(stopped(stop_rx.clone()))));
+        let follower = follow.map(|(url, revision)| {
+            tokio::spawn(crate::watch::follow_etcd(
+                Arc::clone(&reloader),
+                url,
+                revision,
+                stopped(stop_rx.clone()),
+            ))
+        });
         let keeper = tokio::spawn(Arc::clone(&reloader).keep_promoted());
         let admin_task = tokio::spawn(admin::serve(
             listeners.admin,
@@ -203,6 +229,9 @@ impl Daemon {
         .await;
         if let Some(watcher) = watcher {
             let _ = watcher.await;
+        }
+        if let Some(follower) = follower {
+            let _ = follower.await;
         }
         keeper.abort();
         if let Err(e) = admin_task.await {

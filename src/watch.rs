@@ -1,4 +1,4 @@
-//! Reloading on file changes.
+//! Reloading on file changes, and on changes under an etcd prefix (`serve --source`).
 //!
 //! Owns: watching the `--config` paths (notify), debouncing bursts of events, loading in a
 //! blocking task, publishing a good load to the cache, and keeping the result of the last
@@ -269,6 +269,30 @@ impl Reloader {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .load_counting(&self.paths, &self.options);
+        self.finish(loaded, work)
+    }
+
+    /// Load the documents read from a source (`--source`: every key under an etcd prefix,
+    /// at one revision) as [`Reloader::reload`] loads the files, and publish the same way.
+    pub fn reload_documents(
+        &self,
+        documents: &[crate::config::Document],
+    ) -> Result<(), LoadFailure> {
+        let loaded = crate::config::load_documents(documents, &self.options);
+        let work = LoadWork {
+            parsed: documents.len(),
+            reused: 0,
+        };
+        self.finish(loaded, work)
+    }
+
+    /// A load's last checks (pre-flight, emptied node groups), then publish it when good and
+    /// different from what is serving, and report it.
+    fn finish(
+        &self,
+        loaded: Result<Config, LoadFailure>,
+        work: LoadWork,
+    ) -> Result<(), LoadFailure> {
         let result = loaded.and_then(|config| {
             let rejected = self.preflight(&config);
             if !rejected.is_empty() {
@@ -569,6 +593,9 @@ fn touches(paths: &[PathBuf], event_paths: &[PathBuf]) -> bool {
         })
     })
 }
+
+mod etcd;
+pub use etcd::follow_etcd;
 
 #[cfg(test)]
 mod tests {

@@ -1,11 +1,13 @@
 //! The etcd source against a real etcd (issue 34): `switchyard validate --source
 //! etcd://HOST:PORT/PREFIX` reads every key under the prefix at one revision, as the
-//! snapshot documents they hold.
+//! snapshot documents they hold; `serve --source` serves them and follows the prefix.
 
 mod support;
 
 use std::process::Command;
+use std::time::Duration;
 
+use support::envoy::{eventually, free_port, get_json, Switchyard};
 use support::etcd::Etcd;
 
 fn switchyard(args: &[&str]) -> (Option<i32>, String, String) {
@@ -101,4 +103,127 @@ async fn validate_reads_the_documents_under_a_prefix_at_one_revision() {
     let (code, _, err) = switchyard(&["validate"]);
     assert_eq!(code, Some(64), "{err}");
     assert!(err.contains("--config PATH, or --source URL"), "{err}");
+}
+
+/// `serve --source`: the documents under the prefix served, then followed. A transaction of
+/// two documents is one generation; a bad document is refused (named by its key) while the
+/// last good generation serves; etcd killed and started again: serving goes on, and the
+/// watch resumes from the last revision read.
+#[tokio::test]
+async fn serve_follows_the_prefix_one_generation_per_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut etcd = Etcd::start(dir.path()).await;
+    let cluster = |names: &[&str]| {
+        let mut text = String::from("clusters:\n");
+        for name in names {
+            text.push_str(&format!("  - name: {name}\n    connect_timeout: 1s\n"));
+        }
+        text
+    };
+    etcd.put("/sy/clusters.yaml", &cluster(&["a"])).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let server = Switchyard::start_serving(
+        &["--source", &url],
+        dir.path(),
+        (free_port(), free_port()),
+        &[],
+    )
+    .await;
+    let config = || async { server.status().await.and_then(|s| s.config) };
+    let dump = || async {
+        get_json(
+            &format!("http://127.0.0.1:{}/config_dump", server.admin_port),
+            &[("node", "edge-1")],
+        )
+        .await
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+    };
+    let first = eventually(Duration::from_secs(20), || async {
+        config().await.is_some_and(|c| c.ok && c.generation == 1)
+    })
+    .await;
+    assert!(first.is_some(), "the first read serves");
+    assert!(dump().await.contains("\"a\""));
+
+    // Two documents in one transaction: one generation holding both.
+    etcd.put_all(&[
+        ("/sy/clusters.yaml", &cluster(&["a", "b"])),
+        ("/sy/more.yaml", &cluster(&["c"])),
+    ])
+    .await;
+    let second = eventually(Duration::from_secs(20), || async {
+        config().await.is_some_and(|c| c.ok && c.generation == 2)
+    })
+    .await;
+    assert!(second.is_some(), "the transaction is published");
+    let served = dump().await;
+    assert!(
+        served.contains("\"b\"") && served.contains("\"c\""),
+        "{served}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        config().await.map(|c| c.generation),
+        Some(2),
+        "one generation, not two"
+    );
+
+    // A bad document: refused, named by its key; the last good generation serves.
+    etcd.put(
+        "/sy/bad.yaml",
+        "clusters:\n  - name: d\n    conect_timeout: 1s\n",
+    )
+    .await;
+    let refused = eventually(Duration::from_secs(20), || async {
+        config().await.is_some_and(|c| {
+            !c.ok
+                && c.generation == 2
+                && c.errors
+                    .iter()
+                    .any(|e| e.starts_with("etcd:/sy/bad.yaml:3:5: clusters[0] \"d\""))
+        })
+    })
+    .await;
+    assert!(refused.is_some(), "{:?}", config().await);
+    etcd.put("/sy/bad.yaml", &cluster(&["d"])).await;
+    let fixed = eventually(Duration::from_secs(20), || async {
+        config().await.is_some_and(|c| c.ok && c.generation == 3)
+    })
+    .await;
+    assert!(fixed.is_some(), "the fix is published");
+
+    // etcd away: serving goes on; back: the watch resumes, and a change made meanwhile (by
+    // another client, as soon as etcd is up) is published.
+    etcd.process.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(config().await.is_some_and(|c| c.ok && c.generation == 3));
+    assert!(dump().await.contains("\"d\""));
+    etcd.restart().await;
+    etcd.put("/sy/more.yaml", &cluster(&["c", "e"])).await;
+    let resumed = eventually(Duration::from_secs(30), || async {
+        config().await.is_some_and(|c| c.ok && c.generation == 4)
+    })
+    .await;
+    assert!(resumed.is_some(), "{:?}", config().await);
+    assert!(dump().await.contains("\"e\""));
+    let etcd_lines: Vec<String> = server
+        .log_lines()
+        .iter()
+        .filter_map(|l| l["message"].as_str().map(str::to_string))
+        .filter(|m| m.contains("etcd"))
+        .collect();
+    assert!(
+        server.logged("etcd does not answer", &[]) && server.logged("etcd answers again", &[]),
+        "the outage is logged: {etcd_lines:?}"
+    );
+    // Once, however long it lasts: the tries wait (and are not logged) in between.
+    assert_eq!(
+        etcd_lines
+            .iter()
+            .filter(|m| m.contains("etcd does not answer"))
+            .count(),
+        1,
+        "{etcd_lines:?}"
+    );
 }

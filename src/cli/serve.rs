@@ -72,6 +72,16 @@ pub struct ServeArgs {
     /// copy kept there is served (and the error reported) instead of refusing to start.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Serve the snapshot documents under an etcd prefix instead of files:
+    /// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`, every key under `PREFIX/` one document
+    /// (keys starting with `.` aside). Read at one revision before serving; then each change
+    /// (a transaction at once) is read again and reloaded; while etcd does not answer, the
+    /// last good generation keeps serving (docs/etcd.md).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["paths", "state_dir"])]
+    pub source: Option<String>,
+    /// How long connecting to etcd and reading the prefix may take, each, at start.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub source_timeout: Duration,
     #[command(flatten, next_help_heading = "TLS on the xDS port")]
     pub tls: XdsTlsArgs,
     #[command(flatten, next_help_heading = "Limits")]
@@ -378,8 +388,8 @@ pub enum LogFormat {
 }
 
 pub(super) fn run(args: ServeArgs) -> ExitCode {
-    if args.config.paths.is_empty() {
-        eprintln!("error: --config PATH is required: the snapshot files to serve");
+    if args.config.paths.is_empty() && args.source.is_none() {
+        eprintln!("error: name the snapshot: --config PATH, or --source URL");
         return ExitCode::from(EXIT_USAGE);
     }
     if let Err(e) = init_logging(&args.log_level, args.log_format) {
@@ -419,7 +429,33 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     if token.is_none() && !args.admin.admin_addr.ip().is_loopback() {
         tracing::warn!(admin_addr = %args.admin.admin_addr, "The admin API listens beyond loopback without a token: anyone who reaches it sees every node and its configuration (--admin-token-file).");
     }
+    // From etcd: the first read, before anything is bound (as files load first).
+    let source = match &args.source {
+        None => None,
+        Some(url) => {
+            let url: crate::source::EtcdUrl = url
+                .parse()
+                .map_err(|e| Failure::Usage(anyhow::Error::new(e)))?;
+            let timeout = args.source_timeout;
+            let mut client = crate::source::etcd::connect(&url, timeout)
+                .await
+                .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?;
+            let first = tokio::time::timeout(timeout, crate::source::etcd::read(&mut client, &url))
+                .await
+                .map_err(|_| {
+                    Failure::Usage(anyhow::anyhow!(
+                        "{}: no answer within {}; not starting",
+                        url.display(),
+                        humantime::format_duration(timeout)
+                    ))
+                })?
+                .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?;
+            tracing::info!(source = %url.display(), revision = first.revision, documents = first.documents.len(), "Read the snapshot documents from etcd.");
+            Some((url, first))
+        }
+    };
     let options = Options {
+        source,
         paths: args.config.paths.clone(),
         load: LoadOptions {
             allow_empty: args.allow_empty,

@@ -281,24 +281,29 @@ impl Switchyard {
     pub async fn start_on(
         config: &Path,
         log_dir: &Path,
+        ports: (u16, u16),
+        extra: &[&str],
+    ) -> Switchyard {
+        let config = config.to_str().expect("a UTF-8 path");
+        Switchyard::start_serving(&["--config", config], log_dir, ports, extra).await
+    }
+
+    /// `switchyard serve` of `snapshot` (`--config PATH`, or `--source URL`) on these (xDS,
+    /// admin) ports, logging to `log_dir/switchyard.log`.
+    pub async fn start_serving(
+        snapshot: &[&str],
+        log_dir: &Path,
         (port, admin_port): (u16, u16),
         extra: &[&str],
     ) -> Switchyard {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-        cmd.args([
-            "serve",
-            "--log-format",
-            "json",
-            "--log-level",
-            "debug",
-            "--config",
-        ])
-        .arg(config)
-        .arg("--xds-addr")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--admin-addr")
-        .arg(format!("127.0.0.1:{admin_port}"))
-        .args(extra);
+        cmd.args(["serve", "--log-format", "json", "--log-level", "debug"])
+            .args(snapshot)
+            .arg("--xds-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--admin-addr")
+            .arg(format!("127.0.0.1:{admin_port}"))
+            .args(extra);
         let process = Process::spawn("switchyard", cmd, log_dir.join("switchyard.log"));
         let up = eventually(Duration::from_secs(10), || async move {
             tokio::net::TcpStream::connect(("127.0.0.1", port))

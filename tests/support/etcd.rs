@@ -10,13 +10,42 @@ use super::envoy::{debian_tool, eventually, free_port, Process};
 pub struct Etcd {
     pub process: Process,
     pub client_port: u16,
+    peer_port: u16,
+    dir: std::path::PathBuf,
 }
 
 impl Etcd {
     /// Start a one-member cluster with its data and log under `dir`; ready when it answers.
     pub async fn start(dir: &Path) -> Etcd {
-        let binary = debian_tool("ETCD_BIN", "etcd", "etcd-server");
         let (client_port, peer_port) = (free_port(), free_port());
+        let process = Etcd::spawn(dir, client_port, peer_port);
+        let etcd = Etcd {
+            process,
+            client_port,
+            peer_port,
+            dir: dir.to_path_buf(),
+        };
+        etcd.wait_up().await;
+        etcd
+    }
+
+    /// Kill it (SIGKILL) and start it again on the same ports and data.
+    pub async fn restart(&mut self) {
+        self.process.kill();
+        self.process = Etcd::spawn(&self.dir, self.client_port, self.peer_port);
+        self.wait_up().await;
+    }
+
+    async fn wait_up(&self) {
+        let up = eventually(Duration::from_secs(20), || async {
+            self.client().await.is_some()
+        })
+        .await;
+        assert!(up.is_some(), "etcd did not answer on {}", self.client_port);
+    }
+
+    fn spawn(dir: &Path, client_port: u16, peer_port: u16) -> Process {
+        let binary = debian_tool("ETCD_BIN", "etcd", "etcd-server");
         let data = dir.join("etcd-data");
         let client = format!("http://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
@@ -39,17 +68,7 @@ impl Etcd {
             ])
             .args(["--initial-cluster", &format!("s1={peer}")])
             .args(["--log-level", "warn"]);
-        let process = Process::spawn("etcd", cmd, dir.join("etcd.log"));
-        let etcd = Etcd {
-            process,
-            client_port,
-        };
-        let up = eventually(Duration::from_secs(20), || async {
-            etcd.client().await.is_some()
-        })
-        .await;
-        assert!(up.is_some(), "etcd did not answer on {client_port}");
-        etcd
+        Process::spawn("etcd", cmd, dir.join("etcd.log"))
     }
 
     /// `HOST:PORT` of its client endpoint.
@@ -67,6 +86,20 @@ impl Etcd {
             .ok()?;
         client.get("/", None).await.ok()?;
         Some(client)
+    }
+
+    /// Put every `(key, value)` in one transaction; the store's revision after.
+    pub async fn put_all(&self, pairs: &[(&str, &str)]) -> i64 {
+        let mut client = self.client().await.expect("etcd answers");
+        let ops: Vec<etcd_client::TxnOp> = pairs
+            .iter()
+            .map(|(k, v)| etcd_client::TxnOp::put(*k, *v, None))
+            .collect();
+        let response = client
+            .txn(etcd_client::Txn::new().and_then(ops))
+            .await
+            .expect("txn");
+        response.header().expect("a header").revision()
     }
 
     /// Put `value` at `key`; the store's revision after.
