@@ -324,6 +324,23 @@ pub struct ConfigStatus {
     pub generation: u64,
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
+    /// `--source`: the etcd revision the last load read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// `--source`: whether etcd answers, since when, and why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceStatus>,
+}
+
+/// `--source`: the source and whether it answers.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SourceStatus {
+    pub url: String,
+    pub answering: bool,
+    /// When it began answering, or stopped (RFC 3339).
+    pub since: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl From<&TypeReport> for TypeStatusJson {
@@ -546,7 +563,19 @@ async fn healthz() -> &'static str {
 
 async fn readyz(State(admin): State<Admin>) -> Response {
     if admin.cache.current().number > 0 {
-        (StatusCode::OK, "ready\n").into_response()
+        // Still ready while etcd is away (the last good generation serves), but saying so.
+        match admin.reloader.source().filter(|s| !s.answering) {
+            Some(source) => (
+                StatusCode::OK,
+                format!(
+                    "ready (the last good generation serves: {} does not answer since {})\n",
+                    source.url,
+                    format_time(source.since)
+                ),
+            )
+                .into_response(),
+            None => (StatusCode::OK, "ready\n").into_response(),
+        }
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -715,6 +744,13 @@ fn current_status(admin: &Admin) -> Status {
         generation: r.generation,
         errors: r.errors.clone(),
         warnings: r.warnings.clone(),
+        revision: r.revision,
+        source: admin.reloader.source().map(|h| SourceStatus {
+            url: h.url,
+            answering: h.answering,
+            since: format_time(h.since),
+            error: h.error,
+        }),
     });
     let mut status = Status::from_reports(admin.fleet.reports(), config);
     let serving = admin.cache.serving();

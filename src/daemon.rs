@@ -132,8 +132,9 @@ impl Daemon {
             // From etcd: no files to watch or keep; a first read that does not load is an
             // error (there is no state directory to serve from meanwhile).
             reloader
-                .reload_documents(&first.documents)
+                .reload_documents(&first.documents, first.revision)
                 .map_err(RunError::Load)?;
+            reloader.source_health(&url.display(), None);
             follow = options.watch.then_some((url, first.revision));
         } else {
             watching = options.watch.then(|| reloader.watching());

@@ -119,6 +119,9 @@ pub struct Metrics {
     pub config_last_load_ok: Gauge,
     /// File-system events seen on the config paths (before debouncing).
     pub file_watch_events: Counter,
+    /// `--source`: 1 while etcd does not answer (the last good serves); 0 otherwise, and
+    /// always 0 when serving files.
+    pub source_down: Gauge,
 }
 
 /// 1 ms to ~65 s, doubling.
@@ -173,6 +176,7 @@ impl Default for Metrics {
             config_loads,
             config_last_load: Gauge::default(),
             config_last_load_ok: Gauge::default(),
+            source_down: Gauge::default(),
             file_watch_events: Counter::default(),
         }
     }
@@ -322,6 +326,11 @@ pub fn encode(m: &Metrics, scraped: Scraped) -> String {
         "config_last_load_ok",
         "1 when the last config load succeeded, 0 when it failed (the last good one serves)",
         m.config_last_load_ok.clone(),
+    );
+    registry.register(
+        "source_down",
+        "With --source: 1 while etcd does not answer (the last good generation serves); 0 otherwise",
+        m.source_down.clone(),
     );
     registry.register(
         "file_watch_events",

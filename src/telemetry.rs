@@ -292,6 +292,11 @@ impl Telemetry {
     }
 
     /// A file-system event on the config paths (counted before debouncing).
+    /// `--source`: whether etcd answers (`switchyard_source_down`).
+    pub fn source_answering(&self, answering: bool) {
+        self.metrics().source_down.set(i64::from(!answering));
+    }
+
     pub fn file_event(&self) {
         self.metrics.file_watch_events.inc();
     }

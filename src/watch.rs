@@ -39,6 +39,20 @@ pub struct LoadReport {
     pub warnings: Vec<String>,
     /// The generation serving after this load.
     pub generation: u64,
+    /// `--source`: the etcd revision the documents were read at (`None` for files).
+    pub revision: Option<i64>,
+}
+
+/// `--source`: whether etcd answers, and since when.
+#[derive(Clone, Debug)]
+pub struct SourceHealth {
+    /// The source, as given (`etcd://...`).
+    pub url: String,
+    pub answering: bool,
+    /// When it began answering, or stopped.
+    pub since: SystemTime,
+    /// Why it does not answer.
+    pub error: Option<String>,
 }
 
 impl LoadReport {
@@ -67,6 +81,8 @@ pub struct Reloader {
     /// `--preflight-envoy`: the Envoy binary that checks each new config, its time limit,
     /// and the form nodes get (with or without inline key material).
     preflight: Option<(PathBuf, std::time::Duration, crate::resource::Secrets)>,
+    /// `--source`: whether etcd answers (`None` when serving files).
+    source: watch::Sender<Option<SourceHealth>>,
 }
 
 impl Reloader {
@@ -87,7 +103,30 @@ impl Reloader {
             kept: watch::Sender::new(0),
             state: None,
             preflight: None,
+            source: watch::Sender::new(None),
         }
+    }
+
+    /// `--source`: record whether etcd answers (the metric and `/status` say so).
+    pub fn source_health(&self, url: &str, error: Option<String>) {
+        let answering = error.is_none();
+        self.telemetry.source_answering(answering);
+        self.source.send_modify(|health| {
+            if health.as_ref().is_some_and(|h| h.answering == answering) {
+                return;
+            }
+            *health = Some(SourceHealth {
+                url: url.to_string(),
+                answering,
+                since: SystemTime::now(),
+                error,
+            });
+        });
+    }
+
+    /// `--source`: whether etcd answers, and since when.
+    pub fn source(&self) -> Option<SourceHealth> {
+        self.source.borrow().clone()
     }
 
     /// The same, checking each new config with the Envoy at `envoy` before publishing it.
@@ -269,7 +308,7 @@ impl Reloader {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .load_counting(&self.paths, &self.options);
-        self.finish(loaded, work)
+        self.finish(loaded, work, None)
     }
 
     /// Load the documents read from a source (`--source`: every key under an etcd prefix,
@@ -277,13 +316,14 @@ impl Reloader {
     pub fn reload_documents(
         &self,
         documents: &[crate::config::Document],
+        revision: i64,
     ) -> Result<(), LoadFailure> {
         let loaded = crate::config::load_documents(documents, &self.options);
         let work = LoadWork {
             parsed: documents.len(),
             reused: 0,
         };
-        self.finish(loaded, work)
+        self.finish(loaded, work, Some(revision))
     }
 
     /// A load's last checks (pre-flight, emptied node groups), then publish it when good and
@@ -292,6 +332,7 @@ impl Reloader {
         &self,
         loaded: Result<Config, LoadFailure>,
         work: LoadWork,
+        revision: Option<i64>,
     ) -> Result<(), LoadFailure> {
         let result = loaded.and_then(|config| {
             let rejected = self.preflight(&config);
@@ -334,6 +375,7 @@ impl Reloader {
                     errors: Vec::new(),
                     warnings,
                     generation,
+                    revision,
                 });
                 Ok(())
             }
@@ -346,6 +388,7 @@ impl Reloader {
                     errors: failure.errors.iter().map(|e| e.to_string()).collect(),
                     warnings: failure.warnings.iter().map(|e| e.to_string()).collect(),
                     generation: current,
+                    revision,
                 });
                 Err(failure)
             }

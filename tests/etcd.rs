@@ -195,17 +195,52 @@ async fn serve_follows_the_prefix_one_generation_per_transaction() {
 
     // etcd away: serving goes on; back: the watch resumes, and a change made meanwhile (by
     // another client, as soon as etcd is up) is published.
+    let before = config().await.expect("status");
+    assert!(
+        before.source.as_ref().is_some_and(|s| s.answering),
+        "{before:?}"
+    );
     etcd.process.kill();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let noticed = eventually(Duration::from_secs(20), || async {
+        config()
+            .await
+            .and_then(|c| c.source)
+            .is_some_and(|s| !s.answering && s.error.is_some())
+    })
+    .await;
+    assert!(
+        noticed.is_some(),
+        "/status says etcd does not answer: {:?}",
+        config().await
+    );
     assert!(config().await.is_some_and(|c| c.ok && c.generation == 3));
     assert!(dump().await.contains("\"d\""));
+    assert_eq!(server.metric("switchyard_source_down").await, Some(1.0));
+    let ready = reqwest::get(format!("http://127.0.0.1:{}/readyz", server.admin_port))
+        .await
+        .expect("readyz answers");
+    assert_eq!(
+        ready.status(),
+        200,
+        "still ready: the last good generation serves"
+    );
+    let text = ready.text().await.unwrap_or_default();
+    assert!(text.contains("does not answer since"), "{text}");
     etcd.restart().await;
-    etcd.put("/sy/more.yaml", &cluster(&["c", "e"])).await;
+    let revision = etcd.put("/sy/more.yaml", &cluster(&["c", "e"])).await;
     let resumed = eventually(Duration::from_secs(30), || async {
         config().await.is_some_and(|c| c.ok && c.generation == 4)
     })
     .await;
     assert!(resumed.is_some(), "{:?}", config().await);
+    let after = config().await.expect("status");
+    assert_eq!(
+        after.revision,
+        Some(revision),
+        "the generation names its revision"
+    );
+    assert!(after.source.is_some_and(|s| s.answering));
+    assert_eq!(server.metric("switchyard_source_down").await, Some(0.0));
     assert!(dump().await.contains("\"e\""));
     let etcd_lines: Vec<String> = server
         .log_lines()

@@ -214,6 +214,31 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         }
         None => html.push_str("<p>Config: nothing loaded yet.</p>"),
     }
+    // `--source`: where the documents come from, and whether it answers.
+    if let Some(source) = status.config.as_ref().and_then(|c| c.source.as_ref()) {
+        let revision = status
+            .config
+            .as_ref()
+            .and_then(|c| c.revision)
+            .map(|r| format!(" at revision {r}"))
+            .unwrap_or_default();
+        let _ = if source.answering {
+            write!(
+                html,
+                "<p class=\"ok\">Source: {}{revision}, answering since {}.</p>",
+                esc(&source.url),
+                esc(&source.since)
+            )
+        } else {
+            write!(
+                html,
+                "<p class=\"bad\">Source: {} does NOT answer since {} ({}); the last good generation keeps serving{revision}.</p>",
+                esc(&source.url),
+                esc(&source.since),
+                esc(source.error.as_deref().unwrap_or("no answer"))
+            )
+        };
+    }
     if let Some(r) = &status.rollout {
         let class = if r.state == "HALTED" { "bad" } else { "ok" };
         let _ = write!(
@@ -442,6 +467,8 @@ mod tests {
                 generation: 3,
                 errors: vec![],
                 warnings: vec![],
+                revision: None,
+                source: None,
             }),
             rollout: None,
             generation: 3,

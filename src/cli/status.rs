@@ -407,6 +407,26 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         }
         None => out.push_str("\nconfig: nothing loaded yet\n"),
     }
+    // `--source`: where the documents come from, and whether it answers.
+    if let Some(c) = &status.config {
+        if let Some(source) = &c.source {
+            let revision = c
+                .revision
+                .map(|r| format!(" at revision {r}"))
+                .unwrap_or_default();
+            if source.answering {
+                out.push_str(&format!("source: {}{revision}\n", source.url));
+            } else {
+                out.push_str(&format!(
+                    "source: {} does NOT answer since {} ({}); the last good generation keeps \
+                     serving{revision}\n",
+                    source.url,
+                    source.since,
+                    source.error.as_deref().unwrap_or("no answer")
+                ));
+            }
+        }
+    }
     if status.rollout.is_some() {
         out.push('\n');
         out.push_str(&rollout_text(status));

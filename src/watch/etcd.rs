@@ -29,6 +29,7 @@ pub async fn follow_etcd(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    reloader.source_health(&url.display(), None);
     let mut retry = ETCD_RETRY_FIRST;
     let mut away = false;
     // Whatever fails (connecting, watching, reading), the next try waits, longer each time
@@ -38,6 +39,7 @@ pub async fn follow_etcd(
         if let Some(e) = failed.take() {
             if !away {
                 tracing::warn!(error = %e, revision, "etcd does not answer; the last good generation keeps serving, and the watch resumes from the last revision read.");
+                reloader.source_health(&url.display(), Some(e.to_string()));
                 away = true;
             }
             tokio::select! {
@@ -81,6 +83,7 @@ pub async fn follow_etcd(
                     revision,
                     "etcd answers again; watching from the last revision read."
                 );
+                reloader.source_health(&url.display(), None);
                 away = false;
             }
             retry = ETCD_RETRY_FIRST;
@@ -103,8 +106,10 @@ pub async fn follow_etcd(
                     let this = Arc::clone(&reloader);
                     let read_at = snapshot.revision;
                     let documents = snapshot.documents;
-                    let _ = tokio::task::spawn_blocking(move || this.reload_documents(&documents))
-                        .await;
+                    let _ = tokio::task::spawn_blocking(move || {
+                        this.reload_documents(&documents, read_at)
+                    })
+                    .await;
                     if compacted {
                         tracing::info!(
                             revision = read_at,
