@@ -262,3 +262,147 @@ async fn serve_follows_the_prefix_one_generation_per_transaction() {
         "{etcd_lines:?}"
     );
 }
+
+/// `switchyard apply DIR --source ...` (issue 34, item 2): checked as serve would load it,
+/// shown, and written in one transaction guarded by the revision it read; `--dry-run`
+/// writes nothing; an invalid change writes nothing; two applies from one read cannot both
+/// land (the second is refused, naming the revision); `export` writes the documents back.
+#[tokio::test]
+async fn apply_writes_a_directory_in_one_guarded_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let snapshot = dir.path().join("snapshot");
+    std::fs::create_dir_all(snapshot.join("edge")).expect("mkdir");
+    std::fs::write(snapshot.join("clusters.yaml"), CLUSTERS).expect("write");
+    std::fs::write(snapshot.join("edge/routes.yaml"), ROUTES).expect("write");
+    let snap = snapshot.to_str().expect("utf-8");
+
+    let (code, out, err) = switchyard(&["apply", snap, "--source", &url, "--dry-run"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("  add    /sy/clusters.yaml") && out.contains("dry run: nothing written"),
+        "{out}"
+    );
+    let (code, _, _) = switchyard(&["validate", "--source", &url]);
+    assert_eq!(code, Some(0), "an empty prefix validates");
+
+    let (code, out, err) = switchyard(&["apply", snap, "--source", &url]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("  add    /sy/clusters.yaml")
+            && out.contains("  add    /sy/edge/routes.yaml")
+            && out.contains("applied at revision "),
+        "{out}"
+    );
+    let (code, out, err) = switchyard(&["validate", "--source", &url]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("OK: 2 document(s)"), "{out}");
+    let (code, out, _) = switchyard(&["apply", snap, "--source", &url]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("nothing to apply"), "{out}");
+
+    // An invalid change writes nothing.
+    let before = etcd.put("/elsewhere", "x").await;
+    std::fs::write(
+        snapshot.join("clusters.yaml"),
+        "clusters:\n  - name: backend\n    conect_timeout: 1s\n",
+    )
+    .expect("write");
+    let (code, _, err) = switchyard(&["apply", snap, "--source", &url]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("conect_timeout") && err.contains("nothing written"),
+        "{err}"
+    );
+    assert_eq!(
+        etcd.put("/elsewhere", "y").await,
+        before + 1,
+        "nothing was written"
+    );
+
+    // A change and a removal: shown by document and by resource, one transaction.
+    std::fs::write(snapshot.join("clusters.yaml"), CLUSTERS.replace("1s", "2s")).expect("write");
+    std::fs::remove_file(snapshot.join("edge/routes.yaml")).expect("rm");
+    let (code, out, err) = switchyard(&["apply", snap, "--source", &url]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("  change /sy/clusters.yaml") && out.contains("  delete /sy/edge/routes.yaml"),
+        "{out}"
+    );
+    assert!(out.contains("connect_timeout"), "the resource diff: {out}");
+
+    // Two applies from one read: the first lands, the second is refused by the guard.
+    let parsed: switchyard::source::EtcdUrl = url.parse().expect("url");
+    let mut client = etcd.client().await.expect("client");
+    let held = switchyard::source::etcd::read(&mut client, &parsed)
+        .await
+        .expect("read");
+    let at = switchyard::source::etcd::ReadAt {
+        revision: held.revision,
+        guard: switchyard::source::etcd::guard_revision(&mut client, &parsed)
+            .await
+            .expect("guard"),
+    };
+    let change = |text: &str| switchyard::source::etcd::Change {
+        put: vec![("/sy/clusters.yaml".into(), text.into())],
+        delete: vec![],
+    };
+    let first =
+        switchyard::source::etcd::apply(&mut client, &parsed, &change(CLUSTERS), at, "{}").await;
+    assert!(first.is_ok(), "{first:?}");
+    let second = switchyard::source::etcd::apply(
+        &mut client,
+        &parsed,
+        &change(&CLUSTERS.replace("1s", "3s")),
+        at,
+        "{}",
+    )
+    .await
+    .expect_err("refused");
+    assert!(
+        second.to_string().starts_with(&format!(
+            "the prefix changed since revision {} (another apply, or a direct write); nothing was written",
+            at.revision
+        )),
+        "{second}"
+    );
+    // A direct write after the read is caught too.
+    let held = switchyard::source::etcd::read(&mut client, &parsed)
+        .await
+        .expect("read");
+    let at = switchyard::source::etcd::ReadAt {
+        revision: held.revision,
+        guard: switchyard::source::etcd::guard_revision(&mut client, &parsed)
+            .await
+            .expect("guard"),
+    };
+    etcd.put("/sy/other.yaml", CLUSTERS).await;
+    assert!(switchyard::source::etcd::apply(
+        &mut client,
+        &parsed,
+        &change("clusters: []\n"),
+        at,
+        "{}"
+    )
+    .await
+    .is_err());
+
+    // export writes the documents back as files.
+    let out_dir = dir.path().join("exported");
+    let (code, out, err) =
+        switchyard(&["export", "--source", &url, out_dir.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("exported 2 document(s) at etcd revision"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join("clusters.yaml")).expect("written"),
+        CLUSTERS
+    );
+    assert!(out_dir.join("other.yaml").is_file());
+    let (code, _, err) =
+        switchyard(&["export", "--source", &url, out_dir.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(64), "not into a directory with files: {err}");
+}

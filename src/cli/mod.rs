@@ -13,6 +13,7 @@
 //! diff `diff`'s, the simulated proxies `switchyard_loadgen`'s).
 
 mod admin_api;
+mod apply;
 mod diff;
 mod flags;
 mod import;
@@ -29,6 +30,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::config;
+pub use apply::{ApplyArgs, ExportArgs};
 pub use diff::DiffArgs;
 pub use flags::{
     AdminAccess, AdminArgs, AdminToken, ConfigArgs, DescriptorArgs, DEFAULT_ADMIN_ADDR,
@@ -92,6 +94,13 @@ pub enum Command {
     /// write a bootstrap for the same Envoy that gets them from Switchyard over ADS
     /// (OUT/envoy.yaml); exit 1 when the bootstrap cannot be imported.
     Import(ImportArgs),
+    /// Write a directory of snapshot files to an etcd prefix (--source) in one transaction,
+    /// after checking them as serve would and showing the change; refused (nothing written)
+    /// when the prefix changed since it was read. Exit 0 when applied (or nothing to apply),
+    /// 1 when invalid, refused or etcd does not answer.
+    Apply(ApplyArgs),
+    /// Write the documents under an etcd prefix (--source) back as files into a directory.
+    Export(ExportArgs),
 }
 
 /// Parse the command line and run it; the whole program.
@@ -114,6 +123,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => &args.config.descriptors.sets,
         Command::Diff(args) => &args.descriptors.sets,
         Command::Import(args) => &args.descriptors.sets,
+        Command::Apply(args) => &args.descriptors.sets,
         _ => &[],
     };
     if let Err(e) = config::descriptors::install(sets) {
@@ -128,6 +138,8 @@ pub fn main() -> ExitCode {
         Command::Status(args) => status::run(&args),
         Command::Loadgen(args) => loadgen::run(*args),
         Command::Import(args) => import::run(&args),
+        Command::Apply(args) => apply::run_apply(&args),
+        Command::Export(args) => apply::run_export(&args),
     }
 }
 

@@ -67,3 +67,99 @@ pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Snapshot, Source
         documents,
     })
 }
+
+/// The key every `apply` writes (in the same transaction), so that two applies from one
+/// read cannot both land: its revision is compared.
+pub fn guard_key(url: &EtcdUrl) -> String {
+    format!("{}.switchyard/applied", url.key_prefix())
+}
+
+/// What `apply` writes: documents put (new or changed), and keys deleted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Change {
+    pub put: Vec<(String, String)>,
+    pub delete: Vec<String>,
+}
+
+impl Change {
+    pub fn is_empty(&self) -> bool {
+        self.put.is_empty() && self.delete.is_empty()
+    }
+}
+
+/// What `apply` read before it decided: the prefix's revision, and the guard key's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadAt {
+    pub revision: i64,
+    /// The guard key's last modification (0: never applied).
+    pub guard: i64,
+}
+
+/// The guard key's last modification (0: none).
+pub async fn guard_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64, SourceError> {
+    let response =
+        client
+            .get(guard_key(url), None)
+            .await
+            .map_err(|e| SourceError::Unavailable {
+                url: url.display(),
+                message: format!("cannot read {}: {e}", guard_key(url)),
+            })?;
+    Ok(response.kvs().first().map_or(0, |kv| kv.mod_revision()))
+}
+
+/// Why an apply wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(
+        "the prefix changed since revision {read} (another apply, or a direct write); \
+         nothing was written: apply again to see the change against what etcd holds now"
+    )]
+    Changed { read: i64 },
+    #[error(transparent)]
+    Unavailable(#[from] SourceError),
+}
+
+/// Write `change` in one transaction, guarded by what was read at `at`: it lands only if no
+/// key under the prefix was written since, and no other apply landed since (the guard
+/// key, which this one writes too). The revision it landed at.
+pub async fn apply(
+    client: &mut Client,
+    url: &EtcdUrl,
+    change: &Change,
+    at: ReadAt,
+    note: &str,
+) -> Result<i64, ApplyError> {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    let prefix = url.key_prefix();
+    let guard = guard_key(url);
+    let mut ops: Vec<TxnOp> = change
+        .put
+        .iter()
+        .map(|(key, text)| TxnOp::put(key.as_str(), text.as_str(), None))
+        .collect();
+    ops.extend(
+        change
+            .delete
+            .iter()
+            .map(|key| TxnOp::delete(key.as_str(), None)),
+    );
+    ops.push(TxnOp::put(guard.as_str(), note, None));
+    let txn = Txn::new()
+        .when(vec![
+            Compare::mod_revision(prefix.as_str(), CompareOp::Less, at.revision + 1).with_prefix(),
+            Compare::mod_revision(guard.as_str(), CompareOp::Equal, at.guard),
+        ])
+        .and_then(ops);
+    let response = client
+        .txn(txn)
+        .await
+        .map_err(|e| SourceError::Unavailable {
+            url: url.display(),
+            message: format!("cannot write: {e}"),
+        })?;
+    if !response.succeeded() {
+        return Err(ApplyError::Changed { read: at.revision });
+    }
+    Ok(response.header().map_or(0, |h| h.revision()))
+}

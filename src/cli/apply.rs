@@ -1,0 +1,287 @@
+//! `switchyard apply DIR --source etcd://...` and `switchyard export --source ... DIR`: the
+//! snapshot files of a directory written to an etcd prefix in one guarded transaction, and
+//! back (issue 34, item 2).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::flags::DescriptorArgs;
+use super::{runtime, EXIT_USAGE};
+use crate::config::{self, Document, LoadOptions};
+use crate::source::etcd::{self, ApplyError, Change, ReadAt};
+use crate::source::EtcdUrl;
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// The directory of snapshot files to write (its *.yaml, *.yml and *.json files at any
+    /// depth, hidden entries skipped, as `serve --config` reads them); each goes to the key
+    /// `PREFIX/<its path under DIR>`, and keys under the prefix with no file are deleted.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Where to write: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`.
+    #[arg(long, value_name = "URL")]
+    pub source: String,
+    /// Check and show the change; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// How long connecting, reading and writing may take, each.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub source_timeout: Duration,
+    /// As `serve --strict`: reference problems are errors.
+    #[arg(long)]
+    pub strict: bool,
+    /// As `serve --skip-envoy-rules`.
+    #[arg(long)]
+    pub skip_envoy_rules: bool,
+    /// As `serve --re2-max-program-size`.
+    #[arg(long, value_name = "N", default_value_t = crate::config::checks::re2::DEFAULT_MAX_PROGRAM_SIZE)]
+    pub re2_max_program_size: u64,
+    #[command(flatten)]
+    pub descriptors: DescriptorArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Where to read: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`.
+    #[arg(long, value_name = "URL")]
+    pub source: String,
+    /// The directory to write each document into, at its path under the prefix; it must be
+    /// empty or not exist.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// How long connecting and reading may take, each.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub source_timeout: Duration,
+}
+
+fn url_of(source: &str) -> Result<EtcdUrl, ExitCode> {
+    source.parse().map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(EXIT_USAGE)
+    })
+}
+
+/// DIR's snapshot files as documents, each with the key it goes to.
+fn documents_of(dir: &Path, url: &EtcdUrl) -> Result<Vec<(String, Document)>, String> {
+    let files = config::snapshot_files(dir).map_err(|e| e.to_string())?;
+    let mut documents = Vec::new();
+    for path in files {
+        let relative = path.strip_prefix(dir).unwrap_or(&path);
+        let parts: Vec<String> = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let key = format!("{}{}", url.key_prefix(), parts.join("/"));
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        documents.push((
+            key,
+            Document {
+                name: path.display().to_string(),
+                text,
+            },
+        ));
+    }
+    Ok(documents)
+}
+
+pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
+    let url = match url_of(&args.source) {
+        Ok(url) => url,
+        Err(code) => return code,
+    };
+    if !args.dir.is_dir() {
+        eprintln!("error: {}: not a directory", args.dir.display());
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let options = LoadOptions {
+        strict: args.strict,
+        envoy_rules: !args.skip_envoy_rules,
+        re2_max_program_size: args.re2_max_program_size,
+        ..LoadOptions::default()
+    };
+    let local = match documents_of(&args.dir, &url) {
+        Ok(local) => local,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Checked exactly as serve would load them: an invalid change writes nothing.
+    let documents: Vec<Document> = local.iter().map(|(_, d)| d.clone()).collect();
+    let new = match config::load_documents(&documents, &options) {
+        Ok(new) => new,
+        Err(failure) => {
+            for e in &failure.errors {
+                eprintln!("error: {e}");
+            }
+            eprintln!(
+                "invalid: {} error(s); nothing written",
+                failure.errors.len()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let Ok(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
+    };
+    let timeout = args.source_timeout;
+    let outcome = rt.block_on(async {
+        let mut client = etcd::connect(&url, timeout).await?;
+        let held = tokio::time::timeout(timeout, etcd::read(&mut client, &url))
+            .await
+            .map_err(|_| unanswered(&url, timeout))??;
+        let guard = etcd::guard_revision(&mut client, &url).await?;
+        let at = ReadAt {
+            revision: held.revision,
+            guard,
+        };
+        // What changes, by key.
+        let current: std::collections::BTreeMap<String, &str> = held
+            .documents
+            .iter()
+            .map(|d| {
+                (
+                    d.name.trim_start_matches("etcd:").to_string(),
+                    d.text.as_str(),
+                )
+            })
+            .collect();
+        let mut change = Change::default();
+        for (key, document) in &local {
+            match current.get(key) {
+                Some(text) if *text == document.text => {}
+                Some(_) => {
+                    println!("  change {key}");
+                    change.put.push((key.clone(), document.text.clone()));
+                }
+                None => {
+                    println!("  add    {key}");
+                    change.put.push((key.clone(), document.text.clone()));
+                }
+            }
+        }
+        let wanted: std::collections::BTreeSet<&String> = local.iter().map(|(k, _)| k).collect();
+        for key in current.keys().filter(|k| !wanted.contains(k)) {
+            println!("  delete {key}");
+            change.delete.push(key.clone());
+        }
+        match config::load_documents(&held.documents, &options) {
+            Ok(old) => print!("{}", crate::diff::diff(&old, &new)),
+            Err(failure) => eprintln!(
+                "note: what etcd holds at revision {} does not load ({} error(s)): the change \
+                 is shown by document only",
+                held.revision,
+                failure.errors.len()
+            ),
+        }
+        if change.is_empty() {
+            println!(
+                "nothing to apply: etcd holds these documents at revision {}",
+                at.revision
+            );
+            return Ok(None);
+        }
+        if args.dry_run {
+            println!(
+                "dry run: nothing written (etcd at revision {})",
+                at.revision
+            );
+            return Ok(None);
+        }
+        let note = format!(
+            "{{\"read_at\": {}, \"documents\": {}}}",
+            at.revision,
+            local.len()
+        );
+        let landed =
+            tokio::time::timeout(timeout, etcd::apply(&mut client, &url, &change, at, &note))
+                .await
+                .map_err(|_| ApplyError::Unavailable(unanswered(&url, timeout)))??;
+        Ok::<_, ApplyError>(Some((at.revision, landed)))
+    });
+    match outcome {
+        Ok(Some((read, landed))) => {
+            println!("applied at revision {landed} (read at revision {read})");
+            ExitCode::SUCCESS
+        }
+        Ok(None) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn unanswered(url: &EtcdUrl, timeout: Duration) -> crate::source::SourceError {
+    crate::source::SourceError::Unavailable {
+        url: url.display(),
+        message: format!("no answer within {}", humantime::format_duration(timeout)),
+    }
+}
+
+pub(super) fn run_export(args: &ExportArgs) -> ExitCode {
+    let url = match url_of(&args.source) {
+        Ok(url) => url,
+        Err(code) => return code,
+    };
+    if std::fs::read_dir(&args.dir).is_ok_and(|mut entries| entries.next().is_some()) {
+        eprintln!(
+            "error: {}: not empty; export writes into an empty (or new) directory",
+            args.dir.display()
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let Ok(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
+    };
+    let timeout = args.source_timeout;
+    let held = rt.block_on(async {
+        let mut client = etcd::connect(&url, timeout).await?;
+        tokio::time::timeout(timeout, etcd::read(&mut client, &url))
+            .await
+            .map_err(|_| unanswered(&url, timeout))?
+    });
+    let held = match held {
+        Ok(held) => held,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let prefix = url.key_prefix();
+    for document in &held.documents {
+        let key = document.name.trim_start_matches("etcd:");
+        let relative = key.strip_prefix(prefix.as_str()).unwrap_or(key);
+        // Only plain relative paths: no `..`, no root.
+        let safe = !relative.is_empty()
+            && relative
+                .split('/')
+                .all(|part| !part.is_empty() && part != ".." && part != ".");
+        if !safe {
+            eprintln!(
+                "error: the key {key:?} is not a path under the directory; nothing more written"
+            );
+            return ExitCode::FAILURE;
+        }
+        let path = args.dir.join(relative);
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, &document.text));
+        if let Err(e) = written {
+            eprintln!("error: {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("wrote {}", path.display());
+    }
+    println!(
+        "exported {} document(s) at etcd revision {}",
+        held.documents.len(),
+        held.revision
+    );
+    ExitCode::SUCCESS
+}
