@@ -46,7 +46,11 @@ pub struct Options {
     pub preflight: Option<(PathBuf, Duration)>,
     /// `--source`: serve the documents under an etcd prefix instead of `paths`, from this
     /// first read (the caller's), following the prefix from its revision.
-    pub source: Option<(crate::source::EtcdUrl, crate::source::Snapshot)>,
+    pub source: Option<(
+        crate::source::EtcdUrl,
+        crate::source::etcd::Access,
+        crate::source::Snapshot,
+    )>,
 }
 
 /// The two ports, bound by the caller.
@@ -85,7 +89,7 @@ pub struct Daemon {
     pub telemetry: Telemetry,
     watching: Option<Watching>,
     /// `--source`: the etcd prefix to follow, from the revision first loaded.
-    follow: Option<(crate::source::EtcdUrl, i64)>,
+    follow: Option<(crate::source::EtcdUrl, crate::source::etcd::Access, i64)>,
     serve: ServeOptions,
     admin: admin::Transport,
     admin_token: Option<Arc<str>>,
@@ -128,14 +132,14 @@ impl Daemon {
         let reloader = Arc::new(reloader);
         let mut follow = None;
         let mut watching = None;
-        if let Some((url, first)) = options.source {
+        if let Some((url, access, first)) = options.source {
             // From etcd: no files to watch or keep; a first read that does not load is an
             // error (there is no state directory to serve from meanwhile).
             reloader
                 .reload_documents(&first.documents, first.revision)
                 .map_err(RunError::Load)?;
             reloader.source_health(&url.display(), None);
-            follow = options.watch.then_some((url, first.revision));
+            follow = options.watch.then_some((url, access, first.revision));
         } else {
             watching = options.watch.then(|| reloader.watching());
             let promoted_first = reloader.serve_promoted_first().is_some();
@@ -192,10 +196,11 @@ impl Daemon {
             tracing::info!(xds_addr = %xds, admin_addr = %admin, "Serving xDS.");
         }
         let watcher = watching.map(|w| tokio::spawn(w.run(stopped(stop_rx.clone()))));
-        let follower = follow.map(|(url, revision)| {
+        let follower = follow.map(|(url, access, revision)| {
             tokio::spawn(crate::watch::follow_etcd(
                 Arc::clone(&reloader),
                 url,
+                access,
                 revision,
                 stopped(stop_rx.clone()),
             ))

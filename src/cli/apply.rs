@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::flags::DescriptorArgs;
+use super::flags::{DescriptorArgs, EtcdArgs};
 use super::{runtime, EXIT_USAGE};
 use crate::config::{self, Document, LoadOptions};
 use crate::source::etcd::{self, ApplyError, Change, ReadAt};
@@ -41,6 +41,8 @@ pub struct ApplyArgs {
     pub re2_max_program_size: u64,
     #[command(flatten)]
     pub descriptors: DescriptorArgs,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
 }
 
 #[derive(Debug, Args)]
@@ -55,13 +57,21 @@ pub struct ExportArgs {
     /// How long connecting and reading may take, each.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub source_timeout: Duration,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
 }
 
-fn url_of(source: &str) -> Result<EtcdUrl, ExitCode> {
-    source.parse().map_err(|e| {
+/// The URL and access the flags give, or the usage error said.
+fn reach(source: &str, etcd: &EtcdArgs) -> Result<(EtcdUrl, etcd::Access), ExitCode> {
+    let usage = |e: String| {
         eprintln!("error: {e}");
         ExitCode::from(EXIT_USAGE)
-    })
+    };
+    let url = source
+        .parse::<EtcdUrl>()
+        .map_err(|e| usage(e.to_string()))?;
+    let access = etcd.access().map_err(usage)?;
+    Ok((url, access))
 }
 
 /// DIR's snapshot files as documents, each with the key it goes to.
@@ -89,8 +99,8 @@ fn documents_of(dir: &Path, url: &EtcdUrl) -> Result<Vec<(String, Document)>, St
 }
 
 pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
-    let url = match url_of(&args.source) {
-        Ok(url) => url,
+    let (url, access) = match reach(&args.source, &args.etcd) {
+        Ok(reached) => reached,
         Err(code) => return code,
     };
     if !args.dir.is_dir() {
@@ -130,7 +140,7 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
     };
     let timeout = args.source_timeout;
     let outcome = rt.block_on(async {
-        let mut client = etcd::connect(&url, timeout).await?;
+        let mut client = etcd::connect(&url, &access, timeout).await?;
         let held = tokio::time::timeout(timeout, etcd::read(&mut client, &url))
             .await
             .map_err(|_| unanswered(&url, timeout))??;
@@ -224,8 +234,8 @@ fn unanswered(url: &EtcdUrl, timeout: Duration) -> crate::source::SourceError {
 }
 
 pub(super) fn run_export(args: &ExportArgs) -> ExitCode {
-    let url = match url_of(&args.source) {
-        Ok(url) => url,
+    let (url, access) = match reach(&args.source, &args.etcd) {
+        Ok(reached) => reached,
         Err(code) => return code,
     };
     if std::fs::read_dir(&args.dir).is_ok_and(|mut entries| entries.next().is_some()) {
@@ -240,7 +250,7 @@ pub(super) fn run_export(args: &ExportArgs) -> ExitCode {
     };
     let timeout = args.source_timeout;
     let held = rt.block_on(async {
-        let mut client = etcd::connect(&url, timeout).await?;
+        let mut client = etcd::connect(&url, &access, timeout).await?;
         tokio::time::timeout(timeout, etcd::read(&mut client, &url))
             .await
             .map_err(|_| unanswered(&url, timeout))?

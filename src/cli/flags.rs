@@ -120,3 +120,59 @@ fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<str>> {
     }
     Ok(token.into())
 }
+
+/// How to reach etcd (`--source etcd://...`) beyond its URL: TLS and a user, as etcd's own
+/// clients take them (etcdctl's --cacert, --cert, --key, --user).
+#[derive(Debug, Args, Default, Clone)]
+pub struct EtcdArgs {
+    /// Reach etcd over TLS, trusting this CA certificate (PEM) for the members'.
+    #[arg(long, value_name = "PATH")]
+    pub etcd_ca: Option<PathBuf>,
+    /// With --etcd-ca: present this client certificate (PEM) to etcd (its
+    /// --client-cert-auth).
+    #[arg(long, value_name = "PATH", requires_all = ["etcd_ca", "etcd_key"])]
+    pub etcd_cert: Option<PathBuf>,
+    /// The key of --etcd-cert (PEM).
+    #[arg(long, value_name = "PATH", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
+    /// Authenticate as this etcd user (etcd's auth), with the password in
+    /// --etcd-password-file (never on the command line).
+    #[arg(long, value_name = "NAME", requires = "etcd_password_file")]
+    pub etcd_user: Option<String>,
+    /// The file holding --etcd-user's password (trailing newline ignored).
+    #[arg(long, value_name = "PATH", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
+}
+
+impl EtcdArgs {
+    /// The access these flags describe, their files read; or what cannot be read.
+    pub fn access(&self) -> Result<crate::source::etcd::Access, String> {
+        let read = |flag: &str, path: &PathBuf| {
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("--{flag} {}: cannot read: {e}", path.display()))
+        };
+        let tls = match &self.etcd_ca {
+            None => None,
+            Some(ca) => {
+                let identity = match (&self.etcd_cert, &self.etcd_key) {
+                    (Some(cert), Some(key)) => {
+                        Some((read("etcd-cert", cert)?, read("etcd-key", key)?))
+                    }
+                    _ => None,
+                };
+                Some((read("etcd-ca", ca)?, identity))
+            }
+        };
+        let user = match (&self.etcd_user, &self.etcd_password_file) {
+            (Some(name), Some(file)) => {
+                let password = read("etcd-password-file", file)?;
+                Some((
+                    name.clone(),
+                    password.trim_end_matches(['\n', '\r']).to_string(),
+                ))
+            }
+            _ => None,
+        };
+        Ok(crate::source::etcd::Access { tls, user })
+    }
+}

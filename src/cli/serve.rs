@@ -82,6 +82,8 @@ pub struct ServeArgs {
     /// How long connecting to etcd and reading the prefix may take, each, at start.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub source_timeout: Duration,
+    #[command(flatten)]
+    pub etcd: super::flags::EtcdArgs,
     #[command(flatten, next_help_heading = "TLS on the xDS port")]
     pub tls: XdsTlsArgs,
     #[command(flatten, next_help_heading = "Limits")]
@@ -437,7 +439,11 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
                 .parse()
                 .map_err(|e| Failure::Usage(anyhow::Error::new(e)))?;
             let timeout = args.source_timeout;
-            let mut client = crate::source::etcd::connect(&url, timeout)
+            let access = args
+                .etcd
+                .access()
+                .map_err(|e| Failure::Usage(anyhow::anyhow!(e)))?;
+            let mut client = crate::source::etcd::connect(&url, &access, timeout)
                 .await
                 .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?;
             let first = tokio::time::timeout(timeout, crate::source::etcd::read(&mut client, &url))
@@ -451,7 +457,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
                 })?
                 .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?;
             tracing::info!(source = %url.display(), revision = first.revision, documents = first.documents.len(), "Read the snapshot documents from etcd.");
-            Some((url, first))
+            Some((url, access, first))
         }
     };
     let options = Options {

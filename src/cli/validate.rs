@@ -44,6 +44,8 @@ pub struct ValidateArgs {
     /// How long connecting to etcd and reading the prefix may take, each.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub source_timeout: Duration,
+    #[command(flatten)]
+    pub etcd: super::flags::EtcdArgs,
 }
 
 /// The configuration from `--config` files, or from `--source`: the documents at one etcd
@@ -71,9 +73,13 @@ fn load(
             ExitCode::FAILURE
         })?;
     let timeout = args.source_timeout;
+    let access = args.etcd.access().map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(EXIT_USAGE)
+    })?;
     let snapshot = runtime
         .block_on(async {
-            let mut client = crate::source::etcd::connect(&url, timeout).await?;
+            let mut client = crate::source::etcd::connect(&url, &access, timeout).await?;
             tokio::time::timeout(timeout, crate::source::etcd::read(&mut client, &url))
                 .await
                 .unwrap_or_else(|_| {

@@ -15,12 +15,50 @@ pub fn document_name(key: &str) -> String {
     format!("etcd:{key}")
 }
 
-/// Connect to the members of `url`, each try bounded by `timeout`.
-pub async fn connect(url: &EtcdUrl, timeout: Duration) -> Result<Client, SourceError> {
-    let options = ConnectOptions::new()
+/// How to reach etcd beyond its URL, as etcd's clients take it: TLS (the CA to trust, and
+/// a client certificate to present), and a user for etcd's authentication.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    /// The CA's PEM, and the client certificate and key (PEM), if any.
+    pub tls: Option<(String, Option<(String, String)>)>,
+    /// User name and password.
+    pub user: Option<(String, String)>,
+}
+
+/// Connect to the members of `url` as `access` says, each try bounded by `timeout`.
+pub async fn connect(
+    url: &EtcdUrl,
+    access: &Access,
+    timeout: Duration,
+) -> Result<Client, SourceError> {
+    let mut options = ConnectOptions::new()
         .with_connect_timeout(timeout)
         .with_timeout(timeout);
-    Client::connect(&url.endpoints, Some(options))
+    if let Some((name, password)) = &access.user {
+        options = options.with_user(name.as_str(), password.as_str());
+    }
+    let scheme = if access.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    if let Some((ca, identity)) = &access.tls {
+        let mut tls = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(ca.as_bytes()));
+        if let Some((cert, key)) = identity {
+            tls = tls.identity(etcd_client::Identity::from_pem(
+                cert.as_bytes(),
+                key.as_bytes(),
+            ));
+        }
+        options = options.with_tls(tls);
+    }
+    let endpoints: Vec<String> = url
+        .endpoints
+        .iter()
+        .map(|e| format!("{scheme}://{e}"))
+        .collect();
+    Client::connect(&endpoints, Some(options))
         .await
         .map_err(|e| SourceError::Unavailable {
             url: url.display(),

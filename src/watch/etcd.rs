@@ -25,6 +25,7 @@ const ETCD_RETRY_MAX: Duration = Duration::from_secs(10);
 pub async fn follow_etcd(
     reloader: Arc<Reloader>,
     url: EtcdUrl,
+    access: etcd::Access,
     mut revision: i64,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
@@ -50,7 +51,7 @@ pub async fn follow_etcd(
         }
         let connected = tokio::select! {
             _ = &mut shutdown => return,
-            c = etcd::connect(&url, ETCD_TIMEOUT) => c,
+            c = etcd::connect(&url, &access, ETCD_TIMEOUT) => c,
         };
         let mut client = match connected {
             Ok(client) => client,

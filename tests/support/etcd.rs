@@ -12,18 +12,43 @@ pub struct Etcd {
     pub client_port: u16,
     peer_port: u16,
     dir: std::path::PathBuf,
+    /// With TLS: the CA's PEM and the client certificate and key etcd requires.
+    tls: Option<(String, String, String)>,
 }
 
 impl Etcd {
     /// Start a one-member cluster with its data and log under `dir`; ready when it answers.
     pub async fn start(dir: &Path) -> Etcd {
         let (client_port, peer_port) = (free_port(), free_port());
-        let process = Etcd::spawn(dir, client_port, peer_port);
+        let process = Etcd::spawn(dir, client_port, peer_port, false);
         let etcd = Etcd {
             process,
             client_port,
             peer_port,
             dir: dir.to_path_buf(),
+            tls: None,
+        };
+        etcd.wait_up().await;
+        etcd
+    }
+
+    /// A member that serves clients over TLS only and requires their certificates
+    /// (`--client-cert-auth`): `dir/etcd-ca.pem`, `dir/etcd-client.{pem,key}` for them.
+    pub async fn start_tls(dir: &Path) -> Etcd {
+        let ca = super::certs::Ca::new("etcd test CA");
+        ca.write(dir, "etcd-ca");
+        ca.leaf(&["127.0.0.1", "localhost"], &[])
+            .write(dir, "etcd-server");
+        let client = ca.leaf(&["switchyard"], &[]);
+        client.write(dir, "etcd-client");
+        let (client_port, peer_port) = (free_port(), free_port());
+        let process = Etcd::spawn(dir, client_port, peer_port, true);
+        let etcd = Etcd {
+            process,
+            client_port,
+            peer_port,
+            dir: dir.to_path_buf(),
+            tls: Some((ca.pem.clone(), client.cert, client.key)),
         };
         etcd.wait_up().await;
         etcd
@@ -32,7 +57,12 @@ impl Etcd {
     /// Kill it (SIGKILL) and start it again on the same ports and data.
     pub async fn restart(&mut self) {
         self.process.kill();
-        self.process = Etcd::spawn(&self.dir, self.client_port, self.peer_port);
+        self.process = Etcd::spawn(
+            &self.dir,
+            self.client_port,
+            self.peer_port,
+            self.tls.is_some(),
+        );
         self.wait_up().await;
     }
 
@@ -44,10 +74,11 @@ impl Etcd {
         assert!(up.is_some(), "etcd did not answer on {}", self.client_port);
     }
 
-    fn spawn(dir: &Path, client_port: u16, peer_port: u16) -> Process {
+    fn spawn(dir: &Path, client_port: u16, peer_port: u16, tls: bool) -> Process {
         let binary = debian_tool("ETCD_BIN", "etcd", "etcd-server");
         let data = dir.join("etcd-data");
-        let client = format!("http://127.0.0.1:{client_port}");
+        let scheme = if tls { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
         let mut cmd = Command::new(binary);
         cmd.arg("--name")
@@ -68,6 +99,15 @@ impl Etcd {
             ])
             .args(["--initial-cluster", &format!("s1={peer}")])
             .args(["--log-level", "warn"]);
+        if tls {
+            cmd.arg("--cert-file")
+                .arg(dir.join("etcd-server.pem"))
+                .arg("--key-file")
+                .arg(dir.join("etcd-server.key"))
+                .arg("--trusted-ca-file")
+                .arg(dir.join("etcd-ca.pem"))
+                .arg("--client-cert-auth");
+        }
         Process::spawn("etcd", cmd, dir.join("etcd.log"))
     }
 
@@ -76,12 +116,29 @@ impl Etcd {
         format!("127.0.0.1:{}", self.client_port)
     }
 
-    /// A client, if etcd answers a read.
+    /// A client, if etcd answers a read (as `root` with `password`, once auth is on).
     pub async fn client(&self) -> Option<etcd_client::Client> {
-        let options = etcd_client::ConnectOptions::new()
+        self.client_as(None).await
+    }
+
+    /// A client authenticated as `user` (name, password), if etcd answers a read.
+    pub async fn client_as(&self, user: Option<(&str, &str)>) -> Option<etcd_client::Client> {
+        let mut options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(1))
             .with_timeout(Duration::from_secs(2));
-        let mut client = etcd_client::Client::connect([self.endpoint()], Some(options))
+        let mut endpoint = format!("http://{}", self.endpoint());
+        if let Some((ca, cert, key)) = &self.tls {
+            endpoint = format!("https://{}", self.endpoint());
+            options = options.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(ca))
+                    .identity(etcd_client::Identity::from_pem(cert, key)),
+            );
+        }
+        if let Some((name, password)) = user {
+            options = options.with_user(name, password);
+        }
+        let mut client = etcd_client::Client::connect([endpoint], Some(options))
             .await
             .ok()?;
         client.get("/", None).await.ok()?;
