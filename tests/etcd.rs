@@ -295,6 +295,12 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
             && out.contains("applied at revision "),
         "{out}"
     );
+    let first_applied: i64 = out
+        .split("applied at revision ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the revision applied");
     let (code, out, err) = switchyard(&["validate", "--source", &url]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.starts_with("OK: 2 document(s)"), "{out}");
@@ -388,13 +394,38 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
     .await
     .is_err());
 
+    // rollback: the documents of the first apply, written back as a new change through
+    // apply's checks (shown, guarded); the routes come back, other.yaml goes.
+    let first = first_applied.to_string();
+    let (code, out, err) = switchyard(&["rollback", &first, "--source", &url, "--dry-run"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("dry run: nothing written"), "{out}");
+    let (code, out, err) = switchyard(&["rollback", &first, "--source", &url]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!(
+            "rolling back to the 2 document(s) the prefix held at revision {first}"
+        )) && out.contains("  add    /sy/edge/routes.yaml")
+            && out.contains("  delete /sy/other.yaml")
+            && out.contains("applied at revision "),
+        "{out}"
+    );
+    let (code, out, err) = switchyard(&["validate", "--source", &url]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("OK: 2 document(s)"), "{out}");
+    let (code, _, err) = switchyard(&["rollback", "999999", "--source", &url]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("at revision 999999"), "{err}");
+    // Put other.yaml back for export below.
+    etcd.put("/sy/other.yaml", CLUSTERS).await;
+
     // export writes the documents back as files.
     let out_dir = dir.path().join("exported");
     let (code, out, err) =
         switchyard(&["export", "--source", &url, out_dir.to_str().expect("utf-8")]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
-        out.contains("exported 2 document(s) at etcd revision"),
+        out.contains("exported 3 document(s) at etcd revision"),
         "{out}"
     );
     assert_eq!(

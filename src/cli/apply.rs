@@ -21,7 +21,25 @@ pub struct ApplyArgs {
     /// `PREFIX/<its path under DIR>`, and keys under the prefix with no file are deleted.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
-    /// Where to write: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`.
+    #[command(flatten)]
+    pub write: WriteFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The etcd revision whose documents to write back (`validate --source` and `apply`
+    /// print revisions; etcd keeps them back to its last compaction).
+    #[arg(value_name = "REVISION")]
+    pub revision: i64,
+    #[command(flatten)]
+    pub write: WriteFlags,
+}
+
+/// Where and how `apply` and `rollback` write, and how they check what they write (as
+/// `serve` would load it).
+#[derive(Debug, Args)]
+pub struct WriteFlags {
+    /// Where: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`.
     #[arg(long, value_name = "URL")]
     pub source: String,
     /// Check and show the change; write nothing.
@@ -30,7 +48,7 @@ pub struct ApplyArgs {
     /// How long connecting, reading and writing may take, each.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub source_timeout: Duration,
-    /// As `serve --strict`: reference problems are errors.
+    /// As `serve --strict`.
     #[arg(long)]
     pub strict: bool,
     /// As `serve --skip-envoy-rules`.
@@ -43,6 +61,17 @@ pub struct ApplyArgs {
     pub descriptors: DescriptorArgs,
     #[command(flatten)]
     pub etcd: EtcdArgs,
+}
+
+impl WriteFlags {
+    fn check(&self) -> LoadOptions {
+        LoadOptions {
+            strict: self.strict,
+            envoy_rules: !self.skip_envoy_rules,
+            re2_max_program_size: self.re2_max_program_size,
+            ..LoadOptions::default()
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -99,7 +128,7 @@ fn documents_of(dir: &Path, url: &EtcdUrl) -> Result<Vec<(String, Document)>, St
 }
 
 pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
-    let (url, access) = match reach(&args.source, &args.etcd) {
+    let (url, access) = match reach(&args.write.source, &args.write.etcd) {
         Ok(reached) => reached,
         Err(code) => return code,
     };
@@ -107,12 +136,6 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
         eprintln!("error: {}: not a directory", args.dir.display());
         return ExitCode::from(EXIT_USAGE);
     }
-    let options = LoadOptions {
-        strict: args.strict,
-        envoy_rules: !args.skip_envoy_rules,
-        re2_max_program_size: args.re2_max_program_size,
-        ..LoadOptions::default()
-    };
     let local = match documents_of(&args.dir, &url) {
         Ok(local) => local,
         Err(e) => {
@@ -120,9 +143,82 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let write = &args.write;
+    write_documents(
+        &url,
+        &access,
+        &local,
+        &write.check(),
+        write.dry_run,
+        write.source_timeout,
+    )
+}
+
+/// `rollback REVISION`: the documents the prefix held at that revision, written back as a
+/// new change through apply's checks and guard.
+pub(super) fn run_rollback(args: &RollbackArgs) -> ExitCode {
+    let (url, access) = match reach(&args.write.source, &args.write.etcd) {
+        Ok(reached) => reached,
+        Err(code) => return code,
+    };
+    let Ok(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
+    };
+    let timeout = args.write.source_timeout;
+    let then = rt.block_on(async {
+        let mut client = etcd::connect(&url, &access, timeout).await?;
+        tokio::time::timeout(
+            timeout,
+            etcd::read_at(&mut client, &url, Some(args.revision)),
+        )
+        .await
+        .map_err(|_| unanswered(&url, timeout))?
+    });
+    let then = match then {
+        Ok(then) => then,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "rolling back to the {} document(s) the prefix held at revision {}:",
+        then.documents.len(),
+        args.revision
+    );
+    let local: Vec<(String, Document)> = then
+        .documents
+        .into_iter()
+        .map(|d| {
+            let key = d.name.trim_start_matches("etcd:").to_string();
+            let name = format!("{}@{}", d.name, args.revision);
+            (key, Document { name, text: d.text })
+        })
+        .collect();
+    write_documents(
+        &url,
+        &access,
+        &local,
+        &args.write.check(),
+        args.write.dry_run,
+        timeout,
+    )
+}
+
+/// Check `local` (each document with its key) as serve would load it, show the change
+/// against what etcd holds, and write it in one guarded transaction (unless `dry_run`).
+fn write_documents(
+    url: &EtcdUrl,
+    access: &etcd::Access,
+    local: &[(String, Document)],
+    options: &LoadOptions,
+    dry_run: bool,
+    timeout: Duration,
+) -> ExitCode {
+    let url = url.clone();
     // Checked exactly as serve would load them: an invalid change writes nothing.
     let documents: Vec<Document> = local.iter().map(|(_, d)| d.clone()).collect();
-    let new = match config::load_documents(&documents, &options) {
+    let new = match config::load_documents(&documents, options) {
         Ok(new) => new,
         Err(failure) => {
             for e in &failure.errors {
@@ -138,9 +234,8 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
     let Ok(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
         return ExitCode::FAILURE;
     };
-    let timeout = args.source_timeout;
     let outcome = rt.block_on(async {
-        let mut client = etcd::connect(&url, &access, timeout).await?;
+        let mut client = etcd::connect(&url, access, timeout).await?;
         let held = tokio::time::timeout(timeout, etcd::read(&mut client, &url))
             .await
             .map_err(|_| unanswered(&url, timeout))??;
@@ -161,7 +256,7 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
             })
             .collect();
         let mut change = Change::default();
-        for (key, document) in &local {
+        for (key, document) in local {
             match current.get(key) {
                 Some(text) if *text == document.text => {}
                 Some(_) => {
@@ -179,7 +274,7 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
             println!("  delete {key}");
             change.delete.push(key.clone());
         }
-        match config::load_documents(&held.documents, &options) {
+        match config::load_documents(&held.documents, options) {
             Ok(old) => print!("{}", crate::diff::diff(&old, &new)),
             Err(failure) => eprintln!(
                 "note: what etcd holds at revision {} does not load ({} error(s)): the change \
@@ -195,7 +290,7 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
             );
             return Ok(None);
         }
-        if args.dry_run {
+        if dry_run {
             println!(
                 "dry run: nothing written (etcd at revision {})",
                 at.revision

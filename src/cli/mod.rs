@@ -30,7 +30,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::config;
-pub use apply::{ApplyArgs, ExportArgs};
+pub use apply::{ApplyArgs, ExportArgs, RollbackArgs};
 pub use diff::DiffArgs;
 pub use flags::{
     AdminAccess, AdminArgs, AdminToken, ConfigArgs, DescriptorArgs, DEFAULT_ADMIN_ADDR,
@@ -101,6 +101,9 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Write the documents under an etcd prefix (--source) back as files into a directory.
     Export(ExportArgs),
+    /// Write back the documents an etcd prefix (--source) held at an earlier revision, as a
+    /// new change through apply's checks, diff and guard; exit codes as apply's.
+    Rollback(RollbackArgs),
 }
 
 /// Parse the command line and run it; the whole program.
@@ -123,7 +126,8 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => &args.config.descriptors.sets,
         Command::Diff(args) => &args.descriptors.sets,
         Command::Import(args) => &args.descriptors.sets,
-        Command::Apply(args) => &args.descriptors.sets,
+        Command::Apply(args) => &args.write.descriptors.sets,
+        Command::Rollback(args) => &args.write.descriptors.sets,
         _ => &[],
     };
     if let Err(e) = config::descriptors::install(sets) {
@@ -140,6 +144,7 @@ pub fn main() -> ExitCode {
         Command::Import(args) => import::run(&args),
         Command::Apply(args) => apply::run_apply(&args),
         Command::Export(args) => apply::run_export(&args),
+        Command::Rollback(args) => apply::run_rollback(&args),
     }
 }
 

@@ -66,17 +66,37 @@ pub async fn connect(
         })
 }
 
-/// Every document under the prefix, read at one revision.
+/// Every document under the prefix, read at one revision (the latest).
 pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Snapshot, SourceError> {
+    read_at(client, url, None).await
+}
+
+/// Every document under the prefix as it was at `revision` (the latest: `None`), while etcd
+/// keeps that revision (back to its last compaction).
+pub async fn read_at(
+    client: &mut Client,
+    url: &EtcdUrl,
+    revision: Option<i64>,
+) -> Result<Snapshot, SourceError> {
     let unavailable = |message: String| SourceError::Unavailable {
         url: url.display(),
         message,
     };
     let prefix = url.key_prefix();
-    let response = client
-        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
-        .await
-        .map_err(|e| unavailable(format!("cannot read the prefix {prefix:?}: {e}")))?;
+    let mut options = GetOptions::new().with_prefix();
+    if let Some(revision) = revision {
+        options = options.with_revision(revision);
+    }
+    let response =
+        client
+            .get(prefix.as_str(), Some(options))
+            .await
+            .map_err(|e| match revision {
+                Some(r) => unavailable(format!(
+                    "cannot read the prefix {prefix:?} at revision {r}: {e}"
+                )),
+                None => unavailable(format!("cannot read the prefix {prefix:?}: {e}")),
+            })?;
     let revision = response.header().map_or(0, |h| h.revision());
     let mut documents = Vec::new();
     for kv in response.kvs() {
