@@ -417,7 +417,34 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("at revision 999999"), "{err}");
     // Put other.yaml back for export below.
-    etcd.put("/sy/other.yaml", CLUSTERS).await;
+    let put_back = etcd.put("/sy/other.yaml", CLUSTERS).await;
+
+    // history: newest first, each change by document and by resource, applies with a time.
+    let (code, out, err) = switchyard(&["history", "--source", &url]);
+    assert_eq!(code, Some(0), "{err}");
+    let newest = format!("revision {put_back}\n  add    /sy/other.yaml\n");
+    assert!(out.starts_with(&newest), "{out}");
+    assert!(
+        out.contains(&format!("revision {first_applied}, applied at "))
+            && out.contains("connect_timeout: \"1s\" -> \"2s\"")
+            && out.contains("since revision 1 (the oldest etcd keeps)"),
+        "{out}"
+    );
+    let (code, out, _) = switchyard(&["history", "--source", &url, "--limit", "1"]);
+    assert_eq!(code, Some(0));
+    assert!(out.ends_with("the last 1 shown\n"), "{out}");
+    // After a compaction, history goes back to it, and no further.
+    let mut client = etcd.client().await.expect("client");
+    client.compact(put_back - 1, None).await.expect("compact");
+    let (code, out, err) = switchyard(&["history", "--source", &url]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!(
+            "since revision {} (the oldest etcd keeps)",
+            put_back - 1
+        )),
+        "{out}"
+    );
 
     // export writes the documents back as files.
     let out_dir = dir.path().join("exported");

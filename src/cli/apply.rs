@@ -75,6 +75,21 @@ impl WriteFlags {
 }
 
 #[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Where: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`.
+    #[arg(long, value_name = "URL")]
+    pub source: String,
+    /// How many changes to show, newest first.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub limit: usize,
+    /// How long connecting and reading may take, each.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub source_timeout: Duration,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct ExportArgs {
     /// Where to read: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`.
     #[arg(long, value_name = "URL")]
@@ -297,11 +312,12 @@ fn write_documents(
             );
             return Ok(None);
         }
-        let note = format!(
-            "{{\"read_at\": {}, \"documents\": {}}}",
-            at.revision,
-            local.len()
-        );
+        let note = serde_json::json!({
+            "read_at": at.revision,
+            "documents": local.len(),
+            "at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        })
+        .to_string();
         let landed =
             tokio::time::timeout(timeout, etcd::apply(&mut client, &url, &change, at, &note))
                 .await
@@ -389,4 +405,108 @@ pub(super) fn run_export(args: &ExportArgs) -> ExitCode {
         held.revision
     );
     ExitCode::SUCCESS
+}
+
+/// `history`: the revisions at which the prefix's documents changed, newest first, each with
+/// what changed (by document, and by resource as `diff` shows it) and, for an apply, when.
+pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
+    let (url, access) = match reach(&args.source, &args.etcd) {
+        Ok(reached) => reached,
+        Err(code) => return code,
+    };
+    let Ok(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
+    };
+    let timeout = args.source_timeout;
+    let options = LoadOptions::default();
+    let shown = rt.block_on(async {
+        let mut client = etcd::connect(&url, &access, timeout).await?;
+        let (revisions, oldest) = etcd::changes(&mut client, &url, timeout).await?;
+        let mut out = String::new();
+        for &revision in revisions.iter().rev().take(args.limit) {
+            let now = etcd::read_at(&mut client, &url, Some(revision)).await?;
+            let before = if revision - 1 >= oldest.max(1) {
+                Some(etcd::read_at(&mut client, &url, Some(revision - 1)).await?)
+            } else {
+                None
+            };
+            let applied = applied_at(&mut client, &url, revision).await;
+            out.push_str(&format!(
+                "revision {revision}{}\n",
+                applied.map(|at| format!(", applied at {at}")).unwrap_or_default()
+            ));
+            let texts = |s: &crate::source::Snapshot| -> std::collections::BTreeMap<String, String> {
+                s.documents
+                    .iter()
+                    .map(|d| (d.name.trim_start_matches("etcd:").to_string(), d.text.clone()))
+                    .collect()
+            };
+            let (after_texts, before_texts) =
+                (texts(&now), before.as_ref().map(texts).unwrap_or_default());
+            for (key, text) in &after_texts {
+                match before_texts.get(key) {
+                    None => out.push_str(&format!("  add    {key}\n")),
+                    Some(old) if old != text => out.push_str(&format!("  change {key}\n")),
+                    Some(_) => {}
+                }
+            }
+            for key in before_texts.keys().filter(|k| !after_texts.contains_key(*k)) {
+                out.push_str(&format!("  delete {key}\n"));
+            }
+            let old = match &before {
+                Some(before) => config::load_documents(&before.documents, &options).ok(),
+                None => None,
+            };
+            match (old, config::load_documents(&now.documents, &options)) {
+                (Some(old), Ok(new)) => {
+                    for line in crate::diff::diff(&old, &new).to_string().lines() {
+                        out.push_str(&format!("    {line}\n"));
+                    }
+                }
+                (_, Err(failure)) => out.push_str(&format!(
+                    "    (these documents do not load: {} error(s); a replica kept serving the \
+                     generation before)\n",
+                    failure.errors.len()
+                )),
+                (None, Ok(_)) => {}
+            }
+        }
+        out.push_str(&format!(
+            "history: {} change(s) since revision {oldest} (the oldest etcd keeps), the last {} shown\n",
+            revisions.len(),
+            revisions.len().min(args.limit)
+        ));
+        Ok::<_, crate::source::SourceError>(out)
+    });
+    match shown {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// When an apply landed at `revision` (its guard key's note), if one did.
+async fn applied_at(
+    client: &mut etcd_client::Client,
+    url: &EtcdUrl,
+    revision: i64,
+) -> Option<String> {
+    let response = client
+        .get(
+            etcd::guard_key(url),
+            Some(etcd_client::GetOptions::new().with_revision(revision)),
+        )
+        .await
+        .ok()?;
+    let kv = response.kvs().first()?;
+    if kv.mod_revision() != revision {
+        return None;
+    }
+    let note: serde_json::Value = serde_json::from_slice(kv.value()).ok()?;
+    note.get("at")?.as_str().map(str::to_string)
 }

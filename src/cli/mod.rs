@@ -30,7 +30,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::config;
-pub use apply::{ApplyArgs, ExportArgs, RollbackArgs};
+pub use apply::{ApplyArgs, ExportArgs, HistoryArgs, RollbackArgs};
 pub use diff::DiffArgs;
 pub use flags::{
     AdminAccess, AdminArgs, AdminToken, ConfigArgs, DescriptorArgs, DEFAULT_ADMIN_ADDR,
@@ -104,6 +104,9 @@ pub enum Command {
     /// Write back the documents an etcd prefix (--source) held at an earlier revision, as a
     /// new change through apply's checks, diff and guard; exit codes as apply's.
     Rollback(RollbackArgs),
+    /// List the changes of the documents under an etcd prefix (--source), newest first: each
+    /// revision, what changed (by document and by resource) and, for an apply, when.
+    History(HistoryArgs),
 }
 
 /// Parse the command line and run it; the whole program.
@@ -145,6 +148,7 @@ pub fn main() -> ExitCode {
         Command::Apply(args) => apply::run_apply(&args),
         Command::Export(args) => apply::run_export(&args),
         Command::Rollback(args) => apply::run_rollback(&args),
+        Command::History(args) => apply::run_history(&args),
     }
 }
 

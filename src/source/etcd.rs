@@ -221,3 +221,58 @@ pub async fn apply(
     }
     Ok(response.header().map_or(0, |h| h.revision()))
 }
+
+/// The revisions at which documents under the prefix changed (Switchyard's own keys aside),
+/// oldest first, as far back as etcd keeps them; and the oldest revision it keeps (1, or its
+/// last compaction). Read by replaying the prefix's events from then; the replay is over
+/// when they stop for half a second (etcd 3.4 answers a progress request before a replay,
+/// so it cannot say).
+pub async fn changes(
+    client: &mut Client,
+    url: &EtcdUrl,
+    timeout: Duration,
+) -> Result<(Vec<i64>, i64), SourceError> {
+    const QUIET: Duration = Duration::from_millis(500);
+    let unavailable = |message: String| SourceError::Unavailable {
+        url: url.display(),
+        message,
+    };
+    let prefix = url.key_prefix();
+    let mut start = 1;
+    'replay: loop {
+        let options = etcd_client::WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(start);
+        let mut stream = client
+            .watch(prefix.as_str(), Some(options))
+            .await
+            .map_err(|e| unavailable(format!("cannot watch: {e}")))?;
+        let mut revisions = std::collections::BTreeSet::new();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut created = false;
+        loop {
+            let message = match tokio::time::timeout(QUIET, stream.message()).await {
+                Ok(message) => message.map_err(|e| unavailable(format!("cannot watch: {e}")))?,
+                Err(_) if created => return Ok((revisions.into_iter().collect(), start)),
+                Err(_) if tokio::time::Instant::now() < deadline => continue,
+                Err(_) => return Err(unavailable("the history took too long to read".into())),
+            };
+            let Some(response) = message else {
+                return Err(unavailable("the watch ended".into()));
+            };
+            if response.compact_revision() > 0 {
+                start = response.compact_revision();
+                continue 'replay;
+            }
+            created |= response.created();
+            for event in response.events() {
+                let Some(kv) = event.kv() else { continue };
+                let key = String::from_utf8_lossy(kv.key());
+                let name = key.get(prefix.len()..).unwrap_or_default();
+                if !name.is_empty() && !name.split('/').any(|part| part.starts_with('.')) {
+                    revisions.insert(kv.mod_revision());
+                }
+            }
+        }
+    }
+}
