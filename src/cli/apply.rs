@@ -425,7 +425,7 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
         let mut out = String::new();
         for &revision in revisions.iter().rev().take(args.limit) {
             let now = etcd::read_at(&mut client, &url, Some(revision)).await?;
-            let before = if revision - 1 >= oldest.max(1) {
+            let before = if revision > oldest.max(1) {
                 Some(etcd::read_at(&mut client, &url, Some(revision - 1)).await?)
             } else {
                 None
