@@ -270,3 +270,53 @@ fn the_dockerfile_command_parses() {
     let serve = serve_args(&args);
     assert!(serve.admin.token.admin_token_file.is_some() && serve.admin.admin_tls_cert.is_some());
 }
+
+/// The `etcd` overlay (issue 34): the replicas serve an etcd prefix instead of mounted files,
+/// reaching etcd over TLS with the client certificate of a Secret they mount; every path the
+/// flags name is mounted, and no snapshot ConfigMap is.
+#[test]
+fn the_etcd_overlay_serves_a_prefix_over_tls_from_its_secret() {
+    let docs = kustomize("etcd");
+    let deployment = kind_named(&docs, "Deployment", "switchyard");
+    assert!(deployment["spec"]["replicas"].as_u64() >= Some(2));
+    let spec = &deployment["spec"]["template"]["spec"];
+    let container = &spec["containers"][0];
+    let args = strings(&container["args"]);
+    let serve = serve_args(&args);
+    assert!(serve.config.paths.is_empty(), "no --config: {args:?}");
+    let url: switchyard::source::EtcdUrl = serve
+        .source
+        .as_deref()
+        .expect("--source")
+        .parse()
+        .expect("an etcd URL");
+    assert_eq!(url.endpoints.len(), 3, "{url:?}");
+    let mounts: Vec<&str> = container["volumeMounts"]
+        .as_sequence()
+        .expect("mounts")
+        .iter()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    for file in [
+        serve.etcd.etcd_ca.as_ref(),
+        serve.etcd.etcd_cert.as_ref(),
+        serve.etcd.etcd_key.as_ref(),
+        serve.admin.admin_tls_cert.as_ref(),
+    ] {
+        let file = file.expect("the flag is set");
+        assert!(
+            mounts.iter().any(|m| file.starts_with(m)),
+            "{} is not under a mount: {mounts:?}",
+            file.display()
+        );
+    }
+    assert!(!mounts.contains(&"/etc/switchyard"), "{mounts:?}");
+    let volumes = spec["volumes"].as_sequence().expect("volumes");
+    assert!(
+        volumes.iter().all(|v| v["configMap"].is_null()),
+        "{volumes:?}"
+    );
+    assert!(volumes
+        .iter()
+        .any(|v| v["secret"]["secretName"] == "switchyard-etcd"));
+}
