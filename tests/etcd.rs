@@ -341,15 +341,9 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
     // Two applies from one read: the first lands, the second is refused by the guard.
     let parsed: switchyard::source::EtcdUrl = url.parse().expect("url");
     let mut client = etcd.client().await.expect("client");
-    let held = switchyard::source::etcd::read(&mut client, &parsed)
+    let (_, at) = switchyard::source::etcd::read_for_write(&mut client, &parsed)
         .await
         .expect("read");
-    let at = switchyard::source::etcd::ReadAt {
-        revision: held.revision,
-        guard: switchyard::source::etcd::guard_revision(&mut client, &parsed)
-            .await
-            .expect("guard"),
-    };
     let change = |text: &str| switchyard::source::etcd::Change {
         put: vec![("/sy/clusters.yaml".into(), text.into())],
         delete: vec![],
@@ -374,15 +368,9 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
         "{second}"
     );
     // A direct write after the read is caught too.
-    let held = switchyard::source::etcd::read(&mut client, &parsed)
+    let (_, at) = switchyard::source::etcd::read_for_write(&mut client, &parsed)
         .await
         .expect("read");
-    let at = switchyard::source::etcd::ReadAt {
-        revision: held.revision,
-        guard: switchyard::source::etcd::guard_revision(&mut client, &parsed)
-            .await
-            .expect("guard"),
-    };
     etcd.put("/sy/other.yaml", CLUSTERS).await;
     assert!(switchyard::source::etcd::apply(
         &mut client,

@@ -11,7 +11,7 @@ use clap::Args;
 use super::flags::{DescriptorArgs, EtcdArgs};
 use super::{runtime, EXIT_USAGE};
 use crate::config::{self, Document, LoadOptions};
-use crate::source::etcd::{self, ApplyError, Change, ReadAt};
+use crate::source::etcd::{self, ApplyError, Change};
 use crate::source::EtcdUrl;
 
 #[derive(Debug, Args)]
@@ -251,14 +251,9 @@ fn write_documents(
     };
     let outcome = rt.block_on(async {
         let mut client = etcd::connect(&url, access, timeout).await?;
-        let held = tokio::time::timeout(timeout, etcd::read(&mut client, &url))
+        let (held, at) = tokio::time::timeout(timeout, etcd::read_for_write(&mut client, &url))
             .await
             .map_err(|_| unanswered(&url, timeout))??;
-        let guard = etcd::guard_revision(&mut client, &url).await?;
-        let at = ReadAt {
-            revision: held.revision,
-            guard,
-        };
         // What changes, by key.
         let current: std::collections::BTreeMap<String, &str> = held
             .documents

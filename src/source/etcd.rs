@@ -166,6 +166,20 @@ pub async fn guard_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64, S
     Ok(response.kvs().first().map_or(0, |kv| kv.mod_revision()))
 }
 
+/// What a write decides from: every document, and the revisions its guard compares.
+pub async fn read_for_write(
+    client: &mut Client,
+    url: &EtcdUrl,
+) -> Result<(Snapshot, ReadAt), SourceError> {
+    let held = read(client, url).await?;
+    let guard = guard_revision(client, url).await?;
+    let at = ReadAt {
+        revision: held.revision,
+        guard,
+    };
+    Ok((held, at))
+}
+
 /// Why an apply wrote nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {

@@ -341,6 +341,20 @@ impl Compiler {
         self.byte_range(r as u8, r as u8, fold)
     }
 
+    /// The children compiled in order, then joined left to right (`Cat` or `Alt`).
+    fn join(&mut self, subs: &[Re], joined: fn(&mut Self, Frag, Frag) -> Frag) -> Frag {
+        let frags: Vec<Frag> = subs.iter().map(|s| self.walk(s)).collect();
+        if self.failed {
+            return Self::no_match();
+        }
+        let mut it = frags.into_iter();
+        let mut f = it.next().unwrap_or_default();
+        for next in it {
+            f = joined(self, f, next);
+        }
+        f
+    }
+
     /// `PostVisit`: the fragment for `re`, its children compiled first, in order.
     fn walk(&mut self, re: &Re) -> Frag {
         if self.failed {
@@ -350,30 +364,8 @@ impl Compiler {
         match &re.op {
             Op::NoMatch => Self::no_match(),
             Op::EmptyMatch => self.nop(),
-            Op::Concat(subs) => {
-                let frags: Vec<Frag> = subs.iter().map(|s| self.walk(s)).collect();
-                if self.failed {
-                    return Self::no_match();
-                }
-                let mut it = frags.into_iter();
-                let mut f = it.next().unwrap_or_default();
-                for next in it {
-                    f = self.cat(f, next);
-                }
-                f
-            }
-            Op::Alternate(subs) => {
-                let frags: Vec<Frag> = subs.iter().map(|s| self.walk(s)).collect();
-                if self.failed {
-                    return Self::no_match();
-                }
-                let mut it = frags.into_iter();
-                let mut f = it.next().unwrap_or_default();
-                for next in it {
-                    f = self.alt(f, next);
-                }
-                f
-            }
+            Op::Concat(subs) => self.join(subs, Self::cat),
+            Op::Alternate(subs) => self.join(subs, Self::alt),
             Op::Star(sub) => {
                 let f = self.walk(sub);
                 self.star(f, nongreedy)

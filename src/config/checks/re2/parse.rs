@@ -184,6 +184,23 @@ impl State {
         Ok(nongreedy)
     }
 
+    /// A class as the parser builds it: case folding already applied to its ranges, so the
+    /// node itself does not fold.
+    fn new_class(&self, class: Class) -> Re {
+        Re::new(
+            Op::CharClass {
+                class,
+                builder: true,
+            },
+            self.flags & !flags::FOLD_CASE,
+        )
+    }
+
+    fn push_class(&mut self, class: Class) {
+        let re = self.new_class(class);
+        self.push_regexp(re);
+    }
+
     fn push_simple(&mut self, op: Op) {
         let re = Re::new(op, self.flags);
         self.push_regexp(re);
@@ -256,14 +273,7 @@ impl State {
         {
             let mut class = Class::default();
             class.add_folded_range_latin1(r, r);
-            let re = Re::new(
-                Op::CharClass {
-                    class,
-                    builder: true,
-                },
-                self.flags & !flags::FOLD_CASE,
-            );
-            self.push_regexp(re);
+            self.push_class(class);
             return;
         }
         if self.maybe_concat_string(Some((r, self.flags))) {
@@ -282,14 +292,7 @@ impl State {
         let mut class = Class::default();
         class.add_range(0, u32::from(b'\n') - 1);
         class.add_range(u32::from(b'\n') + 1, LATIN1_MAX);
-        let re = Re::new(
-            Op::CharClass {
-                class,
-                builder: true,
-            },
-            self.flags & !flags::FOLD_CASE,
-        );
-        self.push_regexp(re);
+        self.push_class(class);
     }
 
     fn top_operand(&self, op: &[char]) -> Result<(), String> {
@@ -621,27 +624,13 @@ impl State {
         if matches!(next, Some('p' | 'P')) && self.flags & flags::UNICODE_GROUPS != 0 {
             let mut class = Class::default();
             let j = unicode_group(t, i, self.flags, &mut class)?;
-            let re = Re::new(
-                Op::CharClass {
-                    class,
-                    builder: true,
-                },
-                self.flags & !flags::FOLD_CASE,
-            );
-            self.push_regexp(re);
+            self.push_class(class);
             return Ok(j);
         }
         if let Some((group, sign)) = perl_group(t, i, self.flags) {
             let mut class = Class::default();
             add_group(&mut class, group, sign, self.flags);
-            let re = Re::new(
-                Op::CharClass {
-                    class,
-                    builder: true,
-                },
-                self.flags & !flags::FOLD_CASE,
-            );
-            self.push_regexp(re);
+            self.push_class(class);
             return Ok(i + 2);
         }
         let (r, j) = escape(t, i)?;
@@ -719,14 +708,7 @@ impl State {
         if negated {
             class.negate();
         }
-        let re = Re::new(
-            Op::CharClass {
-                class,
-                builder: true,
-            },
-            self.flags & !flags::FOLD_CASE,
-        );
-        Ok((re, i))
+        Ok((self.new_class(class), i))
     }
 
     /// `[:alpha:]` and the other POSIX classes at `i`, or nothing when there is no `:]`.
