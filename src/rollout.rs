@@ -7,6 +7,8 @@
 //! cache holds the stable and candidate generations and who gets which; `server::rollout`
 //! observes the fleet's reports on a timer and applies the decisions; `admin` shows it).
 
+pub mod fleetwide;
+
 use std::time::{Duration, Instant};
 
 use crate::config::{NodeMatch, Selector};

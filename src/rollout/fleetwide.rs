@@ -1,0 +1,299 @@
+//! One rollout for every replica (`serve --source etcd://...` with a canary policy): the
+//! rollout's state is kept in etcd ([`Shared`]), every replica reports what its canaries say
+//! ([`Verdict`]), any replica may take the next step, and a compare-and-swap on the state
+//! makes that step happen once. Every replica then makes its cache match the state
+//! ([`follow`]): the promoted generation for every node, the candidate for the canaries.
+//!
+//! Owns: the shared state's shape, and the pure decisions on it: what a newly loaded
+//! revision proposes ([`propose`]), what the replicas' verdicts decide ([`step`]), what an
+//! operator's promote or abort writes ([`end`]), and how a replica's cache follows
+//! ([`follow`]). Must not: talk to etcd or touch the cache (`watch::rollout` does both), or
+//! judge the canaries differently from [`super::decide`], which it calls.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{decide, Decision, Observation, Phase};
+
+/// A generation as the fleet names it: the etcd revision its documents were read at, and
+/// the digest of what they serve (`Config::content_version`), equal on every replica.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub revision: i64,
+    pub version: String,
+}
+
+/// Where the fleet's rollout is (a [`Phase`], with wall-clock times every replica reads).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "lowercase")]
+pub enum SharedPhase {
+    Canary,
+    /// Goes to every node at this time (milliseconds since the Unix epoch).
+    Baking {
+        until_ms: u64,
+    },
+    Halted {
+        reason: String,
+    },
+}
+
+impl SharedPhase {
+    /// The same phase on this replica's clock (`now` is `now_ms`).
+    pub fn local(&self, now: Instant, now_ms: u64) -> Phase {
+        match self {
+            SharedPhase::Canary => Phase::Canary,
+            SharedPhase::Baking { until_ms } => Phase::Baking {
+                until: now + Duration::from_millis(until_ms.saturating_sub(now_ms)),
+            },
+            SharedPhase::Halted { reason } => Phase::Halted {
+                reason: reason.clone(),
+            },
+        }
+    }
+
+    fn shared(phase: &Phase, now: Instant, now_ms: u64) -> SharedPhase {
+        match phase {
+            Phase::Canary => SharedPhase::Canary,
+            Phase::Baking { until } => SharedPhase::Baking {
+                until_ms: now_ms + until.saturating_duration_since(now).as_millis() as u64,
+            },
+            Phase::Halted { reason } => SharedPhase::Halted {
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+/// The generation rolling out to the canaries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub mark: Mark,
+    pub phase: SharedPhase,
+    /// When it became the candidate (ms since the epoch).
+    pub since_ms: u64,
+}
+
+/// The rollout kept in etcd (`PREFIX/.switchyard/rollout`, JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shared {
+    /// The promoted generation: what every node that is not a canary gets. Its documents
+    /// are copied beside the state (`PREFIX/.switchyard/stable/REVISION/`), so it survives
+    /// etcd's compaction and any replica's restart.
+    pub stable: Mark,
+    /// How many documents the copy holds (a copy with fewer is not used).
+    pub documents: usize,
+    /// When it was promoted (ms since the epoch), and why.
+    pub promoted_ms: u64,
+    pub promoted_by: String,
+    pub candidate: Option<Candidate>,
+    /// The last candidate an operator aborted: the same content is not proposed again, as a
+    /// replica's own rollout waits for a new edit after an abort.
+    #[serde(default)]
+    pub aborted: Option<Mark>,
+}
+
+/// What one replica's canaries say about a candidate (`PREFIX/.switchyard/replicas/ID`,
+/// JSON, on a lease: a replica that dies stops counting when its lease ends).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The candidate's content version this is about.
+    pub candidate: String,
+    pub canaries: usize,
+    pub synced: usize,
+    /// The first canary rejecting it: node, type and the proxy's error.
+    pub nacked: Option<(String, String, String)>,
+}
+
+/// The fleet's view of candidate `version`: every replica's verdict on it, summed (a
+/// verdict about another candidate does not count).
+pub fn sum<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>, version: &str) -> Observation {
+    let mut seen = Observation::default();
+    for v in verdicts.into_iter().filter(|v| v.candidate == version) {
+        seen.canaries += v.canaries;
+        seen.synced += v.synced;
+        if seen.nacked.is_none() {
+            seen.nacked.clone_from(&v.nacked);
+        }
+    }
+    seen
+}
+
+/// A replica read revision `head` of the documents: the state it proposes, or `None` when
+/// the state already has it (or something newer). Without a state, `head` is the promoted
+/// generation (the first load goes to every node, as on one server).
+pub fn propose(
+    shared: Option<&Shared>,
+    head: &Mark,
+    documents: usize,
+    now_ms: u64,
+) -> Option<Shared> {
+    let Some(shared) = shared else {
+        return Some(Shared {
+            stable: head.clone(),
+            documents,
+            promoted_ms: now_ms,
+            promoted_by: "the first load".into(),
+            candidate: None,
+            aborted: None,
+        });
+    };
+    let newest = shared
+        .candidate
+        .as_ref()
+        .map_or(shared.stable.revision, |c| c.mark.revision)
+        .max(shared.aborted.as_ref().map_or(0, |a| a.revision));
+    if head.revision <= newest {
+        return None;
+    }
+    let same_as = |mark: Option<&Mark>| mark.is_some_and(|m| m.version == head.version);
+    if same_as(shared.candidate.as_ref().map(|c| &c.mark)) || same_as(shared.aborted.as_ref()) {
+        return None;
+    }
+    let mut next = shared.clone();
+    if head.version == shared.stable.version {
+        // Written back to what every node has: no rollout.
+        if shared.candidate.is_none() {
+            return None;
+        }
+        next.candidate = None;
+    } else {
+        next.candidate = Some(Candidate {
+            mark: head.clone(),
+            phase: SharedPhase::Canary,
+            since_ms: now_ms,
+        });
+    }
+    Some(next)
+}
+
+/// What a step of the rollout changed, for the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stepped {
+    Entered(Phase),
+    Promoted,
+}
+
+/// The next state, given the fleet's verdicts on the candidate (`seen`), as
+/// [`super::decide`] judges them; `None` when nothing changes.
+pub fn step(
+    shared: &Shared,
+    seen: &Observation,
+    now: Instant,
+    now_ms: u64,
+    bake: Duration,
+) -> Option<(Shared, Stepped)> {
+    let candidate = shared.candidate.as_ref()?;
+    let phase = candidate.phase.local(now, now_ms);
+    match decide(&phase, seen, now, bake) {
+        Decision::Stay => None,
+        Decision::Promote => {
+            let next = promoted(shared, now_ms, format!("{} canaries", seen.canaries))?;
+            Some((next, Stepped::Promoted))
+        }
+        Decision::Enter(phase) => {
+            let mut next = shared.clone();
+            if let Some(c) = next.candidate.as_mut() {
+                c.phase = SharedPhase::shared(&phase, now, now_ms);
+            }
+            Some((next, Stepped::Entered(phase)))
+        }
+    }
+}
+
+fn promoted(shared: &Shared, now_ms: u64, by: String) -> Option<Shared> {
+    let candidate = shared.candidate.as_ref()?;
+    Some(Shared {
+        stable: candidate.mark.clone(),
+        documents: 0,
+        promoted_ms: now_ms,
+        promoted_by: by,
+        candidate: None,
+        aborted: None,
+    })
+}
+
+/// There is no rollout in the fleet to promote or abort.
+#[derive(Debug, thiserror::Error)]
+#[error("no rollout is in progress in the fleet (revision {stable} serves every node)")]
+pub struct NoCandidate {
+    pub stable: i64,
+}
+
+/// An operator's `rollout promote` (every node gets the candidate) or `rollout abort` (the
+/// canaries go back; the same content is not proposed again).
+pub fn end(shared: &Shared, promote: bool, now_ms: u64) -> Result<Shared, NoCandidate> {
+    let none = || NoCandidate {
+        stable: shared.stable.revision,
+    };
+    if promote {
+        return promoted(shared, now_ms, "an operator".into()).ok_or_else(none);
+    }
+    let candidate = shared.candidate.as_ref().ok_or_else(none)?;
+    Ok(Shared {
+        aborted: Some(candidate.mark.clone()),
+        candidate: None,
+        ..shared.clone()
+    })
+}
+
+/// What a replica's cache serves, by content version: the stable generation, and the
+/// candidate with its phase's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Local {
+    pub stable: String,
+    pub candidate: Option<(String, &'static str)>,
+}
+
+/// One change to a replica's cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// Load this generation's documents and publish them (the first publication goes to
+    /// every node; later ones become the candidate, replacing any).
+    Publish(Mark),
+    /// Every node gets the candidate.
+    Promote,
+    /// The canaries go back to the stable generation.
+    Abort,
+    /// The candidate enters this phase.
+    Phase(Phase),
+}
+
+/// The changes that make a replica's cache (`local`) serve what `shared` says, in order.
+pub fn follow(local: &Local, shared: &Shared, now: Instant, now_ms: u64) -> Vec<Follow> {
+    let mut steps = Vec::new();
+    let mut candidate = local.candidate.clone();
+    if local.stable != shared.stable.version {
+        if candidate.as_ref().map(|c| &c.0) != Some(&shared.stable.version) {
+            // Neither of what this replica serves is the promoted generation (it missed
+            // steps while etcd was away): load it and make it stable.
+            steps.push(Follow::Publish(shared.stable.clone()));
+        }
+        steps.push(Follow::Promote);
+        candidate = None;
+    }
+    match (&shared.candidate, candidate) {
+        (None, None) => {}
+        (None, Some(_)) => steps.push(Follow::Abort),
+        (Some(c), held) => {
+            let phase = c.phase.local(now, now_ms);
+            match held {
+                Some((version, name)) if version == c.mark.version => {
+                    if name != phase.name() {
+                        steps.push(Follow::Phase(phase));
+                    }
+                }
+                _ => {
+                    steps.push(Follow::Publish(c.mark.clone()));
+                    if phase != Phase::Canary {
+                        steps.push(Follow::Phase(phase));
+                    }
+                }
+            }
+        }
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests;
