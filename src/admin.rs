@@ -57,6 +57,9 @@ pub struct Admin {
     pub token: Option<Arc<str>>,
     /// `--max-new-streams-per-second` and `--new-streams-burst`, shown in `/status`.
     pub new_streams: Option<crate::server::admission::StreamRate>,
+    /// `--source` with a rollout policy: the fleet's rollout, which `rollout promote` and
+    /// `rollout abort` end for every replica.
+    pub fleet_rollout: Option<crate::watch::rollout::FleetRollout>,
 }
 
 /// How long a request's headers may take to arrive, by default (`--admin-header-timeout`).
@@ -788,15 +791,22 @@ fn current_status(admin: &Admin) -> Status {
 
 /// `POST /rollout/promote`: every node gets the candidate now.
 async fn rollout_promote(State(admin): State<Admin>) -> Response {
-    end_rollout(&admin, true)
+    end_rollout(&admin, true).await
 }
 
 /// `POST /rollout/abort`: the canaries go back to the stable generation.
 async fn rollout_abort(State(admin): State<Admin>) -> Response {
-    end_rollout(&admin, false)
+    end_rollout(&admin, false).await
 }
 
-fn end_rollout(admin: &Admin, promote: bool) -> Response {
+async fn end_rollout(admin: &Admin, promote: bool) -> Response {
+    if let Some(fleet) = &admin.fleet_rollout {
+        // Ended in etcd, for every replica: this one follows like the others.
+        return match fleet.end(promote).await {
+            Ok(message) => (StatusCode::OK, format!("{message}\n")).into_response(),
+            Err(why) => (StatusCode::CONFLICT, format!("{why}\n")).into_response(),
+        };
+    }
     let (result, outcome) = if promote {
         (admin.cache.promote(), "promoted")
     } else {

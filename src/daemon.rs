@@ -22,6 +22,7 @@ use crate::rollout::Policy;
 use crate::server::{self, ServeOptions, ServerError};
 use crate::state::{StateDir, StateError};
 use crate::telemetry::Telemetry;
+use crate::watch::rollout::{self as fleet_rollout, FleetRollout, FleetStart};
 use crate::watch::{Reloader, Watching};
 
 /// Everything the daemon is told, beyond its listeners.
@@ -46,11 +47,19 @@ pub struct Options {
     pub preflight: Option<(PathBuf, Duration)>,
     /// `--source`: serve the documents under an etcd prefix instead of `paths`, from this
     /// first read (the caller's), following the prefix from its revision.
-    pub source: Option<(
-        crate::source::EtcdUrl,
-        crate::source::etcd::Access,
-        crate::source::Snapshot,
-    )>,
+    pub source: Option<Source>,
+}
+
+/// `--source`: where the documents are, and what was read of them before serving.
+#[derive(Debug)]
+pub struct Source {
+    pub url: crate::source::EtcdUrl,
+    pub access: crate::source::etcd::Access,
+    /// The documents, read at one revision.
+    pub first: crate::source::Snapshot,
+    /// With a rollout policy: the fleet's rollout as etcd keeps it (see
+    /// `watch::rollout::read_start`). Every replica follows it.
+    pub fleet: Option<FleetStart>,
 }
 
 /// The two ports, bound by the caller.
@@ -69,6 +78,8 @@ pub enum RunError {
     NoEnvoy(PathBuf),
     #[error("the configuration cannot be loaded, not starting: {0}")]
     Load(LoadFailure),
+    #[error("the fleet's rollout in etcd cannot be followed, not starting: {0}")]
+    Fleet(String),
     #[error(transparent)]
     Server(#[from] ServerError),
 }
@@ -78,6 +89,15 @@ impl RunError {
     pub fn is_usage(&self) -> bool {
         !matches!(self, RunError::Server(_))
     }
+}
+
+/// The fleet's rollout driver, ready to run.
+struct FleetDriver {
+    driver: fleet_rollout::Driver,
+    heads: tokio::sync::mpsc::UnboundedReceiver<crate::watch::Head>,
+    inbox: fleet_rollout::Inbox,
+    start: crate::source::etcd::rollout::Held,
+    handle: FleetRollout,
 }
 
 /// A daemon whose configuration is loaded, not yet serving. Its parts are public for the
@@ -90,6 +110,9 @@ pub struct Daemon {
     watching: Option<Watching>,
     /// `--source`: the etcd prefix to follow, from the revision first loaded.
     follow: Option<(crate::source::EtcdUrl, crate::source::etcd::Access, i64)>,
+    /// `--source` with a rollout policy: the driver of the fleet's rollout, its inputs, and
+    /// the admin API's handle on it.
+    fleet_driver: Option<FleetDriver>,
     serve: ServeOptions,
     admin: admin::Transport,
     admin_token: Option<Arc<str>>,
@@ -100,10 +123,18 @@ impl Daemon {
     /// edit made during a long first load is not lost); under a rollout policy the last
     /// promoted copy in the state directory serves first; a config that does not load is an
     /// error unless the state directory keeps a good copy to serve meanwhile.
-    pub fn load(options: Options) -> Result<Daemon, RunError> {
+    pub fn load(mut options: Options) -> Result<Daemon, RunError> {
         let telemetry = Telemetry::default();
-        let cache = Arc::new(match options.rollout {
-            Some(policy) => Cache::with_rollouts(policy),
+        let fleetwide = options.source.as_ref().is_some_and(|s| s.fleet.is_some());
+        let fleet_of_nodes = Arc::new({
+            let telemetry = telemetry.clone();
+            Fleet::new(move |took| telemetry.converged(took))
+        });
+        let cache = Arc::new(match options.rollout.take() {
+            Some(mut policy) => {
+                policy.fleetwide = fleetwide;
+                Cache::with_rollouts(policy)
+            }
             None => Cache::new(),
         });
         let mut reloader = Reloader::new(
@@ -129,16 +160,56 @@ impl Daemon {
         if let Some(dir) = &options.state_dir {
             reloader = reloader.with_state(StateDir::open(dir)?);
         }
+        let mut heads = None;
+        if fleetwide {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            reloader = reloader.hand_loads_to(tx);
+            heads = Some(rx);
+        }
         let reloader = Arc::new(reloader);
         let mut follow = None;
         let mut watching = None;
-        if let Some((url, access, first)) = options.source {
+        let mut fleet = None;
+        if let Some(Source {
+            url,
+            access,
+            first,
+            fleet: start,
+        }) = options.source
+        {
+            // With the fleet's rollout: what it promoted serves first (and what it rolls out
+            // to the canaries), never the documents as they are now.
+            let promoted = match &start {
+                Some(start) => serve_fleet_start(&reloader, &cache, start)?,
+                None => false,
+            };
             // From etcd: no files to watch or keep; a first read that does not load is an
-            // error (there is no state directory to serve from meanwhile).
-            reloader
-                .reload_documents(&first.documents, first.revision)
-                .map_err(RunError::Load)?;
+            // error (there is no state directory to serve from meanwhile), unless the
+            // fleet's promoted generation serves.
+            if let Err(failure) = reloader.reload_documents(&first.documents, first.revision) {
+                if !promoted {
+                    return Err(RunError::Load(failure));
+                }
+            }
             reloader.source_health(&url.display(), None);
+            if let (Some(start), Some(heads)) = (start, heads) {
+                let (handle, inbox) = fleet_rollout::channels();
+                fleet = Some(FleetDriver {
+                    driver: fleet_rollout::Driver {
+                        url: url.clone(),
+                        access: access.clone(),
+                        replica: fleet_rollout::replica_name(),
+                        cache: Arc::clone(&cache),
+                        fleet: Arc::clone(&fleet_of_nodes),
+                        reloader: Arc::clone(&reloader),
+                        telemetry: telemetry.clone(),
+                    },
+                    heads,
+                    inbox,
+                    start: start.held,
+                    handle,
+                });
+            }
             follow = options.watch.then_some((url, access, first.revision));
         } else {
             watching = options.watch.then(|| reloader.watching());
@@ -155,15 +226,13 @@ impl Daemon {
             options.serve.identity.is_some(),
         );
         Ok(Daemon {
-            fleet: Arc::new({
-                let telemetry = telemetry.clone();
-                Fleet::new(move |took| telemetry.converged(took))
-            }),
+            fleet: fleet_of_nodes,
             cache,
             reloader,
             telemetry,
             watching,
             follow,
+            fleet_driver: fleet,
             serve: options.serve,
             admin: options.admin,
             admin_token: options.admin_token,
@@ -184,6 +253,7 @@ impl Daemon {
             telemetry,
             watching,
             follow,
+            fleet_driver,
             serve,
             admin,
             admin_token,
@@ -206,6 +276,13 @@ impl Daemon {
             ))
         });
         let keeper = tokio::spawn(Arc::clone(&reloader).keep_promoted());
+        let fleet_rollout = fleet_driver.as_ref().map(|d| d.handle.clone());
+        let fleet_task = fleet_driver.map(|d| {
+            tokio::spawn(
+                d.driver
+                    .run(d.heads, d.inbox, d.start, stopped(stop_rx.clone())),
+            )
+        });
         let admin_task = tokio::spawn(admin::serve(
             listeners.admin,
             Admin {
@@ -216,6 +293,7 @@ impl Daemon {
                 show_secrets: serve.show_secrets,
                 token: admin_token,
                 new_streams: serve.limits.new_streams,
+                fleet_rollout,
             },
             admin,
             stopped(stop_rx.clone()),
@@ -239,6 +317,9 @@ impl Daemon {
         if let Some(follower) = follower {
             let _ = follower.await;
         }
+        if let Some(fleet_task) = fleet_task {
+            let _ = fleet_task.await;
+        }
         keeper.abort();
         if let Err(e) = admin_task.await {
             tracing::error!("admin server task: {e}");
@@ -254,6 +335,64 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     Daemon::load(options)?.serve(listeners, shutdown).await
+}
+
+/// Serve what the fleet's rollout kept in etcd says, before the documents as they are now:
+/// the promoted generation to every node, and the candidate to the canaries in its phase.
+/// `true` when a promoted generation serves; `false` without a state (the documents as they
+/// are now will be the first, promoted, generation). A state whose promoted generation does
+/// not load here is an error: nothing unvetted may go to every node.
+fn serve_fleet_start(
+    reloader: &Reloader,
+    cache: &Cache,
+    start: &FleetStart,
+) -> Result<bool, RunError> {
+    let (Some(shared), Some(documents)) = (&start.held.shared, &start.stable) else {
+        return Ok(false);
+    };
+    let stable = reloader.load_only(documents).map_err(|e| {
+        RunError::Fleet(format!(
+            "the promoted generation (revision {}) does not load here: {e}",
+            shared.stable.revision
+        ))
+    })?;
+    if stable.content_version() != shared.stable.version {
+        return Err(RunError::Fleet(format!(
+            "the copy of the promoted generation (revision {}) is not what was promoted",
+            shared.stable.revision
+        )));
+    }
+    let generation = reloader.publish_named(stable);
+    tracing::info!(
+        generation,
+        revision = shared.stable.revision,
+        promoted_by = %shared.promoted_by,
+        "Serving the fleet's promoted generation from etcd to every node."
+    );
+    let (Some(candidate), Some(documents)) = (&shared.candidate, &start.candidate) else {
+        return Ok(true);
+    };
+    match reloader.load_only(documents) {
+        Ok(config) if config.content_version() == candidate.mark.version => {
+            let number = reloader.publish_named(config);
+            let now = std::time::Instant::now();
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            cache.set_phase(number, candidate.phase.local(now, now_ms));
+            tracing::info!(
+                generation = number,
+                revision = candidate.mark.revision,
+                "Serving the fleet's candidate to the canaries."
+            );
+        }
+        // The rollout's driver loads it again once serving.
+        _ => tracing::warn!(
+            revision = candidate.mark.revision,
+            "The fleet's candidate cannot be loaded yet; the canaries get the promoted generation meanwhile."
+        ),
+    }
+    Ok(true)
 }
 
 /// Say at start whether the snapshot holds private key material, and who gets it.

@@ -23,6 +23,9 @@ pub struct Policy {
     /// How long every canary must hold the new generation, ACKed and with no NACK, before
     /// it goes to every node.
     pub bake: Duration,
+    /// The rollout is kept in etcd and decided for the fleet (`fleetwide`), not by this
+    /// replica alone.
+    pub fleetwide: bool,
 }
 
 impl Policy {
@@ -47,6 +50,7 @@ impl Policy {
             canary,
             canary_text,
             bake,
+            fleetwide: false,
         })
     }
 

@@ -83,6 +83,21 @@ pub struct Reloader {
     preflight: Option<(PathBuf, std::time::Duration, crate::resource::Secrets)>,
     /// `--source`: whether etcd answers (`None` when serving files).
     source: watch::Sender<Option<SourceHealth>>,
+    /// `--source` with a canary policy: good loads of the documents go to the fleet's
+    /// rollout (`rollout::drive`), which publishes what the rollout kept in etcd says, instead
+    /// of being published here (but the first, which every node gets).
+    held: Option<mpsc::UnboundedSender<Head>>,
+}
+
+/// A good load of the documents read at one revision, for the fleet's rollout to propose.
+#[derive(Debug)]
+pub struct Head {
+    pub revision: i64,
+    /// What it serves (`Config::content_version`).
+    pub version: String,
+    /// The load, unless it was published already (the first).
+    pub config: Option<Config>,
+    pub documents: Arc<Vec<config::Document>>,
 }
 
 impl Reloader {
@@ -104,7 +119,32 @@ impl Reloader {
             state: None,
             preflight: None,
             source: watch::Sender::new(None),
+            held: None,
         }
+    }
+
+    /// Hand good loads of documents to the fleet's rollout (see [`Head`]) rather than
+    /// publish them, once something is published.
+    pub fn hand_loads_to(mut self, heads: mpsc::UnboundedSender<Head>) -> Reloader {
+        self.held = Some(heads);
+        self
+    }
+
+    /// Load documents as a reload would, without publishing them (the fleet's rollout loads
+    /// the generations it names this way).
+    pub fn load_only(&self, documents: &[config::Document]) -> Result<Config, LoadFailure> {
+        config::load_documents(documents, &self.options)
+    }
+
+    /// Publish a configuration the fleet's rollout names (a load is not checked again: it
+    /// passed when it was loaded); the generation serving after it.
+    pub fn publish_named(&self, config: Config) -> u64 {
+        let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
+        let work = LoadWork {
+            parsed: 0,
+            reused: 0,
+        };
+        self.publish(config, work, &warnings)
     }
 
     /// `--source`: record whether etcd answers (the metric and `/status` say so).
@@ -323,7 +363,34 @@ impl Reloader {
             parsed: documents.len(),
             reused: 0,
         };
-        self.finish(loaded, work, Some(revision))
+        let Some(heads) = &self.held else {
+            return self.finish(loaded, work, Some(revision));
+        };
+        // The fleet's rollout decides what serves; the first load serves at once (every node
+        // gets it, as on one server) and is handed over too.
+        let checked = self.check(loaded, revision)?;
+        let version = checked.content_version();
+        let mut report = LoadReport {
+            at: SystemTime::now(),
+            errors: Vec::new(),
+            warnings: checked.warnings.iter().map(|w| w.to_string()).collect(),
+            generation: self.cache.current().number,
+            revision: Some(revision),
+        };
+        let config = if report.generation == 0 {
+            report.generation = self.publish(checked, work, &report.warnings);
+            None
+        } else {
+            Some(checked)
+        };
+        self.store(report);
+        let _ = heads.send(Head {
+            revision,
+            version,
+            config,
+            documents: Arc::new(documents.to_vec()),
+        });
+        Ok(())
     }
 
     /// A load's last checks (pre-flight, emptied node groups), then publish it when good and
@@ -334,7 +401,52 @@ impl Reloader {
         work: LoadWork,
         revision: Option<i64>,
     ) -> Result<(), LoadFailure> {
-        let result = loaded.and_then(|config| {
+        let result = self.check_quietly(loaded);
+        match result {
+            Ok(config) => {
+                let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
+                let generation = self.publish(config, work, &warnings);
+                self.store(LoadReport {
+                    at: SystemTime::now(),
+                    errors: Vec::new(),
+                    warnings,
+                    generation,
+                    revision,
+                });
+                Ok(())
+            }
+            Err(failure) => Err(self.failed(failure, revision)),
+        }
+    }
+
+    /// A load's last checks; a failure is reported (logged, counted, kept) and returned.
+    fn check(
+        &self,
+        loaded: Result<Config, LoadFailure>,
+        revision: i64,
+    ) -> Result<Config, LoadFailure> {
+        self.check_quietly(loaded)
+            .map_err(|failure| self.failed(failure, Some(revision)))
+    }
+
+    /// Report a failed load: the last good generation keeps serving.
+    fn failed(&self, failure: LoadFailure, revision: Option<i64>) -> LoadFailure {
+        let current = self.cache.current().number;
+        self.telemetry
+            .config_failed(failure.errors.len(), current, &failure);
+        self.store(LoadReport {
+            at: SystemTime::now(),
+            errors: failure.errors.iter().map(|e| e.to_string()).collect(),
+            warnings: failure.warnings.iter().map(|e| e.to_string()).collect(),
+            generation: current,
+            revision,
+        });
+        failure
+    }
+
+    /// Pre-flight, and the emptied node groups: a load that passes is good to serve.
+    fn check_quietly(&self, loaded: Result<Config, LoadFailure>) -> Result<Config, LoadFailure> {
+        loaded.and_then(|config| {
             let rejected = self.preflight(&config);
             if !rejected.is_empty() {
                 return Err(LoadFailure {
@@ -365,34 +477,7 @@ impl Reloader {
                     warnings: config.warnings,
                 })
             }
-        });
-        match result {
-            Ok(config) => {
-                let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
-                let generation = self.publish(config, work, &warnings);
-                self.store(LoadReport {
-                    at: SystemTime::now(),
-                    errors: Vec::new(),
-                    warnings,
-                    generation,
-                    revision,
-                });
-                Ok(())
-            }
-            Err(failure) => {
-                let current = self.cache.current().number;
-                self.telemetry
-                    .config_failed(failure.errors.len(), current, &failure);
-                self.store(LoadReport {
-                    at: SystemTime::now(),
-                    errors: failure.errors.iter().map(|e| e.to_string()).collect(),
-                    warnings: failure.warnings.iter().map(|e| e.to_string()).collect(),
-                    generation: current,
-                    revision,
-                });
-                Err(failure)
-            }
-        }
+        })
     }
 
     /// Publish a good load unless it is what serves; the generation serving after it.
@@ -638,6 +723,7 @@ fn touches(paths: &[PathBuf], event_paths: &[PathBuf]) -> bool {
 }
 
 mod etcd;
+pub mod rollout;
 pub use etcd::follow_etcd;
 
 #[cfg(test)]

@@ -534,6 +534,7 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
         show_secrets: Default::default(),
         token: None,
         new_streams: None,
+        fleet_rollout: None,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(switchyard::admin::serve(

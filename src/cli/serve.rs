@@ -457,7 +457,31 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
                 })?
                 .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?;
             tracing::info!(source = %url.display(), revision = first.revision, documents = first.documents.len(), "Read the snapshot documents from etcd.");
-            Some((url, access, first))
+            // With canaries, the rollout is the fleet's, kept in etcd beside the documents.
+            let fleet = match rollout {
+                None => None,
+                Some(_) => Some(
+                    tokio::time::timeout(
+                        timeout,
+                        crate::watch::rollout::read_start(&mut client, &url),
+                    )
+                    .await
+                    .map_err(|_| {
+                        Failure::Usage(anyhow::anyhow!(
+                            "{}: no answer within {} reading the fleet's rollout; not starting",
+                            url.display(),
+                            humantime::format_duration(timeout)
+                        ))
+                    })?
+                    .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?,
+                ),
+            };
+            Some(crate::daemon::Source {
+                url,
+                access,
+                first,
+                fleet,
+            })
         }
     };
     let options = Options {

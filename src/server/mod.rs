@@ -24,7 +24,7 @@ mod grpc;
 pub(crate) mod incoming;
 mod peers;
 pub mod rest;
-mod rollout;
+pub(crate) mod rollout;
 mod status;
 mod stream;
 pub mod tls;

@@ -2,6 +2,8 @@
 //! them up as an [`Observation`] ([`observe`]), asks `crate::rollout` what to do, and applies
 //! it to the cache (promote, or a new phase).
 //!
+//! With a rollout kept in etcd for the fleet, `watch::rollout` drives instead.
+//!
 //! Must not: decide anything itself (the decisions are `rollout::decide`'s, tested there).
 
 use std::sync::Arc;
@@ -27,6 +29,10 @@ pub async fn drive(
     let Some(policy) = cache.policy().cloned() else {
         return;
     };
+    if policy.fleetwide {
+        // Decided for the fleet in etcd (`watch::rollout`).
+        return;
+    }
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -3,6 +3,8 @@
 //!
 //! Must not: retry or watch on its own (the caller decides), or parse documents.
 
+pub mod rollout;
+
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions};

@@ -1,0 +1,273 @@
+//! The fleet's rollout in etcd (`serve --source` with a canary policy): its state, every
+//! replica's verdict on a lease, and the copy of the promoted generation's documents.
+//!
+//! The keys sit beside the documents' prefix, not under it, so that an apply's guard (no key
+//! under the prefix written since it read) and the documents' watch never see them, while an
+//! etcd role granted the prefix (`/switchyard`, as a prefix) covers them too:
+//! - `PREFIX.rollout/state`: the state ([`Shared`], JSON);
+//! - `PREFIX.rollout/replicas/ID`: a replica's [`Verdict`] (JSON), on its lease;
+//! - `PREFIX.stable/REVISION/NAME`: the promoted generation's documents (`NAME` as under the
+//!   prefix), written before the state names them, so a copy the state names is whole.
+//!
+//! Must not: decide anything (`rollout::fleetwide`) or follow the state (`watch::rollout`).
+
+use std::collections::BTreeMap;
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+
+use super::document_name;
+use crate::config::Document;
+use crate::rollout::fleetwide::{Shared, Verdict};
+use crate::source::{EtcdUrl, SourceError};
+
+/// Puts per transaction when copying documents (etcd refuses more than 128 operations in
+/// one by default), and bytes (its requests are at most 1.5 MiB by default).
+const COPY_OPS: usize = 64;
+const COPY_BYTES: usize = 1 << 20;
+
+/// The keys of the fleet's rollout.
+pub fn rollout_prefix(url: &EtcdUrl) -> String {
+    format!("{}.rollout/", url.prefix.trim_end_matches('/'))
+}
+
+pub fn state_key(url: &EtcdUrl) -> String {
+    format!("{}state", rollout_prefix(url))
+}
+
+pub fn verdicts_prefix(url: &EtcdUrl) -> String {
+    format!("{}replicas/", rollout_prefix(url))
+}
+
+/// Where the copy of the documents promoted at `revision` is kept.
+pub fn copy_prefix(url: &EtcdUrl, revision: i64) -> String {
+    format!("{}.stable/{revision}/", url.prefix.trim_end_matches('/'))
+}
+
+fn copies_prefix(url: &EtcdUrl) -> String {
+    format!("{}.stable/", url.prefix.trim_end_matches('/'))
+}
+
+/// The rollout as etcd holds it, read at one revision.
+#[derive(Clone, Debug, Default)]
+pub struct Held {
+    pub shared: Option<Shared>,
+    /// The state key's last modification (0: none): what a write compares.
+    pub modified: i64,
+    /// Each replica's verdict, by replica.
+    pub verdicts: BTreeMap<String, Verdict>,
+    /// The revision this was read at: a watch goes on from the next.
+    pub revision: i64,
+}
+
+fn unavailable(url: &EtcdUrl, message: String) -> SourceError {
+    SourceError::Unavailable {
+        url: url.display(),
+        message,
+    }
+}
+
+/// The state and every verdict, at one revision (one transaction of two reads).
+pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Held, SourceError> {
+    let txn = Txn::new().and_then(vec![
+        TxnOp::get(state_key(url), None),
+        TxnOp::get(verdicts_prefix(url), Some(GetOptions::new().with_prefix())),
+    ]);
+    let response = client
+        .txn(txn)
+        .await
+        .map_err(|e| unavailable(url, format!("cannot read the rollout: {e}")))?;
+    let mut held = Held {
+        revision: response.header().map_or(0, |h| h.revision()),
+        ..Held::default()
+    };
+    let mut answers = response.op_responses().into_iter();
+    if let Some(TxnOpResponse::Get(state)) = answers.next() {
+        if let Some(kv) = state.kvs().first() {
+            held.modified = kv.mod_revision();
+            held.shared = Some(decode_state(url, kv.value())?);
+        }
+    }
+    if let Some(TxnOpResponse::Get(verdicts)) = answers.next() {
+        for kv in verdicts.kvs() {
+            let (Some(replica), Ok(verdict)) = (
+                replica_of(url, kv.key()),
+                serde_json::from_slice::<Verdict>(kv.value()),
+            ) else {
+                continue;
+            };
+            held.verdicts.insert(replica, verdict);
+        }
+    }
+    Ok(held)
+}
+
+/// The state in a value: a state that does not read is an error naming the key (it is
+/// written only by Switchyard; a hand edit that breaks it must not be taken as none).
+pub fn decode_state(url: &EtcdUrl, value: &[u8]) -> Result<Shared, SourceError> {
+    serde_json::from_slice(value).map_err(|e| {
+        unavailable(
+            url,
+            format!(
+                "the rollout state at {} does not read ({e}); delete the key to start over \
+                 from the documents as they are",
+                state_key(url)
+            ),
+        )
+    })
+}
+
+/// The replica a verdict key is about.
+pub fn replica_of(url: &EtcdUrl, key: &[u8]) -> Option<String> {
+    let key = std::str::from_utf8(key).ok()?;
+    key.strip_prefix(&verdicts_prefix(url))
+        .filter(|r| !r.is_empty())
+        .map(str::to_string)
+}
+
+/// Write `next` if the state is still what was read (`modified`, 0: none yet). The state's
+/// new modification revision, or `None` when another replica wrote first.
+pub async fn write_state(
+    client: &mut Client,
+    url: &EtcdUrl,
+    next: &Shared,
+    modified: i64,
+) -> Result<Option<i64>, SourceError> {
+    let key = state_key(url);
+    let value = serde_json::to_string(next)
+        .map_err(|e| unavailable(url, format!("cannot write the rollout: {e}")))?;
+    let txn = Txn::new()
+        .when(vec![Compare::mod_revision(
+            key.as_str(),
+            CompareOp::Equal,
+            modified,
+        )])
+        .and_then(vec![TxnOp::put(key.as_str(), value, None)]);
+    let response = client
+        .txn(txn)
+        .await
+        .map_err(|e| unavailable(url, format!("cannot write the rollout: {e}")))?;
+    Ok(response
+        .succeeded()
+        .then(|| response.header().map_or(0, |h| h.revision())))
+}
+
+/// Copy the documents of the generation read at `revision` beside the state, in
+/// transactions within etcd's default limits. Writing the same copy twice (two replicas
+/// promoting at once) writes the same values.
+pub async fn copy_stable(
+    client: &mut Client,
+    url: &EtcdUrl,
+    revision: i64,
+    documents: &[Document],
+) -> Result<(), SourceError> {
+    let prefix = url.key_prefix();
+    let into = copy_prefix(url, revision);
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    for (i, document) in documents.iter().enumerate() {
+        let name = document
+            .name
+            .strip_prefix("etcd:")
+            .and_then(|key| key.strip_prefix(prefix.as_str()))
+            .unwrap_or(&document.name);
+        bytes += document.text.len() + into.len() + name.len();
+        batch.push(TxnOp::put(
+            format!("{into}{name}"),
+            document.text.as_str(),
+            None,
+        ));
+        let last = i + 1 == documents.len();
+        if batch.len() >= COPY_OPS || bytes >= COPY_BYTES || last {
+            client
+                .txn(Txn::new().and_then(std::mem::take(&mut batch)))
+                .await
+                .map_err(|e| {
+                    unavailable(url, format!("cannot copy the promoted documents: {e}"))
+                })?;
+            bytes = 0;
+        }
+    }
+    Ok(())
+}
+
+/// The copy of the documents promoted at `revision`, named as they were under the prefix.
+pub async fn read_copy(
+    client: &mut Client,
+    url: &EtcdUrl,
+    revision: i64,
+) -> Result<Vec<Document>, SourceError> {
+    let from = copy_prefix(url, revision);
+    let response = client
+        .get(from.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(|e| unavailable(url, format!("cannot read the promoted documents: {e}")))?;
+    let mut documents = Vec::new();
+    for kv in response.kvs() {
+        let key = String::from_utf8_lossy(kv.key());
+        let name = key.get(from.len()..).unwrap_or_default();
+        let text = std::str::from_utf8(kv.value()).map_err(|e| {
+            unavailable(url, format!("the copy at {key:?} is not UTF-8 text ({e})"))
+        })?;
+        documents.push(Document {
+            name: document_name(&format!("{}{name}", url.key_prefix())),
+            text: text.to_string(),
+        });
+    }
+    Ok(documents)
+}
+
+/// Remove every copy but the one of `keep` (older promotions, and copies left by a replica
+/// that stopped before it wrote the state).
+pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Result<(), SourceError> {
+    let all = copies_prefix(url);
+    let response = client
+        .get(
+            all.as_str(),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await
+        .map_err(|e| unavailable(url, format!("cannot list the promoted copies: {e}")))?;
+    let mut revisions = std::collections::BTreeSet::new();
+    for kv in response.kvs() {
+        let key = String::from_utf8_lossy(kv.key());
+        if let Some(revision) = key
+            .get(all.len()..)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|r| r.parse::<i64>().ok())
+            .filter(|r| *r != keep)
+        {
+            revisions.insert(revision);
+        }
+    }
+    for revision in revisions {
+        client
+            .delete(
+                copy_prefix(url, revision),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .map_err(|e| unavailable(url, format!("cannot remove an old copy: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Write this replica's verdict on its lease.
+pub async fn put_verdict(
+    client: &mut Client,
+    url: &EtcdUrl,
+    replica: &str,
+    verdict: &Verdict,
+    lease: i64,
+) -> Result<(), SourceError> {
+    let value = serde_json::to_string(verdict)
+        .map_err(|e| unavailable(url, format!("cannot write a verdict: {e}")))?;
+    client
+        .put(
+            format!("{}{replica}", verdicts_prefix(url)),
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .map_err(|e| unavailable(url, format!("cannot write a verdict: {e}")))?;
+    Ok(())
+}

@@ -1,0 +1,739 @@
+//! The fleet's rollout, followed from etcd (`serve --source` with a canary policy): this
+//! replica proposes each good load of the documents, reports what its canaries say, takes
+//! the rollout's next step when the replicas' verdicts call for it (a compare-and-swap, so it
+//! happens once), and makes its cache serve what the state says.
+//!
+//! One watch per replica, on the rollout's keys (never per proxy); a verdict is written only
+//! when it changes; the state only when it moves.
+//!
+//! Must not: decide anything itself (`rollout::fleetwide` does, calling `rollout::decide`),
+//! or read etcd's keys by hand (`source::etcd::rollout`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::{Head, Reloader};
+use crate::cache::Cache;
+use crate::config::{Config, Document};
+use crate::fleet::Fleet;
+use crate::rollout::fleetwide::{self, Follow, Local, Mark, Shared, Stepped, Verdict};
+use crate::rollout::Phase;
+use crate::source::etcd::{self, rollout as store};
+use crate::source::{EtcdUrl, SourceError};
+use crate::telemetry::{RolloutEnd, Telemetry};
+
+/// How often verdicts are gathered and the next step considered.
+const TICK: Duration = Duration::from_millis(250);
+/// A replica's verdict lives on a lease this long: a replica that dies stops counting
+/// within it.
+const LEASE_TTL: i64 = 10;
+/// How often the lease is renewed.
+const KEEP_ALIVE: Duration = Duration::from_secs(3);
+const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// What a replica knows of the fleet's rollout, for `/status` and the page.
+#[derive(Clone, Debug, Default)]
+pub struct FleetView {
+    /// This replica's name among the verdicts.
+    pub replica: String,
+    pub shared: Option<Shared>,
+    /// Every replica's verdict, by replica.
+    pub verdicts: BTreeMap<String, Verdict>,
+}
+
+/// `rollout promote` or `rollout abort`, sent to the driver by the admin API.
+#[derive(Debug)]
+struct Command {
+    promote: bool,
+    reply: oneshot::Sender<Result<String, String>>,
+}
+
+/// The admin API's way to the fleet's rollout.
+#[derive(Clone, Debug)]
+pub struct FleetRollout {
+    commands: mpsc::Sender<Command>,
+    view: watch::Receiver<FleetView>,
+}
+
+impl FleetRollout {
+    /// Promote (every node gets the candidate) or abort, for the whole fleet: a message for
+    /// the operator, or why not.
+    pub async fn end(&self, promote: bool) -> Result<String, String> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command { promote, reply })
+            .await
+            .map_err(|_| "the rollout driver has stopped".to_string())?;
+        answer
+            .await
+            .map_err(|_| "the rollout driver has stopped".to_string())?
+    }
+
+    /// What this replica knows of the fleet's rollout.
+    pub fn view(&self) -> FleetView {
+        self.view.borrow().clone()
+    }
+}
+
+/// Everything the driver works with.
+pub struct Driver {
+    pub url: EtcdUrl,
+    pub access: etcd::Access,
+    /// This replica's name (its verdict's key).
+    pub replica: String,
+    pub cache: Arc<Cache>,
+    pub fleet: Arc<Fleet>,
+    pub reloader: Arc<Reloader>,
+    pub telemetry: Telemetry,
+}
+
+/// A name for this replica among the verdicts: its host name (a pod's name in Kubernetes)
+/// and process id.
+pub fn replica_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "switchyard".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// The driver's channels: the admin API's handle, and the driver's ends.
+pub fn channels() -> (FleetRollout, Inbox) {
+    let (commands, inbox) = mpsc::channel(8);
+    let (view_tx, view) = watch::channel(FleetView::default());
+    (
+        FleetRollout { commands, view },
+        Inbox {
+            commands: inbox,
+            view: view_tx,
+        },
+    )
+}
+
+/// The driver's ends of [`channels`].
+pub struct Inbox {
+    commands: mpsc::Receiver<Command>,
+    view: watch::Sender<FleetView>,
+}
+
+/// The driver's memory between rounds.
+struct Known {
+    shared: Option<Shared>,
+    /// The state key's modification revision (0: none), compared by every write.
+    modified: i64,
+    verdicts: BTreeMap<String, Verdict>,
+    /// The newest good load not yet published (its config is taken when it is).
+    pending: Option<Head>,
+    /// Documents by content version, for the copy of what is promoted (newest last).
+    documents: Vec<(String, Arc<Vec<Document>>)>,
+    /// The verdict last written under the current lease.
+    said: Option<Verdict>,
+    /// Content versions of this replica's generations, by number.
+    versions: BTreeMap<u64, String>,
+    /// The last failure to follow, logged once until it changes.
+    stuck: Option<String>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Driver {
+    /// Drive until `shutdown`: `heads` are the reloader's good loads; `start` what was read
+    /// of the rollout before serving.
+    pub async fn run(
+        self,
+        mut heads: mpsc::UnboundedReceiver<Head>,
+        inbox: Inbox,
+        start: store::Held,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let Inbox {
+            mut commands,
+            view,
+        } = inbox;
+        let mut known = Known {
+            shared: start.shared,
+            modified: start.modified,
+            verdicts: start.verdicts,
+            pending: None,
+            documents: Vec::new(),
+            said: None,
+            versions: BTreeMap::new(),
+            stuck: None,
+        };
+        let mut retry = RETRY_FIRST;
+        let mut failed: Option<SourceError> = None;
+        let mut away = false;
+        loop {
+            if let Some(e) = failed.take() {
+                if !away {
+                    tracing::warn!(error = %e, "The fleet's rollout cannot be read from etcd; this replica serves what it has until it can.");
+                    away = true;
+                }
+                tokio::select! {
+                    _ = &mut shutdown => return,
+                    _ = tokio::time::sleep(retry) => {}
+                }
+                retry = (retry * 2).min(RETRY_MAX);
+            }
+            let session = tokio::select! {
+                _ = &mut shutdown => return,
+                s = self.open(&mut known) => s,
+            };
+            let (mut client, lease, (mut keeper, mut renewals), mut stream) = match session {
+                Ok(s) => s,
+                Err(e) => {
+                    failed = Some(e);
+                    continue;
+                }
+            };
+            if away {
+                tracing::info!("The fleet's rollout is read from etcd again.");
+                away = false;
+            }
+            retry = RETRY_FIRST;
+            self.settle(&mut client, &mut known).await;
+            view.send_replace(self.view(&known));
+            let mut tick = tokio::time::interval(TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut renewed = Instant::now();
+            let ended = loop {
+                tokio::select! {
+                    _ = &mut shutdown => {
+                        // The verdict goes now, not when the lease runs out.
+                        let _ = tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease)).await;
+                        return;
+                    }
+                    message = stream.message() => {
+                        let response = match message {
+                            Ok(Some(r)) if r.compact_revision() == 0 && !r.canceled() => r,
+                            Ok(Some(_)) => break "the watch was compacted or canceled".to_string(),
+                            Ok(None) => break "the watch ended".to_string(),
+                            Err(e) => break format!("the watch failed: {e}"),
+                        };
+                        for event in response.events() {
+                            self.saw(&mut known, event);
+                        }
+                    }
+                    head = heads.recv() => {
+                        let Some(mut head) = head else { return };
+                        while let Ok(newer) = heads.try_recv() {
+                            head = newer;
+                        }
+                        remember(&mut known.documents, &head.version, &head.documents);
+                        known.pending = Some(head);
+                    }
+                    renewal = renewals.message() => {
+                        if !matches!(renewal, Ok(Some(_))) {
+                            break "the lease's renewals ended".to_string();
+                        }
+                        continue;
+                    }
+                    command = commands.recv() => {
+                        let Some(command) = command else { return };
+                        let answer = self.end(&mut client, &mut known, command.promote).await;
+                        let _ = command.reply.send(answer);
+                    }
+                    _ = tick.tick() => {
+                        if renewed.elapsed() >= KEEP_ALIVE {
+                            if let Err(e) = keeper.keep_alive().await {
+                                break format!("cannot renew the lease: {e}");
+                            }
+                            renewed = Instant::now();
+                        }
+                        if let Err(e) = self.report(&mut client, &mut known, lease).await {
+                            break e.to_string();
+                        }
+                        self.decide(&mut client, &mut known).await;
+                    }
+                }
+                self.settle(&mut client, &mut known).await;
+                view.send_replace(self.view(&known));
+            };
+            failed = Some(SourceError::Unavailable {
+                url: self.url.display(),
+                message: ended,
+            });
+        }
+    }
+
+    fn view(&self, known: &Known) -> FleetView {
+        FleetView {
+            replica: self.replica.clone(),
+            shared: known.shared.clone(),
+            verdicts: known.verdicts.clone(),
+        }
+    }
+
+    /// Connect, take a lease, read the rollout, and watch it from the next revision.
+    async fn open(
+        &self,
+        known: &mut Known,
+    ) -> Result<
+        (
+            etcd_client::Client,
+            i64,
+            (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream),
+            etcd_client::WatchStream,
+        ),
+        SourceError,
+    > {
+        let unavailable = |message: String| SourceError::Unavailable {
+            url: self.url.display(),
+            message,
+        };
+        let mut client = etcd::connect(&self.url, &self.access, ETCD_TIMEOUT).await?;
+        let lease = client
+            .lease_grant(LEASE_TTL, None)
+            .await
+            .map_err(|e| unavailable(format!("cannot take a lease: {e}")))?
+            .id();
+        let keeper = client
+            .lease_keep_alive(lease)
+            .await
+            .map_err(|e| unavailable(format!("cannot keep a lease: {e}")))?;
+        let held = store::read(&mut client, &self.url).await?;
+        known.shared = held.shared;
+        known.modified = held.modified;
+        known.verdicts = held.verdicts;
+        known.said = None;
+        let options = etcd_client::WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(held.revision + 1);
+        let stream = client
+            .watch(store::rollout_prefix(&self.url), Some(options))
+            .await
+            .map_err(|e| unavailable(format!("cannot watch the rollout: {e}")))?;
+        Ok((client, lease, keeper, stream))
+    }
+
+    /// A change to the rollout's keys.
+    fn saw(&self, known: &mut Known, event: &etcd_client::Event) {
+        let Some(kv) = event.kv() else { return };
+        let deleted = event.event_type() == etcd_client::EventType::Delete;
+        if kv.key() == store::state_key(&self.url).as_bytes() {
+            if deleted {
+                known.shared = None;
+                known.modified = 0;
+            } else {
+                match store::decode_state(&self.url, kv.value()) {
+                    Ok(shared) => {
+                        known.shared = Some(shared);
+                        known.modified = kv.mod_revision();
+                    }
+                    Err(e) => tracing::error!(error = %e, "The fleet's rollout state does not read; following what was read before."),
+                }
+            }
+        } else if let Some(replica) = store::replica_of(&self.url, kv.key()) {
+            if deleted {
+                known.verdicts.remove(&replica);
+            } else if let Ok(verdict) = serde_json::from_slice::<Verdict>(kv.value()) {
+                known.verdicts.insert(replica, verdict);
+            }
+        }
+    }
+
+    /// Propose the newest good load, then make the cache serve what the state says.
+    async fn settle(&self, client: &mut etcd_client::Client, known: &mut Known) {
+        if let Some(head) = &known.pending {
+            let mark = Mark {
+                revision: head.revision,
+                version: head.version.clone(),
+            };
+            if let Some(mut next) = fleetwide::propose(
+                known.shared.as_ref(),
+                &mark,
+                head.documents.len(),
+                now_ms(),
+            ) {
+                let documents = Arc::clone(&head.documents);
+                let first = known.shared.is_none();
+                // The first state promotes this load: its copy is written before the state
+                // names it.
+                let copied = if first {
+                    next.documents = documents.len();
+                    store::copy_stable(client, &self.url, mark.revision, &documents).await
+                } else {
+                    Ok(())
+                };
+                match copied {
+                    Ok(()) => {
+                        self.write(client, known, next).await;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "Cannot propose the new revision to the fleet's rollout yet."),
+                }
+            }
+        }
+        let Some(shared) = known.shared.clone() else {
+            return;
+        };
+        let local = self.local(known);
+        let steps = fleetwide::follow(&local, &shared, Instant::now(), now_ms());
+        for step in steps {
+            if let Err(e) = self.take(client, known, &shared, step).await {
+                if known.stuck.as_deref() != Some(e.as_str()) {
+                    tracing::error!(error = %e, "Cannot serve what the fleet's rollout says yet; serving what this replica has, trying again.");
+                    known.stuck = Some(e);
+                }
+                return;
+            }
+        }
+        known.stuck = None;
+    }
+
+    /// Write `next` over the state read; on success it is what is known.
+    async fn write(&self, client: &mut etcd_client::Client, known: &mut Known, next: Shared) -> bool {
+        match store::write_state(client, &self.url, &next, known.modified).await {
+            Ok(Some(modified)) => {
+                known.shared = Some(next);
+                known.modified = modified;
+                true
+            }
+            // Another replica wrote first: its state arrives on the watch.
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "Cannot write the fleet's rollout.");
+                false
+            }
+        }
+    }
+
+    /// What this replica's cache serves, by content version.
+    fn local(&self, known: &mut Known) -> Local {
+        let serving = self.cache.serving();
+        let mut version = |g: &Arc<crate::cache::Generation>| {
+            known
+                .versions
+                .entry(g.number)
+                .or_insert_with(|| g.config.content_version())
+                .clone()
+        };
+        let stable = version(&serving.stable);
+        let candidate = serving
+            .rollout
+            .as_ref()
+            .map(|r| (version(&r.candidate), r.phase.name()));
+        // Only the generations in use are remembered.
+        let keep = [
+            Some(serving.stable.number),
+            serving.rollout.as_ref().map(|r| r.candidate.number),
+        ];
+        known.versions.retain(|n, _| keep.contains(&Some(*n)));
+        Local { stable, candidate }
+    }
+
+    /// One change to the cache.
+    async fn take(
+        &self,
+        client: &mut etcd_client::Client,
+        known: &mut Known,
+        shared: &Shared,
+        step: Follow,
+    ) -> Result<(), String> {
+        let serving = self.cache.serving();
+        match step {
+            Follow::Publish(mark) => {
+                let config = self.config_of(client, known, shared, &mark).await?;
+                let generation = self.reloader.publish_named(config);
+                tracing::info!(
+                    generation,
+                    revision = mark.revision,
+                    stable = mark == shared.stable,
+                    "Serving a generation the fleet's rollout names."
+                );
+            }
+            Follow::Promote => {
+                if let Ok(generation) = self.cache.promote() {
+                    self.telemetry.rollout_ended(RolloutEnd::Promoted {
+                        generation,
+                        canaries: fleetwide::sum(known.verdicts.values(), &shared.stable.version)
+                            .canaries,
+                    });
+                }
+            }
+            Follow::Abort => {
+                if let Ok(generation) = self.cache.abort() {
+                    self.telemetry.rollout_ended(RolloutEnd::ByOperator {
+                        generation,
+                        promote: false,
+                    });
+                }
+            }
+            Follow::Phase(phase) => {
+                let Some(rollout) = &serving.rollout else {
+                    return Ok(());
+                };
+                match &phase {
+                    Phase::Halted { reason } => self.telemetry.rollout_ended(RolloutEnd::Halted {
+                        generation: rollout.candidate.number,
+                        stable: serving.stable.number,
+                        reason,
+                    }),
+                    Phase::Baking { .. } => tracing::info!(
+                        generation = rollout.candidate.number,
+                        "Rollout baking: every canary in the fleet has ACKed the new generation."
+                    ),
+                    Phase::Canary => {}
+                }
+                self.cache.set_phase(rollout.candidate.number, phase);
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration of `mark`: the pending load if it is that one, else its documents
+    /// (the promoted copy for the stable generation, the revision for a candidate) loaded
+    /// and checked to be that content.
+    async fn config_of(
+        &self,
+        client: &mut etcd_client::Client,
+        known: &mut Known,
+        shared: &Shared,
+        mark: &Mark,
+    ) -> Result<Config, String> {
+        if let Some(head) = known.pending.as_mut().filter(|h| h.version == mark.version) {
+            if let Some(config) = head.config.take() {
+                return Ok(config);
+            }
+        }
+        let documents = self.documents_of(client, known, shared, mark).await?;
+        let reloader = Arc::clone(&self.reloader);
+        let loading = Arc::clone(&documents);
+        let loaded = tokio::task::spawn_blocking(move || reloader.load_only(&loading))
+            .await
+            .map_err(|e| format!("loading revision {}: {e}", mark.revision))?
+            .map_err(|e| format!("revision {} does not load here: {e}", mark.revision))?;
+        if loaded.content_version() != mark.version {
+            return Err(format!(
+                "the documents read for revision {} are not what the rollout names",
+                mark.revision
+            ));
+        }
+        Ok(loaded)
+    }
+
+    /// The documents of `mark`: remembered, or read (the promoted copy for the stable
+    /// generation, else the documents at its revision).
+    async fn documents_of(
+        &self,
+        client: &mut etcd_client::Client,
+        known: &mut Known,
+        shared: &Shared,
+        mark: &Mark,
+    ) -> Result<Arc<Vec<Document>>, String> {
+        if let Some((_, documents)) = known.documents.iter().find(|(v, _)| *v == mark.version) {
+            return Ok(Arc::clone(documents));
+        }
+        let documents = if *mark == shared.stable {
+            let copy = store::read_copy(client, &self.url, mark.revision)
+                .await
+                .map_err(|e| e.to_string())?;
+            if copy.len() != shared.documents {
+                return Err(format!(
+                    "the copy of revision {} holds {} of its {} documents",
+                    mark.revision,
+                    copy.len(),
+                    shared.documents
+                ));
+            }
+            copy
+        } else {
+            etcd::read_at(client, &self.url, Some(mark.revision))
+                .await
+                .map_err(|e| e.to_string())?
+                .documents
+        };
+        let documents = Arc::new(documents);
+        remember(&mut known.documents, &mark.version, &documents);
+        Ok(documents)
+    }
+
+    /// Write this replica's verdict on the candidate the state names, if it changed.
+    async fn report(
+        &self,
+        client: &mut etcd_client::Client,
+        known: &mut Known,
+        lease: i64,
+    ) -> Result<(), SourceError> {
+        let mut verdict = Verdict::default();
+        let serving = self.cache.serving();
+        if let (Some(rollout), Some(candidate)) = (
+            &serving.rollout,
+            known.shared.as_ref().and_then(|s| s.candidate.as_ref()),
+        ) {
+            let version = known.versions.get(&rollout.candidate.number);
+            if version == Some(&candidate.mark.version) {
+                let policy = &rollout.policy;
+                let canaries = self
+                    .fleet
+                    .reports_where(|r| policy.is_canary(&r.node_id, &r.node_cluster));
+                let seen =
+                    crate::server::rollout::observe(&canaries, policy, rollout.candidate.number);
+                verdict = Verdict {
+                    candidate: candidate.mark.version.clone(),
+                    canaries: seen.canaries,
+                    synced: seen.synced,
+                    nacked: seen.nacked,
+                };
+            }
+        }
+        if known.said.as_ref() == Some(&verdict) {
+            return Ok(());
+        }
+        store::put_verdict(client, &self.url, &self.replica, &verdict, lease).await?;
+        known.verdicts.insert(self.replica.clone(), verdict.clone());
+        known.said = Some(verdict);
+        Ok(())
+    }
+
+    /// Take the rollout's next step if the fleet's verdicts call for one.
+    async fn decide(&self, client: &mut etcd_client::Client, known: &mut Known) {
+        let Some(shared) = known.shared.clone() else {
+            return;
+        };
+        let Some(candidate) = &shared.candidate else {
+            return;
+        };
+        let seen = fleetwide::sum(known.verdicts.values(), &candidate.mark.version);
+        let Some((mut next, stepped)) = fleetwide::step(
+            &shared,
+            &seen,
+            Instant::now(),
+            now_ms(),
+            self.cache.policy().map_or(Duration::ZERO, |p| p.bake),
+        ) else {
+            return;
+        };
+        if stepped == Stepped::Promoted {
+            if let Err(e) = self.copy(client, known, &shared, &mut next).await {
+                tracing::warn!(error = %e, "Cannot promote yet: the promoted documents cannot be copied.");
+                return;
+            }
+        }
+        if self.write(client, known, next).await {
+            tracing::info!(replica = %self.replica, step = ?stepped, revision = candidate.mark.revision, "Took the fleet's rollout a step.");
+            if stepped == Stepped::Promoted {
+                let _ = store::drop_copies(client, &self.url, candidate.mark.revision).await;
+            }
+        }
+    }
+
+    /// Copy the candidate's documents before a state that promotes it is written.
+    async fn copy(
+        &self,
+        client: &mut etcd_client::Client,
+        known: &mut Known,
+        shared: &Shared,
+        next: &mut Shared,
+    ) -> Result<(), String> {
+        let mark = next.stable.clone();
+        let documents = self.documents_of(client, known, shared, &mark).await?;
+        store::copy_stable(client, &self.url, mark.revision, &documents)
+            .await
+            .map_err(|e| e.to_string())?;
+        next.documents = documents.len();
+        Ok(())
+    }
+
+    /// An operator's promote or abort, for the fleet.
+    async fn end(
+        &self,
+        client: &mut etcd_client::Client,
+        known: &mut Known,
+        promote: bool,
+    ) -> Result<String, String> {
+        let shared = known
+            .shared
+            .clone()
+            .ok_or("the fleet's rollout has not been read from etcd yet")?;
+        let mut next = fleetwide::end(&shared, promote, now_ms()).map_err(|e| e.to_string())?;
+        if promote {
+            self.copy(client, known, &shared, &mut next).await?;
+        }
+        let revision = next.stable.revision;
+        let candidate = shared.candidate.as_ref().map_or(0, |c| c.mark.revision);
+        if !self.write(client, known, next).await {
+            return Err("the fleet's rollout changed meanwhile (another replica took a step); look at it again and retry".into());
+        }
+        if promote {
+            let _ = store::drop_copies(client, &self.url, revision).await;
+            Ok(format!(
+                "rollout promoted for the fleet: revision {revision} serves every node on every replica"
+            ))
+        } else {
+            Ok(format!(
+                "rollout aborted for the fleet: the canaries on every replica go back to revision {revision}; revision {candidate} is not proposed again"
+            ))
+        }
+    }
+}
+
+/// What is read of the fleet's rollout before serving: the state, and the documents of
+/// the generations it names (the promoted copy; the candidate's revision, while etcd keeps
+/// it).
+#[derive(Debug, Default)]
+pub struct FleetStart {
+    pub held: store::Held,
+    pub stable: Option<Vec<Document>>,
+    pub candidate: Option<Vec<Document>>,
+}
+
+/// Read the fleet's rollout at start. A state whose promoted copy cannot be read is an error:
+/// a replica must not serve every node what was never promoted.
+pub async fn read_start(
+    client: &mut etcd_client::Client,
+    url: &EtcdUrl,
+) -> Result<FleetStart, SourceError> {
+    let held = store::read(client, url).await?;
+    let Some(shared) = held.shared.clone() else {
+        return Ok(FleetStart {
+            held,
+            ..FleetStart::default()
+        });
+    };
+    let copy = store::read_copy(client, url, shared.stable.revision).await?;
+    if copy.len() != shared.documents {
+        return Err(SourceError::Unavailable {
+            url: url.display(),
+            message: format!(
+                "the rollout kept in etcd promoted revision {}, but its copy ({}) holds {} of                  its {} documents",
+                shared.stable.revision,
+                store::copy_prefix(url, shared.stable.revision),
+                copy.len(),
+                shared.documents
+            ),
+        });
+    }
+    let candidate = match &shared.candidate {
+        Some(c) => etcd::read_at(client, url, Some(c.mark.revision))
+            .await
+            .ok()
+            .map(|s| s.documents),
+        None => None,
+    };
+    Ok(FleetStart {
+        held,
+        stable: Some(copy),
+        candidate,
+    })
+}
+
+/// Remember the documents of content `version` (the newest four).
+fn remember(memory: &mut Vec<(String, Arc<Vec<Document>>)>, version: &str, documents: &Arc<Vec<Document>>) {
+    memory.retain(|(v, _)| v != version);
+    memory.push((version.to_string(), Arc::clone(documents)));
+    if memory.len() > 4 {
+        memory.remove(0);
+    }
+}
