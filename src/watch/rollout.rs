@@ -158,10 +158,7 @@ impl Driver {
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
-        let Inbox {
-            mut commands,
-            view,
-        } = inbox;
+        let Inbox { mut commands, view } = inbox;
         let mut known = Known {
             shared: start.shared,
             modified: start.modified,
@@ -332,7 +329,9 @@ impl Driver {
                         known.shared = Some(shared);
                         known.modified = kv.mod_revision();
                     }
-                    Err(e) => tracing::error!(error = %e, "The fleet's rollout state does not read; following what was read before."),
+                    Err(e) => {
+                        tracing::error!(error = %e, "The fleet's rollout state does not read; following what was read before.")
+                    }
                 }
             }
         } else if let Some(replica) = store::replica_of(&self.url, kv.key()) {
@@ -351,12 +350,9 @@ impl Driver {
                 revision: head.revision,
                 version: head.version.clone(),
             };
-            if let Some(mut next) = fleetwide::propose(
-                known.shared.as_ref(),
-                &mark,
-                head.documents.len(),
-                now_ms(),
-            ) {
+            if let Some(mut next) =
+                fleetwide::propose(known.shared.as_ref(), &mark, head.documents.len(), now_ms())
+            {
                 let documents = Arc::clone(&head.documents);
                 let first = known.shared.is_none();
                 // The first state promotes this load: its copy is written before the state
@@ -371,7 +367,9 @@ impl Driver {
                     Ok(()) => {
                         self.write(client, known, next).await;
                     }
-                    Err(e) => tracing::warn!(error = %e, "Cannot propose the new revision to the fleet's rollout yet."),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Cannot propose the new revision to the fleet's rollout yet.")
+                    }
                 }
             }
         }
@@ -393,7 +391,12 @@ impl Driver {
     }
 
     /// Write `next` over the state read; on success it is what is known.
-    async fn write(&self, client: &mut etcd_client::Client, known: &mut Known, next: Shared) -> bool {
+    async fn write(
+        &self,
+        client: &mut etcd_client::Client,
+        known: &mut Known,
+        next: Shared,
+    ) -> bool {
         match store::write_state(client, &self.url, &next, known.modified).await {
             Ok(Some(modified)) => {
                 known.shared = Some(next);
@@ -622,7 +625,11 @@ impl Driver {
             }
         }
         if self.write(client, known, next).await {
-            tracing::info!(replica = %self.replica, step = ?stepped, revision = candidate.mark.revision, "Took the fleet's rollout a step.");
+            let step = match &stepped {
+                Stepped::Promoted => "PROMOTED",
+                Stepped::Entered(phase) => phase.name(),
+            };
+            tracing::info!(replica = %self.replica, step, revision = candidate.mark.revision, "Took the fleet's rollout a step.");
             if stepped == Stepped::Promoted {
                 let _ = store::drop_copies(client, &self.url, candidate.mark.revision).await;
             }
@@ -730,7 +737,11 @@ pub async fn read_start(
 }
 
 /// Remember the documents of content `version` (the newest four).
-fn remember(memory: &mut Vec<(String, Arc<Vec<Document>>)>, version: &str, documents: &Arc<Vec<Document>>) {
+fn remember(
+    memory: &mut Vec<(String, Arc<Vec<Document>>)>,
+    version: &str,
+    documents: &Arc<Vec<Document>>,
+) {
     memory.retain(|(v, _)| v != version);
     memory.push((version.to_string(), Arc::clone(documents)));
     if memory.len() > 4 {

@@ -1,0 +1,186 @@
+//! One rollout for the fleet, kept in etcd (issue 34, item 4), over real sockets: two
+//! replicas (`switchyard serve --source ... --canary-id canary-*`, real processes) on a real
+//! etcd, a tonic ADS client as the canary on replica A and another as an edge node on
+//! replica B. The canary's verdict on A decides for B; what is promoted survives a kill -9 of
+//! B. (tests/etcd_envoy.rs runs the same with real Envoys and traffic.)
+
+mod support;
+
+use std::time::Duration;
+
+use support::envoy::{free_port, Switchyard};
+use support::etcd::Etcd;
+use support::{eds_cluster, node, XdsClient};
+use switchyard::resource::ResourceType::Cluster;
+use switchyard::rollout::fleetwide::{Shared, SharedPhase};
+
+const BAKE: &str = "300ms";
+
+async fn replica(url: &str, dir: &std::path::Path, name: &str) -> Switchyard {
+    let logs = dir.join(name);
+    std::fs::create_dir_all(&logs).expect("log dir");
+    Switchyard::start_serving(
+        &["--source", url],
+        &logs,
+        (free_port(), free_port()),
+        &["--canary-id", "canary-*", "--rollout-bake", BAKE],
+    )
+    .await
+}
+
+async fn client(server: &Switchyard, id: &str) -> XdsClient {
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", server.port))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+    XdsClient::ads(channel, node(id, "test")).await
+}
+
+/// The rollout's state as etcd holds it.
+async fn state(etcd: &Etcd) -> Option<Shared> {
+    let mut client = etcd.client().await?;
+    let got = client.get("/sy.rollout/state", None).await.ok()?;
+    serde_json::from_slice(got.kvs().first()?.value()).ok()
+}
+
+async fn until_state(etcd: &Etcd, what: &str, test: impl Fn(&Shared) -> bool) -> Shared {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = state(etcd).await;
+        match now {
+            Some(s) if test(&s) => return s,
+            _ if tokio::time::Instant::now() > deadline => {
+                panic!("the rollout in etcd never {what}: {now:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+async fn post(url: &str) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .send()
+        .await
+        .expect("the admin API answers");
+    let code = response.status().as_u16();
+    (code, response.text().await.unwrap_or_default())
+}
+
+/// Rules P4/P5 (versions and ACKs) across replicas: the canary's ACK on A promotes the edge
+/// on B; the canary's NACK on A halts the edge on B; B killed (SIGKILL) and started again
+/// serves the edge the promoted generation, not the halted one; an abort on B sends A's
+/// canary back.
+#[tokio::test]
+async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = Etcd::start(dir.path()).await;
+    etcd.put("/sy/clusters.yaml", &eds_cluster("backend", "1s", 8080))
+        .await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let a = replica(&url, dir.path(), "a").await;
+    let mut b = replica(&url, dir.path(), "b").await;
+    let first = until_state(&etcd, "was written", |s| s.candidate.is_none()).await;
+    assert_eq!(first.promoted_by, "the first load");
+
+    let mut canary = client(&a, "canary-1").await;
+    let mut edge = client(&b, "edge-1").await;
+    let mut versions = Vec::new();
+    for c in [&mut canary, &mut edge] {
+        c.subscribe(Cluster, &[]).await;
+        let got = c.recv_type(Cluster).await;
+        versions.push(got.version_info.clone());
+        c.ack(&got, &[]).await;
+    }
+    assert_eq!(
+        versions[0], versions[1],
+        "both replicas serve the same version"
+    );
+
+    // An edit: the canary on A gets it; the edge on B waits for the canary's verdict, far
+    // longer than the bake.
+    etcd.put("/sy/clusters.yaml", &eds_cluster("backend", "2s", 8080))
+        .await;
+    let change = canary.recv_type(Cluster).await;
+    let proposed = until_state(&etcd, "named the edit", |s| s.candidate.is_some()).await;
+    assert_eq!(proposed.stable, first.stable, "the stable generation stays");
+    edge.expect_quiet(Duration::from_secs(2)).await;
+    canary.ack(&change, &[]).await;
+    let promoted = edge.recv_type(Cluster).await;
+    assert_eq!(
+        promoted.version_info, change.version_info,
+        "the edge on B gets what the canary on A took, at the same version"
+    );
+    let after = until_state(&etcd, "promoted the edit", |s| {
+        s.candidate.is_none() && s.stable.revision > first.stable.revision
+    })
+    .await;
+    assert_eq!(after.promoted_by, "1 canaries");
+    edge.ack(&promoted, &[]).await;
+
+    // An edit the canary rejects: halted for the fleet; the edge never gets it.
+    etcd.put("/sy/clusters.yaml", &eds_cluster("backend", "3s", 8080))
+        .await;
+    let bad = canary.recv_type(Cluster).await;
+    canary
+        .nack(&bad, &[], &change.version_info, "rejected by the canary")
+        .await;
+    let halted = until_state(&etcd, "halted", |s| {
+        s.candidate
+            .as_ref()
+            .is_some_and(|c| matches!(&c.phase, SharedPhase::Halted { reason } if reason.contains("rejected by the canary")))
+    })
+    .await;
+    edge.expect_quiet(Duration::from_secs(2)).await;
+    let b_status = b.status().await.expect("B's status");
+    assert_eq!(
+        b_status.rollout.map(|r| r.state),
+        Some("HALTED".to_string()),
+        "B follows the halt its own canaries never saw"
+    );
+
+    // kill -9 of B mid-rollout, and a restart: the edge is served the promoted generation.
+    b.process.kill();
+    let b = replica(&url, dir.path(), "b2").await;
+    let mut edge = client(&b, "edge-1").await;
+    edge.subscribe(Cluster, &[]).await;
+    let again = edge.recv_type(Cluster).await;
+    assert_eq!(
+        again.version_info, change.version_info,
+        "after the restart the edge is on the promoted generation, not the halted one"
+    );
+    assert_eq!(
+        state(&etcd).await,
+        Some(halted.clone()),
+        "nothing changed in etcd"
+    );
+
+    // An abort on B, for the fleet: A's canary goes back to the promoted generation, and the
+    // aborted edit is not proposed again.
+    let (code, body) = post(&format!("http://127.0.0.1:{}/rollout/abort", b.admin_port)).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("for the fleet"), "{body}");
+    let back = canary.recv_type(Cluster).await;
+    assert_eq!(back.version_info, change.version_info);
+    let aborted = until_state(&etcd, "aborted", |s| {
+        s.candidate.is_none() && s.aborted.is_some()
+    })
+    .await;
+    assert_eq!(aborted.stable, after.stable);
+    for (name, replica) in [("A", &a), ("B", &b)] {
+        let troubles: Vec<String> = replica
+            .log_lines()
+            .iter()
+            .filter(|l| matches!(l["level"].as_str(), Some("WARN" | "ERROR")))
+            .filter(|l| {
+                l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.to_lowercase().contains("cannot"))
+            })
+            .map(|l| l.to_string())
+            .collect();
+        assert!(troubles.is_empty(), "replica {name}: {troubles:#?}");
+    }
+}
