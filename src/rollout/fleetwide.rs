@@ -152,10 +152,8 @@ pub fn propose(
     }
     let mut next = shared.clone();
     if head.version == shared.stable.version {
-        // Written back to what every node has: no rollout.
-        if shared.candidate.is_none() {
-            return None;
-        }
+        // Written back to what every node has: no rollout (if there was one).
+        shared.candidate.as_ref()?;
         next.candidate = None;
     } else {
         next.candidate = Some(Candidate {
