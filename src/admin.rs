@@ -118,6 +118,93 @@ pub struct Status {
     /// The admission of new streams (`--max-new-streams-per-second`), if limited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_streams: Option<NewStreamsStatus>,
+    /// `--source` with canaries: the fleet's rollout as etcd keeps it, which this replica
+    /// follows (`rollout` is this replica's view of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetStatus>,
+}
+
+/// The fleet's rollout kept in etcd, for `/status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetStatus {
+    /// This replica's name among the verdicts.
+    pub replica: String,
+    /// The etcd revision of the promoted generation (every node but the canaries), when and
+    /// by what it was promoted; `None` before the state is read.
+    pub promoted: Option<i64>,
+    #[serde(default)]
+    pub promoted_at: String,
+    #[serde(default)]
+    pub promoted_by: String,
+    /// The revision rolling out to the canaries, its phase (`CANARY`, `BAKING`, `HALTED`),
+    /// and why it halted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The last revision an operator aborted (not proposed again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<i64>,
+    /// Every replica's verdict on the candidate, by replica.
+    #[serde(default)]
+    pub replicas: Vec<ReplicaVerdict>,
+}
+
+/// One replica's verdict on the fleet's candidate.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaVerdict {
+    pub replica: String,
+    /// Whether this is about the candidate now rolling out (else it is stale).
+    pub current: bool,
+    pub canaries: usize,
+    pub synced: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nacked: Option<String>,
+}
+
+impl FleetStatus {
+    pub fn of(view: &crate::watch::rollout::FleetView) -> FleetStatus {
+        use crate::rollout::fleetwide::SharedPhase;
+        let shared = view.shared.as_ref();
+        let candidate = shared.and_then(|s| s.candidate.as_ref());
+        let at = |ms: u64| format_time(std::time::UNIX_EPOCH + Duration::from_millis(ms));
+        FleetStatus {
+            replica: view.replica.clone(),
+            promoted: shared.map(|s| s.stable.revision),
+            promoted_at: shared.map(|s| at(s.promoted_ms)).unwrap_or_default(),
+            promoted_by: shared.map(|s| s.promoted_by.clone()).unwrap_or_default(),
+            candidate: candidate.map(|c| c.mark.revision),
+            state: candidate.map(|c| {
+                match c.phase {
+                    SharedPhase::Canary => "CANARY",
+                    SharedPhase::Baking { .. } => "BAKING",
+                    SharedPhase::Halted { .. } => "HALTED",
+                }
+                .to_string()
+            }),
+            reason: candidate.and_then(|c| match &c.phase {
+                SharedPhase::Halted { reason } => Some(reason.clone()),
+                _ => None,
+            }),
+            aborted: shared.and_then(|s| s.aborted.as_ref().map(|a| a.revision)),
+            replicas: view
+                .verdicts
+                .iter()
+                .map(|(replica, v)| ReplicaVerdict {
+                    replica: replica.clone(),
+                    current: candidate.is_some_and(|c| c.mark.version == v.candidate),
+                    canaries: v.canaries,
+                    synced: v.synced,
+                    nacked: v
+                        .nacked
+                        .as_ref()
+                        .map(|(node, kind, error)| format!("{node} rejected {kind}: {error}")),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A rollout for `/status`: the phase, the generations and since when.
@@ -415,6 +502,7 @@ impl Status {
             server: ServerInfo::current(),
             certificates: Vec::new(),
             new_streams: None,
+            fleet: None,
         }
     }
 
@@ -786,6 +874,10 @@ fn current_status(admin: &Admin) -> Status {
             r.since,
         )
     });
+    status.fleet = admin
+        .fleet_rollout
+        .as_ref()
+        .map(|f| FleetStatus::of(&f.view()));
     status
 }
 

@@ -140,6 +140,25 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
         Some("HALTED".to_string()),
         "B follows the halt its own canaries never saw"
     );
+    // B shows the fleet's rollout: A's canary's NACK, and its own empty verdict.
+    let fleet = b_status.fleet.expect("the fleet's rollout in B's status");
+    assert_eq!(
+        fleet.candidate,
+        Some(halted.candidate.as_ref().expect("c").mark.revision)
+    );
+    assert_eq!(fleet.state.as_deref(), Some("HALTED"));
+    assert_eq!(fleet.replicas.len(), 2, "{fleet:?}");
+    assert!(
+        fleet.replicas.iter().any(|r| r.current
+            && r.nacked
+                .as_deref()
+                .is_some_and(|n| n.contains("canary-1 rejected CDS"))),
+        "{fleet:?}"
+    );
+    let (code, text) = b.status_command(&[]);
+    assert_eq!(code, Some(5), "halted for the fleet: {text}");
+    assert!(text.contains("fleet rollout (etcd): revision"), "{text}");
+    assert!(text.contains("HALTED on the canaries"), "{text}");
 
     // kill -9 of B mid-rollout, and a restart: the edge is served the promoted generation.
     b.process.kill();

@@ -256,6 +256,50 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         }
         html.push_str("</p>");
     }
+    if let Some(f) = &status.fleet {
+        let class = if f.state.as_deref() == Some("HALTED") {
+            "bad"
+        } else {
+            "ok"
+        };
+        let _ = write!(
+            html,
+            "<p class=\"{class}\">Fleet rollout (etcd): revision {} promoted {} by {}",
+            f.promoted.map_or("?".to_string(), |p| p.to_string()),
+            esc(&f.promoted_at),
+            esc(&f.promoted_by)
+        );
+        if let (Some(candidate), Some(state)) = (f.candidate, &f.state) {
+            let _ = write!(
+                html,
+                "; revision {candidate} {} on the canaries",
+                esc(state)
+            );
+        }
+        if let Some(reason) = &f.reason {
+            let _ = write!(html, ". Halted: {}", esc(reason));
+        }
+        html.push_str(".</p><ul>");
+        for r in &f.replicas {
+            let verdict = match (&r.nacked, r.current) {
+                (Some(nack), true) => format!("NACK: {nack}"),
+                (None, true) => format!("{} of {} canaries synced", r.synced, r.canaries),
+                (_, false) => "no verdict on this candidate".to_string(),
+            };
+            let this = if r.replica == f.replica {
+                " (this one)"
+            } else {
+                ""
+            };
+            let _ = write!(
+                html,
+                "<li>replica {}{this}: {}</li>",
+                esc(&r.replica),
+                esc(&verdict)
+            );
+        }
+        html.push_str("</ul>");
+    }
     if let Some(n) = status.new_streams.as_ref().filter(|n| n.turned_away > 0) {
         let _ = write!(
             html,
@@ -475,6 +519,7 @@ mod tests {
             server: Default::default(),
             certificates: Vec::new(),
             new_streams: None,
+            fleet: None,
         }
     }
 
@@ -602,6 +647,7 @@ mod tests {
             server: Default::default(),
             certificates: Vec::new(),
             new_streams: None,
+            fleet: None,
         };
         let html = render(&status, &PageQuery::default());
         assert_eq!(

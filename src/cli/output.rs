@@ -75,6 +75,9 @@ pub struct Rollout<'a> {
     pub rollout: Option<&'a crate::admin::RolloutStatus>,
     /// Each node and its generation.
     pub nodes: Vec<(String, u64)>,
+    /// `--source` with canaries: the fleet's rollout in etcd (as `/status` has it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<&'a crate::admin::FleetStatus>,
 }
 
 impl<'a> Rollout<'a> {
@@ -88,6 +91,7 @@ impl<'a> Rollout<'a> {
                 .iter()
                 .map(|n| (n.node_id.clone(), n.generation))
                 .collect(),
+            fleet: status.fleet.as_ref(),
         }
     }
 }

@@ -99,13 +99,16 @@ pub fn verdict(status: &crate::admin::Status) -> Verdict {
     if status.config.as_ref().is_some_and(|c| !c.ok) {
         return Verdict::LoadFailed;
     }
-    if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED") {
+    let fleet = status.fleet.as_ref();
+    if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED")
+        || fleet.is_some_and(|f| f.state.as_deref() == Some("HALTED"))
+    {
         return Verdict::RolloutStopped;
     }
     if status.any_nacked() {
         return Verdict::Nacked;
     }
-    if status.rollout.is_some() {
+    if status.rollout.is_some() || fleet.is_some_and(|f| f.candidate.is_some()) {
         return Verdict::RollingOut;
     }
     if files_differ_from_what_serves(status) {
@@ -212,7 +215,7 @@ const POLL: std::time::Duration = std::time::Duration::from_secs(1);
 /// The rollout part of a status, for people.
 pub fn rollout_text(status: &crate::admin::Status) -> String {
     use std::fmt::Write as _;
-    let mut out = String::new();
+    let mut out = fleet_text(status);
     let Some(r) = &status.rollout else {
         let _ = writeln!(
             out,
@@ -236,6 +239,48 @@ pub fn rollout_text(status: &crate::admin::Status) -> String {
             printable(&n.node_id),
             n.generation
         );
+    }
+    out
+}
+
+/// The fleet's rollout kept in etcd, for people (empty without one).
+fn fleet_text(status: &crate::admin::Status) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let Some(f) = &status.fleet else {
+        return out;
+    };
+    let Some(promoted) = f.promoted else {
+        let _ = writeln!(out, "fleet rollout (etcd): not read yet");
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "fleet rollout (etcd): revision {promoted} promoted {} by {}",
+        f.promoted_at,
+        printable(&f.promoted_by)
+    );
+    if let (Some(candidate), Some(state)) = (f.candidate, &f.state) {
+        let _ = writeln!(out, "  revision {candidate} {state} on the canaries");
+    }
+    if let Some(reason) = &f.reason {
+        let _ = writeln!(out, "  halted: {}", printable(reason));
+    }
+    if let Some(aborted) = f.aborted {
+        let _ = writeln!(out, "  revision {aborted} was aborted");
+    }
+    for r in &f.replicas {
+        let this = if r.replica == f.replica {
+            " (this one)"
+        } else {
+            ""
+        };
+        let verdict = match (&r.nacked, r.current) {
+            (Some(nack), true) => format!("NACK: {}", printable(nack)),
+            (None, true) => format!("{} of {} canaries synced", r.synced, r.canaries),
+            (_, false) => "no verdict on this candidate".to_string(),
+        };
+        let _ = writeln!(out, "  replica {}{this}: {verdict}", printable(&r.replica));
     }
     out
 }
@@ -427,7 +472,7 @@ pub fn status_table(status: &crate::admin::Status) -> String {
             }
         }
     }
-    if status.rollout.is_some() {
+    if status.rollout.is_some() || status.fleet.is_some() {
         out.push('\n');
         out.push_str(&rollout_text(status));
     }
@@ -516,6 +561,7 @@ mod tests {
             server: Default::default(),
             certificates: Vec::new(),
             new_streams: None,
+            fleet: None,
         };
         let table = status_table(&status);
         assert!(

@@ -570,26 +570,30 @@ impl Driver {
         lease: i64,
     ) -> Result<(), SourceError> {
         let mut verdict = Verdict::default();
-        let serving = self.cache.serving();
-        if let (Some(rollout), Some(candidate)) = (
-            &serving.rollout,
+        if let (Some(policy), Some(candidate)) = (
+            self.cache.policy(),
             known.shared.as_ref().and_then(|s| s.candidate.as_ref()),
         ) {
-            let version = known.versions.get(&rollout.candidate.number);
-            if version == Some(&candidate.mark.version) {
-                let policy = &rollout.policy;
-                let canaries = self
-                    .fleet
-                    .reports_where(|r| policy.is_canary(&r.node_id, &r.node_cluster));
-                let seen =
-                    crate::server::rollout::observe(&canaries, policy, rollout.candidate.number);
-                verdict = Verdict {
-                    candidate: candidate.mark.version.clone(),
-                    canaries: seen.canaries,
-                    synced: seen.synced,
-                    nacked: seen.nacked,
-                };
-            }
+            // This replica's canaries count even before it serves the candidate (they have
+            // not taken it yet, so the fleet waits for them).
+            let serving = self.cache.serving();
+            let number = serving
+                .rollout
+                .as_ref()
+                .filter(|r| {
+                    known.versions.get(&r.candidate.number) == Some(&candidate.mark.version)
+                })
+                .map_or(u64::MAX, |r| r.candidate.number);
+            let canaries = self
+                .fleet
+                .reports_where(|r| policy.is_canary(&r.node_id, &r.node_cluster));
+            let seen = crate::server::rollout::observe(&canaries, policy, number);
+            verdict = Verdict {
+                candidate: candidate.mark.version.clone(),
+                canaries: seen.canaries,
+                synced: seen.synced,
+                nacked: seen.nacked,
+            };
         }
         if known.said.as_ref() == Some(&verdict) {
             return Ok(());
