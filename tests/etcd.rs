@@ -22,6 +22,11 @@ fn switchyard(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
+/// A deadline for a library call's retries.
+fn soon() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(5)
+}
+
 const CLUSTERS: &str = "clusters:\n  - name: backend\n    connect_timeout: 1s\n";
 const ROUTES: &str = "routes:\n  - name: main\n    virtual_hosts: [{ name: all, domains: [\"*\"], routes: [{ match: { prefix: \"/\" }, route: { cluster: backend } }] }]\n";
 
@@ -341,22 +346,30 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
     // Two applies from one read: the first lands, the second is refused by the guard.
     let parsed: switchyard::source::EtcdUrl = url.parse().expect("url");
     let mut client = etcd.client().await.expect("client");
-    let (_, at) = switchyard::source::etcd::read_for_write(&mut client, &parsed)
+    let (_, at) = switchyard::source::etcd::read_for_write(&mut client, &parsed, soon())
         .await
         .expect("read");
     let change = |text: &str| switchyard::source::etcd::Change {
         put: vec![("/sy/clusters.yaml".into(), text.into())],
         delete: vec![],
     };
-    let first =
-        switchyard::source::etcd::apply(&mut client, &parsed, &change(CLUSTERS), at, "{}").await;
+    let first = switchyard::source::etcd::apply(
+        &mut client,
+        &parsed,
+        &change(CLUSTERS),
+        at,
+        "{\"a\":1}",
+        soon(),
+    )
+    .await;
     assert!(first.is_ok(), "{first:?}");
     let second = switchyard::source::etcd::apply(
         &mut client,
         &parsed,
         &change(&CLUSTERS.replace("1s", "3s")),
         at,
-        "{}",
+        "{\"a\":2}",
+        soon(),
     )
     .await
     .expect_err("refused");
@@ -368,7 +381,7 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
         "{second}"
     );
     // A direct write after the read is caught too.
-    let (_, at) = switchyard::source::etcd::read_for_write(&mut client, &parsed)
+    let (_, at) = switchyard::source::etcd::read_for_write(&mut client, &parsed, soon())
         .await
         .expect("read");
     etcd.put("/sy/other.yaml", CLUSTERS).await;
@@ -377,7 +390,8 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
         &parsed,
         &change("clusters: []\n"),
         at,
-        "{}"
+        "{\"a\":3}",
+        soon()
     )
     .await
     .is_err());

@@ -251,9 +251,8 @@ fn write_documents(
     };
     let outcome = rt.block_on(async {
         let mut client = etcd::connect(&url, access, timeout).await?;
-        let (held, at) = tokio::time::timeout(timeout, etcd::read_for_write(&mut client, &url))
-            .await
-            .map_err(|_| unanswered(&url, timeout))??;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let (held, at) = etcd::read_for_write(&mut client, &url, deadline).await?;
         // What changes, by key.
         let current: std::collections::BTreeMap<String, &str> = held
             .documents
@@ -307,16 +306,17 @@ fn write_documents(
             );
             return Ok(None);
         }
+        let now = std::time::SystemTime::now();
         let note = serde_json::json!({
             "read_at": at.revision,
             "documents": local.len(),
-            "at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            "at": humantime::format_rfc3339_seconds(now).to_string(),
+            // Unique to this apply: a write whose answer was lost is told by it.
+            "nonce": format!("{}-{}", std::process::id(), now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())),
         })
         .to_string();
-        let landed =
-            tokio::time::timeout(timeout, etcd::apply(&mut client, &url, &change, at, &note))
-                .await
-                .map_err(|_| ApplyError::Unavailable(unanswered(&url, timeout)))??;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let landed = etcd::apply(&mut client, &url, &change, at, &note, deadline).await?;
         Ok::<_, ApplyError>(Some((at.revision, landed)))
     });
     match outcome {

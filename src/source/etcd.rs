@@ -168,19 +168,40 @@ pub async fn guard_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64, S
     Ok(response.kvs().first().map_or(0, |kv| kv.mod_revision()))
 }
 
-/// What a write decides from: every document, and the revisions its guard compares.
+/// What a write decides from: every document, and the revisions its guard compares. Read
+/// again (it changes nothing) while etcd answers with an error, until `deadline`: a member
+/// lost or a leader being elected is a moment's unavailability, not a reason to give up.
 pub async fn read_for_write(
     client: &mut Client,
     url: &EtcdUrl,
+    deadline: tokio::time::Instant,
 ) -> Result<(Snapshot, ReadAt), SourceError> {
-    let held = read(client, url).await?;
-    let guard = guard_revision(client, url).await?;
-    let at = ReadAt {
-        revision: held.revision,
-        guard,
-    };
-    Ok((held, at))
+    loop {
+        let tried = async {
+            let held = read(client, url).await?;
+            let guard = guard_revision(client, url).await?;
+            let at = ReadAt {
+                revision: held.revision,
+                guard,
+            };
+            Ok::<_, SourceError>((held, at))
+        };
+        match tokio::time::timeout_at(deadline, tried).await {
+            Ok(Ok(read)) => return Ok(read),
+            Ok(Err(e)) if tokio::time::Instant::now() + RETRY >= deadline => return Err(e),
+            Ok(Err(_)) => tokio::time::sleep(RETRY).await,
+            Err(_) => {
+                return Err(SourceError::Unavailable {
+                    url: url.display(),
+                    message: "no answer in time".into(),
+                })
+            }
+        }
+    }
 }
+
+/// The wait between two tries of an operation etcd failed.
+const RETRY: Duration = Duration::from_millis(250);
 
 /// Why an apply wrote nothing.
 #[derive(Debug, thiserror::Error)]
@@ -190,14 +211,87 @@ pub enum ApplyError {
          nothing was written: apply again to see the change against what etcd holds now"
     )]
     Changed { read: i64 },
+    #[error(
+        "etcd did not answer the write, and whether it landed cannot be told ({message}); \
+         run apply again: it says \"nothing to apply\" if this one landed"
+    )]
+    Unknown { message: String },
     #[error(transparent)]
     Unavailable(#[from] SourceError),
 }
 
 /// Write `change` in one transaction, guarded by what was read at `at`: it lands only if no
 /// key under the prefix was written since, and no other apply landed since (the guard
-/// key, which this one writes too). The revision it landed at.
+/// key, which this one writes too, holding `note`). The revision it landed at.
+///
+/// When etcd fails to answer the write (a leader lost mid-request), whether it landed is not
+/// known: the guard key says. If it holds this `note`, it landed; if another apply's, this
+/// one is refused; if it is unchanged, nothing landed and the write is tried again, until
+/// `deadline`. `note` must be unique to this apply (it carries the time and a nonce).
 pub async fn apply(
+    client: &mut Client,
+    url: &EtcdUrl,
+    change: &Change,
+    at: ReadAt,
+    note: &str,
+    deadline: tokio::time::Instant,
+) -> Result<i64, ApplyError> {
+    let mut failed = None;
+    loop {
+        if failed.is_some() {
+            match guarded_by(client, url).await {
+                Ok((value, revision)) if value == note.as_bytes() => return Ok(revision),
+                Ok((_, revision)) if revision != at.guard => {
+                    return Err(ApplyError::Changed { read: at.revision })
+                }
+                Ok(_) | Err(_) => {}
+            }
+            if tokio::time::Instant::now() + RETRY >= deadline {
+                return Err(ApplyError::Unknown {
+                    message: failed.unwrap_or_default(),
+                });
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+        match tokio::time::timeout_at(deadline, write_once(client, url, change, at, note)).await {
+            Ok(Ok(landed)) => return Ok(landed),
+            Ok(Err(ApplyError::Unavailable(e))) => failed = Some(e.to_string()),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                failed = Some("no answer in time".into());
+                // One more look at the guard, however late.
+                if let Ok(Ok((value, revision))) =
+                    tokio::time::timeout(Duration::from_secs(2), guarded_by(client, url)).await
+                {
+                    if value == note.as_bytes() {
+                        return Ok(revision);
+                    }
+                }
+                return Err(ApplyError::Unknown {
+                    message: failed.unwrap_or_default(),
+                });
+            }
+        }
+    }
+}
+
+/// The guard key's value and last modification.
+async fn guarded_by(client: &mut Client, url: &EtcdUrl) -> Result<(Vec<u8>, i64), SourceError> {
+    let response =
+        client
+            .get(guard_key(url), None)
+            .await
+            .map_err(|e| SourceError::Unavailable {
+                url: url.display(),
+                message: format!("cannot read {}: {e}", guard_key(url)),
+            })?;
+    Ok(response.kvs().first().map_or((Vec::new(), 0), |kv| {
+        (kv.value().to_vec(), kv.mod_revision())
+    }))
+}
+
+/// One try of [`apply`]'s transaction.
+async fn write_once(
     client: &mut Client,
     url: &EtcdUrl,
     change: &Change,

@@ -166,3 +166,169 @@ impl Etcd {
         response.header().expect("a header").revision()
     }
 }
+
+/// A three-member etcd cluster on 127.0.0.1 (members `m1`..`m3`, each with its own data
+/// directory under `dir`), for the fault tests: members are killed (SIGKILL) and started
+/// again on the same ports and data.
+pub struct EtcdCluster {
+    members: Vec<Option<Process>>,
+    ports: Vec<(u16, u16)>,
+    dir: std::path::PathBuf,
+}
+
+impl EtcdCluster {
+    /// Start three members; ready when each answers.
+    pub async fn start(dir: &Path) -> EtcdCluster {
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let mut cluster = EtcdCluster {
+            members: Vec::new(),
+            ports,
+            dir: dir.to_path_buf(),
+        };
+        for i in 0..3 {
+            let member = cluster.spawn(i, "new");
+            cluster.members.push(Some(member));
+        }
+        for i in 0..3 {
+            cluster.wait_up(i).await;
+        }
+        cluster
+    }
+
+    fn spawn(&self, i: usize, state: &str) -> Process {
+        let binary = debian_tool("ETCD_BIN", "etcd", "etcd-server");
+        let name = format!("m{}", i + 1);
+        let (client_port, peer_port) = self.ports[i];
+        let client = format!("http://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let initial: Vec<String> = self
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(j, (_, p))| format!("m{}=http://127.0.0.1:{p}", j + 1))
+            .collect();
+        let mut cmd = Command::new(binary);
+        cmd.arg("--name")
+            .arg(&name)
+            .arg("--data-dir")
+            .arg(self.dir.join(format!("{name}-data")))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &initial.join(",")])
+            .args(["--initial-cluster-state", state])
+            .args(["--initial-cluster-token", "switchyard-tests"])
+            .args(["--log-level", "warn"]);
+        let log = self.dir.join(format!("{name}.log"));
+        Process::spawn("etcd member", cmd, log)
+    }
+
+    /// `HOST:PORT` of member `i`'s client endpoint.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.ports[i].0)
+    }
+
+    /// Every member's endpoint, joined by `,` (as `--source` takes them).
+    pub fn endpoints(&self) -> String {
+        (0..3)
+            .map(|i| self.endpoint(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A client of member `i` alone, if it answers a read.
+    pub async fn member(&self, i: usize) -> Option<etcd_client::Client> {
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(1))
+            .with_timeout(Duration::from_secs(2));
+        let mut client =
+            etcd_client::Client::connect([format!("http://{}", self.endpoint(i))], Some(options))
+                .await
+                .ok()?;
+        client.get("/", None).await.ok()?;
+        Some(client)
+    }
+
+    /// A client of any running member that answers a read, within 10 s (a member may be
+    /// electing a leader and refuse reads for a moment).
+    pub async fn client(&self) -> Option<etcd_client::Client> {
+        for _ in 0..50 {
+            for i in 0..3 {
+                if self.members[i].is_some() {
+                    if let Some(client) = self.member(i).await {
+                        return Some(client);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        None
+    }
+
+    async fn wait_up(&self, i: usize) {
+        let up = eventually(Duration::from_secs(30), || async {
+            self.member(i).await.is_some()
+        })
+        .await;
+        assert!(up.is_some(), "etcd member m{} did not answer", i + 1);
+    }
+
+    /// The member that leads now (as the first member that answers says).
+    pub async fn leader(&self) -> usize {
+        for _ in 0..100 {
+            if let Some(mut client) = self.client().await {
+                if let Ok(status) = client.status().await {
+                    let leader = status.leader();
+                    for i in 0..3 {
+                        let Some(mut member) = self.member(i).await else {
+                            continue;
+                        };
+                        if let Ok(s) = member.status().await {
+                            if s.header().map(|h| h.member_id()) == Some(leader) {
+                                return i;
+                            }
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no etcd member leads");
+    }
+
+    /// Kill member `i` (SIGKILL).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut member) = self.members[i].take() {
+            member.kill();
+        }
+    }
+
+    /// Start member `i` again on its ports and data; ready when it answers.
+    pub async fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.members[i] = Some(self.spawn(i, "existing"));
+        self.wait_up(i).await;
+    }
+
+    /// Start every killed member again (all at once: a cluster with no quorum needs them
+    /// together).
+    pub async fn restart_all(&mut self) {
+        for i in 0..3 {
+            if self.members[i].is_none() {
+                self.members[i] = Some(self.spawn(i, "existing"));
+            }
+        }
+        for i in 0..3 {
+            self.wait_up(i).await;
+        }
+    }
+}
