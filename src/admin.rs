@@ -122,7 +122,14 @@ pub struct Status {
     /// follows (`rollout` is this replica's view of it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetStatus>,
+    /// The last generations this server published, newest first (at most
+    /// [`HISTORY_SHOWN`]), with how many nodes ACKed and NACKed each.
+    #[serde(default)]
+    pub history: Vec<crate::history::Entry>,
 }
+
+/// How many generations `/status` lists.
+pub const HISTORY_SHOWN: usize = 10;
 
 /// The fleet's rollout kept in etcd, for `/status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -503,6 +510,7 @@ impl Status {
             certificates: Vec::new(),
             new_streams: None,
             fleet: None,
+            history: Vec::new(),
         }
     }
 
@@ -878,6 +886,8 @@ fn current_status(admin: &Admin) -> Status {
         .fleet_rollout
         .as_ref()
         .map(|f| FleetStatus::of(&f.view()));
+    status.history = admin.reloader.history();
+    status.history.truncate(HISTORY_SHOWN);
     status
 }
 

@@ -160,6 +160,7 @@ impl Daemon {
         if let Some(dir) = &options.state_dir {
             reloader = reloader.with_state(StateDir::open(dir)?);
         }
+        reloader = reloader.counting(Arc::clone(&fleet_of_nodes));
         let mut heads = None;
         if fleetwide {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -283,6 +284,7 @@ impl Daemon {
                     .run(d.heads, d.inbox, d.start, stopped(stop_rx.clone())),
             )
         });
+        let history = Arc::clone(&reloader);
         let admin_task = tokio::spawn(admin::serve(
             listeners.admin,
             Admin {
@@ -324,6 +326,7 @@ impl Daemon {
         if let Err(e) = admin_task.await {
             tracing::error!("admin server task: {e}");
         }
+        history.save_history();
         Ok(served?)
     }
 }
@@ -362,7 +365,7 @@ fn serve_fleet_start(
             shared.stable.revision
         )));
     }
-    let generation = reloader.publish_named(stable);
+    let generation = reloader.publish_named(stable, shared.stable.revision);
     tracing::info!(
         generation,
         revision = shared.stable.revision,
@@ -374,7 +377,7 @@ fn serve_fleet_start(
     };
     match reloader.load_only(documents) {
         Ok(config) if config.content_version() == candidate.mark.version => {
-            let number = reloader.publish_named(config);
+            let number = reloader.publish_named(config, candidate.mark.revision);
             let now = std::time::Instant::now();
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

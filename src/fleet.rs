@@ -32,7 +32,21 @@ pub struct Fleet {
     /// Where convergence is reported (the daemon gives telemetry's; the fleet does not
     /// count or log anything itself).
     on_converged: OnConverged,
+    /// The nodes that ACKed and NACKed each recent generation (for `history`). Taken only
+    /// when a stream's tally changes (a new generation synced or NACKed), never while a
+    /// report is locked.
+    tallies: Mutex<BTreeMap<u64, Tally>>,
 }
+
+/// The nodes that took one generation, and those that rejected it.
+#[derive(Debug, Default)]
+struct Tally {
+    acked: std::collections::BTreeSet<String>,
+    nacked: std::collections::BTreeSet<String>,
+}
+
+/// How many generations' tallies are kept.
+const TALLIED: usize = crate::history::KEPT;
 
 /// What a [`Fleet`] calls with how long a generation took to converge.
 pub struct OnConverged(Box<dyn Fn(Duration) + Send + Sync>);
@@ -386,6 +400,7 @@ impl Fleet {
             fleet: Arc::clone(self),
             id,
             report,
+            tallied: Mutex::new((0, false, false)),
         }
     }
 
@@ -419,6 +434,29 @@ impl Fleet {
             })
             .collect();
         nacking.len()
+    }
+
+    /// How many nodes ACKed (every type synced on it) and NACKed generation `number`, if it
+    /// is among the recent ones.
+    pub fn tally(&self, number: u64) -> Option<(usize, usize)> {
+        let tallies = self.tallies.lock().unwrap_or_else(|p| p.into_inner());
+        tallies
+            .get(&number)
+            .map(|t| (t.acked.len(), t.nacked.len()))
+    }
+
+    fn count(&self, node: &str, generation: u64, synced: bool, nacked: bool) {
+        let mut tallies = self.tallies.lock().unwrap_or_else(|p| p.into_inner());
+        let tally = tallies.entry(generation).or_default();
+        if synced && !tally.acked.contains(node) {
+            tally.acked.insert(node.to_string());
+        }
+        if nacked && !tally.nacked.contains(node) {
+            tally.nacked.insert(node.to_string());
+        }
+        while tallies.len() > TALLIED {
+            tallies.pop_first();
+        }
     }
 
     /// A stream took in generation `number`, published at `published`: time how long until
@@ -469,6 +507,8 @@ pub struct StreamHandle {
     fleet: Arc<Fleet>,
     id: u64,
     report: Arc<Mutex<StreamReport>>,
+    /// What the fleet's tallies last counted of this stream: generation, synced, NACKed.
+    tallied: Mutex<(u64, bool, bool)>,
 }
 
 /// A stream's report, locked (a poisoned lock only means a panic mid-update; the report is
@@ -530,7 +570,16 @@ impl StreamHandle {
             }
         }
         let decided = (report.generation, report.synced());
+        let nacked = report.types.values().any(|t| t.state == SyncStatus::Nacked);
+        let now = (decided.0, decided.1, nacked);
+        let mut tallied = self.tallied.lock().unwrap_or_else(|p| p.into_inner());
+        let node = (*tallied != now && (now.1 || now.2)).then(|| report.node_id.clone());
+        *tallied = now;
+        drop(tallied);
         drop(report);
+        if let Some(node) = node {
+            self.fleet.count(&node, now.0, now.1, now.2);
+        }
         self.fleet.track_convergence(self.id, Some(decided));
     }
 }

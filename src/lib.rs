@@ -46,6 +46,7 @@ pub mod config;
 pub mod daemon;
 pub mod diff;
 pub mod fleet;
+pub mod history;
 pub mod import;
 pub mod metrics;
 pub mod preflight;

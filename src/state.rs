@@ -49,6 +49,11 @@ impl StateDir {
         })
     }
 
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The last generation number published with this state directory (0: none yet, or a
     /// file that does not read as a number).
     pub fn last_generation(&self) -> u64 {

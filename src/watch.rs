@@ -87,6 +87,10 @@ pub struct Reloader {
     /// rollout (`rollout::drive`), which publishes what the rollout kept in etcd says, instead
     /// of being published here (but the first, which every node gets).
     held: Option<mpsc::UnboundedSender<Head>>,
+    /// The last generations published (in `--state-dir` too, with one).
+    history: crate::history::History,
+    /// Where ACKs and NACKs of each generation are counted.
+    fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 /// A good load of the documents read at one revision, for the fleet's rollout to propose.
@@ -120,6 +124,8 @@ impl Reloader {
             preflight: None,
             source: watch::Sender::new(None),
             held: None,
+            history: crate::history::History::default(),
+            fleet: None,
         }
     }
 
@@ -138,13 +144,32 @@ impl Reloader {
 
     /// Publish a configuration the fleet's rollout names (a load is not checked again: it
     /// passed when it was loaded); the generation serving after it.
-    pub fn publish_named(&self, config: Config) -> u64 {
+    pub fn publish_named(&self, config: Config, revision: i64) -> u64 {
         let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
         let work = LoadWork {
             parsed: 0,
             reused: 0,
         };
-        self.publish(config, work, &warnings)
+        self.publish(config, work, &warnings, Some(revision))
+    }
+
+    /// Count ACKs and NACKs of each generation in `fleet`'s tallies (for the history).
+    pub fn counting(mut self, fleet: Arc<crate::fleet::Fleet>) -> Reloader {
+        self.fleet = Some(fleet);
+        self
+    }
+
+    /// Keep the history with the counts as they are now (`--state-dir`), at shutdown.
+    pub fn save_history(&self) {
+        self.history
+            .save(|g| self.fleet.as_ref().and_then(|f| f.tally(g)));
+    }
+
+    /// The last generations published, newest first, with how many nodes ACKed and NACKed
+    /// each.
+    pub fn history(&self) -> Vec<crate::history::Entry> {
+        self.history
+            .entries(|g| self.fleet.as_ref().and_then(|f| f.tally(g)))
     }
 
     /// `--source`: record whether etcd answers (the metric and `/status` say so).
@@ -211,6 +236,7 @@ impl Reloader {
     /// one published with it.
     pub fn with_state(mut self, state: StateDir) -> Reloader {
         self.cache.number_after(state.last_generation());
+        self.history = crate::history::History::kept_in(state.dir());
         self.state = Some(state);
         self
     }
@@ -378,7 +404,7 @@ impl Reloader {
             revision: Some(revision),
         };
         let config = if report.generation == 0 {
-            report.generation = self.publish(checked, work, &report.warnings);
+            report.generation = self.publish(checked, work, &report.warnings, Some(revision));
             None
         } else {
             Some(checked)
@@ -405,7 +431,7 @@ impl Reloader {
         match result {
             Ok(config) => {
                 let warnings: Vec<String> = config.warnings.iter().map(|w| w.to_string()).collect();
-                let generation = self.publish(config, work, &warnings);
+                let generation = self.publish(config, work, &warnings, revision);
                 self.store(LoadReport {
                     at: SystemTime::now(),
                     errors: Vec::new(),
@@ -481,7 +507,13 @@ impl Reloader {
     }
 
     /// Publish a good load unless it is what serves; the generation serving after it.
-    fn publish(&self, config: Config, work: LoadWork, warnings: &[String]) -> u64 {
+    fn publish(
+        &self,
+        config: Config,
+        work: LoadWork,
+        warnings: &[String],
+        revision: Option<i64>,
+    ) -> u64 {
         let current = self.cache.current();
         let version = config.version();
         let mut loaded = Loaded {
@@ -510,7 +542,11 @@ impl Reloader {
                 }
             }
         }
+        let mut entry = crate::history::Entry::of(&current.config, &config, 0, revision);
         loaded.generation = self.cache.publish(config).number;
+        entry.generation = loaded.generation;
+        self.history
+            .record(entry, |g| self.fleet.as_ref().and_then(|f| f.tally(g)));
         self.record_generation(loaded.generation);
         loaded.changed = true;
         if kept {

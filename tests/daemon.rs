@@ -109,3 +109,105 @@ async fn the_daemon_reloads_edited_files() {
     );
     running.abort();
 }
+
+/// Issue 34, item 3 (files): the server's history lists each generation it published with
+/// what changed (files, resources by type and name) and how many nodes ACKed and NACKed it
+/// (rules P4/P5: an ACK or NACK names the response's version, and so its generation); with
+/// --state-dir it survives a restart, counts included; `switchyard history` prints it.
+#[tokio::test]
+async fn the_history_counts_acks_and_nacks_per_generation_and_survives_a_restart() {
+    use switchyard::resource::ResourceType::Cluster;
+    let state = tempfile::tempdir().expect("tmp");
+    let options = || switchyard::daemon::Options {
+        state_dir: Some(state.path().to_path_buf()),
+        ..Default::default()
+    };
+    let server = TestServer::start_daemon(
+        &[("clusters.yaml", &eds_cluster("a", "1s", 8080))],
+        options(),
+    )
+    .await;
+    let mut edge = server.ads("edge-1").await;
+    edge.subscribe(Cluster, &[]).await;
+    let first = edge.recv_type(Cluster).await;
+    edge.ack(&first, &[]).await;
+    for _ in 0..100 {
+        if server
+            .status()
+            .await
+            .history
+            .first()
+            .is_some_and(|e| e.acked == 1)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.set_files(&[
+        ("clusters.yaml", &eds_cluster("a", "2s", 8080)),
+        ("more.yaml", &eds_cluster("b", "1s", 8080)),
+    ]);
+    let second = edge.recv_type(Cluster).await;
+    edge.nack(&second, &[], &first.version_info, "no").await;
+    let mut history = Vec::new();
+    for _ in 0..100 {
+        history = server.status().await.history;
+        if history.first().is_some_and(|e| e.nacked == 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(history.len(), 2, "{history:#?}");
+    let (newest, oldest) = (&history[0], &history[1]);
+    assert_eq!((newest.generation, newest.acked, newest.nacked), (2, 0, 1));
+    assert_eq!((oldest.generation, oldest.acked, oldest.nacked), (1, 1, 0));
+    assert!(
+        newest
+            .files
+            .iter()
+            .any(|f| f.starts_with("change ") && f.ends_with("clusters.yaml")),
+        "{newest:?}"
+    );
+    assert!(
+        newest
+            .files
+            .iter()
+            .any(|f| f.starts_with("add ") && f.ends_with("more.yaml")),
+        "{newest:?}"
+    );
+    assert_eq!(newest.changed, ["CDS a"]);
+    assert_eq!(newest.added, ["CDS b", "EDS b"]);
+    assert_eq!(newest.counts, [2, 1, 0]);
+    // Run beside this test's runtime, which serves the admin API it asks.
+    let admin = server.admin_addr.to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["history", "--admin-addr", &admin])
+            .output()
+    })
+    .await
+    .expect("joined")
+    .expect("history runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("generation 2 published"), "{text}");
+    assert!(text.contains("0 node(s) ACKed, 1 NACKed"), "{text}");
+    assert!(text.contains("    ~ CDS a"), "{text}");
+    server.shutdown().await;
+
+    // Started again on the same state directory: the history is there, counts included,
+    // and numbering goes on.
+    let again = TestServer::start_daemon(
+        &[("clusters.yaml", &eds_cluster("a", "3s", 8080))],
+        options(),
+    )
+    .await;
+    let history = again.status().await.history;
+    assert_eq!(history.len(), 3, "{history:#?}");
+    assert_eq!(history[0].generation, 3);
+    assert_eq!(
+        (history[1].generation, history[1].acked, history[1].nacked),
+        (2, 0, 1),
+        "the counts survive the restart"
+    );
+}

@@ -188,6 +188,19 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
     })
     .await;
     assert_eq!(aborted.stable, after.stable);
+    // A's history names each generation's revision, and the canary's ACK and NACK.
+    let history = a.status().await.expect("A's status").history;
+    let revision_of = |s: &Shared| s.candidate.as_ref().map(|c| c.mark.revision);
+    let nacked = history
+        .iter()
+        .find(|e| e.revision == revision_of(&halted))
+        .expect("the halted generation in A's history");
+    assert_eq!((nacked.acked, nacked.nacked), (0, 1), "{history:#?}");
+    let acked = history
+        .iter()
+        .find(|e| e.revision == revision_of(&proposed))
+        .expect("the promoted generation in A's history");
+    assert_eq!(acked.acked, 1, "{history:#?}");
     for (name, replica) in [("A", &a), ("B", &b)] {
         let troubles: Vec<String> = replica
             .log_lines()

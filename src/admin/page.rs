@@ -445,8 +445,49 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
     if page < pages {
         let _ = write!(html, "<a href=\"{}\">next</a>", link(page + 1));
     }
-    html.push_str("</p></body></html>\n");
+    html.push_str("</p>");
+    history(&mut html, &status.history);
+    html.push_str("</body></html>\n");
     html
+}
+
+/// The last generations published: when, from what, what changed, who took it.
+fn history(html: &mut String, entries: &[crate::history::Entry]) {
+    if entries.is_empty() {
+        return;
+    }
+    html.push_str(
+        "<h2>Recent generations</h2><table><tr><th>Generation</th><th>Published</th>\
+         <th>Revision</th><th>Files</th><th>Resources</th><th>ACKed</th><th>NACKed</th></tr>",
+    );
+    for e in entries {
+        let [added, changed, removed] = e.counts;
+        let mut resources = format!("+{added} ~{changed} -{removed}");
+        let names: Vec<String> = e
+            .added
+            .iter()
+            .map(|n| format!("+{n}"))
+            .chain(e.changed.iter().map(|n| format!("~{n}")))
+            .chain(e.removed.iter().map(|n| format!("-{n}")))
+            .take(6)
+            .collect();
+        if !names.is_empty() {
+            resources.push_str(&format!(": {}", names.join(", ")));
+        }
+        let nacked = if e.nacked > 0 { " class=\"bad\"" } else { "" };
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{nacked}>{}</td></tr>",
+            e.generation,
+            esc(&e.at),
+            e.revision.map_or("-".to_string(), |r| r.to_string()),
+            esc(&e.files.join(", ")),
+            esc(&resources),
+            e.acked,
+            e.nacked
+        );
+    }
+    html.push_str("</table>");
 }
 
 #[cfg(test)]
@@ -520,6 +561,7 @@ mod tests {
             certificates: Vec::new(),
             new_streams: None,
             fleet: None,
+            history: Vec::new(),
         }
     }
 
@@ -648,6 +690,7 @@ mod tests {
             certificates: Vec::new(),
             new_streams: None,
             fleet: None,
+            history: Vec::new(),
         };
         let html = render(&status, &PageQuery::default());
         assert_eq!(

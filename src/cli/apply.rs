@@ -76,9 +76,13 @@ impl WriteFlags {
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
-    /// Where: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`.
+    /// What changed in etcd, by revision: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`.
+    /// Without it: what the server at --admin-addr published, with how many nodes ACKed and
+    /// NACKed each generation.
     #[arg(long, value_name = "URL")]
-    pub source: String,
+    pub source: Option<String>,
+    #[command(flatten)]
+    pub admin: super::flags::AdminArgs,
     /// How many changes to show, newest first.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub limit: usize,
@@ -167,6 +171,61 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
         write.dry_run,
         write.source_timeout,
     )
+}
+
+/// `history` without `--source`: the generations a running server published.
+fn server_history(args: &HistoryArgs) -> ExitCode {
+    let (target, token) = match super::admin_api::admin_target(&args.admin) {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    let Ok(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
+    };
+    let status = match rt.block_on(super::admin_api::fetch_status(&target, token.as_deref())) {
+        Ok((status, _)) => status,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", history_text(&status.history, args.limit));
+    ExitCode::SUCCESS
+}
+
+/// A server's history, for people.
+pub fn history_text(entries: &[crate::history::Entry], limit: usize) -> String {
+    let mut out = String::new();
+    for e in entries.iter().take(limit) {
+        let revision = e
+            .revision
+            .map(|r| format!(", etcd revision {r}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "generation {} published {}{revision}: {} node(s) ACKed, {} NACKed\n",
+            e.generation, e.at, e.acked, e.nacked
+        ));
+        for file in &e.files {
+            out.push_str(&format!("  {file}\n"));
+        }
+        let [added, changed, removed] = e.counts;
+        for (sign, names, count) in [
+            ("+", &e.added, added),
+            ("~", &e.changed, changed),
+            ("-", &e.removed, removed),
+        ] {
+            for name in names {
+                out.push_str(&format!("    {sign} {name}\n"));
+            }
+            if count > names.len() {
+                out.push_str(&format!("    {sign} ... {} more\n", count - names.len()));
+            }
+        }
+    }
+    if entries.is_empty() {
+        out.push_str("no generation published yet\n");
+    }
+    out
 }
 
 /// `rollback REVISION`: the documents the prefix held at that revision, written back as a
@@ -405,7 +464,10 @@ pub(super) fn run_export(args: &ExportArgs) -> ExitCode {
 /// `history`: the revisions at which the prefix's documents changed, newest first, each with
 /// what changed (by document, and by resource as `diff` shows it) and, for an apply, when.
 pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
-    let (url, access) = match reach(&args.source, &args.etcd) {
+    let Some(source) = &args.source else {
+        return server_history(args);
+    };
+    let (url, access) = match reach(source, &args.etcd) {
         Ok(reached) => reached,
         Err(code) => return code,
     };

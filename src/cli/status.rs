@@ -562,6 +562,7 @@ mod tests {
             certificates: Vec::new(),
             new_streams: None,
             fleet: None,
+            history: Vec::new(),
         };
         let table = status_table(&status);
         assert!(

@@ -135,6 +135,11 @@ impl SnapshotFile {
         }
     }
 
+    /// A digest of its resources' kinds, names and versions (and so of what it serves).
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
     /// The same, with warnings.
     pub fn with_warnings(mut self, warnings: Vec<ConfigError>) -> Self {
         self.warnings = warnings;

@@ -448,7 +448,7 @@ impl Driver {
         match step {
             Follow::Publish(mark) => {
                 let config = self.config_of(client, known, shared, &mark).await?;
-                let generation = self.reloader.publish_named(config);
+                let generation = self.reloader.publish_named(config, mark.revision);
                 tracing::info!(
                     generation,
                     revision = mark.revision,
