@@ -68,6 +68,22 @@ pub async fn connect(
         })
 }
 
+/// The largest answer a read of a whole prefix may be: a snapshot of 100,000 clusters is
+/// some 34 MB (gRPC's default limit of 4 MiB would refuse it).
+pub const MAX_READ_BYTES: usize = 1 << 30;
+
+/// A key-value client for reading whole prefixes (see [`MAX_READ_BYTES`]).
+pub fn reader(client: &Client) -> etcd_client::KvClient {
+    client.kv_client().max_decoding_message_size(MAX_READ_BYTES)
+}
+
+/// A watch client for whole prefixes (a response may carry many documents).
+pub fn watcher(client: &Client) -> etcd_client::WatchClient {
+    client
+        .watch_client()
+        .max_decoding_message_size(MAX_READ_BYTES)
+}
+
 /// Every document under the prefix, read at one revision (the latest).
 pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Snapshot, SourceError> {
     read_at(client, url, None).await
@@ -89,16 +105,15 @@ pub async fn read_at(
     if let Some(revision) = revision {
         options = options.with_revision(revision);
     }
-    let response =
-        client
-            .get(prefix.as_str(), Some(options))
-            .await
-            .map_err(|e| match revision {
-                Some(r) => unavailable(format!(
-                    "cannot read the prefix {prefix:?} at revision {r}: {e}"
-                )),
-                None => unavailable(format!("cannot read the prefix {prefix:?}: {e}")),
-            })?;
+    let response = reader(client)
+        .get(prefix.as_str(), Some(options))
+        .await
+        .map_err(|e| match revision {
+            Some(r) => unavailable(format!(
+                "cannot read the prefix {prefix:?} at revision {r}: {e}"
+            )),
+            None => unavailable(format!("cannot read the prefix {prefix:?}: {e}")),
+        })?;
     let revision = response.header().map_or(0, |h| h.revision());
     let mut documents = Vec::new();
     for kv in response.kvs() {
@@ -353,7 +368,7 @@ pub async fn changes(
         let options = etcd_client::WatchOptions::new()
             .with_prefix()
             .with_start_revision(start);
-        let mut stream = client
+        let mut stream = watcher(client)
             .watch(prefix.as_str(), Some(options))
             .await
             .map_err(|e| unavailable(format!("cannot watch: {e}")))?;

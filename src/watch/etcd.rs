@@ -65,9 +65,10 @@ pub async fn follow_etcd(
             let options = etcd_client::WatchOptions::new()
                 .with_prefix()
                 .with_start_revision(revision + 1);
+            let mut watcher = etcd::watcher(&client);
             let watched = tokio::select! {
                 _ = &mut shutdown => return,
-                w = client.watch(url.key_prefix(), Some(options)) => w,
+                w = watcher.watch(url.key_prefix(), Some(options)) => w,
             };
             let mut stream = match watched {
                 Ok(stream) => stream,

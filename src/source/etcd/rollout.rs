@@ -197,7 +197,7 @@ pub async fn read_copy(
     revision: i64,
 ) -> Result<Vec<Document>, SourceError> {
     let from = copy_prefix(url, revision);
-    let response = client
+    let response = super::reader(client)
         .get(from.as_str(), Some(GetOptions::new().with_prefix()))
         .await
         .map_err(|e| unavailable(url, format!("cannot read the promoted documents: {e}")))?;
