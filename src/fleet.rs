@@ -45,8 +45,8 @@ struct Tally {
     nacked: std::collections::BTreeSet<String>,
 }
 
-/// How many generations' tallies are kept.
-const TALLIED: usize = crate::history::KEPT;
+/// How many generations' tallies are kept (as many as `history` keeps entries).
+pub const TALLIED: usize = 50;
 
 /// What a [`Fleet`] calls with how long a generation took to converge.
 pub struct OnConverged(Box<dyn Fn(Duration) + Send + Sync>);

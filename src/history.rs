@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 
-/// How many generations are kept.
-pub const KEPT: usize = 50;
+/// How many generations are kept (their ACKs are counted as long).
+pub const KEPT: usize = crate::fleet::TALLIED;
 /// How many names of each kind of change an entry lists (the counts are whole).
 const NAMES: usize = 20;
 /// The file in the state directory.
