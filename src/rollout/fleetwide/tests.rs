@@ -1,6 +1,8 @@
 //! The fleet's rollout decisions, without etcd (tests/etcd.rs runs them against a real etcd
 //! with two replicas, tests/etcd_envoy.rs with real Envoys).
 
+use std::collections::BTreeMap;
+
 use super::*;
 
 const BAKE: Duration = Duration::from_secs(30);
@@ -190,4 +192,276 @@ fn the_state_reads_back_as_written() {
     );
     let back: Shared = serde_json::from_str(&text).expect("reads");
     assert_eq!(back, shared);
+}
+
+/// A seeded random schedule of the fleet's rollout (edits, replicas loading them late,
+/// proposals and steps racing through compare-and-swap, the watch delivering late, canary
+/// verdicts, operator aborts, replica restarts) against a model of what the nodes hold: an
+/// edge node (not a canary) is only ever served a generation the fleet promoted, a
+/// generation a canary rejected is never promoted, and once every replica has caught up they
+/// all serve what the state says. Run with SWITCHYARD_FLEET_SEED=N to replay one seed.
+#[test]
+fn random_schedules_never_serve_an_edge_node_an_unvetted_generation() {
+    let seeds: Vec<u64> = match std::env::var("SWITCHYARD_FLEET_SEED") {
+        Ok(s) => vec![s.parse().expect("a number")],
+        Err(_) => (1..=300).collect(),
+    };
+    let (mut promotions, mut halts) = (0, 0);
+    for seed in &seeds {
+        let (p, h) = run_schedule(*seed);
+        promotions += p;
+        halts += h;
+    }
+    // The schedules exercise what they check: edits promoted, and edits halted.
+    if seeds.len() > 1 {
+        assert!(
+            promotions > 100 && halts > 100,
+            "{promotions} promotions, {halts} halts"
+        );
+    }
+}
+
+struct Replica {
+    /// What its cache serves (None: not started yet).
+    local: Option<Local>,
+    /// The state as its watch last delivered it, and its modification.
+    known: Option<(Shared, u64)>,
+    /// Revisions it has read but not loaded yet, and the one it loaded last.
+    unread: Vec<Mark>,
+    head: Option<Mark>,
+    /// Whether canaries are connected to it.
+    canaries: bool,
+}
+
+struct Schedule(u64);
+
+impl Schedule {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % below
+    }
+}
+
+/// One schedule; how many generations were promoted after the first, and how many halted.
+fn run_schedule(seed: u64) -> (usize, usize) {
+    let mut random = Schedule(seed);
+    let base = Instant::now();
+    let mut now_ms = T0;
+    let bake = Duration::from_millis(100);
+    // The store: the state and its modification counter.
+    let mut store: Option<(Shared, u64)> = None;
+    let mut modified = 0u64;
+    let mut verdicts: BTreeMap<usize, Verdict> = BTreeMap::new();
+    let mut replicas: Vec<Replica> = (0..3)
+        .map(|i| Replica {
+            local: None,
+            known: None,
+            unread: vec![mark(1, "v1")],
+            head: None,
+            canaries: i == 0,
+        })
+        .collect();
+    // Content "vN": even N are good, odd N above 1 are rejected by the canaries.
+    let bad = |version: &str| {
+        version[1..]
+            .parse::<u64>()
+            .is_ok_and(|n| n > 1 && n % 2 == 1)
+    };
+    let mut promoted: std::collections::BTreeSet<String> = Default::default();
+    let (mut promotions, mut halts) = (0, 0);
+    let mut revision = 1;
+    let fail = |what: String| -> ! { panic!("SWITCHYARD_FLEET_SEED={seed}: {what}") };
+    for _ in 0..400 {
+        now_ms += random.next(40);
+        let now = base + Duration::from_millis(now_ms - T0);
+        let i = random.next(3) as usize;
+        match random.next(9) {
+            // An apply: a new revision, read later by each replica.
+            0 => {
+                revision += 1;
+                let version = format!("v{}", 1 + random.next(6));
+                for r in &mut replicas {
+                    r.unread.push(mark(revision, &version));
+                }
+            }
+            // A replica loads what it read, and proposes it.
+            1 => {
+                let r = &mut replicas[i];
+                if r.unread.is_empty() {
+                    continue;
+                }
+                let head = r.unread.remove(0);
+                r.head = Some(head.clone());
+                if r.local.is_none() && store.is_none() {
+                    // The first load serves at once (every node gets it).
+                    r.local = Some(Local {
+                        stable: head.version.clone(),
+                        candidate: None,
+                    });
+                }
+                let known = r.known.as_ref().map(|(s, _)| s);
+                if let Some(next) = propose(known, &head, 1, now_ms) {
+                    let expected = r.known.as_ref().map_or(0, |(_, m)| *m);
+                    if store.as_ref().map_or(0, |(_, m)| *m) == expected {
+                        modified += 1;
+                        store = Some((next, modified));
+                    }
+                }
+            }
+            // The watch delivers the state.
+            2 | 3 => replicas[i].known = store.clone(),
+            // A replica follows what it knows.
+            4 | 5 => {
+                let r = &mut replicas[i];
+                let Some((shared, _)) = &r.known else {
+                    continue;
+                };
+                let local = r.local.clone().unwrap_or(Local {
+                    stable: String::new(),
+                    candidate: None,
+                });
+                let mut next = local.clone();
+                let started = r.local.is_some();
+                for step in follow(&local, shared, now, now_ms) {
+                    match step {
+                        Follow::Publish(m) if !started && next.stable.is_empty() => {
+                            next.stable = m.version
+                        }
+                        Follow::Publish(m) => next.candidate = Some((m.version, "CANARY")),
+                        Follow::Promote => {
+                            if let Some((v, _)) = next.candidate.take() {
+                                next.stable = v;
+                            }
+                        }
+                        Follow::Abort => next.candidate = None,
+                        Follow::Phase(p) => {
+                            if let Some(c) = next.candidate.as_mut() {
+                                c.1 = p.name();
+                            }
+                        }
+                    }
+                }
+                r.local = Some(next);
+            }
+            // A replica reports its canaries' verdict, and takes a step if one is due.
+            6 | 7 => {
+                let r = &replicas[i];
+                let (Some((shared, m)), Some(local)) = (&r.known, &r.local) else {
+                    continue;
+                };
+                if let Some(c) = &shared.candidate {
+                    let holds = local
+                        .candidate
+                        .as_ref()
+                        .is_some_and(|(v, _)| *v == c.mark.version);
+                    let verdict = Verdict {
+                        candidate: c.mark.version.clone(),
+                        canaries: usize::from(r.canaries),
+                        synced: usize::from(r.canaries && holds && !bad(&c.mark.version)),
+                        nacked: (r.canaries && holds && bad(&c.mark.version))
+                            .then(|| ("canary-1".into(), "CDS".into(), "bad".into())),
+                    };
+                    verdicts.insert(i, verdict);
+                    let seen = sum(verdicts.values(), &c.mark.version);
+                    if let Some((next, _)) = step(shared, &seen, now, now_ms, bake) {
+                        if store.as_ref().map(|(_, m)| *m) == Some(*m) {
+                            modified += 1;
+                            store = Some((next, modified));
+                        }
+                    }
+                }
+            }
+            // Now and then an operator aborts, or a replica restarts (its cache starts
+            // over from the state; its canaries' verdict goes with its lease).
+            _ => {
+                if random.next(4) == 0 {
+                    if let Some((shared, m)) = &store {
+                        if let Ok(next) = end(shared, false, now_ms) {
+                            let _ = m;
+                            modified += 1;
+                            store = Some((next, modified));
+                        }
+                    }
+                } else {
+                    let r = &mut replicas[i];
+                    verdicts.remove(&i);
+                    if store.is_some() {
+                        r.known = store.clone();
+                        r.local = None;
+                        let (shared, _) = r.known.as_ref().expect("known");
+                        r.local = Some(Local {
+                            stable: shared.stable.version.clone(),
+                            candidate: None,
+                        });
+                    }
+                }
+            }
+        }
+        if let Some((shared, _)) = &store {
+            if promoted.insert(shared.stable.version.clone()) && promoted.len() > 1 {
+                promotions += 1;
+            }
+            if shared
+                .candidate
+                .as_ref()
+                .is_some_and(|c| matches!(c.phase, SharedPhase::Halted { .. }))
+            {
+                halts += 1;
+            }
+        }
+        for (n, r) in replicas.iter().enumerate() {
+            let Some(local) = &r.local else { continue };
+            if !local.stable.is_empty() && !promoted.contains(&local.stable) {
+                fail(format!(
+                    "replica {n} serves its edge nodes {}, never promoted ({promoted:?})",
+                    local.stable
+                ));
+            }
+        }
+        if let Some(v) = promoted.iter().find(|v| bad(v)) {
+            fail(format!("{v}, which a canary rejected, was promoted"));
+        }
+    }
+    // Caught up: every replica follows the state, and serves what it says.
+    let Some((shared, _)) = &store else {
+        return (promotions, halts);
+    };
+    for (n, r) in replicas.iter_mut().enumerate() {
+        r.known = store.clone();
+        let Some(local) = r.local.clone() else {
+            continue;
+        };
+        let mut next = local.clone();
+        for step in follow(&local, shared, base, now_ms) {
+            match step {
+                Follow::Publish(m) => next.candidate = Some((m.version, "CANARY")),
+                Follow::Promote => {
+                    if let Some((v, _)) = next.candidate.take() {
+                        next.stable = v;
+                    }
+                }
+                Follow::Abort => next.candidate = None,
+                Follow::Phase(p) => {
+                    if let Some(c) = next.candidate.as_mut() {
+                        c.1 = p.name();
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            (
+                next.stable.as_str(),
+                next.candidate.as_ref().map(|c| c.0.as_str())
+            ),
+            (
+                shared.stable.version.as_str(),
+                shared.candidate.as_ref().map(|c| c.mark.version.as_str())
+            ),
+            "SWITCHYARD_FLEET_SEED={seed}: replica {n} does not serve what the state says"
+        );
+    }
+    (promotions, halts)
 }
