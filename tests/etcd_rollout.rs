@@ -188,6 +188,22 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
     })
     .await;
     assert_eq!(aborted.stable, after.stable);
+    // A replica started without canary flags on a prefix with a fleet rollout says it will
+    // not follow it.
+    let logs = dir.path().join("c");
+    std::fs::create_dir_all(&logs).expect("log dir");
+    let c = Switchyard::start_serving(&["--source", &url], &logs, (free_port(), free_port()), &[])
+        .await;
+    assert!(
+        c.logged(
+            "etcd keeps a rollout for this prefix, but this replica has no canary flags",
+            &[]
+        ),
+        "{}",
+        c.process.log_text()
+    );
+    drop(c);
+
     // A's history names each generation's revision, and the canary's ACK and NACK.
     let history = a.status().await.expect("A's status").history;
     let revision_of = |s: &Shared| s.candidate.as_ref().map(|c| c.mark.revision);

@@ -459,7 +459,25 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             tracing::info!(source = %url.display(), revision = first.revision, documents = first.documents.len(), "Read the snapshot documents from etcd.");
             // With canaries, the rollout is the fleet's, kept in etcd beside the documents.
             let fleet = match rollout {
-                None => None,
+                None => {
+                    // A fleet rollout kept in etcd that this replica will not follow: say so
+                    // (its edge nodes get the documents as they are, vetted or not).
+                    if let Ok(Ok(held)) = tokio::time::timeout(
+                        timeout,
+                        crate::source::etcd::rollout::read(&mut client, &url),
+                    )
+                    .await
+                    {
+                        if let Some(shared) = held.shared {
+                            tracing::warn!(
+                                promoted = shared.stable.revision,
+                                candidate = shared.candidate.as_ref().map(|c| c.mark.revision),
+                                "etcd keeps a rollout for this prefix, but this replica has no canary flags: it serves the documents as they are to every node, whatever the fleet's canaries said. Give every replica the same --canary-id/--canary-cluster and --rollout-bake."
+                            );
+                        }
+                    }
+                    None
+                }
                 Some(_) => Some(
                     tokio::time::timeout(
                         timeout,
