@@ -105,6 +105,25 @@ async fn validate_reads_the_documents_under_a_prefix_at_one_revision() {
         "gave up in {:?}",
         started.elapsed()
     );
+    // CI asking for JSON gets JSON saying why.
+    let (code, out, err) = switchyard(&[
+        "validate",
+        "--source",
+        &nobody,
+        "--source-timeout",
+        "1s",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).expect("a JSON document");
+    assert_eq!(json["ok"], false, "{out}");
+    assert!(
+        json["findings"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&format!("{nobody}: "))),
+        "{out}"
+    );
     let (code, _, err) = switchyard(&["validate"]);
     assert_eq!(code, Some(64), "{err}");
     assert!(err.contains("--config PATH, or --source URL"), "{err}");

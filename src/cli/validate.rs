@@ -93,7 +93,26 @@ fn load(
                 })
         })
         .map_err(|e| {
-            eprintln!("error: {e}");
+            // CI reading --output json gets a document saying why, as for a bad file.
+            if args.output == Format::Text {
+                eprintln!("error: {e}");
+            } else {
+                let mut result = Validation::new(0, 0);
+                result.ok = false;
+                result.findings.push(Finding {
+                    severity: "error",
+                    file: None,
+                    line: None,
+                    column: None,
+                    node_group: None,
+                    resource: None,
+                    field: None,
+                    message: e.to_string(),
+                    envoy: None,
+                    text: e.to_string(),
+                });
+                return machine(args, &result);
+            }
             ExitCode::FAILURE
         })?;
     Ok((
