@@ -796,4 +796,62 @@ mod tests {
             "a page past the end shows the last"
         );
     }
+
+    /// Issue 34: the fleet's rollout kept in etcd and the recent generations, escaped (a NACK
+    /// text and a replica's name come from outside).
+    #[test]
+    fn the_fleet_rollout_and_the_recent_generations_are_shown() {
+        let mut status = fleet(1);
+        status.fleet = Some(crate::admin::FleetStatus {
+            replica: "edge-7d9f-1".into(),
+            promoted: Some(7),
+            promoted_at: "2026-12-03T15:31:20.230Z".into(),
+            promoted_by: "1 canaries".into(),
+            candidate: Some(16),
+            state: Some("HALTED".into()),
+            reason: Some("canary <b> rejected CDS".into()),
+            aborted: None,
+            replicas: vec![crate::admin::ReplicaVerdict {
+                replica: "canary-5c2a-1".into(),
+                current: true,
+                canaries: 1,
+                synced: 0,
+                nacked: Some("canary-1 rejected CDS: <bad>".into()),
+            }],
+        });
+        status.history = vec![crate::history::Entry {
+            generation: 3,
+            at: "t".into(),
+            revision: Some(16),
+            files: vec!["change etcd:/sy/a.yaml".into()],
+            changed: vec!["CDS a".into()],
+            counts: [0, 1, 0],
+            nacked: 1,
+            ..Default::default()
+        }];
+        let html = render(&status, &PageQuery::default());
+        assert!(
+            html.contains("<p class=\"bad\">Fleet rollout (etcd): revision 7 promoted"),
+            "{html}"
+        );
+        assert!(
+            html.contains("revision 16 HALTED on the canaries"),
+            "{html}"
+        );
+        assert!(
+            html.contains("Halted: canary &lt;b&gt; rejected CDS"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<li>replica canary-5c2a-1: NACK: canary-1 rejected CDS: &lt;bad&gt;</li>"
+            ),
+            "{html}"
+        );
+        assert!(html.contains("<h2>Recent generations</h2>"), "{html}");
+        assert!(
+            html.contains("<td>3</td><td>t</td><td>16</td><td>change etcd:/sy/a.yaml</td><td>+0 ~1 -0: ~CDS a</td><td>0</td><td class=\"bad\">1</td>"),
+            "{html}"
+        );
+    }
 }

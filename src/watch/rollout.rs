@@ -403,8 +403,17 @@ impl Driver {
                 known.modified = modified;
                 true
             }
-            // Another replica wrote first: its state arrives on the watch.
-            Ok(None) => false,
+            // Another replica wrote first: its state arrives on the watch; read it now, so
+            // that the next try starts from it rather than writing against a stale one.
+            Ok(None) => {
+                if let Ok(held) = store::read(client, &self.url).await {
+                    if held.modified >= known.modified {
+                        known.shared = held.shared;
+                        known.modified = held.modified;
+                    }
+                }
+                false
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "Cannot write the fleet's rollout.");
                 false
