@@ -159,6 +159,18 @@ impl Reloader {
         self
     }
 
+    /// The fleet's rollout published the load of `revision` as `generation`: the last load's
+    /// report says so (it was handed over, not published, when it was made).
+    pub fn loaded_as(&self, revision: i64, generation: u64) {
+        self.last.send_if_modified(|last| match last.as_mut() {
+            Some(report) if report.ok() && report.revision == Some(revision) => {
+                report.generation = generation;
+                true
+            }
+            _ => false,
+        });
+    }
+
     /// Keep the history with the counts as they are now (`--state-dir`), at shutdown.
     pub fn save_history(&self) {
         self.history

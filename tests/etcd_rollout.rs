@@ -119,6 +119,19 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
     .await;
     assert_eq!(after.promoted_by, "1 canaries");
     edge.ack(&promoted, &[]).await;
+    // Promoted for the fleet: `switchyard status` on either replica says done (exit 0), not
+    // that the documents differ from what serves.
+    for (name, replica) in [("A", &a), ("B", &b)] {
+        let mut last = (None, String::new());
+        for _ in 0..100 {
+            last = replica.status_command(&[]);
+            if last.0 == Some(0) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(last.0, Some(0), "replica {name}: {}", last.1);
+    }
 
     // An edit the canary rejects: halted for the fleet; the edge never gets it.
     etcd.put("/sy/clusters.yaml", &eds_cluster("backend", "3s", 8080))

@@ -280,7 +280,7 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
             let _ = write!(html, ". Halted: {}", esc(reason));
         }
         html.push_str(".</p><ul>");
-        for r in &f.replicas {
+        for r in f.replicas.iter().filter(|_| f.candidate.is_some()) {
             let verdict = match (&r.nacked, r.current) {
                 (Some(nack), true) => format!("NACK: {nack}"),
                 (None, true) => format!("{} of {} canaries synced", r.synced, r.canaries),

@@ -269,7 +269,8 @@ fn fleet_text(status: &crate::admin::Status) -> String {
     if let Some(aborted) = f.aborted {
         let _ = writeln!(out, "  revision {aborted} was aborted");
     }
-    for r in &f.replicas {
+    // Verdicts are about a candidate: without one there is nothing to say.
+    for r in f.replicas.iter().filter(|_| f.candidate.is_some()) {
         let this = if r.replica == f.replica {
             " (this one)"
         } else {

@@ -458,6 +458,10 @@ impl Driver {
             Follow::Publish(mark) => {
                 let config = self.config_of(client, known, shared, &mark).await?;
                 let generation = self.reloader.publish_named(config, mark.revision);
+                // The load this replica made of the same content now serves.
+                if let Some(head) = known.pending.as_ref().filter(|h| h.version == mark.version) {
+                    self.reloader.loaded_as(head.revision, generation);
+                }
                 tracing::info!(
                     generation,
                     revision = mark.revision,
