@@ -163,7 +163,11 @@ impl Reloader {
     /// report says so (it was handed over, not published, when it was made).
     pub fn loaded_as(&self, revision: i64, generation: u64) {
         self.last.send_if_modified(|last| match last.as_mut() {
-            Some(report) if report.ok() && report.revision == Some(revision) => {
+            Some(report)
+                if report.ok()
+                    && report.revision == Some(revision)
+                    && report.generation != generation =>
+            {
                 report.generation = generation;
                 true
             }

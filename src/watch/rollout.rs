@@ -388,6 +388,17 @@ impl Driver {
             }
         }
         known.stuck = None;
+        // The last load this replica made serves (as published here, or read by another
+        // replica first): its report names the generation it serves as.
+        if let Some(head) = &known.pending {
+            let serving = self.cache.serving();
+            let generation = std::iter::once(&serving.stable)
+                .chain(serving.rollout.as_ref().map(|r| &r.candidate))
+                .find(|g| known.versions.get(&g.number) == Some(&head.version));
+            if let Some(generation) = generation {
+                self.reloader.loaded_as(head.revision, generation.number);
+            }
+        }
     }
 
     /// Write `next` over the state read; on success it is what is known.
@@ -458,10 +469,6 @@ impl Driver {
             Follow::Publish(mark) => {
                 let config = self.config_of(client, known, shared, &mark).await?;
                 let generation = self.reloader.publish_named(config, mark.revision);
-                // The load this replica made of the same content now serves.
-                if let Some(head) = known.pending.as_ref().filter(|h| h.version == mark.version) {
-                    self.reloader.loaded_as(head.revision, generation);
-                }
                 tracing::info!(
                     generation,
                     revision = mark.revision,
