@@ -117,7 +117,7 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
         s.candidate.is_none() && s.stable.revision > first.stable.revision
     })
     .await;
-    assert_eq!(after.promoted_by, "1 canaries");
+    assert_eq!(after.promoted_by, "1 canary and the bake");
     edge.ack(&promoted, &[]).await;
     // Promoted for the fleet: `switchyard status` on either replica says done (exit 0), not
     // that the documents differ from what serves.

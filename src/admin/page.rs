@@ -806,7 +806,7 @@ mod tests {
             replica: "edge-7d9f-1".into(),
             promoted: Some(7),
             promoted_at: "2026-12-03T15:31:20.230Z".into(),
-            promoted_by: "1 canaries".into(),
+            promoted_by: "1 canary and the bake".into(),
             candidate: Some(16),
             state: Some("HALTED".into()),
             reason: Some("canary <b> rejected CDS".into()),

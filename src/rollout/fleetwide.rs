@@ -186,7 +186,11 @@ pub fn step(
     match decide(&phase, seen, now, bake) {
         Decision::Stay => None,
         Decision::Promote => {
-            let next = promoted(shared, now_ms, format!("{} canaries", seen.canaries))?;
+            let canaries = match seen.canaries {
+                1 => "1 canary".to_string(),
+                n => format!("{n} canaries"),
+            };
+            let next = promoted(shared, now_ms, format!("{canaries} and the bake"))?;
             Some((next, Stepped::Promoted))
         }
         Decision::Enter(phase) => {
