@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster as ClusterProto;
 use prost::Message;
 use support::envoy::{eventually, free_port, Switchyard};
 use support::etcd::EtcdCluster;
-use support::{node, write, XdsClient};
+use support::{write, XdsClient};
 use switchyard::resource::ResourceType::Cluster;
 
 fn cluster(name: &str, seconds: u32) -> String {
@@ -103,13 +103,7 @@ async fn held(etcd: &EtcdCluster) -> (i64, i64) {
 
 /// A CDS client that ACKs everything; every response must hold both clusters agreeing.
 async fn subscriber(server: &Switchyard) -> XdsClient {
-    let channel =
-        tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", server.port))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect");
-    let mut client = XdsClient::ads(channel, node("edge-1", "test")).await;
+    let mut client = server.ads("edge-1").await;
     client.subscribe(Cluster, &[]).await;
     client
 }

@@ -8,9 +8,9 @@ mod support;
 
 use std::time::Duration;
 
+use support::eds_cluster;
 use support::envoy::{free_port, Switchyard};
 use support::etcd::Etcd;
-use support::{eds_cluster, node, XdsClient};
 use switchyard::resource::ResourceType::Cluster;
 use switchyard::rollout::fleetwide::{Shared, SharedPhase};
 
@@ -26,16 +26,6 @@ async fn replica(url: &str, dir: &std::path::Path, name: &str) -> Switchyard {
         &["--canary-id", "canary-*", "--rollout-bake", BAKE],
     )
     .await
-}
-
-async fn client(server: &Switchyard, id: &str) -> XdsClient {
-    let channel =
-        tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", server.port))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect");
-    XdsClient::ads(channel, node(id, "test")).await
 }
 
 /// The rollout's state as etcd holds it.
@@ -85,8 +75,8 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
     let first = until_state(&etcd, "was written", |s| s.candidate.is_none()).await;
     assert_eq!(first.promoted_by, "the first load");
 
-    let mut canary = client(&a, "canary-1").await;
-    let mut edge = client(&b, "edge-1").await;
+    let mut canary = a.ads("canary-1").await;
+    let mut edge = b.ads("edge-1").await;
     let mut versions = Vec::new();
     for c in [&mut canary, &mut edge] {
         c.subscribe(Cluster, &[]).await;
@@ -176,7 +166,7 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
     // kill -9 of B mid-rollout, and a restart: the edge is served the promoted generation.
     b.process.kill();
     let b = replica(&url, dir.path(), "b2").await;
-    let mut edge = client(&b, "edge-1").await;
+    let mut edge = b.ads("edge-1").await;
     edge.subscribe(Cluster, &[]).await;
     let again = edge.recv_type(Cluster).await;
     assert_eq!(

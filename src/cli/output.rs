@@ -137,19 +137,27 @@ pub struct Finding {
 const ENVOY_SAYS: &str = "Envoy would reject it with: ";
 
 impl Finding {
-    /// A load error (`error`) or warning (`warning`).
-    pub fn of(e: &ConfigError, severity: &'static str) -> Finding {
-        let mut f = Finding {
-            severity,
+    /// An error in nothing's words but its own (no file, resource or field).
+    pub fn error(message: String) -> Finding {
+        Finding {
+            severity: "error",
             file: None,
             line: None,
             column: None,
             node_group: None,
             resource: None,
             field: None,
-            message: e.to_string(),
+            text: message.clone(),
+            message,
             envoy: None,
-            text: e.to_string(),
+        }
+    }
+
+    /// A load error (`error`) or warning (`warning`).
+    pub fn of(e: &ConfigError, severity: &'static str) -> Finding {
+        let mut f = Finding {
+            severity,
+            ..Finding::error(e.to_string())
         };
         match e {
             ConfigError::Resource {

@@ -99,18 +99,7 @@ fn load(
             } else {
                 let mut result = Validation::new(0, 0);
                 result.ok = false;
-                result.findings.push(Finding {
-                    severity: "error",
-                    file: None,
-                    line: None,
-                    column: None,
-                    node_group: None,
-                    resource: None,
-                    field: None,
-                    message: e.to_string(),
-                    envoy: None,
-                    text: e.to_string(),
-                });
+                result.findings.push(Finding::error(e.to_string()));
                 return machine(args, &result);
             }
             ExitCode::FAILURE

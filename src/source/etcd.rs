@@ -172,15 +172,7 @@ pub struct ReadAt {
 
 /// The guard key's last modification (0: none).
 pub async fn guard_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64, SourceError> {
-    let response =
-        client
-            .get(guard_key(url), None)
-            .await
-            .map_err(|e| SourceError::Unavailable {
-                url: url.display(),
-                message: format!("cannot read {}: {e}", guard_key(url)),
-            })?;
-    Ok(response.kvs().first().map_or(0, |kv| kv.mod_revision()))
+    Ok(guarded_by(client, url).await?.1)
 }
 
 /// What a write decides from: every document, and the revisions its guard compares. Read

@@ -319,6 +319,17 @@ impl Switchyard {
         }
     }
 
+    /// An ADS client of this server for node `id` (node.cluster "test").
+    pub async fn ads(&self, id: &str) -> super::XdsClient {
+        let channel =
+            tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", self.port))
+                .expect("uri")
+                .connect()
+                .await
+                .expect("connect");
+        super::XdsClient::ads(channel, super::node(id, "test")).await
+    }
+
     /// `GET /status` from the admin API, parsed.
     pub async fn status(&self) -> Option<switchyard::admin::Status> {
         let url = format!("http://127.0.0.1:{}/status", self.admin_port);

@@ -221,6 +221,30 @@ fn random_schedules_never_serve_an_edge_node_an_unvetted_generation() {
     }
 }
 
+/// A replica's cache after `steps` (as the driver takes them: a publication over nothing
+/// serves every node, a later one is the candidate).
+fn apply(local: &Local, steps: Vec<Follow>) -> Local {
+    let mut next = local.clone();
+    for step in steps {
+        match step {
+            Follow::Publish(m) if next.stable.is_empty() => next.stable = m.version,
+            Follow::Publish(m) => next.candidate = Some((m.version, "CANARY")),
+            Follow::Promote => {
+                if let Some((v, _)) = next.candidate.take() {
+                    next.stable = v;
+                }
+            }
+            Follow::Abort => next.candidate = None,
+            Follow::Phase(p) => {
+                if let Some(c) = next.candidate.as_mut() {
+                    c.1 = p.name();
+                }
+            }
+        }
+    }
+    next
+}
+
 struct Replica {
     /// What its cache serves (None: not started yet).
     local: Option<Local>,
@@ -323,27 +347,7 @@ fn run_schedule(seed: u64) -> (usize, usize) {
                     stable: String::new(),
                     candidate: None,
                 });
-                let mut next = local.clone();
-                let started = r.local.is_some();
-                for step in follow(&local, shared, now, now_ms) {
-                    match step {
-                        Follow::Publish(m) if !started && next.stable.is_empty() => {
-                            next.stable = m.version
-                        }
-                        Follow::Publish(m) => next.candidate = Some((m.version, "CANARY")),
-                        Follow::Promote => {
-                            if let Some((v, _)) = next.candidate.take() {
-                                next.stable = v;
-                            }
-                        }
-                        Follow::Abort => next.candidate = None,
-                        Follow::Phase(p) => {
-                            if let Some(c) = next.candidate.as_mut() {
-                                c.1 = p.name();
-                            }
-                        }
-                    }
-                }
+                let next = apply(&local, follow(&local, shared, now, now_ms));
                 r.local = Some(next);
             }
             // A replica reports its canaries' verdict, and takes a step if one is due.
@@ -434,23 +438,7 @@ fn run_schedule(seed: u64) -> (usize, usize) {
         let Some(local) = r.local.clone() else {
             continue;
         };
-        let mut next = local.clone();
-        for step in follow(&local, shared, base, now_ms) {
-            match step {
-                Follow::Publish(m) => next.candidate = Some((m.version, "CANARY")),
-                Follow::Promote => {
-                    if let Some((v, _)) = next.candidate.take() {
-                        next.stable = v;
-                    }
-                }
-                Follow::Abort => next.candidate = None,
-                Follow::Phase(p) => {
-                    if let Some(c) = next.candidate.as_mut() {
-                        c.1 = p.name();
-                    }
-                }
-            }
-        }
+        let next = apply(&local, follow(&local, shared, base, now_ms));
         assert_eq!(
             (
                 next.stable.as_str(),
