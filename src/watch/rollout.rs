@@ -35,6 +35,8 @@ const KEEP_ALIVE: Duration = Duration::from_secs(3);
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(10);
+/// How long an operator's promote or abort waits for the driver.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// What a replica knows of the fleet's rollout, for `/status` and the page.
 #[derive(Clone, Debug, Default)]
@@ -51,6 +53,8 @@ pub struct FleetView {
 struct Command {
     promote: bool,
     reply: oneshot::Sender<Result<String, String>>,
+    /// Past this the operator was told it timed out: it is dropped, not done late.
+    deadline: tokio::time::Instant,
 }
 
 /// The admin API's way to the fleet's rollout.
@@ -64,14 +68,32 @@ impl FleetRollout {
     /// Promote (every node gets the candidate) or abort, for the whole fleet: a message for
     /// the operator, or why not.
     pub async fn end(&self, promote: bool) -> Result<String, String> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command { promote, reply })
+        let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
+        let ask = async {
+            let (reply, answer) = oneshot::channel();
+            self.commands
+                .send(Command {
+                    promote,
+                    reply,
+                    deadline,
+                })
+                .await
+                .map_err(|_| "the rollout driver has stopped".to_string())?;
+            answer
+                .await
+                .map_err(|_| "the rollout driver has stopped".to_string())?
+        };
+        // While etcd does not answer, the driver is reconnecting: say so rather than hang.
+        tokio::time::timeout_at(deadline, ask)
             .await
-            .map_err(|_| "the rollout driver has stopped".to_string())?;
-        answer
-            .await
-            .map_err(|_| "the rollout driver has stopped".to_string())?
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "the fleet's rollout did not answer within {}s (etcd may not answer); the \
+                     request is dropped unless it was already being written: look at \
+                     `switchyard rollout status` before trying again",
+                    COMMAND_TIMEOUT.as_secs()
+                ))
+            })
     }
 
     /// What this replica knows of the fleet's rollout.
@@ -239,8 +261,12 @@ impl Driver {
                     }
                     command = commands.recv() => {
                         let Some(command) = command else { return };
-                        let answer = self.end(&mut client, &mut known, command.promote).await;
-                        let _ = command.reply.send(answer);
+                        // One the operator was told timed out (asked while etcd was away) is
+                        // not done late.
+                        if tokio::time::Instant::now() < command.deadline {
+                            let answer = self.end(&mut client, &mut known, command.promote).await;
+                            let _ = command.reply.send(answer);
+                        }
                     }
                     _ = tick.tick() => {
                         if renewed.elapsed() >= KEEP_ALIVE {
