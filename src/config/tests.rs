@@ -1524,3 +1524,46 @@ fn documents_load_as_the_files_they_would_be() {
         "{big}"
     );
 }
+
+/// Each resource's redacted forms are made at load: a private key is hidden from proxies and
+/// operators; a key named by path, and a resource with nothing sensitive, keep one form for
+/// all. (config::redact's tests cover the fields hidden from operators only.)
+#[test]
+fn redacted_forms_are_made_once_at_load_for_proxies_and_operators() {
+    use crate::resource::Secrets;
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        "s.yaml",
+        "secrets:\n  - name: key\n    tls_certificate:\n      private_key: { inline_string: \"-----BEGIN PRIVATE KEY-----\\nAAAA\\n-----END PRIVATE KEY-----\\n\" }\n  - name: path\n    tls_certificate:\n      private_key: { filename: /etc/key.pem }\nclusters:\n  - name: plain\n    connect_timeout: 1s\n",
+    );
+    let config = load_dir(dir.path()).expect("loads");
+    let by_name = |name: &str| {
+        config.files[0]
+            .resources
+            .iter()
+            .find(|r| r.name == name)
+            .cloned()
+            .expect("resource")
+    };
+    let key = by_name("key");
+    assert!(key.has_private_material());
+    assert_ne!(
+        key.body_for(Secrets::Redact),
+        &key.body,
+        "hidden from proxies"
+    );
+    assert_ne!(
+        key.body_shown(Secrets::Redact),
+        &key.body,
+        "hidden from operators"
+    );
+    assert_eq!(key.body_for(Secrets::Serve), &key.body);
+    // A path names where the key is on the proxy's host: nothing to hide.
+    for name in ["path", "plain"] {
+        let r = by_name(name);
+        assert!(!r.has_private_material(), "{name}");
+        assert_eq!(r.body_for(Secrets::Redact), &r.body, "{name}");
+        assert_eq!(r.body_shown(Secrets::Redact), &r.body, "{name}");
+    }
+}
