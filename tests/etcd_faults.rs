@@ -128,6 +128,32 @@ async fn until_served(client: &mut XdsClient, seconds: i64) {
     }
 }
 
+/// The documents of apply 1 written through `url`, and a replica serving `replica_url` with
+/// a client synced on them: the snapshot directory, the replica and its client.
+async fn serving(
+    dir: &Path,
+    url: &str,
+    replica_url: &str,
+) -> (std::path::PathBuf, Switchyard, XdsClient) {
+    let snap = dir.join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    stage(&snap, 1);
+    let (code, out) = apply(&snap, url);
+    assert_eq!(code, Some(0), "{out}");
+    let logs = dir.join("replica");
+    std::fs::create_dir(&logs).expect("mkdir");
+    let server = Switchyard::start_serving(
+        &["--source", replica_url],
+        &logs,
+        (free_port(), free_port()),
+        &[],
+    )
+    .await;
+    let mut client = subscriber(&server).await;
+    until_served(&mut client, 1).await;
+    (snap, server, client)
+}
+
 /// A small seeded generator (the seed is printed so a failure can be replayed).
 struct Seeded(u64);
 
@@ -156,18 +182,7 @@ async fn the_leader_killed_or_every_member_down_loses_nothing_and_applies_nothin
     let dir = tempfile::tempdir().expect("tmp");
     let mut etcd = EtcdCluster::start(dir.path()).await;
     let url = format!("etcd://{}/sy", etcd.endpoints());
-    let snap = dir.path().join("snap");
-    std::fs::create_dir(&snap).expect("mkdir");
-    stage(&snap, 1);
-    let (code, out) = apply(&snap, &url);
-    assert_eq!(code, Some(0), "{out}");
-    let logs = dir.path().join("replica");
-    std::fs::create_dir(&logs).expect("mkdir");
-    let server =
-        Switchyard::start_serving(&["--source", &url], &logs, (free_port(), free_port()), &[])
-            .await;
-    let mut client = subscriber(&server).await;
-    until_served(&mut client, 1).await;
+    let (snap, server, mut client) = serving(dir.path(), &url, &url).await;
 
     // The leader killed while serving: serving goes on, an apply through the other two
     // members lands and is served, and the member comes back.
@@ -262,22 +277,7 @@ async fn a_compaction_past_the_watch_reads_again_and_resends_nothing() {
     // The replica knows member m1 only; applies go through all three.
     let url_m1 = format!("etcd://{}/sy", etcd.endpoint(0));
     let url = format!("etcd://{}/sy", etcd.endpoints());
-    let snap = dir.path().join("snap");
-    std::fs::create_dir(&snap).expect("mkdir");
-    stage(&snap, 1);
-    let (code, out) = apply(&snap, &url);
-    assert_eq!(code, Some(0), "{out}");
-    let logs = dir.path().join("replica");
-    std::fs::create_dir(&logs).expect("mkdir");
-    let server = Switchyard::start_serving(
-        &["--source", &url_m1],
-        &logs,
-        (free_port(), free_port()),
-        &[],
-    )
-    .await;
-    let mut client = subscriber(&server).await;
-    until_served(&mut client, 1).await;
+    let (snap, server, mut client) = serving(dir.path(), &url, &url_m1).await;
     let generation = server.status().await.expect("status").generation;
 
     etcd.kill(0);

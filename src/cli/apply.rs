@@ -239,15 +239,14 @@ pub(super) fn run_rollback(args: &RollbackArgs) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let timeout = args.write.source_timeout;
-    let then = rt.block_on(async {
-        let mut client = etcd::connect(&url, &access, timeout).await?;
-        tokio::time::timeout(
+    let then = rt
+        .block_on(etcd::connect_and_read(
+            &url,
+            &access,
+            Some(args.revision),
             timeout,
-            etcd::read_at(&mut client, &url, Some(args.revision)),
-        )
-        .await
-        .map_err(|_| unanswered(&url, timeout))?
-    });
+        ))
+        .map(|(_, snapshot)| snapshot);
     let then = match then {
         Ok(then) => then,
         Err(e) => {
@@ -391,13 +390,6 @@ fn write_documents(
     }
 }
 
-fn unanswered(url: &EtcdUrl, timeout: Duration) -> crate::source::SourceError {
-    crate::source::SourceError::Unavailable {
-        url: url.display(),
-        message: format!("no answer within {}", humantime::format_duration(timeout)),
-    }
-}
-
 pub(super) fn run_export(args: &ExportArgs) -> ExitCode {
     let (url, access) = match reach(&args.source, &args.etcd) {
         Ok(reached) => reached,
@@ -414,12 +406,9 @@ pub(super) fn run_export(args: &ExportArgs) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let timeout = args.source_timeout;
-    let held = rt.block_on(async {
-        let mut client = etcd::connect(&url, &access, timeout).await?;
-        tokio::time::timeout(timeout, etcd::read(&mut client, &url))
-            .await
-            .map_err(|_| unanswered(&url, timeout))?
-    });
+    let held = rt
+        .block_on(etcd::connect_and_read(&url, &access, None, timeout))
+        .map(|(_, snapshot)| snapshot);
     let held = match held {
         Ok(held) => held,
         Err(e) => {

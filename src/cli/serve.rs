@@ -443,19 +443,10 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
                 .etcd
                 .access()
                 .map_err(|e| Failure::Usage(anyhow::anyhow!(e)))?;
-            let mut client = crate::source::etcd::connect(&url, &access, timeout)
-                .await
-                .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?;
-            let first = tokio::time::timeout(timeout, crate::source::etcd::read(&mut client, &url))
-                .await
-                .map_err(|_| {
-                    Failure::Usage(anyhow::anyhow!(
-                        "{}: no answer within {}; not starting",
-                        url.display(),
-                        humantime::format_duration(timeout)
-                    ))
-                })?
-                .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?;
+            let (mut client, first) =
+                crate::source::etcd::connect_and_read(&url, &access, None, timeout)
+                    .await
+                    .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?;
             tracing::info!(source = %url.display(), revision = first.revision, documents = first.documents.len(), "Read the snapshot documents from etcd.");
             // With canaries, the rollout is the fleet's, kept in etcd beside the documents.
             let fleet = match rollout {

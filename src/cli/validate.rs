@@ -78,20 +78,10 @@ fn load(
         ExitCode::from(EXIT_USAGE)
     })?;
     let snapshot = runtime
-        .block_on(async {
-            let mut client = crate::source::etcd::connect(&url, &access, timeout).await?;
-            tokio::time::timeout(timeout, crate::source::etcd::read(&mut client, &url))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(crate::source::SourceError::Unavailable {
-                        url: url.display(),
-                        message: format!(
-                            "no answer within {}",
-                            humantime::format_duration(timeout)
-                        ),
-                    })
-                })
-        })
+        .block_on(crate::source::etcd::connect_and_read(
+            &url, &access, None, timeout,
+        ))
+        .map(|(_, snapshot)| snapshot)
         .map_err(|e| {
             // CI reading --output json gets a document saying why, as for a bad file.
             if args.output == Format::Text {

@@ -84,6 +84,25 @@ pub fn watcher(client: &Client) -> etcd_client::WatchClient {
         .max_decoding_message_size(MAX_READ_BYTES)
 }
 
+/// Connect and read every document under the prefix at `revision` (the latest: `None`),
+/// each bounded by `timeout`: what every command that reads a prefix once does first. The
+/// client is returned for what comes next.
+pub async fn connect_and_read(
+    url: &EtcdUrl,
+    access: &Access,
+    revision: Option<i64>,
+    timeout: Duration,
+) -> Result<(Client, Snapshot), SourceError> {
+    let mut client = connect(url, access, timeout).await?;
+    let snapshot = tokio::time::timeout(timeout, read_at(&mut client, url, revision))
+        .await
+        .map_err(|_| SourceError::Unavailable {
+            url: url.display(),
+            message: format!("no answer within {}", humantime::format_duration(timeout)),
+        })??;
+    Ok((client, snapshot))
+}
+
 /// Every document under the prefix, read at one revision (the latest).
 pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Snapshot, SourceError> {
     read_at(client, url, None).await
