@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
+use crate::config::{Config, SnapshotFile};
 
 /// How many generations are kept (their ACKs are counted as long).
 pub const KEPT: usize = crate::fleet::TALLIED;
@@ -57,55 +57,66 @@ impl Entry {
             version: new.content_version(),
             ..Entry::default()
         };
-        let digests = |c: &Config| -> BTreeMap<String, String> {
-            c.files
-                .iter()
-                .map(|f| (f.path.display().to_string(), f.digest().to_string()))
-                .collect()
+        // Files by path, with their digest (of their selector's resources): only those that
+        // differ are looked into, so a publication costs what it changed, not the snapshot.
+        fn files(c: &Config) -> BTreeMap<&std::path::Path, &SnapshotFile> {
+            c.files.iter().map(|f| (f.path.as_path(), f)).collect()
+        }
+        let (before, after) = (files(old), files(new));
+        let same = |a: &SnapshotFile, b: &SnapshotFile| {
+            a.digest() == b.digest() && a.selector == b.selector
         };
-        let (before, after) = (digests(old), digests(new));
-        for (path, digest) in &after {
+        let mut touched: [Vec<&SnapshotFile>; 2] = [Vec::new(), Vec::new()];
+        for (path, file) in &after {
             match before.get(path) {
-                None => entry.files.push(format!("add {path}")),
-                Some(d) if d != digest => entry.files.push(format!("change {path}")),
-                Some(_) => {}
+                None => entry.files.push(format!("add {}", path.display())),
+                Some(was) if !same(was, file) => {
+                    entry.files.push(format!("change {}", path.display()));
+                    touched[0].push(was);
+                }
+                Some(_) => continue,
             }
+            touched[1].push(file);
         }
-        for path in before.keys().filter(|p| !after.contains_key(*p)) {
-            entry.files.push(format!("delete {path}"));
+        for (path, was) in before.iter().filter(|(p, _)| !after.contains_key(*p)) {
+            entry.files.push(format!("delete {}", path.display()));
+            touched[0].push(was);
         }
-        // Resources by node group, type and name: their versions are content hashes.
-        let resources = |c: &Config| -> BTreeMap<(String, String), String> {
-            c.files
-                .iter()
-                .flat_map(|f| {
-                    let group = format!("{:?}", f.selector);
-                    f.resources.iter().map(move |r| {
-                        (
-                            (group.clone(), format!("{} {}", r.kind.short_name(), r.name)),
-                            r.version.clone(),
-                        )
-                    })
-                })
-                .collect()
+        // Their resources by node group, type and name: versions are content hashes, so a
+        // resource moved between two of them is not a change.
+        let resources = |files: &[&SnapshotFile]| {
+            let mut by: BTreeMap<(String, &'static str, String), String> = BTreeMap::new();
+            for f in files {
+                let group = format!("{:?}", f.selector);
+                for r in &f.resources {
+                    by.insert(
+                        (group.clone(), r.kind.short_name(), r.name.clone()),
+                        r.version.clone(),
+                    );
+                }
+            }
+            by
         };
-        let (before, after) = (resources(old), resources(new));
-        let note = |list: &mut Vec<String>, count: &mut usize, name: &str| {
+        let (before, after) = (resources(&touched[0]), resources(&touched[1]));
+        let note = |list: &mut Vec<String>,
+                    count: &mut usize,
+                    (_, kind, name): &(String, &str, String)| {
             *count += 1;
-            if list.len() < NAMES && !list.iter().any(|n| n == name) {
-                list.push(name.to_string());
+            let name = format!("{kind} {name}");
+            if list.len() < NAMES && !list.contains(&name) {
+                list.push(name);
             }
         };
         let [added, changed, removed] = &mut entry.counts;
         for (key, version) in &after {
             match before.get(key) {
-                None => note(&mut entry.added, added, &key.1),
-                Some(v) if v != version => note(&mut entry.changed, changed, &key.1),
+                None => note(&mut entry.added, added, key),
+                Some(v) if v != version => note(&mut entry.changed, changed, key),
                 Some(_) => {}
             }
         }
         for key in before.keys().filter(|k| !after.contains_key(*k)) {
-            note(&mut entry.removed, removed, &key.1);
+            note(&mut entry.removed, removed, key);
         }
         entry
     }

@@ -43,6 +43,20 @@ fn an_entry_names_the_files_and_resources_that_changed() {
         )
     );
     assert_eq!((entry.generation, entry.revision), (7, Some(42)));
+    // A resource moved from one file to another (for the same nodes) is not a change.
+    let moved = config(&[
+        (
+            "a.yaml",
+            &format!(
+                "{}  - name: b\n    connect_timeout: 1s\n",
+                cluster("a", "1s")
+            ),
+        ),
+        ("b.yaml", "clusters: []\n"),
+    ]);
+    let shuffled = Entry::of(&old, &moved, 8, None);
+    assert_eq!(shuffled.files, ["change a.yaml", "change b.yaml"]);
+    assert_eq!(shuffled.counts, [0, 0, 0], "{shuffled:?}");
     assert_eq!(entry.version, new.content_version());
 }
 
