@@ -15,6 +15,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use envoy_types::pb::google::protobuf::Any;
 
+pub mod envoy;
 pub mod xdstp;
 
 /// Prefix of every type URL.
@@ -60,14 +61,20 @@ pub struct TypeFacts {
     pub delta_method: &'static str,
     /// Position in [`ResourceType::SEND_ORDER`].
     pub send_rank: usize,
-    /// Rule P10: responses carry the client's whole set of the type, so a resource left out
-    /// of one is deleted (LDS, CDS).
-    pub full_state: bool,
+    /// Rule P10: SotW responses to a subscription by name carry every name asked for, so a
+    /// resource left out of one is deleted (LDS, CDS: gRPC's xDS client takes a listener or
+    /// cluster it asked for and did not get as deleted). A subscription by wildcard gets the
+    /// whole set of any type ([`ResourceType::sotw_whole`]).
+    pub whole_when_named: bool,
+    /// What Envoy 1.40 does with the type: how it subscribes, over which transports, what it
+    /// does with a name it no longer gets (`resource::envoy`, docs/protocol.md).
+    pub envoy: &'static envoy::EnvoyFacts,
 }
 
 macro_rules! facts {
     ($kind:ident, $message:literal, $file_key:literal, $short:literal, $name_field:literal,
-     $rest:expr, $service:literal, $sotw:expr, $delta:literal, $rank:literal, $full:literal) => {
+     $rest:expr, $service:literal, $sotw:expr, $delta:literal, $rank:literal, $full:literal,
+     $envoy:ident) => {
         TypeFacts {
             kind: ResourceType::$kind,
             message: $message,
@@ -80,7 +87,8 @@ macro_rules! facts {
             sotw_method: $sotw,
             delta_method: $delta,
             send_rank: $rank,
-            full_state: $full,
+            whole_when_named: $full,
+            envoy: &envoy::$envoy,
         }
     };
 }
@@ -92,40 +100,40 @@ macro_rules! facts {
 const TYPES: [TypeFacts; 10] = [
     facts!(Cluster, "envoy.config.cluster.v3.Cluster", "clusters", "CDS", "name",
         Some("discovery:clusters"), "envoy.service.cluster.v3.ClusterDiscoveryService",
-        Some("StreamClusters"), "DeltaClusters", 1, true),
+        Some("StreamClusters"), "DeltaClusters", 1, true, CDS),
     facts!(Endpoint, "envoy.config.endpoint.v3.ClusterLoadAssignment", "endpoints", "EDS",
         "cluster_name", Some("discovery:endpoints"),
         "envoy.service.endpoint.v3.EndpointDiscoveryService", Some("StreamEndpoints"),
-        "DeltaEndpoints", 2, false),
+        "DeltaEndpoints", 2, false, EDS),
     facts!(Listener, "envoy.config.listener.v3.Listener", "listeners", "LDS", "name",
         Some("discovery:listeners"), "envoy.service.listener.v3.ListenerDiscoveryService",
-        Some("StreamListeners"), "DeltaListeners", 4, true),
+        Some("StreamListeners"), "DeltaListeners", 4, true, LDS),
     facts!(Route, "envoy.config.route.v3.RouteConfiguration", "routes", "RDS", "name",
         Some("discovery:routes"), "envoy.service.route.v3.RouteDiscoveryService",
-        Some("StreamRoutes"), "DeltaRoutes", 5, false),
+        Some("StreamRoutes"), "DeltaRoutes", 5, false, RDS),
     facts!(ScopedRoute, "envoy.config.route.v3.ScopedRouteConfiguration", "scoped_routes",
         "SRDS", "name", Some("discovery:scoped-routes"),
         "envoy.service.route.v3.ScopedRoutesDiscoveryService", Some("StreamScopedRoutes"),
-        "DeltaScopedRoutes", 6, false),
+        "DeltaScopedRoutes", 6, false, SRDS),
     // VHDS exists only as a delta service (P24), and has no REST API.
     facts!(VirtualHost, "envoy.config.route.v3.VirtualHost", "virtual_hosts", "VHDS", "name",
         None, "envoy.service.route.v3.VirtualHostDiscoveryService", None, "DeltaVirtualHosts",
-        7, false),
+        7, false, VHDS),
     facts!(Secret, "envoy.extensions.transport_sockets.tls.v3.Secret", "secrets", "SDS",
         "name", Some("discovery:secrets"), "envoy.service.secret.v3.SecretDiscoveryService",
-        Some("StreamSecrets"), "DeltaSecrets", 0, false),
+        Some("StreamSecrets"), "DeltaSecrets", 0, false, SDS),
     facts!(Runtime, "envoy.service.runtime.v3.Runtime", "runtimes", "RTDS", "name",
         Some("discovery:runtime"), "envoy.service.runtime.v3.RuntimeDiscoveryService",
-        Some("StreamRuntime"), "DeltaRuntime", 9, false),
+        Some("StreamRuntime"), "DeltaRuntime", 9, false, RTDS),
     facts!(ExtensionConfig, "envoy.config.core.v3.TypedExtensionConfig", "extension_configs",
         "ECDS", "name", Some("discovery:extension_configs"),
         "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
-        Some("StreamExtensionConfigs"), "DeltaExtensionConfigs", 8, false),
+        Some("StreamExtensionConfigs"), "DeltaExtensionConfigs", 8, false, ECDS),
     // LEDS (P34): delta only, no REST API. An LbEndpoint has no name field: its name, an
     // xdstp URL, is Switchyard's key `name` beside its fields in a snapshot file.
     facts!(LbEndpoint, "envoy.config.endpoint.v3.LbEndpoint", "lb_endpoints", "LEDS", "name",
         None, "envoy.service.endpoint.v3.LocalityEndpointDiscoveryService", None,
-        "DeltaLocalityEndpoints", 3, false),
+        "DeltaLocalityEndpoints", 3, false, LEDS),
 ];
 
 impl ResourceType {
@@ -192,10 +200,20 @@ impl ResourceType {
         self.facts().name_field
     }
 
-    /// Rule P10: LDS and CDS responses carry the client's whole set of that type, so a
-    /// resource left out of a response is deleted.
-    pub fn is_full_state(self) -> bool {
-        self.facts().full_state
+    /// Rule P10, P14: whether a SotW response of this type carries the client's whole set
+    /// (so a resource left out of it is deleted), for a client that subscribes by wildcard
+    /// (`wildcard`) or by name. What counts is how the client subscribed: Envoy takes every
+    /// response to a wildcard watch as the whole set, whatever the type (CDS, LDS, SRDS:
+    /// docs/protocol.md, "What Envoy does with each type"); by name, only LDS and CDS are
+    /// whole ([`TypeFacts::whole_when_named`]).
+    pub fn sotw_whole(self, wildcard: bool) -> bool {
+        wildcard || self.facts().whole_when_named
+    }
+
+    /// What Envoy 1.40 does with this type (docs/protocol.md, "What Envoy does with each
+    /// type").
+    pub fn envoy(self) -> &'static envoy::EnvoyFacts {
+        self.facts().envoy
     }
 
     /// The type a REST-JSON polling path (`discovery:clusters`, ...) names.

@@ -422,14 +422,15 @@ pub struct Planner {
     /// While `target` is another, what it sent is pending: a newer snapshot does not go past
     /// it unless what goes first is safe over it ([`safe_over_pending`]).
     confirmed: Option<Arc<Snapshot>>,
-    /// Per full-state type (LDS, CDS) whose response is in flight, what that response brings
-    /// the client to: a newer target cannot go out on the type until the client answers, so
-    /// a plan made meanwhile starts from what the client may hold, not from a target it was
-    /// never sent (whose union with the next would keep, and later send, resources that no
-    /// snapshot has any more). A type not in flight is sent its target at once; and of the
-    /// types clients ask for by name, a resource no one names is never sent, so their
-    /// targets stand (a cluster's ClusterLoadAssignment with it). Only on ordered streams.
-    held: [Option<Arc<TypeSnapshot>>; 2],
+    /// Per type whose whole set is in flight (a response to a wildcard, or LDS and CDS: P10),
+    /// what that response brings the client to: a newer target cannot go out on the type
+    /// until the client answers, so a plan made meanwhile starts from what the client may
+    /// hold, not from a target it was never sent (whose union with the next would keep, and
+    /// later send, resources that no snapshot has any more). A type not in flight is sent its
+    /// target at once; and of what clients ask for by name, a resource no one names is never
+    /// sent, so those targets stand (a cluster's ClusterLoadAssignment with it). Only on
+    /// ordered streams; in [`ResourceType::ALL`] order.
+    held: [Option<Arc<TypeSnapshot>>; ResourceType::ALL.len()],
     /// The client came back from an earlier stream saying what it holds
     /// ([`Planner::handle_held`]): listeners and routes wait for its CDS request.
     reconnected: bool,
@@ -460,15 +461,6 @@ pub struct Planner {
     /// Per-type streams: what the node's other streams still refer to (removals of those
     /// wait).
     peer_references: Arc<BTreeSet<Reference>>,
-}
-
-/// The slot of a full-state type in [`Planner`]'s `held`.
-fn held_slot(kind: ResourceType) -> Option<usize> {
-    match kind {
-        Cluster => Some(0),
-        Listener => Some(1),
-        _ => None,
-    }
 }
 
 /// What the planner needs to know of the client to tell a step is done.
@@ -555,21 +547,20 @@ impl Planner {
         self.confirmed.as_ref().unwrap_or_else(|| nothing())
     }
 
-    /// A response of `kind` went out: it brings the client to what `kind` serves now.
-    pub fn sent(&mut self, kind: ResourceType) {
+    /// A response of `kind` went out: it brings the client to what `kind` serves now
+    /// (`whole`: it carried the client's whole set of the type, P10).
+    pub fn sent(&mut self, kind: ResourceType, whole: bool) {
         self.sent_any = true;
-        let (Some(target), Some(slot), true) = (&self.target, held_slot(kind), self.ordered) else {
+        let (Some(target), true, true) = (&self.target, whole, self.ordered) else {
             return;
         };
-        self.held[slot] = Some(Arc::clone(target.get(kind)));
+        self.held[kind.index()] = Some(Arc::clone(target.get(kind)));
     }
 
     /// The client answered the response of `kind` in flight (after the planner took in what
     /// the answer means).
     pub fn answered(&mut self, kind: ResourceType) {
-        if let Some(slot) = held_slot(kind) {
-            self.held[slot] = None;
-        }
+        self.held[kind.index()] = None;
     }
 
     /// What the client may hold: per type, what the response in flight brings it to, or
@@ -583,7 +574,7 @@ impl Planner {
             let held = if self.withholds(kind) {
                 Some(self.completed().get(kind))
             } else {
-                held_slot(kind).and_then(|slot| self.held[slot].as_ref())
+                self.held[kind.index()].as_ref()
             };
             held.filter(|h| {
                 let t = target.get(kind);

@@ -11,12 +11,17 @@
 //!
 //! TTLs (P26): for a client announcing `xds.config.resource-in-sotw` and TTL support,
 //! resources with a TTL go out wrapped in `Resource` with it, and are refreshed by sending
-//! them again (the whole set for LDS/CDS, where leaving one out would delete it) every third
-//! of the shortest TTL, on the client's pending request. Time enters only as `now`.
+//! them again (the whole set where a response is whole, since leaving one out would delete
+//! it) every third of the shortest TTL, on the client's pending request. Time enters only as
+//! `now`.
 //!
-//! LDS and CDS responses carry the client's whole set (P10). Other types carry only what the
-//! client lacks: resources new to it or changed, plus ClusterLoadAssignments due again for
-//! warming (P28); so one changed endpoint set sends one ClusterLoadAssignment, not all.
+//! A response is whole or partial by how the client subscribed, not by the type's name
+//! (P10, P14; [`ResourceType::sotw_whole`]): to a wildcard it carries the client's whole set
+//! of the type, whatever the type (Envoy takes every response to a wildcard watch as the
+//! whole set and drops what it leaves out: CDS, LDS, and SRDS too); to names, LDS and CDS
+//! carry every name asked for, and other types only what the client lacks: resources new to
+//! it or changed, plus ClusterLoadAssignments due again for warming (P28), so one changed
+//! endpoint set sends one ClusterLoadAssignment, not all.
 //!
 //! Must not: do IO or read a clock, or keep what the core keeps (nonces, ACK/NACK, the plan).
 
@@ -121,16 +126,17 @@ impl TypeState {
     }
 
     /// What the latest response brought the client, each with what it had of that name
-    /// before: what it added or changed, or (`whole`, for LDS/CDS, whose responses carry the
-    /// whole set) everything in it. Only asked for on a NACK, or on an ACK while the client
-    /// has rejected resources.
+    /// before: what it added or changed, or (`whole`, where the response carried the whole
+    /// set) everything in it. Only asked for on a NACK, or on an ACK while the client has
+    /// rejected resources.
     fn brought(&self, kind: ResourceType, whole: bool) -> Vec<(Arc<Resource>, Previous)> {
         let Some(given) = &self.given else {
             return Vec::new();
         };
         let now = given.subscription.select(&given.snapshot);
+        let whole = whole && kind.sotw_whole(given.subscription.is_wildcard());
         let brought = match &self.prev_given {
-            Some(prev) if !(whole && kind.is_full_state()) => prev.lacks(&now.resources, |_| false),
+            Some(prev) if !whole => prev.lacks(&now.resources, |_| false),
             _ => now.resources.iter().collect(),
         };
         let previous = |name: &str| match &self.prev_given {
@@ -239,7 +245,8 @@ impl Flavor for Sotw {
         repeat: bool,
     ) -> bool {
         let st = &mut self.types[kind];
-        if !repeat && !kind.is_full_state() {
+        // A client whose responses are whole gets every name it asks for again anyway.
+        if !repeat && !kind.sotw_whole(false) {
             st.forget_dropped(&request.resource_names);
         }
         let nonce = request.response_nonce;
@@ -310,6 +317,12 @@ impl Flavor for Sotw {
         self.respond_type(core, kind, target, now)
     }
 
+    /// A response to a wildcard is whole, of any type; to names, for LDS and CDS (P10).
+    fn sent_whole(&self, kind: ResourceType) -> bool {
+        let given = self.types.get(kind).and_then(|st| st.given.as_ref());
+        kind.sotw_whole(given.is_some_and(|g| g.subscription.is_wildcard()))
+    }
+
     /// When TTL'd resources are next due to be refreshed, if any. A type without a pending
     /// request has none: a refresh needs one, and the request is the next input anyway.
     fn poll_timeout(&self, _: &Core) -> Option<Instant> {
@@ -348,8 +361,9 @@ impl Flavor for Sotw {
             return;
         }
         // Named resources go again whole (see `respond_type`): what the client holds of them
-        // orders the update, and is not taken as given.
-        if kind.is_full_state() && st.subscription.is_wildcard() {
+        // orders the update, and is not taken as given. A wildcard holds the whole set, of
+        // any type (P10, P14).
+        if st.subscription.is_wildcard() {
             st.given = Some(Given::new(held, &st.subscription));
         }
         if let Some(version) = st.initial_version.clone() {
@@ -444,7 +458,10 @@ impl Sotw {
         };
         // Names the client has not been told do not exist: a response is due for them.
         let news = not_found.iter().any(|n| !core.told_not_found(kind, n));
-        let full_state = kind.is_full_state();
+        // P10, P14: a response to a wildcard is the whole set, whatever the type; to names,
+        // for LDS and CDS.
+        let wildcard = st.subscription.is_wildcard();
+        let whole = kind.sotw_whole(wildcard);
         // The ClusterLoadAssignments to send again (P28), in name order.
         let mut rewarm_names: Vec<&str> = st
             .rewarm
@@ -478,15 +495,14 @@ impl Sotw {
                 // only when a response goes out, or on a stream's first decision.
                 let version = selection.version.clone();
                 // P13: a client back on a new stream with the version of what it would get
-                // has it already: a wildcard LDS/CDS at the type's version. Not so names
+                // has it already: a wildcard at the type's version. Not so names
                 // (P9: on a new stream the set grows from nothing): Envoy keeps a type's
                 // version when it drops names and presents it again once they come back,
                 // so a version of exactly the names it asks for does not prove it holds
                 // them (a cluster removed and added again before the server answered).
                 let holds_it = st.initial_version.as_deref() == Some(version.as_str())
                     && not_found.is_empty()
-                    && full_state
-                    && st.subscription.is_wildcard();
+                    && wildcard;
                 if holds_it {
                     st.given = Some(Given::new(current, &st.subscription));
                     core.assume_acked(kind, &version);
@@ -494,13 +510,10 @@ impl Sotw {
                     st.refresh_at = next_refresh.map(|_| now);
                     return None;
                 }
-                // P10: an empty LDS/CDS answer to a wildcard means "none"; for other types an
-                // empty answer says nothing, so wait for the names to exist (P11), unless it
-                // says which do not (P32).
-                if !(full_state && st.subscription.is_wildcard())
-                    && selected.is_empty()
-                    && not_found.is_empty()
-                {
+                // P10: an empty answer to a wildcard means "none" (and ends the client's
+                // initial fetch); to names an empty answer says nothing, so wait for the names
+                // to exist (P11), unless it says which do not (P32).
+                if !wildcard && selected.is_empty() && not_found.is_empty() {
                     return None;
                 }
                 (selected.iter().collect(), version)
@@ -515,12 +528,16 @@ impl Sotw {
             {
                 return None;
             }
-            Some(given) if full_state => {
-                // P10: LDS/CDS carry the whole set, so any change (a deletion too) resends it;
-                // so does a TTL refresh (P26).
+            Some(given) if whole => {
+                // P10: a whole response carries the whole set, so any change (a deletion
+                // too) resends it; so does a TTL refresh (P26). So does a wildcard new to
+                // the stream (P9: the set grew): a client that held names only was never
+                // told which of them were deleted, and takes this response as all it has.
+                let became_wildcard = wildcard && !given.subscription.is_wildcard();
                 if !rewarm
                     && !refresh
                     && !news
+                    && !became_wildcard
                     && given.has_exactly(selected, current, &st.subscription)
                 {
                     st.given = Some(Given::new(current, &st.subscription));
@@ -530,10 +547,10 @@ impl Sotw {
                 (selected.iter().collect(), selection.version.clone())
             }
             Some(given) => {
-                // P8/P9/P10: other types carry only what is new to the client, changed, due
-                // again for warming (P28), or due for a TTL refresh (P26). What it no longer
-                // subscribes to (or what was deleted) is forgotten, so asking again sends it
-                // again (P9).
+                // P8/P9/P10: a partial response carries only what is new to the client,
+                // changed, due again for warming (P28), or due for a TTL refresh (P26). What
+                // it no longer subscribes to (or what was deleted) is forgotten, so asking
+                // again sends it again (P9).
                 let mut fresh = if st.rewarm.is_empty() && st.owed.is_none() && !refresh {
                     // Only what differs between the two selections: the same for every
                     // stream that had the one and now selects the other, so shared.
@@ -576,13 +593,14 @@ impl Sotw {
             }
         };
 
-        // Over the response limit: LDS and CDS go whole (P10: what is left out is deleted);
-        // other types send what fits, and the rest on the client's next request. The
-        // response's version is that of what the client then holds of the selection, so that
-        // it never claims what is still to come (P13: a client back with it is sent the rest).
+        // Over the response limit: a whole response goes whole (P10: what is left out is
+        // deleted); a partial one sends what fits, and the rest on the client's next request.
+        // The response's version is that of what the client then holds of the selection, so
+        // that it never claims what is still to come (P13: a client back with it is sent the
+        // rest).
         let mut payload = payload;
         let mut version = version;
-        let count = core.fit(kind, payload.iter().map(|r| r.as_ref()), !full_state);
+        let count = core.fit(kind, payload.iter().map(|r| r.as_ref()), !whole);
         st.owed = None;
         if count < payload.len() {
             let owed: BTreeSet<String> = payload[count..].iter().map(|r| r.name.clone()).collect();

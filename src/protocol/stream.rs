@@ -77,6 +77,11 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
         target: &Arc<TypeSnapshot>,
         now: Instant,
     ) -> Option<Self::Response>;
+    /// Whether the latest response of `kind` carried the client's whole set of the type
+    /// (P10), so that it brings the client to exactly what `kind` serves.
+    fn sent_whole(&self, kind: ResourceType) -> bool {
+        kind.sotw_whole(false)
+    }
     /// When a TTL refresh or heartbeat is next due, if any.
     fn poll_timeout(&self, core: &Core) -> Option<Instant>;
     /// Whether the client holds this resource at this version, as far as the server knows.
@@ -438,7 +443,8 @@ impl<F: Flavor> Stream<F> {
                     .flavor
                     .respond(&mut self.core, kind, target.get(kind), now)
                 {
-                    self.core.planner.sent(kind);
+                    let whole = self.flavor.sent_whole(kind);
+                    self.core.planner.sent(kind, whole);
                     if self.core.variant != Variant::Aggregated {
                         let refs = self.flavor.references(kind);
                         self.core.types[kind].refs_sent = Some(Arc::new(refs));

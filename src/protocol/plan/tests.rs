@@ -221,7 +221,7 @@ impl Client for Sotw {
     }
 
     fn set_names(&mut self, kind: ResourceType, names: &BTreeSet<String>) {
-        let names: Vec<String> = if kind.is_full_state() {
+        let names: Vec<String> = if envoy_wildcard(kind) {
             Vec::new() // the legacy wildcard
         } else {
             names.iter().cloned().collect()
@@ -229,7 +229,7 @@ impl Client for Sotw {
         // Unchanged, or nothing wanted of a type never asked for (an empty first request
         // would be the legacy wildcard, P15).
         if self.names.get(&kind) == Some(&names)
-            || (names.is_empty() && !kind.is_full_state() && !self.names.contains_key(&kind))
+            || (names.is_empty() && !envoy_wildcard(kind) && !self.names.contains_key(&kind))
         {
             return;
         }
@@ -239,11 +239,15 @@ impl Client for Sotw {
 
     fn next(&mut self, now: Instant) -> Option<Got> {
         let r = self.s.poll_response(now)?;
+        // As Envoy takes it: a response to its wildcard watch is the whole set (what it
+        // leaves out is removed), whatever the server meant (docs/protocol.md, "What Envoy
+        // does with each type").
+        let full_state = envoy_wildcard(r.kind);
         Some(Got {
             kind: r.kind,
             resources: r.resources,
             removed: Vec::new(),
-            full_state: r.kind.is_full_state(),
+            full_state,
             version: r.version,
             nonce: r.nonce,
         })
@@ -272,7 +276,7 @@ impl Client for Sotw {
         back.names = self
             .names
             .iter()
-            .filter(|(k, names)| k.is_full_state() || !names.is_empty())
+            .filter(|(k, names)| envoy_wildcard(**k) || !names.is_empty())
             .map(|(k, names)| (*k, names.clone()))
             .collect();
         back.last = self
@@ -288,6 +292,12 @@ impl Client for Sotw {
             self.request(kind, None);
         }
     }
+}
+
+/// Whether Envoy subscribes to `kind` by wildcard (CDS, LDS, SRDS), as the type table says
+/// (`resource::envoy`).
+fn envoy_wildcard(kind: ResourceType) -> bool {
+    kind.envoy().subscribes == crate::resource::envoy::Subscribes::Wildcard
 }
 
 /// The order in which Envoy's first requests on a stream come.
@@ -338,7 +348,7 @@ impl Client for Delta {
     }
 
     fn set_names(&mut self, kind: ResourceType, names: &BTreeSet<String>) {
-        if kind.is_full_state() {
+        if envoy_wildcard(kind) {
             if self.names.insert(kind, BTreeSet::new()).is_none() {
                 self.send(kind, Vec::new(), Vec::new(), "", None); // the legacy wildcard
             }

@@ -1117,15 +1117,29 @@ fn random_sequences_keep_the_invariants() {
 
 // === Model-based: a simulated client converges to the snapshot ===
 
-/// A client that applies responses the way the protocol says (P10: LDS/CDS replace the
-/// whole set, other types add and update) and ACKs each with its current names. After any
-/// random sequence of snapshot and subscription changes, once nothing more is sent, its view
-/// of every type must be exactly what its names select from the snapshot (computed here
-/// independently of `Subscription`), for full-state types, and contain it, for the others.
+/// A client that applies responses the way clients do (P10, P14: a response to a wildcard
+/// replaces the whole set, whatever the type, as Envoy takes it; LDS and CDS replace it for
+/// names too, as gRPC takes them; otherwise a response adds and updates) and ACKs each with
+/// its current names. After any random sequence of snapshot and subscription changes, once
+/// nothing more is sent, its view of every type must be exactly what its names select from
+/// the snapshot (computed here independently of `Subscription`) where responses replace the
+/// set, and contain it otherwise. A response that left out something the client should keep
+/// would lose it from the view.
 #[test]
 fn model_client_view_converges_to_the_selection() {
     use std::collections::BTreeMap;
-    let kinds = [Cluster, Endpoint, Listener, Route];
+    // Every type SotW serves (VHDS and LEDS are Incremental only), some named, some wildcard.
+    let kinds = [
+        Cluster,
+        Endpoint,
+        Listener,
+        Route,
+        ResourceType::ScopedRoute,
+        ResourceType::Secret,
+        ResourceType::Runtime,
+        ResourceType::ExtensionConfig,
+    ];
+    let pick = |rand: &mut dyn FnMut(u64) -> u64| kinds[rand(kinds.len() as u64) as usize];
     crate::testing::on_tapes(200, |rand| {
         let mut s = SotwStream::new(Variant::Aggregated);
         let mut view: BTreeMap<ResourceType, BTreeMap<String, String>> = BTreeMap::new();
@@ -1139,7 +1153,7 @@ fn model_client_view_converges_to_the_selection() {
                 let items: Vec<_> = (0..rand(8))
                     .map(|_| {
                         (
-                            kinds[rand(4) as usize],
+                            pick(rand),
                             ["a", "b", "c", "d"][rand(4) as usize],
                             ["1", "2", "3"][rand(3) as usize],
                         )
@@ -1148,7 +1162,7 @@ fn model_client_view_converges_to_the_selection() {
                 current = snap(&items);
                 s.handle_snapshot(Arc::clone(&current));
             } else {
-                let kind = kinds[rand(4) as usize];
+                let kind = pick(rand);
                 let list: Vec<&str> = (0..rand(4))
                     .map(|_| ["a", "b", "c", "d", "*"][rand(5) as usize])
                     .collect();
@@ -1166,7 +1180,10 @@ fn model_client_view_converges_to_the_selection() {
                 steps += 1;
                 assert!(steps < 50, "never quiesces");
                 let v = view.entry(r.kind).or_default();
-                if r.kind.is_full_state() {
+                let list = names.get(&r.kind).cloned().unwrap_or_default();
+                let wildcard = list.contains(&"*")
+                    || (list.is_empty() && !named_ever.get(&r.kind).copied().unwrap_or(false));
+                if wildcard || matches!(r.kind, Cluster | Listener) {
                     v.clear();
                 }
                 for res in &r.resources {
@@ -1192,10 +1209,10 @@ fn model_client_view_converges_to_the_selection() {
                     .map(|(n, r)| (n.clone(), r.version.clone()))
                     .collect();
                 let have = view.get(&kind).cloned().unwrap_or_default();
-                if kind.is_full_state() {
+                if wildcard || matches!(kind, Cluster | Listener) {
                     // Before any response, a client with a named subscription to nothing
                     // that exists has an empty view, which is also right.
-                    assert_eq!(have, expected, "{kind}: full state must match exactly");
+                    assert_eq!(have, expected, "{kind}: a whole set must match exactly");
                 } else {
                     for (n, v) in &expected {
                         assert_eq!(have.get(n), Some(v), "{kind}: {n} missing or stale");
@@ -1486,4 +1503,173 @@ fn p34_over_sotw_an_lb_endpoint_is_never_sent() {
         .expect("asks");
     let r = s.poll_response(Instant::now()).expect("answered");
     assert_eq!(r.not_found, [glob]);
+}
+
+// === P10, P14: whole sets by subscription, not by type ===
+
+/// Every type SotW serves (VHDS and LEDS are Incremental only).
+const SOTW_TYPES: [ResourceType; 8] = [
+    Cluster,
+    Endpoint,
+    Listener,
+    Route,
+    ResourceType::ScopedRoute,
+    ResourceType::Secret,
+    ResourceType::Runtime,
+    ResourceType::ExtensionConfig,
+];
+
+/// A stream subscribed to `kind` by `names` (`[]`: the legacy wildcard), sent and ACKed the
+/// first response for `first`.
+fn acked(kind: ResourceType, names: &[&str], first: Arc<Snapshot>) -> (SotwStream, Response) {
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(first);
+    s.handle_request(req(kind, names, "", "")).expect("ok");
+    let r = s.poll_response(Instant::now()).expect("first response");
+    s.handle_request(req(kind, names, &r.version, &r.nonce))
+        .expect("ack");
+    (s, r)
+}
+
+/// The scenario that broke Envoy's scopes: Envoy subscribes to SRDS by wildcard and takes
+/// every SotW response as the whole set, removing each scope it leaves out. A change to one
+/// scoped route configuration goes with every other scope; a removal is the set without it.
+#[test]
+fn p10_p14_a_change_to_one_wildcard_srds_scope_sends_every_scope() {
+    use ResourceType::ScopedRoute as Srds;
+    let three = |s2: &str| snap(&[(Srds, "s1", "1"), (Srds, "s2", s2), (Srds, "s3", "1")]);
+    let (mut s, first) = acked(Srds, &[], three("1"));
+    assert_eq!(names(&first), ["s1", "s2", "s3"]);
+    s.handle_snapshot(three("2"));
+    let changed = s.poll_response(Instant::now()).expect("s2 changed");
+    assert_eq!(names(&changed), ["s1", "s2", "s3"], "the whole set");
+    assert_ne!(changed.version, first.version);
+    s.handle_request(req(Srds, &[], &changed.version, &changed.nonce))
+        .expect("ack");
+    s.handle_snapshot(snap(&[(Srds, "s1", "1"), (Srds, "s2", "2")]));
+    let removed = s.poll_response(Instant::now()).expect("s3 removed");
+    assert_eq!(names(&removed), ["s1", "s2"], "the set without s3");
+    s.handle_request(req(Srds, &[], &removed.version, &removed.nonce))
+        .expect("ack");
+    // The plan's last step may follow; then an empty set deletes all.
+    drain(&mut s);
+    s.handle_snapshot(snap(&[]));
+    let all = drain(&mut s);
+    assert!(
+        all.last().is_some_and(|r| r.resources.is_empty()),
+        "no scope left: {all:?}"
+    );
+}
+
+/// The same for every type: a wildcard subscription is answered with the whole set whatever
+/// the type, and one changed resource resends the others with it.
+#[test]
+fn p10_p14_a_wildcard_of_any_type_gets_the_whole_set_on_every_change() {
+    for kind in SOTW_TYPES {
+        let two = |b: &str| snap(&[(kind, "a", "1"), (kind, "b", b)]);
+        let (mut s, _) = acked(kind, &[], two("1"));
+        s.handle_snapshot(two("2"));
+        let changed = drain(&mut s);
+        let last = changed.last().expect("a response");
+        assert_eq!(names(last), ["a", "b"], "{kind}: the whole set");
+        // `["*"]` is a wildcard too (P16).
+        let (mut s, _) = acked(kind, &["*"], two("1"));
+        s.handle_snapshot(two("2"));
+        let changed = drain(&mut s);
+        assert_eq!(names(changed.last().expect("sent")), ["a", "b"], "{kind}");
+    }
+}
+
+/// By name, the types Envoy names (EDS, RDS, SRDS, SDS, RTDS, ECDS) get only what changed;
+/// LDS and CDS get every name asked for (P10; gRPC deletes a listener or cluster left out).
+#[test]
+fn p10_names_get_what_changed_and_lds_cds_every_name_asked_for() {
+    for kind in SOTW_TYPES {
+        let two = |b: &str| snap(&[(kind, "a", "1"), (kind, "b", b)]);
+        let (mut s, _) = acked(kind, &["a", "b"], two("1"));
+        s.handle_snapshot(two("2"));
+        let changed = drain(&mut s);
+        let last = changed.last().expect("a response");
+        let want: &[&str] = if matches!(kind, Cluster | Listener) {
+            &["a", "b"]
+        } else {
+            &["b"]
+        };
+        assert_eq!(names(last), want, "{kind}");
+    }
+}
+
+/// P9, P14: a client that held names and now asks for the wildcard gets the whole set at
+/// once, even where it holds every name of it: it was never told which of the names it held
+/// were deleted, and takes this response as all it has.
+#[test]
+fn p9_p14_a_subscription_that_becomes_a_wildcard_gets_the_whole_set() {
+    use ResourceType::ScopedRoute as Srds;
+    let (mut s, _) = acked(
+        Srds,
+        &["a", "gone"],
+        snap(&[(Srds, "a", "1"), (Srds, "gone", "1")]),
+    );
+    s.handle_snapshot(snap(&[(Srds, "a", "1")]));
+    let told = drain(&mut s);
+    assert!(told.iter().all(|r| r.resources.is_empty()), "{told:?}");
+    s.handle_request(req(Srds, &["*"], "", "")).expect("ok");
+    let whole = s.poll_response(Instant::now()).expect("the whole set");
+    assert_eq!(names(&whole), ["a"]);
+}
+
+/// P10, P28: the first answer to a wildcard of any type is sent even when the set is empty:
+/// it is the whole set (none), and Envoy waits for it to finish its initial fetch (a
+/// listener with scoped routes warms until its SRDS answer arrives).
+#[test]
+fn p10_an_empty_wildcard_is_answered_for_every_type() {
+    for kind in SOTW_TYPES {
+        let mut s = SotwStream::new(Variant::Aggregated);
+        s.handle_snapshot(snap(&[]));
+        s.handle_request(req(kind, &[], "", "")).expect("ok");
+        let r = s.poll_response(Instant::now());
+        assert!(
+            r.as_ref().is_some_and(|r| r.resources.is_empty()),
+            "{kind}: {r:?}"
+        );
+    }
+}
+
+/// P13 for any wildcard type: a client back on a new stream with the version of the whole
+/// set it holds is sent nothing until a change, and then the whole set.
+#[test]
+fn p13_a_wildcard_srds_back_at_the_current_version_is_sent_nothing_until_a_change() {
+    use ResourceType::ScopedRoute as Srds;
+    let current = snap(&[(Srds, "s1", "1"), (Srds, "s2", "1")]);
+    let (_, r) = acked(Srds, &[], Arc::clone(&current));
+    let mut s = SotwStream::new(Variant::Single(Srds));
+    s.handle_snapshot(Arc::clone(&current));
+    s.handle_request(req(Srds, &[], &r.version, ""))
+        .expect("ok");
+    assert!(s.poll_response(Instant::now()).is_none(), "it has it");
+    s.handle_snapshot(snap(&[(Srds, "s1", "2"), (Srds, "s2", "1")]));
+    let changed = s.poll_response(Instant::now()).expect("a change");
+    assert_eq!(names(&changed), ["s1", "s2"]);
+}
+
+/// A whole set is never split for the response limit (what it left out would be deleted);
+/// a partial one is.
+#[test]
+fn p10_a_wildcard_response_over_the_limit_goes_whole_and_names_are_split() {
+    use ResourceType::ScopedRoute as Srds;
+    let many: Vec<(ResourceType, String)> = (0..40).map(|i| (Srds, format!("s{i:02}"))).collect();
+    let items: Vec<(ResourceType, &str, &str)> =
+        many.iter().map(|(k, n)| (*k, n.as_str(), "x")).collect();
+    let current = snap(&items);
+    let mut whole = SotwStream::new(Variant::Aggregated).with_response_limit(200);
+    whole.handle_snapshot(Arc::clone(&current));
+    whole.handle_request(req(Srds, &[], "", "")).expect("ok");
+    let r = whole.poll_response(Instant::now()).expect("sent");
+    assert_eq!(r.resources.len(), 40, "whole, over the limit");
+    let mut named = SotwStream::new(Variant::Aggregated).with_response_limit(200);
+    named.handle_snapshot(current);
+    let all: Vec<&str> = many.iter().map(|(_, n)| n.as_str()).collect();
+    named.handle_request(req(Srds, &all, "", "")).expect("ok");
+    let r = named.poll_response(Instant::now()).expect("sent");
+    assert!(r.resources.len() < 40, "split: {}", r.resources.len());
 }
