@@ -440,6 +440,32 @@ pub struct SourceStatus {
     pub error: Option<String>,
 }
 
+impl TypeStatusJson {
+    /// This type as one of the node's streams has it, and `other` as another has it: the
+    /// more pressing state (NACKED, then STALE, SYNCED, NOT_SENT) with its versions and
+    /// words, and the names not found of both.
+    fn merge(&mut self, other: TypeStatusJson) {
+        fn rank(state: SyncStatus) -> u8 {
+            match state {
+                SyncStatus::Nacked => 3,
+                SyncStatus::Stale => 2,
+                SyncStatus::Synced => 1,
+                SyncStatus::NotSent => 0,
+            }
+        }
+        let mut not_found = std::mem::take(&mut self.not_found);
+        not_found.extend(other.not_found.iter().cloned());
+        let last_change = std::cmp::max(&self.last_change, &other.last_change).clone();
+        if rank(other.state) > rank(self.state) {
+            *self = other;
+        }
+        not_found.sort();
+        not_found.dedup();
+        self.not_found = not_found;
+        self.last_change = last_change;
+    }
+}
+
 impl From<&TypeReport> for TypeStatusJson {
     fn from(t: &TypeReport) -> Self {
         TypeStatusJson {
@@ -496,8 +522,17 @@ impl Status {
                 }),
                 unknown_types: r.unknown_types.as_slice().to_vec(),
             });
+            // Over per-type services Envoy opens a stream per subscription (one per route
+            // configuration, per secret, ...): a type's state is the most pressing of its
+            // streams' (a NACK on any shows), and its names not found are all of theirs.
             for (kind, t) in &r.types {
-                node.types.insert(kind.to_string(), t.as_ref().into());
+                let this: TypeStatusJson = t.as_ref().into();
+                match node.types.get_mut(*kind) {
+                    None => {
+                        node.types.insert(kind.to_string(), this);
+                    }
+                    Some(had) => had.merge(this),
+                }
             }
         }
         Status {
@@ -953,5 +988,50 @@ mod tests {
             "one proxy, two per-type streams"
         );
         assert_eq!(status.nodes[1].streams[0].peer, "127.0.0.1:2000");
+    }
+
+    /// Over per-type services Envoy opens a stream per route configuration: a NACK on one of
+    /// them is the node's RDS state, whichever stream reported last (before, the last one's
+    /// SYNCED hid it), and the names not found are all of the streams'.
+    #[test]
+    fn p5_a_nack_on_one_of_a_node_s_streams_of_a_type_is_the_type_s_state() {
+        use crate::fleet::{NackReport, RareList};
+        let stream = |state: SyncStatus, not_found: &[&str]| {
+            let mut r = report("edge-1", "127.0.0.1:1000", "RDS");
+            r.types.insert(
+                "RDS",
+                Box::new(TypeReport {
+                    state,
+                    version_sent: "v".into(),
+                    version_acked: "v".into(),
+                    nonce: "1".into(),
+                    nack: (state == SyncStatus::Nacked).then(|| {
+                        Box::new(NackReport {
+                            error: "rds-1 is broken".into(),
+                            rejected_version: "v2".into(),
+                            rejected_changes: Vec::new(),
+                        })
+                    }),
+                    oversized_bytes: None,
+                    not_found: RareList::new(not_found.iter().map(|n| n.to_string()).collect()),
+                    last_change: std::time::SystemTime::UNIX_EPOCH,
+                }),
+            );
+            r
+        };
+        let status = Status::from_reports(
+            vec![
+                stream(SyncStatus::Synced, &["x"]),
+                stream(SyncStatus::Nacked, &[]),
+                stream(SyncStatus::Synced, &["y", "x"]),
+            ],
+            None,
+        );
+        assert_eq!(status.nodes.len(), 1);
+        let rds = &status.nodes[0].types["RDS"];
+        assert_eq!(rds.state, SyncStatus::Nacked);
+        assert_eq!(rds.error.as_deref(), Some("rds-1 is broken"));
+        assert_eq!(rds.not_found, ["x", "y"]);
+        assert!(status.any_nacked());
     }
 }

@@ -495,6 +495,20 @@ fn checks() -> Vec<Case> {
             tcp_chain("first", Some(json!({"server_names": ["a.com"]}))),
             tcp_chain("second", Some(json!({"server_names": ["b.com"]})))]})),
         ),
+        // An EDS host that is not an IP address (Envoy resolves none; over LEDS it crashes).
+        case(
+            "envoy",
+            Endpoints,
+            cla(
+                json!({"endpoint": {"address": {"socket_address": {"address": "not-an-ip", "port_value": 80}}}}),
+            ),
+        ),
+        valid(
+            Endpoints,
+            cla(
+                json!({"endpoint": {"address": {"socket_address": {"address": "::1", "port_value": 80}}}}),
+            ),
+        ),
         // ipv4_compat on an address other than `::` or an IPv4-mapped one.
         case("envoy", Listener, compat_listener("127.0.0.1")),
         case("envoy", Listener, compat_listener("::1")),

@@ -1,6 +1,6 @@
 //! Envoy's checks beyond its field rules: what Envoy 1.40 refuses in its C++ code when it
 //! builds a resource, though every field rule holds. Each is worded as Envoy words it, and
-//! each is checked against the real Envoy by `tests/checks_envoy.rs`.
+//! each is checked against the real Envoy by `tests/rules_envoy.rs`.
 //!
 //! Owns, at any depth of a resource (inside `Any` payloads too):
 //! - a route configuration with more than one `*` domain, or one domain twice (Envoy compares
@@ -12,6 +12,10 @@
 //! - a listener with two filter chains whose `filter_chain_match` is the same, or one that
 //!   accepts connections with no filter chain at all;
 //! - `ipv4_compat` on an address other than `::` or an IPv4-mapped IPv6 address;
+//! - in a ClusterLoadAssignment served over EDS, or an LbEndpoint over LEDS, an endpoint
+//!   address that is not an IP address (EDS and LEDS hosts are never resolved; over LEDS,
+//!   Envoy 1.40 does not only refuse one: it crashes, an uncaught exception, so it must never
+//!   be sent);
 //! - an HTTP or network filter with no `typed_config` (nor `config_discovery`).
 //!
 //! Must not: know about files, or check field rules (`rules` does); nothing here guesses:
@@ -22,7 +26,7 @@ use std::net::IpAddr;
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 use super::descriptors;
-use super::fields::{has, messages, string, strings};
+use super::fields::{has, message as field, messages, string, strings};
 pub use crate::resource::RegexProgram;
 
 pub mod re2;
@@ -50,8 +54,68 @@ pub fn check(message: &DynamicMessage) -> Result<Option<RegexProgram>, Refusal> 
         at: Vec::new(),
         largest: None,
     };
+    // What a resource is served as, not what it holds deeper (a cluster's own load
+    // assignment may name hosts to resolve, by its type).
+    match message.descriptor().full_name() {
+        "envoy.config.endpoint.v3.ClusterLoadAssignment" => eds_hosts(message)?,
+        "envoy.config.endpoint.v3.LbEndpoint" => lb_endpoint_hosts(message, &[])?,
+        _ => {}
+    }
     visit(message, &mut walk)?;
     Ok(walk.largest)
+}
+
+/// Every host of a ClusterLoadAssignment served over EDS is an IP address (or names a
+/// resolver): Envoy parses them as such, and resolves none.
+fn eds_hosts(cla: &DynamicMessage) -> Result<(), Refusal> {
+    for (l, locality) in messages(cla, "endpoints").iter().enumerate() {
+        for (e, lb) in messages(locality, "lb_endpoints").iter().enumerate() {
+            let at = [format!("endpoints[{l}]"), format!("lb_endpoints[{e}]")];
+            lb_endpoint_hosts(lb, &at)?;
+        }
+    }
+    Ok(())
+}
+
+/// An LbEndpoint's address and additional addresses are IP addresses (or name a resolver).
+fn lb_endpoint_hosts(lb: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    let Some(endpoint) = field(lb, "endpoint") else {
+        return Ok(());
+    };
+    let mut addresses = vec![("address".to_string(), field(&endpoint, "address"))];
+    for (i, extra) in messages(&endpoint, "additional_addresses")
+        .iter()
+        .enumerate()
+    {
+        addresses.push((
+            format!("additional_addresses[{i}].address"),
+            field(extra, "address"),
+        ));
+    }
+    for (name, address) in addresses {
+        let Some(socket) = address.as_ref().and_then(|a| field(a, "socket_address")) else {
+            continue;
+        };
+        let host = string(&socket, "address");
+        if !string(&socket, "resolver_name").is_empty() || host.parse::<IpAddr>().is_ok() {
+            continue;
+        }
+        let mut here = at.to_vec();
+        here.extend([
+            "endpoint".to_string(),
+            name,
+            "socket_address".into(),
+            "address".into(),
+        ]);
+        return refuse(
+            &here,
+            format!(
+                "malformed IP address: {host}. Consider setting resolver_name or setting \
+                 cluster type to 'STRICT_DNS' or 'LOGICAL_DNS'"
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// Envoy's refusal of a regex whose program is over `limit` (`re2.max_program_size.error_level`

@@ -122,11 +122,13 @@ struct TypeState {
     before: Vec<Before>,
     /// How many names the client listed in `initial_resource_versions` (P23).
     claimed: usize,
-    /// Names a response the client rejected removed: it may or may not have removed them,
-    /// so they go again (sent, or removed) with the type's next change. Boxed: almost always
-    /// empty.
+    /// Names a response the client rejected changed or removed: they go again (sent, or
+    /// removed) with the type's next change. A removal it may or may not have applied; a
+    /// change it did not, and the next change may take the name back to the version it kept
+    /// (an edit undone): sent all the same, so that the client's answer ends the NACK (P5).
+    /// Boxed: almost always empty.
     #[allow(clippy::box_collection)]
-    unremoved: Option<Box<Vec<String>>>,
+    again: Option<Box<Vec<String>>>,
     /// TTL'd resources the client holds: name -> when their next heartbeat is due (P25).
     heartbeats: BTreeMap<String, Instant>,
 }
@@ -282,7 +284,12 @@ impl TypeState {
                     self.heartbeats.remove(&r.name);
                     self.names().remove(r.name.as_str());
                 }
+                // It kept what it had; with the type's next change (P5) the name goes again,
+                // even back at the version it kept (see `again`).
                 Before::Held(old) => {
+                    self.again
+                        .get_or_insert_default()
+                        .push(old.name().to_string());
                     self.names().replace(old);
                 }
                 // A client that NACKs may have applied the response's removals (Envoy
@@ -290,7 +297,7 @@ impl TypeState {
                 // next change (P5) the name goes again, sent if it exists, else removed
                 // again (harmless if the client had removed it).
                 Before::Released(old) => {
-                    self.unremoved
+                    self.again
                         .get_or_insert_default()
                         .push(old.name().to_string());
                     self.names().replace(old);
@@ -765,7 +772,7 @@ impl Delta {
                     }
                 }
             }
-            for name in st.unremoved.take().into_iter().flat_map(|names| *names) {
+            for name in st.again.take().into_iter().flat_map(|names| *names) {
                 match current.resources.get(&name) {
                     Some(r) if st.subscription.covers_resource(r) => send.push((r, Why::Again)),
                     Some(_) => {}

@@ -1,4 +1,4 @@
-//! The checks on their own; tests/checks_envoy.rs holds each against the real Envoy.
+//! The checks on their own; tests/rules_envoy.rs holds each against the real Envoy.
 
 use super::*;
 
@@ -114,4 +114,40 @@ fn a_typed_struct_is_read_as_its_type() {
         )),
         Ok(None)
     );
+}
+
+/// EDS and LEDS hosts are IP addresses: Envoy resolves none, refuses a name (a NACK over EDS;
+/// over LEDS, Envoy 1.40 crashes on it, found by the conformance matrix), and says so in these
+/// words. A cluster's own load assignment may name hosts its type resolves (STRICT_DNS).
+#[test]
+fn eds_and_leds_hosts_are_ip_addresses() {
+    let load = |text: &str| crate::config::load_text(std::path::Path::new("s.yaml"), text);
+    let errors = load(
+        "endpoints:\n  - cluster_name: c\n    endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: not-an-ip, port_value: 80 } } } }] }]\n",
+    )
+    .expect_err("a name is not an EDS host");
+    let text = errors[0].to_string();
+    assert!(
+        text.contains("endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address")
+            && text.contains("malformed IP address: not-an-ip. Consider setting resolver_name"),
+        "{text}"
+    );
+    let errors = load(
+        "lb_endpoints:\n  - name: \"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/z/m1\"\n    endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 80 } }, additional_addresses: [{ address: { socket_address: { address: host.example, port_value: 80 } } }] }\n",
+    )
+    .expect_err("a name is not a LEDS host");
+    assert!(
+        errors[0].to_string().contains(
+            "endpoint.additional_addresses[0].address.socket_address.address: Envoy would reject it with: malformed IP address: host.example"
+        ),
+        "{}",
+        errors[0]
+    );
+    for fine in [
+        "endpoints:\n  - cluster_name: c\n    endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: \"::1\", port_value: 80 } } } }] }]\n",
+        "endpoints:\n  - cluster_name: c\n    endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: svc, port_value: 80, resolver_name: custom } } } }] }]\n",
+        "clusters:\n  - name: d\n    type: STRICT_DNS\n    connect_timeout: 1s\n    load_assignment: { cluster_name: d, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: svc.example, port_value: 80 } } } }] }] }\n",
+    ] {
+        assert!(load(fine).is_ok(), "{fine}: {:?}", load(fine).err());
+    }
 }

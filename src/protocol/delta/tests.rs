@@ -316,6 +316,64 @@ fn p5_p17_a_rejected_response_s_removals_go_again_with_the_next_change() {
     assert_eq!(next.removed, ["c"]);
 }
 
+/// P5, P17: after a NACK, a fix that takes the rejected resource back to the version the
+/// client still runs (an edit undone) goes out with the type's change: the client answers it,
+/// and its state leaves NACKED (found by the conformance matrix with a real Envoy: before,
+/// nothing was sent, and `/status` said NACKED for good while Envoy ran what the files say).
+#[test]
+fn p5_p17_an_undone_edit_after_a_nack_goes_again_and_its_ack_ends_the_nack() {
+    let mut s = ads_unordered();
+    s.handle_snapshot(snap(ABC));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    let first = one(&mut s);
+    ack(&mut s, &first);
+    s.handle_snapshot(snap(&[
+        (Cluster, "a", "bad"),
+        (Cluster, "b", "1"),
+        (Cluster, "c", "1"),
+    ]));
+    let bad = one(&mut s);
+    assert_eq!(names(&bad), ["a"]);
+    s.handle_request(nack(Cluster, &bad.nonce, "a is broken"))
+        .expect("nack");
+    none(&mut s);
+    // The edit undone: `a` is back at the version the client kept.
+    s.handle_snapshot(snap(ABC));
+    let again = one(&mut s);
+    assert_eq!(names(&again), ["a"]);
+    ack(&mut s, &again);
+    assert!(
+        matches!(s.state(Cluster), SyncState::Acked { .. }),
+        "{:?}",
+        s.state(Cluster)
+    );
+    none(&mut s);
+}
+
+/// The same when the rejected response added a resource and the fix deletes it: the client
+/// never took it, and is told it is removed (harmless), so that its answer ends the NACK.
+#[test]
+fn p5_p17_a_fix_that_deletes_what_a_nacked_response_added_ends_the_nack() {
+    let mut s = ads_unordered();
+    s.handle_snapshot(snap(ABC));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    let first = one(&mut s);
+    ack(&mut s, &first);
+    let mut with_d = ABC.to_vec();
+    with_d.push((Cluster, "d", "bad"));
+    s.handle_snapshot(snap(&with_d));
+    let bad = one(&mut s);
+    assert_eq!(names(&bad), ["d"]);
+    s.handle_request(nack(Cluster, &bad.nonce, "d is broken"))
+        .expect("nack");
+    s.handle_snapshot(snap(ABC));
+    let again = one(&mut s);
+    assert!(again.resources.is_empty());
+    assert_eq!(again.removed, ["d"]);
+    ack(&mut s, &again);
+    assert!(matches!(s.state(Cluster), SyncState::Acked { .. }));
+}
+
 /// The held names of `kind`, with their versions.
 fn held(s: &DeltaStream, kind: ResourceType) -> BTreeMap<String, String> {
     s.held(kind)
