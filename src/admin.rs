@@ -445,18 +445,10 @@ impl TypeStatusJson {
     /// more pressing state (NACKED, then STALE, SYNCED, NOT_SENT) with its versions and
     /// words, and the names not found of both.
     fn merge(&mut self, other: TypeStatusJson) {
-        fn rank(state: SyncStatus) -> u8 {
-            match state {
-                SyncStatus::Nacked => 3,
-                SyncStatus::Stale => 2,
-                SyncStatus::Synced => 1,
-                SyncStatus::NotSent => 0,
-            }
-        }
         let mut not_found = std::mem::take(&mut self.not_found);
         not_found.extend(other.not_found.iter().cloned());
         let last_change = std::cmp::max(&self.last_change, &other.last_change).clone();
-        if rank(other.state) > rank(self.state) {
+        if other.state.rank() > self.state.rank() {
             *self = other;
         }
         not_found.sort();
@@ -746,6 +738,7 @@ fn scraped(admin: &Admin) -> Scraped {
     }
     Scraped {
         nodes_nacking: admin.fleet.nodes_nacking(),
+        pollers: admin.fleet.pollers_by_api().into_iter().collect(),
         stable_generation: serving.stable.number,
         candidate_generation: serving.rollout.as_ref().map_or(0, |r| r.candidate.number),
         rollout_state: admin

@@ -1,12 +1,15 @@
 //! What every connected proxy has: one report per open xDS stream, kept up to date by the
-//! stream's task and read by the admin API (`/status`) and the metrics.
+//! stream's task, and one per node that polls (REST-JSON or `Fetch*`, P36), kept up to date
+//! by each poll; read by the admin API (`/status`) and the metrics.
 //!
-//! Owns: the registry of open streams and, per stream, the node's identity and, per type, the
-//! version sent, the version ACKed, the latest nonce, the sync state (with the proxy's NACK
-//! text) and when it last changed; timing each generation's convergence (reported through
-//! the callback it is made with: the daemon's goes to telemetry). Must not: decide anything
-//! about the protocol (it copies what `protocol` reports), serve HTTP (`admin`), or log or
-//! count anything itself (`telemetry`).
+//! Owns: the registry of open streams and of pollers and, per stream or poller, the node's
+//! identity and, per type, the version sent, the version ACKed, the latest nonce, the sync
+//! state (with the proxy's NACK text) and when it last changed; forgetting a poller quiet for
+//! [`POLLER_QUIET`]; timing each generation's convergence (reported through the callback it
+//! is made with: the daemon's goes to telemetry). Must not: decide anything about the
+//! protocol (it copies what `protocol` reports, and a poll's state is
+//! `protocol::PollState`'s), serve HTTP (`admin`), or log or count anything itself
+//! (`telemetry`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +18,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Changed, PlanStatus, SyncState, TypeStatus};
+use envoy_types::pb::envoy::config::core::v3::Node;
+
+use crate::config::selector::NodeFacts;
+use crate::protocol::{Changed, PlanStatus, PollState, SyncState, TypeStatus};
 use crate::resource::ResourceType;
 
 /// Every open stream's report.
@@ -36,6 +42,97 @@ pub struct Fleet {
     /// when a stream's tally changes (a new generation synced or NACKed), never while a
     /// report is locked.
     tallies: Mutex<BTreeMap<u64, Tally>>,
+    /// Each node that polls, by node id and API (`rest`, `fetch`). Locked after `streams`,
+    /// never before.
+    pollers: Mutex<BTreeMap<(String, &'static str), Poller>>,
+}
+
+/// How long a node that polls (REST-JSON, `Fetch*`) stays listed after its last poll: a
+/// poller has no stream whose end says it has gone. Well above the refresh delays pollers
+/// use (Envoy's example: 1 s), so that one slow or failed poll does not drop it.
+pub const POLLER_QUIET: Duration = Duration::from_secs(60);
+
+/// A node that polls: its report (as a stream's, `stream` `REST` or `Fetch`, `protocol`
+/// `rest` or `fetch`) and, per subscription (a type and the names it polls for: Envoy polls
+/// each route configuration, each secret, ... on its own), what its polls say it holds.
+#[derive(Debug)]
+struct Poller {
+    report: StreamReport,
+    subscriptions: BTreeMap<(ResourceType, Vec<String>), Subscribed>,
+}
+
+/// One subscription of a poller.
+#[derive(Debug)]
+struct Subscribed {
+    state: PollState,
+    not_found: Vec<String>,
+    heard: Instant,
+}
+
+impl Poller {
+    /// `kind`'s report from its subscriptions: the most pressing state (a NACK of any
+    /// shows), the names not found of all. `None` once none is left.
+    fn type_status(
+        subscriptions: &BTreeMap<(ResourceType, Vec<String>), Subscribed>,
+        kind: ResourceType,
+    ) -> Option<TypeStatus<'_>> {
+        let of_kind = || {
+            subscriptions
+                .range((kind, Vec::new())..)
+                .take_while(move |((k, _), _)| *k == kind)
+                .map(|(_, s)| s)
+        };
+        let worst = of_kind().max_by_key(|s| SyncStatus::from(s.state.state()).rank())?;
+        let mut not_found: Vec<String> = of_kind()
+            .flat_map(|s| s.not_found.iter().cloned())
+            .collect();
+        not_found.sort();
+        not_found.dedup();
+        Some(worst.state.status(not_found))
+    }
+
+    /// Bring `kind`'s report up to its subscriptions (`last_change` moves only if it
+    /// changed), or drop it when none is left.
+    fn report_type(&mut self, kind: ResourceType, now: SystemTime) {
+        let Some(status) = Poller::type_status(&self.subscriptions, kind) else {
+            self.report.types.remove(kind.short_name());
+            return;
+        };
+        let report = TypeReport::new(&status, now);
+        match self.report.types.get_mut(kind.short_name()) {
+            Some(old) if old.matches(&status) => {}
+            Some(old) => **old = report,
+            None => {
+                self.report
+                    .types
+                    .insert(kind.short_name(), Box::new(report));
+            }
+        }
+    }
+}
+
+/// One poll, as it was answered.
+#[derive(Debug)]
+pub struct Poll<'a> {
+    pub node: &'a Node,
+    pub facts: Arc<NodeFacts>,
+    /// Where it came from.
+    pub peer: String,
+    /// `rest` (REST-JSON) or `fetch` (gRPC `Fetch*`, P36).
+    pub api: &'static str,
+    pub kind: ResourceType,
+    /// What it has: its `version_info` (P13).
+    pub version_info: &'a str,
+    /// Its `error_detail`'s message, if any (P5).
+    pub error: Option<&'a str>,
+    /// The version it was answered with.
+    pub answer: &'a str,
+    /// The names it polls for (empty: every resource of the type).
+    pub names: &'a [String],
+    /// What it names that does not exist for it (P32).
+    pub not_found: Vec<String>,
+    /// The generation it was answered from.
+    pub generation: u64,
 }
 
 /// The nodes that took one generation, and those that rejected it.
@@ -79,6 +176,17 @@ pub enum SyncStatus {
 }
 
 impl SyncStatus {
+    /// How pressing the state is, where several streams (or polls) of a node report one
+    /// type: NACKED, then STALE, SYNCED, NOT_SENT.
+    pub fn rank(self) -> u8 {
+        match self {
+            SyncStatus::Nacked => 3,
+            SyncStatus::Stale => 2,
+            SyncStatus::Synced => 1,
+            SyncStatus::NotSent => 0,
+        }
+    }
+
     /// Every status, in the order the page lists its filters.
     pub const ALL: [SyncStatus; 4] = [
         SyncStatus::Nacked,
@@ -163,6 +271,32 @@ pub struct StreamReport {
 }
 
 impl StreamReport {
+    /// A report of `node`'s stream (or polls) from `peer`, nothing known of its types yet.
+    pub fn new(
+        node: &Node,
+        facts: Arc<NodeFacts>,
+        peer: String,
+        stream: String,
+        protocol: &'static str,
+    ) -> StreamReport {
+        StreamReport {
+            facts,
+            node_id: node.id.clone(),
+            node_cluster: node.cluster.clone(),
+            user_agent: node.user_agent_name.clone(),
+            user_agent_version: user_agent_version(node),
+            client_features: node.client_features.clone(),
+            peer,
+            stream,
+            protocol,
+            connected_since: SystemTime::now(),
+            types: BTreeMap::new(),
+            generation: 0,
+            plan: None,
+            unknown_types: RareList::default(),
+        }
+    }
+
     /// Every type the client asked for is ACKed (or has nothing to send), and no plan is
     /// still in progress.
     pub fn synced(&self) -> bool {
@@ -404,36 +538,132 @@ impl Fleet {
         }
     }
 
-    /// Every open stream's report, in the order they opened.
+    /// Every open stream's report, in the order they opened, then every poller's (by node
+    /// id).
     pub fn reports(&self) -> Vec<StreamReport> {
-        self.lock().values().map(|r| lock(r).clone()).collect()
+        self.reports_where(|_| true)
     }
 
-    /// The reports `keep` selects (copied under the lock: only those).
+    /// The reports `keep` selects (copied under the lock: only those), streams then pollers.
     pub fn reports_where(&self, keep: impl Fn(&StreamReport) -> bool) -> Vec<StreamReport> {
-        self.lock()
+        let mut reports: Vec<StreamReport> = self
+            .lock()
             .values()
             .filter_map(|r| {
                 let r = lock(r);
                 keep(&r).then(|| r.clone())
             })
-            .collect()
+            .collect();
+        let pollers = self.pollers();
+        reports.extend(
+            pollers
+                .values()
+                .filter(|p| keep(&p.report))
+                .map(|p| p.report.clone()),
+        );
+        reports
     }
 
     /// How many nodes have a type whose latest response was NACKed.
     pub fn nodes_nacking(&self) -> usize {
-        let streams = self.lock();
-        let nacking: std::collections::BTreeSet<String> = streams
-            .values()
-            .filter_map(|r| {
-                let r = lock(r);
-                r.types
-                    .values()
-                    .any(|t| t.state == SyncStatus::Nacked)
-                    .then(|| r.node_id.clone())
-            })
+        let nacking: std::collections::BTreeSet<String> = self
+            .reports_where(|r| r.types.values().any(|t| t.state == SyncStatus::Nacked))
+            .into_iter()
+            .map(|r| r.node_id)
             .collect();
         nacking.len()
+    }
+
+    /// How many nodes poll (heard from within [`POLLER_QUIET`]), by API (`rest`, `fetch`).
+    pub fn pollers_by_api(&self) -> BTreeMap<&'static str, usize> {
+        let mut count = BTreeMap::new();
+        for (_, api) in self.pollers().keys() {
+            *count.entry(*api).or_default() += 1;
+        }
+        count
+    }
+
+    /// Take in one poll: the poller's state of its type follows it (`protocol::PollState`).
+    /// Returns the state the poll leaves the type in when the state changed, with the NACK's
+    /// words if it is one.
+    pub fn polled(&self, poll: Poll<'_>) -> Option<(SyncStatus, Option<String>)> {
+        let now = SystemTime::now();
+        let mut pollers = self.pollers();
+        let key = (poll.node.id.clone(), poll.api);
+        let stream = match poll.api {
+            "fetch" => "Fetch",
+            _ => "REST",
+        };
+        let poller = pollers.entry(key).or_insert_with(|| Poller {
+            report: StreamReport::new(
+                poll.node,
+                Arc::clone(&poll.facts),
+                poll.peer.clone(),
+                stream.to_string(),
+                poll.api,
+            ),
+            subscriptions: BTreeMap::new(),
+        });
+        poller.report.peer = poll.peer;
+        poller.report.generation = poll.generation;
+        let mut names = poll.names.to_vec();
+        names.sort();
+        names.dedup();
+        let subscribed = poller
+            .subscriptions
+            .entry((poll.kind, names))
+            .or_insert_with(|| Subscribed {
+                state: PollState::default(),
+                not_found: Vec::new(),
+                heard: Instant::now(),
+            });
+        subscribed.heard = Instant::now();
+        subscribed.not_found = poll.not_found;
+        subscribed
+            .state
+            .poll(poll.version_info, poll.error, poll.answer);
+        let before = poller
+            .report
+            .types
+            .get(poll.kind.short_name())
+            .map(|t| t.state);
+        poller.report_type(poll.kind, now);
+        let after = poller.report.types.get(poll.kind.short_name())?;
+        (before != Some(after.state))
+            .then(|| (after.state, after.nack.as_ref().map(|n| n.error.clone())))
+    }
+
+    /// The pollers, locked, those quiet for [`POLLER_QUIET`] forgotten.
+    fn pollers(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, &'static str), Poller>> {
+        self.pollers_at(Instant::now())
+    }
+
+    /// The pollers as of `now`, those quiet for [`POLLER_QUIET`] by then forgotten.
+    fn pollers_at(
+        &self,
+        now: Instant,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<(String, &'static str), Poller>> {
+        let mut pollers = self.pollers.lock().unwrap_or_else(|p| p.into_inner());
+        let wall = SystemTime::now();
+        pollers.retain(|_, p| {
+            let quiet: std::collections::BTreeSet<ResourceType> = p
+                .subscriptions
+                .iter()
+                .filter(|(_, s)| now.saturating_duration_since(s.heard) >= POLLER_QUIET)
+                .map(|((kind, _), _)| *kind)
+                .collect();
+            if quiet.is_empty() {
+                return true;
+            }
+            // What it no longer polls for leaves its report (P32's names not found too).
+            p.subscriptions
+                .retain(|_, s| now.saturating_duration_since(s.heard) < POLLER_QUIET);
+            for kind in quiet {
+                p.report_type(kind, wall);
+            }
+            !p.subscriptions.is_empty()
+        });
+        pollers
     }
 
     /// How many nodes ACKed (every type synced on it) and NACKed generation `number`, if it
@@ -589,6 +819,21 @@ impl Drop for StreamHandle {
         self.fleet.lock().remove(&self.id);
         // The stream that held convergence back may be the one leaving.
         self.fleet.track_convergence(self.id, None);
+    }
+}
+
+/// The version of the software a node says it runs (`user_agent_version`, or its build
+/// version), if any.
+pub fn user_agent_version(node: &Node) -> String {
+    use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
+    match &node.user_agent_version_type {
+        Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),
+        Some(UserAgentVersionType::UserAgentBuildVersion(b)) => b
+            .version
+            .as_ref()
+            .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
+            .unwrap_or_default(),
+        None => String::new(),
     }
 }
 
@@ -760,6 +1005,114 @@ mod tests {
         assert_eq!(convergences(), 1);
         drop(b);
         assert_eq!(convergences(), 2);
+    }
+
+    /// A node that polls is listed as a node with a stream is, its type's state following
+    /// its polls (`protocol::PollState`), until it has been quiet for [`POLLER_QUIET`].
+    #[test]
+    fn p4_p5_a_poller_is_listed_with_what_its_polls_say_until_it_is_quiet() {
+        let fleet = Fleet::default();
+        let node = Node {
+            id: "poller-1".into(),
+            cluster: "edge".into(),
+            user_agent_name: "envoy".into(),
+            ..Default::default()
+        };
+        let poll = |version_info: &'static str, answer: &'static str| Poll {
+            node: &node,
+            facts: Arc::new(NodeFacts::of(&node)),
+            peer: "127.0.0.1:5000".into(),
+            api: "rest",
+            kind: ResourceType::Cluster,
+            version_info,
+            error: None,
+            answer,
+            names: &[],
+            not_found: vec!["gone".into()],
+            generation: 3,
+        };
+        assert_eq!(
+            fleet.polled(poll("", "v1")).map(|(s, _)| s),
+            Some(SyncStatus::Stale)
+        );
+        assert_eq!(
+            fleet.polled(poll("v1", "v1")).map(|(s, _)| s),
+            Some(SyncStatus::Synced)
+        );
+        assert_eq!(fleet.polled(poll("v1", "v1")), None, "nothing changed");
+        let reports = fleet.reports();
+        assert_eq!(reports.len(), 1);
+        let r = &reports[0];
+        assert_eq!(
+            (
+                r.node_id.as_str(),
+                r.stream.as_str(),
+                r.protocol,
+                r.generation
+            ),
+            ("poller-1", "REST", "rest", 3)
+        );
+        let cds = &r.types["CDS"];
+        assert_eq!(
+            (cds.state, cds.version_acked.as_str()),
+            (SyncStatus::Synced, "v1")
+        );
+        assert_eq!(cds.not_found.as_slice(), ["gone"]);
+        // Answered v2 over and over, it stays at v1: it rejected v2.
+        for _ in 0..3 {
+            fleet.polled(poll("v1", "v2"));
+        }
+        assert_eq!(fleet.nodes_nacking(), 1);
+        assert_eq!(fleet.pollers_by_api().get("rest"), Some(&1));
+        // Quiet for long enough, it is forgotten.
+        drop(fleet.pollers_at(Instant::now() + POLLER_QUIET + Duration::from_secs(1)));
+        assert!(fleet.reports().is_empty());
+        assert_eq!(fleet.nodes_nacking(), 0);
+    }
+
+    /// Envoy polls each route configuration on its own: a node's RDS is its subscriptions'
+    /// most pressing state, and one it stops polling for leaves the report once quiet.
+    #[test]
+    fn p5_p32_a_poller_s_type_is_the_most_pressing_of_its_subscriptions() {
+        let fleet = Fleet::default();
+        let node = Node {
+            id: "poller-2".into(),
+            ..Default::default()
+        };
+        let rds = |name: &str, error: Option<&'static str>, not_found: &[&str]| {
+            let names = [name.to_string()];
+            fleet.polled(Poll {
+                node: &node,
+                facts: Arc::new(NodeFacts::of(&node)),
+                peer: "127.0.0.1:5000".into(),
+                api: "rest",
+                kind: ResourceType::Route,
+                version_info: "v1",
+                error,
+                answer: "v1",
+                names: &names,
+                not_found: not_found.iter().map(|n| n.to_string()).collect(),
+                generation: 1,
+            });
+        };
+        rds("r1", None, &[]);
+        rds("r2", Some("r2 is broken"), &["r2"]);
+        let route = |fleet: &Fleet| fleet.reports()[0].types.get("RDS").cloned();
+        let now = route(&fleet).expect("RDS");
+        assert_eq!(now.state, SyncStatus::Nacked);
+        assert_eq!(now.not_found.as_slice(), ["r2"]);
+        // r1 polls on; r2's subscription goes quiet (Envoy dropped it), and leaves.
+        rds("r1", None, &[]);
+        {
+            let mut pollers = fleet.pollers.lock().expect("not poisoned");
+            let poller = pollers.values_mut().next().expect("listed");
+            let r1 = (ResourceType::Route, vec!["r1".to_string()]);
+            poller.subscriptions.get_mut(&r1).expect("r1").heard += POLLER_QUIET;
+        }
+        drop(fleet.pollers_at(Instant::now() + POLLER_QUIET));
+        let now = route(&fleet).expect("RDS");
+        assert_eq!(now.state, SyncStatus::Synced);
+        assert!(now.not_found.is_empty());
     }
 
     #[test]

@@ -185,8 +185,10 @@ impl Default for Metrics {
 /// What the admin server reads from the fleet and the cache when scraped.
 #[derive(Clone, Debug, Default)]
 pub struct Scraped {
-    /// Connected nodes whose latest response of some type was NACKed.
+    /// Connected nodes whose latest response of some type was NACKed (pollers too).
     pub nodes_nacking: usize,
+    /// Nodes that poll (heard from within `fleet::POLLER_QUIET`), by API (`rest`, `fetch`).
+    pub pollers: Vec<(&'static str, usize)>,
     /// The generation every node but the canaries gets.
     pub stable_generation: u64,
     /// The canaries' generation during a rollout; 0 without one.
@@ -350,6 +352,11 @@ struct RoleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabels {
+    api: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
 }
@@ -373,10 +380,30 @@ impl Collector for Scraped {
         let nacking = ConstGauge::new(self.nodes_nacking as i64);
         nacking.encode(encoder.encode_descriptor(
             "nodes_nacking",
-            "Connected nodes whose latest response of some type was NACKed",
+            "Connected nodes whose latest response of some type was NACKed (nodes that poll \
+             included)",
             None,
             nacking.metric_type(),
         )?)?;
+        // The help text below says how long a poller counts.
+        const _: () = assert!(crate::fleet::POLLER_QUIET.as_secs() == 60);
+        {
+            let mut family = encoder.encode_descriptor(
+                "pollers",
+                "Nodes that poll instead of holding a stream, by API: rest (REST-JSON) and \
+                 fetch (the gRPC Fetch methods); each counts until it has not polled for 60 s",
+                None,
+                MetricType::Gauge,
+            )?;
+            for api in ["rest", "fetch"] {
+                let count = self
+                    .pollers
+                    .iter()
+                    .find(|(a, _)| *a == api)
+                    .map_or(0, |(_, n)| *n);
+                ConstGauge::new(count as i64).encode(family.encode_family(&ApiLabels { api })?)?;
+            }
+        }
         {
             let mut family = encoder.encode_descriptor(
                 "generation",

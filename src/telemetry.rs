@@ -205,10 +205,7 @@ impl Telemetry {
     /// A poll answered: with `resources` (`changed`, `bytes` of JSON or protobuf), or held
     /// for the version it named and answered unchanged.
     pub fn poll_answered(&self, api: PollApi, kind: ResourceType, changed: Option<(usize, usize)>) {
-        let api = match api {
-            PollApi::Rest => "rest",
-            PollApi::Fetch => "fetch",
-        };
+        let api = api.name();
         let result = match changed {
             Some((resources, bytes)) => {
                 self.count_sent(Some(kind), resources, bytes);
@@ -225,6 +222,31 @@ impl Telemetry {
             })
             .inc();
         tracing::debug!(api, r#type = %kind, result, "Answered a poll.");
+    }
+
+    /// A poller's state of `kind` changed with its latest poll (`fleet::Fleet::polled`): a
+    /// rejection is logged and counted as a stream's NACK is; taking a new version as an ACK.
+    pub fn poller_state(
+        &self,
+        api: PollApi,
+        node: &str,
+        kind: ResourceType,
+        state: crate::fleet::SyncStatus,
+        error: Option<&str>,
+    ) {
+        let api = api.name();
+        match state {
+            crate::fleet::SyncStatus::Nacked => {
+                let error = error.unwrap_or_default();
+                tracing::warn!(node, api, r#type = %kind, error, "NACK: the poller rejected the configuration and keeps its previous one.");
+                self.metrics.nacks.get_or_create(&type_labels(kind)).inc();
+            }
+            crate::fleet::SyncStatus::Synced => {
+                tracing::debug!(node, api, r#type = %kind, "The poller took what it was answered.");
+                self.metrics.acks.get_or_create(&type_labels(kind)).inc();
+            }
+            _ => {}
+        }
     }
 
     fn count_sent(&self, kind: Option<ResourceType>, resources: usize, bytes: usize) {
@@ -370,6 +392,16 @@ fn type_labels(kind: ResourceType) -> TypeLabels {
 pub enum PollApi {
     Rest,
     Fetch,
+}
+
+impl PollApi {
+    /// `rest` or `fetch`: the metrics' label, and a poller's protocol in `/status`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PollApi::Rest => "rest",
+            PollApi::Fetch => "fetch",
+        }
+    }
 }
 
 /// What one response carried, for logs and metrics.

@@ -77,9 +77,18 @@ enum BadIs {
     /// Switchyard refuses the file at load (what Envoy would do with it is worse than a
     /// NACK): the error, in `/status`; nothing is published.
     Refused(&'static str),
+    /// Envoy rejects it, says so in its log, and polls on at the version it rejected, so no
+    /// server can see the rejection (SDS over REST; docs/protocol.md, "The conformance
+    /// matrix").
+    Unseen(&'static str),
 }
 
-fn bad_is(kind: ResourceType) -> BadIs {
+fn bad_is(kind: ResourceType, t: XdsTransport) -> BadIs {
+    if (kind, t) == (Secret, XdsTransport::Rest) {
+        return BadIs::Unseen(
+            "REST config for /v3/discovery:secrets rejected: Failed to load trusted CA certificates",
+        );
+    }
     BadIs::Nacked(match kind {
         Cluster => "cluster provided LB specified",
         Endpoint => "cannot include both LEDS",
@@ -1066,8 +1075,16 @@ impl Rig {
         // changes; the fix is then taken.
         let before = held_all(&self.envoy, self.t).await;
         let generation = self.generation().await;
-        match bad_is(kind) {
-            BadIs::Nacked(words) => {
+        match bad_is(kind, self.t) {
+            BadIs::Nacked(envoy_words) => {
+                // Envoy's REST client sends no reason with a rejection: a poller that keeps
+                // polling at the version it had is shown as rejecting the new one
+                // (`protocol::poll`).
+                let words = if self.t == XdsTransport::Rest {
+                    "did not take version"
+                } else {
+                    envoy_words
+                };
                 self.set(kind, Stage::Bad).await?;
                 let nacked = eventually(ARRIVE, || async {
                     self.status(kind).await.is_some_and(|(state, error)| {
@@ -1081,6 +1098,18 @@ impl Rig {
                         self.types().await
                     ));
                 }
+            }
+            BadIs::Unseen(words) => {
+                self.set(kind, Stage::Bad).await?;
+                let logged = eventually(ARRIVE, || async {
+                    self.envoy.process.log_text().contains(words)
+                })
+                .await;
+                if logged.is_none() {
+                    return Err(format!("bad: Envoy never logged {words:?}"));
+                }
+                // What the server sees: the poller at the version it rejected.
+                self.synced().await.map_err(|e| format!("bad: {e}"))?;
             }
             BadIs::Refused(words) => {
                 write(
@@ -1127,7 +1156,7 @@ impl Rig {
             .map_err(|e| format!("bad: traffic changed: {e}"))?;
         // The fix goes out and is ACKed; after a refusal the load is good again, and the
         // generation serving is the one before (the same files).
-        if let BadIs::Refused(_) = bad_is(kind) {
+        if let BadIs::Refused(_) = bad_is(kind, self.t) {
             write(
                 &self.config,
                 kind,

@@ -271,3 +271,127 @@ async fn p36_fetch_is_answered_from_the_snapshot_like_a_rest_poll() {
     assert!(wrong.message().contains("Listener"), "{}", wrong.message());
     server.shutdown().await;
 }
+
+/// A node that polls shows in `/status` as a node with a stream does (stream `REST`,
+/// protocol `rest`), its types following its polls: the version it has, a NACK it sends
+/// (P5), the names it asks for that do not exist (P32); and in the metrics
+/// (`switchyard_pollers`, `switchyard_nodes_nacking`).
+#[tokio::test]
+async fn p4_p5_a_rest_poller_is_listed_in_status_and_the_metrics() {
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let (code, body) = poll(&server, "/v3/discovery:clusters", &request("", &[])).await;
+    assert_eq!(code, 200, "{body}");
+    let r: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let version = r["version_info"].as_str().expect("version").to_string();
+    let node = |status: &switchyard::admin::Status| {
+        status
+            .nodes
+            .iter()
+            .find(|n| n.node_id == "rest-1")
+            .cloned()
+            .expect("the poller is listed")
+    };
+    let listed = node(&server.status().await);
+    assert_eq!(
+        (
+            listed.streams[0].stream.as_str(),
+            listed.streams[0].protocol.as_str()
+        ),
+        ("REST", "rest")
+    );
+    let cds = &listed.types["CDS"];
+    assert_eq!(
+        cds.state,
+        switchyard::fleet::SyncStatus::Stale,
+        "answered, not yet taken"
+    );
+    assert_eq!(cds.version_sent, version);
+    // It polls again at that version: it has it.
+    let (code, _) = poll(&server, "/v3/discovery:clusters", &request(&version, &[])).await;
+    assert_eq!(code, 304);
+    let cds = node(&server.status().await).types["CDS"].clone();
+    assert_eq!(
+        (cds.state, cds.version_acked.as_str()),
+        (switchyard::fleet::SyncStatus::Synced, version.as_str())
+    );
+    // A poll that says what it rejected (error_detail) is a NACK, with its words.
+    let mut nack: serde_json::Value =
+        serde_json::from_str(&request("v0", &["backend", "gone"])).expect("json");
+    nack["error_detail"] = serde_json::json!({"code": 3, "message": "backend is broken"});
+    let (code, _) = poll(&server, "/v3/discovery:clusters", &nack.to_string()).await;
+    assert_eq!(code, 200);
+    let status = server.status().await;
+    let cds = node(&status).types["CDS"].clone();
+    assert_eq!(cds.state, switchyard::fleet::SyncStatus::Nacked);
+    assert_eq!(cds.error.as_deref(), Some("backend is broken"));
+    assert_eq!(cds.not_found, ["gone"]);
+    assert!(status.any_nacked());
+    let (_, metrics) = server.admin_get("/metrics").await;
+    for line in [
+        "switchyard_pollers{api=\"rest\"} 1",
+        "switchyard_nodes_nacking 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in\n{metrics}"
+        );
+    }
+}
+
+/// A poller that has a resource, asking for it by name once it is deleted: nothing to give
+/// it, so it keeps what it has (304 after the hold, as a stream's client would: P10, P31);
+/// `/status` says which name is not found (P32). Envoy's REST client takes an empty answer
+/// as an update and rejects it for SDS, RTDS and ECDS.
+#[tokio::test]
+async fn p31_p32_a_named_poll_for_what_was_deleted_is_not_modified() {
+    let server = TestServer::start(&[
+        ("a.yaml", &eds_cluster("a", "1s", 8080)),
+        ("b.yaml", &eds_cluster("b", "1s", 8080)),
+    ])
+    .await;
+    let (code, body) = poll(&server, "/v3/discovery:clusters", &request("", &["b"])).await;
+    assert_eq!(code, 200, "{body}");
+    let r: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let version = r["version_info"].as_str().expect("version").to_string();
+    server.set_files(&[("b.yaml", "{}")]);
+    let gone = eventually_status(&server, |s| {
+        s.config.as_ref().is_some_and(|c| c.generation >= 2)
+    })
+    .await;
+    assert!(gone, "the deletion was never published");
+    let (code, body) = poll(
+        &server,
+        "/v3/discovery:clusters",
+        &request(&version, &["b"]),
+    )
+    .await;
+    assert_eq!(code, 304, "{body}");
+    let status = server.status().await;
+    let cds = &status
+        .nodes
+        .iter()
+        .find(|n| n.node_id == "rest-1")
+        .expect("listed")
+        .types["CDS"];
+    assert_eq!(cds.state, switchyard::fleet::SyncStatus::Synced);
+    assert_eq!(cds.not_found, ["b"]);
+    // A first poll for it has nothing to keep: answered at once, empty, with the error.
+    let (code, body) = poll(&server, "/v3/discovery:clusters", &request("", &["b"])).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"resource_errors\""), "{body}");
+}
+
+/// Whether `/status` comes to satisfy `check` within [`WAIT`].
+async fn eventually_status(
+    server: &TestServer,
+    check: impl Fn(&switchyard::admin::Status) -> bool,
+) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < WAIT {
+        if check(&server.status().await) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}

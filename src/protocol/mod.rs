@@ -29,6 +29,7 @@
 mod delta;
 mod per_type;
 pub mod plan;
+pub mod poll;
 mod sotw;
 pub mod stream;
 mod subscription;
@@ -42,6 +43,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 
 pub use delta::{Delta, DeltaResource, DeltaResponse, DeltaStream};
 pub use plan::{Ordering, PlanEvent, PlanStatus};
+pub use poll::PollState;
 pub use sotw::{Sotw, SotwStream};
 pub use stream::Stream;
 pub use subscription::{DeltaChange, Subscription};

@@ -8,8 +8,9 @@
 //! that long is answered with that same version. The response has no nonce (there is nothing
 //! to ACK).
 //!
-//! Owns: the unary call. Must not: keep state between calls (a poll proves nothing about what
-//! the client holds).
+//! Owns: the unary call. Must not: answer from state kept between calls; each call is
+//! reported to the fleet as a REST poll is (`Rest::report`), so a node that fetches shows in
+//! `/status`.
 
 use std::convert::Infallible;
 
@@ -75,6 +76,14 @@ impl tonic::server::UnaryService<DiscoveryRequest> for Fetch {
             rest.check_identity(conn.as_ref(), &node, "Fetch call")
                 .map_err(|why| Status::permission_denied(format!("node {:?}: {why}", node.id)))?;
             let polled = rest.poll(kind, &request, &node).await;
+            rest.report(
+                PollApi::Fetch,
+                kind,
+                &request,
+                &node,
+                conn.as_ref(),
+                &polled,
+            );
             let (count, unchanged) = (polled.resources.len(), polled.unchanged);
             let response = Response {
                 kind,

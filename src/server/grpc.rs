@@ -40,6 +40,7 @@ impl XdsServer {
         let s = &self.shared;
         super::rest::Rest {
             cache: Arc::clone(&s.cache),
+            fleet: Arc::clone(&s.fleet),
             telemetry: s.telemetry.clone(),
             stop: s.stop.clone(),
             secrets: s.secrets,

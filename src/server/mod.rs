@@ -168,6 +168,7 @@ pub async fn serve(
     });
     let rest = rest::router(rest::Rest {
         cache: Arc::clone(&cache),
+        fleet: Arc::clone(&fleet),
         telemetry: telemetry.clone(),
         stop: stop_rx.clone(),
         secrets: options.secrets,

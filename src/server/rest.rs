@@ -5,10 +5,17 @@
 //! for the node's snapshot and the requested names, in proto3 JSON. A request whose
 //! `version_info` is the current version is held until the type changes for that node or
 //! [`REST_HOLD`] passes, then answered `304 Not Modified` (Envoy's "no update"), so a client
-//! polling with a short refresh delay never gets a loop of unchanged answers.
+//! polling with a short refresh delay never gets a loop of unchanged answers. So is one for
+//! names none of which exist any more, from a poller that has them: it keeps what it has, as
+//! a stream's client does (Envoy's REST client would take an empty answer as an update, and
+//! reject it for SDS, RTDS and ECDS).
 //!
-//! Must not: keep state per client between polls (REST has no stream: each poll is answered
-//! from the node's snapshot alone).
+//! Each poll is reported to the fleet (`Fleet::polled`): a node that polls shows in
+//! `/status` as one with a stream would, with what each of its types holds as far as its
+//! polls tell (`protocol::PollState`).
+//!
+//! Must not: answer from state kept per client between polls (REST has no stream: each poll
+//! is answered from the node's snapshot alone; what the fleet keeps is only reported).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +34,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 
 use crate::cache::Cache;
 use crate::config::{descriptors, json};
+use crate::fleet::Fleet;
 use crate::protocol::Subscription;
 use crate::resource::{Resource, ResourceType, Secrets};
 use crate::telemetry::PollApi;
@@ -40,6 +48,8 @@ pub const REST_HOLD: Duration = Duration::from_millis(500);
 #[derive(Clone, Debug)]
 pub struct Rest {
     pub cache: Arc<Cache>,
+    /// Where each poll is reported.
+    pub fleet: Arc<Fleet>,
     pub telemetry: Telemetry,
     pub stop: watch::Receiver<bool>,
     /// Private key material only with `--insecure-serve-secrets`: a poll proves nothing about
@@ -100,6 +110,7 @@ async fn discovery(
             .into_response();
     }
     let polled = rest.poll(kind, &request, &node).await;
+    rest.report(PollApi::Rest, kind, &request, &node, conn, &polled);
     if polled.unchanged {
         rest.telemetry.poll_answered(PollApi::Rest, kind, None);
         return StatusCode::NOT_MODIFIED.into_response();
@@ -117,6 +128,8 @@ pub struct Polled {
     pub not_found: Vec<String>,
     /// The version is the one the poll named, and stayed so for [`REST_HOLD`].
     pub unchanged: bool,
+    /// The generation it was answered from.
+    pub generation: u64,
 }
 
 impl Rest {
@@ -142,6 +155,40 @@ impl Rest {
             })
     }
 
+    /// Report a poll to the fleet (it shows in `/status` as its node), and what it changed
+    /// of the poller's state to telemetry.
+    pub fn report(
+        &self,
+        api: PollApi,
+        kind: ResourceType,
+        request: &DiscoveryRequest,
+        node: &Node,
+        conn: Option<&super::incoming::ConnInfo>,
+        polled: &Polled,
+    ) {
+        let error = request.error_detail.as_ref().map(|e| e.message.as_str());
+        let peer = conn
+            .and_then(|c| c.remote)
+            .map_or_else(|| "unknown".to_string(), |p| p.to_string());
+        let changed = self.fleet.polled(crate::fleet::Poll {
+            node,
+            facts: Arc::new(crate::config::selector::NodeFacts::of(node)),
+            peer,
+            api: api.name(),
+            kind,
+            version_info: &request.version_info,
+            error,
+            answer: &polled.version,
+            names: &request.resource_names,
+            not_found: polled.not_found.clone(),
+            generation: polled.generation,
+        });
+        if let Some((state, error)) = changed {
+            self.telemetry
+                .poller_state(api, &node.id, kind, state, error.as_deref());
+        }
+    }
+
     /// What `node` gets of `kind` for `request`'s names: at once when its version differs
     /// from the request's `version_info`, else once the type changes for the node, or after
     /// [`REST_HOLD`] (or at shutdown) unchanged.
@@ -164,13 +211,26 @@ impl Rest {
             let current = snapshot.get(kind);
             // The versions SotW streams send (P13: a poll is a stream of one request).
             let selected = subscription.select(current);
-            let unchanged = selected.version == request.version_info;
+            // Names none of which exist any more, asked for by a poller that has them: there
+            // is nothing to give it, and it keeps what it has (as a stream's client does,
+            // P10, P31). Envoy's REST client takes an empty answer as an update, and rejects
+            // it for SDS, RTDS and ECDS ("Unexpected RTDS resource length: 0").
+            let nothing = !subscription.is_wildcard()
+                && selected.resources.is_empty()
+                && !request.version_info.is_empty();
+            let version = if nothing {
+                request.version_info.clone()
+            } else {
+                selected.version.clone()
+            };
+            let unchanged = version == request.version_info;
             if !unchanged || !first {
                 return Polled {
-                    version: selected.version.clone(),
+                    version,
                     resources: selected.resources.clone(),
                     not_found: subscription.missing(current),
                     unchanged,
+                    generation: generation.number,
                 };
             }
             tokio::select! {

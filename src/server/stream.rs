@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
@@ -316,22 +315,13 @@ fn run<M: Machine>(
                                 node_id = Some(node.id.clone());
                                 let node_facts = Arc::new(NodeFacts::of(node));
                                 facts = Some(Arc::clone(&node_facts));
-                                listed = Some(fleet.open(StreamReport {
-                                    facts: Arc::clone(&node_facts),
-                                    node_id: node.id.clone(),
-                                    node_cluster: node.cluster.clone(),
-                                    user_agent: node.user_agent_name.clone(),
-                                    user_agent_version: user_agent_version(node),
-                                    client_features: node.client_features.clone(),
-                                    peer: peer.clone(),
-                                    stream: variant.to_string(),
+                                listed = Some(fleet.open(StreamReport::new(
+                                    node,
+                                    Arc::clone(&node_facts),
+                                    peer.clone(),
+                                    variant.to_string(),
                                     protocol,
-                                    connected_since: std::time::SystemTime::now(),
-                                    types: Default::default(),
-                                    generation: 0,
-                                    plan: None,
-                                    unknown_types: Default::default(),
-                                }));
+                                )));
                                 if variant != Variant::Aggregated && ordering.enabled {
                                     sibling = Some(peers.join(&node.id));
                                 }
@@ -511,20 +501,6 @@ async fn send_parts(tx: &mpsc::Sender<Outgoing>, framed: Bytes, shared: Option<B
     match shared {
         Some(shared) => tx.send(Outgoing::Message(shared)).await.is_ok(),
         None => true,
-    }
-}
-
-/// `node.user_agent_version`, or the build version's `major.minor.patch` (Envoy sends that).
-fn user_agent_version(node: &Node) -> String {
-    use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
-    match &node.user_agent_version_type {
-        Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),
-        Some(UserAgentVersionType::UserAgentBuildVersion(b)) => b
-            .version
-            .as_ref()
-            .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
-            .unwrap_or_default(),
-        None => String::new(),
     }
 }
 
