@@ -69,6 +69,31 @@ enum Stage {
     Orphan,
 }
 
+/// What Envoy does with a type served over a transport it does not take the type over.
+enum NotTaken {
+    /// It rejects what names the type (of this type), in these words (over REST, in its log).
+    Rejected(ResourceType, &'static str),
+    /// LEDS over ADS: Envoy asks for the glob collection over a State of the World stream,
+    /// which cannot carry its members (the API: "SotW mode supports only list collections");
+    /// Switchyard answers it not found.
+    NotFound,
+}
+
+fn not_taken(kind: ResourceType, t: XdsTransport) -> NotTaken {
+    match (kind, t) {
+        (VirtualHost, XdsTransport::Ads) => NotTaken::Rejected(
+            Route,
+            "vhds: ADS must use DELTA_GRPC api_type when used as VHDS config source",
+        ),
+        (VirtualHost, _) => NotTaken::Rejected(
+            Route,
+            "vhds: only 'DELTA_GRPC' or 'ADS' (which uses Delta xDS) is supported as a config source",
+        ),
+        (LbEndpoint, XdsTransport::Ads) => NotTaken::NotFound,
+        _ => NotTaken::Rejected(Endpoint, "Unknown xdstp:// transport API type"),
+    }
+}
+
 /// What comes of each type's bad resource, and the words that say so.
 #[derive(Clone, Copy, Debug)]
 enum BadIs {
@@ -903,6 +928,9 @@ struct Rig {
     switchyard: Switchyard,
     envoy: Envoy,
     _upstreams: [Upstream; 3],
+    /// The names Envoy may still ask for that the files no longer have (`still_asked_for`),
+    /// as `/status` may list them not found (`TYPE name`), and whether it surely does.
+    still_asked: std::sync::Mutex<BTreeMap<String, bool>>,
 }
 
 /// One cell's outcome.
@@ -951,6 +979,7 @@ impl Rig {
             switchyard,
             envoy,
             _upstreams: upstreams,
+            still_asked: Default::default(),
         })
     }
 
@@ -984,6 +1013,67 @@ impl Rig {
         let node = status.nodes.into_iter().find(|n| n.node_id == self.node)?;
         let t = node.types.get(kind.short_name())?;
         Some((t.state, t.error.clone().unwrap_or_default()))
+    }
+
+    /// A type Envoy does not take over this transport, served anyway: what names it is
+    /// rejected in the words the table cites (`resource::envoy`), or (LEDS over ADS) Envoy
+    /// asks for the glob collection over a stream that cannot carry its members, gets it
+    /// not found, and its cluster has no endpoints.
+    async fn unsupported(&self, kind: ResourceType) -> Result<(), String> {
+        self.set(kind, Stage::Base).await?;
+        let result = match not_taken(kind, self.t) {
+            NotTaken::Rejected(referrer, words) => {
+                let rest = self.t == XdsTransport::Rest;
+                let rejected = eventually(ARRIVE, || async {
+                    self.status(referrer).await.is_some_and(|(state, error)| {
+                        state == SyncStatus::Nacked
+                            && (error.contains(words)
+                                || (rest && error.contains("did not take version")))
+                    }) && (!rest || self.envoy.process.log_text().contains(words))
+                })
+                .await;
+                rejected
+                    .map(drop)
+                    .ok_or_else(|| format!("no {referrer} rejection with {words:?}"))
+            }
+            NotTaken::NotFound => {
+                let collection =
+                    "xdstp://conformance/envoy.config.endpoint.v3.LbEndpoint/leds/z1/*";
+                let told = eventually(ARRIVE, || async {
+                    let status = self.switchyard.status().await;
+                    let node =
+                        status.and_then(|s| s.nodes.into_iter().find(|n| n.node_id == self.node));
+                    node.and_then(|n| n.types.get("LEDS").cloned())
+                        .is_some_and(|t| t.not_found.iter().any(|n| n == collection))
+                })
+                .await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                match (told, held(&self.envoy, kind).await.is_empty()) {
+                    (Some(_), true) => Ok(()),
+                    (told, _) => Err(format!(
+                        "LEDS over {}: not found told {}, hosts {:?}",
+                        self.t,
+                        told.is_some(),
+                        held(&self.envoy, kind).await
+                    )),
+                }
+            }
+        };
+        let said = self.types().await;
+        // Back as it was: nothing of the type.
+        std::fs::remove_file(self.config.join(format!("{}.yaml", prefix(kind))))
+            .map_err(|e| e.to_string())?;
+        result.map_err(|e| format!("{e}: {said:?}"))
+    }
+
+    /// The names `/status` lists not found for this Envoy, by type.
+    async fn not_found(&self) -> Vec<String> {
+        let status = self.switchyard.status().await;
+        let node = status.and_then(|s| s.nodes.into_iter().find(|n| n.node_id == self.node));
+        node.iter()
+            .flat_map(|n| &n.types)
+            .flat_map(|(k, t)| t.not_found.iter().map(move |n| format!("{k} {n}")))
+            .collect()
     }
 
     /// Each type's state and words in `/status`, for a failure's message.
@@ -1241,6 +1331,31 @@ impl Rig {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         self.synced().await?;
+        // P32: no name the proxy no longer asks for is listed not found. (A REST poller's
+        // subscription it stopped polling is listed until quiet: `fleet::POLLER_QUIET`.)
+        if self.t != XdsTransport::Rest && stage != Stage::Orphan {
+            if stage == Stage::Removed {
+                if let Some(surely) = still_asked_for(kind) {
+                    let name = format!("{kind} {}-3", prefix(kind));
+                    let mut asked = self.still_asked.lock().expect("not poisoned");
+                    asked.insert(name, surely);
+                }
+            }
+            let listed: std::collections::BTreeSet<String> =
+                self.not_found().await.into_iter().collect();
+            let asked = self.still_asked.lock().expect("not poisoned").clone();
+            let missing: Vec<&String> = asked
+                .iter()
+                .filter(|(name, surely)| **surely && !listed.contains(*name))
+                .map(|(name, _)| name)
+                .collect();
+            let stale: Vec<&String> = listed.iter().filter(|n| !asked.contains_key(*n)).collect();
+            if !missing.is_empty() || !stale.is_empty() {
+                return Err(format!(
+                    "names not found: {stale:?} listed, which Envoy no longer asks for; {missing:?} not listed, which it does"
+                ));
+            }
+        }
         let after = held_all(&self.envoy, self.t).await;
         // The type's other resources, and every other type, are as they were.
         for (other, had) in before {
@@ -1282,6 +1397,18 @@ fn dropped_as(want: Dropped, key: &str, was: &Held, now: &Held) -> Result<(), St
         Ok(())
     } else {
         Err(format!("{key} should be {want:?}: {a:?} -> {b:?}"))
+    }
+}
+
+/// Whether Envoy may keep asking for `kind`'s resource once it is gone from the files
+/// (`Some(true)`: it surely does). An RTDS layer is named by the bootstrap; an ECDS
+/// subscription may outlive the filter that named it (over Incremental xDS Envoy 1.40 does
+/// not unsubscribe it). `/status` lists such a name not found (P32), and no other.
+fn still_asked_for(kind: ResourceType) -> Option<bool> {
+    match kind {
+        Runtime => Some(true),
+        ExtensionConfig => Some(false),
+        _ => None,
     }
 }
 
@@ -1436,6 +1563,16 @@ async fn column(t: XdsTransport, envoy_bin: PathBuf) -> BTreeMap<ResourceType, C
                 Err(e) => Cell::Fail(e),
             },
         );
+    }
+    // The cells Envoy does not take the type over: served anyway, Envoy refuses what names
+    // it, in the words the table's source gives.
+    for kind in TYPES.into_iter().filter(|k| !k.envoy().supports(t)) {
+        let result = rig.unsupported(kind).await;
+        let outcome = result.as_ref().map_err(|e| short(e));
+        eprintln!("{t} {kind} (unsupported): {outcome:?}");
+        if let Err(e) = result {
+            cells.insert(kind, Cell::Fail(format!("unsupported, yet: {e}")));
+        }
     }
     if cells.values().any(|c| matches!(c, Cell::Fail(_))) {
         eprintln!(

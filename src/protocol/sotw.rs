@@ -302,6 +302,10 @@ impl Flavor for Sotw {
         // P7: the names replace the set; names that repeat the set's own leave it as it is.
         if !repeat {
             st.subscription.apply_sotw(&request.resource_names);
+            // P32: what it no longer names is no longer reported not found (it may get no
+            // response to say so: nothing else changed).
+            let subscription = &st.subscription;
+            core.keep_not_found(kind, |n| subscription.names().contains(n));
         }
         st.pending = true;
         true

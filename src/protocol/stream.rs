@@ -614,6 +614,21 @@ impl Core {
             .is_some_and(|n| n.contains(name))
     }
 
+    /// Of the names of `kind` recorded as not existing (P32), keep only those `asked`
+    /// still holds: a name the client no longer asks for leaves the record (and `/status`)
+    /// at once, whatever is sent next.
+    pub fn keep_not_found(&mut self, kind: ResourceType, asked: impl Fn(&str) -> bool) {
+        let Some(t) = self.types.get_mut(kind) else {
+            return;
+        };
+        if let Some(set) = &mut t.not_found {
+            set.retain(|n| asked(n));
+            if set.is_empty() {
+                t.not_found = None;
+            }
+        }
+    }
+
     /// The client was sent `name` of `kind`, or no longer subscribes to it: it is no longer
     /// recorded as not existing.
     pub fn record_found(&mut self, kind: ResourceType, name: &str) {

@@ -215,7 +215,7 @@ pub(super) const VHDS: EnvoyFacts = EnvoyFacts {
     removed: Dropped::Removed,
     source: &[
         "source/common/router/vhds.cc `VhdsSubscription::VhdsSubscription`: `options.use_namespace_matching_ = true;`, and on demand `subscription_->requestOnDemandUpdate({with_route_config_name_prefix});`",
-        "source/common/router/vhds.cc `VhdsSubscription::VhdsSubscription`: \"vhds: only 'DELTA_GRPC' is supported as an api_type.\"",
+        "source/common/router/vhds.cc `VhdsSubscription::VhdsSubscription`: any other config source is refused, \"vhds: only 'DELTA_GRPC' or 'ADS' (which uses Delta xDS) is supported as a config source.\", and State of the World ADS too, \"vhds: ADS must use DELTA_GRPC api_type when used as VHDS config source.\" (Envoy 1.40's words)",
         "source/common/router/vhds.cc `VhdsSubscription::onConfigUpdate`: `config_update_info_->onVhdsUpdate(added_vhosts, added_resource_ids, removed_resources, ...)` removes the virtual hosts named",
     ],
 };
@@ -270,7 +270,7 @@ pub(super) const LEDS: EnvoyFacts = EnvoyFacts {
     left_out: None,
     removed: Dropped::Removed,
     source: &[
-        "source/extensions/clusters/eds/leds.cc `LedsSubscription::LedsSubscription`: `collectionSubscriptionFromUrl(leds_resource_locator, ...)`, then `subscription_->start({});` (a glob collection: Incremental xDS only, P34)",
+        "source/extensions/clusters/eds/leds.cc `LedsSubscription::LedsSubscription`: `collectionSubscriptionFromUrl(leds_resource_locator, ...)`, then `subscription_->start({});`: a glob collection, which only Incremental xDS carries (api/envoy/config/endpoint/v3/endpoint_components.proto: \"SotW mode supports only list collections, and delta xDS supports both\"); a per-type State of the World or REST source is refused, \"Unknown xdstp:// transport API type\" (Envoy 1.40's words), and over State of the World ADS the collection is asked for and cannot be answered",
         "source/extensions/clusters/eds/leds.cc `LedsSubscription::onConfigUpdate`: the removed names leave the locality's endpoints",
     ],
 };

@@ -374,6 +374,28 @@ fn p5_p17_a_fix_that_deletes_what_a_nacked_response_added_ends_the_nack() {
     assert!(matches!(s.state(Cluster), SyncState::Acked { .. }));
 }
 
+/// P20, P32, and `/status` following the proxy: a name it unsubscribes from leaves the
+/// names reported not found at once.
+#[test]
+fn p20_p32_a_name_unsubscribed_leaves_the_names_not_found() {
+    let mut s = ads_unordered();
+    s.handle_snapshot(snap(ABC));
+    s.handle_request(req(Endpoint, &["x", "y"], &[], ""))
+        .expect("ok");
+    let r = one(&mut s);
+    assert_eq!(r.not_found, ["x", "y"]);
+    ack(&mut s, &r);
+    assert_eq!(s.status(Endpoint).expect("asked").not_found, ["x", "y"]);
+    s.handle_request(req(Endpoint, &[], &["y"], ""))
+        .expect("ok");
+    drain(&mut s, Instant::now());
+    assert_eq!(s.status(Endpoint).expect("asked").not_found, ["x"]);
+    s.handle_request(req(Endpoint, &[], &["x"], ""))
+        .expect("ok");
+    drain(&mut s, Instant::now());
+    assert!(s.status(Endpoint).expect("asked").not_found.is_empty());
+}
+
 /// The held names of `kind`, with their versions.
 fn held(s: &DeltaStream, kind: ResourceType) -> BTreeMap<String, String> {
     s.held(kind)

@@ -1208,6 +1208,22 @@ fn model_client_view_converges_to_the_selection() {
                     .filter(|(n, _)| wildcard || list.contains(&n.as_str()))
                     .map(|(n, r)| (n.clone(), r.version.clone()))
                     .collect();
+                // P32: the names it asks for that do not exist, and only those, are what
+                // the stream reports not found (none it no longer asks for).
+                let mut missing: Vec<String> = list
+                    .iter()
+                    .filter(|n| **n != "*" && !current.get(kind).resources.contains_key(**n))
+                    .map(|n| n.to_string())
+                    .collect();
+                missing.sort();
+                missing.dedup();
+                let reported = s.status(kind).map(|t| t.not_found).unwrap_or_default();
+                assert_eq!(
+                    reported,
+                    missing,
+                    "{kind}: names not found; asks {list:?}; has {:?}",
+                    current.get(kind).resources.keys().collect::<Vec<_>>()
+                );
                 let have = view.get(&kind).cloned().unwrap_or_default();
                 if wildcard || matches!(kind, Cluster | Listener) {
                     // Before any response, a client with a named subscription to nothing
@@ -1672,4 +1688,34 @@ fn p10_a_wildcard_response_over_the_limit_goes_whole_and_names_are_split() {
     named.handle_request(req(Srds, &all, "", "")).expect("ok");
     let r = named.poll_response(Instant::now()).expect("sent");
     assert!(r.resources.len() < 40, "split: {}", r.resources.len());
+}
+
+/// P32, and `/status` following the proxy: names a client asked for that do not exist are
+/// reported not found; once it stops asking for them (here: `[]`, nothing), they leave the
+/// report at once, though no response goes out (nothing it asks for changed). Before, they
+/// stayed listed for good (found by the model above, as it was seen with a real Envoy).
+#[test]
+fn p32_a_name_no_longer_asked_for_leaves_the_names_not_found_at_once() {
+    use ResourceType::ScopedRoute as Srds;
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(Srds, "c", "1")]));
+    s.handle_request(req(Srds, &["a", "b", "c"], "", ""))
+        .expect("ok");
+    let r = s
+        .poll_response(Instant::now())
+        .expect("c, and a and b not found");
+    assert_eq!(r.not_found, ["a", "b"]);
+    s.handle_request(req(Srds, &["a", "b", "c"], &r.version, &r.nonce))
+        .expect("ack");
+    assert_eq!(s.status(Srds).expect("asked").not_found, ["a", "b"]);
+    // It drops b: b leaves the report.
+    s.handle_request(req(Srds, &["a", "c"], &r.version, &r.nonce))
+        .expect("ok");
+    drain(&mut s);
+    assert_eq!(s.status(Srds).expect("asked").not_found, ["a"]);
+    // It asks for nothing: nothing is reported, and nothing is sent.
+    s.handle_request(req(Srds, &[], &r.version, &r.nonce))
+        .expect("ok");
+    assert!(drain(&mut s).is_empty());
+    assert!(s.status(Srds).expect("asked").not_found.is_empty());
 }
