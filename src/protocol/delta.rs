@@ -557,17 +557,30 @@ impl Flavor for Delta {
     fn held_of(&self, kind: ResourceType, known: &[Arc<Snapshot>]) -> Option<Arc<TypeSnapshot>> {
         let st = self.types.get(kind)?;
         let mut resources = BTreeMap::new();
+        let mut found_any = false;
         for held in st.held.iter(&st.subscription) {
             let (name, version) = (held.name(), held.version());
             let found = known.iter().find_map(|s| {
                 let r = s.get(kind).resources.get(name)?;
                 (r.version == version).then_some(r)
             });
-            if let Some(found) = found {
-                resources.insert(name.to_string(), Arc::clone(found));
+            // One claimed at a version none of them has is taken as held at the newest's
+            // (what the client gets of it anyway: its version differs), so that no step
+            // of the plan made from this leaves it out: over a wildcard that would remove
+            // what the client holds and the newest has. Its update waits as any other.
+            let known_now = || known.first().and_then(|s| s.get(kind).resources.get(name));
+            match (found, known_now()) {
+                (Some(found), _) => {
+                    found_any = true;
+                    resources.insert(name.to_string(), Arc::clone(found));
+                }
+                (None, Some(now)) => {
+                    resources.insert(name.to_string(), Arc::clone(now));
+                }
+                (None, None) => {}
             }
         }
-        (!resources.is_empty()).then(|| Arc::new(TypeSnapshot::new(resources)))
+        found_any.then(|| Arc::new(TypeSnapshot::new(resources)))
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
@@ -646,7 +659,12 @@ impl Delta {
                         // hold is harmless).
                         let maybe_held = || core.rejected(kind).any(|(n, _)| n == name);
                         let held = st.held.get(&st.subscription, name);
-                        if matches!(held, Some(HeldRef::Claimed { .. }))
+                        if core.newest_has(kind, name) {
+                            // Not served by this step, and the newest snapshot has it: a
+                            // later step brings it (removing it meanwhile would break
+                            // before making).
+                            deferred.push((name.clone(), false));
+                        } else if matches!(held, Some(HeldRef::Claimed { .. }))
                             && core.defers_removal_of(kind)
                         {
                             // Claimed at a version the server does not keep: as below.
@@ -703,7 +721,10 @@ impl Delta {
                         Some(HeldRef::Claimed { .. })
                     )
                 };
-                if core.defers_removal_of(kind) && claimed() {
+                // Not served by this step, and the newest snapshot has it: a later step
+                // brings it (it does exist, P20; removing it meanwhile would break before
+                // making, P30).
+                if (core.defers_removal_of(kind) && claimed()) || core.newest_has(kind, &name) {
                     deferred.push((name, forced));
                     continue;
                 }

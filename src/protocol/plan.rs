@@ -441,6 +441,12 @@ pub struct Planner {
     /// Since when.
     withheld: u16,
     withheld_since: Option<Instant>,
+    /// The types (one bit each) a client back from an earlier stream claimed content of that
+    /// the server does not keep, not sent on this stream yet: what it holds of them is
+    /// unknown, so it gets the newest of them at once. A plan made meanwhile starts those
+    /// types from the newest too (not from a target it was never sent: a whole set of that
+    /// would remove what the client may hold and the newest has).
+    unknown: u16,
     /// A client back from an earlier stream, until it has completed what it was sent once
     /// `withheld` ended (the routes that moved off what it held among them): removals of
     /// what it claims at versions the server does not keep wait till then
@@ -551,6 +557,7 @@ impl Planner {
     /// (`whole`: it carried the client's whole set of the type, P10).
     pub fn sent(&mut self, kind: ResourceType, whole: bool) {
         self.sent_any = true;
+        self.unknown &= !(1 << kind.index());
         let (Some(target), true, true) = (&self.target, whole, self.ordered) else {
             return;
         };
@@ -617,6 +624,17 @@ impl Planner {
             ordered: held.is_some(),
         }));
         let Some(held) = held else {
+            self.unknown |= 1 << kind.index();
+            // A plan made from what it holds of other types took this one as held empty:
+            // made again, it starts this one from the newest.
+            if self.plan.is_some() {
+                let replaced = self.plan.take();
+                let why = Replan::Newer {
+                    began: replaced.as_ref().and_then(|p| p.began),
+                    step_began: replaced.and_then(|p| p.step_began),
+                };
+                self.replan(rejected, why, events);
+            }
             return;
         };
         let with_held = |s: &Snapshot| {
@@ -688,6 +706,21 @@ impl Planner {
                 self.plan = None;
                 return;
             }
+        };
+        // What the client holds of a type it claimed unknown content of, and was sent
+        // nothing of yet: the newest, which it is to get at once.
+        let holding = if self.unknown == 0 {
+            holding
+        } else {
+            let unknown = self.unknown;
+            Arc::new(Snapshot::from_types(ResourceType::ALL.map(|k| {
+                let from = if unknown & (1 << k.index()) != 0 {
+                    &new
+                } else {
+                    &holding
+                };
+                Arc::clone(from.get(k))
+            })))
         };
         let pending = self.sent_any && self.pending();
         let base = scrub(&holding, &new, rejected);

@@ -76,6 +76,9 @@ struct TypeState {
     /// a set's 24; docs/benchmarks.md, "Issue 20's changes").
     #[allow(clippy::box_collection)]
     owed: Option<Box<BTreeSet<String>>>,
+    /// LDS, CDS: the client dropped the wildcard for names since the last response, and
+    /// forgot what they leave out: a whole set goes to it even if equal to what it was given.
+    forgot: bool,
 }
 
 /// What a client has of one type: exactly what `subscription` selects from `snapshot`.
@@ -94,18 +97,41 @@ empty!(TypeState);
 impl TypeState {
     /// A request names `names` (stale or not, P6): what it no longer names the client has
     /// forgotten (P9: asked for again, it goes again), even if a later request names it
-    /// again before anything was decided.
-    fn forget_dropped(&mut self, names: &[String]) {
+    /// again before anything was decided. A client that held the wildcard and now names
+    /// some holds only those; one whose responses are whole too (a whole set is sent again
+    /// only if it differs from what the client holds).
+    fn forget_dropped(&mut self, kind: ResourceType, names: &[String]) {
         let Some(given) = &mut self.given else {
             return;
         };
-        if given.subscription.is_wildcard() {
+        // What the request subscribes to (`[]` is the legacy wildcard only if nothing was
+        // ever named, P15).
+        let mut asked = self.subscription.clone();
+        asked.apply_sotw(names);
+        if asked.is_wildcard() {
             return;
         }
-        // `[]` after names is nothing (P16).
-        let mut asked = Subscription::default();
-        asked.apply_sotw(names);
-        if asked.is_wildcard() && !names.is_empty() {
+        if given.subscription.is_wildcard() {
+            if kind.sotw_whole(false) {
+                // LDS, CDS: the narrower set goes whole anyway (P10); should the wildcard
+                // come back before it went, the whole set goes again.
+                self.forgot = true;
+            } else {
+                // It keeps what it was given of the names it asks for (those that exist:
+                // any other is news to tell it, P32).
+                let kept: Vec<String> = asked
+                    .names()
+                    .iter()
+                    .filter(|n| given.snapshot.resources.contains_key(*n))
+                    .cloned()
+                    .collect();
+                let mut narrowed = asked;
+                narrowed.apply_sotw(&kept);
+                given.subscription = narrowed;
+            }
+            return;
+        }
+        if kind.sotw_whole(false) {
             return;
         }
         let held = given.subscription.names();
@@ -245,9 +271,8 @@ impl Flavor for Sotw {
         repeat: bool,
     ) -> bool {
         let st = &mut self.types[kind];
-        // A client whose responses are whole gets every name it asks for again anyway.
-        if !repeat && !kind.sotw_whole(false) {
-            st.forget_dropped(&request.resource_names);
+        if !repeat {
+            st.forget_dropped(kind, &request.resource_names);
         }
         let nonce = request.response_nonce;
         if let Some(latest) = core.latest_nonce(kind) {
@@ -438,6 +463,7 @@ impl Sotw {
             if st.rewarm.is_empty()
                 && st.refresh_at.is_none_or(|at| at > now)
                 && st.owed.is_none()
+                && !st.forgot
                 && Arc::ptr_eq(&given.snapshot, current)
                 && given.subscription == st.subscription
             {
@@ -527,6 +553,7 @@ impl Sotw {
                 if !rewarm
                     && !refresh
                     && st.owed.is_none()
+                    && !st.forgot
                     && Arc::ptr_eq(&given.snapshot, current)
                     && given.subscription == st.subscription =>
             {
@@ -537,7 +564,7 @@ impl Sotw {
                 // too) resends it; so does a TTL refresh (P26). So does a wildcard new to
                 // the stream (P9: the set grew): a client that held names only was never
                 // told which of them were deleted, and takes this response as all it has.
-                let became_wildcard = wildcard && !given.subscription.is_wildcard();
+                let became_wildcard = wildcard && (st.forgot || !given.subscription.is_wildcard());
                 if !rewarm
                     && !refresh
                     && !news
@@ -602,8 +629,38 @@ impl Sotw {
         // The response's version is that of what the client then holds of the selection, so
         // that it never claims what is still to come (P13: a client back with it is sent the
         // rest).
+        // What the client holds, for a whole set (below).
+        let before = whole
+            .then(|| {
+                st.given
+                    .as_ref()
+                    .map(|g| g.subscription.select(&g.snapshot))
+            })
+            .flatten();
         let mut payload = payload;
         let mut version = version;
+        // P30: a whole set never leaves out what the client holds and the newest snapshot
+        // has, though a make-before-break step does not serve it yet (the step was planned
+        // from what the server served, which the client may not have been sent): it keeps
+        // what it holds of those until a later step brings them.
+        if whole {
+            if let Some(before) = &before {
+                let kept: Vec<&Arc<Resource>> = before
+                    .resources
+                    .iter()
+                    .filter(|r| {
+                        !current.resources.contains_key(&r.name)
+                            && st.subscription.covers_resource(r)
+                            && core.newest_has(kind, &r.name)
+                    })
+                    .collect();
+                if !kept.is_empty() {
+                    payload.extend(kept);
+                    payload.sort_by(|a, b| a.name.cmp(&b.name));
+                    version = selection_version(payload.iter().map(|r| r.as_ref()));
+                }
+            }
+        }
         let count = core.fit(kind, payload.iter().map(|r| r.as_ref()), !whole);
         st.owed = None;
         if count < payload.len() {
@@ -654,6 +711,7 @@ impl Sotw {
         };
         st.prev_given = st.given.replace(Given::new(current, &st.subscription));
         st.pending = false;
+        st.forgot = false;
         st.rewarm = Vec::new();
         // A ClusterLoadAssignment the client does not have yet goes out anyway (it is new to
         // it); one it has must be sent again though unchanged. Before anything was sent,

@@ -606,6 +606,14 @@ impl Core {
         names
     }
 
+    /// Whether the newest snapshot has `name` of `kind` (a make-before-break step may not
+    /// serve it yet, P30).
+    pub fn newest_has(&self, kind: ResourceType, name: &str) -> bool {
+        self.planner
+            .newest()
+            .is_some_and(|newest| newest.get(kind).resources.contains_key(name))
+    }
+
     /// Whether the client was told that `name` of `kind` does not exist (P32).
     pub fn told_not_found(&self, kind: ResourceType, name: &str) -> bool {
         self.types[kind]

@@ -1250,6 +1250,7 @@ fn model_run<C: Client>(mut rand: &mut dyn FnMut(u64) -> u64) -> usize {
     nacks
 }
 
+mod every_type;
 mod interleavings;
 
 // === the steps themselves ===

@@ -1719,3 +1719,25 @@ fn p32_a_name_no_longer_asked_for_leaves_the_names_not_found_at_once() {
     assert!(drain(&mut s).is_empty());
     assert!(s.status(Srds).expect("asked").not_found.is_empty());
 }
+
+/// P9, P14: a client that narrows a wildcard to names and widens it again before the server
+/// answered gets the whole set: it forgot what the names left out (for a partial type, and
+/// for LDS and CDS, whose narrower set would have gone whole).
+#[test]
+fn p9_p14_narrowed_then_widened_before_an_answer_gets_the_whole_set_again() {
+    for kind in [ResourceType::Secret, Cluster] {
+        let both = snap(&[(kind, "a", "1"), (kind, "b", "1")]);
+        let (mut s, first) = acked(kind, &["*"], Arc::clone(&both));
+        assert_eq!(names(&first), ["a", "b"]);
+        s.handle_request(req(kind, &["a"], &first.version, &first.nonce))
+            .expect("narrowed");
+        s.handle_request(req(kind, &["*"], &first.version, &first.nonce))
+            .expect("widened");
+        let again = drain(&mut s);
+        assert_eq!(
+            again.last().map(names),
+            Some(vec!["a".to_string(), "b".to_string()]),
+            "{kind}"
+        );
+    }
+}
