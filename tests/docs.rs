@@ -132,3 +132,21 @@ fn nothing_in_the_readme_or_docs_links_outside_the_repository() {
         "links outside the repository (or to nothing): {outside:#?}"
     );
 }
+
+/// docs/protocol.md's table of what Envoy does with each type, and the sources behind it,
+/// are the code's (`switchyard::resource::envoy`): the one the protocol's whole-set rule is
+/// tested against, and the conformance matrix's cells are made from.
+#[test]
+fn the_per_type_table_in_the_protocol_document_is_the_code_s() {
+    let doc = std::fs::read_to_string(root().join("docs/protocol.md")).expect("protocol.md");
+    let table = switchyard::resource::envoy::table();
+    let sources = switchyard::resource::envoy::sources();
+    assert!(
+        doc.contains(&table),
+        "docs/protocol.md's table differs from resource::envoy; it should read:\n{table}"
+    );
+    assert!(
+        doc.contains(&sources),
+        "docs/protocol.md's sources differ from resource::envoy; they should read:\n{sources}"
+    );
+}

@@ -323,3 +323,144 @@ async fn e2e_p35_grpc_reaches_a_service_by_xdstp_names_through_its_authority() {
     assert!(other.contains("other.test"), "{other}");
     assert!(!switchyard.logged("NACK", &[]));
 }
+
+/// P10 with gRPC: two targets, `one` and `two`, each its own listener, route configuration,
+/// cluster and endpoints. `one` changes one type at a time (EDS, CDS, RDS, then LDS), each
+/// time one resource of the type; `two` keeps answering from its upstream throughout, its
+/// answers unchanged. gRPC asks for every type by name, and here acts on resource errors
+/// (gRFC A88's `fail_on_data_errors`): a response that said `two`'s listener, route
+/// configuration, cluster or endpoints do not exist would fail its calls. (gRPC 1.85 keeps
+/// a listener or cluster a LDS or CDS response leaves out, even so: that LDS and CDS go
+/// whole to names is held by the unit tests, `p10_names_get_what_changed_and_lds_cds_every_name_asked_for`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_p10_grpc_keeps_every_other_resource_when_one_changes() {
+    let Some(python) = grpc_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let (config, switchyard) = serve(dir.path(), &[]).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/grpc_xds_client.py");
+    let mut cmd = Command::new(&python);
+    cmd.arg(&script)
+        .arg(switchyard.port.to_string())
+        .arg("one,two")
+        .arg(dir.path())
+        .arg("strict");
+    let client = Process::spawn("grpc client", cmd, dir.path().join("client.log"));
+    let ports_file = dir.path().join("ports");
+    let started = eventually(WAIT, || {
+        let p = ports_file.clone();
+        async move { p.exists() }
+    })
+    .await;
+    assert!(started.is_some(), "the gRPC upstreams did not start");
+    let ports: Vec<u16> = std::fs::read_to_string(&ports_file)
+        .expect("ports")
+        .split_whitespace()
+        .map(|p| p.parse().expect("a port"))
+        .collect();
+    // A target's listener, route configuration, cluster (with its EDS service name) and
+    // endpoints, each named after the target and what the step made of it.
+    let target = |name: &str, route: &str, cluster: &str, service: &str, port: u16| {
+        grpc_config(port)
+            .replace(
+                "name: echo\n    api_listener",
+                &format!("name: {name}\n    api_listener"),
+            )
+            .replace("stat_prefix: echo", &format!("stat_prefix: {name}"))
+            .replace("echo-route", route)
+            .replace("domains: [\"echo\"]", &format!("domains: [\"{name}\"]"))
+            .replace(
+                "eds_cluster_config: { eds_config:",
+                &format!("eds_cluster_config: {{ service_name: {service}, eds_config:"),
+            )
+            .replace(
+                "cluster_name: echo-cluster",
+                &format!("cluster_name: {service}"),
+            )
+            .replace("echo-cluster", cluster)
+    };
+    let (a, b) = (ports[0], ports[1]);
+    let two = target("two", "two-route", "two-cluster", "two-eds", a);
+    let files = |one: String| {
+        write(&config, "one.yaml", &one);
+        write(&config, "two.yaml", &two);
+    };
+    files(target("one", "one-route", "one-cluster", "one-eds", a));
+    std::fs::write(dir.path().join("go"), "").expect("go");
+    let says = |which: &'static str| {
+        let prefix = format!("{which} ");
+        client
+            .log_text()
+            .lines()
+            .filter_map(|l| l.strip_prefix("ANSWER "))
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let reaches = |want: &'static str| {
+        let says = &says;
+        async move {
+            eventually(WAIT, || async move {
+                says("one").last().map(String::as_str) == Some(want)
+            })
+            .await
+            .is_some()
+        }
+    };
+    assert!(reaches("a").await, "one never answered: {:?}", says("one"));
+    // (Written one file after the other, `two` may fail before its file is read.)
+    let two_answers = eventually(WAIT, || async {
+        says("two").last().map(String::as_str) == Some("a")
+    })
+    .await;
+    assert!(
+        two_answers.is_some(),
+        "two never answered: {:?}",
+        says("two")
+    );
+    let before = says("two");
+    let steps: [(&str, String, &str); 4] = [
+        // EDS: one's endpoints move to b.
+        (
+            "EDS",
+            target("one", "one-route", "one-cluster", "one-eds", b),
+            "b",
+        ),
+        // CDS: one's cluster takes its endpoints from another EDS service (at a).
+        (
+            "CDS",
+            target("one", "one-route", "one-cluster", "one-eds-2", a),
+            "a",
+        ),
+        // RDS: one's route configuration sends to another cluster (at b).
+        (
+            "RDS",
+            target("one", "one-route", "one-cluster-b", "one-eds-3", b),
+            "b",
+        ),
+        // LDS: one's listener takes another route configuration (to a).
+        (
+            "LDS",
+            target("one", "one-route-2", "one-cluster-b", "one-eds-4", a),
+            "a",
+        ),
+    ];
+    for (kind, one, want) in steps {
+        files(one);
+        assert!(
+            reaches(want).await,
+            "{kind}: one did not move to {want}: {:?}",
+            says("one")
+        );
+        // A moment more of calls through `two`, then check it never changed.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            says("two"),
+            before,
+            "{kind}: two did not keep answering while one changed"
+        );
+    }
+    assert!(!switchyard.logged("NACK", &[]), "gRPC rejected a response");
+    std::fs::write(dir.path().join("stop"), "").expect("stop");
+}

@@ -566,7 +566,7 @@ fn run<W: Wire>(seed: u64, kinds: &[ResourceType]) -> Result<(), String> {
         let Some(got) = wire.next(now) else {
             // Nothing to send: once more after a plan step's time-out, then it is quiet.
             idle += 1;
-            if idle > 1 {
+            if idle > 3 {
                 break;
             }
             now += Duration::from_secs(6);
