@@ -628,9 +628,26 @@ impl Fleet {
             .get(poll.kind.short_name())
             .map(|t| t.state);
         poller.report_type(poll.kind, now);
+        // The recent generations' tallies count a poller as a stream's node: synced when
+        // every type it polls took what it was answered, NACKed when one rejected it.
+        let (synced, nacked) = (
+            poller.report.synced(),
+            poller
+                .report
+                .types
+                .values()
+                .any(|t| t.state == SyncStatus::Nacked),
+        );
+        let node = poller.report.node_id.clone();
+        let generation = poller.report.generation;
         let after = poller.report.types.get(poll.kind.short_name())?;
-        (before != Some(after.state))
-            .then(|| (after.state, after.nack.as_ref().map(|n| n.error.clone())))
+        let changed = (before != Some(after.state))
+            .then(|| (after.state, after.nack.as_ref().map(|n| n.error.clone())));
+        drop(pollers);
+        if synced || nacked {
+            self.count(&node, generation, synced, nacked);
+        }
+        changed
     }
 
     /// The pollers, locked, those quiet for [`POLLER_QUIET`] forgotten.
@@ -1058,11 +1075,13 @@ mod tests {
             (SyncStatus::Synced, "v1")
         );
         assert_eq!(cds.not_found.as_slice(), ["gone"]);
+        assert_eq!(fleet.tally(3), Some((1, 0)), "generation 3: it took it");
         // Answered v2 over and over, it stays at v1: it rejected v2.
         for _ in 0..3 {
             fleet.polled(poll("v1", "v2"));
         }
         assert_eq!(fleet.nodes_nacking(), 1);
+        assert_eq!(fleet.tally(3), Some((1, 1)), "and then rejected one");
         assert_eq!(fleet.pollers_by_api().get("rest"), Some(&1));
         // Quiet for long enough, it is forgotten.
         drop(fleet.pollers_at(Instant::now() + POLLER_QUIET + Duration::from_secs(1)));
