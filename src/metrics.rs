@@ -284,7 +284,7 @@ pub fn encode(m: &Metrics, scraped: Scraped) -> String {
     registry.register(
         "responses_oversized",
         "Responses over --max-response-bytes sent whole because they cannot be split (a \
-         full-state LDS or CDS response, or one resource alone over it), by type URL",
+         SotW response of the whole set, or one resource alone over it), by type URL",
         m.responses_oversized.clone(),
     );
     registry.register(

@@ -472,7 +472,7 @@ impl StreamEvents {
                 m.responses_split.get_or_create(&type_labels(*kind)).inc();
             }
             Event::Oversized { kind, bytes, limit } => {
-                tracing::warn!(node, r#type = %kind, bytes, limit, "A response over --max-response-bytes went whole (a full-state LDS or CDS response cannot be split, nor one resource): a client with a receive limit refuses it.");
+                tracing::warn!(node, r#type = %kind, bytes, limit, "A response over --max-response-bytes went whole (a SotW response of the whole set cannot be split, nor one resource): a client with a receive limit refuses it.");
                 m.responses_oversized
                     .get_or_create(&type_labels(*kind))
                     .inc();

@@ -157,11 +157,12 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..))]
     pub new_streams_burst: u32,
     /// The largest response sent whole (bytes, or with a KiB or MiB suffix): larger delta
-    /// responses, and SotW responses of EDS, RDS, SRDS, VHDS, ECDS, SDS and RTDS, are split in
-    /// several, each consistent on its own. A full-state LDS or CDS response cannot be split
-    /// (a resource left out would be deleted): it goes whole, with a warning. The default is
-    /// gRPC's default receive limit, which Envoy's `max_receive_message_length` and most
-    /// clients keep.
+    /// responses, and SotW responses to a subscription by name (EDS, RDS, VHDS, ECDS, SDS,
+    /// RTDS as Envoy subscribes), are split in several, each consistent on its own. A SotW
+    /// response that is the whole set (to a wildcard subscription, of any type; LDS and CDS
+    /// always) cannot be split (a resource left out would be deleted): it goes whole, with a
+    /// warning. The default is gRPC's default receive limit, which Envoy's
+    /// `max_receive_message_length` and most clients keep.
     #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_response_size)]
     pub max_response_bytes: u64,
     /// How long a new connection on the xDS port may take to complete its TLS handshake or,

@@ -394,8 +394,8 @@ pub fn status_table(status: &crate::admin::Status) -> String {
             if let Some(bytes) = t.oversized_bytes {
                 out.push_str(&format!(
                     "\nOVERSIZED {} {kind}: the latest response, {bytes} bytes, is over \
-                     --max-response-bytes and cannot be split (a full-state type, or one \
-                     resource alone over it)\n",
+                     --max-response-bytes and cannot be split (a whole set, or one resource \
+                     alone over it)\n",
                     printable(&n.node_id)
                 ));
             }

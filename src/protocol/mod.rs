@@ -247,7 +247,7 @@ pub struct TypeStatus<'a> {
     /// The version the client last ACKed; empty before its first ACK.
     pub acked_version: std::borrow::Cow<'a, str>,
     /// The size of the latest response when it was over the response limit and could not be
-    /// split (a full-state LDS or CDS response, or one resource alone over it).
+    /// split (a SotW response of the whole set, or one resource alone over it).
     pub oversized: Option<usize>,
     /// What the client subscribes to by name and the latest response said does not exist
     /// (P32).
@@ -320,9 +320,9 @@ pub enum Event {
         sent: usize,
         left: usize,
     },
-    /// A response over the response limit that cannot be split went whole: a full-state LDS
-    /// or CDS response (P10: a resource left out would be deleted), or one resource alone
-    /// over the limit. The client may refuse it.
+    /// A response over the response limit that cannot be split went whole: a SotW response
+    /// of the whole set (to a wildcard, or of LDS or CDS; P10: a resource left out would be
+    /// deleted), or one resource alone over the limit. The client may refuse it.
     Oversized {
         kind: ResourceType,
         bytes: usize,

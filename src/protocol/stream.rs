@@ -200,7 +200,7 @@ impl<F: Flavor> Stream<F> {
     }
 
     /// The same stream, splitting responses larger than `bytes` where the protocol allows
-    /// (delta responses, and SotW responses of the types that are not full-state).
+    /// (delta responses, and SotW responses that are not the whole set: P10, P14).
     pub fn with_response_limit(mut self, bytes: usize) -> Stream<F> {
         self.core.max_response_bytes = bytes;
         self

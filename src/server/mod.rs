@@ -94,7 +94,7 @@ pub struct Limits {
     /// `None`: no limit.
     pub new_streams: Option<admission::StreamRate>,
     /// The largest response sent whole (`--max-response-bytes`): larger delta responses,
-    /// and SotW responses of the types that are not full-state, are split.
+    /// and SotW responses to a subscription by name (not LDS or CDS), are split.
     pub max_response_bytes: usize,
 }
 
