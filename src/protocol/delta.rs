@@ -728,9 +728,12 @@ impl Delta {
                     deferred.push((name, forced));
                     continue;
                 }
+                // An alias the client asks for by name that nothing answers to (P24); one
+                // it only unsubscribed from under a wildcard is reported removed (P22).
                 if kind == ResourceType::VirtualHost
                     && namespace_of(kind, &name).is_some()
                     && !st.held.contains(&st.subscription, &name)
+                    && st.subscription.names().contains(&name)
                 {
                     unresolved.push(name);
                 } else {

@@ -111,27 +111,32 @@ impl TypeState {
         if asked.is_wildcard() {
             return;
         }
-        if given.subscription.is_wildcard() {
-            if kind.sotw_whole(false) {
-                // LDS, CDS: the narrower set goes whole anyway (P10); should the wildcard
-                // come back before it went, the whole set goes again.
-                self.forgot = true;
-            } else {
-                // It keeps what it was given of the names it asks for (those that exist:
-                // any other is news to tell it, P32).
-                let kept: Vec<String> = asked
+        if kind.sotw_whole(false) {
+            // LDS, CDS: the narrower set goes whole anyway (P10); should what it dropped
+            // (the wildcard, or names) come back before it went, the whole set goes again.
+            if given.subscription.is_wildcard()
+                || given
+                    .subscription
                     .names()
                     .iter()
-                    .filter(|n| given.snapshot.resources.contains_key(*n))
-                    .cloned()
-                    .collect();
-                let mut narrowed = asked;
-                narrowed.apply_sotw(&kept);
-                given.subscription = narrowed;
+                    .any(|n| !asked.names().contains(n))
+            {
+                self.forgot = true;
             }
             return;
         }
-        if kind.sotw_whole(false) {
+        if given.subscription.is_wildcard() {
+            // It keeps what it was given of the names it asks for (those that exist: any
+            // other is news to tell it, P32).
+            let kept: Vec<String> = asked
+                .names()
+                .iter()
+                .filter(|n| given.snapshot.resources.contains_key(*n))
+                .cloned()
+                .collect();
+            let mut narrowed = asked;
+            narrowed.apply_sotw(&kept);
+            given.subscription = narrowed;
             return;
         }
         let held = given.subscription.names();
@@ -470,6 +475,40 @@ impl Sotw {
                 return None;
             }
         }
+        // P30: a whole set never leaves out what the client holds and the newest snapshot
+        // has, though a make-before-break step does not serve it yet (the step was planned
+        // from what the server served, which the client may not have been sent): it keeps
+        // what it holds of those until a later step brings them. The step's snapshot with
+        // them is what the client is to hold, and what it is then taken to hold.
+        let with_kept;
+        let current = match (&st.given, core.newest_of(kind)) {
+            (Some(given), Some(newest))
+                if !Arc::ptr_eq(newest, current)
+                    && kind.sotw_whole(st.subscription.is_wildcard()) =>
+            {
+                let before = given.subscription.select(&given.snapshot);
+                let kept: Vec<&Arc<Resource>> = before
+                    .resources
+                    .iter()
+                    .filter(|r| {
+                        !current.resources.contains_key(&r.name)
+                            && st.subscription.covers_resource(r)
+                            && newest.resources.contains_key(&r.name)
+                    })
+                    .collect();
+                if kept.is_empty() {
+                    current
+                } else {
+                    let mut resources = current.resources.clone();
+                    for r in kept {
+                        resources.insert(r.name.clone(), Arc::clone(r));
+                    }
+                    with_kept = Arc::new(TypeSnapshot::new(resources));
+                    &with_kept
+                }
+            }
+            _ => current,
+        };
         let selection = st.subscription.select(current);
         let selected = &selection.resources;
         // P32: the names the client asks for that this node lacks, each answered NOT_FOUND.
@@ -564,11 +603,14 @@ impl Sotw {
                 // too) resends it; so does a TTL refresh (P26). So does a wildcard new to
                 // the stream (P9: the set grew): a client that held names only was never
                 // told which of them were deleted, and takes this response as all it has.
-                let became_wildcard = wildcard && (st.forgot || !given.subscription.is_wildcard());
+                // A client that narrowed a wildcard forgot what it no longer named: names
+                // it asks for again go again (P9), though the set equals what it was given.
+                let became_wildcard = wildcard && !given.subscription.is_wildcard();
                 if !rewarm
                     && !refresh
                     && !news
                     && !became_wildcard
+                    && !st.forgot
                     && given.has_exactly(selected, current, &st.subscription)
                 {
                     st.given = Some(Given::new(current, &st.subscription));
@@ -629,38 +671,8 @@ impl Sotw {
         // The response's version is that of what the client then holds of the selection, so
         // that it never claims what is still to come (P13: a client back with it is sent the
         // rest).
-        // What the client holds, for a whole set (below).
-        let before = whole
-            .then(|| {
-                st.given
-                    .as_ref()
-                    .map(|g| g.subscription.select(&g.snapshot))
-            })
-            .flatten();
         let mut payload = payload;
         let mut version = version;
-        // P30: a whole set never leaves out what the client holds and the newest snapshot
-        // has, though a make-before-break step does not serve it yet (the step was planned
-        // from what the server served, which the client may not have been sent): it keeps
-        // what it holds of those until a later step brings them.
-        if whole {
-            if let Some(before) = &before {
-                let kept: Vec<&Arc<Resource>> = before
-                    .resources
-                    .iter()
-                    .filter(|r| {
-                        !current.resources.contains_key(&r.name)
-                            && st.subscription.covers_resource(r)
-                            && core.newest_has(kind, &r.name)
-                    })
-                    .collect();
-                if !kept.is_empty() {
-                    payload.extend(kept);
-                    payload.sort_by(|a, b| a.name.cmp(&b.name));
-                    version = selection_version(payload.iter().map(|r| r.as_ref()));
-                }
-            }
-        }
         let count = core.fit(kind, payload.iter().map(|r| r.as_ref()), !whole);
         st.owed = None;
         if count < payload.len() {

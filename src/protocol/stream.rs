@@ -606,6 +606,11 @@ impl Core {
         names
     }
 
+    /// The newest snapshot's `kind`, if any (a make-before-break step may serve another).
+    pub fn newest_of(&self, kind: ResourceType) -> Option<&Arc<TypeSnapshot>> {
+        self.planner.newest().map(|newest| newest.get(kind))
+    }
+
     /// Whether the newest snapshot has `name` of `kind` (a make-before-break step may not
     /// serve it yet, P30).
     pub fn newest_has(&self, kind: ResourceType, name: &str) -> bool {

@@ -1741,3 +1741,25 @@ fn p9_p14_narrowed_then_widened_before_an_answer_gets_the_whole_set_again() {
         );
     }
 }
+
+/// P9, P10: a client naming listeners (as gRPC's xDS client does) that stops naming one
+/// and names it again before anything was sent gets it again: it forgot it when it stopped
+/// naming it, though the whole set it then asks for equals what it was given.
+#[test]
+fn p9_p10_a_listener_dropped_and_named_again_before_an_answer_goes_again() {
+    let mut s = SotwStream::new(Variant::Aggregated);
+    s.handle_snapshot(snap(&[(Listener, "a", "1"), (Listener, "b", "1")]));
+    s.handle_request(req(Listener, &["a", "b"], "", ""))
+        .expect("ok");
+    let r = s.poll_response(Instant::now()).expect("sent");
+    assert_eq!(names(&r), ["a", "b"]);
+    s.handle_request(req(Listener, &["a", "b"], &r.version, &r.nonce))
+        .expect("ack");
+    assert!(s.poll_response(Instant::now()).is_none(), "it has them");
+    s.handle_request(req(Listener, &["b"], &r.version, &r.nonce))
+        .expect("drops a");
+    s.handle_request(req(Listener, &["a", "b"], &r.version, &r.nonce))
+        .expect("names a again");
+    let again = s.poll_response(Instant::now()).expect("a goes again");
+    assert_eq!(names(&again), ["a", "b"]);
+}
