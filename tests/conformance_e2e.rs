@@ -37,18 +37,7 @@ use ResourceType::{
 };
 
 /// The rows of the matrix, in the order the cells run.
-const TYPES: [ResourceType; 10] = [
-    Cluster,
-    Endpoint,
-    Listener,
-    Route,
-    ScopedRoute,
-    VirtualHost,
-    Secret,
-    Runtime,
-    ExtensionConfig,
-    LbEndpoint,
-];
+const TYPES: [ResourceType; 10] = ResourceType::ALL;
 
 /// How long one change may take to reach Envoy (REST polls every 0.2 s).
 const ARRIVE: Duration = Duration::from_secs(20);

@@ -71,6 +71,41 @@ fn answers(client: &Process) -> Vec<String> {
         .collect()
 }
 
+/// gRPC's xDS client (`tests/support/grpc_xds_client.py`) calling `targets` through
+/// Switchyard, in `dir`, once its upstreams listen: with their ports. `strict`: it acts on
+/// resource errors (gRFC A88's `fail_on_data_errors`).
+async fn grpc_client(
+    python: &Path,
+    switchyard: &Switchyard,
+    targets: &str,
+    dir: &Path,
+    strict: bool,
+) -> (Process, Vec<u16>) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/grpc_xds_client.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(&script)
+        .arg(switchyard.port.to_string())
+        .arg(targets)
+        .arg(dir);
+    if strict {
+        cmd.arg("strict");
+    }
+    let client = Process::spawn("grpc client", cmd, dir.join("client.log"));
+    let ports_file = dir.join("ports");
+    let started = eventually(WAIT, || {
+        let p = ports_file.clone();
+        async move { p.exists() }
+    })
+    .await;
+    assert!(started.is_some(), "the gRPC upstreams did not start");
+    let ports = std::fs::read_to_string(&ports_file)
+        .expect("ports")
+        .split_whitespace()
+        .map(|p| p.parse().expect("a port"))
+        .collect();
+    (client, ports)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_grpc_xds_client_finds_its_upstream_by_name_and_follows_an_eds_edit() {
     let Some(python) = grpc_python() else {
@@ -78,26 +113,7 @@ async fn e2e_grpc_xds_client_finds_its_upstream_by_name_and_follows_an_eds_edit(
     };
     let dir = tempfile::tempdir().expect("tmp");
     let (config, switchyard) = serve(dir.path(), &[]).await;
-
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/grpc_xds_client.py");
-    let mut cmd = Command::new(&python);
-    cmd.arg(&script)
-        .arg(switchyard.port.to_string())
-        .arg("echo")
-        .arg(dir.path());
-    let client = Process::spawn("grpc client", cmd, dir.path().join("client.log"));
-    let ports_file = dir.path().join("ports");
-    let ports = eventually(WAIT, || {
-        let p = ports_file.clone();
-        async move { p.exists() }
-    })
-    .await;
-    assert!(ports.is_some(), "the gRPC upstreams did not start");
-    let ports: Vec<u16> = std::fs::read_to_string(&ports_file)
-        .expect("ports")
-        .split_whitespace()
-        .map(|p| p.parse().expect("a port"))
-        .collect();
+    let (client, ports) = grpc_client(&python, &switchyard, "echo", dir.path(), false).await;
 
     write(&config, "grpc.yaml", &grpc_config(ports[0]));
     std::fs::write(dir.path().join("go"), "").expect("go");
@@ -339,26 +355,7 @@ async fn e2e_p10_grpc_keeps_every_other_resource_when_one_changes() {
     };
     let dir = tempfile::tempdir().expect("tmp");
     let (config, switchyard) = serve(dir.path(), &[]).await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/grpc_xds_client.py");
-    let mut cmd = Command::new(&python);
-    cmd.arg(&script)
-        .arg(switchyard.port.to_string())
-        .arg("one,two")
-        .arg(dir.path())
-        .arg("strict");
-    let client = Process::spawn("grpc client", cmd, dir.path().join("client.log"));
-    let ports_file = dir.path().join("ports");
-    let started = eventually(WAIT, || {
-        let p = ports_file.clone();
-        async move { p.exists() }
-    })
-    .await;
-    assert!(started.is_some(), "the gRPC upstreams did not start");
-    let ports: Vec<u16> = std::fs::read_to_string(&ports_file)
-        .expect("ports")
-        .split_whitespace()
-        .map(|p| p.parse().expect("a port"))
-        .collect();
+    let (client, ports) = grpc_client(&python, &switchyard, "one,two", dir.path(), true).await;
     // A target's listener, route configuration, cluster (with its EDS service name) and
     // endpoints, each named after the target and what the step made of it.
     let target = |name: &str, route: &str, cluster: &str, service: &str, port: u16| {

@@ -22,12 +22,12 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 
 use crate::cache::Snapshot;
 use crate::config::content_hash;
-use crate::protocol::{DeltaStream, Ordering, SotwStream, Variant};
+use crate::protocol::stream::Flavor;
+use crate::protocol::{DeltaStream, Ordering, SotwStream, Stream, Variant};
 use crate::resource::{Resource, ResourceType};
 
 use ResourceType::{
-    Cluster, Endpoint, ExtensionConfig, LbEndpoint, Listener, Route, Runtime, ScopedRoute, Secret,
-    VirtualHost,
+    Cluster, Endpoint, ExtensionConfig, Listener, Route, Runtime, ScopedRoute, Secret, VirtualHost,
 };
 
 /// A deterministic generator (SplitMix64): one seed, one schedule.
@@ -195,13 +195,31 @@ trait Wire {
     fn claim(&mut self, kind: ResourceType, sub: &Sub, held: &Held);
     /// Whether a response of `kind` to `sub` replaces the client's whole set of the type.
     fn whole(kind: ResourceType, sub: &Sub) -> bool;
+    /// The server's stream.
+    fn stream(&mut self) -> &mut Stream<impl Flavor>;
+
     /// The node's recent snapshots (newest first), if the stream wants them to find what a
     /// client back from an earlier stream holds (as the server gives them).
-    fn history(&mut self, known: &[Arc<Snapshot>]);
+    fn history(&mut self, known: &[Arc<Snapshot>]) {
+        let s = self.stream();
+        if s.wants_history() {
+            s.handle_history(known);
+        }
+    }
+
     /// What happened on the stream since last asked, in brief (for a failure's trace).
-    fn events(&mut self) -> Vec<String>;
+    fn events(&mut self) -> Vec<String> {
+        let s = self.stream();
+        std::iter::from_fn(|| s.poll_event())
+            .filter(|e| matches!(e, crate::protocol::Event::Plan(_)))
+            .map(|e| format!("{e:?}"))
+            .collect()
+    }
+
     /// What `kind` serves now (for a failure's trace).
-    fn target(&self, kind: ResourceType) -> Vec<String>;
+    fn target(&mut self, kind: ResourceType) -> Vec<String> {
+        self.stream().target_bodies(kind)
+    }
 }
 
 /// What the client holds: per type, name -> resource.
@@ -321,21 +339,8 @@ impl Wire for Sotw {
         *sub == Sub::Wildcard || matches!(kind, Listener | Cluster)
     }
 
-    fn history(&mut self, known: &[Arc<Snapshot>]) {
-        if self.s.wants_history() {
-            self.s.handle_history(known);
-        }
-    }
-
-    fn events(&mut self) -> Vec<String> {
-        std::iter::from_fn(|| self.s.poll_event())
-            .filter(|e| matches!(e, crate::protocol::Event::Plan(_)))
-            .map(|e| format!("{e:?}"))
-            .collect()
-    }
-
-    fn target(&self, kind: ResourceType) -> Vec<String> {
-        self.s.target_bodies(kind)
+    fn stream(&mut self) -> &mut Stream<impl Flavor> {
+        &mut self.s
     }
 }
 
@@ -454,21 +459,8 @@ impl Wire for Delta {
         false
     }
 
-    fn history(&mut self, known: &[Arc<Snapshot>]) {
-        if self.s.wants_history() {
-            self.s.handle_history(known);
-        }
-    }
-
-    fn events(&mut self) -> Vec<String> {
-        std::iter::from_fn(|| self.s.poll_event())
-            .filter(|e| matches!(e, crate::protocol::Event::Plan(_)))
-            .map(|e| format!("{e:?}"))
-            .collect()
-    }
-
-    fn target(&self, kind: ResourceType) -> Vec<String> {
-        self.s.target_bodies(kind)
+    fn stream(&mut self) -> &mut Stream<impl Flavor> {
+        &mut self.s
     }
 }
 
@@ -708,18 +700,8 @@ const SOTW_TYPES: [ResourceType; 8] = [
     Runtime,
     ExtensionConfig,
 ];
-const DELTA_TYPES: [ResourceType; 10] = [
-    Cluster,
-    Endpoint,
-    Listener,
-    Route,
-    ScopedRoute,
-    VirtualHost,
-    Secret,
-    Runtime,
-    ExtensionConfig,
-    LbEndpoint,
-];
+/// Delta serves every type.
+const DELTA_TYPES: [ResourceType; 10] = ResourceType::ALL;
 
 /// The seeds to run: one, to replay, or a fixed series (the same in every run).
 fn seeds() -> Vec<u64> {
