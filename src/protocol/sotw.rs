@@ -76,8 +76,9 @@ struct TypeState {
     /// a set's 24; docs/benchmarks.md, "Issue 20's changes").
     #[allow(clippy::box_collection)]
     owed: Option<Box<BTreeSet<String>>>,
-    /// LDS, CDS: the client dropped the wildcard for names since the last response, and
-    /// forgot what they leave out: a whole set goes to it even if equal to what it was given.
+    /// LDS, CDS: the client dropped the wildcard, or names, since the last response, and
+    /// forgot what that leaves out: a whole set goes to it even if equal to what it was
+    /// given (P9: what it names again goes again).
     forgot: bool,
 }
 
