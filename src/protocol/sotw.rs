@@ -488,7 +488,7 @@ impl Sotw {
                     && kind.sotw_whole(st.subscription.is_wildcard()) =>
             {
                 let before = given.subscription.select(&given.snapshot);
-                let kept: Vec<&Arc<Resource>> = before
+                let mut kept: Vec<&Arc<Resource>> = before
                     .resources
                     .iter()
                     .filter(|r| {
@@ -497,6 +497,22 @@ impl Sotw {
                             && newest.resources.contains_key(&r.name)
                     })
                     .collect();
+                // To names, a partial type's responses never said what was deleted (P10):
+                // of a name it asked for and was not given, the client may hold what an
+                // earlier response gave it. Now a wildcard, it keeps the newest's of those.
+                if !given.subscription.is_wildcard() && !kind.sotw_whole(false) {
+                    kept.extend(
+                        given
+                            .subscription
+                            .names()
+                            .iter()
+                            .filter(|n| {
+                                !given.snapshot.resources.contains_key(*n)
+                                    && !current.resources.contains_key(*n)
+                            })
+                            .filter_map(|n| newest.resources.get(n)),
+                    );
+                }
                 if kept.is_empty() {
                     current
                 } else {
