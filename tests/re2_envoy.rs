@@ -361,7 +361,8 @@ fn syntax_refusals_are_envoys() {
     let mut kinds: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for _ in 0..count {
         let p = gen.pattern();
-        if let Err(words) = switchyard::config::checks::re2::program_size(&p) {
+        if let Err(refused) = switchyard::config::checks::re2::program_size(&p) {
+            let words = refused.to_string();
             let kind = words.split(':').next().unwrap_or_default().to_string();
             let samples = kinds.entry(kind).or_default();
             if samples.len() < 3 {

@@ -170,7 +170,10 @@ fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
             w.at.pop();
             match result {
                 Err(words) => {
-                    return Err(Refusal { path, envoy: words });
+                    return Err(Refusal {
+                        path,
+                        envoy: words.to_string(),
+                    });
                 }
                 Ok(size) => {
                     if w.largest.as_ref().is_none_or(|l| size > l.size) {

@@ -1,7 +1,7 @@
 //! RE2's parser (`Regexp::Parse`), step for step: the same parse stack, the same merging of
 //! literals into strings, of alternations into classes and common prefixes, so that the
-//! tree is the one RE2 compiles. Errors are RE2's words; `super::super::regex` judges syntax
-//! first, so they are rare here.
+//! tree is the one RE2 compiles. Errors are RE2's words (`invalid regex: ...`), as Envoy
+//! reports them.
 
 use super::factor::factor_alternation;
 use super::regexp::{flags, unicode, Class, Kind, Op, Re, LATIN1_MAX, RUNE_MAX};

@@ -1,15 +1,24 @@
-//! RE2's program size for a pattern, counted as RE2 counts it (`RE2::ProgramSize`), which is
-//! what Envoy compares with its limit (`re2.max_program_size.error_level`, 100 by default).
+//! RE2's program size for a pattern, counted as RE2 counts it (`RE2::ProgramSize`): the
+//! number of instructions RE2's compiler emits for the pattern, with the options Envoy gives
+//! RE2 (Envoy compares it with its limit, `re2.max_program_size.error_level`).
 //!
-//! RE2's own steps, in RE2's order and with its choices: the parser and its rewrites
-//! (`parse`, `factor`), the simplifier (`simplify`), the compiler and the passes that settle
-//! the program (`compile`). Only the count is kept: no program here ever matches text.
-//! Unicode's case folding, categories and scripts come from regex-syntax's tables; RE2 1.40's
-//! are of Unicode 15.1, so a class of code points assigned since can count differently.
+//! A port of RE2's own steps (RE2's `re2/parse.cc`, `simplify.cc`, `compile.cc`), in RE2's
+//! order and with its choices: the parser and its rewrites (`parse`, `factor`), the
+//! simplifier (`simplify`), the compiler and the passes that settle the program (`compile`).
+//! Only the count is kept: no program here ever matches text. Unicode's case folding,
+//! categories and scripts come from regex-syntax's tables; RE2 as Envoy 1.40 builds it has
+//! Unicode 15.1's, so a class of code points assigned since can count differently.
 //!
-//! `tests/re2_envoy.rs` checks the count against the real Envoy on thousands of patterns.
+//! ```
+//! assert_eq!(switchyard_re2::program_size("abc"), Ok(7));
+//! ```
 //!
-//! Must not: judge syntax beyond what the count needs (`super::regex` does, in RE2's words).
+//! Switchyard's `tests/re2_envoy.rs` checks the count against the real Envoy on thousands of
+//! patterns; this crate's tests hold sizes Envoy reported and that no input panics.
+//!
+//! Must not: know Envoy's limits or runtime keys (Switchyard's `config::checks::re2` does),
+//! or depend on anything of Switchyard's.
+#![forbid(unsafe_code)]
 
 mod compile;
 mod factor;
@@ -22,8 +31,18 @@ mod tests;
 
 use regexp::{flags, Op, Re};
 
-/// Envoy's default limit on a regex's program size (`re2.max_program_size.error_level`).
-pub const DEFAULT_MAX_PROGRAM_SIZE: u64 = 100;
+/// Why RE2 compiles no program for a pattern, in RE2's words (`invalid regex: ...`,
+/// `pattern too large - compile failed`), or why the count could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Error(String);
+
+impl Error {
+    /// The words, as RE2 (or Envoy quoting RE2) says them.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
 
 /// Parentheses nested deeper than this are not counted (and the regex is refused): each level
 /// takes the count's recursion a few kilobytes of stack deeper.
@@ -36,16 +55,16 @@ pub const MAX_NESTING: usize = 10_000;
 /// nests (parentheses, and repeats RE2 expands into nested options: `x{0,1000}` is 2,000
 /// levels). A pattern that may nest deeply is counted on a thread with a stack to match, so
 /// that no pattern can overflow the caller's.
-pub fn program_size(pattern: &str) -> Result<u64, String> {
+pub fn program_size(pattern: &str) -> Result<u64, Error> {
     let (nesting, largest_count) = shape(pattern);
     if nesting > MAX_NESTING {
-        return Err(format!(
+        return Err(Error(format!(
             "invalid regex: parentheses nested {nesting} deep, more than the {MAX_NESTING} \
-             Switchyard counts RE2's program for"
-        ));
+             this count counts RE2's program for"
+        )));
     }
     if nesting <= 16 && largest_count <= 64 {
-        return count(pattern);
+        return count(pattern).map_err(Error);
     }
     // About 3 KiB per level in a debug build: nested groups take up to three levels each,
     // and repeats expand into at most about 2,000 (RE2 allows 1,000 copies along a chain).
@@ -56,9 +75,10 @@ pub fn program_size(pattern: &str) -> Result<u64, String> {
             .name("re2-count".into())
             .stack_size(stack)
             .spawn_scoped(scope, || count(pattern))
-            .map_err(|e| format!("cannot count the regex's RE2 program: {e}"))?
+            .map_err(|e| Error(format!("cannot count the regex's RE2 program: {e}")))?
             .join()
-            .map_err(|_| "cannot count the regex's RE2 program: the count failed".to_string())?
+            .map_err(|_| Error("cannot count the regex's RE2 program: the count failed".into()))?
+            .map_err(Error)
     })
 }
 
@@ -124,40 +144,4 @@ fn without_required_prefix(re: Re) -> Re {
         return Re::new(Op::EmptyMatch, fl);
     }
     Re::concat_or_alternate(false, rest, fl)
-}
-
-/// The runtime key Envoy reads its limit from.
-pub const RUNTIME_KEY: &str = "re2.max_program_size.error_level";
-
-/// The limit a runtime layer (a `Struct`, as JSON) sets: `re2.max_program_size.error_level`,
-/// written flat or nested (Envoy joins nested keys with dots), as a whole number or a string
-/// of one (Envoy's `getInteger`); `None` when the layer does not set it so.
-pub fn runtime_limit(layer: &serde_json::Value) -> Option<u64> {
-    fn find(value: &serde_json::Value, key: &str) -> Option<u64> {
-        let object = value.as_object()?;
-        if let Some(v) = object.get(key) {
-            return match v {
-                serde_json::Value::Number(n) => n.as_u64().or_else(|| {
-                    n.as_f64()
-                        .filter(|f| *f >= 0.0 && f.fract() == 0.0)
-                        .map(|f| f as u64)
-                }),
-                serde_json::Value::String(s) => s.trim().parse().ok(),
-                _ => None,
-            };
-        }
-        object.iter().find_map(|(k, child)| {
-            let rest = key.strip_prefix(k.as_str())?.strip_prefix('.')?;
-            find(child, rest)
-        })
-    }
-    find(layer, RUNTIME_KEY)
-}
-
-/// Envoy's words when a regex's program is over its limit.
-pub fn over_limit(pattern: &str, size: u64, limit: u64) -> String {
-    format!(
-        "regex '{pattern}' RE2 program size of {size} > max program size of {limit} set for \
-         the error level threshold. Increase configured max program size if necessary."
-    )
 }

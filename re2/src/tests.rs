@@ -43,7 +43,7 @@ fn deep_patterns_are_counted_without_overflowing_the_callers_stack() {
                 match expected {
                     Ok(size) => assert_eq!(got, Ok(size), "{short}"),
                     Err(words) => assert!(
-                        got.as_ref().is_err_and(|e| e.contains(words)),
+                        got.as_ref().is_err_and(|e| e.message().contains(words)),
                         "{short}: {got:?}"
                     ),
                 }
