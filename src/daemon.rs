@@ -108,8 +108,12 @@ pub struct Daemon {
     pub reloader: Arc<Reloader>,
     pub telemetry: Telemetry,
     watching: Option<Watching>,
-    /// `--source`: the etcd prefix to follow, from the revision first loaded.
-    follow: Option<(crate::source::EtcdUrl, crate::source::etcd::Access, i64)>,
+    /// `--source`: the etcd prefix to follow, from the documents first loaded.
+    follow: Option<(
+        crate::source::EtcdUrl,
+        crate::source::etcd::Access,
+        crate::source::Snapshot,
+    )>,
     /// `--source` with a rollout policy: the driver of the fleet's rollout, its inputs, and
     /// the admin API's handle on it.
     fleet_driver: Option<FleetDriver>,
@@ -211,7 +215,7 @@ impl Daemon {
                     handle,
                 });
             }
-            follow = options.watch.then_some((url, access, first.revision));
+            follow = options.watch.then_some((url, access, first));
         } else {
             watching = options.watch.then(|| reloader.watching());
             let promoted_first = reloader.serve_promoted_first().is_some();
@@ -267,12 +271,12 @@ impl Daemon {
             tracing::info!(xds_addr = %xds, admin_addr = %admin, "Serving xDS.");
         }
         let watcher = watching.map(|w| tokio::spawn(w.run(stopped(stop_rx.clone()))));
-        let follower = follow.map(|(url, access, revision)| {
+        let follower = follow.map(|(url, access, first)| {
             tokio::spawn(crate::watch::follow_etcd(
                 Arc::clone(&reloader),
                 url,
                 access,
-                revision,
+                first,
                 stopped(stop_rx.clone()),
             ))
         });

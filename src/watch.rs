@@ -394,17 +394,18 @@ impl Reloader {
     }
 
     /// Load the documents read from a source (`--source`: every key under an etcd prefix,
-    /// at one revision) as [`Reloader::reload`] loads the files, and publish the same way.
+    /// at one revision) as [`Reloader::reload`] loads the files (parsing only the documents
+    /// whose text changed), and publish the same way.
     pub fn reload_documents(
         &self,
         documents: &[crate::config::Document],
         revision: i64,
     ) -> Result<(), LoadFailure> {
-        let loaded = crate::config::load_documents(documents, &self.options);
-        let work = LoadWork {
-            parsed: documents.len(),
-            reused: 0,
-        };
+        let (loaded, work) = self
+            .loader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .load_documents(documents, &self.options);
         let Some(heads) = &self.held else {
             return self.finish(loaded, work, Some(revision));
         };

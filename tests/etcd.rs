@@ -287,6 +287,177 @@ async fn serve_follows_the_prefix_one_generation_per_transaction() {
     );
 }
 
+/// What etcd has answered of one kind of request (`Range`, `Watch`, ...), from its metrics.
+async fn etcd_handled(etcd: &Etcd, method: &str) -> f64 {
+    let text = reqwest::get(format!("http://{}/metrics", etcd.endpoint()))
+        .await
+        .expect("etcd's /metrics answers")
+        .text()
+        .await
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("grpc_server_handled_total")
+                && l.contains(&format!("grpc_method=\"{method}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `serve --source` follows the prefix incrementally: an edit of one document, a new one and
+/// a deleted one are each taken from the watch's event (the prefix is not read again: etcd
+/// answers no `Range`), and the generation holds exactly the documents under the prefix;
+/// a compaction past the watch (with the follower away) makes it read the prefix again once,
+/// and what changed meanwhile is served.
+#[tokio::test]
+async fn serve_reads_one_key_per_edit_and_the_prefix_again_only_after_a_compaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut etcd = Etcd::start(dir.path()).await;
+    let cluster = |name: &str, timeout: &str| {
+        format!("clusters:\n  - name: {name}\n    connect_timeout: {timeout}\n")
+    };
+    let mut pairs = Vec::new();
+    for i in 0..50 {
+        pairs.push((
+            format!("/sy/c{i:02}.yaml"),
+            cluster(&format!("c{i:02}"), "1s"),
+        ));
+    }
+    let refs: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    etcd.put_all(&refs).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let server = Switchyard::start_serving(
+        &["--source", &url],
+        dir.path(),
+        (free_port(), free_port()),
+        &[],
+    )
+    .await;
+    let config = || async { server.status().await.and_then(|s| s.config) };
+    let clusters = || async {
+        let dump = get_json(
+            &format!("http://127.0.0.1:{}/config_dump", server.admin_port),
+            &[("node", "edge-1")],
+        )
+        .await
+        .unwrap_or_default();
+        let mut names: Vec<(String, String)> = dump["types"]["CDS"]["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let cluster = &c["resource"];
+                (
+                    cluster["name"].as_str().unwrap_or_default().to_string(),
+                    cluster["connectTimeout"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    let at = |generation: u64| {
+        let config = &config;
+        async move {
+            eventually(Duration::from_secs(20), || async {
+                config()
+                    .await
+                    .is_some_and(|c| c.ok && c.generation == generation)
+            })
+            .await
+            .is_some()
+        }
+    };
+    assert!(at(1).await, "the first read serves: {:?}", config().await);
+    assert_eq!(clusters().await.len(), 50);
+    // One client for the edits (connecting reads a key): every Range from here on is the
+    // server's.
+    let mut client = etcd.client().await.expect("etcd client");
+    let ranges = etcd_handled(&etcd, "Range").await;
+
+    // One document edited: served, and nothing else moves.
+    let put = client
+        .put("/sy/c07.yaml", cluster("c07", "7s"), None)
+        .await
+        .expect("put");
+    let revision = put.header().expect("a header").revision();
+    assert!(at(2).await, "{:?}", config().await);
+    assert_eq!(config().await.and_then(|c| c.revision), Some(revision));
+    let served = clusters().await;
+    assert_eq!(served.len(), 50, "{served:?}");
+    assert!(served.contains(&("c07".into(), "7s".into())), "{served:?}");
+    assert!(served.contains(&("c06".into(), "1s".into())), "{served:?}");
+    // A new document, then one deleted.
+    client
+        .put("/sy/new.yaml", cluster("fresh", "2s"), None)
+        .await
+        .expect("put");
+    assert!(at(3).await, "{:?}", config().await);
+    client.delete("/sy/c00.yaml", None).await.expect("delete");
+    assert!(at(4).await, "{:?}", config().await);
+    let served = clusters().await;
+    assert_eq!(served.len(), 50, "{served:?}");
+    assert!(
+        served.contains(&("fresh".into(), "2s".into())),
+        "{served:?}"
+    );
+    assert!(!served.iter().any(|(n, _)| n == "c00"), "{served:?}");
+    assert_eq!(
+        etcd_handled(&etcd, "Range").await,
+        ranges,
+        "an edit is read from the watch's event, not by reading the prefix again"
+    );
+
+    // Away (the server stopped) while etcd restarts, the prefix changes and etcd compacts
+    // past the follower's revision: back, it cannot resume the watch, reads the prefix
+    // again, and serves what is there.
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill")
+            .args([format!("-{name}"), server.process.pid().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -{name}");
+    };
+    signal("STOP");
+    etcd.process.kill();
+    etcd.restart().await;
+    let mut client = etcd.client().await.expect("etcd client");
+    let mut latest = 0;
+    for key in ["c01", "c02"] {
+        let put = client
+            .put(format!("/sy/{key}.yaml"), cluster(key, "9s"), None)
+            .await
+            .expect("put");
+        latest = put.header().expect("a header").revision();
+    }
+    client.compact(latest, None).await.expect("compact");
+    signal("CONT");
+    let caught_up = eventually(Duration::from_secs(30), || async {
+        config()
+            .await
+            .is_some_and(|c| c.ok && c.revision == Some(latest))
+    })
+    .await;
+    assert!(caught_up.is_some(), "{:?}", config().await);
+    assert!(
+        server.logged("The watch could not resume", &[]),
+        "the prefix is read again after a compaction"
+    );
+    let served = clusters().await;
+    assert!(served.contains(&("c01".into(), "9s".into())), "{served:?}");
+    assert!(served.contains(&("c02".into(), "9s".into())), "{served:?}");
+    assert!(
+        server.logged("The watch could not resume", &[]),
+        "the prefix is read again after a compaction"
+    );
+}
+
 /// `switchyard apply DIR --source ...` (issue 34, item 2): checked as serve would load it,
 /// shown, and written in one transaction guarded by the revision it read; `--dry-run`
 /// writes nothing; an invalid change writes nothing; two applies from one read cannot both

@@ -19,9 +19,21 @@ use crate::resource::ResourceType;
 /// file's result (its resources, or its errors) is kept with what identifies the file's
 /// content on disk (modification time, size, inode), and the configuration is put together
 /// from the kept results. Files that did change are parsed in parallel, one thread per core.
+/// Documents from a source (etcd keys) are kept the same way, by name, with their text.
 #[derive(Debug, Default)]
 pub struct Loader {
     files: BTreeMap<PathBuf, Parsed>,
+    /// Documents from a source that is not a directory, by name ([`Loader::load_documents`]).
+    documents: BTreeMap<String, ParsedDocument>,
+}
+
+/// One document's load, kept with the text it came from: the text is its identity (a
+/// document has no stamp on disk).
+#[derive(Debug)]
+struct ParsedDocument {
+    text: String,
+    under: PerFile,
+    result: Result<SnapshotFile, Vec<ConfigError>>,
 }
 
 /// One file's load, and the stamp of the file it came from.
@@ -345,50 +357,92 @@ pub fn load_documents(
     documents: &[Document],
     options: &LoadOptions,
 ) -> Result<Config, LoadFailure> {
-    let mut sorted: Vec<&Document> = documents.iter().collect();
-    sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut errors = Vec::new();
-    let mut loaded = Vec::new();
-    let mut texts = std::collections::HashMap::new();
-    for (i, document) in sorted.iter().enumerate() {
-        let path = PathBuf::from(&document.name);
-        if i > 0 && sorted[i - 1].name == document.name {
-            errors.push(ConfigError::Read {
-                path,
-                message: "a second document of this name".into(),
-            });
-            continue;
-        }
-        let size = document.text.len() as u64;
-        if size > options.max_file_bytes {
-            errors.push(ConfigError::Read {
-                path,
-                message: format!(
-                    "the document is {size} bytes, more than the limit of {} \
-                     (--max-file-size)",
-                    options.max_file_bytes
-                ),
-            });
-            continue;
-        }
-        let source = std::sync::Arc::new(crate::resource::SourceFile {
-            path,
-            modified: None,
-        });
-        match super::parse::load_text_naming(
-            source,
-            &document.text,
-            options.envoy_rules,
-            &mut Vec::new(),
-        ) {
-            Ok(file) => {
-                texts.insert(loaded.len(), document.text.as_str());
-                loaded.push(file);
+    Loader::default().load_documents(documents, options).0
+}
+
+impl Loader {
+    /// [`load_documents`], parsing only the documents whose text (or the options they were
+    /// parsed under) changed since this loader's previous load of documents; the rest are
+    /// reused, and the whole set is checked across documents again. How many were parsed
+    /// and reused comes with it.
+    pub fn load_documents(
+        &mut self,
+        documents: &[Document],
+        options: &LoadOptions,
+    ) -> (Result<Config, LoadFailure>, LoadWork) {
+        let under = PerFile::of(options);
+        let mut sorted: Vec<&Document> = documents.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        // Forget documents that are gone.
+        let wanted: std::collections::BTreeSet<&str> =
+            sorted.iter().map(|d| d.name.as_str()).collect();
+        self.documents
+            .retain(|name, _| wanted.contains(name.as_str()));
+        let mut errors = Vec::new();
+        let mut loaded = Vec::new();
+        let mut texts = std::collections::HashMap::new();
+        let mut work = LoadWork::default();
+        for (i, document) in sorted.iter().enumerate() {
+            let path = PathBuf::from(&document.name);
+            if i > 0 && sorted[i - 1].name == document.name {
+                errors.push(ConfigError::Read {
+                    path,
+                    message: "a second document of this name".into(),
+                });
+                continue;
             }
-            Err(file_errors) => errors.extend(file_errors),
+            let fresh = self
+                .documents
+                .get(&document.name)
+                .is_some_and(|kept| kept.under == under && kept.text == document.text);
+            if fresh {
+                work.reused += 1;
+            } else {
+                work.parsed += 1;
+                let result = parse_document(document, path, options);
+                self.documents.insert(
+                    document.name.clone(),
+                    ParsedDocument {
+                        text: document.text.clone(),
+                        under,
+                        result,
+                    },
+                );
+            }
+            match self.documents.get(&document.name).map(|kept| &kept.result) {
+                Some(Ok(file)) => {
+                    texts.insert(loaded.len(), document.text.as_str());
+                    loaded.push(file.clone());
+                }
+                Some(Err(file_errors)) => errors.extend(file_errors.iter().cloned()),
+                None => {}
+            }
         }
+        (assemble(loaded, errors, options, &texts), work)
     }
-    assemble(loaded, errors, options, &texts)
+}
+
+/// One document parsed as a snapshot file named `path`, within the size limit.
+fn parse_document(
+    document: &Document,
+    path: PathBuf,
+    options: &LoadOptions,
+) -> Result<SnapshotFile, Vec<ConfigError>> {
+    let size = document.text.len() as u64;
+    if size > options.max_file_bytes {
+        return Err(vec![ConfigError::Read {
+            path,
+            message: format!(
+                "the document is {size} bytes, more than the limit of {} (--max-file-size)",
+                options.max_file_bytes
+            ),
+        }]);
+    }
+    let source = std::sync::Arc::new(crate::resource::SourceFile {
+        path,
+        modified: None,
+    });
+    super::parse::load_text_naming(source, &document.text, options.envoy_rules, &mut Vec::new())
 }
 
 /// P35: resources named for an xdstp authority this server does not answer for

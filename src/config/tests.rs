@@ -1378,6 +1378,66 @@ fn a_regex_program_is_judged_with_the_limit_its_nodes_runtime_sets() {
     assert!(with(200).is_err(), "the files' runtime says 120");
 }
 
+/// A loader kept across loads of documents (an etcd prefix followed) parses only the
+/// documents whose text changed, forgets those that are gone, and gives the same
+/// configuration as a load from nothing; a reused document's error stays reported.
+#[test]
+fn a_loader_parses_only_the_documents_that_changed() {
+    let doc = |name: &str, text: &str| Document {
+        name: name.into(),
+        text: text.into(),
+    };
+    let cluster = |name: &str, timeout: &str| {
+        format!("clusters:\n  - name: {name}\n    connect_timeout: {timeout}\n")
+    };
+    let options = LoadOptions::default();
+    let mut documents: Vec<Document> = (0..20)
+        .map(|i| {
+            doc(
+                &format!("etcd:/sy/c{i}.yaml"),
+                &cluster(&format!("c{i}"), "1s"),
+            )
+        })
+        .collect();
+    let mut loader = crate::config::Loader::default();
+    let (first, work) = loader.load_documents(&documents, &options);
+    assert!(first.is_ok());
+    assert_eq!((work.parsed, work.reused), (20, 0));
+
+    documents[7] = doc("etcd:/sy/c7.yaml", &cluster("c7", "7s"));
+    documents.remove(3);
+    documents.push(doc(
+        "etcd:/sy/bad.yaml",
+        "clusters:\n  - name: x\n    conect_timeout: 1s\n",
+    ));
+    let (loaded, work) = loader.load_documents(&documents, &options);
+    assert_eq!((work.parsed, work.reused), (2, 18));
+    let failure = loaded.expect_err("the bad document is refused");
+    assert!(
+        failure
+            .errors
+            .iter()
+            .any(|e| e.to_string().contains("etcd:/sy/bad.yaml")),
+        "{:?}",
+        failure.errors
+    );
+    // Nothing changed: nothing parsed, and the reused document's error is still there.
+    let (again, work) = loader.load_documents(&documents, &options);
+    assert_eq!((work.parsed, work.reused), (0, 20));
+    assert_eq!(
+        again.expect_err("still refused").errors.len(),
+        failure.errors.len()
+    );
+
+    documents.pop();
+    let (kept, work) = loader.load_documents(&documents, &options);
+    assert_eq!((work.parsed, work.reused), (0, 19));
+    let kept = kept.expect("loads");
+    let fresh = load_documents(&documents, &options).expect("loads");
+    assert_eq!(kept.version(), fresh.version());
+    assert_eq!(kept.resource_count(), 19);
+}
+
 /// Issue 34, item 1: named documents (an etcd key each) load as the files they would be: the
 /// same resources and versions (a proxy moved between sources is sent nothing new), errors
 /// named `NAME:LINE:COLUMN`, and every check across documents as across files.

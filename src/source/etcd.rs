@@ -17,6 +17,22 @@ pub fn document_name(key: &str) -> String {
     format!("etcd:{key}")
 }
 
+/// Whether `key` (under `prefix`, [`EtcdUrl::key_prefix`]) holds a document: Switchyard's
+/// own keys (`.switchyard/...`, any `.`-named part), and the prefix key itself, do not.
+pub fn is_document(prefix: &str, key: &str) -> bool {
+    let name = key.get(prefix.len()..).unwrap_or_default();
+    key.starts_with(prefix)
+        && !name.is_empty()
+        && !name.split('/').any(|part| part.starts_with('.'))
+}
+
+/// A document's text: its value, which must be UTF-8.
+pub fn document_text(key: &str, value: &[u8]) -> Result<String, String> {
+    std::str::from_utf8(value)
+        .map(str::to_string)
+        .map_err(|e| format!("the document at key {key:?} is not UTF-8 text ({e})"))
+}
+
 /// How to reach etcd beyond its URL, as etcd's clients take it: TLS (the CA to trust, and
 /// a client certificate to present), and a user for etcd's authentication.
 #[derive(Clone, Debug, Default)]
@@ -137,20 +153,10 @@ pub async fn read_at(
     let mut documents = Vec::new();
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
-        let name = &key[prefix.len().min(key.len())..];
-        // Switchyard's own keys (`.switchyard/...`), and the prefix key itself, are not
-        // documents.
-        if name.is_empty() || name.split('/').any(|part| part.starts_with('.')) {
+        if !is_document(&prefix, &key) {
             continue;
         }
-        let text = match std::str::from_utf8(kv.value()) {
-            Ok(text) => text.to_string(),
-            Err(e) => {
-                return Err(unavailable(format!(
-                    "the document at key {key:?} is not UTF-8 text ({e})"
-                )))
-            }
-        };
+        let text = document_text(&key, kv.value()).map_err(unavailable)?;
         documents.push(Document {
             name: document_name(&key),
             text,
@@ -403,9 +409,7 @@ pub async fn changes(
             created |= response.created();
             for event in response.events() {
                 let Some(kv) = event.kv() else { continue };
-                let key = String::from_utf8_lossy(kv.key());
-                let name = key.get(prefix.len()..).unwrap_or_default();
-                if !name.is_empty() && !name.split('/').any(|part| part.starts_with('.')) {
+                if is_document(&prefix, &String::from_utf8_lossy(kv.key())) {
                     revisions.insert(kv.mod_revision());
                 }
             }

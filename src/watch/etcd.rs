@@ -1,14 +1,21 @@
-//! Following an etcd prefix (`serve --source`): a watch from the revision after the last
-//! one read, the whole prefix read again at one revision after each burst of changes, and
-//! tries that wait longer each time while etcd does not answer.
+//! Following an etcd prefix (`serve --source`) incrementally: one long-lived watch from the
+//! revision after the last one read, each event's put or delete applied to the documents
+//! held, and the documents loaded again after each burst of changes (the loader parses only
+//! the documents whose text changed). The whole prefix is read again only when the watch
+//! cannot resume: its start revision was compacted away, or an event could not be applied.
+//! While etcd does not answer, tries wait longer each time.
 //!
 //! Must not: parse documents (`Reloader::reload_documents` loads them) or read files.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use etcd_client::EventType;
+
 use super::{Reloader, DEBOUNCE, MAX_DEBOUNCE};
-use crate::source::{etcd, EtcdUrl, SourceError};
+use crate::config::Document;
+use crate::source::{etcd, EtcdUrl, Snapshot, SourceError};
 
 /// How long one connect or read of etcd may take.
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -16,21 +23,106 @@ const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 const ETCD_RETRY_FIRST: Duration = Duration::from_millis(500);
 const ETCD_RETRY_MAX: Duration = Duration::from_secs(10);
 
-/// Follow an etcd prefix (`serve --source`) from `revision`, the one first loaded: watch from
-/// the next; after each burst of changes (a transaction's events come together), read the
-/// whole prefix again at one revision and reload from it, so a transaction is one
-/// generation. After a compaction the prefix is read again, and content hashes keep what is
-/// unchanged from being sent again. While etcd does not answer, the last good generation
-/// keeps serving and the watch resumes from the last revision read, until `shutdown`.
+/// The documents under the prefix as of one revision, by key, kept up to date from the
+/// watch's events.
+struct Held {
+    /// The store's revision the documents are as of.
+    revision: i64,
+    documents: BTreeMap<String, Document>,
+    /// The watch could not go on from `revision` (a compaction, an event that could not be
+    /// applied): the prefix is to be read whole again.
+    stale: bool,
+}
+
+impl Held {
+    fn of(snapshot: Snapshot) -> Held {
+        Held {
+            revision: snapshot.revision,
+            documents: snapshot
+                .documents
+                .into_iter()
+                .map(|d| (d.name.clone(), d))
+                .collect(),
+            stale: false,
+        }
+    }
+
+    fn documents(&self) -> Vec<Document> {
+        self.documents.values().cloned().collect()
+    }
+}
+
+/// What one burst of watch responses did to the documents held.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Applied {
+    /// Documents written or deleted.
+    changed: usize,
+    /// Bytes of keys and values the events carried (what was read for this change).
+    bytes: usize,
+}
+
+/// Apply a watch response's events to `held` (every event of one etcd transaction comes in
+/// one response, so a transaction is applied whole). Keys that are not documents
+/// (Switchyard's own, `.`-named) move the revision only.
+fn apply(
+    held: &mut Held,
+    prefix: &str,
+    response: &etcd_client::WatchResponse,
+    url: &EtcdUrl,
+) -> Result<Applied, SourceError> {
+    let mut applied = Applied::default();
+    for event in response.events() {
+        let Some(kv) = event.kv() else { continue };
+        held.revision = held.revision.max(kv.mod_revision());
+        applied.bytes += kv.key().len() + kv.value().len();
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        if !etcd::is_document(prefix, &key) {
+            continue;
+        }
+        let document_name = etcd::document_name(&key);
+        match event.event_type() {
+            EventType::Delete => {
+                held.documents.remove(&document_name);
+            }
+            EventType::Put => {
+                let text = etcd::document_text(&key, kv.value()).map_err(|message| {
+                    SourceError::Unavailable {
+                        url: url.display(),
+                        message,
+                    }
+                })?;
+                held.documents.insert(
+                    document_name.clone(),
+                    Document {
+                        name: document_name,
+                        text,
+                    },
+                );
+            }
+        }
+        applied.changed += 1;
+    }
+    Ok(applied)
+}
+
+/// Follow an etcd prefix (`serve --source`) from `first`, the read first loaded: one watch
+/// from the revision after it, each burst of events applied to the documents held and
+/// loaded, so that an edit of one key reads that key alone. A transaction is one
+/// generation. After a compaction past the watch's start the prefix is read again (content
+/// hashes keep what is unchanged from being sent again). While etcd does not answer, the
+/// last good generation keeps serving and the watch resumes from the last revision held,
+/// until `shutdown`.
 pub async fn follow_etcd(
     reloader: Arc<Reloader>,
     url: EtcdUrl,
     access: etcd::Access,
-    mut revision: i64,
+    first: Snapshot,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
     reloader.source_health(&url.display(), None);
+    let prefix = url.key_prefix();
+    let mut held = Held::of(first);
     let mut retry = ETCD_RETRY_FIRST;
     let mut away = false;
     // Whatever fails (connecting, watching, reading), the next try waits, longer each time
@@ -39,7 +131,7 @@ pub async fn follow_etcd(
     loop {
         if let Some(e) = failed.take() {
             if !away {
-                tracing::warn!(error = %e, revision, "etcd does not answer; the last good generation keeps serving, and the watch resumes from the last revision read.");
+                tracing::warn!(error = %e, revision = held.revision, "etcd does not answer; the last good generation keeps serving, and the watch resumes from the last revision read.");
                 reloader.source_health(&url.display(), Some(e.to_string()));
                 away = true;
             }
@@ -60,117 +152,177 @@ pub async fn follow_etcd(
                 continue;
             }
         };
-        // One watch at a time, from the revision after the last one read.
-        loop {
-            let options = etcd_client::WatchOptions::new()
-                .with_prefix()
-                .with_start_revision(revision + 1);
-            let mut watcher = etcd::watcher(&client);
-            let watched = tokio::select! {
-                _ = &mut shutdown => return,
-                w = watcher.watch(url.key_prefix(), Some(options)) => w,
-            };
-            let mut stream = match watched {
-                Ok(stream) => stream,
-                Err(e) => {
-                    failed = Some(SourceError::Unavailable {
-                        url: url.display(),
-                        message: format!("cannot watch: {e}"),
-                    });
-                    break;
-                }
-            };
-            if away {
-                tracing::info!(
-                    revision,
-                    "etcd answers again; watching from the last revision read."
-                );
-                reloader.source_health(&url.display(), None);
-                away = false;
-            }
-            retry = ETCD_RETRY_FIRST;
-            let Some(change) = next_change(&mut stream, &mut shutdown).await else {
-                failed = Some(SourceError::Unavailable {
-                    url: url.display(),
-                    message: "the watch ended".into(),
-                });
-                break;
-            };
-            let Some(compacted) = change else {
-                return;
-            };
+        if held.stale {
             let read = tokio::select! {
                 _ = &mut shutdown => return,
                 read = tokio::time::timeout(ETCD_TIMEOUT, etcd::read(&mut client, &url)) => read,
             };
             match read {
                 Ok(Ok(snapshot)) => {
-                    let this = Arc::clone(&reloader);
-                    let read_at = snapshot.revision;
-                    let documents = snapshot.documents;
-                    let _ = tokio::task::spawn_blocking(move || {
-                        this.reload_documents(&documents, read_at)
-                    })
-                    .await;
-                    if compacted {
-                        tracing::info!(
-                            revision = read_at,
-                            "etcd compacted past the watch: the prefix was read again."
-                        );
-                    }
-                    revision = read_at;
+                    tracing::info!(
+                        revision = snapshot.revision,
+                        documents = snapshot.documents.len(),
+                        "The watch could not resume: the prefix was read again."
+                    );
+                    held = Held::of(snapshot);
+                    load(&reloader, &held).await;
                 }
                 Ok(Err(e)) => {
                     failed = Some(e);
-                    break;
+                    continue;
                 }
                 Err(_) => {
                     failed = Some(SourceError::Unavailable {
                         url: url.display(),
-                        message: "reading the prefix after a change took too long".into(),
+                        message: "reading the prefix again took too long".into(),
+                    });
+                    continue;
+                }
+            }
+        }
+        let options = etcd_client::WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(held.revision + 1);
+        let mut watcher = etcd::watcher(&client);
+        let watched = tokio::select! {
+            _ = &mut shutdown => return,
+            w = watcher.watch(prefix.as_str(), Some(options)) => w,
+        };
+        let mut stream = match watched {
+            Ok(stream) => stream,
+            Err(e) => {
+                failed = Some(SourceError::Unavailable {
+                    url: url.display(),
+                    message: format!("cannot watch: {e}"),
+                });
+                continue;
+            }
+        };
+        if away {
+            tracing::info!(
+                revision = held.revision,
+                "etcd answers again; watching from the last revision read."
+            );
+            reloader.source_health(&url.display(), None);
+            away = false;
+        }
+        retry = ETCD_RETRY_FIRST;
+        // The one watch, for as long as it lasts.
+        loop {
+            let burst = match next_burst(&mut stream, &mut shutdown).await {
+                Burst::Shutdown => return,
+                Burst::Ended => {
+                    failed = Some(SourceError::Unavailable {
+                        url: url.display(),
+                        message: "the watch ended".into(),
                     });
                     break;
                 }
+                Burst::Compacted => {
+                    tracing::info!(
+                        revision = held.revision,
+                        "etcd compacted past the watch: the prefix is read again."
+                    );
+                    held.stale = true;
+                    break;
+                }
+                Burst::Responses(responses) => responses,
+            };
+            let mut applied = Applied::default();
+            let mut bad = None;
+            for response in &burst {
+                match apply(&mut held, &prefix, response, &url) {
+                    Ok(a) => {
+                        applied.changed += a.changed;
+                        applied.bytes += a.bytes;
+                    }
+                    Err(e) => {
+                        bad = Some(e);
+                        break;
+                    }
+                }
             }
+            if let Some(e) = bad {
+                held.stale = true;
+                failed = Some(e);
+                break;
+            }
+            if applied.changed == 0 {
+                continue;
+            }
+            tracing::debug!(
+                revision = held.revision,
+                documents = applied.changed,
+                bytes = applied.bytes,
+                "etcd: documents changed."
+            );
+            load(&reloader, &held).await;
         }
     }
 }
 
-/// Wait for a burst of changes on the watch, then for quiet ([`DEBOUNCE`], at most
-/// [`MAX_DEBOUNCE`]), as for files. `Some(Some(compacted))` after changes (`compacted`: the
-/// watch's start was compacted away, so everything must be read again); `Some(None)` when
-/// `shutdown` completed; `None` when the watch ended or failed.
-async fn next_change(
+/// Load the documents held (on a blocking thread: parsing is CPU work).
+async fn load(reloader: &Arc<Reloader>, held: &Held) {
+    let this = Arc::clone(reloader);
+    let documents = held.documents();
+    let revision = held.revision;
+    let _ = tokio::task::spawn_blocking(move || this.reload_documents(&documents, revision)).await;
+}
+
+/// What the watch gave: a burst of responses with events, or why there are none.
+enum Burst {
+    Responses(Vec<etcd_client::WatchResponse>),
+    /// The watch's start was compacted away: everything must be read again.
+    Compacted,
+    /// The watch ended or failed.
+    Ended,
+    Shutdown,
+}
+
+/// Wait for a response with events on the watch, then for quiet ([`DEBOUNCE`], at most
+/// [`MAX_DEBOUNCE`]) as for files, keeping every response of the burst.
+async fn next_burst(
     stream: &mut etcd_client::WatchStream,
     shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
-) -> Option<Option<bool>> {
-    let compacted = loop {
+) -> Burst {
+    let mut responses = Vec::new();
+    loop {
         let message = tokio::select! {
-            _ = shutdown.as_mut() => return Some(None),
+            _ = shutdown.as_mut() => return Burst::Shutdown,
             m = stream.message() => m,
         };
-        let response = message.ok().flatten()?;
+        let Some(response) = message.ok().flatten() else {
+            return Burst::Ended;
+        };
         if response.compact_revision() > 0 {
-            break true;
+            return Burst::Compacted;
         }
         if response.canceled() {
-            return None;
+            return Burst::Ended;
         }
         if !response.events().is_empty() {
-            break false;
+            responses.push(response);
+            break;
         }
-    };
+    }
     let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
     loop {
         tokio::select! {
-            _ = shutdown.as_mut() => return Some(None),
+            _ = shutdown.as_mut() => return Burst::Shutdown,
             more = stream.message() => match more {
-                Ok(Some(_)) => continue,
+                Ok(Some(response)) if response.compact_revision() > 0 => return Burst::Compacted,
+                Ok(Some(response)) if response.canceled() => break,
+                Ok(Some(response)) => {
+                    if !response.events().is_empty() {
+                        responses.push(response);
+                    }
+                }
+                // What arrived is applied; the end is seen on the next wait.
                 Ok(None) | Err(_) => break,
             },
             _ = tokio::time::sleep(DEBOUNCE) => break,
             _ = tokio::time::sleep_until(at_most) => break,
         }
     }
-    Some(Some(compacted))
+    Burst::Responses(responses)
 }

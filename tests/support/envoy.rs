@@ -146,6 +146,11 @@ impl Process {
         Process { name, child, log }
     }
 
+    /// The process's id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
