@@ -74,9 +74,9 @@ pub struct ServeArgs {
     pub state_dir: Option<PathBuf>,
     /// Serve the snapshot documents under an etcd prefix instead of files:
     /// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`, every key under `PREFIX/` one document
-    /// (keys starting with `.` aside). Read at one revision before serving; then each change
-    /// (a transaction at once) is read again and reloaded; while etcd does not answer, the
-    /// last good generation keeps serving (docs/etcd.md).
+    /// (keys starting with `.` aside). Read at one revision before serving; then followed by
+    /// one watch, each change (a transaction at once) taken from its events and reloaded;
+    /// while etcd does not answer, the last good generation keeps serving (docs/etcd.md).
     #[arg(long, value_name = "URL", conflicts_with_all = ["paths", "state_dir"])]
     pub source: Option<String>,
     /// How long connecting to etcd and reading the prefix may take, each, at start.
