@@ -36,12 +36,12 @@ pub(crate) mod page;
 use crate::cache::Cache;
 use crate::fleet::{format_time, Fleet, StreamReport, SyncStatus, TypeReport};
 use crate::metrics::Scraped;
+use crate::publish::Reloader;
 use crate::resource::{ResourceType, Secrets};
 use crate::server::incoming::{incoming, Accept, Conn, HANDSHAKE_TIMEOUT};
 use crate::server::tls::Tls;
 use crate::server::DRAIN_TIMEOUT;
 use crate::telemetry::{Limit, RolloutEnd, Telemetry};
-use crate::watch::Reloader;
 
 /// What the admin routes read.
 #[derive(Clone, Debug)]
@@ -59,7 +59,7 @@ pub struct Admin {
     pub new_streams: Option<crate::server::admission::StreamRate>,
     /// `--source` with a rollout policy: the fleet's rollout, which `rollout promote` and
     /// `rollout abort` end for every replica.
-    pub fleet_rollout: Option<crate::watch::rollout::FleetRollout>,
+    pub fleet_rollout: Option<crate::rollout::fleetwide::driver::FleetRollout>,
 }
 
 /// How long a request's headers may take to arrive, by default (`--admin-header-timeout`).
@@ -172,7 +172,7 @@ pub struct ReplicaVerdict {
 }
 
 impl FleetStatus {
-    pub fn of(view: &crate::watch::rollout::FleetView) -> FleetStatus {
+    pub fn of(view: &crate::rollout::fleetwide::driver::FleetView) -> FleetStatus {
         use crate::rollout::fleetwide::SharedPhase;
         let shared = view.shared.as_ref();
         let candidate = shared.and_then(|s| s.candidate.as_ref());

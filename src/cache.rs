@@ -23,7 +23,9 @@ use tokio::sync::watch;
 use crate::config::selector::NodeFacts;
 use crate::config::{content_hash, Config};
 use crate::resource::{Resource, ResourceType};
-use crate::rollout::{Phase, Policy};
+pub mod staged;
+
+use staged::{Phase, Policy};
 
 /// The resources of one type that one node group gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

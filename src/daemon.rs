@@ -17,13 +17,14 @@ use crate::admin::{self, Admin};
 use crate::cache::Cache;
 use crate::config::{LoadFailure, LoadOptions};
 use crate::fleet::Fleet;
+use crate::publish::Reloader;
 use crate::resource::Secrets;
+use crate::rollout::fleetwide::driver::{self as fleet_rollout, FleetRollout, FleetStart};
 use crate::rollout::Policy;
 use crate::server::{self, ServeOptions, ServerError};
+use crate::source::files::Watching;
 use crate::state::{StateDir, StateError};
 use crate::telemetry::Telemetry;
-use crate::watch::rollout::{self as fleet_rollout, FleetRollout, FleetStart};
-use crate::watch::{Reloader, Watching};
 
 /// Everything the daemon is told, beyond its listeners.
 #[derive(Debug, Default)]
@@ -56,9 +57,9 @@ pub struct Source {
     pub url: crate::source::EtcdUrl,
     pub access: crate::source::etcd::Access,
     /// The documents, read at one revision.
-    pub first: crate::source::Snapshot,
+    pub first: crate::source::Documents,
     /// With a rollout policy: the fleet's rollout as etcd keeps it (see
-    /// `watch::rollout::read_start`). Every replica follows it.
+    /// `rollout::fleetwide::driver::read_start`). Every replica follows it.
     pub fleet: Option<FleetStart>,
 }
 
@@ -94,9 +95,9 @@ impl RunError {
 /// The fleet's rollout driver, ready to run.
 struct FleetDriver {
     driver: fleet_rollout::Driver,
-    heads: tokio::sync::mpsc::UnboundedReceiver<crate::watch::Head>,
+    heads: tokio::sync::mpsc::UnboundedReceiver<crate::publish::Head>,
     inbox: fleet_rollout::Inbox,
-    start: crate::source::etcd::rollout::Held,
+    start: crate::rollout::fleetwide::store::Held,
     handle: FleetRollout,
 }
 
@@ -112,7 +113,7 @@ pub struct Daemon {
     follow: Option<(
         crate::source::EtcdUrl,
         crate::source::etcd::Access,
-        crate::source::Snapshot,
+        crate::source::Documents,
     )>,
     /// `--source` with a rollout policy: the driver of the fleet's rollout, its inputs, and
     /// the admin API's handle on it.
@@ -272,8 +273,8 @@ impl Daemon {
         }
         let watcher = watching.map(|w| tokio::spawn(w.run(stopped(stop_rx.clone()))));
         let follower = follow.map(|(url, access, first)| {
-            tokio::spawn(crate::watch::follow_etcd(
-                Arc::clone(&reloader),
+            tokio::spawn(crate::source::etcd::follow::follow(
+                Arc::clone(&reloader) as Arc<dyn crate::source::Sink>,
                 url,
                 access,
                 first,
@@ -308,6 +309,14 @@ impl Daemon {
             shutdown.await;
             let _ = stop_tx.send(true);
         });
+        // Staged rollouts on this replica, when the cache has a policy (read from what the
+        // server reports of the proxies).
+        let rollouts = tokio::spawn(crate::rollout::replica::drive(
+            Arc::clone(&cache),
+            Arc::clone(&fleet),
+            telemetry.clone(),
+            stop_rx.clone(),
+        ));
         let served = server::serve(
             listeners.xds,
             cache,
@@ -327,6 +336,7 @@ impl Daemon {
             let _ = fleet_task.await;
         }
         keeper.abort();
+        rollouts.abort();
         if let Err(e) = admin_task.await {
             tracing::error!("admin server task: {e}");
         }

@@ -4,7 +4,7 @@
 //!
 //! Owns: the record of each publication, kept in memory (the last [`KEPT`]) and, with
 //! `--state-dir`, in `history.json` there so that it survives a restart. Must not: decide
-//! what is published (`watch`) or count ACKs itself (`fleet::Fleet::tally`).
+//! what is published (`publish`) or count ACKs itself (`fleet::Fleet::tally`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};

@@ -24,13 +24,17 @@
 //!   bootstrap that takes them over ADS (`switchyard import`).
 //! - [`preflight`] checks each node group's snapshot with the real Envoy (`envoy --mode
 //!   validate` on a bootstrap that holds it) before it is published, when asked to.
-//! - [`watch`] reloads on file changes (and keeps each good load with [`state`]);
-//!   [`config::redact`] knows what is secret.
+//! - [`source`] is where documents come from, and how they are followed: the `--config`
+//!   files (watched) or an etcd prefix (one watch, applied key by key); it hands them to a
+//!   `source::Sink`, which [`publish`] is: load, check, publish a generation, keep history
+//!   (and each good load with [`state`]). [`config::redact`] knows what is secret.
 //! - [`telemetry`] logs and counts every operational event, into [`metrics`] (a leaf: the
 //!   handles and the exposition).
 //! - [`fleet`] keeps what every connected proxy has, which [`admin`] (the admin HTTP server:
 //!   `/status`, `/config_dump`, `/metrics`, the page) shows; [`rollout`] decides staged
-//!   rollouts (pure), which `server::rollout` drives from the fleet's reports.
+//!   rollouts and drives them (`rollout::replica` from the fleet's reports on this replica,
+//!   `rollout::fleetwide` for every replica of an etcd source), with no call into the
+//!   server: the server reports what proxies hold, the rollout reads it.
 //! - [`daemon`] wires it all: [`run`] loads the files and serves xDS and the admin API on the
 //!   listeners given until shutdown. [`cli`] (the command line, one module per subcommand)
 //!   and the in-process tests start the server through it.
@@ -51,6 +55,7 @@ pub mod import;
 pub mod metrics;
 pub mod preflight;
 pub mod protocol;
+pub mod publish;
 pub mod resource;
 pub mod rollout;
 pub mod server;
@@ -59,6 +64,5 @@ pub mod state;
 pub mod telemetry;
 #[cfg(test)]
 mod testing;
-pub mod watch;
 
 pub use daemon::run;

@@ -1,90 +1,23 @@
-//! Staged rollouts: a new generation goes to the canary nodes first, and to every node once
-//! the canaries have taken it and a bake time has passed without a NACK.
+//! Staged rollouts, all of them: a new generation goes to the canary nodes first, and to
+//! every node once the canaries have taken it and a bake time has passed without a NACK.
 //!
-//! Owns: the rollout policy (which nodes are canaries, how long to bake), the rollout's
-//! phases and the pure decision of what to do next from what the canaries report (an
-//! [`Observation`]). Must not: hold generations, read the fleet or talk to streams (the
-//! cache holds the stable and candidate generations and who gets which; `server::rollout`
-//! observes the fleet's reports on a timer and applies the decisions; `admin` shows it).
+//! Owns: the pure decision of what to do next from what the canaries report (an
+//! [`Observation`], [`decide`]); this replica's driver, which reads the canaries' reports
+//! from the fleet on a timer and applies the decisions to the cache ([`replica`]); and the
+//! one rollout for every replica of an etcd source ([`fleetwide`]: its pure state, its keys
+//! in etcd, and its driver). The policy (which nodes are canaries, how long to bake) and the
+//! phases are the words the cache serves by, so they are defined beside it
+//! (`cache::staged`) and named here too: the cache sits below the rollout, which drives it.
+//! Must not: hold generations or talk to streams (the cache holds the stable and candidate
+//! generations and who gets which; the server reports what every proxy holds into the
+//! fleet; `admin` shows the rollout).
 
 pub mod fleetwide;
+pub mod replica;
 
 use std::time::{Duration, Instant};
 
-use crate::config::{NodeMatch, Selector};
-
-/// `--canary-id`, `--canary-cluster` and `--rollout-bake`.
-#[derive(Clone, Debug)]
-pub struct Policy {
-    /// The canary nodes (a glob on node id, on cluster, or both).
-    pub canary: Selector,
-    /// What `canary` says, for people.
-    pub canary_text: String,
-    /// How long every canary must hold the new generation, ACKed and with no NACK, before
-    /// it goes to every node.
-    pub bake: Duration,
-    /// The rollout is kept in etcd and decided for the fleet (`fleetwide`), not by this
-    /// replica alone.
-    pub fleetwide: bool,
-}
-
-impl Policy {
-    /// A policy from the flags, or why not (at least one glob is needed).
-    pub fn new(
-        id: Option<String>,
-        cluster: Option<String>,
-        bake: Duration,
-    ) -> Result<Policy, String> {
-        let canary_text = match (&id, &cluster) {
-            (Some(i), Some(c)) => format!("id {i:?} and cluster {c:?}"),
-            (Some(i), None) => format!("id {i:?}"),
-            (None, Some(c)) => format!("cluster {c:?}"),
-            (None, None) => return Err("a canary needs --canary-id or --canary-cluster".into()),
-        };
-        let canary = Selector::new(vec![NodeMatch {
-            id,
-            cluster,
-            ..NodeMatch::default()
-        }])?;
-        Ok(Policy {
-            canary,
-            canary_text,
-            bake,
-            fleetwide: false,
-        })
-    }
-
-    pub fn is_canary(&self, node_id: &str, node_cluster: &str) -> bool {
-        self.canary
-            .matches(&crate::config::selector::NodeFacts::new(
-                node_id,
-                node_cluster,
-            ))
-    }
-}
-
-/// Where a rollout is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Served to the canaries; waiting for every connected canary to ACK it (and for at
-    /// least one canary to be connected).
-    Canary,
-    /// Every canary has it ACKed: it goes to every node at `until` unless a canary NACKs.
-    Baking { until: Instant },
-    /// A canary rejected it (or it was stopped): the rest of the fleet stays on the stable
-    /// generation until a new edit, `rollout promote` or `rollout abort`.
-    Halted { reason: String },
-}
-
-impl Phase {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Phase::Canary => "CANARY",
-            Phase::Baking { .. } => "BAKING",
-            Phase::Halted { .. } => "HALTED",
-        }
-    }
-}
+pub use crate::cache::staged::{Phase, Policy};
 
 /// What the canaries report about the candidate generation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -1,15 +1,42 @@
-//! Where snapshot documents come from when they are not `--config` files: etcd (issue 34).
-//! `--source etcd://HOST:PORT[,HOST:PORT...]/PREFIX` names a cluster and a key prefix; each
-//! key under `PREFIX/` holds one snapshot document in the files' format, named by its key.
-//! Keys whose name starts with `.` are Switchyard's own (as hidden entries of a directory are
-//! skipped), never documents.
+//! Where snapshot documents come from, and how they are followed. Two kinds:
+//! - the `--config` files ([`files`]): watched with notify, debounced, and loaded again by
+//!   the sink (the position is the generation the load publishes);
+//! - an etcd prefix ([`etcd`]), `--source etcd://HOST:PORT[,HOST:PORT...]/PREFIX`: each key
+//!   under `PREFIX/` holds one snapshot document in the files' format, named by its key;
+//!   keys whose name starts with `.` are Switchyard's own (as hidden entries of a directory
+//!   are skipped), never documents. Read at one revision first, then followed by one watch
+//!   ([`etcd::follow`]); the position is the store's revision.
 //!
-//! Owns: reading the URL, and reading the prefix at one revision (`etcd`).
-//! Must not: parse or judge documents (`config::load_documents` does), or serve them.
+//! Each kind owns its first read, its following, its health and its errors, and hands what
+//! it read to a [`Sink`] (the publisher, `publish::Reloader`).
+//! Must not: parse or judge documents (`config` does), publish or serve them.
 
 pub mod etcd;
+pub mod files;
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::config::Document;
+
+/// Quiet time after the last change (a file event, an etcd event) before loading again.
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+/// The longest a load waits for quiet after the first change of a burst.
+pub const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
+
+/// Where a source hands what it read: loading, checking and publishing are the sink's.
+/// Called on blocking threads (a load is CPU work).
+pub trait Sink: Send + Sync + 'static {
+    /// The files under the watched paths changed: load them again.
+    fn files_changed(&self);
+    /// The files beyond the watched paths that the last load read (secret files named by
+    /// `switchyard_files`), whose changes count too.
+    fn files_read(&self) -> Vec<PathBuf>;
+    /// Every document under an etcd prefix as of `revision`.
+    fn documents(&self, documents: &[Document], revision: i64);
+    /// The source at `url` answers (`None`), or does not, and why.
+    fn health(&self, url: &str, error: Option<String>);
+}
 
 /// A source's URL, or a source, that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +114,7 @@ impl std::str::FromStr for EtcdUrl {
 
 /// The documents under a prefix at one revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Snapshot {
+pub struct Documents {
     /// The store's revision they were read at.
     pub revision: i64,
     pub documents: Vec<Document>,

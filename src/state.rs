@@ -4,7 +4,7 @@
 //! Owns: copying the snapshot files of a good load into the state directory, atomically: a
 //! new generation directory is written, checked by loading it, and only then made current
 //! by renaming a symlink over `current`; older generations are removed after. Must not:
-//! parse files itself (that is `config`, used to check the copy) or publish (`watch`).
+//! parse files itself (that is `config`, used to check the copy) or publish (`publish`).
 
 use std::path::{Path, PathBuf};
 

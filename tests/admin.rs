@@ -505,7 +505,7 @@ async fn the_html_page_shows_each_node_with_its_state_and_nack_text() {
 /// `transport` says until `stop` is sent.
 struct AdminAlone {
     addr: std::net::SocketAddr,
-    reloader: std::sync::Arc<switchyard::watch::Reloader>,
+    reloader: std::sync::Arc<switchyard::publish::Reloader>,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
@@ -516,7 +516,7 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
     let cache = Arc::new(switchyard::cache::Cache::new());
     let dir = tempfile::tempdir().expect("tmp");
     let telemetry = switchyard::telemetry::Telemetry::default();
-    let reloader = Arc::new(switchyard::watch::Reloader::new(
+    let reloader = Arc::new(switchyard::publish::Reloader::new(
         vec![dir.path().to_path_buf()],
         switchyard::config::LoadOptions::default(),
         Arc::clone(&cache),

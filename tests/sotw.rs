@@ -963,7 +963,7 @@ async fn allow_empty_lets_a_reload_empty_a_node() {
         &eds_cluster("backend", "1s", 8080),
     );
     let cache = std::sync::Arc::new(switchyard::cache::Cache::new());
-    let reloader = switchyard::watch::Reloader::new(
+    let reloader = switchyard::publish::Reloader::new(
         vec![dir.path().to_path_buf()],
         switchyard::config::LoadOptions {
             allow_empty: true,

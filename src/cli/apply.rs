@@ -481,7 +481,7 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
                 "revision {revision}{}\n",
                 applied.map(|at| format!(", applied at {at}")).unwrap_or_default()
             ));
-            let texts = |s: &crate::source::Snapshot| -> std::collections::BTreeMap<String, String> {
+            let texts = |s: &crate::source::Documents| -> std::collections::BTreeMap<String, String> {
                 s.documents
                     .iter()
                     .map(|d| (d.name.trim_start_matches("etcd:").to_string(), d.text.clone()))

@@ -456,7 +456,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
                     // (its edge nodes get the documents as they are, vetted or not).
                     if let Ok(Ok(held)) = tokio::time::timeout(
                         timeout,
-                        crate::source::etcd::rollout::read(&mut client, &url),
+                        crate::rollout::fleetwide::store::read(&mut client, &url),
                     )
                     .await
                     {
@@ -473,7 +473,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
                 Some(_) => Some(
                     tokio::time::timeout(
                         timeout,
-                        crate::watch::rollout::read_start(&mut client, &url),
+                        crate::rollout::fleetwide::driver::read_start(&mut client, &url),
                     )
                     .await
                     .map_err(|_| {

@@ -19,7 +19,7 @@
 //! module holds the types they share.
 //!
 //! Must not: serve, or cache per node; swapping configs is the cache's job, watching files
-//! is `watch`'s.
+//! is `source::files`'.
 
 pub mod checks;
 mod decode;

@@ -5,7 +5,7 @@
 //! host and is left as written.
 //!
 //! Owns: reading those files, the checks, each certificate's expiry and serial, and the
-//! digests the loader compares to see a file change. Must not: watch files (`watch`) or log
+//! digests the loader compares to see a file change. Must not: watch files (`source::files`) or log
 //! what a file holds (errors name the file and the problem, never the bytes).
 
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! Owns: the shared state's shape, and the pure decisions on it: what a newly loaded
 //! revision proposes ([`propose`]), what the replicas' verdicts decide ([`step`]), what an
 //! operator's promote or abort writes ([`end`]), and how a replica's cache follows
-//! ([`follow`]). Must not: talk to etcd or touch the cache (`watch::rollout` does both), or
+//! ([`follow`]). Must not: talk to etcd or touch the cache (`driver` does both), or
 //! judge the canaries differently from [`super::decide`], which it calls.
 
 use std::time::{Duration, Instant};
@@ -299,3 +299,6 @@ pub fn follow(local: &Local, shared: &Shared, now: Instant, now_ms: u64) -> Vec<
 
 #[cfg(test)]
 mod tests;
+
+pub mod driver;
+pub mod store;

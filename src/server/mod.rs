@@ -24,7 +24,6 @@ mod grpc;
 pub(crate) mod incoming;
 mod peers;
 pub mod rest;
-pub(crate) mod rollout;
 mod status;
 mod stream;
 pub mod tls;
@@ -185,13 +184,6 @@ pub async fn serve(
         },
         telemetry.clone(),
     );
-    // Staged rollouts, when the cache has a policy.
-    let rollouts = tokio::spawn(rollout::drive(
-        Arc::clone(&cache),
-        Arc::clone(&fleet),
-        telemetry.clone(),
-        stop_rx.clone(),
-    ));
     let xds = grpc::XdsServer::new(cache, fleet, telemetry.clone(), &options, stop_rx.clone());
     // REST-JSON polling comes over HTTP/1.1 too; everything else is gRPC over HTTP/2.
     let routes = tonic::service::Routes::from(grpc::route(rest, &xds))
@@ -229,7 +221,6 @@ pub async fn serve(
     drop(connections);
     tracing::info!("Shutting down: ending every xDS stream.");
     let _ = stop_tx.send(true);
-    rollouts.abort();
     let drained = async { while open.join_next().await.is_some() {} };
     if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("Connections did not close within {DRAIN_TIMEOUT:?}; closing them.");

@@ -1,15 +1,16 @@
-//! Reading snapshot documents from etcd: every key under the prefix, at one revision, in one
-//! range request (etcd's `Range` is a consistent read of one revision).
+//! The etcd source: reading snapshot documents from etcd (every key under the prefix, at one
+//! revision, in one range request: etcd's `Range` is a consistent read of one revision),
+//! writing them (`apply`'s guarded transaction), and following the prefix ([`follow`]).
 //!
-//! Must not: retry or watch on its own (the caller decides), or parse documents.
+//! Must not: parse documents.
 
-pub mod rollout;
+pub mod follow;
 
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
 
-use super::{EtcdUrl, Snapshot, SourceError};
+use super::{Documents, EtcdUrl, SourceError};
 use crate::config::Document;
 
 /// The name a document goes by in errors: `etcd:` and its key.
@@ -108,7 +109,7 @@ pub async fn connect_and_read(
     access: &Access,
     revision: Option<i64>,
     timeout: Duration,
-) -> Result<(Client, Snapshot), SourceError> {
+) -> Result<(Client, Documents), SourceError> {
     let mut client = connect(url, access, timeout).await?;
     let snapshot = tokio::time::timeout(timeout, read_at(&mut client, url, revision))
         .await
@@ -120,7 +121,7 @@ pub async fn connect_and_read(
 }
 
 /// Every document under the prefix, read at one revision (the latest).
-pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Snapshot, SourceError> {
+pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Documents, SourceError> {
     read_at(client, url, None).await
 }
 
@@ -130,7 +131,7 @@ pub async fn read_at(
     client: &mut Client,
     url: &EtcdUrl,
     revision: Option<i64>,
-) -> Result<Snapshot, SourceError> {
+) -> Result<Documents, SourceError> {
     let unavailable = |message: String| SourceError::Unavailable {
         url: url.display(),
         message,
@@ -162,7 +163,7 @@ pub async fn read_at(
             text,
         });
     }
-    Ok(Snapshot {
+    Ok(Documents {
         revision,
         documents,
     })
@@ -207,7 +208,7 @@ pub async fn read_for_write(
     client: &mut Client,
     url: &EtcdUrl,
     deadline: tokio::time::Instant,
-) -> Result<(Snapshot, ReadAt), SourceError> {
+) -> Result<(Documents, ReadAt), SourceError> {
     loop {
         let tried = async {
             let held = read(client, url).await?;

@@ -20,8 +20,8 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use switchyard::cache::Cache;
 use switchyard::daemon::{Daemon, Listeners, Options};
+use switchyard::publish::Reloader;
 use switchyard::resource::ResourceType;
-use switchyard::watch::Reloader;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;

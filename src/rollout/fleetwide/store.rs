@@ -9,15 +9,15 @@
 //! - `PREFIX.stable/REVISION/NAME`: the promoted generation's documents (`NAME` as under the
 //!   prefix), written before the state names them, so a copy the state names is whole.
 //!
-//! Must not: decide anything (`rollout::fleetwide`) or follow the state (`watch::rollout`).
+//! Must not: decide anything (`rollout::fleetwide`) or follow the state (`driver`).
 
 use std::collections::BTreeMap;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
-use super::document_name;
 use crate::config::Document;
 use crate::rollout::fleetwide::{Shared, Verdict};
+use crate::source::etcd::document_name;
 use crate::source::{EtcdUrl, SourceError};
 
 /// Puts per transaction when copying documents (etcd refuses more than 128 operations in
@@ -197,7 +197,7 @@ pub async fn read_copy(
     revision: i64,
 ) -> Result<Vec<Document>, SourceError> {
     let from = copy_prefix(url, revision);
-    let response = super::reader(client)
+    let response = crate::source::etcd::reader(client)
         .get(from.as_str(), Some(GetOptions::new().with_prefix()))
         .await
         .map_err(|e| unavailable(url, format!("cannot read the promoted documents: {e}")))?;

@@ -5,7 +5,7 @@
 //! cannot resume: its start revision was compacted away, or an event could not be applied.
 //! While etcd does not answer, tries wait longer each time.
 //!
-//! Must not: parse documents (`Reloader::reload_documents` loads them) or read files.
+//! Must not: parse or load documents (the sink loads them) or read files.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use etcd_client::EventType;
 
-use super::{Reloader, DEBOUNCE, MAX_DEBOUNCE};
 use crate::config::Document;
-use crate::source::{etcd, EtcdUrl, Snapshot, SourceError};
+use crate::source::{etcd, Documents, EtcdUrl, Sink, SourceError, DEBOUNCE, MAX_DEBOUNCE};
 
 /// How long one connect or read of etcd may take.
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -35,10 +34,10 @@ struct Held {
 }
 
 impl Held {
-    fn of(snapshot: Snapshot) -> Held {
+    fn of(read: Documents) -> Held {
         Held {
-            revision: snapshot.revision,
-            documents: snapshot
+            revision: read.revision,
+            documents: read
                 .documents
                 .into_iter()
                 .map(|d| (d.name.clone(), d))
@@ -112,15 +111,15 @@ fn apply(
 /// hashes keep what is unchanged from being sent again). While etcd does not answer, the
 /// last good generation keeps serving and the watch resumes from the last revision held,
 /// until `shutdown`.
-pub async fn follow_etcd(
-    reloader: Arc<Reloader>,
+pub async fn follow(
+    sink: Arc<dyn Sink>,
     url: EtcdUrl,
     access: etcd::Access,
-    first: Snapshot,
+    first: Documents,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    reloader.source_health(&url.display(), None);
+    sink.health(&url.display(), None);
     let prefix = url.key_prefix();
     let mut held = Held::of(first);
     let mut retry = ETCD_RETRY_FIRST;
@@ -132,7 +131,7 @@ pub async fn follow_etcd(
         if let Some(e) = failed.take() {
             if !away {
                 tracing::warn!(error = %e, revision = held.revision, "etcd does not answer; the last good generation keeps serving, and the watch resumes from the last revision read.");
-                reloader.source_health(&url.display(), Some(e.to_string()));
+                sink.health(&url.display(), Some(e.to_string()));
                 away = true;
             }
             tokio::select! {
@@ -158,14 +157,14 @@ pub async fn follow_etcd(
                 read = tokio::time::timeout(ETCD_TIMEOUT, etcd::read(&mut client, &url)) => read,
             };
             match read {
-                Ok(Ok(snapshot)) => {
+                Ok(Ok(read)) => {
                     tracing::info!(
-                        revision = snapshot.revision,
-                        documents = snapshot.documents.len(),
+                        revision = read.revision,
+                        documents = read.documents.len(),
                         "The watch could not resume: the prefix was read again."
                     );
-                    held = Held::of(snapshot);
-                    load(&reloader, &held).await;
+                    held = Held::of(read);
+                    load(&sink, &held).await;
                 }
                 Ok(Err(e)) => {
                     failed = Some(e);
@@ -203,7 +202,7 @@ pub async fn follow_etcd(
                 revision = held.revision,
                 "etcd answers again; watching from the last revision read."
             );
-            reloader.source_health(&url.display(), None);
+            sink.health(&url.display(), None);
             away = false;
         }
         retry = ETCD_RETRY_FIRST;
@@ -256,17 +255,17 @@ pub async fn follow_etcd(
                 bytes = applied.bytes,
                 "etcd: documents changed."
             );
-            load(&reloader, &held).await;
+            load(&sink, &held).await;
         }
     }
 }
 
-/// Load the documents held (on a blocking thread: parsing is CPU work).
-async fn load(reloader: &Arc<Reloader>, held: &Held) {
-    let this = Arc::clone(reloader);
+/// Hand the documents held to the sink (on a blocking thread: loading is CPU work).
+async fn load(sink: &Arc<dyn Sink>, held: &Held) {
+    let sink = Arc::clone(sink);
     let documents = held.documents();
     let revision = held.revision;
-    let _ = tokio::task::spawn_blocking(move || this.reload_documents(&documents, revision)).await;
+    let _ = tokio::task::spawn_blocking(move || sink.documents(&documents, revision)).await;
 }
 
 /// What the watch gave: a burst of responses with events, or why there are none.

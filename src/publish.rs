@@ -1,34 +1,26 @@
-//! Reloading on file changes, and on changes under an etcd prefix (`serve --source`).
+//! Publishing what a source reads: the [`Reloader`] is the sink of both sources (the
+//! `--config` files, an etcd prefix; `source::Sink`).
 //!
-//! Owns: watching the `--config` paths (notify), debouncing bursts of events, loading in a
-//! blocking task, publishing a good load to the cache, and keeping the result of the last
-//! load. A failed load publishes nothing: the last good generation keeps serving.
+//! Owns: loading in a blocking task (the loader parses only what changed), the last checks
+//! (pre-flight, emptied node groups), publishing a good load to the cache as a generation,
+//! the history of generations, and the result of the last load. A failed load publishes
+//! nothing: the last good generation keeps serving.
 //!
-//! Editors and Kubernetes replace files rather than write them in place (rename-over,
-//! symlink swaps, a whole directory renamed over another), which kills inotify watches on
-//! the old inodes. So each round watches the paths and their parent directories anew.
-//!
-//! Must not: parse files itself (that is `config`) or know about streams.
+//! Must not: watch or read a source (`source` does), parse files itself (that is
+//! `config`), or know about streams and rollouts (a fleet's rollout gets good loads over a
+//! channel, [`Reloader::hand_loads_to`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use notify::event::{AccessKind, AccessMode};
-use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::{mpsc, watch};
 
 use crate::cache::Cache;
 use crate::config::{self, Config, ConfigError, LoadFailure, LoadOptions, LoadWork, Loader};
+use crate::source::files::Watching;
 use crate::state::StateDir;
 use crate::telemetry::{Loaded, Telemetry};
-
-/// Quiet time after the last file event before reloading.
-pub const DEBOUNCE: Duration = Duration::from_millis(100);
-/// The longest a reload waits for quiet after the first event of a burst.
-pub const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
-/// How often to look again when no path can be watched (all of them missing).
-const RETRY: Duration = Duration::from_secs(1);
 
 /// The outcome of the latest load attempt.
 #[derive(Clone, Debug)]
@@ -577,210 +569,44 @@ impl Reloader {
         self.last.send_replace(Some(report));
     }
 
-    /// Arm the watch on the paths now; [`Watching::run`] then reloads after each burst of
-    /// changes. Armed before the first load, a write that lands while it reads the files
-    /// (a large config takes seconds) is seen, and loaded, once the watch runs.
+    /// The files source on this reloader's paths, armed now ([`Watching::arm`]): armed
+    /// before the first load, a write that lands while it reads the files is loaded once
+    /// the watch runs.
     pub fn watching(self: &Arc<Self>) -> Watching {
-        Watching {
-            reloader: Arc::clone(self),
-            armed: self.arm(),
-        }
+        Watching::arm(
+            Arc::clone(self) as Arc<dyn crate::source::Sink>,
+            self.paths.clone(),
+            self.telemetry.clone(),
+        )
     }
 }
 
-/// A watch on the config paths, armed and collecting change events; see
-/// [`Reloader::watching`].
-pub struct Watching {
-    reloader: Arc<Reloader>,
-    armed: Option<Armed>,
-}
-
-/// A watcher, the channel of its change events, and the directories of secret files it
-/// watches (`switchyard_files`, known from the loads so far).
-type Armed = (
-    notify::RecommendedWatcher,
-    mpsc::UnboundedReceiver<()>,
-    Vec<PathBuf>,
-);
-
-impl Watching {
-    /// Reload after each burst of changes (events since the watch was armed included) until
-    /// `shutdown` completes.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        tokio::pin!(shutdown);
-        let Watching {
-            reloader,
-            mut armed,
-        } = self;
-        loop {
-            let secret_dirs = reloader.secret_dirs();
-            match &mut armed {
-                // A load named secret files the watch does not cover yet (the first load
-                // does, after the watch was armed): watch them too, and load again, since
-                // they may have changed meanwhile.
-                Some((_, _, watched)) if *watched != secret_dirs => {}
-                Some((_watcher, rx, _)) => {
-                    tokio::select! {
-                        _ = &mut shutdown => return,
-                        burst = next_burst(rx) => if !burst { return },
-                    }
-                }
-                None => {
-                    // Nothing could be watched (every path and parent missing): look again
-                    // later, and reload then, since anything may have changed meanwhile.
-                    tokio::select! {
-                        _ = &mut shutdown => return,
-                        _ = tokio::time::sleep(RETRY) => {}
-                    }
-                }
-            }
-            // Armed before the files are read, so a write that lands during the reload
-            // triggers another one instead of being missed.
-            armed = reloader.arm();
-            let this = Arc::clone(&reloader);
-            // A failed load is logged and kept in the report; a half-written file that
-            // fails to parse is loaded again on its next event.
-            let _ = tokio::task::spawn_blocking(move || this.reload()).await;
-        }
-    }
-}
-
-/// Wait for a change, then for quiet ([`DEBOUNCE`]): but no longer than [`MAX_DEBOUNCE`]
-/// from the first change, so files edited without pause (a deploy tool writing many times a
-/// second) still reload. `false` once the events end (the watcher is gone).
-async fn next_burst(events: &mut mpsc::UnboundedReceiver<()>) -> bool {
-    if events.recv().await.is_none() {
-        return false;
-    }
-    let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
-    loop {
-        tokio::select! {
-            got = events.recv() => if got.is_none() { return false },
-            _ = tokio::time::sleep(DEBOUNCE) => return true,
-            _ = tokio::time::sleep_until(at_most) => return true,
-        }
-    }
-}
-
-impl Reloader {
-    /// A fresh watcher on the paths (new inodes after a swap) and the channel of its change
-    /// events; `None` when nothing can be watched.
-    fn arm(&self) -> Option<Armed> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let relevant = self.paths.clone();
-        let secret_dirs = self.secret_dirs();
-        let in_secret_dirs = secret_dirs.clone();
-        let telemetry = self.telemetry.clone();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            let wanted = match &event {
-                Ok(e) => {
-                    is_change(&e.kind)
-                        && (touches(&relevant, &e.paths) || within(&in_secret_dirs, &e.paths))
-                }
-                Err(_) => true, // e.g. a queue overflow: reload to be sure
-            };
-            if wanted {
-                telemetry.file_event();
-                let _ = tx.send(());
-            }
-        });
-        match watcher {
-            Ok(mut w) => {
-                if self.watch_paths(&mut w) == 0 {
-                    tracing::warn!(
-                        "None of the config paths can be watched; looking again shortly."
-                    );
-                    return None;
-                }
-                for dir in &secret_dirs {
-                    if let Err(e) = w.watch(dir, RecursiveMode::NonRecursive) {
-                        tracing::warn!(dir = %dir.display(), error = %e, "Cannot watch a directory of secret files (switchyard_files); their changes are seen at the next reload.");
-                    }
-                }
-                Some((w, rx, secret_dirs))
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "Cannot watch files; looking again shortly.");
-                None
-            }
-        }
+/// The sink of both sources: files load again, documents are loaded as read.
+impl crate::source::Sink for Reloader {
+    fn files_changed(&self) {
+        let _ = self.reload();
     }
 
-    /// Watch each path (recursively) and its parent; returns how many watches were set.
-    fn watch_paths(&self, watcher: &mut impl Watcher) -> usize {
-        let mut count = 0;
-        for path in &self.paths {
-            if watcher.watch(path, RecursiveMode::Recursive).is_ok() {
-                count += 1;
-            }
-            if let Some(parent) = parent_dir(path) {
-                if watcher.watch(&parent, RecursiveMode::NonRecursive).is_ok() {
-                    count += 1;
-                }
-            }
-        }
-        count
-    }
-}
-
-impl Reloader {
-    /// The directories of the secret files the last load named: watched whole, since a
-    /// Kubernetes Secret mount swaps a `..data` symlink beside the files, not the files.
-    fn secret_dirs(&self) -> Vec<PathBuf> {
-        let files = self
-            .loader
+    fn files_read(&self) -> Vec<PathBuf> {
+        self.loader
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .secret_files();
-        let mut dirs: Vec<PathBuf> = files.iter().filter_map(|f| parent_dir(f)).collect();
-        dirs.sort();
-        dirs.dedup();
-        dirs
+            .secret_files()
+    }
+
+    fn documents(&self, documents: &[config::Document], revision: i64) {
+        let _ = self.reload_documents(documents, revision);
+    }
+
+    fn health(&self, url: &str, error: Option<String>) {
+        self.source_health(url, error);
     }
 }
-
-/// Whether an event is about an entry directly in one of `dirs`.
-fn within(dirs: &[PathBuf], event_paths: &[PathBuf]) -> bool {
-    event_paths.iter().any(|p| {
-        p.parent()
-            .is_some_and(|parent| dirs.iter().any(|d| d == parent))
-    })
-}
-
-fn parent_dir(path: &Path) -> Option<PathBuf> {
-    let absolute = std::path::absolute(path).ok()?;
-    absolute.parent().map(Path::to_path_buf)
-}
-
-/// Reading a file (ours included) is not a change.
-fn is_change(kind: &EventKind) -> bool {
-    match kind {
-        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
-        EventKind::Access(_) => false,
-        _ => true,
-    }
-}
-
-/// Whether an event is about one of the config paths (events on their parents are about
-/// siblings too).
-fn touches(paths: &[PathBuf], event_paths: &[PathBuf]) -> bool {
-    if event_paths.is_empty() {
-        return true;
-    }
-    event_paths.iter().any(|p| {
-        paths.iter().any(|root| {
-            let root = std::path::absolute(root).unwrap_or_else(|_| root.clone());
-            p.starts_with(&root)
-        })
-    })
-}
-
-mod etcd;
-pub mod rollout;
-pub use etcd::follow_etcd;
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::metrics::ResultLabels;
 
@@ -980,57 +806,6 @@ mod tests {
         generation(&cache, 2).await;
         let _ = stop_tx.send(());
         task.await.expect("watch task ends on shutdown");
-    }
-
-    /// Send an event into `tx` every `every`, `count` times (on tokio's clock).
-    fn events_every(
-        tx: mpsc::UnboundedSender<()>,
-        every: Duration,
-        count: u32,
-    ) -> tokio::task::JoinHandle<mpsc::UnboundedSender<()>> {
-        tokio::spawn(async move {
-            for _ in 0..count {
-                let _ = tx.send(());
-                tokio::time::sleep(every).await;
-            }
-            tx
-        })
-    }
-
-    /// A burst of events reloads once, DEBOUNCE after its last event. On tokio's paused
-    /// clock: the times are exact, and nothing waits in real time.
-    #[tokio::test(start_paused = true)]
-    async fn a_burst_reloads_once_after_quiet() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let start = tokio::time::Instant::now();
-        // Events at 0, 30, 60 and 90 ms, then quiet.
-        let sender = events_every(tx, Duration::from_millis(30), 4);
-        assert!(next_burst(&mut rx).await);
-        assert_eq!(start.elapsed(), Duration::from_millis(90) + DEBOUNCE);
-        assert!(rx.is_empty(), "the whole burst was taken in");
-        // The watcher gone (its sender dropped): no more bursts.
-        drop(sender.await.expect("sender"));
-        assert!(!next_burst(&mut rx).await);
-    }
-
-    /// Files edited without a pause (an event every 30 ms, never DEBOUNCE of quiet) still
-    /// reload, MAX_DEBOUNCE after the first event of each burst, while the edits go on.
-    #[tokio::test(start_paused = true)]
-    async fn edits_without_a_pause_still_reload() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let start = tokio::time::Instant::now();
-        // 100 events, at 0, 30, ..., 2970 ms.
-        let sender = events_every(tx, Duration::from_millis(30), 100);
-        let mut ends = Vec::new();
-        for _ in 0..3 {
-            assert!(next_burst(&mut rx).await);
-            ends.push(start.elapsed().as_millis());
-        }
-        // Bursts from 0, 1020 (the first event after 1000) and 2040 ms, each ended by
-        // MAX_DEBOUNCE: the third too, since 2970 + DEBOUNCE comes later than 3040.
-        assert_eq!(ends, [1000, 2020, 3040]);
-        drop(sender.await.expect("sender"));
-        assert!(!next_burst(&mut rx).await, "no reload once the edits stop");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! them up as an [`Observation`] ([`observe`]), asks `crate::rollout` what to do, and applies
 //! it to the cache (promote, or a new phase).
 //!
-//! With a rollout kept in etcd for the fleet, `watch::rollout` drives instead.
+//! With a rollout kept in etcd for the fleet, `fleetwide::driver` drives instead.
 //!
 //! Must not: decide anything itself (the decisions are `rollout::decide`'s, tested there).
 
@@ -30,7 +30,7 @@ pub async fn drive(
         return;
     };
     if policy.fleetwide {
-        // Decided for the fleet in etcd (`watch::rollout`).
+        // Decided for the fleet in etcd (`fleetwide::driver`).
         return;
     }
     let mut tick = tokio::time::interval(TICK);

@@ -7,7 +7,7 @@
 //! when it changes; the state only when it moves.
 //!
 //! Must not: decide anything itself (`rollout::fleetwide` does, calling `rollout::decide`),
-//! or read etcd's keys by hand (`source::etcd::rollout`).
+//! or read etcd's keys by hand (`store`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,13 +15,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{Head, Reloader};
+use super::store;
 use crate::cache::Cache;
 use crate::config::{Config, Document};
 use crate::fleet::Fleet;
+use crate::publish::{Head, Reloader};
 use crate::rollout::fleetwide::{self, Follow, Local, Mark, Shared, Stepped, Verdict};
 use crate::rollout::Phase;
-use crate::source::etcd::{self, rollout as store};
+use crate::source::etcd;
 use crate::source::{EtcdUrl, SourceError};
 use crate::telemetry::{RolloutEnd, Telemetry};
 
@@ -633,7 +634,7 @@ impl Driver {
             let canaries = self
                 .fleet
                 .reports_where(|r| policy.is_canary(&r.node_id, &r.node_cluster));
-            let seen = crate::server::rollout::observe(&canaries, policy, number);
+            let seen = crate::rollout::replica::observe(&canaries, policy, number);
             verdict = Verdict {
                 candidate: candidate.mark.version.clone(),
                 canaries: seen.canaries,
