@@ -230,7 +230,7 @@ fn main() {
         t.elapsed() / 1000
     );
 
-    // 2b. What the cache keeps of the generations before the newest (issue 32: `RECENT`, so
+    // 2b. What the cache keeps of the generations before the newest (`RECENT`, so
     // that a proxy back from another replica is recognised): the live heap of a cache that
     // published one generation, then of one that published 1 + RECENT, each with one
     // cluster changed, and each generation's snapshot built (what a stream asks for).

@@ -1,8 +1,8 @@
 //! The transport's floor: what the same HTTP/2 stack costs to serve the same bytes with no
 //! xDS logic at all. `cargo bench --bench floor -- CONFIG_DIR ADDR`.
 //!
-//! Not an xDS server: a yardstick for issue 22's targets ("server CPU per push"). It loads
-//! `CONFIG_DIR` with Switchyard's loader (the same resources, the same bytes), encodes one
+//! Not an xDS server: a yardstick for the server's CPU per push (docs/benchmarks.md, "The
+//! transport's floor"). It loads `CONFIG_DIR` with Switchyard's loader (the same resources, the same bytes), encodes one
 //! response per type once, and serves ADS (SotW and Incremental) on `ADDR` over the same
 //! stack and settings as `switchyard serve` (hyper's HTTP/2 through hyper-util, TCP_NODELAY,
 //! one task per stream): every stream that asks for a type gets that type's one response,

@@ -1,4 +1,4 @@
-//! Make-before-break at length (issue 32): `cargo bench --bench ordering`.
+//! Make-before-break at length: `cargo bench --bench ordering`.
 //!
 //! The suite runs the ordering's checks short; this runs them long:
 //! 1. the unit properties of the ordering over random schedules (a simulated Envoy, SotW and

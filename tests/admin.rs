@@ -813,7 +813,7 @@ async fn private_keys_go_nowhere_by_default_but_certificate_chains_do() {
     server.shutdown().await;
 }
 
-/// Issue 33: a key named by a path (and a password by an environment variable) on the
+/// A key named by a path (and a password by an environment variable) on the
 /// proxy's host is not key material: every door gives it as written, to any node, with no
 /// flag.
 #[tokio::test]

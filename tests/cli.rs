@@ -53,7 +53,7 @@ fn validate_prints_warnings_and_strict_makes_them_errors() {
     let path = dir.path().to_str().expect("utf8");
     let o = switchyard(&["validate", "-c", path]);
     assert_eq!(o.status.code(), Some(0));
-    // Where the resource that refers is written, too (issue 33).
+    // Where the resource that refers is written, too.
     let file = dir.path().join("r.yaml").display().to_string();
     assert!(
         stderr(&o).contains(&format!(
@@ -329,7 +329,7 @@ async fn a_restart_with_broken_files_serves_the_last_good_copy_from_the_state_di
     );
     let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
     assert_eq!(status["config"]["ok"], false, "{status}");
-    // Generation numbers go on across restarts (issue 33): the first run published 1.
+    // Generation numbers go on across restarts: the first run published 1.
     assert_eq!(status["generation"], 2, "{status}");
     assert_eq!(
         std::fs::read_to_string(state.path().join("generation"))
@@ -531,7 +531,7 @@ fn validate_checks_envoys_field_rules_unless_told_not_to() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
-/// `switchyard diff` by name (issue 33, item 4): an HTTP filter and a route inserted into a
+/// `switchyard diff` by name: an HTTP filter and a route inserted into a
 /// listener's inline route configuration read as one added filter and one added route, in
 /// the field names the file uses.
 #[test]
@@ -635,7 +635,7 @@ fn diff_exits_0_1_or_2_and_names_what_changes() {
     );
 }
 
-/// Issue 33, item 2: `validate --output json|github` prints a result for machines on stdout
+/// `validate --output json|github` prints a result for machines on stdout
 /// (schema `switchyard.validate/v1`, docs/output.md), with each finding's file, line,
 /// column, resource, field, message and Envoy's words; the exit code is the same as text's.
 #[test]
@@ -703,7 +703,7 @@ fn validate_prints_findings_for_machines() {
     );
 }
 
-/// Issue 33, item 2: `diff --output json|markdown|github`.
+/// `diff --output json|markdown|github`.
 #[test]
 fn diff_prints_for_machines_and_pull_requests() {
     let old = tempfile::tempdir().expect("tmp");
@@ -747,7 +747,7 @@ fn diff_prints_for_machines_and_pull_requests() {
     assert_eq!(doc["changes"], false);
 }
 
-/// Issue 33, item 2: `import --output json` says what it wrote (schema
+/// `import --output json` says what it wrote (schema
 /// `switchyard.import/v1`), or why it wrote nothing.
 #[test]
 fn import_prints_for_machines() {

@@ -110,7 +110,7 @@ async fn the_daemon_reloads_edited_files() {
     running.abort();
 }
 
-/// Issue 34, item 3 (files): the server's history lists each generation it published with
+/// The server's history lists each generation it published with
 /// what changed (files, resources by type and name) and how many nodes ACKed and NACKed it
 /// (rules P4/P5: an ACK or NACK names the response's version, and so its generation); with
 /// --state-dir it survives a restart, counts included; `switchyard history` prints it.

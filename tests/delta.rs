@@ -102,7 +102,7 @@ async fn p23_reconnect_with_initial_resource_versions_resends_nothing_unchanged(
     assert!(r.removed_resources.is_empty());
 }
 
-/// Issue 32, a failover: a proxy moves to another replica serving the same files and claims
+/// A failover: a proxy moves to another replica serving the same files and claims
 /// exactly what that replica has (content-hash versions are the same on every replica). It
 /// is sent nothing, and `/status` shows the type SYNCED at the version the first replica
 /// sent, as for SotW (P13, P23).

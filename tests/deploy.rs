@@ -271,7 +271,7 @@ fn the_dockerfile_command_parses() {
     assert!(serve.admin.token.admin_token_file.is_some() && serve.admin.admin_tls_cert.is_some());
 }
 
-/// The `etcd` overlay (issue 34): the replicas serve an etcd prefix instead of mounted files,
+/// The `etcd` overlay: the replicas serve an etcd prefix instead of mounted files,
 /// reaching etcd over TLS with the client certificate of a Secret they mount; every path the
 /// flags name is mounted, and no snapshot ConfigMap is.
 #[test]

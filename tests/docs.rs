@@ -1,4 +1,4 @@
-//! The documents stay true to the repository (issue 33, item 7): `docs/protocol.md` states
+//! The documents stay true to the repository: `docs/protocol.md` states
 //! every rule P1..P36 and names only tests that exist, and nothing in README.md or `docs/`
 //! links outside the repository.
 

@@ -1,4 +1,4 @@
-//! Issue 33, item 1, end to end: a hand-written edge config whose TLS keys are files on the
+//! A hand-written edge config whose TLS keys are files on the
 //! Envoy's host, through `switchyard import`, `switchyard serve` (no extra flag) and a real
 //! Envoy 1.40 on the bootstrap `import` writes. One HTTPS listener whose TLS context names
 //! its certificate and key by path, two routes with retries (one by a header match), two

@@ -1,4 +1,4 @@
-//! The etcd source against a real etcd (issue 34): `switchyard validate --source
+//! The etcd source against a real etcd: `switchyard validate --source
 //! etcd://HOST:PORT/PREFIX` reads every key under the prefix at one revision, as the
 //! snapshot documents they hold; `serve --source` serves them and follows the prefix.
 
@@ -458,7 +458,7 @@ async fn serve_reads_one_key_per_edit_and_the_prefix_again_only_after_a_compacti
     );
 }
 
-/// `switchyard apply DIR --source ...` (issue 34, item 2): checked as serve would load it,
+/// `switchyard apply DIR --source ...`: checked as serve would load it,
 /// shown, and written in one transaction guarded by the revision it read; `--dry-run`
 /// writes nothing; an invalid change writes nothing; two applies from one read cannot both
 /// land (the second is refused, naming the revision); `export` writes the documents back.
@@ -657,7 +657,7 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
     assert_eq!(code, Some(64), "not into a directory with files: {err}");
 }
 
-/// etcd over TLS with client certificates, and etcd's users (issue 34, item 1): the
+/// etcd over TLS with client certificates, and etcd's users: the
 /// `--etcd-ca`, `--etcd-cert`, `--etcd-key`, `--etcd-user` and `--etcd-password-file`
 /// flags reach it; without them it is refused, with a clear error.
 #[tokio::test]
@@ -724,7 +724,7 @@ async fn tls_and_a_user_reach_a_secured_etcd() {
     assert_eq!(code, Some(64), "{err}");
 }
 
-/// Two operators applying at once (issue 34, item 5): whatever the timing, they never
+/// Two operators applying at once: whatever the timing, they never
 /// overwrite each other. Either one lands and the other is refused naming the revision it
 /// read, or both land one after the other, the second having read what the first wrote.
 /// Five rounds of two `switchyard apply` processes started together.

@@ -1,4 +1,4 @@
-//! The fleet on etcd end to end (issue 34, item 5), with real Envoys 1.40 and a real etcd:
+//! The fleet on etcd end to end, with real Envoys 1.40 and a real etcd:
 //! two replicas (`serve --source ... --canary-id canary-*`), a canary Envoy on replica A and
 //! an edge Envoy on replica B, requests through them the whole time. `switchyard apply`
 //! writes each change in one transaction; the canary's verdict on A decides for the edge on

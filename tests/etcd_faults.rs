@@ -1,4 +1,4 @@
-//! The etcd source under faults (issue 34, item 5), on a real three-member etcd cluster:
+//! The etcd source under faults, on a real three-member etcd cluster:
 //! the leader killed while serving and during applies (seeded random timing: the seed is
 //! printed, `SWITCHYARD_FAULT_SEED` replays it), every member down, and a compaction past a
 //! replica's watch. Each apply writes two documents that must agree (clusters `one` and `two`

@@ -1,4 +1,4 @@
-//! One rollout for the fleet, kept in etcd (issue 34, item 4), over real sockets: two
+//! One rollout for the fleet, kept in etcd, over real sockets: two
 //! replicas (`switchyard serve --source ... --canary-id canary-*`, real processes) on a real
 //! etcd, a tonic ADS client as the canary on replica A and another as an edge node on
 //! replica B. The canary's verdict on A decides for B; what is promoted survives a kill -9 of

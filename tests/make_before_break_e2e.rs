@@ -531,7 +531,7 @@ async fn e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix
     judge(&fixed, ordering);
 }
 
-/// (f) Overlapping edits (issue 32): a route moves to a new cluster y (active health check),
+/// (f) Overlapping edits: a route moves to a new cluster y (active health check),
 /// and 400 ms later, while y still warms and Envoy holds its CDS ACK, a second edit changes
 /// only the route (a timeout). The plan's progress is what Envoy ACKed: the newer snapshot
 /// must not send the route before y is warm.

@@ -1,4 +1,4 @@
-//! RE2's program size as Switchyard counts it (`config::checks::re2`, issue 33 item 6)
+//! RE2's program size as Switchyard counts it (`config::checks::re2`)
 //! against the real Envoy 1.40, pattern by pattern: 2,500 generated patterns (literals in
 //! and beyond ASCII, escapes, classes with ranges, negation, POSIX and Unicode groups, case
 //! folding, groups of every kind, alternations with common prefixes, counted and lazy
@@ -470,7 +470,7 @@ fn program_sizes_are_envoys_on_generated_patterns() {
     );
 }
 
-/// A runtime in the files raises the RE2 limit for the nodes that get it (issue 33, item 6),
+/// A runtime in the files raises the RE2 limit for the nodes that get it,
 /// end to end: Switchyard serves a regex of 125 instructions with an RTDS runtime at 200,
 /// and a real Envoy whose bootstrap names that runtime as a layer takes both (ACKs, and
 /// answers through the route). At 110 the load is refused in Envoy's words and the last

@@ -139,7 +139,7 @@ async fn cli(args: Vec<String>) -> std::process::Output {
     .expect("joined")
 }
 
-/// Issue 33, item 5: gates a deploy can wait on. `switchyard status` exits 0 only when every
+/// Gates a deploy can wait on. `switchyard status` exits 0 only when every
 /// connected node runs the newest loaded generation and no rollout is on: 4 while the
 /// canaries bake, 5 once halted (as does `rollout status`), 5 after an abort while the files
 /// differ from what serves (and says so), 6 when `--wait` times out; `--wait` returns 0 once

@@ -126,7 +126,7 @@ async fn e2e_a_change_reaches_the_canary_first_and_a_rejected_one_never_leaves_i
         Some("2s")
     );
     let (code, text) = rollout(&server, "status");
-    assert_eq!(code, Some(5), "halted is not a success (issue 33): {text}");
+    assert_eq!(code, Some(5), "halted is not a success: {text}");
     assert!(
         text.starts_with("rollout HALTED") && text.contains("canary-1") && text.contains("edge-1"),
         "{text}"
@@ -153,7 +153,7 @@ async fn e2e_a_change_reaches_the_canary_first_and_a_rejected_one_never_leaves_i
     })
     .await;
     assert!(back.is_some(), "both nodes on the stable generation again");
-    // The files still hold the rejected change: `status` does not say all is well (issue 33).
+    // The files still hold the rejected change: `status` does not say all is well.
     let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(["status", "--wait", "--timeout", "20s", "--admin-addr"])
         .arg(format!("127.0.0.1:{}", server.admin_port))

@@ -121,7 +121,7 @@ fn corpus() -> Vec<Case> {
         valid(Endpoints, cla(endpoint(8080))),
         valid(Listener, listener(json!({}))),
         valid(Routes, routes(json!({}))),
-        // duration.gt (the issue's own example)
+        // duration.gt
         case(
             "duration.gt",
             Cluster,
@@ -445,7 +445,7 @@ fn checks() -> Vec<Case> {
             "typed_config": hcm(json!({"http_filters": [{"name": "acme.optional", "is_optional": true},
                 {"name": "router", "typed_config": {"@type": ROUTER}}]}))}]}]})),
         ),
-        // A listener that accepts connections with no filter chain (issue 33): refused;
+        // A listener that accepts connections with no filter chain: refused;
         // with a default filter chain, or as a UDP listener (a UDP proxy), accepted.
         case(
             "envoy",
@@ -587,7 +587,7 @@ fn checks() -> Vec<Case> {
         "(?x)a",
         "(?=a)",
         "[[:foo:]]",
-        // RE2's program over Envoy's default limit of 100 (issue 33, item 6), counted as RE2
+        // RE2's program over Envoy's default limit of 100, counted as RE2
         // counts it (tests/re2_envoy.rs compares thousands more).
         "x{0,49}",
         "^/static/[a-z0-9-]{1,64}/[a-z0-9-]{1,64}\\.(css|js|png)$",
@@ -739,7 +739,7 @@ fn loader_and_envoy_agree_on_every_rule_kind() {
 }
 
 /// A runtime in the files raises (or lowers) the RE2 program limit for the nodes it reaches,
-/// as Envoy's runtime does (issue 33, item 6): the loader's verdict on a regex of 124 with
+/// as Envoy's runtime does: the loader's verdict on a regex of 124 with
 /// the limit at 200, 110 and unset is Envoy's with the same runtime as a layer.
 #[test]
 fn regex_program_limit_set_by_a_runtime_is_envoys() {
@@ -794,7 +794,7 @@ fn regex_program_limit_set_by_a_runtime_is_envoys() {
     }
 }
 
-/// Two listeners on one address (issue 33, item 6): a check across resources, so not a case
+/// Two listeners on one address: a check across resources, so not a case
 /// of the table above. The loader refuses the second in the words Envoy refuses it with.
 #[test]
 fn two_listeners_on_one_address_are_refused_in_envoy_s_words() {

@@ -49,7 +49,7 @@ const BAD_ROUTES_ENVOY: &str =
     "Specify only one of prefix_rewrite, regex_rewrite or path_rewrite_policy";
 
 /// Routes `main` with a regex whose RE2 program is over Envoy's default limit: the loader
-/// counts it as RE2 does and refuses it in Envoy's words (issue 33, item 6).
+/// counts it as RE2 does and refuses it in Envoy's words.
 const BAD_REGEX_ROUTES: &str = r#"
 routes:
   - name: main
@@ -139,7 +139,7 @@ fn validate_envoy_reports_envoys_verdict_per_node_group() {
     assert_eq!(code, Some(64), "{err}");
 }
 
-/// Issue 33: pre-flight checks what a node is sent. A listener whose TLS key is inline goes
+/// Pre-flight checks what a node is sent. A listener whose TLS key is inline goes
 /// to a node that is not bound without the key, and Envoy rejects that
 /// (`--with-key-material` checks what a bound node gets: the key, and Envoy accepts); the
 /// same listener naming its key by a path on the proxy's host goes as written to every node.

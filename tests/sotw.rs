@@ -743,7 +743,7 @@ async fn p29_p30_route_cut_over_is_ordered_make_before_break() {
     server.shutdown().await;
 }
 
-/// Issue 32 over a socket (P29, P30): the cut-over above, and while the client holds its CDS
+/// Overlapping changes over a socket (P29, P30): the cut-over above, and while the client holds its CDS
 /// ACK a second reload changes only the route. The route must still wait for the CDS ACK
 /// (the step is pending until the client completes it, whatever arrives meanwhile); then the
 /// newest route goes, and `backend` only after it.
@@ -790,7 +790,7 @@ async fn p29_p30_a_newer_reload_while_step_1_awaits_its_ack_keeps_the_order() {
     server.shutdown().await;
 }
 
-/// Issue 32, item 3, over a socket (P13, P29, P30): a proxy away while the files changed
+/// Reconnects over a socket (P13, P29, P30): a proxy away while the files changed
 /// (its replica died mid-change) comes back with the versions it holds. They name the
 /// generation before, which the server keeps: the cut-over reaches it make-before-break from
 /// there (the route only after the CDS ACK, `backend` removed last), not all at once.

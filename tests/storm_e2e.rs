@@ -1,4 +1,4 @@
-//! End to end, issue 32: make-before-break when changes overlap and replicas fail. Two
+//! End to end: make-before-break when changes overlap and replicas fail. Two
 //! Switchyard replicas on one directory, three real Envoy 1.40s (SotW, delta, SotW) whose ADS
 //! cluster lists both, a request loop through each, and a seeded random schedule of edits
 //! every 0.5-1.5 s:

@@ -797,7 +797,7 @@ mod tests {
         );
     }
 
-    /// Issue 34: the fleet's rollout kept in etcd and the recent generations, escaped (a NACK
+    /// The fleet's rollout kept in etcd and the recent generations, escaped (a NACK
     /// text and a replica's name come from outside).
     #[test]
     fn the_fleet_rollout_and_the_recent_generations_are_shown() {

@@ -1,6 +1,6 @@
 //! `switchyard apply DIR --source etcd://...` and `switchyard export --source ... DIR`: the
 //! snapshot files of a directory written to an etcd prefix in one guarded transaction, and
-//! back (issue 34, item 2).
+//! back.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

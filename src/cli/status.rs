@@ -623,7 +623,7 @@ mod tests {
         serde_json::from_value(json).expect("a status")
     }
 
-    /// Issue 33, item 5: what each state of the fleet exits with.
+    /// What each state of the fleet exits with.
     #[test]
     fn the_verdict_follows_the_fleet() {
         assert_eq!(verdict(&fleet(2, "SYNCED", 2, 2, None)), Verdict::Done);

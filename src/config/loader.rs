@@ -340,7 +340,7 @@ fn assemble(
 }
 
 /// A snapshot document from a source that is not a directory (each etcd key under a prefix
-/// holds one, issue 34): the name its errors give it (the key, say), and its text, in the
+/// holds one): the name its errors give it (the key, say), and its text, in the
 /// format of a snapshot file (YAML or JSON).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Document {

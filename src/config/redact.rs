@@ -247,7 +247,7 @@ tls_certificate:
             .contains("hush"));
     }
 
-    /// Issue 33: a key named by a path (or an environment variable) on the proxy's host is
+    /// A key named by a path (or an environment variable) on the proxy's host is
     /// not key material: it goes as written to proxies and operators alike, in a secret and
     /// inside a listener's transport socket; beside inline material it still goes.
     #[test]

@@ -1149,7 +1149,7 @@ fn p34_an_lb_endpoint_needs_an_xdstp_name() {
     );
 }
 
-/// Issue 33, item 6: two listeners on one address and port for the same nodes are refused as
+/// Two listeners on one address and port for the same nodes are refused as
 /// Envoy refuses the second (tests/rules_envoy.rs checks the words against Envoy); on
 /// another protocol, port 0, or for nodes no one node matches both of, they load.
 #[test]
@@ -1216,7 +1216,7 @@ fn two_listeners_on_one_address_for_the_same_nodes_are_refused() {
     assert!(load(&[("l.yaml", other)]).is_ok());
 }
 
-/// Issue 33, item 6: a regex's RE2 program is judged with the limit of the nodes that get
+/// A regex's RE2 program is judged with the limit of the nodes that get
 /// it: `re2.max_program_size.error_level` of the RTDS runtimes they get (flat or nested, a
 /// number or a string), else Envoy's 100; where some of its nodes could lack the runtime,
 /// Envoy's default still counts, and the smallest of several limits wins.
@@ -1438,7 +1438,7 @@ fn a_loader_parses_only_the_documents_that_changed() {
     assert_eq!(kept.resource_count(), 19);
 }
 
-/// Issue 34, item 1: named documents (an etcd key each) load as the files they would be: the
+/// Named documents (an etcd key each) load as the files they would be: the
 /// same resources and versions (a proxy moved between sources is sent nothing new), errors
 /// named `NAME:LINE:COLUMN`, and every check across documents as across files.
 #[test]

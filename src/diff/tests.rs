@@ -113,7 +113,7 @@ fn per_node_group_and_secrets_never_shown() {
     assert!(!text.contains("KEY"), "{text}");
 }
 
-/// Issue 33, item 4: lists Envoy keys by name or match are paired by it. A route inserted
+/// Lists Envoy keys by name or match are paired by it. A route inserted
 /// between two others is one added route (by its match, routes here have no name), not
 /// field changes to every route after it; an HTTP filter added is one added filter; a new
 /// order of the same routes is one change of its own.

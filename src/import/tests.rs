@@ -261,7 +261,7 @@ fn a_key_given_twice_in_the_bootstrap_is_a_note() {
     );
 }
 
-/// Issue 33, item 6: a regex's RE2 program is judged with the limit the bootstrap's own
+/// A regex's RE2 program is judged with the limit the bootstrap's own
 /// runtime sets, and the import says to serve with it.
 #[test]
 fn a_regex_program_is_judged_with_the_bootstraps_runtime_limit() {

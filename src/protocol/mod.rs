@@ -240,7 +240,7 @@ impl SyncState {
 
 /// What the server knows of one type on one stream, for operators (`/status`, CSDS).
 /// Borrowed from the stream where it can be: a stream reports after every input, and
-/// mostly nothing changed, so nothing needs copying (docs/benchmarks.md, "Issue 22").
+/// mostly nothing changed, so nothing needs copying (docs/benchmarks.md, "Memory per proxy, against the floor").
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TypeStatus<'a> {
     pub state: std::borrow::Cow<'a, SyncState>,

@@ -2,7 +2,7 @@
 //!
 //! Owns: the slots, one per [`ResourceType`], each empty until first written. A stream has
 //! a slot for each of the ten types and a client asks for about four; kept inline, the
-//! unused six were a third of every stream's task (docs/benchmarks.md, "Issue 22").
+//! unused six were a third of every stream's task (docs/benchmarks.md, "Memory per proxy, against the floor").
 //! Reading an empty slot gives the type's empty state ([`Empty::empty`]); writing one
 //! creates it. Must not: know what the state is.
 

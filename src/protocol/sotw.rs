@@ -73,7 +73,7 @@ struct TypeState {
     /// Names `given` counts that the client does not have yet: the rest of a response split
     /// for the response limit, sent on its next request.
     /// Boxed: almost always empty, and every stream keeps one per type (8 bytes instead of
-    /// a set's 24; docs/benchmarks.md, "Issue 20's changes").
+    /// a set's 24; docs/benchmarks.md, "NACK details and split responses in the stream state").
     #[allow(clippy::box_collection)]
     owed: Option<Box<BTreeSet<String>>>,
     /// LDS, CDS: the client dropped the wildcard, or names, since the last response, and

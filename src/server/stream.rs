@@ -217,7 +217,7 @@ pub fn spawn<M: Machine>(
 
 /// The stream's task. What it is given is taken apart before its future is made: an
 /// `async fn` would keep each argument twice (as given, and as taken apart), and the future
-/// is every stream's largest allocation (docs/benchmarks.md, "Issue 22").
+/// is every stream's largest allocation (docs/benchmarks.md, "Memory per proxy, against the floor").
 fn run<M: Machine>(
     variant: Variant,
     shared: Shared,

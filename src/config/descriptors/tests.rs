@@ -32,7 +32,7 @@ fn every_resource_type_is_in_the_pool() {
 }
 
 /// The API is Envoy 1.40's, with all of cncf/xds and udpa: fields and types the
-/// envoy-types 0.7.7 set lacked (issue 19's list).
+/// envoy-types 0.7.7 set lacked.
 #[test]
 fn the_pool_is_envoy_1_40s_api() {
     assert_eq!(ENVOY_API_VERSION, "1.40.0");

@@ -1,4 +1,4 @@
-//! Issue 33, item 3: typical typos and slips in snapshot files, each with the whole message
+//! Typical typos and slips in snapshot files, each with the whole message
 //! it gets (the file, line and column, the resource, the field path as the file spells it, and
 //! what was meant).
 

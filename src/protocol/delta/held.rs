@@ -7,7 +7,7 @@
 //! once each is confirmed or sent. A stream that holds exactly what its subscription
 //! covers of its type's snapshot keeps only that snapshot ([`Holding`]'s given form): every
 //! stream of a fleet does between pushes, and a push then needs no lookup per name in what
-//! each stream holds (docs/benchmarks.md, "Issue 22", item 22). Must not: decide what to
+//! each stream holds (docs/benchmarks.md, "Memory per proxy, against the floor"). Must not: decide what to
 //! send.
 
 use std::borrow::Borrow;
@@ -242,7 +242,7 @@ impl Eq for Sent {}
 /// Name -> what the client holds; each name in one of the two maps at most. Hashed with
 /// foldhash, keyed per map: every push looks up each changed name here on every stream,
 /// and SipHash was about 6% of a delta push's stream instructions (callgrind,
-/// docs/benchmarks.md, "Issue 22").
+/// docs/benchmarks.md, "Memory per proxy, against the floor").
 #[derive(Debug, Default)]
 pub(super) struct HeldSet {
     sent: HashSet<Sent, foldhash::quality::RandomState>,

@@ -277,7 +277,7 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
     assert_eq!(names(&fixed), ["a"]);
 }
 
-/// P5, P17 (issue 32's model found it): a NACKed response's removals may or may not have
+/// P5, P17: a NACKed response's removals may or may not have
 /// been applied (Envoy applies them; a client that rejects the whole response does not). With
 /// the type's next change such a name goes again: sent if it is back, even at the version the
 /// client had, else removed again. Before, the server took the client to still hold it, and a
@@ -718,7 +718,7 @@ fn p23_initial_resource_versions_are_not_sent_again() {
     assert_eq!(s.held(Endpoint)["x"], version(Endpoint, "x", "1"));
 }
 
-/// Issue 32: a client back with exactly what the snapshot has (a failover to a replica
+/// A client back with exactly what the snapshot has (a failover to a replica
 /// serving the same files) is sent nothing and holds the type's version: ACKed, as a SotW
 /// client's P13; one that lacks something is not, until it ACKs what it is sent.
 #[test]

@@ -55,7 +55,7 @@ fn the_first_load_is_promoted_and_later_ones_become_the_candidate() {
     assert_eq!((back.stable, back.candidate), (mark(5, "a"), None));
 }
 
-/// The "a canary on replica A promotes or halts the edge nodes on replica B": the
+/// A canary on replica A promotes or halts the edge nodes on replica B: the
 /// verdicts of every replica are summed, so a replica with no canary takes part.
 #[test]
 fn verdicts_from_every_replica_decide_once() {

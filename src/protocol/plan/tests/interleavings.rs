@@ -733,7 +733,7 @@ struct Reconnects {
     unrecognised: usize,
 }
 
-/// The same property with reconnects (issue 32, item 3): at random moments the proxy's
+/// The same property with reconnects: at random moments the proxy's
 /// stream ends and it comes back, as Envoy does (its CDS request only once nothing warms), to
 /// a replica that keeps the last three snapshots. Where the server recognises the clusters it
 /// comes back with (those snapshots and the steps between them), nothing routes to a cluster
@@ -811,7 +811,7 @@ fn short(events: Vec<Event>) -> Vec<String> {
         .collect()
 }
 
-// === reconnects (issue 32, item 3) ===
+// === reconnects ===
 
 /// A proxy whose replica died mid-change reconnects, to a replica serving the same files,
 /// holding the older generation: the newer one reaches it make-before-break from what it
