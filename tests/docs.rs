@@ -1,6 +1,7 @@
 //! The documents stay true to the repository: `docs/protocol.md` states
-//! every rule P1..P36 and names only tests that exist, and nothing in README.md or `docs/`
-//! links outside the repository.
+//! every rule P1..P36 and names only tests that exist, nothing in README.md or `docs/`
+//! links outside the repository, and no line anywhere names a tracker's issue (a reader of
+//! the repository has no tracker: code and docs cite protocol rules and docs sections).
 
 use std::path::{Path, PathBuf};
 
@@ -131,6 +132,43 @@ fn nothing_in_the_readme_or_docs_links_outside_the_repository() {
         outside.is_empty(),
         "links outside the repository (or to nothing): {outside:#?}"
     );
+}
+
+/// No source, test, bench or document names a tracker's issue by its number (the word, in
+/// either number, then a number, with or without `#`).
+#[test]
+fn no_line_names_an_issue_number() {
+    let word = regex::Regex::new(r"(?i)\bissues?\s+#?[0-9]+").expect("regex");
+    let mut found = Vec::new();
+    let mut paths = vec![root().join("README.md")];
+    for (dir, ext) in [
+        ("src", ".rs"),
+        ("tests", ".rs"),
+        ("tests", ".py"),
+        ("benches", ".rs"),
+        ("benches", ".py"),
+        ("benches", ".sh"),
+        ("docs", ".md"),
+        ("loadgen", ".rs"),
+        ("re2", ".rs"),
+        ("re2", ".md"),
+        ("scripts", ""),
+        ("deploy", ""),
+        ("examples", ""),
+    ] {
+        paths.extend(files(&root().join(dir), ext));
+    }
+    for path in paths {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            if word.is_match(line) {
+                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "lines naming an issue number: {found:#?}");
 }
 
 /// docs/protocol.md's table of what Envoy does with each type, and the sources behind it,
