@@ -1,7 +1,7 @@
 //! Integration tests of the admin HTTP server and `switchyard status`, against the whole
 //! server in-process with scripted xDS clients over real sockets.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::process::Command;
 use std::time::Duration;

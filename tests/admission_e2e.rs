@@ -2,7 +2,7 @@
 //! stream ended at once with RESOURCE_EXHAUSTED while a storm of other streams takes every
 //! token) retries with its backoff and syncs once the storm is over.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! halted-rollout alerts fire, a limit's does, and every dashboard panel's query returns
 //! data.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

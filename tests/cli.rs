@@ -2,12 +2,10 @@
 
 use std::process::Command;
 
-#[path = "support/certs.rs"]
-mod certs;
+use switchyard_testkit::certs;
 
-#[path = "support/run.rs"]
-mod run;
 use run::{stderr, switchyard};
+use switchyard_testkit::run;
 
 fn examples() -> String {
     format!("{}/examples/config", env!("CARGO_MANIFEST_DIR"))

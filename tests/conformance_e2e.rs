@@ -19,7 +19,7 @@
 //! and every cell must pass or be unsupported. Rules: P10, P14 (whole sets by subscription),
 //! P5 (NACKs), P19, P20 (delta), P24 (VHDS), P34 (LEDS), P36 and REST polling.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

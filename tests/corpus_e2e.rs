@@ -9,7 +9,7 @@
 //! step they stop at, and the test checks that they still stop there (an excluded case that
 //! starts working fails the test, so the table stays true).
 
-mod support;
+use switchyard_testkit as support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

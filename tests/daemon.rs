@@ -1,7 +1,7 @@
 //! The daemon as one library call (`switchyard::run`, `switchyard::daemon::Daemon`): what
 //! `switchyard serve` runs, with its watcher, on listeners the caller binds.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Integration tests of Incremental xDS: a tonic delta client over a real socket against the
 //! whole server in-process. Rules are cited as docs/protocol.md states them.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_yaml::Value;
 use switchyard::cli::{Cli, Command as Sub, ServeArgs};
 
-mod support;
+use switchyard_testkit as support;
 
 fn deploy(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,7 +1,7 @@
 //! The Envoy API Switchyard reads files with is what `scripts/envoy-descriptors.py` builds
 //! from the registries' packages (byte for byte), and the Envoy the tests run is its release.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::process::Command;
 

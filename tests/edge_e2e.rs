@@ -7,7 +7,7 @@
 //! through both listeners are answered, each route by its cluster, and Envoy NACKs nothing:
 //! a `filename` is a path on the proxy's host, not key material, and goes as written.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::path::Path;
 use std::process::Command;

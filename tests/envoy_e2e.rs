@@ -3,7 +3,7 @@
 //! files in a temp directory and traffic to local upstreams. Every scenario runs over both;
 //! Envoy is asserted through its admin API (/config_dump, /stats).
 
-mod support;
+use switchyard_testkit as support;
 
 use std::time::Duration;
 use switchyard::fleet::SyncStatus;

@@ -2,7 +2,7 @@
 //! etcd://HOST:PORT/PREFIX` reads every key under the prefix at one revision, as the
 //! snapshot documents they hold; `serve --source` serves them and follows the prefix.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::process::Command;
 use std::time::Duration;

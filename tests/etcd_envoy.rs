@@ -5,7 +5,7 @@
 //! B; what the canary rejects never reaches the edge, not even after B is killed (SIGKILL)
 //! and started again, and the edge, moved back to B, is sent nothing it does not hold.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::path::Path;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! replica's watch. Each apply writes two documents that must agree (clusters `one` and `two`
 //! at the same connect_timeout): a generation holding half an apply would show them apart.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::path::Path;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! replica B. The canary's verdict on A decides for B; what is promoted survives a kill -9 of
 //! B. (tests/etcd_envoy.rs runs the same with real Envoys and traffic.)
 
-mod support;
+use switchyard_testkit as support;
 
 use std::time::Duration;
 

@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "support/run.rs"]
-mod run;
 use run::{stderr, switchyard};
+use switchyard_testkit::run;
 
 /// The protoc to use: `$PROTOC`, or `protoc` on the PATH. Missing is a failure, never a
 /// skip (scripts/test installs it).

@@ -3,7 +3,7 @@
 //! from one API listener. An EDS edit moves its calls to another upstream. A name the server
 //! does not have fails at once with resource errors (P32), not after gRPC's 15 s timer.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::path::Path;
 use std::process::Command;

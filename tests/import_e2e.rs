@@ -5,7 +5,7 @@
 //! RDS, the endpoints over EDS, the secret over SDS, and traffic through it as through the
 //! original. (tests/corpus_e2e.rs compares config dumps for the default, inline import.)
 
-mod support;
+use switchyard_testkit as support;
 
 use std::process::Command;
 use std::time::Duration;

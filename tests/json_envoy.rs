@@ -14,7 +14,7 @@
 //! through Switchyard and the reference parser: the same verdict and the same message.
 //! (`tests/corpus_e2e.rs` has the real Envoy run the corpus' bootstraps whole.)
 
-mod support;
+use switchyard_testkit as support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

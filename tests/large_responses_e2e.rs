@@ -3,7 +3,7 @@
 //! endpoints, over SotW and over delta ADS, and has every one: Switchyard splits the EDS
 //! responses under `--max-response-bytes` (4 MiB by default).
 
-mod support;
+use switchyard_testkit as support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! proxies sync, a trigger edits the files, every proxy gets the change, and the JSON report
 //! says so.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! [`HEALTH_DELAY`], so they stay warming that long after their endpoints arrive: a route or
 //! listener that reaches Envoy before they are warm fails requests for about that long.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

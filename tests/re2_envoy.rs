@@ -21,7 +21,7 @@
 //! The seed is printed; `SWITCHYARD_RE2_SEED` runs another, `SWITCHYARD_RE2_PATTERNS` more
 //! patterns.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::collections::BTreeMap;
 use std::io::Read;

@@ -1,7 +1,7 @@
 //! Integration tests of REST-JSON polling (`POST /v3/discovery:<type>`) on the xDS port,
 //! over HTTP/1.1, beside gRPC.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::time::Duration;
 

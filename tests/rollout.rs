@@ -2,7 +2,7 @@
 //! node (`edge-1`), against the server with a rollout policy (tests/rollout_e2e.rs runs the
 //! same with two real Envoys).
 
-mod support;
+use switchyard_testkit as support;
 
 use std::time::Duration;
 

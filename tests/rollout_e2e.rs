@@ -4,7 +4,7 @@
 //! alone, the rollout halts, and the other Envoy never sees it (its CDS never rejects
 //! anything). `switchyard rollout abort` then ends it.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

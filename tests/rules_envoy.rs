@@ -6,7 +6,7 @@
 //! loader reports for a field rule (Envoy's adds the bootstrap's own levels in front), or
 //! contain them for a check (Envoy adds the listener's address, the duplicate match, ...).
 
-mod support;
+use switchyard_testkit as support;
 
 use std::path::Path;
 

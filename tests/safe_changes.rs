@@ -3,7 +3,7 @@
 //! (here a route asking for two path rewrites, and a load balancer an EDS cluster cannot
 //! have), per node group. And `switchyard diff --server` against a running server.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::process::Command;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! pair goes out once the key lands, `openssl s_client` sees the new serial, the listener is
 //! not modified and no request fails.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

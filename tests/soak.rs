@@ -8,7 +8,7 @@
 //! within 4 MiB of where it started; RSS is printed, not asserted (the allocator keeps freed
 //! pages). Memory over minutes, against the release binary: `cargo bench --bench soak`.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

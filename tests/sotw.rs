@@ -1,7 +1,7 @@
 //! Integration tests: a real tonic client against the real server on 127.0.0.1, over
 //! snapshot files in a temp directory. Each names the protocol rule it covers.
 
-mod support;
+use switchyard_testkit as support;
 
 use support::{
     eds_cluster, envoy_rejected_cluster, names, node, not_found, rds_listener, request, route_to,

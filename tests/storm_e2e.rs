@@ -15,7 +15,7 @@
 //! length (the suite's 14 keep a run near a minute; a soak sets more). With `--ordering off`
 //! a shorter schedule with the same kinds of change must fail requests (the check can fail).
 
-mod support;
+use switchyard_testkit as support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

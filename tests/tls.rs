@@ -2,7 +2,7 @@
 //! clients, and the server certificate reloaded without a restart or a dropped stream.
 //! Certificates are made here (rcgen); everything is on 127.0.0.1.
 
-mod support;
+use switchyard_testkit as support;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! its node bound to its certificate's SPIFFE ID; and an Envoy whose certificate names
 //! another node, refused. Certificates are made here (rcgen).
 
-mod support;
+use switchyard_testkit as support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -54,7 +54,7 @@ fn find_tool(
 ) -> Option<PathBuf> {
     let candidates = [
         std::env::var_os(var).map(PathBuf::from),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(in_repo)),
+        Some(crate::repo().join(in_repo)),
     ];
     if let Some(found) = candidates.into_iter().flatten().find(|p| usable(p)) {
         return Some(found);
@@ -301,7 +301,7 @@ impl Switchyard {
         (port, admin_port): (u16, u16),
         extra: &[&str],
     ) -> Switchyard {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        let mut cmd = Command::new(crate::switchyard_binary());
         cmd.args(["serve", "--log-format", "json", "--log-level", "debug"])
             .args(snapshot)
             .arg("--xds-addr")
@@ -358,7 +358,7 @@ impl Switchyard {
 
     /// `switchyard status --admin-addr <this server's>` with `args`: (exit code, stdout).
     pub fn status_command(&self, args: &[&str]) -> (Option<i32>, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        let out = Command::new(crate::switchyard_binary())
             .args(["status", "--admin-addr"])
             .arg(format!("127.0.0.1:{}", self.admin_port))
             .args(args)
@@ -424,9 +424,7 @@ impl Envoy {
         node_id: &str,
         dir: &Path,
     ) -> Envoy {
-        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/envoy")
-            .join(bootstrap);
+        let example = crate::repo().join("examples/envoy").join(bootstrap);
         let text = std::fs::read_to_string(&example).expect("example bootstrap");
         Envoy::start_from_text(&text, binary, xds_port, node_id, dir).await
     }
@@ -598,9 +596,7 @@ impl Api {
     /// The example bootstrap, its `switchyard` cluster listing a second replica on
     /// `second_port` (the first stays 18000, for `Envoy::start_with` to replace).
     pub fn two_replica_bootstrap(self, second_port: u16) -> String {
-        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/envoy")
-            .join(self.bootstrap());
+        let example = crate::repo().join("examples/envoy").join(self.bootstrap());
         let text = std::fs::read_to_string(example).expect("bootstrap");
         let one = "              - endpoint:\n                  address:\n                    socket_address: { address: 127.0.0.1, port_value: 18000 }\n";
         assert!(

@@ -1,11 +1,30 @@
 //! Test support: the whole server in-process on 127.0.0.1:0, and a scriptable xDS client
-//! that speaks like Envoy (a fake Envoy) over a real socket.
-#![allow(dead_code)]
+//! that speaks like Envoy (a fake Envoy) over a real socket; real Envoys, etcd, gRPC's xDS
+//! client and the `switchyard` binary (`envoy`, `etcd`, `run`). A crate of the workspace
+//! (`switchyard-testkit`), compiled once for every integration test, each of which takes it
+//! as `support`.
 
 pub mod certs;
 pub mod envoy;
 pub mod etcd;
 pub mod memory;
+pub mod run;
+
+/// The repository's root (the files the tests read: examples, scripts, the corpus beside it).
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The `switchyard` binary Cargo built for the integration tests: beside the test binary's
+/// `deps/` directory (`target/<profile>/switchyard`).
+pub fn switchyard_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("a test binary under target/<profile>/deps");
+    profile.join(format!("switchyard{}", std::env::consts::EXE_SUFFIX))
+}
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -686,8 +705,7 @@ pub fn route_item(name: &str, action: &str) -> String {
 /// repository, not in it). Present: its path. Absent: required under `CI=true` (a failure
 /// naming it); elsewhere `None`, after saying plainly that the test did not run, and why.
 pub fn shared_corpus(test: &str) -> Option<std::path::PathBuf> {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/envoy-examples");
+    let path = repo().join("../shared/corpus/envoy-examples");
     if path.is_dir() {
         return Some(path);
     }

@@ -4,7 +4,7 @@ use std::process::{Command, Output};
 
 /// `switchyard ARGS`, waited for.
 pub fn switchyard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+    Command::new(crate::switchyard_binary())
         .args(args)
         .output()
         .expect("runs")
