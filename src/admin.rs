@@ -173,7 +173,7 @@ pub struct ReplicaVerdict {
 
 impl FleetStatus {
     pub fn of(view: &crate::rollout::fleetwide::driver::FleetView) -> FleetStatus {
-        use crate::rollout::fleetwide::SharedPhase;
+        use crate::rollout::fleetwide::FleetPhase;
         let shared = view.shared.as_ref();
         let candidate = shared.and_then(|s| s.candidate.as_ref());
         let at = |ms: u64| format_time(std::time::UNIX_EPOCH + Duration::from_millis(ms));
@@ -185,14 +185,14 @@ impl FleetStatus {
             candidate: candidate.map(|c| c.mark.revision),
             state: candidate.map(|c| {
                 match c.phase {
-                    SharedPhase::Canary => "CANARY",
-                    SharedPhase::Baking { .. } => "BAKING",
-                    SharedPhase::Halted { .. } => "HALTED",
+                    FleetPhase::Canary => "CANARY",
+                    FleetPhase::Baking { .. } => "BAKING",
+                    FleetPhase::Halted { .. } => "HALTED",
                 }
                 .to_string()
             }),
             reason: candidate.and_then(|c| match &c.phase {
-                SharedPhase::Halted { reason } => Some(reason.clone()),
+                FleetPhase::Halted { reason } => Some(reason.clone()),
                 _ => None,
             }),
             aborted: shared.and_then(|s| s.aborted.as_ref().map(|a| a.revision)),

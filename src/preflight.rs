@@ -85,7 +85,7 @@ impl std::fmt::Display for Group {
 
 /// Envoy's verdict on one group: `Err` holds Envoy's own error text.
 #[derive(Debug)]
-pub struct Verdict {
+pub struct GroupCheck {
     pub group: Group,
     pub result: Result<(), String>,
 }
@@ -373,13 +373,13 @@ pub fn check(
     config: &Config,
     timeout: Duration,
     secrets: Secrets,
-) -> Result<Vec<Verdict>, PreflightError> {
+) -> Result<Vec<GroupCheck>, PreflightError> {
     groups(config)
         .into_iter()
         .map(|(group, resources)| {
             let bootstrap = bootstrap(&group.node_id, &group.node_cluster, &resources, secrets);
             let result = run_envoy(envoy, &bootstrap, timeout)?;
-            Ok(Verdict { group, result })
+            Ok(GroupCheck { group, result })
         })
         .collect()
 }

@@ -12,7 +12,7 @@ use support::eds_cluster;
 use support::envoy::{free_port, Switchyard};
 use support::etcd::Etcd;
 use switchyard::resource::ResourceType::Cluster;
-use switchyard::rollout::fleetwide::{Shared, SharedPhase};
+use switchyard::rollout::fleetwide::{FleetPhase, FleetState};
 
 const BAKE: &str = "300ms";
 
@@ -29,13 +29,13 @@ async fn replica(url: &str, dir: &std::path::Path, name: &str) -> Switchyard {
 }
 
 /// The rollout's state as etcd holds it.
-async fn state(etcd: &Etcd) -> Option<Shared> {
+async fn state(etcd: &Etcd) -> Option<FleetState> {
     let mut client = etcd.client().await?;
     let got = client.get("/sy.rollout/state", None).await.ok()?;
     serde_json::from_slice(got.kvs().first()?.value()).ok()
 }
 
-async fn until_state(etcd: &Etcd, what: &str, test: impl Fn(&Shared) -> bool) -> Shared {
+async fn until_state(etcd: &Etcd, what: &str, test: impl Fn(&FleetState) -> bool) -> FleetState {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let now = state(etcd).await;
@@ -133,7 +133,7 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
     let halted = until_state(&etcd, "halted", |s| {
         s.candidate
             .as_ref()
-            .is_some_and(|c| matches!(&c.phase, SharedPhase::Halted { reason } if reason.contains("rejected by the canary")))
+            .is_some_and(|c| matches!(&c.phase, FleetPhase::Halted { reason } if reason.contains("rejected by the canary")))
     })
     .await;
     edge.expect_quiet(Duration::from_secs(2)).await;
@@ -249,7 +249,7 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
 
     // A's history names each generation's revision, and the canary's ACK and NACK.
     let history = a.status().await.expect("A's status").history;
-    let revision_of = |s: &Shared| s.candidate.as_ref().map(|c| c.mark.revision);
+    let revision_of = |s: &FleetState| s.candidate.as_ref().map(|c| c.mark.revision);
     let nacked = history
         .iter()
         .find(|e| e.revision == revision_of(&halted))

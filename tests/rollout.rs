@@ -146,7 +146,7 @@ async fn cli(args: Vec<String>) -> std::process::Output {
 /// a promotion reaches every node. Generation numbers never repeat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_exit_codes_tell_the_truth_through_a_rollout() {
-    use switchyard::cli::status::{verdict, Verdict};
+    use switchyard::cli::status::{verdict, Standing};
     let server = server(Duration::from_secs(3600)).await;
     let mut canary = server.ads("canary-1").await;
     let mut edge = server.ads("edge-1").await;
@@ -169,7 +169,7 @@ async fn status_exit_codes_tell_the_truth_through_a_rollout() {
     let change = canary.recv_type(Cluster).await;
     canary.ack(&change, &[]).await;
     until_rollout(&server, Some("BAKING")).await;
-    assert_eq!(verdict(&server.status().await), Verdict::RollingOut);
+    assert_eq!(verdict(&server.status().await), Standing::RollingOut);
     let (code, _, err) = status_cli(&server, &[]).await;
     assert_eq!(code, Some(4), "{err}");
     let (code, _, err) = status_cli(&server, &["--wait", "--timeout", "1s"]).await;
@@ -246,7 +246,7 @@ async fn status_exit_codes_tell_the_truth_through_a_rollout() {
     canary.ack(&back, &[]).await;
     let status = server.status().await;
     assert_eq!(status.generation, before_halt);
-    assert_eq!(verdict(&status), Verdict::RolloutStopped);
+    assert_eq!(verdict(&status), Standing::RolloutStopped);
     let (code, out, _) = status_cli(&server, &[]).await;
     assert_eq!(code, Some(5), "{out}");
     let aborted = status

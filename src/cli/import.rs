@@ -51,7 +51,7 @@ pub struct ImportArgs {
 }
 
 /// `import --output json`: print `result` and exit by it.
-fn json(mut result: super::output::Imported, ok: bool) -> ExitCode {
+fn json(mut result: super::output::ImportOutput, ok: bool) -> ExitCode {
     result.ok = ok;
     println!(
         "{}",
@@ -76,7 +76,7 @@ pub(super) fn run(args: &ImportArgs) -> ExitCode {
         node_cluster: args.node_cluster.clone(),
     };
     let machine = args.output == super::output::TextOrJson::Json;
-    let mut result = super::output::Imported::new();
+    let mut result = super::output::ImportOutput::new();
     let imported = match crate::import::import(&args.bootstrap, &options) {
         Ok(imported) => imported,
         Err(e) if machine => {

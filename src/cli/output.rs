@@ -37,7 +37,7 @@ pub enum TextOrJson {
 
 /// `import`'s result, as JSON.
 #[derive(Debug, Serialize)]
-pub struct Imported {
+pub struct ImportOutput {
     /// `switchyard.import/v1`.
     pub schema: String,
     pub ok: bool,
@@ -51,9 +51,9 @@ pub struct Imported {
     pub next: Option<String>,
 }
 
-impl Imported {
-    pub fn new() -> Imported {
-        Imported {
+impl ImportOutput {
+    pub fn new() -> ImportOutput {
+        ImportOutput {
             schema: format!("switchyard.import/v{SCHEMA_VERSION}"),
             ok: false,
             written: Vec::new(),
@@ -66,7 +66,7 @@ impl Imported {
 
 /// `rollout status`'s result, as JSON.
 #[derive(Debug, Serialize)]
-pub struct Rollout<'a> {
+pub struct RolloutOutput<'a> {
     /// `switchyard.rollout/v1`.
     pub schema: String,
     /// The generation every node but the canaries gets.
@@ -80,9 +80,9 @@ pub struct Rollout<'a> {
     pub fleet: Option<&'a crate::admin::FleetStatus>,
 }
 
-impl<'a> Rollout<'a> {
-    pub fn of(status: &'a crate::admin::Status) -> Rollout<'a> {
-        Rollout {
+impl<'a> RolloutOutput<'a> {
+    pub fn of(status: &'a crate::admin::Status) -> RolloutOutput<'a> {
+        RolloutOutput {
             schema: format!("switchyard.rollout/v{SCHEMA_VERSION}"),
             generation: status.generation,
             rollout: status.rollout.as_ref(),

@@ -65,7 +65,7 @@ pub(super) fn run(args: &RolloutArgs) -> ExitCode {
                 super::output::TextOrJson::Text => print!("{}", rollout_text(&status)),
                 super::output::TextOrJson::Json => println!(
                     "{}",
-                    serde_json::to_string_pretty(&super::output::Rollout::of(&status))
+                    serde_json::to_string_pretty(&super::output::RolloutOutput::of(&status))
                         .unwrap_or_default()
                 ),
             }

@@ -50,7 +50,7 @@ pub struct StatusArgs {
 
 /// Where the fleet stands, for a deploy to wait on: `switchyard status`'s exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Standing {
     /// Every connected node runs the newest loaded generation, and no rollout is on.
     Done,
     LoadFailed,
@@ -60,59 +60,59 @@ pub enum Verdict {
     Updating,
 }
 
-impl Verdict {
+impl Standing {
     /// The exit code that says it.
     pub fn code(self) -> u8 {
         match self {
-            Verdict::Done => 0,
-            Verdict::LoadFailed => EXIT_LOAD_FAILED,
-            Verdict::RolloutStopped => EXIT_ROLLOUT_STOPPED,
-            Verdict::Nacked => EXIT_NACKED,
-            Verdict::RollingOut => EXIT_ROLLING_OUT,
-            Verdict::Updating => EXIT_UPDATING,
+            Standing::Done => 0,
+            Standing::LoadFailed => EXIT_LOAD_FAILED,
+            Standing::RolloutStopped => EXIT_ROLLOUT_STOPPED,
+            Standing::Nacked => EXIT_NACKED,
+            Standing::RollingOut => EXIT_ROLLING_OUT,
+            Standing::Updating => EXIT_UPDATING,
         }
     }
 
     /// Whether it can change without someone acting (waiting makes sense).
     pub fn settles_by_itself(self) -> bool {
-        matches!(self, Verdict::RollingOut | Verdict::Updating)
+        matches!(self, Standing::RollingOut | Standing::Updating)
     }
 
     fn text(self) -> &'static str {
         match self {
-            Verdict::Done => "every connected node runs the newest generation",
-            Verdict::LoadFailed => "the last config load failed",
-            Verdict::RolloutStopped => {
+            Standing::Done => "every connected node runs the newest generation",
+            Standing::LoadFailed => "the last config load failed",
+            Standing::RolloutStopped => {
                 "the rollout halted, or was aborted and the files differ from what serves"
             }
-            Verdict::Nacked => "a node rejected its configuration",
-            Verdict::RollingOut => "a rollout is in progress",
-            Verdict::Updating => "a node is still taking the newest generation",
+            Standing::Nacked => "a node rejected its configuration",
+            Standing::RollingOut => "a rollout is in progress",
+            Standing::Updating => "a node is still taking the newest generation",
         }
     }
 }
 
 /// Where `status` says the fleet stands. In order: a failed load, a stopped rollout, a
 /// NACK, a rollout in progress, a node still updating.
-pub fn verdict(status: &crate::admin::Status) -> Verdict {
+pub fn verdict(status: &crate::admin::Status) -> Standing {
     use crate::fleet::SyncStatus;
     if status.config.as_ref().is_some_and(|c| !c.ok) {
-        return Verdict::LoadFailed;
+        return Standing::LoadFailed;
     }
     let fleet = status.fleet.as_ref();
     if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED")
         || fleet.is_some_and(|f| f.state.as_deref() == Some("HALTED"))
     {
-        return Verdict::RolloutStopped;
+        return Standing::RolloutStopped;
     }
     if status.any_nacked() {
-        return Verdict::Nacked;
+        return Standing::Nacked;
     }
     if status.rollout.is_some() || fleet.is_some_and(|f| f.candidate.is_some()) {
-        return Verdict::RollingOut;
+        return Standing::RollingOut;
     }
     if files_differ_from_what_serves(status) {
-        return Verdict::RolloutStopped;
+        return Standing::RolloutStopped;
     }
     let updating = status.nodes.iter().any(|n| {
         n.generation != status.generation
@@ -120,9 +120,9 @@ pub fn verdict(status: &crate::admin::Status) -> Verdict {
             || n.streams.iter().any(|s| s.plan.is_some())
     });
     if updating {
-        Verdict::Updating
+        Standing::Updating
     } else {
-        Verdict::Done
+        Standing::Done
     }
 }
 
@@ -203,7 +203,7 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
         Output::Json => println!("{body}"),
         Output::Table => print!("{}", status_table(&status)),
     }
-    if verdict != Verdict::Done {
+    if verdict != Standing::Done {
         eprintln!("{} (exit {})", verdict.text(), verdict.code());
     }
     ExitCode::from(verdict.code())
@@ -626,37 +626,37 @@ mod tests {
     /// What each state of the fleet exits with.
     #[test]
     fn the_verdict_follows_the_fleet() {
-        assert_eq!(verdict(&fleet(2, "SYNCED", 2, 2, None)), Verdict::Done);
-        assert_eq!(verdict(&fleet(1, "SYNCED", 2, 2, None)), Verdict::Updating);
-        assert_eq!(verdict(&fleet(2, "STALE", 2, 2, None)), Verdict::Updating);
-        assert_eq!(verdict(&fleet(2, "NACKED", 2, 2, None)), Verdict::Nacked);
+        assert_eq!(verdict(&fleet(2, "SYNCED", 2, 2, None)), Standing::Done);
+        assert_eq!(verdict(&fleet(1, "SYNCED", 2, 2, None)), Standing::Updating);
+        assert_eq!(verdict(&fleet(2, "STALE", 2, 2, None)), Standing::Updating);
+        assert_eq!(verdict(&fleet(2, "NACKED", 2, 2, None)), Standing::Nacked);
         assert_eq!(
             verdict(&fleet(1, "SYNCED", 1, 2, Some("BAKING"))),
-            Verdict::RollingOut
+            Standing::RollingOut
         );
         assert_eq!(
             verdict(&fleet(1, "NACKED", 1, 2, Some("HALTED"))),
-            Verdict::RolloutStopped
+            Standing::RolloutStopped
         );
         assert_eq!(
             verdict(&fleet(1, "SYNCED", 1, 2, None)),
-            Verdict::RolloutStopped
+            Standing::RolloutStopped
         );
         let mut failed = fleet(2, "SYNCED", 2, 2, None);
         if let Some(c) = failed.config.as_mut() {
             c.ok = false;
         }
-        assert_eq!(verdict(&failed), Verdict::LoadFailed);
+        assert_eq!(verdict(&failed), Standing::LoadFailed);
         assert_eq!(
             [
-                Verdict::Done,
-                Verdict::Nacked,
-                Verdict::LoadFailed,
-                Verdict::RollingOut,
-                Verdict::RolloutStopped,
-                Verdict::Updating
+                Standing::Done,
+                Standing::Nacked,
+                Standing::LoadFailed,
+                Standing::RollingOut,
+                Standing::RolloutStopped,
+                Standing::Updating
             ]
-            .map(Verdict::code),
+            .map(Standing::code),
             [0, 2, 3, 4, 5, 7]
         );
         let table = status_table(&fleet(1, "SYNCED", 1, 2, None));

@@ -1,5 +1,5 @@
 //! One rollout for every replica (`serve --source etcd://...` with a canary policy): the
-//! rollout's state is kept in etcd ([`Shared`]), every replica reports what its canaries say
+//! rollout's state is kept in etcd ([`FleetState`]), every replica reports what its canaries say
 //! ([`Verdict`]), any replica may take the next step, and a compare-and-swap on the state
 //! makes that step happen once. Every replica then makes its cache match the state
 //! ([`follow`]): the promoted generation for every node, the candidate for the canaries.
@@ -27,7 +27,7 @@ pub struct Mark {
 /// Where the fleet's rollout is (a [`Phase`], with wall-clock times every replica reads).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "name", rename_all = "lowercase")]
-pub enum SharedPhase {
+pub enum FleetPhase {
     Canary,
     /// Goes to every node at this time (milliseconds since the Unix epoch).
     Baking {
@@ -38,27 +38,27 @@ pub enum SharedPhase {
     },
 }
 
-impl SharedPhase {
+impl FleetPhase {
     /// The same phase on this replica's clock (`now` is `now_ms`).
     pub fn local(&self, now: Instant, now_ms: u64) -> Phase {
         match self {
-            SharedPhase::Canary => Phase::Canary,
-            SharedPhase::Baking { until_ms } => Phase::Baking {
+            FleetPhase::Canary => Phase::Canary,
+            FleetPhase::Baking { until_ms } => Phase::Baking {
                 until: now + Duration::from_millis(until_ms.saturating_sub(now_ms)),
             },
-            SharedPhase::Halted { reason } => Phase::Halted {
+            FleetPhase::Halted { reason } => Phase::Halted {
                 reason: reason.clone(),
             },
         }
     }
 
-    fn shared(phase: &Phase, now: Instant, now_ms: u64) -> SharedPhase {
+    fn shared(phase: &Phase, now: Instant, now_ms: u64) -> FleetPhase {
         match phase {
-            Phase::Canary => SharedPhase::Canary,
-            Phase::Baking { until } => SharedPhase::Baking {
+            Phase::Canary => FleetPhase::Canary,
+            Phase::Baking { until } => FleetPhase::Baking {
                 until_ms: now_ms + until.saturating_duration_since(now).as_millis() as u64,
             },
-            Phase::Halted { reason } => SharedPhase::Halted {
+            Phase::Halted { reason } => FleetPhase::Halted {
                 reason: reason.clone(),
             },
         }
@@ -69,14 +69,14 @@ impl SharedPhase {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Candidate {
     pub mark: Mark,
-    pub phase: SharedPhase,
+    pub phase: FleetPhase,
     /// When it became the candidate (ms since the epoch).
     pub since_ms: u64,
 }
 
 /// The rollout kept in etcd (`PREFIX/.switchyard/rollout`, JSON).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shared {
+pub struct FleetState {
     /// The promoted generation: what every node that is not a canary gets. Its documents
     /// are copied beside the state (`PREFIX/.switchyard/stable/REVISION/`), so it survives
     /// etcd's compaction and any replica's restart.
@@ -123,13 +123,13 @@ pub fn sum<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>, version: &str) -
 /// the state already has it (or something newer). Without a state, `head` is the promoted
 /// generation (the first load goes to every node, as on one server).
 pub fn propose(
-    shared: Option<&Shared>,
+    shared: Option<&FleetState>,
     head: &Mark,
     documents: usize,
     now_ms: u64,
-) -> Option<Shared> {
+) -> Option<FleetState> {
     let Some(shared) = shared else {
-        return Some(Shared {
+        return Some(FleetState {
             stable: head.clone(),
             documents,
             promoted_ms: now_ms,
@@ -158,7 +158,7 @@ pub fn propose(
     } else {
         next.candidate = Some(Candidate {
             mark: head.clone(),
-            phase: SharedPhase::Canary,
+            phase: FleetPhase::Canary,
             since_ms: now_ms,
         });
     }
@@ -175,12 +175,12 @@ pub enum Stepped {
 /// The next state, given the fleet's verdicts on the candidate (`seen`), as
 /// [`super::decide`] judges them; `None` when nothing changes.
 pub fn step(
-    shared: &Shared,
+    shared: &FleetState,
     seen: &Observation,
     now: Instant,
     now_ms: u64,
     bake: Duration,
-) -> Option<(Shared, Stepped)> {
+) -> Option<(FleetState, Stepped)> {
     let candidate = shared.candidate.as_ref()?;
     let phase = candidate.phase.local(now, now_ms);
     match decide(&phase, seen, now, bake) {
@@ -196,16 +196,16 @@ pub fn step(
         Decision::Enter(phase) => {
             let mut next = shared.clone();
             if let Some(c) = next.candidate.as_mut() {
-                c.phase = SharedPhase::shared(&phase, now, now_ms);
+                c.phase = FleetPhase::shared(&phase, now, now_ms);
             }
             Some((next, Stepped::Entered(phase)))
         }
     }
 }
 
-fn promoted(shared: &Shared, now_ms: u64, by: String) -> Option<Shared> {
+fn promoted(shared: &FleetState, now_ms: u64, by: String) -> Option<FleetState> {
     let candidate = shared.candidate.as_ref()?;
-    Some(Shared {
+    Some(FleetState {
         stable: candidate.mark.clone(),
         documents: 0,
         promoted_ms: now_ms,
@@ -224,7 +224,7 @@ pub struct NoCandidate {
 
 /// An operator's `rollout promote` (every node gets the candidate) or `rollout abort` (the
 /// canaries go back; the same content is not proposed again).
-pub fn end(shared: &Shared, promote: bool, now_ms: u64) -> Result<Shared, NoCandidate> {
+pub fn end(shared: &FleetState, promote: bool, now_ms: u64) -> Result<FleetState, NoCandidate> {
     let none = || NoCandidate {
         stable: shared.stable.revision,
     };
@@ -232,7 +232,7 @@ pub fn end(shared: &Shared, promote: bool, now_ms: u64) -> Result<Shared, NoCand
         return promoted(shared, now_ms, "an operator".into()).ok_or_else(none);
     }
     let candidate = shared.candidate.as_ref().ok_or_else(none)?;
-    Ok(Shared {
+    Ok(FleetState {
         aborted: Some(candidate.mark.clone()),
         candidate: None,
         ..shared.clone()
@@ -262,7 +262,7 @@ pub enum Follow {
 }
 
 /// The changes that make a replica's cache (`local`) serve what `shared` says, in order.
-pub fn follow(local: &Local, shared: &Shared, now: Instant, now_ms: u64) -> Vec<Follow> {
+pub fn follow(local: &Local, shared: &FleetState, now: Instant, now_ms: u64) -> Vec<Follow> {
     let mut steps = Vec::new();
     let mut candidate = local.candidate.clone();
     if local.stable != shared.stable.version {

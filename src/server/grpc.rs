@@ -20,7 +20,7 @@ use tonic::codegen::{http, Body as HttpBody, BoxFuture, Bytes, Service, StdError
 use tonic::Status;
 
 use super::body::{Requests, ResponseBody};
-use super::stream::{spawn, Machine, Shared};
+use super::stream::{spawn, Machine, StreamContext};
 use super::MAX_REQUEST_BYTES;
 use crate::cache::Cache;
 use crate::fleet::Fleet;
@@ -31,7 +31,7 @@ use crate::telemetry::Telemetry;
 /// What every xDS service shares: the cache, and the signal that ends streams on shutdown.
 #[derive(Clone, Debug)]
 pub struct XdsServer {
-    shared: Shared,
+    shared: StreamContext,
 }
 
 impl XdsServer {
@@ -56,7 +56,7 @@ impl XdsServer {
         stop: watch::Receiver<bool>,
     ) -> XdsServer {
         XdsServer {
-            shared: Shared {
+            shared: StreamContext {
                 cache,
                 fleet,
                 telemetry,

@@ -164,7 +164,7 @@ impl Machine for Delta {
 /// What every stream task shares: the cache, the fleet registry, the telemetry, the node
 /// peers, the ordering, and the signal that ends streams on shutdown.
 #[derive(Clone, Debug)]
-pub struct Shared {
+pub struct StreamContext {
     pub cache: Arc<Cache>,
     pub fleet: Arc<Fleet>,
     pub telemetry: Telemetry,
@@ -185,7 +185,7 @@ pub struct Shared {
 /// Start the task that runs one stream, and return its response stream.
 pub fn spawn<M: Machine>(
     variant: Variant,
-    shared: Shared,
+    shared: StreamContext,
     requests: Requests<M::Request>,
     conn: ConnInfo,
 ) -> Responses {
@@ -220,7 +220,7 @@ pub fn spawn<M: Machine>(
 /// is every stream's largest allocation (docs/benchmarks.md, "Memory per proxy, against the floor").
 fn run<M: Machine>(
     variant: Variant,
-    shared: Shared,
+    shared: StreamContext,
     mut requests: Requests<M::Request>,
     conn: ConnInfo,
     tx: mpsc::Sender<Outgoing>,
@@ -233,7 +233,7 @@ fn run<M: Machine>(
         closing: mut conn_closing,
         remote: _,
     } = conn;
-    let Shared {
+    let StreamContext {
         cache,
         fleet,
         telemetry,

@@ -20,7 +20,7 @@ use crate::cache::Cache;
 use crate::config::{Config, Document};
 use crate::fleet::Fleet;
 use crate::publish::{Head, Reloader};
-use crate::rollout::fleetwide::{self, Follow, Local, Mark, Shared, Stepped, Verdict};
+use crate::rollout::fleetwide::{self, FleetState, Follow, Local, Mark, Stepped, Verdict};
 use crate::rollout::Phase;
 use crate::source::etcd;
 use crate::source::{EtcdUrl, SourceError};
@@ -44,7 +44,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct FleetView {
     /// This replica's name among the verdicts.
     pub replica: String,
-    pub shared: Option<Shared>,
+    pub shared: Option<FleetState>,
     /// Every replica's verdict, by replica.
     pub verdicts: BTreeMap<String, Verdict>,
 }
@@ -148,7 +148,7 @@ pub struct Inbox {
 
 /// The driver's memory between rounds.
 struct Known {
-    shared: Option<Shared>,
+    shared: Option<FleetState>,
     /// The state key's modification revision (0: none), compared by every write.
     modified: i64,
     verdicts: BTreeMap<String, Verdict>,
@@ -433,7 +433,7 @@ impl Driver {
         &self,
         client: &mut etcd_client::Client,
         known: &mut Known,
-        next: Shared,
+        next: FleetState,
     ) -> bool {
         match store::write_state(client, &self.url, &next, known.modified).await {
             Ok(Some(modified)) => {
@@ -488,7 +488,7 @@ impl Driver {
         &self,
         client: &mut etcd_client::Client,
         known: &mut Known,
-        shared: &Shared,
+        shared: &FleetState,
         step: Follow,
     ) -> Result<(), String> {
         let serving = self.cache.serving();
@@ -549,7 +549,7 @@ impl Driver {
         &self,
         client: &mut etcd_client::Client,
         known: &mut Known,
-        shared: &Shared,
+        shared: &FleetState,
         mark: &Mark,
     ) -> Result<Config, String> {
         if let Some(head) = known.pending.as_mut().filter(|h| h.version == mark.version) {
@@ -579,7 +579,7 @@ impl Driver {
         &self,
         client: &mut etcd_client::Client,
         known: &mut Known,
-        shared: &Shared,
+        shared: &FleetState,
         mark: &Mark,
     ) -> Result<Arc<Vec<Document>>, String> {
         if let Some((_, documents)) = known.documents.iter().find(|(v, _)| *v == mark.version) {
@@ -692,8 +692,8 @@ impl Driver {
         &self,
         client: &mut etcd_client::Client,
         known: &mut Known,
-        shared: &Shared,
-        next: &mut Shared,
+        shared: &FleetState,
+        next: &mut FleetState,
     ) -> Result<(), String> {
         let mark = next.stable.clone();
         let documents = self.documents_of(client, known, shared, &mark).await?;

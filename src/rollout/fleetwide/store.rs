@@ -4,7 +4,7 @@
 //! The keys sit beside the documents' prefix, not under it, so that an apply's guard (no key
 //! under the prefix written since it read) and the documents' watch never see them, while an
 //! etcd role granted the prefix (`/switchyard`, as a prefix) covers them too:
-//! - `PREFIX.rollout/state`: the state ([`Shared`], JSON);
+//! - `PREFIX.rollout/state`: the state ([`FleetState`], JSON);
 //! - `PREFIX.rollout/replicas/ID`: a replica's [`Verdict`] (JSON), on its lease;
 //! - `PREFIX.stable/REVISION/NAME`: the promoted generation's documents (`NAME` as under the
 //!   prefix), written before the state names them, so a copy the state names is whole.
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 use crate::config::Document;
-use crate::rollout::fleetwide::{Shared, Verdict};
+use crate::rollout::fleetwide::{FleetState, Verdict};
 use crate::source::etcd::document_name;
 use crate::source::{EtcdUrl, SourceError};
 
@@ -50,7 +50,7 @@ fn copies_prefix(url: &EtcdUrl) -> String {
 /// The rollout as etcd holds it, read at one revision.
 #[derive(Clone, Debug, Default)]
 pub struct Held {
-    pub shared: Option<Shared>,
+    pub shared: Option<FleetState>,
     /// The state key's last modification (0: none): what a write compares.
     pub modified: i64,
     /// Each replica's verdict, by replica.
@@ -103,7 +103,7 @@ pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Held, SourceErro
 
 /// The state in a value: a state that does not read is an error naming the key (it is
 /// written only by Switchyard; a hand edit that breaks it must not be taken as none).
-pub fn decode_state(url: &EtcdUrl, value: &[u8]) -> Result<Shared, SourceError> {
+pub fn decode_state(url: &EtcdUrl, value: &[u8]) -> Result<FleetState, SourceError> {
     serde_json::from_slice(value).map_err(|e| {
         unavailable(
             url,
@@ -129,7 +129,7 @@ pub fn replica_of(url: &EtcdUrl, key: &[u8]) -> Option<String> {
 pub async fn write_state(
     client: &mut Client,
     url: &EtcdUrl,
-    next: &Shared,
+    next: &FleetState,
     modified: i64,
 ) -> Result<Option<i64>, SourceError> {
     let key = state_key(url);

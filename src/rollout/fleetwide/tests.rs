@@ -24,7 +24,7 @@ fn verdict(candidate: &str, canaries: usize, synced: usize) -> Verdict {
     }
 }
 
-fn first() -> Shared {
+fn first() -> FleetState {
     propose(None, &mark(5, "a"), 2, T0).expect("the first load makes a state")
 }
 
@@ -41,7 +41,7 @@ fn the_first_load_is_promoted_and_later_ones_become_the_candidate() {
     let candidate = next.candidate.clone().expect("a candidate");
     assert_eq!(
         (candidate.mark, candidate.phase),
-        (mark(9, "b"), SharedPhase::Canary)
+        (mark(9, "b"), FleetPhase::Canary)
     );
     assert_eq!(next.stable, mark(5, "a"), "the stable generation stays");
     // A replica that read an older revision (or the same content) proposes nothing: the
@@ -72,7 +72,7 @@ fn verdicts_from_every_replica_decide_once() {
     let (baking, how) = step(&shared, &seen, now, T0, BAKE).expect("bakes");
     assert_eq!(
         baking.candidate.as_ref().map(|c| c.phase.clone()),
-        Some(SharedPhase::Baking {
+        Some(FleetPhase::Baking {
             until_ms: T0 + 30_000
         })
     );
@@ -97,7 +97,7 @@ fn verdicts_from_every_replica_decide_once() {
     let (halted, _) = step(&baking, &seen, now, T0, BAKE).expect("halts");
     assert!(matches!(
         halted.candidate.expect("kept").phase,
-        SharedPhase::Halted { ref reason } if reason.contains("bad cluster")
+        FleetPhase::Halted { ref reason } if reason.contains("bad cluster")
     ));
     // No canary connected anywhere: it waits.
     assert_eq!(
@@ -163,7 +163,7 @@ fn a_replica_follows_the_state_in_the_fewest_steps() {
     );
     // Halted elsewhere: the phase follows.
     let mut halted = shared.clone();
-    halted.candidate.as_mut().expect("c").phase = SharedPhase::Halted { reason: "r".into() };
+    halted.candidate.as_mut().expect("c").phase = FleetPhase::Halted { reason: "r".into() };
     assert_eq!(
         follow(&local("a", Some(("b", "CANARY"))), &halted, now, T0),
         vec![Follow::Phase(Phase::Halted { reason: "r".into() })]
@@ -184,13 +184,13 @@ fn a_replica_follows_the_state_in_the_fewest_steps() {
 #[test]
 fn the_state_reads_back_as_written() {
     let mut shared = propose(Some(&first()), &mark(9, "b"), 2, T0).expect("edit");
-    shared.candidate.as_mut().expect("c").phase = SharedPhase::Baking { until_ms: 7 };
+    shared.candidate.as_mut().expect("c").phase = FleetPhase::Baking { until_ms: 7 };
     let text = serde_json::to_string(&shared).expect("json");
     assert!(
         text.contains(r#""phase":{"name":"baking","until_ms":7}"#),
         "{text}"
     );
-    let back: Shared = serde_json::from_str(&text).expect("reads");
+    let back: FleetState = serde_json::from_str(&text).expect("reads");
     assert_eq!(back, shared);
 }
 
@@ -249,7 +249,7 @@ struct Replica {
     /// What its cache serves (None: not started yet).
     local: Option<Local>,
     /// The state as its watch last delivered it, and its modification.
-    known: Option<(Shared, u64)>,
+    known: Option<(FleetState, u64)>,
     /// Revisions it has read but not loaded yet, and the one it loaded last.
     unread: Vec<Mark>,
     head: Option<Mark>,
@@ -276,7 +276,7 @@ fn run_schedule(seed: u64) -> (usize, usize) {
     let mut now_ms = T0;
     let bake = Duration::from_millis(100);
     // The store: the state and its modification counter.
-    let mut store: Option<(Shared, u64)> = None;
+    let mut store: Option<(FleetState, u64)> = None;
     let mut modified = 0u64;
     let mut verdicts: BTreeMap<usize, Verdict> = BTreeMap::new();
     let mut replicas: Vec<Replica> = (0..3)
@@ -411,7 +411,7 @@ fn run_schedule(seed: u64) -> (usize, usize) {
             if shared
                 .candidate
                 .as_ref()
-                .is_some_and(|c| matches!(c.phase, SharedPhase::Halted { .. }))
+                .is_some_and(|c| matches!(c.phase, FleetPhase::Halted { .. }))
             {
                 halts += 1;
             }
