@@ -154,10 +154,10 @@ pub async fn follow(
         if held.stale {
             let read = tokio::select! {
                 _ = &mut shutdown => return,
-                read = tokio::time::timeout(ETCD_TIMEOUT, etcd::read(&mut client, &url)) => read,
+                read = read_again(&mut client, &url) => read,
             };
             match read {
-                Ok(Ok(read)) => {
+                Ok(read) => {
                     tracing::info!(
                         revision = read.revision,
                         documents = read.documents.len(),
@@ -166,15 +166,8 @@ pub async fn follow(
                     held = Held::of(read);
                     load(&sink, &held).await;
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     failed = Some(e);
-                    continue;
-                }
-                Err(_) => {
-                    failed = Some(SourceError::Unavailable {
-                        url: url.display(),
-                        message: "reading the prefix again took too long".into(),
-                    });
                     continue;
                 }
             }
@@ -206,57 +199,89 @@ pub async fn follow(
             away = false;
         }
         retry = ETCD_RETRY_FIRST;
-        // The one watch, for as long as it lasts.
-        loop {
-            let burst = match next_burst(&mut stream, &mut shutdown).await {
-                Burst::Shutdown => return,
-                Burst::Ended => {
-                    failed = Some(SourceError::Unavailable {
-                        url: url.display(),
-                        message: "the watch ended".into(),
-                    });
-                    break;
-                }
-                Burst::Compacted => {
-                    tracing::info!(
-                        revision = held.revision,
-                        "etcd compacted past the watch: the prefix is read again."
-                    );
-                    held.stale = true;
-                    break;
-                }
-                Burst::Responses(responses) => responses,
-            };
-            let mut applied = Applied::default();
-            let mut bad = None;
-            for response in &burst {
-                match apply(&mut held, &prefix, response, &url) {
-                    Ok(a) => {
-                        applied.changed += a.changed;
-                        applied.bytes += a.bytes;
-                    }
-                    Err(e) => {
-                        bad = Some(e);
-                        break;
-                    }
-                }
-            }
-            if let Some(e) = bad {
-                held.stale = true;
-                failed = Some(e);
-                break;
-            }
-            if applied.changed == 0 {
-                continue;
-            }
-            tracing::debug!(
-                revision = held.revision,
-                documents = applied.changed,
-                bytes = applied.bytes,
-                "etcd: documents changed."
-            );
-            load(&sink, &held).await;
+        match follow_watch(&mut stream, &mut held, &url, &sink, &mut shutdown).await {
+            WatchEnd::Shutdown => return,
+            WatchEnd::Failed(e) => failed = Some(e),
+            WatchEnd::Stale => held.stale = true,
         }
+    }
+}
+
+/// How one watch ended.
+enum WatchEnd {
+    Shutdown,
+    /// etcd failed, or sent what could not be applied: try again after a wait.
+    Failed(SourceError),
+    /// The watch cannot resume from the revision held: read the prefix again.
+    Stale,
+}
+
+/// The prefix read whole again, within [`ETCD_TIMEOUT`].
+async fn read_again(
+    client: &mut etcd_client::Client,
+    url: &EtcdUrl,
+) -> Result<Documents, SourceError> {
+    match tokio::time::timeout(ETCD_TIMEOUT, etcd::read(client, url)).await {
+        Ok(read) => read,
+        Err(_) => Err(SourceError::Unavailable {
+            url: url.display(),
+            message: "reading the prefix again took too long".into(),
+        }),
+    }
+}
+
+/// Follow one watch for as long as it lasts: each burst of events applied to `held`, and
+/// handed to `sink` when a document changed.
+async fn follow_watch(
+    stream: &mut etcd_client::WatchStream,
+    held: &mut Held,
+    url: &EtcdUrl,
+    sink: &Arc<dyn Sink>,
+    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> WatchEnd {
+    let prefix = url.key_prefix();
+    loop {
+        let burst = match next_burst(stream, shutdown).await {
+            Burst::Shutdown => return WatchEnd::Shutdown,
+            Burst::Ended => {
+                return WatchEnd::Failed(SourceError::Unavailable {
+                    url: url.display(),
+                    message: "the watch ended".into(),
+                })
+            }
+            Burst::Compacted => {
+                tracing::info!(
+                    revision = held.revision,
+                    "etcd compacted past the watch: the prefix is read again."
+                );
+                return WatchEnd::Stale;
+            }
+            Burst::Responses(responses) => responses,
+        };
+        let mut applied = Applied::default();
+        for response in &burst {
+            match apply(held, &prefix, response, url) {
+                Ok(a) => {
+                    applied.changed += a.changed;
+                    applied.bytes += a.bytes;
+                }
+                Err(e) => {
+                    // What could not be applied is read again, after a wait.
+                    held.stale = true;
+                    return WatchEnd::Failed(e);
+                }
+            }
+        }
+        if applied.changed == 0 {
+            continue;
+        }
+        tracing::debug!(
+            revision = held.revision,
+            documents = applied.changed,
+            bytes = applied.bytes,
+            "etcd: documents changed."
+        );
+        load(sink, held).await;
     }
 }
 
