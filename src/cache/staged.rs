@@ -1,11 +1,14 @@
 //! A staged rollout as the cache serves it: the policy that says which nodes are canaries
-//! (and how long to bake, and whether the fleet decides), and the phase a rollout is in.
-//! Deciding and driving are `rollout`'s, which names these too.
+//! (and how long to bake, and whether the fleet decides), the rollout in progress (its
+//! candidate generation and phase), and ending it or moving it to another phase. Deciding
+//! when, and driving, are `rollout`'s, which names the policy and phase too.
 //!
 //! Must not: decide anything, or read the fleet.
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
+use super::{Cache, Generation, Serving};
 use crate::config::{NodeMatch, Selector};
 
 /// `--canary-id`, `--canary-cluster` and `--rollout-bake`.
@@ -78,5 +81,82 @@ impl Phase {
             Phase::Baking { .. } => "BAKING",
             Phase::Halted { .. } => "HALTED",
         }
+    }
+}
+
+/// A staged rollout in progress (see `crate::rollout`).
+#[derive(Clone, Debug)]
+pub struct Rollout {
+    pub candidate: Arc<Generation>,
+    pub policy: Arc<Policy>,
+    pub phase: Phase,
+    /// When the rollout entered `phase`.
+    pub since: SystemTime,
+}
+
+/// There is no rollout to promote or abort.
+#[derive(Debug, thiserror::Error)]
+#[error("no rollout is in progress (generation {stable} serves every node)")]
+pub struct NoRollout {
+    pub stable: u64,
+}
+
+impl Cache {
+    /// End the rollout: every node gets the candidate. Returns the generation now stable.
+    pub fn promote(&self) -> Result<u64, NoRollout> {
+        self.end_rollout(true)
+    }
+
+    /// End the rollout: the canaries go back to the stable generation. Returns it.
+    pub fn abort(&self) -> Result<u64, NoRollout> {
+        self.end_rollout(false)
+    }
+
+    fn end_rollout(&self, promote: bool) -> Result<u64, NoRollout> {
+        let mut result = Err(NoRollout { stable: 0 });
+        self.current.send_if_modified(|serving| {
+            let Some(rollout) = &serving.rollout else {
+                result = Err(NoRollout {
+                    stable: serving.stable.number,
+                });
+                return false;
+            };
+            let stable = if promote {
+                Arc::clone(&rollout.candidate)
+            } else {
+                Arc::clone(&serving.stable)
+            };
+            result = Ok(stable.number);
+            *serving = Arc::new(Serving {
+                stable,
+                rollout: None,
+                recent: Arc::clone(&serving.recent),
+            });
+            true
+        });
+        result
+    }
+
+    /// Move the rollout of generation `candidate` (if it is still the one in progress) to
+    /// `phase`. Who gets what does not change, so no stream is woken.
+    pub fn set_phase(&self, candidate: u64, phase: Phase) {
+        self.current.send_if_modified(|serving| {
+            if let Some(rollout) = serving
+                .rollout
+                .as_ref()
+                .filter(|r| r.candidate.number == candidate)
+            {
+                *serving = Arc::new(Serving {
+                    stable: Arc::clone(&serving.stable),
+                    rollout: Some(Rollout {
+                        phase,
+                        since: SystemTime::now(),
+                        ..rollout.clone()
+                    }),
+                    recent: Arc::clone(&serving.recent),
+                });
+            }
+            false
+        });
     }
 }
