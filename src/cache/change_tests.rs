@@ -1,4 +1,5 @@
-//! What changed between two type snapshots (`changes_since`, against a model), and resolving a name (aliases, VHDS namespaces).
+//! What changed between two type snapshots (`changes_since`, against a model), and
+//! resolving a name (aliases, VHDS namespaces).
 
 use super::*;
 
