@@ -698,6 +698,3 @@ impl Cache {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod change_tests;

@@ -116,7 +116,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         },
         |path, message| format!("{path}: {message}"),
     )
-    .map_err(invalid)?;
+    .map_err(|e| invalid(e.to_string()))?;
     rules::check(&bootstrap).map_err(|v| invalid(format!("{}: {v}", v.path)))?;
     // A regex's program is judged with the limit the bootstrap's own runtime sets.
     let re2_max_program_size = {
@@ -167,7 +167,8 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
     // What the bootstrap refers to outside its static resources stays static.
     let mut rest = bootstrap.clone();
     rest.clear_field_by_name("static_resources");
-    let mentioned = strings_in(&pbjson::to_json_proto_names(&rest).map_err(invalid)?);
+    let mentioned =
+        strings_in(&pbjson::to_json_proto_names(&rest).map_err(|e| invalid(e.to_string()))?);
     let (kept_clusters, moved_clusters): (Vec<_>, Vec<_>) = std::mem::take(&mut clusters)
         .into_iter()
         .partition(|c| mentioned.contains(&string(c, "name")));
@@ -321,7 +322,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
 
     // Private keys written inline go to a proxy only when Switchyard may send them.
     for secret in &secrets {
-        let json = pbjson::to_json_proto_names(secret).map_err(invalid)?;
+        let json = pbjson::to_json_proto_names(secret).map_err(|e| invalid(e.to_string()))?;
         let inline_key = ["private_key", "password", "pkcs12"].iter().any(|k| {
             json.pointer(&format!("/tls_certificate/{k}"))
                 .is_some_and(|v| {
@@ -350,8 +351,8 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
             .iter()
             .map(pbjson::to_json_proto_names)
             .collect::<Result<_, _>>()
-            .map_err(&invalid)?;
-        let text = to_yaml(&json!({ key: list })).map_err(&invalid)?;
+            .map_err(|e| invalid(e.to_string()))?;
+        let text = to_yaml(&json!({ key: list })).map_err(|e| invalid(e.to_string()))?;
         files.push((
             name.to_string(),
             format!(
@@ -381,7 +382,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         .iter()
         .map(pbjson::to_json_proto_names)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(invalid)?;
+        .map_err(|e| invalid(e.to_string()))?;
     static_clusters.push(xds_cluster(&xds_name, &options.xds_address).map_err(refused)?);
     let mut new_statics = json!({ "clusters": static_clusters });
     if !kept_secrets.is_empty() {
@@ -389,10 +390,10 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
             .iter()
             .map(pbjson::to_json_proto_names)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(invalid)?
+            .map_err(|e| invalid(e.to_string()))?
             .into();
     }
-    let mut out = pbjson::to_json_proto_names(&rest).map_err(invalid)?;
+    let mut out = pbjson::to_json_proto_names(&rest).map_err(|e| invalid(e.to_string()))?;
     out["static_resources"] = new_statics;
     out["dynamic_resources"] = json!({
         "ads_config": {
@@ -427,14 +428,14 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         node["cluster"] = options.node_cluster.clone().into();
     }
     // The new bootstrap must be one Envoy accepts.
-    let check = pbjson::from_json(&descriptor, &out).map_err(&refused)?;
+    let check = pbjson::from_json(&descriptor, &out).map_err(|e| refused(e.to_string()))?;
     rules::check(&check).map_err(|v| refused(format!("the new bootstrap: {}: {v}", v.path)))?;
     let bootstrap_text = format!(
         "# Written by `switchyard import` from {}: the same Envoy, its listeners, clusters, \
          routes and secrets from Switchyard over ADS at {}.\n{}",
         path.display(),
         options.xds_address,
-        to_yaml(&out).map_err(&invalid)?
+        to_yaml(&out).map_err(|e| invalid(e.to_string()))?
     );
     if let Some(limit) = re2_max_program_size {
         notes.push(format!(
@@ -467,9 +468,9 @@ fn options_descriptor_config_source() -> Result<prost_reflect::MessageDescriptor
 fn ads_config_source(
     descriptor: &prost_reflect::MessageDescriptor,
 ) -> Result<DynamicMessage, ImportError> {
-    pbjson::from_json(descriptor, &ADS_SOURCE).map_err(|message| ImportError::Invalid {
+    pbjson::from_json(descriptor, &ADS_SOURCE).map_err(|e| ImportError::Invalid {
         path: PathBuf::new(),
-        message,
+        message: e.to_string(),
     })
 }
 
@@ -479,7 +480,9 @@ fn from(
     value: &serde_json::Value,
 ) -> Result<DynamicMessage, String> {
     match kind {
-        Some(prost_reflect::Kind::Message(descriptor)) => pbjson::from_json(descriptor, value),
+        Some(prost_reflect::Kind::Message(descriptor)) => {
+            pbjson::from_json(descriptor, value).map_err(|e| e.to_string())
+        }
         _ => Err("not a message field".into()),
     }
 }

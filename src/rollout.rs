@@ -17,7 +17,7 @@ pub mod replica;
 
 use std::time::{Duration, Instant};
 
-pub use crate::cache::staged::{Phase, Policy};
+pub use crate::cache::staged::{Phase, Policy, PolicyError};
 
 /// What the canaries report about the candidate generation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

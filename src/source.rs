@@ -45,6 +45,9 @@ pub enum SourceError {
     Url { url: String, message: String },
     #[error("{url}: {message}")]
     Unavailable { url: String, message: String },
+    /// A key under the prefix holds bytes that are not text: no document can be read there.
+    #[error("the document at key {key:?} is not UTF-8 text ({why})")]
+    NotText { key: String, why: String },
 }
 
 /// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`: the cluster's members and the key prefix.

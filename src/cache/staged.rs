@@ -26,18 +26,27 @@ pub struct Policy {
     pub fleetwide: bool,
 }
 
+/// Why the flags make no rollout policy.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("a canary needs --canary-id or --canary-cluster")]
+    NoCanary,
+    #[error(transparent)]
+    Selector(#[from] crate::config::selector::SelectorError),
+}
+
 impl Policy {
     /// A policy from the flags, or why not (at least one glob is needed).
     pub fn new(
         id: Option<String>,
         cluster: Option<String>,
         bake: Duration,
-    ) -> Result<Policy, String> {
+    ) -> Result<Policy, PolicyError> {
         let canary_text = match (&id, &cluster) {
             (Some(i), Some(c)) => format!("id {i:?} and cluster {c:?}"),
             (Some(i), None) => format!("id {i:?}"),
             (None, Some(c)) => format!("cluster {c:?}"),
-            (None, None) => return Err("a canary needs --canary-id or --canary-cluster".into()),
+            (None, None) => return Err(PolicyError::NoCanary),
         };
         let canary = Selector::new(vec![NodeMatch {
             id,

@@ -1,5 +1,7 @@
 //! The cache: generations, node groups, snapshots and staged rollouts.
 
+mod changes;
+
 use super::*;
 
 fn node(id: &str, cluster: &str) -> NodeFacts {

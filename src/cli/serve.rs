@@ -278,7 +278,7 @@ impl AdminServerArgs {
 }
 
 fn parse_identity(text: &str) -> Result<IdentityPolicy, String> {
-    IdentityPolicy::new(text)
+    IdentityPolicy::new(text).map_err(|e| e.to_string())
 }
 
 /// A first-request time-out: a duration such as `30s`, from 1 s to 10 minutes.

@@ -139,7 +139,7 @@ pub(super) fn decode_resource(
     }
     // P35: an xdstp name must be well formed, of this type, and canonical.
     crate::resource::xdstp::check_resource_name(kind.message_name(), &name)
-        .map_err(|m| error(kind.name_field().into(), m))?;
+        .map_err(|e| error(kind.name_field().into(), e.to_string()))?;
     // P34: an LbEndpoint is a member of a glob collection, so its name is an xdstp URL.
     if kind == ResourceType::LbEndpoint && !name.starts_with(crate::resource::xdstp::SCHEME) {
         return Err(error(

@@ -66,13 +66,19 @@ pub fn from_value<E>(
     Ok(message)
 }
 
+/// Why a message and its JSON do not map onto each other: protobuf's JSON mapping in
+/// prost-reflect's words, after the path of the field it failed at.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct JsonError(String);
+
 /// Decode JSON as `descriptor` with protobuf's mapping and Envoy's leniencies (for JSON that
 /// [`to_json`] wrote, or a client sent).
 pub fn from_json(
     descriptor: &MessageDescriptor,
     json: &serde_json::Value,
-) -> Result<DynamicMessage, String> {
-    let item: Yaml = serde_yaml::to_value(json).map_err(|e| e.to_string())?;
+) -> Result<DynamicMessage, JsonError> {
+    let item: Yaml = serde_yaml::to_value(json).map_err(|e| JsonError(e.to_string()))?;
     from_value(
         descriptor,
         item,
@@ -86,6 +92,7 @@ pub fn from_json(
         },
         |path, message| format!("{path}: {message}"),
     )
+    .map_err(JsonError)
 }
 
 /// A resource's proto3 canonical JSON, decoded from `body` (one of its encoded forms: whole,
@@ -100,14 +107,14 @@ pub fn resource_json(
 }
 
 /// A message's proto3 JSON; an empty `Any` is `{}`.
-pub fn to_json(message: &DynamicMessage) -> Result<serde_json::Value, String> {
-    to_json_with(message, &SerializeOptions::new())
+pub fn to_json(message: &DynamicMessage) -> Result<serde_json::Value, JsonError> {
+    to_json_with(message, &SerializeOptions::new()).map_err(JsonError)
 }
 
 /// [`to_json`] with the .proto field names (`connect_timeout`), as Envoy's own YAML is
 /// written and its config dumps are.
-pub fn to_json_proto_names(message: &DynamicMessage) -> Result<serde_json::Value, String> {
-    to_json_with(message, &SerializeOptions::new().use_proto_field_name(true))
+pub fn to_json_proto_names(message: &DynamicMessage) -> Result<serde_json::Value, JsonError> {
+    to_json_with(message, &SerializeOptions::new().use_proto_field_name(true)).map_err(JsonError)
 }
 
 fn to_json_with(

@@ -257,11 +257,11 @@ pub(super) fn load_text_naming(
     let mut errors = Vec::new();
     let selector = match raw.nodes.take() {
         None => Selector::all(),
-        Some(entries) => Selector::new(entries).unwrap_or_else(|message| {
+        Some(entries) => Selector::new(entries).unwrap_or_else(|e| {
             errors.push(ConfigError::Structure {
                 path: path.to_path_buf(),
                 at: "nodes".into(),
-                message,
+                message: e.to_string(),
             });
             Selector::all()
         }),

@@ -178,6 +178,15 @@ pub struct Selector {
     entries: Option<Vec<NodeMatch>>,
 }
 
+/// Why a `nodes:` list selects nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("`nodes: []` matches no node; leave `nodes` out to match every node")]
+    Empty,
+    #[error("nodes[{0}] names none of `id`, `cluster`, `metadata`, `locality`")]
+    EmptyEntry(usize),
+}
+
 impl Selector {
     /// Matches every node (no `nodes:` key).
     pub fn all() -> Selector {
@@ -186,16 +195,12 @@ impl Selector {
 
     /// A selector of entries, any of which may match. Returns why not when an entry is empty
     /// or the list is.
-    pub fn new(entries: Vec<NodeMatch>) -> Result<Selector, String> {
+    pub fn new(entries: Vec<NodeMatch>) -> Result<Selector, SelectorError> {
         if entries.is_empty() {
-            return Err(
-                "`nodes: []` matches no node; leave `nodes` out to match every node".into(),
-            );
+            return Err(SelectorError::Empty);
         }
         if let Some(i) = entries.iter().position(NodeMatch::is_empty) {
-            return Err(format!(
-                "nodes[{i}] names none of `id`, `cluster`, `metadata`, `locality`"
-            ));
+            return Err(SelectorError::EmptyEntry(i));
         }
         Ok(Selector {
             entries: Some(entries),
@@ -469,9 +474,13 @@ mod tests {
 
     #[test]
     fn bad_selectors_are_rejected() {
-        assert!(Selector::new(vec![]).is_err());
-        assert!(Selector::new(vec![NodeMatch::default()])
-            .unwrap_err()
+        assert_eq!(Selector::new(vec![]).unwrap_err(), SelectorError::Empty);
+        assert_eq!(
+            Selector::new(vec![NodeMatch::default()]).unwrap_err(),
+            SelectorError::EmptyEntry(0)
+        );
+        assert!(SelectorError::EmptyEntry(0)
+            .to_string()
             .contains("nodes[0]"));
         let unknown: Result<Vec<NodeMatch>, _> = serde_yaml::from_str("- {locality: {country: x}}");
         assert!(unknown.is_err());

@@ -28,8 +28,17 @@ pub struct DuplicateKey {
 /// otherwise grow without bound: the "billion laughs").
 const MAX_ALIASED_NODES: usize = 1_000_000;
 
+/// Why a text is not one YAML document Envoy would read (yaml-rust2's words, or ours).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct YamlError(String);
+
 /// Parse `text` as Envoy would: the value, and the keys given twice.
-pub fn parse(text: &str) -> Result<(Value, Vec<DuplicateKey>), String> {
+pub fn parse(text: &str) -> Result<(Value, Vec<DuplicateKey>), YamlError> {
+    parse_text(text).map_err(YamlError)
+}
+
+fn parse_text(text: &str) -> Result<(Value, Vec<DuplicateKey>), String> {
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
     parser.load(&mut builder, true).map_err(|e| e.to_string())?;

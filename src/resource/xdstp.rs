@@ -170,30 +170,51 @@ pub fn canonical_all(names: &[String]) -> Vec<String> {
     names.iter().map(|n| canonical(n).into_owned()).collect()
 }
 
+/// Why a resource's own xdstp name is refused (P35).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("{name:?} is not a well-formed xdstp name: {why}")]
+    Malformed { name: String, why: String },
+    #[error(
+        "{name:?} names type {named} but the resource is a {message} (P35: the type in an \
+         xdstp name must be the resource's)"
+    )]
+    OtherType {
+        name: String,
+        named: String,
+        message: String,
+    },
+    #[error("{name:?} is a glob collection: a resource is named by one member's full URL")]
+    Glob { name: String },
+    #[error("write it in canonical form, context parameters sorted: {canonical:?}")]
+    NotCanonical { canonical: String },
+}
+
 /// The checks on a resource's own name, of message type `message`: a well-formed xdstp name
 /// of this type, not a glob, written in canonical form. Opaque names pass.
-pub fn check_resource_name(message: &str, name: &str) -> Result<(), String> {
+pub fn check_resource_name(message: &str, name: &str) -> Result<(), NameError> {
     let Some(parsed) = Xdstp::parse(name) else {
         return Ok(());
     };
-    let x = parsed.map_err(|why| format!("{name:?} is not a well-formed xdstp name: {why}"))?;
+    let x = parsed.map_err(|why| NameError::Malformed {
+        name: name.to_string(),
+        why: why.to_string(),
+    })?;
     if x.type_name != message {
-        return Err(format!(
-            "{name:?} names type {} but the resource is a {message} (P35: the type in an \
-             xdstp name must be the resource's)",
-            x.type_name
-        ));
+        return Err(NameError::OtherType {
+            name: name.to_string(),
+            named: x.type_name.to_string(),
+            message: message.to_string(),
+        });
     }
     if x.is_glob() {
-        return Err(format!(
-            "{name:?} is a glob collection: a resource is named by one member's full URL"
-        ));
+        return Err(NameError::Glob {
+            name: name.to_string(),
+        });
     }
     let canonical = x.canonical();
     if canonical != name {
-        return Err(format!(
-            "write it in canonical form, context parameters sorted: {canonical:?}"
-        ));
+        return Err(NameError::NotCanonical { canonical });
     }
     Ok(())
 }
@@ -304,14 +325,17 @@ mod tests {
                 "directives",
             ),
         ] {
-            let e = check_resource_name("envoy.config.cluster.v3.Cluster", name).expect_err(name);
+            let e = check_resource_name("envoy.config.cluster.v3.Cluster", name)
+                .expect_err(name)
+                .to_string();
             assert!(e.contains(why), "{name}: {e}");
         }
         let e = check_resource_name(
             "envoy.config.cluster.v3.Cluster",
             "xdstp://a/envoy.config.listener.v3.Listener/x",
         )
-        .expect_err("another type");
+        .expect_err("another type")
+        .to_string();
         assert!(
             e.contains("names type envoy.config.listener.v3.Listener"),
             "{e}"
@@ -320,7 +344,8 @@ mod tests {
             "envoy.config.cluster.v3.Cluster",
             "xdstp://a/envoy.config.cluster.v3.Cluster/x?b=1&a=2",
         )
-        .expect_err("not canonical");
+        .expect_err("not canonical")
+        .to_string();
         assert!(
             e.contains("\"xdstp://a/envoy.config.cluster.v3.Cluster/x?a=2&b=1\""),
             "{e}"
@@ -329,7 +354,8 @@ mod tests {
             "envoy.config.cluster.v3.Cluster",
             "xdstp://a/envoy.config.cluster.v3.Cluster/x/*",
         )
-        .expect_err("a glob");
+        .expect_err("a glob")
+        .to_string();
         assert!(e.contains("glob"), "{e}");
         assert!(check_resource_name("envoy.config.cluster.v3.Cluster", "plain").is_ok());
         assert!(check_resource_name(

@@ -140,7 +140,7 @@ impl Rest {
         conn: Option<&super::incoming::ConnInfo>,
         node: &Node,
         what: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), super::tls::IdentityError> {
         let Some(policy) = &self.identity else {
             return Ok(());
         };
@@ -151,7 +151,8 @@ impl Rest {
                 let peer = conn
                     .and_then(|c| c.remote)
                     .map_or_else(|| "unknown".to_string(), |p| p.to_string());
-                self.telemetry.identity_mismatch(what, &node.id, &peer, why);
+                self.telemetry
+                    .identity_mismatch(what, &node.id, &peer, &why.to_string());
             })
     }
 
@@ -250,14 +251,22 @@ fn render_any(r: &crate::resource::Resource, secrets: Secrets) -> Option<String>
     Some(json.to_string())
 }
 
+/// Why a poll's body is not a `DiscoveryRequest` in proto3 JSON (serde's or prost's words).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RequestError(String);
+
 /// proto3 JSON -> `DiscoveryRequest`, through the descriptor pool.
-pub fn parse_request(body: &[u8]) -> Result<DiscoveryRequest, String> {
+pub fn parse_request(body: &[u8]) -> Result<DiscoveryRequest, RequestError> {
     let descriptor = descriptors::message_named("envoy.service.discovery.v3.DiscoveryRequest")
-        .ok_or("the DiscoveryRequest descriptor is missing")?;
+        .ok_or_else(|| RequestError("the DiscoveryRequest descriptor is missing".into()))?;
     let mut json = serde_json::Deserializer::from_slice(body);
-    let message = DynamicMessage::deserialize(descriptor, &mut json).map_err(|e| e.to_string())?;
-    json.end().map_err(|e| e.to_string())?;
-    message.transcode_to().map_err(|e| e.to_string())
+    let message = DynamicMessage::deserialize(descriptor, &mut json)
+        .map_err(|e| RequestError(e.to_string()))?;
+    json.end().map_err(|e| RequestError(e.to_string()))?;
+    message
+        .transcode_to()
+        .map_err(|e| RequestError(e.to_string()))
 }
 
 /// The `DiscoveryResponse` JSON for what a poll got.

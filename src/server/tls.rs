@@ -91,14 +91,33 @@ pub struct IdentityPolicy {
     template: String,
 }
 
+/// Why a node identity policy cannot be made, or a connection is not bound to its node.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    #[error(
+        "{template:?} names no node: use {{id}} and/or {{cluster}}, as in \
+         spiffe://example.org/ns/{{cluster}}/sa/{{id}}"
+    )]
+    NamesNoNode { template: String },
+    #[error(
+        "no client certificate, and this server binds nodes to certificates (expected one \
+         for {expected:?})"
+    )]
+    NoCertificate { expected: String },
+    #[error("the client certificate proves {proves:?}, not {expected:?}")]
+    Unbound {
+        proves: Vec<String>,
+        expected: String,
+    },
+}
+
 impl IdentityPolicy {
     /// A policy from its template; it must name the node (`{id}` or `{cluster}`).
-    pub fn new(template: &str) -> Result<IdentityPolicy, String> {
+    pub fn new(template: &str) -> Result<IdentityPolicy, IdentityError> {
         if !template.contains("{id}") && !template.contains("{cluster}") {
-            return Err(format!(
-                "{template:?} names no node: use {{id}} and/or {{cluster}}, as in \
-                 spiffe://example.org/ns/{{cluster}}/sa/{{id}}"
-            ));
+            return Err(IdentityError::NamesNoNode {
+                template: template.to_string(),
+            });
         }
         Ok(IdentityPolicy {
             template: template.to_string(),
@@ -118,21 +137,18 @@ impl IdentityPolicy {
         identity: Option<&PeerIdentity>,
         node_id: &str,
         node_cluster: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), IdentityError> {
         let expected = self.expected(node_id, node_cluster);
         let Some(identity) = identity else {
-            return Err(format!(
-                "no client certificate, and this server binds nodes to certificates \
-                 (expected one for {expected:?})"
-            ));
+            return Err(IdentityError::NoCertificate { expected });
         };
         if identity.names().any(|n| n == expected) {
             return Ok(());
         }
-        Err(format!(
-            "the client certificate proves {:?}, not {expected:?}",
-            identity.names().collect::<Vec<_>>()
-        ))
+        Err(IdentityError::Unbound {
+            proves: identity.names().map(str::to_string).collect(),
+            expected,
+        })
     }
 }
 

@@ -28,10 +28,13 @@ pub fn is_document(prefix: &str, key: &str) -> bool {
 }
 
 /// A document's text: its value, which must be UTF-8.
-pub fn document_text(key: &str, value: &[u8]) -> Result<String, String> {
+pub fn document_text(key: &str, value: &[u8]) -> Result<String, SourceError> {
     std::str::from_utf8(value)
         .map(str::to_string)
-        .map_err(|e| format!("the document at key {key:?} is not UTF-8 text ({e})"))
+        .map_err(|e| SourceError::NotText {
+            key: key.to_string(),
+            why: e.to_string(),
+        })
 }
 
 /// How to reach etcd beyond its URL, as etcd's clients take it: TLS (the CA to trust, and
@@ -157,7 +160,7 @@ pub async fn read_at(
         if !is_document(&prefix, &key) {
             continue;
         }
-        let text = document_text(&key, kv.value()).map_err(unavailable)?;
+        let text = document_text(&key, kv.value())?;
         documents.push(Document {
             name: document_name(&key),
             text,

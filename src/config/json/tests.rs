@@ -6,7 +6,7 @@ fn route_descriptor() -> MessageDescriptor {
 
 fn read(descriptor: &MessageDescriptor, yaml: &str) -> Result<DynamicMessage, String> {
     let json: serde_json::Value = serde_yaml::from_str(yaml).expect("yaml");
-    from_json(descriptor, &json)
+    from_json(descriptor, &json).map_err(|e| e.to_string())
 }
 
 const EMPTY_ANY_ROUTE: &str = r#"

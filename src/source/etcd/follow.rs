@@ -67,7 +67,6 @@ fn apply(
     held: &mut Held,
     prefix: &str,
     response: &etcd_client::WatchResponse,
-    url: &EtcdUrl,
 ) -> Result<Applied, SourceError> {
     let mut applied = Applied::default();
     for event in response.events() {
@@ -84,12 +83,7 @@ fn apply(
                 held.documents.remove(&document_name);
             }
             EventType::Put => {
-                let text = etcd::document_text(&key, kv.value()).map_err(|message| {
-                    SourceError::Unavailable {
-                        url: url.display(),
-                        message,
-                    }
-                })?;
+                let text = etcd::document_text(&key, kv.value())?;
                 held.documents.insert(
                     document_name.clone(),
                     Document {
@@ -260,7 +254,7 @@ async fn follow_watch(
         };
         let mut applied = Applied::default();
         for response in &burst {
-            match apply(held, &prefix, response, url) {
+            match apply(held, &prefix, response) {
                 Ok(a) => {
                     applied.changed += a.changed;
                     applied.bytes += a.bytes;

@@ -1,7 +1,7 @@
 //! What changed between two type snapshots (`changes_since`, against a model), and
 //! resolving a name (aliases, VHDS namespaces).
 
-use super::*;
+use super::super::*;
 
 fn snap(items: &[(&str, &str)]) -> Arc<TypeSnapshot> {
     Arc::new(TypeSnapshot::new(
