@@ -149,6 +149,29 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         .map(|k| k.short_name())
         .filter(|k| status.nodes.iter().any(|n| n.types.contains_key(*k)))
         .collect();
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Switchyard</title>\
+         <style>{STYLE}</style></head><body><h1>Switchyard</h1>"
+    );
+    summary(&mut html, status);
+    config(&mut html, status);
+    rollouts(&mut html, status);
+    notices(&mut html, status);
+    html.push_str(
+        "<p><a href=\"/status\">/status</a> · <a href=\"/metrics\">/metrics</a> · \
+         <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>",
+    );
+    filter_form(&mut html, query);
+    nodes_table(&mut html, status, query, &kinds);
+    history(&mut html, &status.history);
+    html.push_str("</body></html>\n");
+    html
+}
+
+/// The counts at the top, each a link to the nodes it counts.
+fn summary(html: &mut String, status: &Status) {
     let count = |state: SyncStatus| {
         status
             .nodes
@@ -156,12 +179,6 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
             .filter(|n| n.types.values().any(|t| t.state == state))
             .count()
     };
-    let mut html = String::new();
-    let _ = write!(
-        html,
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Switchyard</title>\
-         <style>{STYLE}</style></head><body><h1>Switchyard</h1>"
-    );
     let _ = write!(
         html,
         "<p class=\"sum\"><span><a href=\"/\"><b>{}</b> nodes</a></span>\
@@ -175,6 +192,10 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         status.nodes.iter().filter(|n| updating(n)).count(),
         status.nodes.iter().filter(|n| all_synced(n)).count()
     );
+}
+
+/// The last load (and its errors), and the source it read.
+fn config(html: &mut String, status: &Status) {
     match &status.config {
         Some(c) if c.ok => {
             let _ = write!(
@@ -239,6 +260,10 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
             )
         };
     }
+}
+
+/// A staged rollout on this replica, and the fleet's rollout kept in etcd.
+fn rollouts(html: &mut String, status: &Status) {
     if let Some(r) = &status.rollout {
         let class = if r.state == "HALTED" { "bad" } else { "ok" };
         let _ = write!(
@@ -300,6 +325,10 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         }
         html.push_str("</ul>");
     }
+}
+
+/// Streams turned away, and the certificates read from files.
+fn notices(html: &mut String, status: &Status) {
     if let Some(n) = status.new_streams.as_ref().filter(|n| n.turned_away > 0) {
         let _ = write!(
             html,
@@ -329,10 +358,10 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         }
         html.push_str("</ul>");
     }
-    html.push_str(
-        "<p><a href=\"/status\">/status</a> · <a href=\"/metrics\">/metrics</a> · \
-         <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>",
-    );
+}
+
+/// The filter of the nodes table.
+fn filter_form(html: &mut String, query: &PageQuery) {
     let _ = write!(
         html,
         "<form method=\"get\">Filter: <input name=\"q\" value=\"{}\" placeholder=\"node id or cluster\"> \
@@ -345,7 +374,10 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         let _ = write!(html, "<option{selected}>{s}</option>");
     }
     html.push_str("</select> <button>Show</button></form>");
+}
 
+/// The nodes that match the filter, problems first, a page at a time.
+fn nodes_table(html: &mut String, status: &Status, query: &PageQuery, kinds: &[&str]) {
     let mut shown: Vec<&NodeStatus> = status.nodes.iter().filter(|n| matches(n, query)).collect();
     shown.sort_by(|a, b| {
         problem_rank(a)
@@ -360,75 +392,12 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
          <th>Streams</th><th>Agent</th><th>Generation</th>",
         shown.len()
     );
-    for k in &kinds {
+    for k in kinds {
         let _ = write!(html, "<th>{k}</th>");
     }
     html.push_str("</tr>");
     for n in shown.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE) {
-        let streams: Vec<String> = n.streams.iter().map(|s| s.label()).collect();
-        // P33: types the proxy asks for that this server does not serve.
-        let unknown: Vec<&str> = n
-            .streams
-            .iter()
-            .flat_map(|s| s.unknown_types.iter().map(|u| u.type_url.as_str()))
-            .collect();
-        let unknown = if unknown.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "<div class=\"err\">asks for types not served here: {}</div>",
-                esc(&unknown.join(", "))
-            )
-        };
-        let _ = write!(
-            html,
-            "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td><td>{}{unknown}</td><td>{} {}</td><td>{}</td>",
-            query_value(&n.node_id),
-            esc(&n.node_id),
-            esc(&n.node_cluster),
-            esc(&streams.join(", ")),
-            esc(&n.user_agent),
-            esc(&n.user_agent_version),
-            n.generation
-        );
-        for k in &kinds {
-            match n.types.get(*k) {
-                Some(t) => {
-                    let title = format!(
-                        "sent {} / ACKed {} · since {}",
-                        t.version_sent, t.version_acked, t.last_change
-                    );
-                    let _ = write!(
-                        html,
-                        "<td class=\"{}\" title=\"{}\">{}",
-                        t.state,
-                        esc(&title),
-                        t.state.name().replace('_', " ")
-                    );
-                    if let Some(e) = &t.error {
-                        let _ = write!(html, "<div class=\"err\">{}</div>", esc(e));
-                    }
-                    if !t.rejected_changes.is_empty() {
-                        html.push_str(
-                            "<div class=\"err\">what it changed, against what the proxy runs:<ul>",
-                        );
-                        for c in &t.rejected_changes {
-                            let _ = write!(html, "<li>{}</li>", esc(&c.text()));
-                        }
-                        html.push_str("</ul></div>");
-                    }
-                    if !t.not_found.is_empty() {
-                        let _ = write!(
-                            html,
-                            "<div class=\"err\">not found: {}</div>",
-                            esc(&t.not_found.join(", "))
-                        );
-                    }
-                    html.push_str("</td>");
-                }
-                None => html.push_str("<td>-</td>"),
-            }
-        }
+        node_row(html, n, kinds);
         html.push_str("</tr>");
     }
     html.push_str("</table><p>");
@@ -446,9 +415,74 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
         let _ = write!(html, "<a href=\"{}\">next</a>", link(page + 1));
     }
     html.push_str("</p>");
-    history(&mut html, &status.history);
-    html.push_str("</body></html>\n");
-    html
+}
+
+/// One node's row: its streams, agent, generation, and each type's state.
+fn node_row(html: &mut String, n: &NodeStatus, kinds: &[&str]) {
+    let streams: Vec<String> = n.streams.iter().map(|s| s.label()).collect();
+    // P33: types the proxy asks for that this server does not serve.
+    let unknown: Vec<&str> = n
+        .streams
+        .iter()
+        .flat_map(|s| s.unknown_types.iter().map(|u| u.type_url.as_str()))
+        .collect();
+    let unknown = if unknown.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<div class=\"err\">asks for types not served here: {}</div>",
+            esc(&unknown.join(", "))
+        )
+    };
+    let _ = write!(
+        html,
+        "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td><td>{}{unknown}</td><td>{} {}</td><td>{}</td>",
+        query_value(&n.node_id),
+        esc(&n.node_id),
+        esc(&n.node_cluster),
+        esc(&streams.join(", ")),
+        esc(&n.user_agent),
+        esc(&n.user_agent_version),
+        n.generation
+    );
+    for k in kinds {
+        match n.types.get(*k) {
+            Some(t) => {
+                let title = format!(
+                    "sent {} / ACKed {} · since {}",
+                    t.version_sent, t.version_acked, t.last_change
+                );
+                let _ = write!(
+                    html,
+                    "<td class=\"{}\" title=\"{}\">{}",
+                    t.state,
+                    esc(&title),
+                    t.state.name().replace('_', " ")
+                );
+                if let Some(e) = &t.error {
+                    let _ = write!(html, "<div class=\"err\">{}</div>", esc(e));
+                }
+                if !t.rejected_changes.is_empty() {
+                    html.push_str(
+                        "<div class=\"err\">what it changed, against what the proxy runs:<ul>",
+                    );
+                    for c in &t.rejected_changes {
+                        let _ = write!(html, "<li>{}</li>", esc(&c.text()));
+                    }
+                    html.push_str("</ul></div>");
+                }
+                if !t.not_found.is_empty() {
+                    let _ = write!(
+                        html,
+                        "<div class=\"err\">not found: {}</div>",
+                        esc(&t.not_found.join(", "))
+                    );
+                }
+                html.push_str("</td>");
+            }
+            None => html.push_str("<td>-</td>"),
+        }
+    }
 }
 
 /// The last generations published: when, from what, what changed, who took it.
