@@ -304,6 +304,16 @@ pub(super) fn printable(text: &str) -> String {
 /// The table `switchyard status` prints: one row per node, a column per type any node asked
 /// for, then the NACK texts and the last config load. What proxies sent is escaped.
 pub fn status_table(status: &crate::admin::Status) -> String {
+    let mut out = String::new();
+    nodes_table(&mut out, status);
+    node_problems(&mut out, status);
+    config_lines(&mut out, status);
+    notices(&mut out, status);
+    out
+}
+
+/// One row per node: its streams, agent, generation and each type's state, in columns.
+fn nodes_table(out: &mut String, status: &crate::admin::Status) {
     use crate::resource::ResourceType;
     let kinds: Vec<&str> = ResourceType::ALL
         .iter()
@@ -337,7 +347,6 @@ pub fn status_table(status: &crate::admin::Status) -> String {
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
-    let mut out = String::new();
     for row in &rows {
         let cells: Vec<String> = row
             .iter()
@@ -347,6 +356,11 @@ pub fn status_table(status: &crate::admin::Status) -> String {
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
+}
+
+/// What each node has wrong or in progress: updates, unknown types, names not found,
+/// oversized responses, NACKs with what they changed.
+fn node_problems(out: &mut String, status: &crate::admin::Status) {
     for n in &status.nodes {
         for p in n.streams.iter().filter_map(|s| s.plan.as_ref()) {
             out.push_str(&format!(
@@ -415,6 +429,10 @@ pub fn status_table(status: &crate::admin::Status) -> String {
             }
         }
     }
+}
+
+/// The last load, and the source it read.
+fn config_lines(out: &mut String, status: &crate::admin::Status) {
     match &status.config {
         Some(c) if c.ok => {
             out.push_str(&format!(
@@ -473,6 +491,10 @@ pub fn status_table(status: &crate::admin::Status) -> String {
             }
         }
     }
+}
+
+/// Rollouts, streams turned away, and the certificates read from files.
+fn notices(out: &mut String, status: &crate::admin::Status) {
     if status.rollout.is_some() || status.fleet.is_some() {
         out.push('\n');
         out.push_str(&rollout_text(status));
@@ -501,7 +523,6 @@ pub fn status_table(status: &crate::admin::Status) -> String {
             ));
         }
     }
-    out
 }
 
 #[cfg(test)]
