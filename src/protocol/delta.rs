@@ -382,6 +382,10 @@ impl Flavor for Delta {
         }
     }
 
+    /// One function on purpose, as [`Delta::respond_type`]: a delta request is read in the
+    /// order its fields apply (P17: the nonce, then the ACK or NACK; P18, P21, P22: the
+    /// subscribes and unsubscribes, taken whatever the nonce; P23: the versions a client
+    /// back on a new stream holds), each against the same type's state.
     fn handle_request(
         &mut self,
         core: &mut Core,
@@ -598,6 +602,15 @@ impl Flavor for Delta {
 impl Delta {
     /// Decide whether `kind` has something to send now to bring the client to `current`,
     /// and build it.
+    ///
+    /// One function on purpose: it is the state machine's decision for one type, read top
+    /// to bottom in the order the rules apply (nothing pending; changes only, P19, and what the
+    /// client is to hold mid make-before-break, P30; names that do not exist, P20, or are
+    /// no longer covered, P22; aliases, P24; re-warming, P28; TTL heartbeats, P25; the size
+    /// split; what is then taken as sent). Each step
+    /// reads and narrows what the previous ones decided about the same type's state; split
+    /// apart, those would be a dozen arguments passed along, and the order of the rules
+    /// would no longer be visible in one place.
     fn respond_type(
         &mut self,
         core: &mut Core,

@@ -439,6 +439,14 @@ impl Flavor for Sotw {
 impl Sotw {
     /// Decide whether `kind` has something to send now to bring the client to `current`,
     /// and build it.
+    ///
+    /// One function on purpose: it is the state machine's decision for one type, read top
+    /// to bottom in the order the rules apply (nothing pending; what the client holds mid
+    /// make-before-break, P30; NOT_FOUND, P32; re-warming, P28; the whole set or the names,
+    /// P10/P14; TTL heartbeats, P25; the size split; what is then taken as sent). Each step
+    /// reads and narrows what the previous ones decided about the same type's state; split
+    /// apart, those would be a dozen arguments passed along, and the order of the rules
+    /// would no longer be visible in one place.
     fn respond_type(
         &mut self,
         core: &mut Core,
