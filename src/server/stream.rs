@@ -217,7 +217,13 @@ pub fn spawn<M: Machine>(
 
 /// The stream's task. What it is given is taken apart before its future is made: an
 /// `async fn` would keep each argument twice (as given, and as taken apart), and the future
-/// is every stream's largest allocation (docs/benchmarks.md, "Memory per proxy, against the floor").
+/// is every stream's largest allocation (docs/benchmarks.md, "Memory per proxy, against the
+/// floor").
+///
+/// One function on purpose: its locals are the stream task's state, held across its awaits,
+/// and the loop is the task's one event loop (requests, cache events, timers, siblings,
+/// shutdown). Each helper future it awaited would add its own state to every stream's
+/// allocation; the figures above were measured with the loop as it is.
 fn run<M: Machine>(
     variant: Variant,
     shared: StreamContext,
