@@ -84,58 +84,8 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         path: path.to_path_buf(),
         message,
     };
-    let is_json = path.extension().and_then(|e| e.to_str()) == Some("json");
     let mut notes = Vec::new();
-    let value: serde_yaml::Value = if is_json {
-        serde_json::from_str(&text).map_err(|e| invalid(format!("invalid JSON: {e}")))?
-    } else {
-        let (value, duplicates) =
-            yaml::parse(&text).map_err(|e| invalid(format!("invalid YAML: {e}")))?;
-        notes.extend(duplicates.into_iter().map(|d| {
-            format!(
-                "line {}: `{}` is given twice (first at line {}); the last one counts, as in \
-                 Envoy",
-                d.second_line, d.key, d.first_line
-            )
-        }));
-        value
-    };
-    let descriptor = descriptors::message_named(BOOTSTRAP)
-        .ok_or_else(|| invalid("the pool has no Bootstrap".into()))?;
-    let mut track = serde_path_to_error::Track::new();
-    let bootstrap = pbjson::from_value(
-        &descriptor,
-        value,
-        |item| {
-            DynamicMessage::deserialize_with_options(
-                descriptor.clone(),
-                serde_path_to_error::Deserializer::new(item, &mut track),
-                &prost_reflect::DeserializeOptions::new(),
-            )
-            .map_err(|e| format!("{}: {e}", track.path()))
-        },
-        |path, message| format!("{path}: {message}"),
-    )
-    .map_err(|e| invalid(e.to_string()))?;
-    rules::check(&bootstrap).map_err(|v| invalid(format!("{}: {v}", v.path)))?;
-    // A regex's program is judged with the limit the bootstrap's own runtime sets.
-    let re2_max_program_size = {
-        use crate::config::fields;
-        fields::message(&bootstrap, "layered_runtime")
-            .map(|runtime| fields::messages(&runtime, "layers"))
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|layer| fields::message(layer, "static_layer"))
-            .filter_map(|layer| crate::config::json::to_json(&layer).ok())
-            .filter_map(|layer| checks::re2::runtime_limit(&layer))
-            .next_back()
-    };
-    if let Some(program) =
-        checks::check(&bootstrap).map_err(|r| invalid(format!("{}: {r}", r.path)))?
-    {
-        let limit = re2_max_program_size.unwrap_or(checks::re2::DEFAULT_MAX_PROGRAM_SIZE);
-        checks::judge_regex(&program, limit).map_err(|r| invalid(format!("{}: {r}", r.path)))?;
-    }
+    let (bootstrap, descriptor, re2_max_program_size) = read_bootstrap(path, &text, &mut notes)?;
 
     if has(&bootstrap, "dynamic_resources") {
         return Err(refused(
@@ -234,91 +184,18 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
     }
 
     // RDS: each HTTP connection manager's inline route configuration.
-    let mut routes: BTreeMap<String, DynamicMessage> = BTreeMap::new();
-    if options.split_routes {
-        for listener in listeners.iter_mut() {
-            let listener_name = string(listener, "name");
-            let mut k = 0;
-            let mut failure = None;
-            pbjson::rewrite(listener, &mut |m| {
-                if m.descriptor().full_name() != HCM {
-                    return false;
-                }
-                let Some(mut route) = message(m, "route_config") else {
-                    return false;
-                };
-                k += 1;
-                let mut name = string(&route, "name");
-                if name.is_empty() {
-                    name = format!("{listener_name}_routes_{k}");
-                    route.set_field_by_name("name", Value::String(name.clone()));
-                }
-                if let Some(existing) = routes.get(&name) {
-                    if pbjson::to_json(existing).ok() != pbjson::to_json(&route).ok() {
-                        failure = Some(format!(
-                            "two HTTP connection managers have different route configurations \
-                             named {name:?}; over RDS a name means one; rename one, or import \
-                             without --split-routes"
-                        ));
-                        return false;
-                    }
-                }
-                routes.insert(name.clone(), route);
-                m.clear_field_by_name("route_config");
-                let rds = json!({"route_config_name": name, "config_source": ADS_SOURCE.clone()});
-                match from(
-                    &m.descriptor().get_field_by_name("rds").map(|f| f.kind()),
-                    &rds,
-                ) {
-                    Ok(rds) => {
-                        m.set_field_by_name("rds", Value::Message(rds));
-                        true
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        false
-                    }
-                }
-            });
-            if let Some(message) = failure {
-                return Err(refused(message));
-            }
-        }
-    }
+    let routes = if options.split_routes {
+        split_routes(&mut listeners).map_err(refused)?
+    } else {
+        BTreeMap::new()
+    };
 
     // EDS: STATIC clusters' inline endpoints.
-    let mut endpoints = Vec::new();
-    if options.split_endpoints {
-        for cluster in clusters.iter_mut() {
-            let is_static = cluster
-                .get_field_by_name("type")
-                .and_then(|v| v.as_enum_number())
-                .is_none_or(|n| n == 0);
-            let has_discovery_type = has(cluster, "cluster_type");
-            let Some(mut assignment) = message(cluster, "load_assignment") else {
-                continue;
-            };
-            if !is_static || has_discovery_type {
-                continue;
-            }
-            let name = string(cluster, "name");
-            assignment.set_field_by_name("cluster_name", Value::String(name));
-            endpoints.push(assignment);
-            cluster.clear_field_by_name("load_assignment");
-            let eds = json!({"eds_config": ADS_SOURCE.clone()});
-            let eds = from(
-                &cluster
-                    .descriptor()
-                    .get_field_by_name("eds_cluster_config")
-                    .map(|f| f.kind()),
-                &eds,
-            )
-            .map_err(&refused)?;
-            cluster.set_field_by_name("eds_cluster_config", Value::Message(eds));
-            // EDS is 3 in Cluster.DiscoveryType.
-            cluster.set_field_by_name("type", Value::EnumNumber(3));
-        }
-    }
+    let endpoints = if options.split_endpoints {
+        split_endpoints(&mut clusters).map_err(&refused)?
+    } else {
+        Vec::new()
+    };
 
     // Private keys written inline go to a proxy only when Switchyard may send them.
     for secret in &secrets {
@@ -370,6 +247,225 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
     file("secrets.yaml", "secrets", &secrets)?;
 
     // The bootstrap: everything else kept, static resources only what must stay, ADS added.
+    let out = new_bootstrap(
+        path,
+        &rest,
+        &kept_clusters,
+        &kept_secrets,
+        options,
+        &mut notes,
+    )?;
+    // The new bootstrap must be one Envoy accepts.
+    let check = pbjson::from_json(&descriptor, &out).map_err(|e| refused(e.to_string()))?;
+    rules::check(&check).map_err(|v| refused(format!("the new bootstrap: {}: {v}", v.path)))?;
+    let bootstrap_text = format!(
+        "# Written by `switchyard import` from {}: the same Envoy, its listeners, clusters, \
+         routes and secrets from Switchyard over ADS at {}.\n{}",
+        path.display(),
+        options.xds_address,
+        to_yaml(&out).map_err(|e| invalid(e.to_string()))?
+    );
+    if let Some(limit) = re2_max_program_size {
+        notes.push(format!(
+            "the bootstrap's runtime sets {} to {limit}: serve (and validate) the snapshot with \
+             --re2-max-program-size {limit}",
+            checks::re2::RUNTIME_KEY
+        ));
+    }
+    Ok(Imported {
+        files,
+        bootstrap: bootstrap_text,
+        notes,
+        re2_max_program_size,
+    })
+}
+
+/// The bootstrap at `path` (its `text`), read as Envoy reads it and checked as the loader
+/// checks snapshot files; its descriptor, and the RE2 limit its own runtime sets. Keys given
+/// twice go to `notes`.
+fn read_bootstrap(
+    path: &Path,
+    text: &str,
+    notes: &mut Vec<String>,
+) -> Result<
+    (
+        DynamicMessage,
+        prost_reflect::MessageDescriptor,
+        Option<u64>,
+    ),
+    ImportError,
+> {
+    let invalid = |message: String| ImportError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let is_json = path.extension().and_then(|e| e.to_str()) == Some("json");
+    let value: serde_yaml::Value = if is_json {
+        serde_json::from_str(text).map_err(|e| invalid(format!("invalid JSON: {e}")))?
+    } else {
+        let (value, duplicates) =
+            yaml::parse(text).map_err(|e| invalid(format!("invalid YAML: {e}")))?;
+        notes.extend(duplicates.into_iter().map(|d| {
+            format!(
+                "line {}: `{}` is given twice (first at line {}); the last one counts, as in \
+                 Envoy",
+                d.second_line, d.key, d.first_line
+            )
+        }));
+        value
+    };
+    let descriptor = descriptors::message_named(BOOTSTRAP)
+        .ok_or_else(|| invalid("the pool has no Bootstrap".into()))?;
+    let mut track = serde_path_to_error::Track::new();
+    let bootstrap = pbjson::from_value(
+        &descriptor,
+        value,
+        |item| {
+            DynamicMessage::deserialize_with_options(
+                descriptor.clone(),
+                serde_path_to_error::Deserializer::new(item, &mut track),
+                &prost_reflect::DeserializeOptions::new(),
+            )
+            .map_err(|e| format!("{}: {e}", track.path()))
+        },
+        |path, message| format!("{path}: {message}"),
+    )
+    .map_err(|e| invalid(e.to_string()))?;
+    rules::check(&bootstrap).map_err(|v| invalid(format!("{}: {v}", v.path)))?;
+    // A regex's program is judged with the limit the bootstrap's own runtime sets.
+    let re2_max_program_size = {
+        use crate::config::fields;
+        fields::message(&bootstrap, "layered_runtime")
+            .map(|runtime| fields::messages(&runtime, "layers"))
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|layer| fields::message(layer, "static_layer"))
+            .filter_map(|layer| crate::config::json::to_json(&layer).ok())
+            .filter_map(|layer| checks::re2::runtime_limit(&layer))
+            .next_back()
+    };
+    if let Some(program) =
+        checks::check(&bootstrap).map_err(|r| invalid(format!("{}: {r}", r.path)))?
+    {
+        let limit = re2_max_program_size.unwrap_or(checks::re2::DEFAULT_MAX_PROGRAM_SIZE);
+        checks::judge_regex(&program, limit).map_err(|r| invalid(format!("{}: {r}", r.path)))?;
+    }
+
+    Ok((bootstrap, descriptor, re2_max_program_size))
+}
+
+/// Each HTTP connection manager's inline route configuration moved out to RDS over ADS
+/// (named after its listener when it has no name): the route configurations by name, or why
+/// not (two different ones of one name).
+fn split_routes(
+    listeners: &mut [DynamicMessage],
+) -> Result<BTreeMap<String, DynamicMessage>, String> {
+    let mut routes: BTreeMap<String, DynamicMessage> = BTreeMap::new();
+    for listener in listeners.iter_mut() {
+        let listener_name = string(listener, "name");
+        let mut k = 0;
+        let mut failure = None;
+        pbjson::rewrite(listener, &mut |m| {
+            if m.descriptor().full_name() != HCM {
+                return false;
+            }
+            let Some(mut route) = message(m, "route_config") else {
+                return false;
+            };
+            k += 1;
+            let mut name = string(&route, "name");
+            if name.is_empty() {
+                name = format!("{listener_name}_routes_{k}");
+                route.set_field_by_name("name", Value::String(name.clone()));
+            }
+            if let Some(existing) = routes.get(&name) {
+                if pbjson::to_json(existing).ok() != pbjson::to_json(&route).ok() {
+                    failure = Some(format!(
+                        "two HTTP connection managers have different route configurations \
+                         named {name:?}; over RDS a name means one; rename one, or import \
+                         without --split-routes"
+                    ));
+                    return false;
+                }
+            }
+            routes.insert(name.clone(), route);
+            m.clear_field_by_name("route_config");
+            let rds = json!({"route_config_name": name, "config_source": ADS_SOURCE.clone()});
+            match from(
+                &m.descriptor().get_field_by_name("rds").map(|f| f.kind()),
+                &rds,
+            ) {
+                Ok(rds) => {
+                    m.set_field_by_name("rds", Value::Message(rds));
+                    true
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    false
+                }
+            }
+        });
+        if let Some(message) = failure {
+            return Err(message);
+        }
+    }
+    Ok(routes)
+}
+
+/// STATIC clusters' inline endpoints moved out to EDS over ADS: the ClusterLoadAssignments,
+/// or why not.
+fn split_endpoints(clusters: &mut [DynamicMessage]) -> Result<Vec<DynamicMessage>, String> {
+    let mut endpoints = Vec::new();
+    for cluster in clusters.iter_mut() {
+        let is_static = cluster
+            .get_field_by_name("type")
+            .and_then(|v| v.as_enum_number())
+            .is_none_or(|n| n == 0);
+        let has_discovery_type = has(cluster, "cluster_type");
+        let Some(mut assignment) = message(cluster, "load_assignment") else {
+            continue;
+        };
+        if !is_static || has_discovery_type {
+            continue;
+        }
+        let name = string(cluster, "name");
+        assignment.set_field_by_name("cluster_name", Value::String(name));
+        endpoints.push(assignment);
+        cluster.clear_field_by_name("load_assignment");
+        let eds = json!({"eds_config": ADS_SOURCE.clone()});
+        let eds = from(
+            &cluster
+                .descriptor()
+                .get_field_by_name("eds_cluster_config")
+                .map(|f| f.kind()),
+            &eds,
+        )?;
+        cluster.set_field_by_name("eds_cluster_config", Value::Message(eds));
+        // EDS is 3 in Cluster.DiscoveryType.
+        cluster.set_field_by_name("type", Value::EnumNumber(3));
+    }
+    Ok(endpoints)
+}
+
+/// The new bootstrap, as JSON: `rest` (the old one without its static resources), the
+/// clusters and secrets that stay static, an xDS cluster for Switchyard, ADS for CDS and LDS,
+/// and a node id and cluster if it had none (said in `notes`).
+fn new_bootstrap(
+    path: &Path,
+    rest: &DynamicMessage,
+    kept_clusters: &[DynamicMessage],
+    kept_secrets: &[DynamicMessage],
+    options: &ImportOptions,
+    notes: &mut Vec<String>,
+) -> Result<serde_json::Value, ImportError> {
+    let invalid = |message: String| ImportError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let refused = |message: String| ImportError::Refused {
+        path: path.to_path_buf(),
+        message,
+    };
     let xds_name = {
         let taken: BTreeSet<String> = kept_clusters.iter().map(|c| string(c, "name")).collect();
         let mut name = "switchyard".to_string();
@@ -393,7 +489,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
             .map_err(|e| invalid(e.to_string()))?
             .into();
     }
-    let mut out = pbjson::to_json_proto_names(&rest).map_err(|e| invalid(e.to_string()))?;
+    let mut out = pbjson::to_json_proto_names(rest).map_err(|e| invalid(e.to_string()))?;
     out["static_resources"] = new_statics;
     out["dynamic_resources"] = json!({
         "ads_config": {
@@ -427,29 +523,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
     {
         node["cluster"] = options.node_cluster.clone().into();
     }
-    // The new bootstrap must be one Envoy accepts.
-    let check = pbjson::from_json(&descriptor, &out).map_err(|e| refused(e.to_string()))?;
-    rules::check(&check).map_err(|v| refused(format!("the new bootstrap: {}: {v}", v.path)))?;
-    let bootstrap_text = format!(
-        "# Written by `switchyard import` from {}: the same Envoy, its listeners, clusters, \
-         routes and secrets from Switchyard over ADS at {}.\n{}",
-        path.display(),
-        options.xds_address,
-        to_yaml(&out).map_err(|e| invalid(e.to_string()))?
-    );
-    if let Some(limit) = re2_max_program_size {
-        notes.push(format!(
-            "the bootstrap's runtime sets {} to {limit}: serve (and validate) the snapshot with \
-             --re2-max-program-size {limit}",
-            checks::re2::RUNTIME_KEY
-        ));
-    }
-    Ok(Imported {
-        files,
-        bootstrap: bootstrap_text,
-        notes,
-        re2_max_program_size,
-    })
+    Ok(out)
 }
 
 /// `{ads: {}, resource_api_version: V3}`.
