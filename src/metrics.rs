@@ -207,6 +207,9 @@ pub struct Scraped {
 pub const ROLLOUT_STATES: [&str; 4] = ["NONE", "CANARY", "BAKING", "HALTED"];
 
 /// The whole exposition: the handles, and what was read at scrape time.
+///
+/// A table, so one function: one registration per metric, with its help text, in the order
+/// the exposition lists them.
 pub fn encode(m: &Metrics, scraped: Scraped) -> String {
     let mut registry = Registry::with_prefix("switchyard");
     registry.register(
