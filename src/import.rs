@@ -70,20 +70,32 @@ pub enum ImportError {
     Write { path: PathBuf, message: String },
 }
 
+impl ImportError {
+    /// What makes [`ImportError::Invalid`] errors about the bootstrap at `path`.
+    fn invalid(path: &Path) -> impl Fn(String) -> ImportError + '_ {
+        move |message| ImportError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        }
+    }
+
+    /// What makes [`ImportError::Refused`] errors about the bootstrap at `path`.
+    fn refused(path: &Path) -> impl Fn(String) -> ImportError + '_ {
+        move |message| ImportError::Refused {
+            path: path.to_path_buf(),
+            message,
+        }
+    }
+}
+
 /// Import the bootstrap at `path`.
 pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportError> {
     let text = std::fs::read_to_string(path).map_err(|e| ImportError::Read {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    let invalid = |message: String| ImportError::Invalid {
-        path: path.to_path_buf(),
-        message,
-    };
-    let refused = |message: String| ImportError::Refused {
-        path: path.to_path_buf(),
-        message,
-    };
+    let invalid = ImportError::invalid(path);
+    let refused = ImportError::refused(path);
     let mut notes = Vec::new();
     let (bootstrap, descriptor, re2_max_program_size) = read_bootstrap(path, &text, &mut notes)?;
 
@@ -185,7 +197,7 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
 
     // RDS: each HTTP connection manager's inline route configuration.
     let routes = if options.split_routes {
-        split_routes(&mut listeners).map_err(refused)?
+        split_routes(&mut listeners).map_err(&refused)?
     } else {
         BTreeMap::new()
     };
@@ -295,10 +307,7 @@ fn read_bootstrap(
     ),
     ImportError,
 > {
-    let invalid = |message: String| ImportError::Invalid {
-        path: path.to_path_buf(),
-        message,
-    };
+    let invalid = ImportError::invalid(path);
     let is_json = path.extension().and_then(|e| e.to_str()) == Some("json");
     let value: serde_yaml::Value = if is_json {
         serde_json::from_str(text).map_err(|e| invalid(format!("invalid JSON: {e}")))?
@@ -458,14 +467,8 @@ fn new_bootstrap(
     options: &ImportOptions,
     notes: &mut Vec<String>,
 ) -> Result<serde_json::Value, ImportError> {
-    let invalid = |message: String| ImportError::Invalid {
-        path: path.to_path_buf(),
-        message,
-    };
-    let refused = |message: String| ImportError::Refused {
-        path: path.to_path_buf(),
-        message,
-    };
+    let invalid = ImportError::invalid(path);
+    let refused = ImportError::refused(path);
     let xds_name = {
         let taken: BTreeSet<String> = kept_clusters.iter().map(|c| string(c, "name")).collect();
         let mut name = "switchyard".to_string();

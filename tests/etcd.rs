@@ -145,14 +145,7 @@ async fn serve_follows_the_prefix_one_generation_per_transaction() {
         text
     };
     etcd.put("/sy/clusters.yaml", &cluster(&["a"])).await;
-    let url = format!("etcd://{}/sy", etcd.endpoint());
-    let server = Switchyard::start_serving(
-        &["--source", &url],
-        dir.path(),
-        (free_port(), free_port()),
-        &[],
-    )
-    .await;
+    let server = serve_prefix(&etcd, dir.path()).await;
     let config = || async { server.status().await.and_then(|s| s.config) };
     let dump = || async {
         get_json(
@@ -287,6 +280,18 @@ async fn serve_follows_the_prefix_one_generation_per_transaction() {
     );
 }
 
+/// `switchyard serve --source` on etcd's prefix `/sy`, on free ports.
+async fn serve_prefix(etcd: &Etcd, log_dir: &std::path::Path) -> Switchyard {
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    Switchyard::start_serving(
+        &["--source", &url],
+        log_dir,
+        (free_port(), free_port()),
+        &[],
+    )
+    .await
+}
+
 /// What etcd has answered of one kind of request (`Range`, `Watch`, ...), from its metrics.
 async fn etcd_handled(etcd: &Etcd, method: &str) -> f64 {
     let text = reqwest::get(format!("http://{}/metrics", etcd.endpoint()))
@@ -328,14 +333,7 @@ async fn serve_reads_one_key_per_edit_and_the_prefix_again_only_after_a_compacti
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     etcd.put_all(&refs).await;
-    let url = format!("etcd://{}/sy", etcd.endpoint());
-    let server = Switchyard::start_serving(
-        &["--source", &url],
-        dir.path(),
-        (free_port(), free_port()),
-        &[],
-    )
-    .await;
+    let server = serve_prefix(&etcd, dir.path()).await;
     let config = || async { server.status().await.and_then(|s| s.config) };
     let clusters = || async {
         let dump = get_json(

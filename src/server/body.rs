@@ -149,7 +149,8 @@ mod tests {
     use envoy_types::pb::google::protobuf::Any;
     use prost::Message;
 
-    fn message(text: &str) -> Any {
+    /// A message to frame: an `Any` whose type URL is `text` (its size follows the text).
+    pub(super) fn message(text: &str) -> Any {
         Any {
             type_url: text.to_string(),
             value: Vec::new(),

@@ -406,18 +406,12 @@ mod tests {
     use std::task::{Context, Poll};
 
     use super::super::frame;
+    use super::super::tests::message;
     use super::*;
     use envoy_types::pb::google::protobuf::Any;
     use http_body::Frame;
     use prost::Message;
     use tonic::codegen::http;
-
-    fn message(text: &str) -> Any {
-        Any {
-            type_url: text.to_string(),
-            value: Vec::new(),
-        }
-    }
 
     /// A request body of these frames (or errors), in order.
     struct Chunks(std::collections::VecDeque<Result<Frame<Bytes>, Status>>);

@@ -17,9 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
+use super::node;
 use crate::cache::Snapshot;
 use crate::config::content_hash;
 use crate::protocol::stream::Flavor;
@@ -224,14 +224,6 @@ trait Wire {
 
 /// What the client holds: per type, name -> resource.
 type Held = BTreeMap<ResourceType, BTreeMap<String, Arc<Resource>>>;
-
-fn node() -> Node {
-    Node {
-        id: "every-type".into(),
-        cluster: "test".into(),
-        ..Default::default()
-    }
-}
 
 struct Sotw {
     s: SotwStream,
