@@ -12,7 +12,7 @@
 //! Must not: change the cache or any stream; it only reads the [`Fleet`], the [`Cache`] and
 //! the [`Reloader`].
 
-use std::future::Future;
+use crate::shutdown::Shutdown;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +27,6 @@ use serde::Deserialize;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_stream::StreamExt;
 
@@ -157,7 +156,7 @@ pub async fn serve(
     listener: TcpListener,
     admin: Admin,
     transport: Transport,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    mut shutdown: Shutdown,
 ) {
     let telemetry = admin.telemetry.clone();
     let app = router(admin);
@@ -170,16 +169,14 @@ pub async fn serve(
         handshake_timeout: transport.header_timeout.min(HANDSHAKE_TIMEOUT),
     };
     let mut connections = incoming(listener, accept, telemetry.clone());
-    let (closing, closed) = watch::channel(());
     let mut open = JoinSet::new();
-    tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = shutdown.wait() => break,
             Some(_) = open.join_next(), if !open.is_empty() => {}
             conn = connections.next() => match conn {
                 Some(Ok(conn)) => {
-                    let served = connection(conn, app.clone(), transport.header_timeout, closed.clone());
+                    let served = connection(conn, app.clone(), transport.header_timeout, shutdown.clone());
                     let telemetry = telemetry.clone();
                     open.spawn(async move {
                         let (peer, ended) = served.await;
@@ -198,7 +195,6 @@ pub async fn serve(
         }
     }
     drop(connections);
-    let _ = closing.send(());
     let drained = async { while open.join_next().await.is_some() {} };
     if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("Admin connections did not close within {DRAIN_TIMEOUT:?}; closing them.");
@@ -212,7 +208,7 @@ async fn connection(
     conn: Conn,
     app: Router,
     header_timeout: Duration,
-    mut closing: watch::Receiver<()>,
+    mut shutdown: Shutdown,
 ) -> (Option<SocketAddr>, Result<(), hyper::Error>) {
     let peer = conn.peer();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -222,7 +218,7 @@ async fn connection(
     tokio::pin!(served);
     let ended = tokio::select! {
         ended = served.as_mut() => ended,
-        _ = closing.changed() => {
+        _ = shutdown.wait() => {
             served.as_mut().graceful_shutdown();
             served.await
         }

@@ -1,6 +1,6 @@
-//! The daemon as one library call: load the snapshot files, then serve xDS and the admin API
-//! on the listeners given until shutdown, with the watcher, the rollout driver and the state
-//! directory wired in. `switchyard serve` and every in-process test start the same way.
+//! The daemon as one library call: read the source and load it, then serve xDS and the
+//! admin API on the listeners given until shutdown, with the source followed, the rollout
+//! driver and the state directory wired in. `switchyard serve` and every in-process test start the same way.
 //!
 //! Owns: the order things start and stop in, and which part gets which handle (cache,
 //! fleet, reloader, telemetry). Must not: parse flags or read the process's environment (the
@@ -22,45 +22,31 @@ use crate::resource::Secrets;
 use crate::rollout::fleetwide::driver::{self as fleet_rollout, FleetRollout, FleetStart};
 use crate::rollout::Policy;
 use crate::server::{self, ServeOptions, ServerError};
-use crate::source::files::Watching;
+use crate::source::{etcd, Documents, Following, Sink, Source, SourceError};
 use crate::state::{StateDir, StateError};
 use crate::telemetry::Telemetry;
 
 /// Everything the daemon is told, beyond its listeners.
 #[derive(Debug, Default)]
 pub struct Options {
-    /// The snapshot files and directories (`--config`).
-    pub paths: Vec<PathBuf>,
+    /// Where the documents come from (`--config` files, or an etcd prefix with `--source`).
+    pub source: Source,
     pub load: LoadOptions,
     pub serve: ServeOptions,
     /// How the admin port is served (TLS, header timeout).
     pub admin: admin::Transport,
     /// `--admin-token-file`'s token: what shows nodes and configuration needs it.
     pub admin_token: Option<Arc<str>>,
-    /// Reload when the files change (`serve` always does; tests that reload by hand don't).
+    /// Follow the source (`serve` always does; tests that reload by hand don't).
     pub watch: bool,
-    /// `--canary-id`/`--canary-cluster` and `--rollout-bake`: staged rollouts.
+    /// `--canary-id`/`--canary-cluster` and `--rollout-bake`: staged rollouts (from etcd,
+    /// the fleet's rollout, kept in etcd beside the documents).
     pub rollout: Option<Policy>,
     /// `--state-dir`: where each good (or promoted) load is kept, and served from at start
     /// when the files do not load.
     pub state_dir: Option<PathBuf>,
     /// `--preflight-envoy` and `--preflight-timeout`: the Envoy that checks each new config.
     pub preflight: Option<(PathBuf, Duration)>,
-    /// `--source`: serve the documents under an etcd prefix instead of `paths`, from this
-    /// first read (the caller's), following the prefix from its revision.
-    pub source: Option<Source>,
-}
-
-/// `--source`: where the documents are, and what was read of them before serving.
-#[derive(Debug)]
-pub struct Source {
-    pub url: crate::source::EtcdUrl,
-    pub access: crate::source::etcd::Access,
-    /// The documents, read at one revision.
-    pub first: crate::source::Documents,
-    /// With a rollout policy: the fleet's rollout as etcd keeps it (see
-    /// `rollout::fleetwide::driver::read_start`). Every replica follows it.
-    pub fleet: Option<FleetStart>,
 }
 
 /// The two ports, bound by the caller.
@@ -79,8 +65,12 @@ pub enum RunError {
     NoEnvoy(PathBuf),
     #[error("the configuration cannot be loaded, not starting: {0}")]
     Load(LoadFailure),
-    #[error("the fleet's rollout in etcd cannot be followed, not starting: {0}")]
-    Fleet(String),
+    #[error("{0}; not starting")]
+    Source(#[from] SourceError),
+    #[error("the fleet's rollout in etcd cannot be followed, not starting: the promoted generation (revision {revision}) does not load here: {failure}")]
+    PromotedDoesNotLoad { revision: i64, failure: LoadFailure },
+    #[error("the fleet's rollout in etcd cannot be followed, not starting: the copy of the promoted generation (revision {revision}) is not what was promoted")]
+    PromotedCopyDiffers { revision: i64 },
     #[error(transparent)]
     Server(#[from] ServerError),
 }
@@ -108,13 +98,8 @@ pub struct Daemon {
     pub fleet: Arc<Fleet>,
     pub reloader: Arc<Reloader>,
     pub telemetry: Telemetry,
-    watching: Option<Watching>,
-    /// `--source`: the etcd prefix to follow, from the documents first loaded.
-    follow: Option<(
-        crate::source::EtcdUrl,
-        crate::source::etcd::Access,
-        crate::source::Documents,
-    )>,
+    /// The source, followed from its first read once serving.
+    following: Option<Following>,
     /// `--source` with a rollout policy: the driver of the fleet's rollout, its inputs, and
     /// the admin API's handle on it.
     fleet_driver: Option<FleetDriver>,
@@ -124,13 +109,20 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Load the configuration, as `serve` does before it binds: the watch is armed first (an
-    /// edit made during a long first load is not lost); under a rollout policy the last
-    /// promoted copy in the state directory serves first; a config that does not load is an
-    /// error unless the state directory keeps a good copy to serve meanwhile.
-    pub fn load(mut options: Options) -> Result<Daemon, RunError> {
+    /// Read the source and load it, as `serve` does before it binds. From files: the watch
+    /// is armed first (an edit made during a long first load is not lost); under a rollout
+    /// policy the last promoted copy in the state directory serves first; a config that
+    /// does not load is an error unless the state directory keeps a good copy to serve
+    /// meanwhile. From etcd: the prefix is read at one revision (with a rollout policy, the
+    /// fleet's rollout beside it, whose promoted generation serves first); a source that
+    /// does not answer, or a first read that does not load, is an error.
+    pub async fn load(mut options: Options) -> Result<Daemon, RunError> {
+        let first = match &options.source {
+            Source::Files(_) => None,
+            Source::Etcd(prefix) => Some(read_etcd(prefix, options.rollout.is_some()).await?),
+        };
         let telemetry = Telemetry::default();
-        let fleetwide = options.source.as_ref().is_some_and(|s| s.fleet.is_some());
+        let fleetwide = first.as_ref().is_some_and(|f| f.fleet.is_some());
         let fleet_of_nodes = Arc::new({
             let telemetry = telemetry.clone();
             Fleet::new(move |took| telemetry.converged(took))
@@ -143,7 +135,7 @@ impl Daemon {
             None => Cache::new(),
         });
         let mut reloader = Reloader::new(
-            options.paths,
+            options.source.paths().to_vec(),
             options.load,
             Arc::clone(&cache),
             telemetry.clone(),
@@ -173,59 +165,70 @@ impl Daemon {
             heads = Some(rx);
         }
         let reloader = Arc::new(reloader);
-        let mut follow = None;
-        let mut watching = None;
+        let sink = || Arc::clone(&reloader) as Arc<dyn Sink>;
         let mut fleet = None;
-        if let Some(Source {
-            url,
-            access,
-            first,
-            fleet: start,
-        }) = options.source
-        {
-            // With the fleet's rollout: what it promoted serves first (and what it rolls out
-            // to the canaries), never the documents as they are now.
-            let promoted = match &start {
-                Some(start) => serve_fleet_start(&reloader, &cache, start)?,
-                None => false,
-            };
-            // From etcd: no files to watch or keep; a first read that does not load is an
-            // error (there is no state directory to serve from meanwhile), unless the
-            // fleet's promoted generation serves.
-            if let Err(failure) = reloader.reload_documents(&first.documents, first.revision) {
-                if !promoted {
-                    return Err(RunError::Load(failure));
+        let following = match (options.source, first) {
+            (
+                Source::Etcd(prefix),
+                Some(EtcdStart {
+                    documents,
+                    fleet: start,
+                }),
+            ) => {
+                // With the fleet's rollout: what it promoted serves first (and what it rolls
+                // out to the canaries), never the documents as they are now.
+                let promoted = match &start {
+                    Some(start) => serve_fleet_start(&reloader, &cache, start)?,
+                    None => false,
+                };
+                // From etcd: no files to watch or keep; a first read that does not load is
+                // an error (there is no state directory to serve from meanwhile), unless the
+                // fleet's promoted generation serves.
+                if let Err(failure) =
+                    reloader.reload_documents(&documents.documents, documents.revision)
+                {
+                    if !promoted {
+                        return Err(RunError::Load(failure));
+                    }
                 }
-            }
-            reloader.source_health(&url.display(), None);
-            if let (Some(start), Some(heads)) = (start, heads) {
-                let (handle, inbox) = fleet_rollout::channels();
-                fleet = Some(FleetDriver {
-                    driver: fleet_rollout::Driver {
-                        url: url.clone(),
-                        access: access.clone(),
-                        replica: fleet_rollout::replica_name(),
-                        cache: Arc::clone(&cache),
-                        fleet: Arc::clone(&fleet_of_nodes),
-                        reloader: Arc::clone(&reloader),
-                        telemetry: telemetry.clone(),
-                    },
-                    heads,
-                    inbox,
-                    start: start.held,
-                    handle,
-                });
-            }
-            follow = options.watch.then_some((url, access, first));
-        } else {
-            watching = options.watch.then(|| reloader.watching());
-            let promoted_first = reloader.serve_promoted_first().is_some();
-            if let Err(failure) = reloader.reload() {
-                if !promoted_first && reloader.serve_last_good(&failure).is_none() {
-                    return Err(RunError::Load(failure));
+                reloader.source_health(&prefix.url.display(), None);
+                if let (Some(start), Some(heads)) = (start, heads) {
+                    let (handle, inbox) = fleet_rollout::channels();
+                    fleet = Some(FleetDriver {
+                        driver: fleet_rollout::Driver {
+                            url: prefix.url.clone(),
+                            access: prefix.access.clone(),
+                            replica: fleet_rollout::replica_name(),
+                            cache: Arc::clone(&cache),
+                            fleet: Arc::clone(&fleet_of_nodes),
+                            reloader: Arc::clone(&reloader),
+                            telemetry: telemetry.clone(),
+                        },
+                        heads,
+                        inbox,
+                        start: start.held,
+                        handle,
+                    });
                 }
+                options.watch.then(|| Following::Etcd {
+                    sink: sink(),
+                    prefix,
+                    first: documents,
+                })
             }
-        }
+            (source, _) => {
+                let following = options
+                    .watch
+                    .then(|| Following::files(sink(), source.paths().to_vec(), telemetry.clone()));
+                let promoted_first = reloader.serve_promoted_first().is_some();
+                if let Err(failure) = reloader.reload() {
+                    if !promoted_first && reloader.serve_last_good(&failure).is_none() {
+                        return Err(RunError::Load(failure));
+                    }
+                }
+                following
+            }
+        };
         log_secret_policy(
             &cache,
             options.serve.secrets,
@@ -236,8 +239,7 @@ impl Daemon {
             cache,
             reloader,
             telemetry,
-            watching,
-            follow,
+            following,
             fleet_driver: fleet,
             serve: options.serve,
             admin: options.admin,
@@ -257,38 +259,21 @@ impl Daemon {
             fleet,
             reloader,
             telemetry,
-            watching,
-            follow,
+            following,
             fleet_driver,
             serve,
             admin,
             admin_token,
         } = self;
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
+        let (trigger, stop) = crate::shutdown::channel();
         if let (Ok(xds), Ok(admin)) = (listeners.xds.local_addr(), listeners.admin.local_addr()) {
             tracing::info!(xds_addr = %xds, admin_addr = %admin, "Serving xDS.");
         }
-        let watcher = watching.map(|w| tokio::spawn(w.run(stopped(stop_rx.clone()))));
-        let follower = follow.map(|(url, access, first)| {
-            tokio::spawn(crate::source::etcd::follow::follow(
-                Arc::clone(&reloader) as Arc<dyn crate::source::Sink>,
-                url,
-                access,
-                first,
-                stopped(stop_rx.clone()),
-            ))
-        });
-        let keeper = tokio::spawn(Arc::clone(&reloader).keep_promoted());
+        let follower = following.map(|f| tokio::spawn(f.run(stop.clone())));
+        let keeper = tokio::spawn(Arc::clone(&reloader).keep_promoted(stop.clone()));
         let fleet_rollout = fleet_driver.as_ref().map(|d| d.handle.clone());
-        let fleet_task = fleet_driver.map(|d| {
-            tokio::spawn(
-                d.driver
-                    .run(d.heads, d.inbox, d.start, stopped(stop_rx.clone())),
-            )
-        });
+        let fleet_task = fleet_driver
+            .map(|d| tokio::spawn(d.driver.run(d.heads, d.inbox, d.start, stop.clone())));
         let history = Arc::clone(&reloader);
         let admin_task = tokio::spawn(admin::serve(
             listeners.admin,
@@ -303,11 +288,11 @@ impl Daemon {
                 fleet_rollout,
             },
             admin,
-            stopped(stop_rx.clone()),
+            stop.clone(),
         ));
         tokio::spawn(async move {
             shutdown.await;
-            let _ = stop_tx.send(true);
+            trigger.fire();
         });
         // Staged rollouts on this replica, when the cache has a policy (read from what the
         // server reports of the proxies).
@@ -315,20 +300,9 @@ impl Daemon {
             Arc::clone(&cache),
             Arc::clone(&fleet),
             telemetry.clone(),
-            stop_rx.clone(),
+            stop.clone(),
         ));
-        let served = server::serve(
-            listeners.xds,
-            cache,
-            fleet,
-            telemetry,
-            serve,
-            stopped(stop_rx),
-        )
-        .await;
-        if let Some(watcher) = watcher {
-            let _ = watcher.await;
-        }
+        let served = server::serve(listeners.xds, cache, fleet, telemetry, serve, stop).await;
         if let Some(follower) = follower {
             let _ = follower.await;
         }
@@ -351,7 +325,62 @@ pub async fn run(
     options: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    Daemon::load(options)?.serve(listeners, shutdown).await
+    Daemon::load(options)
+        .await?
+        .serve(listeners, shutdown)
+        .await
+}
+
+/// The first read of an etcd source: the documents, and with a rollout policy the fleet's
+/// rollout kept beside them.
+struct EtcdStart {
+    documents: Documents,
+    fleet: Option<FleetStart>,
+}
+
+/// Read the prefix at one revision and, with a rollout policy (`rollout`), the fleet's
+/// rollout beside it; each read bounded by the prefix's timeout.
+async fn read_etcd(prefix: &etcd::Prefix, rollout: bool) -> Result<EtcdStart, RunError> {
+    let (mut client, documents) = prefix.read_first().await?;
+    tracing::info!(source = %prefix.url.display(), revision = documents.revision, documents = documents.documents.len(), "Read the snapshot documents from etcd.");
+    let url = &prefix.url;
+    let late = || SourceError::Unavailable {
+        url: url.display(),
+        message: format!(
+            "no answer within {} reading the fleet's rollout",
+            humantime::format_duration(prefix.timeout)
+        ),
+    };
+    if rollout {
+        let start =
+            tokio::time::timeout(prefix.timeout, fleet_rollout::read_start(&mut client, url))
+                .await
+                .map_err(|_| late())??;
+        return Ok(EtcdStart {
+            documents,
+            fleet: Some(start),
+        });
+    }
+    // A fleet rollout kept in etcd that this replica will not follow: say so (its edge nodes
+    // get the documents as they are, vetted or not).
+    if let Ok(Ok(held)) = tokio::time::timeout(
+        prefix.timeout,
+        crate::rollout::fleetwide::store::read(&mut client, url),
+    )
+    .await
+    {
+        if let Some(shared) = held.shared {
+            tracing::warn!(
+                promoted = shared.stable.revision,
+                candidate = shared.candidate.as_ref().map(|c| c.mark.revision),
+                "etcd keeps a rollout for this prefix, but this replica has no canary flags: it serves the documents as they are to every node, whatever the fleet's canaries said. Give every replica the same --canary-id/--canary-cluster and --rollout-bake."
+            );
+        }
+    }
+    Ok(EtcdStart {
+        documents,
+        fleet: None,
+    })
 }
 
 /// Serve what the fleet's rollout kept in etcd says, before the documents as they are now:
@@ -367,17 +396,12 @@ fn serve_fleet_start(
     let (Some(shared), Some(documents)) = (&start.held.shared, &start.stable) else {
         return Ok(false);
     };
-    let stable = reloader.load_only(documents).map_err(|e| {
-        RunError::Fleet(format!(
-            "the promoted generation (revision {}) does not load here: {e}",
-            shared.stable.revision
-        ))
-    })?;
+    let revision = shared.stable.revision;
+    let stable = reloader
+        .load_only(documents)
+        .map_err(|failure| RunError::PromotedDoesNotLoad { revision, failure })?;
     if stable.content_version() != shared.stable.version {
-        return Err(RunError::Fleet(format!(
-            "the copy of the promoted generation (revision {}) is not what was promoted",
-            shared.stable.revision
-        )));
+        return Err(RunError::PromotedCopyDiffers { revision });
     }
     let generation = reloader.publish_named(stable, shared.stable.revision);
     tracing::info!(

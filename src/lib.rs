@@ -35,8 +35,9 @@
 //!   rollouts and drives them (`rollout::replica` from the fleet's reports on this replica,
 //!   `rollout::fleetwide` for every replica of an etcd source), with no call into the
 //!   server: the server reports what proxies hold, the rollout reads it.
-//! - [`daemon`] wires it all: [`run`] loads the files and serves xDS and the admin API on the
-//!   listeners given until shutdown. [`cli`] (the command line, one module per subcommand)
+//! - [`daemon`] wires it all: [`run`] reads the source, loads it, and serves xDS and the
+//!   admin API on the listeners given until shutdown ([`shutdown`]: one signal, held by
+//!   every long-running task). [`cli`] (the command line, one module per subcommand)
 //!   and the in-process tests start the server through it.
 //!
 //! The load generator behind `switchyard loadgen` is a crate of its own (`loadgen/`,
@@ -59,6 +60,7 @@ pub mod publish;
 pub mod resource;
 pub mod rollout;
 pub mod server;
+pub mod shutdown;
 pub mod source;
 pub mod state;
 pub mod telemetry;

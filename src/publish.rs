@@ -21,7 +21,6 @@ use tokio::sync::{mpsc, watch};
 
 use crate::cache::Cache;
 use crate::config::{self, Config, ConfigError, LoadFailure, LoadOptions, LoadWork};
-use crate::source::files::Watching;
 use crate::state::StateDir;
 use crate::telemetry::{Loaded, Telemetry};
 
@@ -412,17 +411,6 @@ impl Reloader {
 
     fn store(&self, report: LoadReport) {
         self.last.send_replace(Some(report));
-    }
-
-    /// The files source on this reloader's paths, armed now ([`Watching::arm`]): armed
-    /// before the first load, a write that lands while it reads the files is loaded once
-    /// the watch runs.
-    pub fn watching(self: &Arc<Self>) -> Watching {
-        Watching::arm(
-            Arc::clone(self) as Arc<dyn crate::source::Sink>,
-            self.loading.paths.clone(),
-            self.telemetry.clone(),
-        )
     }
 }
 

@@ -7,17 +7,82 @@
 //!   are skipped), never documents. Read at one revision first, then followed by one watch
 //!   ([`etcd::follow`]); the position is the store's revision.
 //!
-//! Each kind owns its first read, its following, its health and its errors, and hands what
-//! it read to a [`Sink`] (the publisher, `publish::Reloader`).
+//! [`Source`] is the choice between them. Each kind owns its first read, its following, its
+//! health and its errors, and hands what it read to a [`Sink`] (the publisher,
+//! `publish::Reloader`).
 //! Must not: parse or judge documents (`config` does), publish or serve them.
 
 pub mod etcd;
 pub mod files;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Document;
+use crate::shutdown::Shutdown;
+use crate::telemetry::Telemetry;
+
+/// Where the snapshot documents come from: `--config` or `--source`.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// The files and directories named (`--config`). The sink's loader reads them (a
+    /// document may name files of its own, `switchyard_files`); [`files::Watching`] follows
+    /// them, armed before the first load.
+    Files(Vec<PathBuf>),
+    /// An etcd prefix (`--source`): read first by [`etcd::Prefix::read_first`], then followed
+    /// by one watch from that read ([`etcd::follow`]).
+    Etcd(etcd::Prefix),
+}
+
+impl Default for Source {
+    /// No files: what a test that loads by hand starts from.
+    fn default() -> Source {
+        Source::Files(Vec::new())
+    }
+}
+
+impl Source {
+    /// The files a load reads (none from etcd).
+    pub fn paths(&self) -> &[PathBuf] {
+        match self {
+            Source::Files(paths) => paths,
+            Source::Etcd(_) => &[],
+        }
+    }
+}
+
+/// A source being followed: every change after the first read goes to the sink, until
+/// shutdown.
+pub enum Following {
+    Files(files::Watching),
+    Etcd {
+        sink: Arc<dyn Sink>,
+        prefix: etcd::Prefix,
+        /// The first read, which the watch goes on from.
+        first: Documents,
+    },
+}
+
+impl Following {
+    /// Follow the files from now (the watch is armed before the first load reads them, so
+    /// that a write landing during the load is loaded next).
+    pub fn files(sink: Arc<dyn Sink>, paths: Vec<PathBuf>, telemetry: Telemetry) -> Following {
+        Following::Files(files::Watching::arm(sink, paths, telemetry))
+    }
+
+    /// Hand each change to the sink until `shutdown`.
+    pub async fn run(self, shutdown: Shutdown) {
+        match self {
+            Following::Files(watching) => watching.run(shutdown).await,
+            Following::Etcd {
+                sink,
+                prefix,
+                first,
+            } => etcd::follow::follow(sink, prefix.url, prefix.access, first, shutdown).await,
+        }
+    }
+}
 
 /// Quiet time after the last change (a file event, an etcd event) before loading again.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);

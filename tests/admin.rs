@@ -502,11 +502,11 @@ async fn the_html_page_shows_each_node_with_its_state_and_nack_text() {
 }
 
 /// The admin server alone, over an empty config directory (nothing loaded yet), served as
-/// `transport` says until `stop` is sent.
+/// `transport` says until `stop` fires.
 struct AdminAlone {
     addr: std::net::SocketAddr,
     reloader: std::sync::Arc<switchyard::publish::Reloader>,
-    stop: tokio::sync::oneshot::Sender<()>,
+    stop: switchyard::shutdown::Trigger,
     task: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
@@ -536,14 +536,9 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
         new_streams: None,
         fleet_rollout: None,
     };
-    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (stop, shutdown) = switchyard::shutdown::channel();
     let task = tokio::spawn(switchyard::admin::serve(
-        listener,
-        admin,
-        transport,
-        async {
-            let _ = stopped.await;
-        },
+        listener, admin, transport, shutdown,
     ));
     AdminAlone {
         addr,
@@ -717,7 +712,7 @@ async fn the_admin_server_stops_with_idle_connections_open() {
     .expect("answered")
     .expect("read");
     assert_eq!(&first, b"HTTP/1.1 200");
-    alone.stop.send(()).expect("stop");
+    alone.stop.fire();
     tokio::time::timeout(WAIT, alone.task)
         .await
         .expect("the admin server ends")

@@ -34,7 +34,7 @@ async fn run_serves_until_shutdown() {
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let options = Options {
-        paths: vec![dir.path().to_path_buf()],
+        source: switchyard::source::Source::Files(vec![dir.path().to_path_buf()]),
         watch: true,
         ..Default::default()
     };
@@ -73,7 +73,7 @@ async fn run_refuses_a_config_that_does_not_load() {
         "clusters: [{name: a, connect_timeout: soon}]\n",
     );
     let options = Options {
-        paths: vec![dir.path().to_path_buf()],
+        source: switchyard::source::Source::Files(vec![dir.path().to_path_buf()]),
         ..Default::default()
     };
     let refused = switchyard::run(listeners().await, options, std::future::pending()).await;
@@ -92,10 +92,11 @@ async fn the_daemon_reloads_edited_files() {
     let dir = tempfile::tempdir().expect("tmp");
     let file = write(dir.path(), "c.yaml", &eds_cluster("backend", "1s", 8080));
     let daemon = Daemon::load(Options {
-        paths: vec![dir.path().to_path_buf()],
+        source: switchyard::source::Source::Files(vec![dir.path().to_path_buf()]),
         watch: true,
         ..Default::default()
     })
+    .await
     .expect("loads");
     let mut serving = daemon.cache.subscribe();
     let running = tokio::spawn(daemon.serve(listeners().await, std::future::pending()));

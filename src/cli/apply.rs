@@ -118,7 +118,7 @@ fn reach(source: &str, etcd: &EtcdArgs) -> Result<(EtcdUrl, etcd::Access), ExitC
     let url = source
         .parse::<EtcdUrl>()
         .map_err(|e| usage(e.to_string()))?;
-    let access = etcd.access().map_err(usage)?;
+    let access = etcd.access().map_err(|e| usage(e.to_string()))?;
     Ok((url, access))
 }
 

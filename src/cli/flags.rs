@@ -144,12 +144,24 @@ pub struct EtcdArgs {
     pub etcd_password_file: Option<PathBuf>,
 }
 
+/// A file a flag names that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("--{flag} {}: cannot read: {source}", path.display())]
+pub struct FlagFileError {
+    pub flag: &'static str,
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
 impl EtcdArgs {
     /// The access these flags describe, their files read; or what cannot be read.
-    pub fn access(&self) -> Result<crate::source::etcd::Access, String> {
-        let read = |flag: &str, path: &PathBuf| {
-            std::fs::read_to_string(path)
-                .map_err(|e| format!("--{flag} {}: cannot read: {e}", path.display()))
+    pub fn access(&self) -> Result<crate::source::etcd::Access, FlagFileError> {
+        let read = |flag: &'static str, path: &PathBuf| {
+            std::fs::read_to_string(path).map_err(|source| FlagFileError {
+                flag,
+                path: path.clone(),
+                source,
+            })
         };
         let tls = match &self.etcd_ca {
             None => None,

@@ -20,6 +20,7 @@ use crate::protocol::Ordering;
 use crate::resource::Secrets;
 use crate::server::tls::{IdentityPolicy, Tls, TlsFiles};
 use crate::server::{CsdsFrom, Limits, ServeOptions};
+use crate::source::Source;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -432,71 +433,18 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     if token.is_none() && !args.admin.admin_addr.ip().is_loopback() {
         tracing::warn!(admin_addr = %args.admin.admin_addr, "The admin API listens beyond loopback without a token: anyone who reaches it sees every node and its configuration (--admin-token-file).");
     }
-    // From etcd: the first read, before anything is bound (as files load first).
     let source = match &args.source {
-        None => None,
-        Some(url) => {
-            let url: crate::source::EtcdUrl = url
+        None => Source::Files(args.config.paths.clone()),
+        Some(url) => Source::Etcd(crate::source::etcd::Prefix {
+            url: url
                 .parse()
-                .map_err(|e| Failure::Usage(anyhow::Error::new(e)))?;
-            let timeout = args.source_timeout;
-            let access = args
-                .etcd
-                .access()
-                .map_err(|e| Failure::Usage(anyhow::anyhow!(e)))?;
-            let (mut client, first) =
-                crate::source::etcd::connect_and_read(&url, &access, None, timeout)
-                    .await
-                    .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?;
-            tracing::info!(source = %url.display(), revision = first.revision, documents = first.documents.len(), "Read the snapshot documents from etcd.");
-            // With canaries, the rollout is the fleet's, kept in etcd beside the documents.
-            let fleet = match rollout {
-                None => {
-                    // A fleet rollout kept in etcd that this replica will not follow: say so
-                    // (its edge nodes get the documents as they are, vetted or not).
-                    if let Ok(Ok(held)) = tokio::time::timeout(
-                        timeout,
-                        crate::rollout::fleetwide::store::read(&mut client, &url),
-                    )
-                    .await
-                    {
-                        if let Some(shared) = held.shared {
-                            tracing::warn!(
-                                promoted = shared.stable.revision,
-                                candidate = shared.candidate.as_ref().map(|c| c.mark.revision),
-                                "etcd keeps a rollout for this prefix, but this replica has no canary flags: it serves the documents as they are to every node, whatever the fleet's canaries said. Give every replica the same --canary-id/--canary-cluster and --rollout-bake."
-                            );
-                        }
-                    }
-                    None
-                }
-                Some(_) => Some(
-                    tokio::time::timeout(
-                        timeout,
-                        crate::rollout::fleetwide::driver::read_start(&mut client, &url),
-                    )
-                    .await
-                    .map_err(|_| {
-                        Failure::Usage(anyhow::anyhow!(
-                            "{}: no answer within {} reading the fleet's rollout; not starting",
-                            url.display(),
-                            humantime::format_duration(timeout)
-                        ))
-                    })?
-                    .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}; not starting")))?,
-                ),
-            };
-            Some(crate::daemon::Source {
-                url,
-                access,
-                first,
-                fleet,
-            })
-        }
+                .map_err(|e| Failure::Usage(anyhow::Error::new(e)))?,
+            access: args.etcd.access().map_err(|e| Failure::Usage(e.into()))?,
+            timeout: args.source_timeout,
+        }),
     };
     let options = Options {
         source,
-        paths: args.config.paths.clone(),
         load: LoadOptions {
             allow_empty: args.allow_empty,
             max_file_bytes: args.max_file_size,
@@ -524,8 +472,9 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             .clone()
             .map(|envoy| (envoy, args.preflight_timeout)),
     };
-    // Load before binding: a config that cannot load at start is a usage error, unless the
-    // state directory keeps a good copy to serve meanwhile.
+    // Read and load before binding: a source that does not answer, or a config that cannot
+    // load at start, is a usage error, unless the state directory keeps a good copy to serve
+    // meanwhile.
     let fail = |e: RunError| {
         if e.is_usage() {
             Failure::Usage(e.into())
@@ -533,7 +482,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             Failure::Runtime(e.into())
         }
     };
-    let daemon = Daemon::load(options).map_err(fail)?;
+    let daemon = Daemon::load(options).await.map_err(fail)?;
     let bind = |addr: SocketAddr, flag: &'static str| {
         listen(addr)
             .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot listen on {flag} {addr}: {e}")))

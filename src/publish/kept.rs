@@ -84,9 +84,9 @@ impl Reloader {
     }
 
     /// Under a rollout policy, with a state directory: keep each generation that becomes
-    /// stable (promoted) there, until the cache closes. The copy is made from the files, and
-    /// kept only if they are still what was promoted.
-    pub async fn keep_promoted(self: Arc<Self>) {
+    /// stable (promoted) there, until `shutdown`. The copy is made from the files, and kept
+    /// only if they are still what was promoted.
+    pub async fn keep_promoted(self: Arc<Self>, mut shutdown: crate::shutdown::Shutdown) {
         if self.cache.policy().is_none() || self.state.is_none() {
             return;
         }
@@ -100,8 +100,9 @@ impl Reloader {
                 tried = Some(stable.number);
                 self.keep(&stable).await;
             }
-            if serving.changed().await.is_err() {
-                return;
+            tokio::select! {
+                changed = serving.changed() => if changed.is_err() { return },
+                _ = shutdown.wait() => return,
             }
         }
     }

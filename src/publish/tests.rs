@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::metrics::ResultLabels;
+use crate::source::files::Watching;
 
 /// How long to wait for what a file event should bring about.
 const WAIT: Duration = Duration::from_secs(5);
@@ -45,18 +46,19 @@ fn reloader_over(root: PathBuf) -> (Arc<Cache>, Arc<Reloader>, Telemetry) {
     (cache, Arc::new(reloader), telemetry)
 }
 
-/// Run `watching` in a task until the returned sender is used.
-fn run_watch(
-    watching: Watching,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<()>,
-) {
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(watching.run(async {
-        let _ = stop_rx.await;
-    }));
-    (stop_tx, task)
+/// The files source on `reloader`'s paths, armed now.
+fn watching(reloader: &Arc<Reloader>) -> Watching {
+    Watching::arm(
+        Arc::clone(reloader) as Arc<dyn crate::source::Sink>,
+        reloader.loading.paths.clone(),
+        reloader.telemetry.clone(),
+    )
+}
+
+/// Run `watching` in a task until the returned trigger fires.
+fn run_watch(watching: Watching) -> (crate::shutdown::Trigger, tokio::task::JoinHandle<()>) {
+    let (stop, shutdown) = crate::shutdown::channel();
+    (stop, tokio::spawn(watching.run(shutdown)))
 }
 
 const GOOD: &str = "clusters: [{name: a, connect_timeout: 1s}]\n";
@@ -124,7 +126,8 @@ async fn with_rollouts_the_state_dir_keeps_what_was_promoted() {
     let promoted = cache.promote().expect("in progress");
     // The keeper starts after the promotion (a task may first run that late): it goes by
     // what the state directory keeps, not by what serves when it starts.
-    tokio::spawn(Arc::clone(&reloader).keep_promoted());
+    let (_stop, shutdown) = crate::shutdown::channel();
+    tokio::spawn(Arc::clone(&reloader).keep_promoted(shutdown));
     let mut kept_generation = reloader.kept();
     let keeping = kept_generation.wait_for(|&n| n == promoted);
     assert!(
@@ -154,7 +157,7 @@ async fn edits_reload_and_broken_files_keep_the_last_good_config() {
     reloader.reload().expect("first load");
     assert_eq!(cache.current().number, 1);
     // Armed here, before the edits below.
-    let (stop_tx, task) = run_watch(reloader.watching());
+    let (stop_tx, task) = run_watch(watching(&reloader));
 
     // An edit in place.
     std::fs::write(&file, CHANGED).expect("write");
@@ -181,7 +184,7 @@ async fn edits_reload_and_broken_files_keep_the_last_good_config() {
     // The report is stored just after the publication.
     report(&reloader, |r| r.ok() && r.generation == 3).await;
 
-    let _ = stop_tx.send(());
+    stop_tx.fire();
     task.await.expect("watch task ends on shutdown");
 }
 
@@ -193,13 +196,13 @@ async fn an_edit_during_the_first_load_is_loaded_once_the_watch_runs() {
     let file = dir.path().join("a.yaml");
     std::fs::write(&file, GOOD).expect("write");
     let (cache, reloader, _) = reloader_over(dir.path().to_path_buf());
-    let watching = reloader.watching();
+    let watching = watching(&reloader);
     reloader.reload().expect("first load");
     // The edit lands after the first load read the files, before the watch task runs.
     std::fs::write(&file, CHANGED).expect("write");
     let (stop_tx, task) = run_watch(watching);
     generation(&cache, 2).await;
-    let _ = stop_tx.send(());
+    stop_tx.fire();
     task.await.expect("watch task ends on shutdown");
 }
 
@@ -268,7 +271,7 @@ async fn secret_files_swapped_as_kubernetes_does_reload() {
     let (cache, reloader, _) = reloader_over(config.clone());
     // Armed before the first load, as the daemon does: the secret directory is added
     // once the load names it.
-    let watching = reloader.watching();
+    let watching = watching(&reloader);
     reloader.reload().expect("first load");
     let (stop_tx, task) = run_watch(watching);
     let serial = |cache: &Cache| {
@@ -287,7 +290,7 @@ async fn secret_files_swapped_as_kubernetes_does_reload() {
     assert_eq!(cache.current().number, first, "nothing changed yet");
     version(2);
     generation(&cache, first + 1).await;
-    let _ = stop_tx.send(());
+    stop_tx.fire();
     task.await.expect("ends");
 }
 
@@ -299,7 +302,7 @@ async fn a_swapped_directory_is_followed() {
     std::fs::write(dir.join("a.yaml"), GOOD).expect("write");
     let (cache, reloader, _) = reloader_over(dir.clone());
     reloader.reload().expect("first load");
-    let (stop_tx, task) = run_watch(reloader.watching());
+    let (stop_tx, task) = run_watch(watching(&reloader));
     for (round, content) in [CHANGED, GOOD].into_iter().enumerate() {
         // Build a new directory beside it and rename it over the old one.
         let next = parent.path().join(format!("snap.new{round}"));
@@ -310,6 +313,6 @@ async fn a_swapped_directory_is_followed() {
         std::fs::rename(&next, &dir).expect("move new in");
         generation(&cache, round as u64 + 2).await;
     }
-    let _ = stop_tx.send(());
+    stop_tx.fire();
     task.await.expect("ends");
 }

@@ -9,22 +9,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
-
 use crate::cache::Cache;
 use crate::fleet::{Fleet, StreamReport, SyncStatus};
 use crate::rollout::{decide, Decision, Observation, Phase, Policy};
+use crate::shutdown::Shutdown;
 use crate::telemetry::{RolloutEnd, Telemetry};
 
 /// How often the canaries' reports are read.
 const TICK: Duration = Duration::from_millis(200);
 
-/// Drive rollouts until `stop` turns true. Does nothing without a rollout policy.
+/// Drive rollouts until `shutdown`. Does nothing without a rollout policy.
 pub async fn drive(
     cache: Arc<Cache>,
     fleet: Arc<Fleet>,
     telemetry: Telemetry,
-    mut stop: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let Some(policy) = cache.policy().cloned() else {
         return;
@@ -38,7 +37,7 @@ pub async fn drive(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = stop.changed() => return,
+            _ = shutdown.wait() => return,
         }
         let serving = cache.serving();
         let Some(rollout) = &serving.rollout else {

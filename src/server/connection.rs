@@ -19,6 +19,7 @@ use tower::ServiceExt;
 
 use super::incoming::{Conn, ConnInfo};
 use super::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
+use crate::shutdown::Shutdown;
 
 /// How long connections live, at most (`--max-connection-age`, `--max-connection-age-grace`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,12 +62,12 @@ pub struct Settings {
 }
 
 /// Serve `routes` on `conn` until the client leaves, the connection reaches its age, or
-/// `stopping` turns true (shutdown: a GOAWAY, then requests in progress finish).
+/// `shutdown` (a GOAWAY, then requests in progress finish).
 pub async fn serve(
     conn: Conn,
     routes: tonic::service::Routes,
     settings: Settings,
-    mut stopping: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
     telemetry: crate::telemetry::Telemetry,
 ) {
     let peer = conn.peer();
@@ -112,7 +113,7 @@ pub async fn serve(
             served.as_mut().graceful_shutdown();
             None
         }
-        _ = stopped(&mut stopping) => {
+        _ = shutdown.wait() => {
             served.as_mut().graceful_shutdown();
             None
         }
@@ -133,15 +134,6 @@ pub async fn serve(
     };
     if let Err(e) = ended {
         tracing::debug!(?peer, error = %e, "An xDS connection ended with an error.");
-    }
-}
-
-/// Resolves once `stopping` is true (or its sender is gone).
-async fn stopped(stopping: &mut watch::Receiver<bool>) {
-    while !*stopping.borrow_and_update() {
-        if stopping.changed().await.is_err() {
-            return;
-        }
     }
 }
 

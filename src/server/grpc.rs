@@ -14,7 +14,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::watch;
 use tonic::body::Body;
 use tonic::codegen::{http, Body as HttpBody, BoxFuture, Bytes, Service, StdError};
 use tonic::Status;
@@ -53,7 +52,7 @@ impl XdsServer {
         fleet: Arc<Fleet>,
         telemetry: Telemetry,
         options: &super::ServeOptions,
-        stop: watch::Receiver<bool>,
+        stop: crate::shutdown::Shutdown,
     ) -> XdsServer {
         XdsServer {
             shared: StreamContext {

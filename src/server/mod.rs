@@ -31,12 +31,10 @@ mod wire;
 
 pub use wire::{WireDeltaResponse, WireResponse};
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_server::ClientStatusDiscoveryServiceServer;
 
@@ -44,6 +42,7 @@ use crate::cache::Cache;
 use crate::fleet::Fleet;
 use crate::protocol::Ordering;
 use crate::resource::Secrets;
+use crate::shutdown::Shutdown;
 use crate::telemetry::Telemetry;
 
 /// Largest request accepted (a delta reconnect can list every resource it has).
@@ -147,17 +146,17 @@ impl std::fmt::Debug for ServeOptions {
 }
 
 /// Serve xDS on `listener` from `cache`, reporting every stream in `fleet` and every event
-/// to `telemetry`, as `options` say, until `shutdown` completes; then end every stream and
-/// wait (up to [`DRAIN_TIMEOUT`]) for connections to close.
+/// to `telemetry`, as `options` say, until `shutdown`; then (every stream and connection
+/// holds the same signal) end every stream, GOAWAY every connection, and wait (up to
+/// [`DRAIN_TIMEOUT`]) for connections to close.
 pub async fn serve(
     listener: TcpListener,
     cache: Arc<Cache>,
     fleet: Arc<Fleet>,
     telemetry: Telemetry,
     options: ServeOptions,
-    shutdown: impl Future<Output = ()> + Send,
+    mut shutdown: Shutdown,
 ) -> Result<(), ServerError> {
-    let (stop_tx, stop_rx) = watch::channel(false);
     let csds = ClientStatusDiscoveryServiceServer::new(csds::Csds {
         fleet: Arc::clone(&fleet),
         cache: Arc::clone(&cache),
@@ -169,7 +168,7 @@ pub async fn serve(
         cache: Arc::clone(&cache),
         fleet: Arc::clone(&fleet),
         telemetry: telemetry.clone(),
-        stop: stop_rx.clone(),
+        stop: shutdown.clone(),
         secrets: options.secrets,
         identity: options.identity.clone(),
     });
@@ -184,7 +183,7 @@ pub async fn serve(
         },
         telemetry.clone(),
     );
-    let xds = grpc::XdsServer::new(cache, fleet, telemetry.clone(), &options, stop_rx.clone());
+    let xds = grpc::XdsServer::new(cache, fleet, telemetry.clone(), &options, shutdown.clone());
     // REST-JSON polling comes over HTTP/1.1 too; everything else is gRPC over HTTP/2.
     let routes = tonic::service::Routes::from(grpc::route(rest, &xds))
         .add_service(csds)
@@ -196,10 +195,9 @@ pub async fn serve(
 
     let mut connections = connections;
     let mut open = tokio::task::JoinSet::new();
-    tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = shutdown.wait() => break,
             Some(_) = open.join_next(), if !open.is_empty() => {}
             conn = tokio_stream::StreamExt::next(&mut connections) => match conn {
                 Some(Ok(conn)) => {
@@ -207,7 +205,7 @@ pub async fn serve(
                         conn,
                         routes.clone(),
                         settings,
-                        stop_rx.clone(),
+                        shutdown.clone(),
                         telemetry.clone(),
                     ));
                 }
@@ -216,11 +214,10 @@ pub async fn serve(
             },
         }
     }
-    // Stop accepting, end every stream (their tasks see the flag), and GOAWAY every
-    // connection; requests in progress get the drain time.
+    // Stop accepting; every stream ends and every connection sends GOAWAY (they hold the
+    // same signal); requests in progress get the drain time.
     drop(connections);
     tracing::info!("Shutting down: ending every xDS stream.");
-    let _ = stop_tx.send(true);
     let drained = async { while open.join_next().await.is_some() {} };
     if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("Connections did not close within {DRAIN_TIMEOUT:?}; closing them.");

@@ -28,7 +28,6 @@ use axum::routing::post;
 use axum::Router;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use prost_reflect::DynamicMessage;
-use tokio::sync::watch;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 
@@ -51,7 +50,8 @@ pub struct Rest {
     /// Where each poll is reported.
     pub fleet: Arc<Fleet>,
     pub telemetry: Telemetry,
-    pub stop: watch::Receiver<bool>,
+    /// The server's shutdown: a held poll is answered at once.
+    pub stop: crate::shutdown::Shutdown,
     /// Private key material only with `--insecure-serve-secrets`: a poll proves nothing about
     /// who it comes from (even a poll bound by `--node-identity` gets none: each resource's
     /// REST rendering is made once and shared).
@@ -237,7 +237,7 @@ impl Rest {
             tokio::select! {
                 changed = generations.changed() => first = changed.is_ok(),
                 _ = tokio::time::sleep_until(deadline) => first = false,
-                _ = stop.changed() => first = false,
+                _ = stop.wait() => first = false,
             }
         }
     }

@@ -177,7 +177,8 @@ pub struct StreamContext {
     pub admission: Option<Arc<std::sync::Mutex<Bucket>>>,
     /// `--node-identity`: how a client certificate must match the node it claims.
     pub identity: Option<Arc<IdentityPolicy>>,
-    pub stop: watch::Receiver<bool>,
+    /// The server's shutdown: every stream ends.
+    pub stop: crate::shutdown::Shutdown,
     /// What SotW responses of this server's streams share of their bytes.
     pub tails: Arc<SharedTails>,
 }
@@ -384,8 +385,7 @@ fn run<M: Machine>(
                         break format!("no first request within {waited:?}");
                     }
                 }
-                // The flag only ever goes from false to true (or its sender is gone): both mean stop.
-                _ = stop.changed() => break "server shutting down".into(),
+                _ = stop.wait() => break "server shutting down".into(),
                 // The connection reached --max-connection-age: the client reconnects (perhaps to
                 // another replica) and presents what it holds.
                 _ = connection_closing(&mut conn_closing) => {
@@ -440,7 +440,7 @@ fn run<M: Machine>(
                 // A client that does not read blocks this send; shutdown must not wait for it.
                 let sent = tokio::select! {
                     sent = send_parts(&tx, framed, shared) => sent,
-                    _ = stop.changed() => {
+                    _ = stop.wait() => {
                         gone = Some("server shutting down");
                         break;
                     }

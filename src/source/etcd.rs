@@ -47,6 +47,23 @@ pub struct Access {
     pub user: Option<(String, String)>,
 }
 
+/// An etcd prefix to serve from (`serve --source`), and how to reach it.
+#[derive(Clone, Debug)]
+pub struct Prefix {
+    pub url: EtcdUrl,
+    pub access: Access,
+    /// The longest the first connect, and each read at start, may take (`--source-timeout`).
+    pub timeout: Duration,
+}
+
+impl Prefix {
+    /// The first read: connect, and read every document under the prefix at the latest
+    /// revision. The client is returned for the reads that go with it (the fleet's rollout).
+    pub async fn read_first(&self) -> Result<(Client, Documents), SourceError> {
+        connect_and_read(&self.url, &self.access, None, self.timeout).await
+    }
+}
+
 /// Connect to the members of `url` as `access` says, each try bounded by `timeout`.
 pub async fn connect(
     url: &EtcdUrl,

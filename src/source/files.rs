@@ -19,6 +19,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use super::{Sink, DEBOUNCE, MAX_DEBOUNCE};
+use crate::shutdown::Shutdown;
 use crate::telemetry::Telemetry;
 
 /// How long to wait before watching again when nothing could be watched.
@@ -58,8 +59,7 @@ impl Watching {
 
     /// Load again after each burst of changes (events since the watch was armed included)
     /// until `shutdown` completes.
-    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
-        tokio::pin!(shutdown);
+    pub async fn run(mut self, mut shutdown: Shutdown) {
         loop {
             let secret_dirs = self.secret_dirs();
             match &mut self.armed {
@@ -69,7 +69,7 @@ impl Watching {
                 Some((_, _, watched)) if *watched != secret_dirs => {}
                 Some((_watcher, rx, _)) => {
                     tokio::select! {
-                        _ = &mut shutdown => return,
+                        _ = shutdown.wait() => return,
                         burst = next_burst(rx) => if !burst { return },
                     }
                 }
@@ -77,7 +77,7 @@ impl Watching {
                     // Nothing could be watched (every path and parent missing): look again
                     // later, and load then, since anything may have changed meanwhile.
                     tokio::select! {
-                        _ = &mut shutdown => return,
+                        _ = shutdown.wait() => return,
                         _ = tokio::time::sleep(RETRY) => {}
                     }
                 }

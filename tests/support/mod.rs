@@ -95,9 +95,10 @@ impl TestServer {
             write(dir.path(), name, text);
         }
         let daemon = Daemon::load(Options {
-            paths: vec![dir.path().to_path_buf()],
+            source: switchyard::source::Source::Files(vec![dir.path().to_path_buf()]),
             ..options
         })
+        .await
         .expect("the initial config loads");
         let bind = || async {
             tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -17,11 +17,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::store;
 use crate::cache::Cache;
-use crate::config::{Config, Document};
+use crate::config::{Config, Document, LoadFailure};
 use crate::fleet::Fleet;
 use crate::publish::{Head, Reloader};
-use crate::rollout::fleetwide::{self, FleetState, Follow, Local, Mark, Stepped, Verdict};
+use crate::rollout::fleetwide::{
+    self, FleetState, Follow, Local, Mark, NoCandidate, Stepped, Verdict,
+};
 use crate::rollout::Phase;
+use crate::shutdown::Shutdown;
 use crate::source::etcd;
 use crate::source::{EtcdUrl, SourceError};
 use crate::telemetry::{RolloutEnd, Telemetry};
@@ -49,11 +52,44 @@ pub struct FleetView {
     pub verdicts: BTreeMap<String, Verdict>,
 }
 
+/// Why the driver did not do what it was to do: an operator's promote or abort, or serving
+/// a generation the fleet's rollout names.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("the rollout driver has stopped")]
+    Stopped,
+    #[error("the fleet's rollout did not answer within {}s (etcd may not answer); the request is dropped unless it was already being written: look at `switchyard rollout status` before trying again", .0.as_secs())]
+    NoAnswer(Duration),
+    #[error("the fleet's rollout has not been read from etcd yet")]
+    NotRead,
+    #[error(transparent)]
+    NoCandidate(#[from] NoCandidate),
+    #[error("the fleet's rollout changed meanwhile (another replica took a step); look at it again and retry")]
+    Moved,
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("the copy of revision {revision} holds {held} of its {documents} documents")]
+    ShortCopy {
+        revision: i64,
+        held: usize,
+        documents: usize,
+    },
+    #[error("revision {revision} does not load here: {failure}")]
+    DoesNotLoad { revision: i64, failure: LoadFailure },
+    #[error("loading revision {revision}: {why}")]
+    LoadStopped {
+        revision: i64,
+        why: tokio::task::JoinError,
+    },
+    #[error("the documents read for revision {revision} are not what the rollout names")]
+    NotNamed { revision: i64 },
+}
+
 /// `rollout promote` or `rollout abort`, sent to the driver by the admin API.
 #[derive(Debug)]
 struct Command {
     promote: bool,
-    reply: oneshot::Sender<Result<String, String>>,
+    reply: oneshot::Sender<Result<String, DriverError>>,
     /// Past this the operator was told it timed out: it is dropped, not done late.
     deadline: tokio::time::Instant,
 }
@@ -68,7 +104,7 @@ pub struct FleetRollout {
 impl FleetRollout {
     /// Promote (every node gets the candidate) or abort, for the whole fleet: a message for
     /// the operator, or why not.
-    pub async fn end(&self, promote: bool) -> Result<String, String> {
+    pub async fn end(&self, promote: bool) -> Result<String, DriverError> {
         let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
         let ask = async {
             let (reply, answer) = oneshot::channel();
@@ -79,22 +115,13 @@ impl FleetRollout {
                     deadline,
                 })
                 .await
-                .map_err(|_| "the rollout driver has stopped".to_string())?;
-            answer
-                .await
-                .map_err(|_| "the rollout driver has stopped".to_string())?
+                .map_err(|_| DriverError::Stopped)?;
+            answer.await.map_err(|_| DriverError::Stopped)?
         };
         // While etcd does not answer, the driver is reconnecting: say so rather than hang.
         tokio::time::timeout_at(deadline, ask)
             .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "the fleet's rollout did not answer within {}s (etcd may not answer); the \
-                     request is dropped unless it was already being written: look at \
-                     `switchyard rollout status` before trying again",
-                    COMMAND_TIMEOUT.as_secs()
-                ))
-            })
+            .unwrap_or(Err(DriverError::NoAnswer(COMMAND_TIMEOUT)))
     }
 
     /// What this replica knows of the fleet's rollout.
@@ -178,9 +205,8 @@ impl Driver {
         mut heads: mpsc::UnboundedReceiver<Head>,
         inbox: Inbox,
         start: store::Held,
-        shutdown: impl std::future::Future<Output = ()>,
+        mut shutdown: Shutdown,
     ) {
-        tokio::pin!(shutdown);
         let Inbox { mut commands, view } = inbox;
         let mut known = Known {
             shared: start.shared,
@@ -202,13 +228,13 @@ impl Driver {
                     away = true;
                 }
                 tokio::select! {
-                    _ = &mut shutdown => return,
+                    _ = shutdown.wait() => return,
                     _ = tokio::time::sleep(retry) => {}
                 }
                 retry = (retry * 2).min(RETRY_MAX);
             }
             let session = tokio::select! {
-                _ = &mut shutdown => return,
+                _ = shutdown.wait() => return,
                 s = self.open(&mut known) => s,
             };
             let (mut client, lease, (mut keeper, mut renewals), mut stream) = match session {
@@ -230,7 +256,7 @@ impl Driver {
             let mut renewed = Instant::now();
             let ended = loop {
                 tokio::select! {
-                    _ = &mut shutdown => {
+                    _ = shutdown.wait() => {
                         // The verdict goes now, not when the lease runs out.
                         let _ = tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease)).await;
                         return;
@@ -407,9 +433,11 @@ impl Driver {
         let steps = fleetwide::follow(&local, &shared, Instant::now(), now_ms());
         for step in steps {
             if let Err(e) = self.take(client, known, &shared, step).await {
-                if known.stuck.as_deref() != Some(e.as_str()) {
+                // Said once per reason, not on every try.
+                let why = e.to_string();
+                if known.stuck.as_ref() != Some(&why) {
                     tracing::error!(error = %e, "Cannot serve what the fleet's rollout says yet; serving what this replica has, trying again.");
-                    known.stuck = Some(e);
+                    known.stuck = Some(why);
                 }
                 return;
             }
@@ -490,7 +518,7 @@ impl Driver {
         known: &mut Known,
         shared: &FleetState,
         step: Follow,
-    ) -> Result<(), String> {
+    ) -> Result<(), DriverError> {
         let serving = self.cache.serving();
         match step {
             Follow::Publish(mark) => {
@@ -551,7 +579,7 @@ impl Driver {
         known: &mut Known,
         shared: &FleetState,
         mark: &Mark,
-    ) -> Result<Config, String> {
+    ) -> Result<Config, DriverError> {
         if let Some(head) = known.pending.as_mut().filter(|h| h.version == mark.version) {
             if let Some(config) = head.config.take() {
                 return Ok(config);
@@ -560,15 +588,13 @@ impl Driver {
         let documents = self.documents_of(client, known, shared, mark).await?;
         let reloader = Arc::clone(&self.reloader);
         let loading = Arc::clone(&documents);
+        let revision = mark.revision;
         let loaded = tokio::task::spawn_blocking(move || reloader.load_only(&loading))
             .await
-            .map_err(|e| format!("loading revision {}: {e}", mark.revision))?
-            .map_err(|e| format!("revision {} does not load here: {e}", mark.revision))?;
+            .map_err(|why| DriverError::LoadStopped { revision, why })?
+            .map_err(|failure| DriverError::DoesNotLoad { revision, failure })?;
         if loaded.content_version() != mark.version {
-            return Err(format!(
-                "the documents read for revision {} are not what the rollout names",
-                mark.revision
-            ));
+            return Err(DriverError::NotNamed { revision });
         }
         Ok(loaded)
     }
@@ -581,27 +607,23 @@ impl Driver {
         known: &mut Known,
         shared: &FleetState,
         mark: &Mark,
-    ) -> Result<Arc<Vec<Document>>, String> {
+    ) -> Result<Arc<Vec<Document>>, DriverError> {
         if let Some((_, documents)) = known.documents.iter().find(|(v, _)| *v == mark.version) {
             return Ok(Arc::clone(documents));
         }
         let documents = if *mark == shared.stable {
-            let copy = store::read_copy(client, &self.url, mark.revision)
-                .await
-                .map_err(|e| e.to_string())?;
+            let copy = store::read_copy(client, &self.url, mark.revision).await?;
             if copy.len() != shared.documents {
-                return Err(format!(
-                    "the copy of revision {} holds {} of its {} documents",
-                    mark.revision,
-                    copy.len(),
-                    shared.documents
-                ));
+                return Err(DriverError::ShortCopy {
+                    revision: mark.revision,
+                    held: copy.len(),
+                    documents: shared.documents,
+                });
             }
             copy
         } else {
             etcd::read_at(client, &self.url, Some(mark.revision))
-                .await
-                .map_err(|e| e.to_string())?
+                .await?
                 .documents
         };
         let documents = Arc::new(documents);
@@ -694,12 +716,10 @@ impl Driver {
         known: &mut Known,
         shared: &FleetState,
         next: &mut FleetState,
-    ) -> Result<(), String> {
+    ) -> Result<(), DriverError> {
         let mark = next.stable.clone();
         let documents = self.documents_of(client, known, shared, &mark).await?;
-        store::copy_stable(client, &self.url, mark.revision, &documents)
-            .await
-            .map_err(|e| e.to_string())?;
+        store::copy_stable(client, &self.url, mark.revision, &documents).await?;
         next.documents = documents.len();
         Ok(())
     }
@@ -710,19 +730,16 @@ impl Driver {
         client: &mut etcd_client::Client,
         known: &mut Known,
         promote: bool,
-    ) -> Result<String, String> {
-        let shared = known
-            .shared
-            .clone()
-            .ok_or("the fleet's rollout has not been read from etcd yet")?;
-        let mut next = fleetwide::end(&shared, promote, now_ms()).map_err(|e| e.to_string())?;
+    ) -> Result<String, DriverError> {
+        let shared = known.shared.clone().ok_or(DriverError::NotRead)?;
+        let mut next = fleetwide::end(&shared, promote, now_ms())?;
         if promote {
             self.copy(client, known, &shared, &mut next).await?;
         }
         let revision = next.stable.revision;
         let candidate = shared.candidate.as_ref().map_or(0, |c| c.mark.revision);
         if !self.write(client, known, next).await {
-            return Err("the fleet's rollout changed meanwhile (another replica took a step); look at it again and retry".into());
+            return Err(DriverError::Moved);
         }
         if promote {
             let _ = store::drop_copies(client, &self.url, revision).await;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use etcd_client::EventType;
 
 use crate::config::Document;
+use crate::shutdown::Shutdown;
 use crate::source::{etcd, Documents, EtcdUrl, Sink, SourceError, DEBOUNCE, MAX_DEBOUNCE};
 
 /// How long one connect or read of etcd may take.
@@ -110,9 +111,8 @@ pub async fn follow(
     url: EtcdUrl,
     access: etcd::Access,
     first: Documents,
-    shutdown: impl std::future::Future<Output = ()>,
+    mut shutdown: Shutdown,
 ) {
-    tokio::pin!(shutdown);
     sink.health(&url.display(), None);
     let prefix = url.key_prefix();
     let mut held = Held::of(first);
@@ -129,13 +129,13 @@ pub async fn follow(
                 away = true;
             }
             tokio::select! {
-                _ = &mut shutdown => return,
+                _ = shutdown.wait() => return,
                 _ = tokio::time::sleep(retry) => {}
             }
             retry = (retry * 2).min(ETCD_RETRY_MAX);
         }
         let connected = tokio::select! {
-            _ = &mut shutdown => return,
+            _ = shutdown.wait() => return,
             c = etcd::connect(&url, &access, ETCD_TIMEOUT) => c,
         };
         let mut client = match connected {
@@ -147,7 +147,7 @@ pub async fn follow(
         };
         if held.stale {
             let read = tokio::select! {
-                _ = &mut shutdown => return,
+                _ = shutdown.wait() => return,
                 read = read_again(&mut client, &url) => read,
             };
             match read {
@@ -171,7 +171,7 @@ pub async fn follow(
             .with_start_revision(held.revision + 1);
         let mut watcher = etcd::watcher(&client);
         let watched = tokio::select! {
-            _ = &mut shutdown => return,
+            _ = shutdown.wait() => return,
             w = watcher.watch(prefix.as_str(), Some(options)) => w,
         };
         let mut stream = match watched {
@@ -231,7 +231,7 @@ async fn follow_watch(
     held: &mut Held,
     url: &EtcdUrl,
     sink: &Arc<dyn Sink>,
-    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    shutdown: &mut Shutdown,
 ) -> WatchEnd {
     let prefix = url.key_prefix();
     loop {
@@ -299,14 +299,11 @@ enum Burst {
 
 /// Wait for a response with events on the watch, then for quiet ([`DEBOUNCE`], at most
 /// [`MAX_DEBOUNCE`]) as for files, keeping every response of the burst.
-async fn next_burst(
-    stream: &mut etcd_client::WatchStream,
-    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
-) -> Burst {
+async fn next_burst(stream: &mut etcd_client::WatchStream, shutdown: &mut Shutdown) -> Burst {
     let mut responses = Vec::new();
     loop {
         let message = tokio::select! {
-            _ = shutdown.as_mut() => return Burst::Shutdown,
+            _ = shutdown.wait() => return Burst::Shutdown,
             m = stream.message() => m,
         };
         let Some(response) = message.ok().flatten() else {
@@ -326,7 +323,7 @@ async fn next_burst(
     let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
     loop {
         tokio::select! {
-            _ = shutdown.as_mut() => return Burst::Shutdown,
+            _ = shutdown.wait() => return Burst::Shutdown,
             more = stream.message() => match more {
                 Ok(Some(response)) if response.compact_revision() > 0 => return Burst::Compacted,
                 Ok(Some(response)) if response.canceled() => break,
