@@ -165,61 +165,27 @@ impl Daemon {
             heads = Some(rx);
         }
         let reloader = Arc::new(reloader);
-        let sink = || Arc::clone(&reloader) as Arc<dyn Sink>;
         let mut fleet = None;
         let following = match (options.source, first) {
-            (
-                Source::Etcd(prefix),
-                Some(EtcdStart {
-                    documents,
-                    fleet: start,
-                }),
-            ) => {
-                // With the fleet's rollout: what it promoted serves first (and what it rolls
-                // out to the canaries), never the documents as they are now.
-                let promoted = match &start {
-                    Some(start) => serve_fleet_start(&reloader, &cache, start)?,
-                    None => false,
+            (Source::Etcd(prefix), Some(start)) => {
+                let parts = Parts {
+                    cache: &cache,
+                    fleet: &fleet_of_nodes,
+                    reloader: &reloader,
+                    telemetry: &telemetry,
                 };
-                // From etcd: no files to watch or keep; a first read that does not load is
-                // an error (there is no state directory to serve from meanwhile), unless the
-                // fleet's promoted generation serves.
-                if let Err(failure) =
-                    reloader.reload_documents(&documents.documents, documents.revision)
-                {
-                    if !promoted {
-                        return Err(RunError::Load(failure));
-                    }
-                }
-                reloader.source_health(&prefix.url.display(), None);
-                if let (Some(start), Some(heads)) = (start, heads) {
-                    let (handle, inbox) = fleet_rollout::channels();
-                    fleet = Some(FleetDriver {
-                        driver: fleet_rollout::Driver {
-                            url: prefix.url.clone(),
-                            access: prefix.access.clone(),
-                            replica: fleet_rollout::replica_name(),
-                            cache: Arc::clone(&cache),
-                            fleet: Arc::clone(&fleet_of_nodes),
-                            reloader: Arc::clone(&reloader),
-                            telemetry: telemetry.clone(),
-                        },
-                        heads,
-                        inbox,
-                        start: start.held,
-                        handle,
-                    });
-                }
-                options.watch.then(|| Following::Etcd {
-                    sink: sink(),
-                    prefix,
-                    first: documents,
-                })
+                let (driver, following) = parts.start_etcd(prefix, start, heads, options.watch)?;
+                fleet = driver;
+                following
             }
             (source, _) => {
-                let following = options
-                    .watch
-                    .then(|| Following::files(sink(), source.paths().to_vec(), telemetry.clone()));
+                let following = options.watch.then(|| {
+                    Following::files(
+                        Arc::clone(&reloader) as Arc<dyn Sink>,
+                        source.paths().to_vec(),
+                        telemetry.clone(),
+                    )
+                });
                 let promoted_first = reloader.serve_promoted_first().is_some();
                 if let Err(failure) = reloader.reload() {
                     if !promoted_first && reloader.serve_last_good(&failure).is_none() {
@@ -329,6 +295,78 @@ pub async fn run(
         .await?
         .serve(listeners, shutdown)
         .await
+}
+
+/// The parts an etcd source starts with.
+struct Parts<'a> {
+    cache: &'a Arc<Cache>,
+    fleet: &'a Arc<Fleet>,
+    reloader: &'a Arc<Reloader>,
+    telemetry: &'a Telemetry,
+}
+
+impl Parts<'_> {
+    /// Load the first read of an etcd prefix (with the fleet's rollout: what it promoted
+    /// first); the fleet's rollout driver when there is one, and the prefix's following from
+    /// that read when `watch`.
+    fn start_etcd(
+        &self,
+        prefix: etcd::Prefix,
+        start: EtcdStart,
+        heads: Option<tokio::sync::mpsc::UnboundedReceiver<crate::publish::Head>>,
+        watch: bool,
+    ) -> Result<(Option<FleetDriver>, Option<Following>), RunError> {
+        let Parts {
+            cache,
+            fleet,
+            reloader,
+            telemetry,
+        } = *self;
+        let EtcdStart {
+            documents,
+            fleet: start,
+        } = start;
+        // With the fleet's rollout: what it promoted serves first (and what it rolls out to
+        // the canaries), never the documents as they are now.
+        let promoted = match &start {
+            Some(start) => serve_fleet_start(reloader, cache, start)?,
+            None => false,
+        };
+        // From etcd: no files to watch or keep; a first read that does not load is an error
+        // (there is no state directory to serve from meanwhile), unless the fleet's promoted
+        // generation serves.
+        if let Err(failure) = reloader.reload_documents(&documents.documents, documents.revision) {
+            if !promoted {
+                return Err(RunError::Load(failure));
+            }
+        }
+        reloader.source_health(&prefix.url.display(), None);
+        let mut driver = None;
+        if let (Some(start), Some(heads)) = (start, heads) {
+            let (handle, inbox) = fleet_rollout::channels();
+            driver = Some(FleetDriver {
+                driver: fleet_rollout::Driver {
+                    url: prefix.url.clone(),
+                    access: prefix.access.clone(),
+                    replica: fleet_rollout::replica_name(),
+                    cache: Arc::clone(cache),
+                    fleet: Arc::clone(fleet),
+                    reloader: Arc::clone(reloader),
+                    telemetry: telemetry.clone(),
+                },
+                heads,
+                inbox,
+                start: start.held,
+                handle,
+            });
+        }
+        let following = watch.then(|| Following::Etcd {
+            sink: Arc::clone(reloader) as Arc<dyn Sink>,
+            prefix,
+            first: documents,
+        });
+        Ok((driver, following))
+    }
 }
 
 /// The first read of an etcd source: the documents, and with a rollout policy the fleet's

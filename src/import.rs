@@ -98,165 +98,49 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
     let refused = ImportError::refused(path);
     let mut notes = Vec::new();
     let (bootstrap, descriptor, re2_max_program_size) = read_bootstrap(path, &text, &mut notes)?;
-
-    if has(&bootstrap, "dynamic_resources") {
-        return Err(refused(
-            "it has `dynamic_resources` already: import moves static resources to Switchyard \
-             and gives the Envoy Switchyard as its only xDS source; remove them first (or add \
-             what they serve to the snapshot files by hand)"
-                .into(),
-        ));
-    }
-    let statics = message(&bootstrap, "static_resources")
-        .ok_or_else(|| refused("it has no `static_resources`: nothing to import".into()))?;
-    let mut listeners = list(&statics, "listeners");
-    let mut clusters = list(&statics, "clusters");
-    let secrets = list(&statics, "secrets");
-    if listeners.is_empty() && clusters.is_empty() && secrets.is_empty() {
-        return Err(refused(
-            "its `static_resources` are empty: nothing to import".into(),
-        ));
-    }
-    for (i, listener) in listeners.iter().enumerate() {
-        if has(listener, "api_listener") {
-            return Err(refused(format!(
-                "static_resources.listeners[{i}] has an `api_listener`, which Envoy takes only \
-                 from the bootstrap, not over LDS"
-            )));
-        }
-    }
-
+    let Statics {
+        mut listeners,
+        clusters,
+        secrets,
+    } = statics_of(path, &bootstrap)?;
     // What the bootstrap refers to outside its static resources stays static.
     let mut rest = bootstrap.clone();
     rest.clear_field_by_name("static_resources");
-    let mentioned =
-        strings_in(&pbjson::to_json_proto_names(&rest).map_err(|e| invalid(e.to_string()))?);
-    let (kept_clusters, moved_clusters): (Vec<_>, Vec<_>) = std::mem::take(&mut clusters)
-        .into_iter()
-        .partition(|c| mentioned.contains(&string(c, "name")));
-    clusters = moved_clusters;
-    for c in &kept_clusters {
-        notes.push(format!(
-            "cluster {:?} stays static in the bootstrap: the bootstrap itself refers to it",
-            string(c, "name")
-        ));
-    }
-    let kept_json: BTreeSet<String> = kept_clusters
-        .iter()
-        .flat_map(|c| pbjson::to_json_proto_names(c).map(|j| strings_in(&j)))
-        .flatten()
-        .collect();
-    let kept_secrets: Vec<DynamicMessage> = secrets
-        .iter()
-        .filter(|s| {
-            let name = string(s, "name");
-            mentioned.contains(&name) || kept_json.contains(&name)
-        })
-        .cloned()
-        .collect();
-
-    // Unnamed listeners (only a bootstrap may have them; Envoy gives them a random id) get
-    // the name Envoy's listener stats use: the address, `0.0.0.0_8080`.
-    let mut names: BTreeSet<String> = listeners.iter().map(|l| string(l, "name")).collect();
-    for (i, listener) in listeners.iter_mut().enumerate() {
-        if !string(listener, "name").is_empty() {
-            continue;
-        }
-        let base = address_name(listener).unwrap_or_else(|| format!("listener_{i}"));
-        let mut name = base.clone();
-        let mut n = 1;
-        while names.contains(&name) {
-            n += 1;
-            name = format!("{base}_{n}");
-        }
-        names.insert(name.clone());
-        listener.set_field_by_name("name", Value::String(name.clone()));
-        notes.push(format!(
-            "static_resources.listeners[{i}] has no name: named {name:?} (over LDS a listener \
-             needs one)"
-        ));
-    }
-
-    // References to static secrets (an SdsSecretConfig with a name and no source) now name
-    // SDS over ADS.
-    let secret_names: BTreeSet<String> = secrets.iter().map(|s| string(s, "name")).collect();
-    let ads = ads_config_source(&options_descriptor_config_source()?)?;
-    let mut to_sds = |m: &mut DynamicMessage| {
-        if m.descriptor().full_name() != SDS_SECRET_CONFIG
-            || has(m, "sds_config")
-            || !secret_names.contains(&string(m, "name"))
-        {
-            return false;
-        }
-        m.set_field_by_name("sds_config", Value::Message(ads.clone()));
-        true
-    };
-    for resource in listeners.iter_mut().chain(clusters.iter_mut()) {
-        pbjson::rewrite(resource, &mut to_sds);
-    }
-
+    let Kept {
+        clusters: kept_clusters,
+        secrets: kept_secrets,
+        moved: mut clusters,
+    } = kept_static(path, &rest, clusters, &secrets, &mut notes)?;
+    name_listeners(&mut listeners, &mut notes);
+    secrets_over_ads(&mut listeners, &mut clusters, &secrets)?;
     // RDS: each HTTP connection manager's inline route configuration.
     let routes = if options.split_routes {
         split_routes(&mut listeners).map_err(&refused)?
     } else {
         BTreeMap::new()
     };
-
     // EDS: STATIC clusters' inline endpoints.
     let endpoints = if options.split_endpoints {
         split_endpoints(&mut clusters).map_err(&refused)?
     } else {
         Vec::new()
     };
-
-    // Private keys written inline go to a proxy only when Switchyard may send them.
-    for secret in &secrets {
-        let json = pbjson::to_json_proto_names(secret).map_err(|e| invalid(e.to_string()))?;
-        let inline_key = ["private_key", "password", "pkcs12"].iter().any(|k| {
-            json.pointer(&format!("/tls_certificate/{k}"))
-                .is_some_and(|v| {
-                    v.get("inline_string").is_some() || v.get("inline_bytes").is_some()
-                })
-        }) || json.get("generic_secret").is_some()
-            || json.get("session_ticket_keys").is_some();
-        if inline_key {
-            notes.push(format!(
-                "secret {:?} holds key material inline: Switchyard sends it only to a proxy \
-                 bound to its node by a client certificate (--node-identity), or to every \
-                 proxy with --insecure-serve-secrets (a sidecar on loopback); see \
-                 docs/security.md",
-                string(secret, "name")
-            ));
-        }
-    }
+    note_inline_keys(path, &secrets, &mut notes)?;
 
     // The files.
-    let mut files = Vec::new();
-    let mut file = |name: &str, key: &str, items: &[DynamicMessage]| -> Result<(), ImportError> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let list: Vec<serde_json::Value> = items
-            .iter()
-            .map(pbjson::to_json_proto_names)
-            .collect::<Result<_, _>>()
-            .map_err(|e| invalid(e.to_string()))?;
-        let text = to_yaml(&json!({ key: list })).map_err(|e| invalid(e.to_string()))?;
-        files.push((
-            name.to_string(),
-            format!(
-                "# Imported by `switchyard import` from {}.\n{text}",
-                path.display()
-            ),
-        ));
-        Ok(())
-    };
-    file("listeners.yaml", "listeners", &listeners)?;
-    file("clusters.yaml", "clusters", &clusters)?;
-    file("endpoints.yaml", "endpoints", &endpoints)?;
     let routes: Vec<DynamicMessage> = routes.into_values().collect();
-    file("routes.yaml", "routes", &routes)?;
-    file("secrets.yaml", "secrets", &secrets)?;
+    let mut files = Vec::new();
+    for (name, key, items) in [
+        ("listeners.yaml", "listeners", &listeners),
+        ("clusters.yaml", "clusters", &clusters),
+        ("endpoints.yaml", "endpoints", &endpoints),
+        ("routes.yaml", "routes", &routes),
+        ("secrets.yaml", "secrets", &secrets),
+    ] {
+        if let Some(text) = snapshot_file(path, key, items)? {
+            files.push((name.to_string(), text));
+        }
+    }
 
     // The bootstrap: everything else kept, static resources only what must stay, ADS added.
     let out = new_bootstrap(
@@ -290,6 +174,197 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Imported, ImportEr
         notes,
         re2_max_program_size,
     })
+}
+
+/// A bootstrap's static resources.
+struct Statics {
+    listeners: Vec<DynamicMessage>,
+    clusters: Vec<DynamicMessage>,
+    secrets: Vec<DynamicMessage>,
+}
+
+/// The static resources to import; refused when there are none, when the bootstrap has
+/// dynamic resources already, or when a listener is an API listener.
+fn statics_of(path: &Path, bootstrap: &DynamicMessage) -> Result<Statics, ImportError> {
+    let refused = ImportError::refused(path);
+    if has(bootstrap, "dynamic_resources") {
+        return Err(refused(
+            "it has `dynamic_resources` already: import moves static resources to Switchyard \
+             and gives the Envoy Switchyard as its only xDS source; remove them first (or add \
+             what they serve to the snapshot files by hand)"
+                .into(),
+        ));
+    }
+    let statics = message(bootstrap, "static_resources")
+        .ok_or_else(|| refused("it has no `static_resources`: nothing to import".into()))?;
+    let found = Statics {
+        listeners: list(&statics, "listeners"),
+        clusters: list(&statics, "clusters"),
+        secrets: list(&statics, "secrets"),
+    };
+    if found.listeners.is_empty() && found.clusters.is_empty() && found.secrets.is_empty() {
+        return Err(refused(
+            "its `static_resources` are empty: nothing to import".into(),
+        ));
+    }
+    for (i, listener) in found.listeners.iter().enumerate() {
+        if has(listener, "api_listener") {
+            return Err(refused(format!(
+                "static_resources.listeners[{i}] has an `api_listener`, which Envoy takes only \
+                 from the bootstrap, not over LDS"
+            )));
+        }
+    }
+    Ok(found)
+}
+
+/// What stays static in the bootstrap, and the clusters that move.
+struct Kept {
+    clusters: Vec<DynamicMessage>,
+    secrets: Vec<DynamicMessage>,
+    moved: Vec<DynamicMessage>,
+}
+
+/// The clusters the rest of the bootstrap (`rest`: all but its static resources) names stay
+/// static, and so do the secrets it or they name.
+fn kept_static(
+    path: &Path,
+    rest: &DynamicMessage,
+    clusters: Vec<DynamicMessage>,
+    secrets: &[DynamicMessage],
+    notes: &mut Vec<String>,
+) -> Result<Kept, ImportError> {
+    let invalid = ImportError::invalid(path);
+    let mentioned =
+        strings_in(&pbjson::to_json_proto_names(rest).map_err(|e| invalid(e.to_string()))?);
+    let (kept_clusters, moved): (Vec<_>, Vec<_>) = clusters
+        .into_iter()
+        .partition(|c| mentioned.contains(&string(c, "name")));
+    for c in &kept_clusters {
+        notes.push(format!(
+            "cluster {:?} stays static in the bootstrap: the bootstrap itself refers to it",
+            string(c, "name")
+        ));
+    }
+    let kept_json: BTreeSet<String> = kept_clusters
+        .iter()
+        .flat_map(|c| pbjson::to_json_proto_names(c).map(|j| strings_in(&j)))
+        .flatten()
+        .collect();
+    let kept_secrets: Vec<DynamicMessage> = secrets
+        .iter()
+        .filter(|s| {
+            let name = string(s, "name");
+            mentioned.contains(&name) || kept_json.contains(&name)
+        })
+        .cloned()
+        .collect();
+    Ok(Kept {
+        clusters: kept_clusters,
+        secrets: kept_secrets,
+        moved,
+    })
+}
+
+/// Unnamed listeners (only a bootstrap may have them; Envoy gives them a random id) get
+/// the name Envoy's listener stats use: the address, `0.0.0.0_8080`.
+fn name_listeners(listeners: &mut [DynamicMessage], notes: &mut Vec<String>) {
+    let mut names: BTreeSet<String> = listeners.iter().map(|l| string(l, "name")).collect();
+    for (i, listener) in listeners.iter_mut().enumerate() {
+        if !string(listener, "name").is_empty() {
+            continue;
+        }
+        let base = address_name(listener).unwrap_or_else(|| format!("listener_{i}"));
+        let mut name = base.clone();
+        let mut n = 1;
+        while names.contains(&name) {
+            n += 1;
+            name = format!("{base}_{n}");
+        }
+        names.insert(name.clone());
+        listener.set_field_by_name("name", Value::String(name.clone()));
+        notes.push(format!(
+            "static_resources.listeners[{i}] has no name: named {name:?} (over LDS a listener \
+             needs one)"
+        ));
+    }
+}
+
+/// References to static secrets (an SdsSecretConfig with a name and no source) now name
+/// SDS over ADS.
+fn secrets_over_ads(
+    listeners: &mut [DynamicMessage],
+    clusters: &mut [DynamicMessage],
+    secrets: &[DynamicMessage],
+) -> Result<(), ImportError> {
+    let secret_names: BTreeSet<String> = secrets.iter().map(|s| string(s, "name")).collect();
+    let ads = ads_config_source(&options_descriptor_config_source()?)?;
+    let mut to_sds = |m: &mut DynamicMessage| {
+        if m.descriptor().full_name() != SDS_SECRET_CONFIG
+            || has(m, "sds_config")
+            || !secret_names.contains(&string(m, "name"))
+        {
+            return false;
+        }
+        m.set_field_by_name("sds_config", Value::Message(ads.clone()));
+        true
+    };
+    for resource in listeners.iter_mut().chain(clusters.iter_mut()) {
+        pbjson::rewrite(resource, &mut to_sds);
+    }
+    Ok(())
+}
+
+/// Private keys written inline go to a proxy only when Switchyard may send them: say so.
+fn note_inline_keys(
+    path: &Path,
+    secrets: &[DynamicMessage],
+    notes: &mut Vec<String>,
+) -> Result<(), ImportError> {
+    let invalid = ImportError::invalid(path);
+    for secret in secrets {
+        let json = pbjson::to_json_proto_names(secret).map_err(|e| invalid(e.to_string()))?;
+        let inline_key = ["private_key", "password", "pkcs12"].iter().any(|k| {
+            json.pointer(&format!("/tls_certificate/{k}"))
+                .is_some_and(|v| {
+                    v.get("inline_string").is_some() || v.get("inline_bytes").is_some()
+                })
+        }) || json.get("generic_secret").is_some()
+            || json.get("session_ticket_keys").is_some();
+        if inline_key {
+            notes.push(format!(
+                "secret {:?} holds key material inline: Switchyard sends it only to a proxy \
+                 bound to its node by a client certificate (--node-identity), or to every \
+                 proxy with --insecure-serve-secrets (a sidecar on loopback); see \
+                 docs/security.md",
+                string(secret, "name")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One snapshot file's text: `items` under `key`, saying where they came from; `None` for
+/// no items.
+fn snapshot_file(
+    path: &Path,
+    key: &str,
+    items: &[DynamicMessage],
+) -> Result<Option<String>, ImportError> {
+    if items.is_empty() {
+        return Ok(None);
+    }
+    let invalid = ImportError::invalid(path);
+    let list: Vec<serde_json::Value> = items
+        .iter()
+        .map(pbjson::to_json_proto_names)
+        .collect::<Result<_, _>>()
+        .map_err(|e| invalid(e.to_string()))?;
+    let text = to_yaml(&json!({ key: list })).map_err(|e| invalid(e.to_string()))?;
+    Ok(Some(format!(
+        "# Imported by `switchyard import` from {}.\n{text}",
+        path.display()
+    )))
 }
 
 /// The bootstrap at `path` (its `text`), read as Envoy reads it and checked as the loader

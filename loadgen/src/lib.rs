@@ -24,4 +24,4 @@ pub mod run;
 pub use args::{LoadgenArgs, Protocol, ReportFormat, ENVOY_EXTENSIONS, MAX_CLIENTS};
 pub use proxy::{Outgoing, Proxy};
 pub use report::{table, Report};
-pub use run::run;
+pub use run::{run, LoadgenError};

@@ -304,18 +304,13 @@ fn process_usage(pid: u32) -> Option<(f64, u64, u64)> {
 
 /// Run the load: every proxy connects and syncs, the trigger runs, the proxies converge;
 /// then the report. Errors are for what stops a run from starting.
-pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
+pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
     if !args.xds_addr.ip().is_loopback() && !args.allow_remote {
-        return Err(format!(
-            "--xds-addr {} is not on this host; give --allow-remote to load a remote server",
-            args.xds_addr
-        ));
+        return Err(LoadgenError::Remote(args.xds_addr));
     }
     if let Some(pid) = args.server_pid {
         if process_usage(pid).is_none() {
-            return Err(format!(
-                "--server-pid {pid}: no such process to read in /proc"
-            ));
+            return Err(LoadgenError::NoProcess(pid));
         }
     }
     let args = Arc::new(args);
@@ -332,28 +327,7 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
             Arc::clone(&tally),
         )));
     }
-    // A progress line: rewritten in place on a terminal, else one line every 5 s.
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let last_line = Mutex::new(Instant::now());
-    let progress = |phase: &str| {
-        let line = format!(
-            "{phase}: connected {}/{}, synced {}/{}, responses {}",
-            tally.connected.load(Ordering::Relaxed),
-            args.clients,
-            tally.synced.load(Ordering::Relaxed),
-            args.clients,
-            tally.responses.load(Ordering::Relaxed)
-        );
-        if terminal {
-            eprint!("\r{line}   ");
-        } else {
-            let mut last = last_line.lock().unwrap_or_else(|p| p.into_inner());
-            if last.elapsed() >= Duration::from_secs(5) {
-                eprintln!("{line}");
-                *last = Instant::now();
-            }
-        }
-    };
+    let progress = Progress::new(&args, &tally);
     let deadline = begun + args.max_time;
     let mut cut_short = None;
     while tally.synced.load(Ordering::Relaxed) < args.clients as usize {
@@ -364,49 +338,21 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
             ));
             break;
         }
-        progress("syncing");
+        progress.say("syncing");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    progress("synced");
+    progress.say("synced");
     let all_synced_after = cut_short.is_none().then(|| begun.elapsed().as_secs_f64());
     let at_sync = args.server_pid.and_then(process_usage);
 
     let mut trigger = None;
     if let (Some(command), None) = (&args.trigger, &cut_short) {
-        let started = Instant::now();
-        *tally.trigger_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
-        let shell = command.clone();
-        let status = tokio::task::spawn_blocking(move || {
-            std::process::Command::new("sh")
-                .arg("-c")
-                .arg(shell)
-                .status()
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot run the trigger {command:?}: {e}"))?;
-        // Settle: no response for --settle after the trigger ended (or the bound).
-        loop {
-            let last = *tally
-                .last_response
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let quiet_since = last.unwrap_or(started).max(started);
-            if quiet_since.elapsed() >= args.settle {
-                break;
-            }
-            if Instant::now() >= deadline {
-                cut_short = Some("the proxies were still getting responses at --max-time".into());
-                break;
-            }
-            progress("after the trigger");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        trigger = Some((command.clone(), status.code(), started));
+        let (exit_code, started, settled) =
+            run_trigger(command, &args, &tally, &progress, deadline).await?;
+        cut_short = settled;
+        trigger = Some((command.clone(), exit_code, started));
     }
-    if terminal {
-        eprintln!();
-    }
+    progress.end();
     let at_end = args.server_pid.and_then(process_usage);
     tally.stop.send_replace(true);
     let mut runs = Vec::new();
@@ -415,25 +361,16 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
             runs.push(run);
         }
     }
-    let trigger = trigger.map(|(command, exit_code, started)| {
-        let convergence: Vec<Duration> = runs
+    let trigger = trigger.map(|(command, exit_code, started)| TriggerReport {
+        command,
+        exit_code,
+        proxies_updated: runs
             .iter()
-            .filter_map(|r| r.last_after_trigger)
-            .map(|at| at.saturating_duration_since(started))
-            .collect();
-        let reconnected = runs
-            .iter()
-            .filter_map(|r| r.reopened_after_trigger)
-            .map(|at| at.saturating_duration_since(started))
-            .collect();
-        TriggerReport {
-            command,
-            exit_code,
-            proxies_updated: convergence.len(),
-            convergence: Percentiles::of(convergence),
-            reconnected: Percentiles::of(reconnected),
-            responses: by_type(&tally.after_trigger),
-        }
+            .filter(|r| r.last_after_trigger.is_some())
+            .count(),
+        convergence: Percentiles::of(since(&runs, started, |r| r.last_after_trigger)),
+        reconnected: Percentiles::of(since(&runs, started, |r| r.reopened_after_trigger)),
+        responses: by_type(&tally.after_trigger),
     });
     let server_process = match (before, at_sync, at_end) {
         (Some(b), Some(s), Some(e)) => Some(ServerReport {
@@ -464,4 +401,120 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, String> {
         elapsed_s: begun.elapsed().as_secs_f64(),
         cut_short,
     })
+}
+
+/// Why a run did not start or could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadgenError {
+    #[error("--xds-addr {0} is not on this host; give --allow-remote to load a remote server")]
+    Remote(std::net::SocketAddr),
+    #[error("--server-pid {0}: no such process to read in /proc")]
+    NoProcess(u32),
+    #[error("cannot run the trigger {command:?}: {source}")]
+    Trigger {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("the trigger's task failed: {0}")]
+    TriggerTask(#[from] tokio::task::JoinError),
+}
+
+/// The time from `started` to the instant `at` picks of each proxy's run, for those that
+/// have one.
+fn since(
+    runs: &[ProxyRun],
+    started: Instant,
+    at: impl Fn(&ProxyRun) -> Option<Instant>,
+) -> Vec<Duration> {
+    runs.iter()
+        .filter_map(at)
+        .map(|at| at.saturating_duration_since(started))
+        .collect()
+}
+
+/// Run the trigger command, then wait until no response came for --settle (or the run's
+/// deadline): its exit code, when it started, and why the run was cut short, if it was.
+async fn run_trigger(
+    command: &str,
+    args: &LoadgenArgs,
+    tally: &Tally,
+    progress: &Progress<'_>,
+    deadline: Instant,
+) -> Result<(Option<i32>, Instant, Option<String>), LoadgenError> {
+    let started = Instant::now();
+    *tally.trigger_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
+    let shell = command.to_string();
+    let status = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(shell)
+            .status()
+    })
+    .await?
+    .map_err(|source| LoadgenError::Trigger {
+        command: command.to_string(),
+        source,
+    })?;
+    // Settle: no response for --settle after the trigger ended (or the bound).
+    loop {
+        let last = *tally
+            .last_response
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let quiet_since = last.unwrap_or(started).max(started);
+        if quiet_since.elapsed() >= args.settle {
+            return Ok((status.code(), started, None));
+        }
+        if Instant::now() >= deadline {
+            let why = "the proxies were still getting responses at --max-time";
+            return Ok((status.code(), started, Some(why.into())));
+        }
+        progress.say("after the trigger");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A progress line on stderr: rewritten in place on a terminal, else one line every 5 s.
+struct Progress<'a> {
+    args: &'a LoadgenArgs,
+    tally: &'a Tally,
+    terminal: bool,
+    last_line: Mutex<Instant>,
+}
+
+impl<'a> Progress<'a> {
+    fn new(args: &'a LoadgenArgs, tally: &'a Tally) -> Progress<'a> {
+        Progress {
+            args,
+            tally,
+            terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            last_line: Mutex::new(Instant::now()),
+        }
+    }
+
+    fn say(&self, phase: &str) {
+        let (tally, clients) = (self.tally, self.args.clients);
+        let line = format!(
+            "{phase}: connected {}/{clients}, synced {}/{clients}, responses {}",
+            tally.connected.load(Ordering::Relaxed),
+            tally.synced.load(Ordering::Relaxed),
+            tally.responses.load(Ordering::Relaxed)
+        );
+        if self.terminal {
+            eprint!("\r{line}   ");
+        } else {
+            let mut last = self.last_line.lock().unwrap_or_else(|p| p.into_inner());
+            if last.elapsed() >= Duration::from_secs(5) {
+                eprintln!("{line}");
+                *last = Instant::now();
+            }
+        }
+    }
+
+    /// The line is done (on a terminal, it was rewritten in place).
+    fn end(&self) {
+        if self.terminal {
+            eprintln!();
+        }
+    }
 }

@@ -44,31 +44,8 @@ pub(super) fn decode_resource(
         at: None,
     };
 
-    // `ttl` sits beside the resource's own fields (no resource type has a field of that
-    // name; a test checks): take it out before the item is decoded as the message.
     let mut item = item.clone();
-    // A type whose message has no name field (LEDS's LbEndpoint, P34) is named by
-    // Switchyard's key beside its fields, taken out before it is decoded.
-    let named_beside = descriptors::message(kind)
-        .get_field_by_name(kind.name_field())
-        .is_none();
-    let beside = if named_beside {
-        item.as_mapping_mut()
-            .and_then(|m| m.remove(kind.name_field()))
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| error(kind.name_field().into(), "must be a string".into()))
-            })
-            .transpose()?
-    } else {
-        None
-    };
-    let ttl = match item.as_mapping_mut().and_then(|m| m.remove(TTL_KEY)) {
-        None => None,
-        Some(value) => Some(parse_ttl(&value).map_err(|message| error(TTL_KEY.into(), message))?),
-    };
-
+    let beside = take_beside(kind, &mut item).map_err(|(field, m)| error(field, m))?;
     // `switchyard_files` beside a secret's fields: PEM files on this host, read and written
     // into the secret inline before it is decoded.
     let filled = match kind {
@@ -81,10 +58,77 @@ pub(super) fn decode_resource(
         .map_err(|(field, message)| error(field, message))?,
         _ => None,
     };
+    let message = decode_message(kind, item, &error)?;
+    let name = match beside.name {
+        Some(name) => name,
+        None => message
+            .get_field_by_name(kind.name_field())
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+    };
+    check_name(kind, &name).map_err(|m| error(kind.name_field().into(), m))?;
+    // Envoy's own field rules: what every proxy would NACK stops here, with its words.
+    let mut regex_program = None;
+    if envoy_rules {
+        rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;
+        // And what Envoy refuses in its C++ code, beyond the field rules.
+        regex_program =
+            checks::check(&message).map_err(|r| error(r.path.clone(), r.to_string()))?;
+    }
+    let resource = encode(kind, name, message, beside.ttl)
+        .map_err(|(field, m)| error(field, m))?
+        .with_regex_program(regex_program);
+    Ok((resource, filled))
+}
 
+/// What Switchyard's own keys beside a resource's fields say, taken out of the item before
+/// it is decoded as the message.
+struct Beside {
+    /// A type whose message has no name field (LEDS's LbEndpoint, P34) is named by
+    /// Switchyard's key beside its fields.
+    name: Option<String>,
+    /// `ttl` (no resource type has a field of that name; a test checks).
+    ttl: Option<std::time::Duration>,
+}
+
+/// Take Switchyard's keys out of `item`; or the field and what is wrong with it.
+fn take_beside(
+    kind: ResourceType,
+    item: &mut serde_yaml::Value,
+) -> Result<Beside, (String, String)> {
+    let named_beside = descriptors::message(kind)
+        .get_field_by_name(kind.name_field())
+        .is_none();
+    let name = if named_beside {
+        item.as_mapping_mut()
+            .and_then(|m| m.remove(kind.name_field()))
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| (kind.name_field().into(), "must be a string".into()))
+            })
+            .transpose()?
+    } else {
+        None
+    };
+    let ttl = match item.as_mapping_mut().and_then(|m| m.remove(TTL_KEY)) {
+        None => None,
+        Some(value) => Some(parse_ttl(&value).map_err(|message| (TTL_KEY.into(), message))?),
+    };
+    Ok(Beside { name, ttl })
+}
+
+/// The item as its type's message (proto3 JSON through the descriptor pool); an error names
+/// the field where decoding stopped, with a hint for the usual mistakes, and never shows
+/// the value of a sensitive field.
+fn decode_message(
+    kind: ResourceType,
+    item: serde_yaml::Value,
+    error: &impl Fn(String, String) -> ConfigError,
+) -> Result<DynamicMessage, ConfigError> {
     let mut track = serde_path_to_error::Track::new();
     let descriptor = descriptors::message(kind);
-    let message = json::from_value(
+    json::from_value(
         &descriptor,
         item,
         |item| {
@@ -119,51 +163,47 @@ pub(super) fn decode_resource(
             })
         },
         error,
-    )?;
+    )
+}
 
-    let name = match beside {
-        Some(name) => name,
-        None => message
-            .get_field_by_name(kind.name_field())
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default(),
-    };
+/// A resource's name: present, and (P35) a well-formed xdstp name of this type when it is
+/// one; an LbEndpoint's (P34) always is one.
+fn check_name(kind: ResourceType, name: &str) -> Result<(), String> {
     if name.is_empty() {
-        return Err(error(
-            kind.name_field().into(),
-            format!(
-                "missing `{}`: every resource needs a name",
-                kind.name_field()
-            ),
+        return Err(format!(
+            "missing `{}`: every resource needs a name",
+            kind.name_field()
         ));
     }
-    // P35: an xdstp name must be well formed, of this type, and canonical.
-    crate::resource::xdstp::check_resource_name(kind.message_name(), &name)
-        .map_err(|e| error(kind.name_field().into(), e.to_string()))?;
-    // P34: an LbEndpoint is a member of a glob collection, so its name is an xdstp URL.
+    crate::resource::xdstp::check_resource_name(kind.message_name(), name)
+        .map_err(|e| e.to_string())?;
     if kind == ResourceType::LbEndpoint && !name.starts_with(crate::resource::xdstp::SCHEME) {
-        return Err(error(
-            kind.name_field().into(),
-            format!(
-                "{name:?}: an LbEndpoint (LEDS) is named by an xdstp URL in its collection, \
-                 xdstp://AUTHORITY/envoy.config.endpoint.v3.LbEndpoint/COLLECTION/ID"
-            ),
+        return Err(format!(
+            "{name:?}: an LbEndpoint (LEDS) is named by an xdstp URL in its collection, \
+             xdstp://AUTHORITY/envoy.config.endpoint.v3.LbEndpoint/COLLECTION/ID"
         ));
     }
-    // Envoy's own field rules: what every proxy would NACK stops here, with its words.
-    let mut regex_program = None;
-    if envoy_rules {
-        rules::check(&message).map_err(|v| error(v.path.clone(), v.to_string()))?;
-        // And what Envoy refuses in its C++ code, beyond the field rules.
-        regex_program =
-            checks::check(&message).map_err(|r| error(r.path.clone(), r.to_string()))?;
-    }
+    Ok(())
+}
+
+/// The checked message as a resource: encoded once (with its forms without secret
+/// material), versioned by its content and TTL, with its references and aliases.
+fn encode(
+    kind: ResourceType,
+    name: String,
+    message: DynamicMessage,
+    ttl: Option<std::time::Duration>,
+) -> Result<Resource, (String, String)> {
     // Versions hash the canonical JSON, not the bytes: map fields (Struct metadata, runtime
     // layers) encode in HashMap order, which differs between processes, while serde_json's
     // map is sorted. So the same files give the same versions in every process.
-    let json = json::to_json(&message)
-        .map_err(|e| error(".".into(), format!("cannot be represented as JSON: {e}")))?;
-    let canonical = serde_json::to_vec(&json).map_err(|e| error(".".into(), e.to_string()))?;
+    let json = json::to_json(&message).map_err(|e| {
+        (
+            ".".to_string(),
+            format!("cannot be represented as JSON: {e}"),
+        )
+    })?;
+    let canonical = serde_json::to_vec(&json).map_err(|e| (".".to_string(), e.to_string()))?;
     // The TTL is part of the version: changing it re-sends the resource (P25).
     let ttl_text = ttl.map(|t| t.as_millis().to_string()).unwrap_or_default();
     let version = content_hash([canonical.as_slice(), ttl_text.as_bytes()]);
@@ -173,7 +213,7 @@ pub(super) fn decode_resource(
     };
     let aliases = match kind {
         ResourceType::VirtualHost => {
-            vhds_aliases(&name, &json).map_err(|m| error("name".into(), m))?
+            vhds_aliases(&name, &json).map_err(|m| ("name".to_string(), m))?
         }
         _ => Vec::new(),
     };
@@ -190,11 +230,9 @@ pub(super) fn decode_resource(
         without(crate::config::redact::Audience::Operator),
     );
     let body = prost::Message::encode_to_vec(&message);
-    let resource = Resource::new(kind, name, version, body, warms_with)
+    Ok(Resource::new(kind, name, version, body, warms_with)
         .with_ttl(ttl)
         .with_aliases(aliases)
         .with_references(references)
-        .with_redactions(for_proxy, for_operator)
-        .with_regex_program(regex_program);
-    Ok((resource, filled))
+        .with_redactions(for_proxy, for_operator))
 }

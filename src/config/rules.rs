@@ -289,177 +289,221 @@ fn words(plan: &Plan, f: &FieldPlan, index: Option<&str>, reason: &str) -> Strin
     out
 }
 
-fn check_field<'a>(
-    message: &'a DynamicMessage,
-    plan: &Plan,
-    f: &FieldPlan,
-    walk: &mut Walk<'a>,
-) -> Result<(), Failure> {
-    // `index` is what Envoy's words show; `at` is the path's (a map key quoted).
-    let fail = |index: Option<(String, String)>, kind: &str, (rule, reason): Broken| {
+/// One field whose rules are being checked, and how a failure there is told.
+struct At<'p> {
+    plan: &'p Plan,
+    f: &'p FieldPlan,
+}
+
+impl At<'_> {
+    /// The field (at `index`, shown as Envoy shows it and as the path quotes it) broke
+    /// `kind.rule`.
+    fn fail(&self, index: Option<(String, String)>, kind: &str, (rule, reason): Broken) -> Failure {
         let mut path = Vec::with_capacity(2);
         if let Some((_, at)) = &index {
             path.push(format!("[{at}]"));
         }
-        path.push(f.field.name().to_string());
+        path.push(self.f.field.name().to_string());
         Failure {
             path,
             rule: format!("{kind}.{rule}"),
-            envoy: words(plan, f, index.as_ref().map(|(i, _)| i.as_str()), &reason),
+            envoy: words(
+                self.plan,
+                self.f,
+                index.as_ref().map(|(i, _)| i.as_str()),
+                &reason,
+            ),
         }
-    };
-    let embedded = |index: Option<(String, String)>, inner: Failure| {
+    }
+
+    /// A message in the field (at `index`) failed `inner`: Envoy says both.
+    fn embedded(&self, index: Option<(String, String)>, inner: Failure) -> Failure {
         let mut path = inner.path;
         if let Some((_, at)) = &index {
             path.push(format!("[{at}]"));
         }
-        path.push(f.field.name().to_string());
+        path.push(self.f.field.name().to_string());
         Failure {
             path,
             rule: inner.rule,
             envoy: format!(
                 "{} | caused by {}",
                 words(
-                    plan,
-                    f,
+                    self.plan,
+                    self.f,
                     index.as_ref().map(|(i, _)| i.as_str()),
                     "embedded message failed validation"
                 ),
                 inner.envoy
             ),
         }
-    };
+    }
+}
 
+/// One field's rules, by its shape: a list, a map, a message, or a scalar.
+fn check_field<'a>(
+    message: &'a DynamicMessage,
+    plan: &Plan,
+    f: &FieldPlan,
+    walk: &mut Walk<'a>,
+) -> Result<(), Failure> {
+    let at = At { plan, f };
     if f.field.is_list() {
-        let items: &'a [Value] = set_value(message, &f.field)
-            .and_then(Value::as_list)
-            .unwrap_or(&[]);
-        let rules = match &f.rules.typed {
-            Some(Rules::Repeated(r)) => Some(r.as_ref()),
-            _ => None,
-        };
-        if let Some(r) = rules {
-            if !(r.ignore_empty && items.is_empty()) {
-                if let Some(broken) = check_count(
-                    items.len() as u64,
-                    r.min_items,
-                    r.max_items,
-                    "item(s)",
-                    "items",
-                ) {
-                    return Err(fail(None, "repeated", broken));
-                }
-            }
-        }
-        let item_rules = rules.and_then(|r| r.items.as_ref());
-        let unique = rules.is_some_and(|r| r.unique);
-        for (i, item) in items.iter().enumerate() {
-            if unique && items[..i].contains(item) {
-                return Err(fail(
-                    Some((i.to_string(), i.to_string())),
-                    "repeated",
-                    ("unique", "repeated value must contain unique items".into()),
-                ));
-            }
-            let index = || Some((i.to_string(), i.to_string()));
-            if let Some(ruled) = item_rules {
-                if let Some(broken) = check_value(item, ruled) {
-                    let kind = ruled.typed.as_ref().map_or("message", Rules::kind);
-                    return Err(fail(index(), &format!("repeated.items.{kind}"), broken));
-                }
-            }
-            if let Value::Message(m) = item {
-                let skip = item_rules.is_some_and(|r| r.message.skip);
-                let path = || format!("{}[{i}]", f.field.name());
-                if is_any(m) || skip {
-                    walk.defer(path(), m);
-                } else {
-                    walk.descend(path(), m)
-                        .map_err(|inner| embedded(index(), inner))?;
-                }
-            }
-        }
-        return Ok(());
+        return check_list(message, &at, walk);
     }
-
     if f.field.is_map() {
-        let map = set_value(message, &f.field).and_then(Value::as_map);
-        let len = map.map_or(0, HashMap::len);
-        let rules = match &f.rules.typed {
-            Some(Rules::Map(r)) => Some(r.as_ref()),
-            _ => None,
-        };
-        if let Some(r) = rules {
-            if !(r.ignore_empty && len == 0) {
-                if let Some(broken) =
-                    check_count(len as u64, r.min_pairs, r.max_pairs, "pair(s)", "pairs")
-                {
-                    return Err(fail(None, "map", broken));
-                }
-            }
-        }
-        // In key order, so that the first violation reported does not depend on hashing.
-        let mut pairs: Vec<_> = map.into_iter().flatten().collect();
-        pairs.sort_by(|a, b| a.0.cmp(b.0));
-        for (key, item) in pairs {
-            let index = || Some((raw_key(key), show_key(key)));
-            if let Some(ruled) = rules.and_then(|r| r.keys.as_ref()) {
-                if let Some(broken) = check_value(&Value::from(key.clone()), ruled) {
-                    let kind = ruled.typed.as_ref().map_or("message", Rules::kind);
-                    return Err(fail(index(), &format!("map.keys.{kind}"), broken));
-                }
-            }
-            let value_rules = rules.and_then(|r| r.values.as_ref());
-            if let Some(ruled) = value_rules {
-                if let Some(broken) = check_value(item, ruled) {
-                    let kind = ruled.typed.as_ref().map_or("message", Rules::kind);
-                    return Err(fail(index(), &format!("map.values.{kind}"), broken));
-                }
-            }
-            if let Value::Message(m) = item {
-                let path = || format!("{}[{}]", f.field.name(), show_key(key));
-                if is_any(m) || value_rules.is_some_and(|r| r.message.skip) {
-                    walk.defer(path(), m);
-                } else {
-                    walk.descend(path(), m)
-                        .map_err(|inner| embedded(index(), inner))?;
-                }
-            }
-        }
-        return Ok(());
+        return check_map(message, &at, walk);
     }
-
     if let Kind::Message(_) = f.field.kind() {
-        let Some(Value::Message(sub)) = set_value(message, &f.field) else {
-            let required = f.rules.message.required
-                || matches!(&f.rules.typed, Some(Rules::Any(a)) if a.required)
-                || matches!(&f.rules.typed, Some(Rules::Duration(d) | Rules::Timestamp(d)) if d.required);
-            if required {
-                let kind = f.rules.typed.as_ref().map_or("message", Rules::kind);
-                return Err(fail(None, kind, ("required", "value is required".into())));
-            }
-            return Ok(());
-        };
-        if let Some(typed) = &f.rules.typed {
-            if let Some(broken) = check_message_value(sub, typed) {
-                return Err(fail(None, typed.kind(), broken));
-            }
-        }
-        let path = f.field.name().to_string();
-        if is_any(sub) || f.rules.message.skip {
-            walk.defer(path, sub);
-        } else {
-            walk.descend(path, sub)
-                .map_err(|inner| embedded(None, inner))?;
-        }
-        return Ok(());
+        return check_message(message, &at, walk);
     }
-
     if let Some(typed) = &f.rules.typed {
         let value = message.get_field(&f.field);
         if let Some(broken) = check_scalar(&value, typed) {
-            return Err(fail(None, typed.kind(), broken));
+            return Err(at.fail(None, typed.kind(), broken));
         }
+    }
+    Ok(())
+}
+
+/// A repeated field: its count, each item's rules, and each message item walked.
+fn check_list<'a>(
+    message: &'a DynamicMessage,
+    at: &At<'_>,
+    walk: &mut Walk<'a>,
+) -> Result<(), Failure> {
+    let items: &'a [Value] = set_value(message, &at.f.field)
+        .and_then(Value::as_list)
+        .unwrap_or(&[]);
+    let rules = match &at.f.rules.typed {
+        Some(Rules::Repeated(r)) => Some(r.as_ref()),
+        _ => None,
+    };
+    if let Some(r) = rules {
+        if !(r.ignore_empty && items.is_empty()) {
+            if let Some(broken) = check_count(
+                items.len() as u64,
+                r.min_items,
+                r.max_items,
+                "item(s)",
+                "items",
+            ) {
+                return Err(at.fail(None, "repeated", broken));
+            }
+        }
+    }
+    let item_rules = rules.and_then(|r| r.items.as_ref());
+    let unique = rules.is_some_and(|r| r.unique);
+    for (i, item) in items.iter().enumerate() {
+        if unique && items[..i].contains(item) {
+            return Err(at.fail(
+                Some((i.to_string(), i.to_string())),
+                "repeated",
+                ("unique", "repeated value must contain unique items".into()),
+            ));
+        }
+        let index = || Some((i.to_string(), i.to_string()));
+        if let Some(ruled) = item_rules {
+            if let Some(broken) = check_value(item, ruled) {
+                let kind = ruled.typed.as_ref().map_or("message", Rules::kind);
+                return Err(at.fail(index(), &format!("repeated.items.{kind}"), broken));
+            }
+        }
+        if let Value::Message(m) = item {
+            let skip = item_rules.is_some_and(|r| r.message.skip);
+            let path = || format!("{}[{i}]", at.f.field.name());
+            if is_any(m) || skip {
+                walk.defer(path(), m);
+            } else {
+                walk.descend(path(), m)
+                    .map_err(|inner| at.embedded(index(), inner))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A map field: its count, each key's and value's rules (in key order, so that the first
+/// violation reported does not depend on hashing), and each message value walked.
+fn check_map<'a>(
+    message: &'a DynamicMessage,
+    at: &At<'_>,
+    walk: &mut Walk<'a>,
+) -> Result<(), Failure> {
+    let map = set_value(message, &at.f.field).and_then(Value::as_map);
+    let len = map.map_or(0, HashMap::len);
+    let rules = match &at.f.rules.typed {
+        Some(Rules::Map(r)) => Some(r.as_ref()),
+        _ => None,
+    };
+    if let Some(r) = rules {
+        if !(r.ignore_empty && len == 0) {
+            if let Some(broken) =
+                check_count(len as u64, r.min_pairs, r.max_pairs, "pair(s)", "pairs")
+            {
+                return Err(at.fail(None, "map", broken));
+            }
+        }
+    }
+    // In key order, so that the first violation reported does not depend on hashing.
+    let mut pairs: Vec<_> = map.into_iter().flatten().collect();
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, item) in pairs {
+        let index = || Some((raw_key(key), show_key(key)));
+        if let Some(ruled) = rules.and_then(|r| r.keys.as_ref()) {
+            if let Some(broken) = check_value(&Value::from(key.clone()), ruled) {
+                let kind = ruled.typed.as_ref().map_or("message", Rules::kind);
+                return Err(at.fail(index(), &format!("map.keys.{kind}"), broken));
+            }
+        }
+        let value_rules = rules.and_then(|r| r.values.as_ref());
+        if let Some(ruled) = value_rules {
+            if let Some(broken) = check_value(item, ruled) {
+                let kind = ruled.typed.as_ref().map_or("message", Rules::kind);
+                return Err(at.fail(index(), &format!("map.values.{kind}"), broken));
+            }
+        }
+        if let Value::Message(m) = item {
+            let path = || format!("{}[{}]", at.f.field.name(), show_key(key));
+            if is_any(m) || value_rules.is_some_and(|r| r.message.skip) {
+                walk.defer(path(), m);
+            } else {
+                walk.descend(path(), m)
+                    .map_err(|inner| at.embedded(index(), inner))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A message field: required or not, its typed rules (Any, Duration, Timestamp), and the
+/// message walked.
+fn check_message<'a>(
+    message: &'a DynamicMessage,
+    at: &At<'_>,
+    walk: &mut Walk<'a>,
+) -> Result<(), Failure> {
+    let Some(Value::Message(sub)) = set_value(message, &at.f.field) else {
+        let required = at.f.rules.message.required
+            || matches!(&at.f.rules.typed, Some(Rules::Any(a)) if a.required)
+            || matches!(&at.f.rules.typed, Some(Rules::Duration(d) | Rules::Timestamp(d)) if d.required);
+        if required {
+            let kind = at.f.rules.typed.as_ref().map_or("message", Rules::kind);
+            return Err(at.fail(None, kind, ("required", "value is required".into())));
+        }
+        return Ok(());
+    };
+    if let Some(typed) = &at.f.rules.typed {
+        if let Some(broken) = check_message_value(sub, typed) {
+            return Err(at.fail(None, typed.kind(), broken));
+        }
+    }
+    let path = at.f.field.name().to_string();
+    if is_any(sub) || at.f.rules.message.skip {
+        walk.defer(path, sub);
+    } else {
+        walk.descend(path, sub)
+            .map_err(|inner| at.embedded(None, inner))?;
     }
     Ok(())
 }

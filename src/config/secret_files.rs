@@ -94,7 +94,6 @@ pub(super) fn fill(
     let Some(files) = mapping.remove(FILES_KEY) else {
         return Ok(None);
     };
-    let at = |key: &str| format!("{FILES_KEY}.{key}");
     let Value::Mapping(files) = files else {
         return Err((
             FILES_KEY.into(),
@@ -103,57 +102,7 @@ pub(super) fn fill(
                 .into(),
         ));
     };
-    let mut paths: Vec<(&'static str, &'static str, &'static str, PathBuf)> = Vec::new();
-    for (key, value) in &files {
-        let key = key.as_str().unwrap_or_default();
-        let Some(&(name, parent, field)) = FILE_KEYS.iter().find(|(k, _, _)| *k == key) else {
-            return Err((
-                FILES_KEY.into(),
-                format!(
-                    "unknown key `{key}`, expected one of `certificate_chain`, `private_key`, \
-                     `trusted_ca`, `crl`"
-                ),
-            ));
-        };
-        let Some(text) = value.as_str() else {
-            return Err((at(name), "expected a file path".into()));
-        };
-        let path = PathBuf::from(text);
-        if !path.is_absolute() {
-            return Err((
-                at(name),
-                format!(
-                    "{text}: must be an absolute path on Switchyard's host (these files are read \
-                     by Switchyard, not by the proxy; Envoy's own `filename` is a path on the \
-                     proxy's host)"
-                ),
-            ));
-        }
-        named.push(path.clone());
-        paths.push((name, parent, field, path));
-    }
-    let has = |k: &str| paths.iter().any(|(name, ..)| *name == k);
-    let pair = [
-        ("certificate_chain", "private_key"),
-        ("private_key", "certificate_chain"),
-        ("crl", "trusted_ca"),
-    ];
-    for (one, needs) in pair {
-        if has(one) && !has(needs) {
-            return Err((at(one), format!("needs `{needs}` beside it")));
-        }
-    }
-    if has("certificate_chain") && has("trusted_ca") {
-        return Err((
-            FILES_KEY.into(),
-            "a secret holds either a certificate and its key or a validation context: put \
-             `trusted_ca` in a secret of its own"
-                .into(),
-        ));
-    }
-    if paths.is_empty() {
-        return Err((FILES_KEY.into(), "names no file".into()));
-    }
+    let paths = named_files(&files, named)?;
 
     let mut filled = Filled::default();
     let mut chain = None;
@@ -204,6 +153,73 @@ pub(super) fn fill(
         }
     }
     Ok(Some(filled))
+}
+
+/// A file `switchyard_files` names: its key, the secret's message and field it goes to, and
+/// its path on this host.
+type NamedFile = (&'static str, &'static str, &'static str, PathBuf);
+
+/// The field of `switchyard_files` that `key` is.
+fn at(key: &str) -> String {
+    format!("{FILES_KEY}.{key}")
+}
+
+/// The files a `switchyard_files` mapping names (each added to `named`, whose changes are
+/// watched), checked to be known keys with absolute paths that make one kind of secret.
+fn named_files(files: &Mapping, named: &mut Vec<PathBuf>) -> Result<Vec<NamedFile>, FileError> {
+    let mut paths: Vec<NamedFile> = Vec::new();
+    for (key, value) in files {
+        let key = key.as_str().unwrap_or_default();
+        let Some(&(name, parent, field)) = FILE_KEYS.iter().find(|(k, _, _)| *k == key) else {
+            return Err((
+                FILES_KEY.into(),
+                format!(
+                    "unknown key `{key}`, expected one of `certificate_chain`, `private_key`, \
+                     `trusted_ca`, `crl`"
+                ),
+            ));
+        };
+        let Some(text) = value.as_str() else {
+            return Err((at(name), "expected a file path".into()));
+        };
+        let path = PathBuf::from(text);
+        if !path.is_absolute() {
+            return Err((
+                at(name),
+                format!(
+                    "{text}: must be an absolute path on Switchyard's host (these files are read \
+                     by Switchyard, not by the proxy; Envoy's own `filename` is a path on the \
+                     proxy's host)"
+                ),
+            ));
+        }
+        named.push(path.clone());
+        paths.push((name, parent, field, path));
+    }
+    let has = |k: &str| paths.iter().any(|(name, ..)| *name == k);
+    let pair = [
+        ("certificate_chain", "private_key"),
+        ("private_key", "certificate_chain"),
+        ("crl", "trusted_ca"),
+    ];
+    for (one, needs) in pair {
+        if has(one) && !has(needs) {
+            return Err((at(one), format!("needs `{needs}` beside it")));
+        }
+    }
+    if has("certificate_chain") && has("trusted_ca") {
+        return Err((
+            FILES_KEY.into(),
+            "a secret holds either a certificate and its key or a validation context: put \
+             `trusted_ca` in a secret of its own"
+                .into(),
+        ));
+    }
+    if paths.is_empty() {
+        return Err((FILES_KEY.into(), "names no file".into()));
+    }
+
+    Ok(paths)
 }
 
 /// Write `text` at `parent.field` of the secret, as a DataSource's `inline_string`; the same
