@@ -36,8 +36,8 @@ mod status;
 use status::current_status;
 pub use status::{
     CertificateStatus, ConfigStatus, FleetStatus, NewStreamsStatus, NodeStatus, PlanStatusJson,
-    ReplicaVerdict, RolloutStatus, ServerInfo, SourceStatus, Status, StreamStatus, TypeStatusJson,
-    STATUS_SCHEMA,
+    ReplicaVerdict, RolloutStatus, ServerInfo, Settled, SourceStatus, Status, StreamStatus,
+    TypeStatusJson, STATUS_SCHEMA,
 };
 
 use crate::cache::Cache;
@@ -67,6 +67,8 @@ pub struct Admin {
     /// `--source` with a rollout policy: the fleet's rollout, which `rollout promote` and
     /// `rollout abort` end for every replica.
     pub fleet_rollout: Option<crate::rollout::fleetwide::driver::FleetRollout>,
+    /// The source's barrier (`POST /source/settle`): none for an etcd prefix not followed.
+    pub barrier: Option<crate::source::Barrier>,
 }
 
 /// How long a request's headers may take to arrive, by default (`--admin-header-timeout`).
@@ -105,6 +107,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/config_dump", get(config_dump))
         .route("/rollout/promote", axum::routing::post(rollout_promote))
         .route("/rollout/abort", axum::routing::post(rollout_abort))
+        .route("/source/settle", axum::routing::post(source_settle))
         .route_layer(axum::middleware::from_fn_with_state(
             admin.clone(),
             require_token,
@@ -410,6 +413,37 @@ async fn status(State(admin): State<Admin>) -> Json<Status> {
 /// `POST /rollout/promote`: every node gets the candidate now.
 async fn rollout_promote(State(admin): State<Admin>) -> Response {
     end_rollout(&admin, true).await
+}
+
+/// `?revision=R` of `POST /source/settle`.
+#[derive(Debug, serde::Deserialize)]
+struct SettleQuery {
+    revision: Option<i64>,
+}
+
+/// `POST /source/settle`: the source's position that holds everything written before the
+/// request (the files read again; etcd's revision now, or `?revision=R`, reached by the
+/// follower), with the last load, once loaded ([`status::Settled`]). 503 while the source
+/// does not answer or the follower does not reach it in time.
+async fn source_settle(
+    State(admin): State<Admin>,
+    axum::extract::Query(query): axum::extract::Query<SettleQuery>,
+) -> Response {
+    let Some(barrier) = &admin.barrier else {
+        return (
+            StatusCode::NOT_FOUND,
+            "this server does not follow its source: nothing to settle\n",
+        )
+            .into_response();
+    };
+    match barrier.settle(query.revision).await {
+        Ok(position) => axum::Json(status::Settled {
+            position,
+            config: status::config_status(&admin),
+        })
+        .into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+    }
 }
 
 /// `POST /rollout/abort`: the canaries go back to the stable generation.

@@ -22,7 +22,7 @@ use crate::resource::Secrets;
 use crate::rollout::fleetwide::driver::{self as fleet_rollout, FleetRollout, FleetStart};
 use crate::rollout::Policy;
 use crate::server::{self, ServeOptions, ServerError};
-use crate::source::{etcd, Documents, Following, Sink, Source, SourceError};
+use crate::source::{etcd, Barrier, Documents, Following, Sink, Source, SourceError};
 use crate::state::{StateDir, StateError};
 use crate::telemetry::Telemetry;
 
@@ -100,6 +100,9 @@ pub struct Daemon {
     pub telemetry: Telemetry,
     /// The source, followed from its first read once serving.
     following: Option<Following>,
+    /// The source's barrier, for the admin API (`POST /source/settle`); none for an etcd
+    /// prefix that is not followed.
+    barrier: Option<Barrier>,
     /// `--source` with a rollout policy: the driver of the fleet's rollout, its inputs, and
     /// the admin API's handle on it.
     fleet_driver: Option<FleetDriver>,
@@ -166,7 +169,7 @@ impl Daemon {
         }
         let reloader = Arc::new(reloader);
         let mut fleet = None;
-        let following = match (options.source, first) {
+        let (following, barrier) = match (options.source, first) {
             (Source::Etcd(prefix), Some(start)) => {
                 let parts = Parts {
                     cache: &cache,
@@ -176,7 +179,7 @@ impl Daemon {
                 };
                 let (driver, following) = parts.start_etcd(prefix, start, heads, options.watch)?;
                 fleet = driver;
-                following
+                following.unzip()
             }
             (source, _) => {
                 let following = options.watch.then(|| {
@@ -192,7 +195,8 @@ impl Daemon {
                         return Err(RunError::Load(failure));
                     }
                 }
-                following
+                let barrier = Barrier::Files(Arc::clone(&reloader) as Arc<dyn Sink>);
+                (following, Some(barrier))
             }
         };
         log_secret_policy(
@@ -206,6 +210,7 @@ impl Daemon {
             reloader,
             telemetry,
             following,
+            barrier,
             fleet_driver: fleet,
             serve: options.serve,
             admin: options.admin,
@@ -226,6 +231,7 @@ impl Daemon {
             reloader,
             telemetry,
             following,
+            barrier,
             fleet_driver,
             serve,
             admin,
@@ -252,6 +258,7 @@ impl Daemon {
                 token: admin_token,
                 new_streams: serve.limits.new_streams,
                 fleet_rollout,
+                barrier,
             },
             admin,
             stop.clone(),
@@ -315,7 +322,7 @@ impl Parts<'_> {
         start: EtcdStart,
         heads: Option<tokio::sync::mpsc::UnboundedReceiver<crate::publish::Head>>,
         watch: bool,
-    ) -> Result<(Option<FleetDriver>, Option<Following>), RunError> {
+    ) -> Result<(Option<FleetDriver>, Option<(Following, Barrier)>), RunError> {
         let Parts {
             cache,
             fleet,
@@ -360,11 +367,8 @@ impl Parts<'_> {
                 handle,
             });
         }
-        let following = watch.then(|| Following::Etcd {
-            sink: Arc::clone(reloader) as Arc<dyn Sink>,
-            prefix,
-            first: documents,
-        });
+        let following = watch
+            .then(|| Following::etcd(Arc::clone(reloader) as Arc<dyn Sink>, prefix, documents));
         Ok((driver, following))
     }
 }

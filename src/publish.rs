@@ -40,6 +40,11 @@ pub struct LoadReport {
     pub generation: u64,
     /// `--source`: the etcd revision the documents were read at (`None` for files).
     pub revision: Option<i64>,
+    /// The files: the number of this read of them since start (`None` from etcd).
+    pub read: Option<u64>,
+    /// Handed to the fleet's rollout, which has not served it as a generation yet
+    /// (`generation` is the one serving meanwhile).
+    pub pending: bool,
 }
 
 /// `--source`: whether etcd answers, and since when.
@@ -86,6 +91,9 @@ pub struct Reloader {
     history: crate::history::History,
     /// Where ACKs and NACKs of each generation are counted.
     fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// The reads of the files so far; held through a read's load and publish, so that reads
+    /// (the watch's, a barrier's) publish one at a time, in order.
+    reads: std::sync::Mutex<u64>,
 }
 
 /// A good load of the documents read at one revision, for the fleet's rollout to propose.
@@ -118,6 +126,7 @@ impl Reloader {
             held: None,
             history: crate::history::History::default(),
             fleet: None,
+            reads: std::sync::Mutex::new(0),
         }
     }
 
@@ -158,9 +167,10 @@ impl Reloader {
             Some(report)
                 if report.ok()
                     && report.revision == Some(revision)
-                    && report.generation != generation =>
+                    && (report.generation != generation || report.pending) =>
             {
                 report.generation = generation;
+                report.pending = false;
                 true
             }
             _ => false,
@@ -227,8 +237,23 @@ impl Reloader {
     /// Load now (parsing only the files that changed); publish when good and different
     /// from what is serving. Logs one line.
     pub fn reload(&self) -> Result<(), LoadFailure> {
+        self.read_files().1
+    }
+
+    /// Read the files and publish what loads (one read at a time): the read's number, and
+    /// whether it loaded.
+    fn read_files(&self) -> (u64, Result<(), LoadFailure>) {
+        let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+        *reads += 1;
         let (loaded, work) = self.loading.files();
-        self.finish(loaded, work, None)
+        let result = self.finish(loaded, work, None);
+        let read = *reads;
+        self.last.send_modify(|report| {
+            if let Some(report) = report {
+                report.read = Some(read);
+            }
+        });
+        (read, result)
     }
 
     /// Load the documents read from a source (`--source`: every key under an etcd prefix,
@@ -253,11 +278,14 @@ impl Reloader {
             warnings: checked.warnings.iter().map(|w| w.to_string()).collect(),
             generation: self.cache.current().number,
             revision: Some(revision),
+            read: None,
+            pending: false,
         };
         let config = if report.generation == 0 {
             report.generation = self.publish(checked, work, &report.warnings, Some(revision));
             None
         } else {
+            report.pending = true;
             Some(checked)
         };
         self.store(report);
@@ -289,6 +317,8 @@ impl Reloader {
                     warnings,
                     generation,
                     revision,
+                    read: None,
+                    pending: false,
                 });
                 Ok(())
             }
@@ -317,6 +347,8 @@ impl Reloader {
             warnings: failure.warnings.iter().map(|e| e.to_string()).collect(),
             generation: current,
             revision,
+            read: None,
+            pending: false,
         });
         failure
     }
@@ -416,8 +448,8 @@ impl Reloader {
 
 /// The sink of both sources: files load again, documents are loaded as read.
 impl crate::source::Sink for Reloader {
-    fn files_changed(&self) {
-        let _ = self.reload();
+    fn files_changed(&self) -> u64 {
+        self.read_files().0
     }
 
     fn files_read(&self) -> Vec<PathBuf> {

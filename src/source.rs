@@ -52,6 +52,24 @@ impl Source {
     }
 }
 
+/// How far a source has been read and loaded: the files' read number (each load of the
+/// files since start is one), or the etcd store's revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Position {
+    Read(u64),
+    Revision(i64),
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Position::Read(n) => write!(f, "read {n} of the files"),
+            Position::Revision(r) => write!(f, "revision {r}"),
+        }
+    }
+}
+
 /// A source being followed: every change after the first read goes to the sink, until
 /// shutdown.
 pub enum Following {
@@ -61,6 +79,7 @@ pub enum Following {
         prefix: etcd::Prefix,
         /// The first read, which the watch goes on from.
         first: Documents,
+        progress: etcd::follow::Progress,
     },
 }
 
@@ -71,6 +90,27 @@ impl Following {
         Following::Files(files::Watching::arm(sink, paths, telemetry))
     }
 
+    /// Follow an etcd prefix from its first read (loaded already); the barrier that waits
+    /// for the follower.
+    pub fn etcd(
+        sink: Arc<dyn Sink>,
+        prefix: etcd::Prefix,
+        first: Documents,
+    ) -> (Following, Barrier) {
+        let (progress, asked) = etcd::follow::Progress::new(first.revision);
+        let barrier = Barrier::Etcd {
+            prefix: prefix.clone(),
+            asked,
+        };
+        let following = Following::Etcd {
+            sink,
+            prefix,
+            first,
+            progress,
+        };
+        (following, barrier)
+    }
+
     /// Hand each change to the sink until `shutdown`.
     pub async fn run(self, shutdown: Shutdown) {
         match self {
@@ -79,7 +119,79 @@ impl Following {
                 sink,
                 prefix,
                 first,
-            } => etcd::follow::follow(sink, prefix.url, prefix.access, first, shutdown).await,
+                progress,
+            } => etcd::follow::follow(sink, prefix, first, progress, shutdown).await,
+        }
+    }
+}
+
+/// A source's barrier: a position that holds everything written to the source before the
+/// call, once the sink has loaded it (what `status --wait` waits from).
+#[derive(Clone)]
+pub enum Barrier {
+    /// The files are read again now, settling any change the watch has not loaded yet.
+    Files(Arc<dyn Sink>),
+    /// The store's revision now, once the follower has applied and loaded the prefix up to it.
+    Etcd {
+        prefix: etcd::Prefix,
+        asked: etcd::follow::Asked,
+    },
+}
+
+impl std::fmt::Debug for Barrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Barrier::Files(_) => f.write_str("Barrier::Files"),
+            Barrier::Etcd { prefix, .. } => write!(f, "Barrier::Etcd({})", prefix.url.display()),
+        }
+    }
+}
+
+impl Barrier {
+    /// Settle the source: the position that holds everything written before this call (or
+    /// `revision`, from etcd), loaded by the sink when this returns.
+    pub async fn settle(&self, revision: Option<i64>) -> Result<Position, SourceError> {
+        match self {
+            Barrier::Files(sink) => {
+                let sink = Arc::clone(sink);
+                tokio::task::spawn_blocking(move || sink.files_changed())
+                    .await
+                    .map(Position::Read)
+                    .map_err(|e| SourceError::Stopped(e.to_string()))
+            }
+            Barrier::Etcd { prefix, asked } => {
+                let target = match revision {
+                    Some(revision) => revision,
+                    None => {
+                        let mut client =
+                            etcd::connect(&prefix.url, &prefix.access, prefix.timeout).await?;
+                        tokio::time::timeout(
+                            prefix.timeout,
+                            etcd::current_revision(&mut client, &prefix.url),
+                        )
+                        .await
+                        .map_err(|_| SourceError::Unavailable {
+                            url: prefix.url.display(),
+                            message: format!(
+                                "no answer within {}",
+                                humantime::format_duration(prefix.timeout)
+                            ),
+                        })??
+                    }
+                };
+                asked
+                    .reached(target, prefix.timeout)
+                    .await
+                    .map(Position::Revision)
+                    .map_err(|held| SourceError::Unavailable {
+                        url: prefix.url.display(),
+                        message: format!(
+                            "the watch did not reach revision {target} within {} (it holds \
+                             revision {held})",
+                            humantime::format_duration(prefix.timeout)
+                        ),
+                    })
+            }
         }
     }
 }
@@ -92,8 +204,9 @@ pub const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
 /// Where a source hands what it read: loading, checking and publishing are the sink's.
 /// Called on blocking threads (a load is CPU work).
 pub trait Sink: Send + Sync + 'static {
-    /// The files under the watched paths changed: load them again.
-    fn files_changed(&self);
+    /// The files under the watched paths changed: load them again. The number of this
+    /// read of the files (a [`Position::Read`]).
+    fn files_changed(&self) -> u64;
     /// The files beyond the watched paths that the last load read (secret files named by
     /// `switchyard_files`), whose changes count too.
     fn files_read(&self) -> Vec<PathBuf>;
@@ -113,6 +226,9 @@ pub enum SourceError {
     /// A key under the prefix holds bytes that are not text: no document can be read there.
     #[error("the document at key {key:?} is not UTF-8 text ({why})")]
     NotText { key: String, why: String },
+    /// The source's follower, or a load it waited for, stopped.
+    #[error("the source's follower stopped: {0}")]
+    Stopped(String),
 }
 
 /// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`: the cluster's members and the key prefix.

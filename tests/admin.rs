@@ -40,25 +40,6 @@ fn state(status: &Status, id: &str, kind: &str) -> Option<String> {
         .map(|t| t.state.name().to_string())
 }
 
-/// `switchyard status --admin-addr <server's>` with `args`: (exit code, stdout, stderr).
-async fn status_command(server: &TestServer, args: &[&str]) -> (Option<i32>, String, String) {
-    let addr = server.admin_addr.to_string();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    blocking(move || {
-        let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-            .args(["status", "--admin-addr", &addr])
-            .args(&args)
-            .output()
-            .expect("runs");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-}
-
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.expect("joins")
 }
@@ -183,7 +164,7 @@ async fn status_command_exits_2_while_a_node_nacks_and_3_after_a_failed_load() {
     })
     .await;
 
-    let (code, out, err) = status_command(&server, &[]).await;
+    let (code, out, err) = server.status_cli(&[]).await;
     assert_eq!(code, Some(0), "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(
@@ -202,7 +183,7 @@ async fn status_command_exits_2_while_a_node_nacks_and_3_after_a_failed_load() {
     let bad = c.recv_type(Cluster).await;
     c.nack(&bad, &[], &cds.version_info, "no thanks").await;
     status_until(&server, |s| s.any_nacked()).await;
-    let (code, out, _) = status_command(&server, &[]).await;
+    let (code, out, _) = server.status_cli(&[]).await;
     assert_eq!(code, Some(2), "NACKing: exit 2\n{out}");
     assert!(out.contains("NACKED"), "{out}");
     assert!(
@@ -210,7 +191,7 @@ async fn status_command_exits_2_while_a_node_nacks_and_3_after_a_failed_load() {
         "the proxy's error text is shown\n{out}"
     );
 
-    let (code, out, _) = status_command(&server, &["--output", "json"]).await;
+    let (code, out, _) = server.status_cli(&["--output", "json"]).await;
     assert_eq!(code, Some(2));
     let parsed: Status = serde_json::from_str(&out).expect("JSON");
     assert_eq!(state(&parsed, "edge-1", "CDS").as_deref(), Some("NACKED"));
@@ -223,7 +204,7 @@ async fn status_command_exits_2_while_a_node_nacks_and_3_after_a_failed_load() {
         "{errors:?}"
     );
     status_until(&server, |s| s.config.as_ref().is_some_and(|c| !c.ok)).await;
-    let (code, out, _) = status_command(&server, &[]).await;
+    let (code, out, _) = server.status_cli(&[]).await;
     assert_eq!(code, Some(3), "last load failed: exit 3\n{out}");
     assert!(
         out.contains("ClusterValidationError.ConnectTimeout: value must be greater than 0s"),
@@ -535,6 +516,7 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
         token: None,
         new_streams: None,
         fleet_rollout: None,
+        barrier: None,
     };
     let (stop, shutdown) = switchyard::shutdown::channel();
     let task = tokio::spawn(switchyard::admin::serve(

@@ -212,3 +212,117 @@ async fn the_history_counts_acks_and_nacks_per_generation_and_survives_a_restart
         "the counts survive the restart"
     );
 }
+
+/// The barrier (`POST /source/settle`) reads the files again, settling an edit the watch
+/// has not loaded yet (this server has no watch at all): a broken edit comes back refused,
+/// naming its file and why, while the last good generation keeps serving; a good edit comes
+/// back as the generation that holds it. Each settle is a later read of the files.
+#[tokio::test]
+async fn settling_the_files_loads_an_edit_at_once_and_says_what_it_gave() {
+    let server = TestServer::start(&[("clusters.yaml", &eds_cluster("a", "1s", 8080))]).await;
+    let settle = || async {
+        let (code, body) = server.admin_post("/source/settle").await;
+        assert_eq!(code, 200, "{body}");
+        let settled: switchyard::admin::Settled = serde_json::from_str(&body).expect("JSON");
+        let config = settled.config.expect("a load");
+        (settled.position, config)
+    };
+    let (first, config) = settle().await;
+    assert!(config.ok, "{:?}", config.errors);
+    assert_eq!(config.generation, 1, "nothing changed: nothing published");
+
+    std::fs::write(
+        server.dir.path().join("clusters.yaml"),
+        "clusters: [{name: a, connect_timeout: soon}]\n",
+    )
+    .expect("write");
+    let (broken, config) = settle().await;
+    assert!(!config.ok, "refused");
+    assert!(
+        config
+            .errors
+            .iter()
+            .any(|e| e.contains("clusters.yaml") && e.contains("connect_timeout")),
+        "the file and the field: {:?}",
+        config.errors
+    );
+    assert_eq!(config.generation, 1, "the last good generation serves");
+    assert_eq!(server.cache.current().number, 1);
+
+    std::fs::write(
+        server.dir.path().join("clusters.yaml"),
+        eds_cluster("a", "2s", 8080),
+    )
+    .expect("write");
+    let (good, config) = settle().await;
+    assert!(config.ok, "{:?}", config.errors);
+    assert_eq!(config.generation, 2);
+    assert_eq!(server.cache.current().number, 2, "published by the settle");
+    match (first, broken, good) {
+        (
+            switchyard::source::Position::Read(a),
+            switchyard::source::Position::Read(b),
+            switchyard::source::Position::Read(c),
+        ) => assert!(a < b && b < c, "later reads: {a}, {b}, {c}"),
+        other => panic!("positions of files are reads: {other:?}"),
+    }
+    assert_eq!(
+        config.read,
+        match good {
+            switchyard::source::Position::Read(n) => Some(n),
+            _ => None,
+        }
+    );
+}
+
+/// `status --wait` right after an edit waits for that edit, never judging the generation
+/// before it: a broken edit exits 3 with the file and the reason, a good edit exits 0 only
+/// once the connected node has ACKed the generation that holds it. Five rounds of each,
+/// with no pause between the write and the call (and no watch: only the barrier loads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_wait_right_after_an_edit_waits_for_that_edit() {
+    let server = TestServer::start(&[("clusters.yaml", &eds_cluster("a", "1s", 8080))]).await;
+    let mut edge = server.ads("edge-1").await;
+    edge.subscribe(Cluster, &[]).await;
+    let acking = edge.ack_everything();
+    let file = server.dir.path().join("clusters.yaml");
+    for round in 0..5u64 {
+        std::fs::write(&file, "clusters: [{name: a, connect_timeout: soon}]\n").expect("write");
+        let (code, out, err) = server.status_cli(&["--wait", "--timeout", "30s"]).await;
+        assert_eq!(code, Some(3), "round {round}: a refused edit: {out}{err}");
+        assert!(
+            err.contains("was refused") && err.contains("clusters.yaml"),
+            "round {round}: {err}"
+        );
+
+        let timeout = format!("{}s", round + 2);
+        std::fs::write(&file, eds_cluster("a", &timeout, 8080)).expect("write");
+        let (code, out, err) = server.status_cli(&["--wait", "--timeout", "30s"]).await;
+        assert_eq!(code, Some(0), "round {round}: {out}{err}");
+        let generation = server.cache.current().number;
+        assert_eq!(
+            generation,
+            round + 2,
+            "round {round}: the edit is published"
+        );
+        let status = server.status().await;
+        assert_eq!(status.generation, generation);
+        let node = status
+            .nodes
+            .iter()
+            .find(|n| n.node_id == "edge-1")
+            .expect("the node");
+        assert_eq!(
+            node.generation, generation,
+            "round {round}: ACKed before exit 0"
+        );
+        assert!(
+            node.types
+                .values()
+                .all(|t| t.state == switchyard::fleet::SyncStatus::Synced),
+            "round {round}: {:?}",
+            node.types
+        );
+    }
+    acking.abort();
+}

@@ -815,3 +815,86 @@ async fn two_applies_at_once_never_overwrite_each_other() {
     }
     eprintln!("{one} round(s) where one apply was refused, {both} where both landed in turn");
 }
+
+/// `status --wait` right after a write to etcd waits for that write: the barrier is etcd's
+/// revision now, reached by the follower, so a broken document exits 3 with its key and the
+/// reason (never 0 on the generation before), and a good one exits 0 once it serves. A
+/// revision that changed nothing under the prefix is reached too (etcd reports the watch's
+/// progress when asked). With etcd down, `status` and `status --wait` exit 8 and say so;
+/// once etcd is back, `status` exits 0 again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_waits_for_what_was_written_and_fails_while_etcd_does_not_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut etcd = Etcd::start(dir.path()).await;
+    etcd.put("/sy/clusters.yaml", CLUSTERS).await;
+    let server = serve_prefix(&etcd, dir.path()).await;
+    let wait = ["--wait", "--timeout", "30s"];
+    let served_timeout = || async {
+        let dump = get_json(
+            &format!("http://127.0.0.1:{}/config_dump", server.admin_port),
+            &[("node", "edge-1")],
+        )
+        .await
+        .unwrap_or_default();
+        dump["types"]["CDS"]["resources"][0]["resource"]["connectTimeout"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    for round in 0..3 {
+        etcd.put(
+            "/sy/clusters.yaml",
+            "clusters:\n  - name: backend\n    connect_timeout: soon\n",
+        )
+        .await;
+        let (code, out, err) = server.status_said(&wait);
+        assert_eq!(code, Some(3), "round {round}: refused: {out}{err}");
+        assert!(
+            err.contains("was refused")
+                && err.contains("/sy/clusters.yaml")
+                && err.contains("connect_timeout"),
+            "round {round}: the key and the reason: {err}"
+        );
+        let timeout = format!("{}s", round + 2);
+        etcd.put(
+            "/sy/clusters.yaml",
+            &format!("clusters:\n  - name: backend\n    connect_timeout: {timeout}\n"),
+        )
+        .await;
+        let (code, out, err) = server.status_said(&wait);
+        assert_eq!(code, Some(0), "round {round}: {out}{err}");
+        assert_eq!(served_timeout().await, timeout, "round {round}: it serves");
+    }
+
+    // A write elsewhere moves the store's revision past anything under the prefix.
+    let elsewhere = etcd.put("/elsewhere", "x").await;
+    let (code, out, err) = server.status_said(&wait);
+    assert_eq!(code, Some(0), "reached by the watch's progress: {out}{err}");
+    let (code, out, err) = server.status_said(&["--wait", "--revision", &elsewhere.to_string()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+
+    etcd.kill();
+    let down = eventually(Duration::from_secs(20), || async {
+        server.status_said(&[]).0 == Some(8)
+    })
+    .await;
+    assert!(
+        down.is_some(),
+        "`status` exits 8 while etcd does not answer"
+    );
+    let (_, out, err) = server.status_said(&[]);
+    assert!(
+        out.contains("does NOT answer") && err.contains("does not answer"),
+        "{out}{err}"
+    );
+    let (code, _, err) = server.status_said(&wait);
+    assert_eq!(code, Some(8), "{err}");
+    assert!(err.contains("does not answer"), "{err}");
+
+    etcd.start_again().await;
+    let back = eventually(Duration::from_secs(30), || async {
+        server.status_said(&[]).0 == Some(0)
+    })
+    .await;
+    assert!(back.is_some(), "`status` exits 0 once etcd answers again");
+}

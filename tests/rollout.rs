@@ -110,35 +110,6 @@ async fn a_canary_nack_halts_and_only_an_operator_moves_it_on() {
     );
 }
 
-/// `switchyard status ARGS` against `server`, run as a process (the test's runtime goes on
-/// serving meanwhile): its exit code, stdout and stderr.
-async fn status_cli(server: &TestServer, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut all = vec![
-        "status".to_string(),
-        "--admin-addr".to_string(),
-        server.admin_addr.to_string(),
-    ];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let out = cli(all).await;
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// `switchyard ARGS` as a process, off the test's runtime (which goes on serving).
-async fn cli(args: Vec<String>) -> std::process::Output {
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-            .args(&args)
-            .output()
-            .expect("runs")
-    })
-    .await
-    .expect("joined")
-}
-
 /// Gates a deploy can wait on. `switchyard status` exits 0 only when every
 /// connected node runs the newest loaded generation and no rollout is on: 4 while the
 /// canaries bake, 5 once halted (as does `rollout status`), 5 after an abort while the files
@@ -157,7 +128,7 @@ async fn status_exit_codes_tell_the_truth_through_a_rollout() {
         c.ack(&first, &[]).await;
         v1.push(first.version_info);
     }
-    let (code, out, err) = status_cli(&server, &["--wait", "--timeout", "10s"]).await;
+    let (code, out, err) = server.status_cli(&["--wait", "--timeout", "10s"]).await;
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
         out.contains("GEN"),
@@ -170,9 +141,9 @@ async fn status_exit_codes_tell_the_truth_through_a_rollout() {
     canary.ack(&change, &[]).await;
     until_rollout(&server, Some("BAKING")).await;
     assert_eq!(verdict(&server.status().await), Standing::RollingOut);
-    let (code, _, err) = status_cli(&server, &[]).await;
+    let (code, _, err) = server.status_cli(&[]).await;
     assert_eq!(code, Some(4), "{err}");
-    let (code, _, err) = status_cli(&server, &["--wait", "--timeout", "1s"]).await;
+    let (code, _, err) = server.status_cli(&["--wait", "--timeout", "1s"]).await;
     assert_eq!(code, Some(6), "{err}");
     assert!(
         err.contains("timed out after 1s: a rollout is in progress"),
@@ -180,16 +151,18 @@ async fn status_exit_codes_tell_the_truth_through_a_rollout() {
     );
 
     // Promoted while `--wait` waits: it returns 0 once the edge node has the change.
-    let waiting = tokio::spawn(cli([
-        "status",
-        "--admin-addr",
-        &server.admin_addr.to_string(),
-        "--wait",
-        "--timeout",
-        "30s",
-    ]
-    .map(String::from)
-    .to_vec()));
+    let waiting = tokio::spawn(support::cli(
+        [
+            "status",
+            "--admin-addr",
+            &server.admin_addr.to_string(),
+            "--wait",
+            "--timeout",
+            "30s",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (code, _) = server.admin_post("/rollout/promote").await;
     assert_eq!(code, 200);
@@ -211,28 +184,32 @@ async fn status_exit_codes_tell_the_truth_through_a_rollout() {
         .nack(&bad, &[], &promoted.version_info, "no thanks")
         .await;
     until_rollout(&server, Some("HALTED")).await;
-    let (code, _, err) = status_cli(&server, &["--wait", "--timeout", "10s"]).await;
+    let (code, _, err) = server.status_cli(&["--wait", "--timeout", "10s"]).await;
     assert_eq!(code, Some(5), "a halt ends the wait at once: {err}");
-    let rollout = cli([
-        "rollout",
-        "status",
-        "--admin-addr",
-        &server.admin_addr.to_string(),
-    ]
-    .map(String::from)
-    .to_vec())
+    let rollout = support::cli(
+        [
+            "rollout",
+            "status",
+            "--admin-addr",
+            &server.admin_addr.to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
     .await;
     assert_eq!(rollout.status.code(), Some(5));
-    let json = cli([
-        "rollout",
-        "status",
-        "--admin-addr",
-        &server.admin_addr.to_string(),
-        "--output",
-        "json",
-    ]
-    .map(String::from)
-    .to_vec())
+    let json = support::cli(
+        [
+            "rollout",
+            "status",
+            "--admin-addr",
+            &server.admin_addr.to_string(),
+            "--output",
+            "json",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
     .await;
     let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
     assert_eq!(doc["schema"], "switchyard.rollout/v1");
@@ -247,7 +224,7 @@ async fn status_exit_codes_tell_the_truth_through_a_rollout() {
     let status = server.status().await;
     assert_eq!(status.generation, before_halt);
     assert_eq!(verdict(&status), Standing::RolloutStopped);
-    let (code, out, _) = status_cli(&server, &[]).await;
+    let (code, out, _) = server.status_cli(&[]).await;
     assert_eq!(code, Some(5), "{out}");
     let aborted = status
         .config

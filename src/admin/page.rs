@@ -587,6 +587,8 @@ mod tests {
                 errors: vec![],
                 warnings: vec![],
                 revision: None,
+                read: None,
+                pending: false,
                 source: None,
             }),
             rollout: None,

@@ -348,6 +348,13 @@ pub struct ConfigStatus {
     /// `--source`: the etcd revision the last load read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
+    /// The files: the number of the last load's read of them since the server started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<u64>,
+    /// The last load went to the fleet's rollout, which has not served it as a generation
+    /// yet (`generation` is the one serving meanwhile).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
     /// `--source`: whether etcd answers, since when, and why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceStatus>,
@@ -473,22 +480,37 @@ impl Status {
     }
 }
 
-/// `/status` as of now.
-pub(super) fn current_status(admin: &Admin) -> Status {
-    let config = admin.reloader.last_report().map(|r| ConfigStatus {
+/// What `POST /source/settle` answers: the source's position that holds everything written
+/// before the request, and the last load (of that position, or past it).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Settled {
+    pub position: crate::source::Position,
+    pub config: Option<ConfigStatus>,
+}
+
+/// The last load, and whether the source answers.
+pub(super) fn config_status(admin: &Admin) -> Option<ConfigStatus> {
+    admin.reloader.last_report().map(|r| ConfigStatus {
         ok: r.ok(),
         at: format_time(r.at),
         generation: r.generation,
         errors: r.errors.clone(),
         warnings: r.warnings.clone(),
         revision: r.revision,
+        read: r.read,
+        pending: r.pending,
         source: admin.reloader.source().map(|h| SourceStatus {
             url: h.url,
             answering: h.answering,
             since: format_time(h.since),
             error: h.error,
         }),
-    });
+    })
+}
+
+/// `/status` as of now.
+pub(super) fn current_status(admin: &Admin) -> Status {
+    let config = config_status(admin);
     let mut status = Status::from_reports(admin.fleet.reports(), config);
     let serving = admin.cache.serving();
     status.generation = serving.stable.number;

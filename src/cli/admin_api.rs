@@ -60,6 +60,11 @@ pub(super) fn admin_at(
     Ok((target, token))
 }
 
+/// The longest one request to the admin API may take: above the longest the server takes to
+/// answer one (15 s for a promote or abort of the fleet's rollout; up to three times
+/// `--source-timeout` to settle an etcd source).
+const ADMIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One request to the admin API: its status code, body and URL.
 pub(super) async fn admin_call(
     target: &AdminTarget,
@@ -67,7 +72,7 @@ pub(super) async fn admin_call(
     method: reqwest::Method,
     path: &str,
 ) -> anyhow::Result<(reqwest::StatusCode, String, String)> {
-    let mut client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10));
+    let mut client = reqwest::Client::builder().timeout(ADMIN_TIMEOUT);
     let url = match (&target.ca, &target.server_name) {
         (None, _) => format!("http://{}{path}", target.addr),
         (Some(ca), name) => {

@@ -80,7 +80,9 @@ pub struct ServeArgs {
     /// while etcd does not answer, the last good generation keeps serving (docs/etcd.md).
     #[arg(long, value_name = "URL", conflicts_with_all = ["paths", "state_dir"])]
     pub source: Option<String>,
-    /// How long connecting to etcd and reading the prefix may take, each, at start.
+    /// How long connecting to etcd and reading the prefix may take, each, at start; and each
+    /// step of settling the source for `status --wait` (connect, read the revision, the watch
+    /// reaching it).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub source_timeout: Duration,
     #[command(flatten)]

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::admin_api::{admin_target, fetch_status};
+use super::admin_api::{admin_call, admin_target, fetch_status, AdminTarget};
 use super::flags::AdminArgs;
 use super::runtime;
 
@@ -29,6 +29,9 @@ pub const EXIT_TIMED_OUT: u8 = 6;
 /// Exit code of `switchyard status` while a node is still taking the newest generation (a
 /// response not yet ACKed, a make-before-break plan in progress, an older generation).
 pub const EXIT_UPDATING: u8 = 7;
+/// Exit code of `switchyard status` while the server's source (etcd) does not answer: the
+/// last good generation serves, but no edit reaches the fleet.
+pub const EXIT_SOURCE_DOWN: u8 = 8;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -37,12 +40,23 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// Wait until every connected node runs the newest loaded generation on every type and
-    /// no rollout is in progress (exit 0), or until that cannot happen without someone
-    /// acting (a NACK, a failed load, a halted or aborted rollout: their exit codes), or
-    /// until `--timeout` (exit 6). Like `kubectl rollout status`.
+    /// Wait for everything written to the source before this call: the server settles its
+    /// source first (reads the files again; from etcd, follows the prefix up to its
+    /// revision now), and a refused change exits 3 with its errors. Then wait until every
+    /// connected node runs that generation (or a newer one) on every type and no rollout is
+    /// in progress (exit 0), or until that cannot happen without someone acting (a NACK, a
+    /// failed load, a halted or aborted rollout, a source that does not answer: their exit
+    /// codes), or until `--timeout` (exit 6). Like `kubectl rollout status`.
     #[arg(long)]
     pub wait: bool,
+    /// With `--wait`: wait for this generation (or a newer one) instead of settling the
+    /// source.
+    #[arg(long, value_name = "N", requires = "wait", conflicts_with = "revision")]
+    pub generation: Option<u64>,
+    /// With `--wait`, from etcd: wait for the documents as of this revision (what `apply`
+    /// printed) instead of the revision now.
+    #[arg(long, value_name = "R", requires = "wait")]
+    pub revision: Option<i64>,
     /// With `--wait`: how long to wait at most.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration, requires = "wait")]
     pub timeout: std::time::Duration,
@@ -54,6 +68,7 @@ pub enum Standing {
     /// Every connected node runs the newest loaded generation, and no rollout is on.
     Done,
     LoadFailed,
+    SourceDown,
     RolloutStopped,
     Nacked,
     RollingOut,
@@ -66,6 +81,7 @@ impl Standing {
         match self {
             Standing::Done => 0,
             Standing::LoadFailed => EXIT_LOAD_FAILED,
+            Standing::SourceDown => EXIT_SOURCE_DOWN,
             Standing::RolloutStopped => EXIT_ROLLOUT_STOPPED,
             Standing::Nacked => EXIT_NACKED,
             Standing::RollingOut => EXIT_ROLLING_OUT,
@@ -82,6 +98,9 @@ impl Standing {
         match self {
             Standing::Done => "every connected node runs the newest generation",
             Standing::LoadFailed => "the last config load failed",
+            Standing::SourceDown => {
+                "the source does not answer: the last good generation serves, no edit gets through"
+            }
             Standing::RolloutStopped => {
                 "the rollout halted, or was aborted and the files differ from what serves"
             }
@@ -92,12 +111,16 @@ impl Standing {
     }
 }
 
-/// Where `status` says the fleet stands. In order: a failed load, a stopped rollout, a
-/// NACK, a rollout in progress, a node still updating.
+/// Where `status` says the fleet stands. In order: a failed load, a source that does not
+/// answer, a stopped rollout, a NACK, a rollout in progress, a node still updating.
 pub fn verdict(status: &crate::admin::Status) -> Standing {
     use crate::fleet::SyncStatus;
     if status.config.as_ref().is_some_and(|c| !c.ok) {
         return Standing::LoadFailed;
+    }
+    let source = status.config.as_ref().and_then(|c| c.source.as_ref());
+    if source.is_some_and(|s| !s.answering) {
+        return Standing::SourceDown;
     }
     let fleet = status.fleet.as_ref();
     if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED")
@@ -155,6 +178,27 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
         Err(code) => return code,
     };
     let started = std::time::Instant::now();
+    let mut wanted = args.generation.map(Target::Generation);
+    if args.wait && wanted.is_none() {
+        let mut said = false;
+        wanted = loop {
+            match runtime.block_on(settle(&target, token.as_deref(), args.revision)) {
+                Ok(wanted) => break wanted,
+                Err(Settling::Unreachable(e)) if started.elapsed() < args.timeout => {
+                    // The server may be restarting: go on asking until the time is up.
+                    if !std::mem::replace(&mut said, true) {
+                        eprintln!("waiting: {e:#}");
+                    }
+                    std::thread::sleep(POLL);
+                }
+                Err(Settling::Unreachable(e)) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(EXIT_TIMED_OUT);
+                }
+                Err(Settling::Exit(code)) => return code,
+            }
+        };
+    }
     let mut said = None;
     let (status, body, verdict) = loop {
         let fetched = runtime.block_on(fetch_status(&target, token.as_deref()));
@@ -177,7 +221,10 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
                 };
             }
         };
-        let verdict = verdict(&status);
+        let verdict = match verdict(&status) {
+            Standing::Done if short_of(&status, wanted) => Standing::Updating,
+            verdict => verdict,
+        };
         if !args.wait || !verdict.settles_by_itself() {
             break (status, body, verdict);
         }
@@ -207,6 +254,97 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
         eprintln!("{} (exit {})", verdict.text(), verdict.code());
     }
     ExitCode::from(verdict.code())
+}
+
+/// What `--wait` waits for, beyond every node running the newest generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// This generation (or a newer one) serves every node.
+    Generation(u64),
+    /// The load that settled the source went to the fleet's rollout: the generation it
+    /// serves as once named (`config.pending` turns false), then that one.
+    Named,
+}
+
+/// Whether the fleet is still short of `wanted`.
+fn short_of(status: &crate::admin::Status, wanted: Option<Target>) -> bool {
+    let newest = |config: &crate::admin::ConfigStatus| {
+        config.pending || status.generation < config.generation
+    };
+    match wanted {
+        None => false,
+        Some(Target::Generation(generation)) => status.generation < generation,
+        Some(Target::Named) => status.config.as_ref().is_none_or(newest),
+    }
+}
+
+/// Why the source could not be settled.
+enum Settling {
+    /// The admin API does not answer (yet): ask again.
+    Unreachable(anyhow::Error),
+    /// Said why; exit with this code.
+    Exit(ExitCode),
+}
+
+/// Settle the server's source (`POST /source/settle`): what to wait for then (nothing more
+/// than the newest generation, from a server that has no barrier); a refused change, or a
+/// source that does not answer, is said and exits.
+async fn settle(
+    target: &AdminTarget,
+    token: Option<&str>,
+    revision: Option<i64>,
+) -> Result<Option<Target>, Settling> {
+    let path = match revision {
+        Some(revision) => format!("/source/settle?revision={revision}"),
+        None => "/source/settle".to_string(),
+    };
+    let (code, body, url) = admin_call(target, token, reqwest::Method::POST, &path)
+        .await
+        .map_err(Settling::Unreachable)?;
+    let exit = |code: u8| Err(Settling::Exit(ExitCode::from(code)));
+    match code {
+        reqwest::StatusCode::OK => {}
+        reqwest::StatusCode::NOT_FOUND if revision.is_none() => {
+            eprintln!(
+                "warning: {url}: {}; waiting for the newest loaded generation",
+                body.trim()
+            );
+            return Ok(None);
+        }
+        reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+            eprintln!("error: the source does not answer: {}", body.trim());
+            return exit(EXIT_SOURCE_DOWN);
+        }
+        _ => {
+            eprintln!("error: {url} answered {code}: {}", body.trim());
+            return exit(1);
+        }
+    }
+    let settled: crate::admin::Settled = match serde_json::from_str(&body) {
+        Ok(settled) => settled,
+        Err(e) => {
+            eprintln!("error: {url}: not an answer this version reads: {e}");
+            return exit(1);
+        }
+    };
+    let Some(config) = settled.config else {
+        return Ok(None);
+    };
+    if !config.ok {
+        eprintln!(
+            "error: the source at {} was refused; generation {} keeps serving:",
+            settled.position, config.generation
+        );
+        for error in &config.errors {
+            eprintln!("  {}", printable(error));
+        }
+        return exit(EXIT_LOAD_FAILED);
+    }
+    Ok(Some(if config.pending {
+        Target::Named
+    } else {
+        Target::Generation(config.generation)
+    }))
 }
 
 /// How often `--wait` asks.
@@ -668,6 +806,18 @@ mod tests {
             c.ok = false;
         }
         assert_eq!(verdict(&failed), Standing::LoadFailed);
+        // etcd away: the last good generation serves, but that is not done.
+        let mut away = fleet(2, "SYNCED", 2, 2, None);
+        if let Some(c) = away.config.as_mut() {
+            c.source = Some(crate::admin::SourceStatus {
+                url: "etcd://127.0.0.1:2379/sy".into(),
+                answering: false,
+                since: "t".into(),
+                error: Some("cannot connect".into()),
+            });
+        }
+        assert_eq!(verdict(&away), Standing::SourceDown);
+        assert!(!Standing::SourceDown.settles_by_itself());
         assert_eq!(
             [
                 Standing::Done,
@@ -675,15 +825,34 @@ mod tests {
                 Standing::LoadFailed,
                 Standing::RollingOut,
                 Standing::RolloutStopped,
-                Standing::Updating
+                Standing::Updating,
+                Standing::SourceDown,
             ]
             .map(Standing::code),
-            [0, 2, 3, 4, 5, 7]
+            [0, 2, 3, 4, 5, 7, 8]
         );
         let table = status_table(&fleet(1, "SYNCED", 1, 2, None));
         assert!(
             table.contains("the rollout of generation 2 was aborted"),
             "{table}"
         );
+    }
+
+    /// What `--wait` waits for beyond the newest generation: the one that holds the
+    /// settled source, or (the fleet's rollout) the one it is named once served.
+    #[test]
+    fn the_wait_is_short_of_a_generation_until_it_serves_every_node() {
+        let done = fleet(2, "SYNCED", 2, 2, None);
+        assert!(!short_of(&done, None));
+        assert!(!short_of(&done, Some(Target::Generation(2))));
+        assert!(short_of(&done, Some(Target::Generation(3))));
+        assert!(!short_of(&done, Some(Target::Named)));
+        let mut pending = done.clone();
+        if let Some(c) = pending.config.as_mut() {
+            c.pending = true;
+        }
+        assert!(short_of(&pending, Some(Target::Named)));
+        let named_newer = fleet(2, "SYNCED", 2, 3, None);
+        assert!(short_of(&named_newer, Some(Target::Named)));
     }
 }

@@ -64,6 +64,28 @@ impl Prefix {
     }
 }
 
+/// The store's revision now, as a read of the prefix sees it: every write under the prefix
+/// made before this call is at or below it.
+pub async fn current_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64, SourceError> {
+    let answer = client
+        .get(
+            url.key_prefix(),
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await
+        .map_err(|e| SourceError::Unavailable {
+            url: url.display(),
+            message: format!("cannot read the revision: {e}"),
+        })?;
+    answer
+        .header()
+        .map(|h| h.revision())
+        .ok_or_else(|| SourceError::Unavailable {
+            url: url.display(),
+            message: "its answer has no header".into(),
+        })
+}
+
 /// Connect to the members of `url` as `access` says, each try bounded by `timeout`.
 pub async fn connect(
     url: &EtcdUrl,

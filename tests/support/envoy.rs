@@ -358,6 +358,13 @@ impl Switchyard {
 
     /// `switchyard status --admin-addr <this server's>` with `args`: (exit code, stdout).
     pub fn status_command(&self, args: &[&str]) -> (Option<i32>, String) {
+        let (code, out, _) = self.status_said(args);
+        (code, out)
+    }
+
+    /// `switchyard status --admin-addr <this server's>` with `args`: (exit code, stdout,
+    /// stderr).
+    pub fn status_said(&self, args: &[&str]) -> (Option<i32>, String, String) {
         let out = Command::new(crate::switchyard_binary())
             .args(["status", "--admin-addr"])
             .arg(format!("127.0.0.1:{}", self.admin_port))
@@ -367,6 +374,7 @@ impl Switchyard {
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     }
 

@@ -56,7 +56,17 @@ impl Etcd {
 
     /// Kill it (SIGKILL) and start it again on the same ports and data.
     pub async fn restart(&mut self) {
+        self.kill();
+        self.start_again().await;
+    }
+
+    /// Kill it (SIGKILL): nothing answers on its port until [`Etcd::start_again`].
+    pub fn kill(&mut self) {
         self.process.kill();
+    }
+
+    /// Start it again on the same ports and data, once it answers.
+    pub async fn start_again(&mut self) {
         self.process = Etcd::spawn(
             &self.dir,
             self.client_port,

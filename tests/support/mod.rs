@@ -188,6 +188,23 @@ impl TestServer {
     }
 
     /// `GET /status`, parsed.
+    /// `switchyard status ARGS` against this server, run as a process (the test's runtime
+    /// goes on serving meanwhile): its exit code, stdout and stderr.
+    pub async fn status_cli(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let mut all = vec![
+            "status".to_string(),
+            "--admin-addr".to_string(),
+            self.admin_addr.to_string(),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let out = cli(all).await;
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     pub async fn status(&self) -> switchyard::admin::Status {
         let (code, body) = self.admin_get("/status").await;
         assert_eq!(code, 200, "{body}");
@@ -231,6 +248,18 @@ pub fn write_mesh(dir: &Path, upstream_port: u16, listener_port: u16) {
         &rds_listener("http", listener_port, "main"),
     );
     write(dir, "routes.yaml", &route_to("main", "a"));
+}
+
+/// `switchyard ARGS` as a process, off the test's runtime (which goes on serving).
+pub async fn cli(args: Vec<String>) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(switchyard_binary())
+            .args(&args)
+            .output()
+            .expect("runs")
+    })
+    .await
+    .expect("joined")
 }
 
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -357,6 +386,16 @@ impl XdsClient {
     /// The status the stream ends with.
     pub async fn recv_error(&mut self) -> tonic::Status {
         end_status(&mut self.responses).await
+    }
+
+    /// From now on ACK every response as it comes (wildcard subscriptions), as an Envoy
+    /// that accepts everything does, until the stream ends or the task is aborted.
+    pub fn ack_everything(mut self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            while let Ok(Some(response)) = self.responses.message().await {
+                self.ack(&response, &[]).await;
+            }
+        })
     }
 
     /// Assert that no response comes within `wait`.

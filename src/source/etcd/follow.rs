@@ -3,7 +3,9 @@
 //! held, and the documents loaded again after each burst of changes (the loader parses only
 //! the documents whose text changed). The whole prefix is read again only when the watch
 //! cannot resume: its start revision was compacted away, or an event could not be applied.
-//! While etcd does not answer, tries wait longer each time.
+//! While etcd does not answer, tries wait longer each time. The barrier ([`Asked`]) learns
+//! the revision applied and loaded; asked, the follower has etcd report the watch's
+//! progress, so that a revision with no change under the prefix is reached too.
 //!
 //! Must not: parse or load documents (the sink loads them) or read files.
 
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::EventType;
+use tokio::sync::{mpsc, watch};
 
 use crate::config::Document;
 use crate::shutdown::Shutdown;
@@ -22,6 +25,69 @@ const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 /// The first wait before trying again after a failure, and the longest.
 const ETCD_RETRY_FIRST: Duration = Duration::from_millis(500);
 const ETCD_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// How often a barrier waiting for a revision asks etcd for the watch's progress again
+/// (etcd answers only while the watch is synced).
+const ASK_AGAIN: Duration = Duration::from_millis(250);
+
+/// The follower's side of the barrier: the asks for a progress report, and the revision
+/// applied and loaded so far.
+pub struct Progress {
+    asks: mpsc::Receiver<()>,
+    caught_up: watch::Sender<i64>,
+}
+
+/// The barrier's side: ask for progress, and wait for a revision.
+#[derive(Clone)]
+pub struct Asked {
+    asks: mpsc::Sender<()>,
+    caught_up: watch::Receiver<i64>,
+}
+
+impl Progress {
+    /// Both sides, from `revision` (the first read, loaded before following).
+    pub fn new(revision: i64) -> (Progress, Asked) {
+        let (ask, asks) = mpsc::channel(1);
+        let (caught_up, reached) = watch::channel(revision);
+        (
+            Progress { asks, caught_up },
+            Asked {
+                asks: ask,
+                caught_up: reached,
+            },
+        )
+    }
+
+    fn reached(&self, revision: i64) {
+        self.caught_up.send_if_modified(|held| {
+            let moved = revision > *held;
+            *held = (*held).max(revision);
+            moved
+        });
+    }
+}
+
+impl Asked {
+    /// Wait until the follower has applied and loaded `target`, asking for the watch's
+    /// progress meanwhile: the revision it holds then, or after `timeout` (or once the
+    /// follower has stopped) the one it held.
+    pub async fn reached(&self, target: i64, timeout: Duration) -> Result<i64, i64> {
+        let mut caught_up = self.caught_up.clone();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let held = *caught_up.borrow_and_update();
+            if held >= target {
+                return Ok(held);
+            }
+            let _ = self.asks.try_send(());
+            tokio::select! {
+                changed = caught_up.changed() => if changed.is_err() { return Err(held) },
+                _ = tokio::time::sleep(ASK_AGAIN) => {}
+                _ = tokio::time::sleep_until(deadline) => return Err(held),
+            }
+        }
+    }
+}
 
 /// The documents under the prefix as of one revision, by key, kept up to date from the
 /// watch's events.
@@ -108,11 +174,12 @@ fn apply(
 /// until `shutdown`.
 pub async fn follow(
     sink: Arc<dyn Sink>,
-    url: EtcdUrl,
-    access: etcd::Access,
+    source: etcd::Prefix,
     first: Documents,
+    mut progress: Progress,
     mut shutdown: Shutdown,
 ) {
+    let etcd::Prefix { url, access, .. } = source;
     sink.health(&url.display(), None);
     let prefix = url.key_prefix();
     let mut held = Held::of(first);
@@ -159,6 +226,7 @@ pub async fn follow(
                     );
                     held = Held::of(read);
                     load(&sink, &held).await;
+                    progress.reached(held.revision);
                 }
                 Err(e) => {
                     failed = Some(e);
@@ -174,7 +242,7 @@ pub async fn follow(
             _ = shutdown.wait() => return,
             w = watcher.watch(prefix.as_str(), Some(options)) => w,
         };
-        let mut stream = match watched {
+        let stream = match watched {
             Ok(stream) => stream,
             Err(e) => {
                 failed = Some(SourceError::Unavailable {
@@ -193,7 +261,13 @@ pub async fn follow(
             away = false;
         }
         retry = ETCD_RETRY_FIRST;
-        match follow_watch(&mut stream, &mut held, &url, &sink, &mut shutdown).await {
+        let mut following = Watch {
+            held: &mut held,
+            url: &url,
+            sink: &sink,
+            progress: &mut progress,
+        };
+        match following.follow(stream, &mut shutdown).await {
             WatchEnd::Shutdown => return,
             WatchEnd::Failed(e) => failed = Some(e),
             WatchEnd::Stale => held.stale = true,
@@ -224,58 +298,77 @@ async fn read_again(
     }
 }
 
-/// Follow one watch for as long as it lasts: each burst of events applied to `held`, and
-/// handed to `sink` when a document changed.
-async fn follow_watch(
-    stream: &mut etcd_client::WatchStream,
-    held: &mut Held,
-    url: &EtcdUrl,
-    sink: &Arc<dyn Sink>,
-    shutdown: &mut Shutdown,
-) -> WatchEnd {
-    let prefix = url.key_prefix();
-    loop {
-        let burst = match next_burst(stream, shutdown).await {
-            Burst::Shutdown => return WatchEnd::Shutdown,
-            Burst::Ended => {
-                return WatchEnd::Failed(SourceError::Unavailable {
-                    url: url.display(),
-                    message: "the watch ended".into(),
-                })
+/// One watch being followed, and what it updates.
+struct Watch<'a> {
+    held: &'a mut Held,
+    url: &'a EtcdUrl,
+    sink: &'a Arc<dyn Sink>,
+    progress: &'a mut Progress,
+}
+
+impl Watch<'_> {
+    /// Follow one watch for as long as it lasts: each burst of events applied to the
+    /// documents held, and handed to the sink when a document changed; each progress report
+    /// (asked for by a barrier) moves the revision held.
+    async fn follow(
+        &mut self,
+        stream: etcd_client::WatchStream,
+        shutdown: &mut Shutdown,
+    ) -> WatchEnd {
+        let prefix = self.url.key_prefix();
+        let (mut requests, mut responses) = stream.split();
+        loop {
+            let next = next_burst(
+                &mut responses,
+                shutdown,
+                &mut self.progress.asks,
+                &mut requests,
+            );
+            let (burst, progressed) = match next.await {
+                Burst::Shutdown => return WatchEnd::Shutdown,
+                Burst::Ended => {
+                    return WatchEnd::Failed(SourceError::Unavailable {
+                        url: self.url.display(),
+                        message: "the watch ended".into(),
+                    })
+                }
+                Burst::Compacted => {
+                    tracing::info!(
+                        revision = self.held.revision,
+                        "etcd compacted past the watch: the prefix is read again."
+                    );
+                    return WatchEnd::Stale;
+                }
+                Burst::Progress(revision) => (Vec::new(), revision),
+                Burst::Responses(responses, progressed) => (responses, progressed),
+            };
+            let mut applied = Applied::default();
+            for response in &burst {
+                match apply(self.held, &prefix, response) {
+                    Ok(a) => {
+                        applied.changed += a.changed;
+                        applied.bytes += a.bytes;
+                    }
+                    Err(e) => {
+                        // What could not be applied is read again, after a wait.
+                        self.held.stale = true;
+                        return WatchEnd::Failed(e);
+                    }
+                }
             }
-            Burst::Compacted => {
-                tracing::info!(
-                    revision = held.revision,
-                    "etcd compacted past the watch: the prefix is read again."
+            if applied.changed > 0 {
+                tracing::debug!(
+                    revision = self.held.revision,
+                    documents = applied.changed,
+                    bytes = applied.bytes,
+                    "etcd: documents changed."
                 );
-                return WatchEnd::Stale;
+                load(self.sink, self.held).await;
             }
-            Burst::Responses(responses) => responses,
-        };
-        let mut applied = Applied::default();
-        for response in &burst {
-            match apply(held, &prefix, response) {
-                Ok(a) => {
-                    applied.changed += a.changed;
-                    applied.bytes += a.bytes;
-                }
-                Err(e) => {
-                    // What could not be applied is read again, after a wait.
-                    held.stale = true;
-                    return WatchEnd::Failed(e);
-                }
-            }
+            // Every event up to a progress report's revision has come before it.
+            self.held.revision = self.held.revision.max(progressed);
+            self.progress.reached(self.held.revision);
         }
-        if applied.changed == 0 {
-            continue;
-        }
-        tracing::debug!(
-            revision = held.revision,
-            documents = applied.changed,
-            bytes = applied.bytes,
-            "etcd: documents changed."
-        );
-        load(sink, held).await;
     }
 }
 
@@ -287,9 +380,11 @@ async fn load(sink: &Arc<dyn Sink>, held: &Held) {
     let _ = tokio::task::spawn_blocking(move || sink.documents(&documents, revision)).await;
 }
 
-/// What the watch gave: a burst of responses with events, or why there are none.
+/// What the watch gave: a burst of responses with events (and the revision of a progress
+/// report among them, or 0), a progress report alone, or why there are none.
 enum Burst {
-    Responses(Vec<etcd_client::WatchResponse>),
+    Responses(Vec<etcd_client::WatchResponse>, i64),
+    Progress(i64),
     /// The watch's start was compacted away: everything must be read again.
     Compacted,
     /// The watch ended or failed.
@@ -297,13 +392,37 @@ enum Burst {
     Shutdown,
 }
 
+/// A progress report: no events, not the watch's creation or end, and the store's revision
+/// (etcd's own clients tell it so). Every event up to that revision came before it.
+fn progress_of(response: &etcd_client::WatchResponse) -> Option<i64> {
+    let revision = response.header().map_or(0, |h| h.revision());
+    (response.events().is_empty()
+        && !response.created()
+        && !response.canceled()
+        && response.compact_revision() == 0
+        && revision > 0)
+        .then_some(revision)
+}
+
 /// Wait for a response with events on the watch, then for quiet ([`DEBOUNCE`], at most
-/// [`MAX_DEBOUNCE`]) as for files, keeping every response of the burst.
-async fn next_burst(stream: &mut etcd_client::WatchStream, shutdown: &mut Shutdown) -> Burst {
+/// [`MAX_DEBOUNCE`]) as for files, keeping every response of the burst. Meanwhile a
+/// barrier's ask is passed on to etcd.
+async fn next_burst(
+    stream: &mut etcd_client::WatchResponseStream,
+    shutdown: &mut Shutdown,
+    asks: &mut mpsc::Receiver<()>,
+    requests: &mut etcd_client::WatchRequestSender,
+) -> Burst {
     let mut responses = Vec::new();
     loop {
         let message = tokio::select! {
             _ = shutdown.wait() => return Burst::Shutdown,
+            Some(()) = asks.recv() => {
+                if requests.request_progress().await.is_err() {
+                    return Burst::Ended;
+                }
+                continue;
+            }
             m = stream.message() => m,
         };
         let Some(response) = message.ok().flatten() else {
@@ -315,11 +434,15 @@ async fn next_burst(stream: &mut etcd_client::WatchStream, shutdown: &mut Shutdo
         if response.canceled() {
             return Burst::Ended;
         }
+        if let Some(revision) = progress_of(&response) {
+            return Burst::Progress(revision);
+        }
         if !response.events().is_empty() {
             responses.push(response);
             break;
         }
     }
+    let mut progressed = 0;
     let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
     loop {
         tokio::select! {
@@ -328,7 +451,9 @@ async fn next_burst(stream: &mut etcd_client::WatchStream, shutdown: &mut Shutdo
                 Ok(Some(response)) if response.compact_revision() > 0 => return Burst::Compacted,
                 Ok(Some(response)) if response.canceled() => break,
                 Ok(Some(response)) => {
-                    if !response.events().is_empty() {
+                    if let Some(revision) = progress_of(&response) {
+                        progressed = progressed.max(revision);
+                    } else if !response.events().is_empty() {
                         responses.push(response);
                     }
                 }
@@ -339,5 +464,5 @@ async fn next_burst(stream: &mut etcd_client::WatchStream, shutdown: &mut Shutdo
             _ = tokio::time::sleep_until(at_most) => break,
         }
     }
-    Burst::Responses(responses)
+    Burst::Responses(responses, progressed)
 }
