@@ -304,6 +304,9 @@ pub async fn run(
         .await
 }
 
+/// A source followed, and its barrier.
+type Followed = (Following, Barrier);
+
 /// The parts an etcd source starts with.
 struct Parts<'a> {
     cache: &'a Arc<Cache>,
@@ -322,7 +325,7 @@ impl Parts<'_> {
         start: EtcdStart,
         heads: Option<tokio::sync::mpsc::UnboundedReceiver<crate::publish::Head>>,
         watch: bool,
-    ) -> Result<(Option<FleetDriver>, Option<(Following, Barrier)>), RunError> {
+    ) -> Result<(Option<FleetDriver>, Option<Followed>), RunError> {
         let Parts {
             cache,
             fleet,
