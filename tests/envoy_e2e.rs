@@ -102,6 +102,7 @@ over_both_apis!(
     e2e_replicas_agree_envoy_moves_to_the_other_and_applies_nothing_new,
     e2e_max_connection_age_moves_envoy_between_replicas_without_losing_config_or_traffic,
     e2e_p32_envoy_acks_responses_that_carry_resource_errors,
+    e2e_status_wait_right_after_an_edit_returns_once_envoy_holds_it,
 );
 
 /// Envoy's counters of configuration applied and rejected, which a reconnect that brings
@@ -204,6 +205,54 @@ impl Fleet {
             "traffic on :{port} never reached {body}"
         );
     }
+}
+
+/// `status --wait` run right after an edit, with no pause: a broken edit exits 3 naming its
+/// file (never 0 on the generation before) and Envoy keeps what it had; a good edit exits 0
+/// only once Envoy holds it: its config_dump, read at once after the exit, has the new
+/// cluster (active, or warming on its endpoints). Three rounds.
+async fn e2e_status_wait_right_after_an_edit_returns_once_envoy_holds_it(api: Api) {
+    let node = api.node("e2e-wait");
+    let Some(fleet) = Fleet::start(api, &node).await else {
+        return;
+    };
+    let wait = ["--wait", "--timeout", "60s"];
+    // connect_timeout of cluster `b` as Envoy's config_dump has it, active or warming.
+    let held = || async {
+        let mut timeouts = Vec::new();
+        for resource in ["dynamic_active_clusters", "dynamic_warming_clusters"] {
+            let dump = fleet.envoy.config_dump(resource).await;
+            for c in dump["configs"].as_array().into_iter().flatten() {
+                if c["cluster"]["name"] == "b" {
+                    timeouts.push(c["cluster"]["connect_timeout"].to_string());
+                }
+            }
+        }
+        timeouts
+    };
+    for round in 0..3 {
+        let before = held().await;
+        fleet.edit("b.yaml", "clusters: [{name: b, connect_timeout: soon}]\n");
+        let (code, out, err) = fleet.switchyard.status_said(&wait);
+        assert_eq!(code, Some(3), "round {round}: refused: {out}{err}");
+        assert!(err.contains("b.yaml"), "round {round}: {err}");
+        assert_eq!(
+            held().await,
+            before,
+            "round {round}: Envoy keeps what it had"
+        );
+
+        let timeout = format!("{}s", round + 2);
+        fleet.edit("b.yaml", &eds_cluster("b", &timeout, fleet._b.port));
+        let (code, out, err) = fleet.switchyard.status_said(&wait);
+        assert_eq!(code, Some(0), "round {round}: {out}{err}");
+        assert!(
+            held().await.contains(&format!("\"{timeout}\"")),
+            "round {round}: Envoy holds connect_timeout {timeout} when --wait exits 0: {:?}",
+            held().await
+        );
+    }
+    fleet.expect_traffic_to("upstream-a").await;
 }
 
 async fn e2e_config_arrives_and_a_route_edit_moves_traffic(api: Api) {
