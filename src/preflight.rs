@@ -352,7 +352,15 @@ fn run_on_file(
     if status.success() {
         return Ok(Ok(()));
     }
-    Ok(Err(envoy_error(&text, path)))
+    let said = envoy_error(&text, path);
+    if said.is_empty() {
+        // Not an Envoy that refused the config: one that failed without a word.
+        return Ok(Err(format!(
+            "{} failed ({status}) and printed nothing: is it Envoy?",
+            envoy.display()
+        )));
+    }
+    Ok(Err(said))
 }
 
 /// Envoy's error, without its preamble (and without the text form of the message it

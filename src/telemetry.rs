@@ -282,7 +282,7 @@ impl Telemetry {
                     generation,
                     stable,
                     reason = %reason,
-                    "Rollout halted: a canary rejected the new generation; the other nodes stay on the stable one (fix the files, or `switchyard rollout abort`)."
+                    "Rollout halted: a canary rejected the new generation; the other nodes stay on the stable one (fix the configuration, or `switchyard rollout abort`)."
                 );
                 "halted"
             }

@@ -231,6 +231,39 @@ async fn status_command_exits_1_when_the_server_cannot_be_asked() {
     assert!(err.contains("cannot reach the admin API"), "{err}");
 }
 
+/// `SWITCHYARD_ADMIN_ADDR` names the admin address for every command that asks a server; a
+/// flag still wins, and a value that is not an address is a usage error naming it.
+#[tokio::test]
+async fn the_admin_address_comes_from_the_environment_when_no_flag_gives_it() {
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("a", "1s", 8080))]).await;
+    let status = |env: String, flag: Option<String>| {
+        blocking(move || {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+            command.arg("status").env("SWITCHYARD_ADMIN_ADDR", env);
+            if let Some(flag) = flag {
+                command.args(["--admin-addr", &flag]);
+            }
+            let out = command.output().expect("runs");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        })
+    };
+    let here = server.admin_addr.to_string();
+    let nowhere = format!("127.0.0.1:{}", support::envoy::free_port());
+    let (code, err) = status(here.clone(), None).await;
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = status(nowhere.clone(), Some(here)).await;
+    assert_eq!(code, Some(0), "the flag wins: {err}");
+    let (code, err) = status(nowhere.clone(), None).await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains(&nowhere), "{err}");
+    let (code, err) = status("not-an-address".into(), None).await;
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("not-an-address"), "{err}");
+}
+
 /// The value of one sample line of `/metrics` (`name{labels} value`), 0 when absent.
 fn sample(metrics: &str, line_start: &str) -> f64 {
     metrics

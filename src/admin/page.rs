@@ -206,9 +206,13 @@ fn config(html: &mut String, status: &Status) {
                 c.warnings.len()
             );
             if status.rollout.is_none() && c.generation != status.generation {
+                let what = match &c.source {
+                    Some(s) => format!("the documents in {}", esc(&s.url)),
+                    None => "the files".to_string(),
+                };
                 let _ = write!(
                     html,
-                    "<p class=\"bad\">Generation {} serves every node: the rollout of generation {} was aborted, and the files differ from what serves.</p>",
+                    "<p class=\"bad\">Generation {} serves every node: the rollout of generation {} was aborted, and {what} differ from what serves.</p>",
                     status.generation, c.generation
                 );
             }

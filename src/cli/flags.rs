@@ -18,8 +18,14 @@ pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:19000";
 /// How `switchyard status` and `switchyard rollout` reach a running server's admin API.
 #[derive(Debug, Args)]
 pub struct AdminArgs {
-    /// The running server's admin address.
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADMIN_ADDR)]
+    /// The running server's admin address (or the environment's SWITCHYARD_ADMIN_ADDR, so a
+    /// shell or a CI job names it once).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "SWITCHYARD_ADMIN_ADDR",
+        default_value = DEFAULT_ADMIN_ADDR
+    )]
     pub admin_addr: SocketAddr,
     #[command(flatten)]
     pub access: AdminAccess,

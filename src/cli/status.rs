@@ -102,7 +102,7 @@ impl Standing {
                 "the source does not answer: the last good generation serves, no edit gets through"
             }
             Standing::RolloutStopped => {
-                "the rollout halted, or was aborted and the files differ from what serves"
+                "the rollout halted, or was aborted and the source differs from what serves"
             }
             Standing::Nacked => "a node rejected its configuration",
             Standing::RollingOut => "a rollout is in progress",
@@ -439,6 +439,21 @@ pub(super) fn printable(text: &str) -> String {
         .collect()
 }
 
+/// Text a proxy sent that may hold several lines (a NACK's message), each line made safe as
+/// [`printable`] makes it and put on a line of its own after `indent`.
+fn printable_lines(text: &str, indent: &str) -> String {
+    text.trim_end()
+        .split('\n')
+        .map(|line| {
+            format!(
+                "{indent}{}",
+                printable(line.strip_suffix('\r').unwrap_or(line))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The table `switchyard status` prints: one row per node, a column per type any node asked
 /// for, then the NACK texts and the last config load. What proxies sent is escaped.
 pub fn status_table(status: &crate::admin::Status) -> String {
@@ -552,12 +567,16 @@ fn node_problems(out: &mut String, status: &crate::admin::Status) {
                 ));
             }
             if let Some(error) = &t.error {
-                out.push_str(&format!(
-                    "\nNACKED {} {kind} (rejected version {}): {}\n",
+                let head = format!(
+                    "\nNACKED {} {kind} (rejected version {})",
                     printable(&n.node_id),
                     t.rejected_version.as_deref().unwrap_or("?"),
-                    printable(error)
-                ));
+                );
+                // Envoy's message for several resources is several lines: shown as lines.
+                match error.trim_end().contains('\n') {
+                    false => out.push_str(&format!("{head}: {}\n", printable(error))),
+                    true => out.push_str(&format!("{head}:\n{}\n", printable_lines(error, "  "))),
+                }
                 if !t.rejected_changes.is_empty() {
                     out.push_str("  it changed, against what the proxy runs:\n");
                     for c in &t.rejected_changes {
@@ -580,9 +599,16 @@ fn config_lines(out: &mut String, status: &crate::admin::Status) {
                 c.warnings.len()
             ));
             if files_differ_from_what_serves(status) {
+                let (what, again) = match &c.source {
+                    Some(s) => (
+                        format!("the documents in {}", printable(&s.url)),
+                        "write them",
+                    ),
+                    None => ("the files".to_string(), "edit them"),
+                };
                 out.push_str(&format!(
                     "  generation {} serves every node: the rollout of generation {} was \
-                     aborted, and the files differ from what serves (edit them to roll out \
+                     aborted, and {what} differ from what serves ({again} to roll out \
                      again)\n",
                     status.generation, c.generation
                 ));
@@ -836,6 +862,48 @@ mod tests {
             table.contains("the rollout of generation 2 was aborted"),
             "{table}"
         );
+    }
+
+    /// After an abort, what differs from what serves is named by the source's kind.
+    #[test]
+    fn an_aborted_rollout_names_the_source_that_differs() {
+        let mut status = fleet(1, "SYNCED", 1, 2, None);
+        assert!(status_table(&status).contains("and the files differ from what serves (edit them"));
+        if let Some(c) = status.config.as_mut() {
+            c.source = Some(crate::admin::SourceStatus {
+                url: "etcd://127.0.0.1:2379/sy".into(),
+                answering: true,
+                since: "t".into(),
+                error: None,
+            });
+        }
+        let table = status_table(&status);
+        assert!(
+            table.contains(
+                "and the documents in etcd://127.0.0.1:2379/sy differ from what serves (write \
+                 them to roll out again)"
+            ),
+            "{table}"
+        );
+    }
+
+    /// Envoy's NACK of several resources comes as several lines: the table shows them as
+    /// lines, each indented, never as a literal `\n`.
+    #[test]
+    fn a_nack_of_several_lines_is_shown_as_lines() {
+        let mut status = fleet(2, "NACKED", 2, 2, None);
+        if let Some(cds) = status.nodes[0].types.get_mut("CDS") {
+            cds.error = Some("Error adding/updating cluster(s) a: bad\nb: worse\n".into());
+        }
+        let table = status_table(&status);
+        assert!(
+            table.contains(
+                "NACKED n1 CDS (rejected version ?):\n  Error adding/updating cluster(s) a: \
+                 bad\n  b: worse\n"
+            ),
+            "{table}"
+        );
+        assert!(!table.contains("\\n"), "{table}");
     }
 
     /// What `--wait` waits for beyond the newest generation: the one that holds the

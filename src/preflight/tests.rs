@@ -157,3 +157,23 @@ fn a_missing_envoy_is_an_error_not_a_verdict() {
         "{err}"
     );
 }
+
+/// A program that fails without a word is not reported as an Envoy refusal with an empty
+/// reason: the words say it failed, how, and that it printed nothing.
+#[test]
+fn an_envoy_that_fails_silently_is_said_to() {
+    let Some(false_bin) = ["/bin/false", "/usr/bin/false"]
+        .into_iter()
+        .map(std::path::Path::new)
+        .find(|p| p.is_file())
+    else {
+        panic!("no `false` program on this machine");
+    };
+    let verdict =
+        run_envoy(false_bin, &serde_json::json!({}), Duration::from_secs(10)).expect("it runs");
+    let said = verdict.expect_err("it fails");
+    assert!(
+        said.contains("printed nothing") && said.contains("exit status: 1"),
+        "{said}"
+    );
+}
