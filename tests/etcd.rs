@@ -898,3 +898,83 @@ async fn status_waits_for_what_was_written_and_fails_while_etcd_does_not_answer(
     .await;
     assert!(back.is_some(), "`status` exits 0 once etcd answers again");
 }
+
+/// A guarded apply: `--expect-revision R` writes only while no key under the prefix was
+/// written after R, so of two people who read the same revision the second is refused
+/// (nothing written, a clear message) instead of silently winning; `--message` and the
+/// author (`--author`, else SWITCHYARD_AUTHOR) are recorded with the change and shown by
+/// `history --source`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_with_an_expected_revision_refuses_a_prefix_that_moved_and_records_who_and_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let read = etcd.put("/sy/clusters.yaml", CLUSTERS).await;
+    let (alice, bob) = (dir.path().join("alice"), dir.path().join("bob"));
+    for (who, timeout) in [(&alice, "2s"), (&bob, "3s")] {
+        std::fs::create_dir_all(who).expect("mkdir");
+        std::fs::write(who.join("clusters.yaml"), CLUSTERS.replace("1s", timeout)).expect("write");
+    }
+    let apply = |snapshot: &std::path::Path, extra: &[&str], author: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        command
+            .arg("apply")
+            .arg(snapshot)
+            .args(["--source", &url])
+            .args(extra)
+            .env_remove("SWITCHYARD_AUTHOR");
+        if let Some(author) = author {
+            command.env("SWITCHYARD_AUTHOR", author);
+        }
+        let out = command.output().expect("runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let expect = read.to_string();
+    let (code, out, err) = apply(
+        &alice,
+        &["--expect-revision", &expect, "--message", "slower connects"],
+        Some("alice"),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = apply(
+        &bob,
+        &["--expect-revision", &expect, "--message", "mine"],
+        None,
+    );
+    assert_eq!(code, Some(1), "bob read the same revision: {out}{err}");
+    assert!(
+        err.contains(&format!("moved past revision {expect}"))
+            && err.contains("nothing was written"),
+        "{err}"
+    );
+    let mut client = etcd.client().await.expect("etcd answers");
+    let held = client.get("/sy/clusters.yaml", None).await.expect("get");
+    let text = String::from_utf8_lossy(held.kvs()[0].value()).into_owned();
+    assert!(
+        text.contains("connect_timeout: 2s"),
+        "alice's change stands: {text}"
+    );
+
+    // Against what etcd holds now, bob's apply goes through, under his own name.
+    let (code, out, err) = apply(
+        &bob,
+        &["--author", "bob", "--message", "mine after all"],
+        Some("x"),
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = switchyard(&["history", "--source", &url]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("by alice: slower connects"), "{out}");
+    assert!(
+        out.contains("by bob: mine after all"),
+        "the flag wins over the environment: {out}"
+    );
+    assert!(
+        !out.contains(": mine\n"),
+        "the refused apply left nothing: {out}"
+    );
+}

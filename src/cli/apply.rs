@@ -45,6 +45,19 @@ pub struct WriteFlags {
     /// Check and show the change; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Refuse, writing nothing, when a key under the prefix was written after this revision
+    /// (the one `validate --source`, `export` or the last `apply` printed): two people
+    /// applying at once never overwrite what the other wrote unseen. Deletions made
+    /// outside `apply` alone are not seen.
+    #[arg(long, value_name = "REVISION")]
+    pub expect_revision: Option<i64>,
+    /// Why: recorded with the change (`history --source` shows it).
+    #[arg(long, value_name = "TEXT")]
+    pub message: Option<String>,
+    /// Who: recorded with the change (by default the environment's SWITCHYARD_AUTHOR, or
+    /// else USER).
+    #[arg(long, value_name = "NAME", env = "SWITCHYARD_AUTHOR")]
+    pub author: Option<String>,
     /// How long connecting, reading and writing may take, each.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub source_timeout: Duration,
@@ -64,6 +77,14 @@ pub struct WriteFlags {
 }
 
 impl WriteFlags {
+    /// Who writes: `--author`, SWITCHYARD_AUTHOR, or the user the shell names.
+    fn author(&self) -> Option<String> {
+        self.author
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .filter(|a| !a.trim().is_empty())
+    }
+
     fn check(&self) -> LoadOptions {
         LoadOptions {
             strict: self.strict,
@@ -162,15 +183,7 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let write = &args.write;
-    write_documents(
-        &url,
-        &access,
-        &local,
-        &write.check(),
-        write.dry_run,
-        write.source_timeout,
-    )
+    write_documents(&url, &access, &local, &args.write)
 }
 
 /// `history` without `--source`: the generations a running server published.
@@ -268,14 +281,7 @@ pub(super) fn run_rollback(args: &RollbackArgs) -> ExitCode {
             (key, Document { name, text: d.text })
         })
         .collect();
-    write_documents(
-        &url,
-        &access,
-        &local,
-        &args.write.check(),
-        args.write.dry_run,
-        timeout,
-    )
+    write_documents(&url, &access, &local, &args.write)
 }
 
 /// Check `local` (each document with its key) as serve would load it, show the change
@@ -284,10 +290,9 @@ fn write_documents(
     url: &EtcdUrl,
     access: &etcd::Access,
     local: &[(String, Document)],
-    options: &LoadOptions,
-    dry_run: bool,
-    timeout: Duration,
+    flags: &WriteFlags,
 ) -> ExitCode {
+    let (options, dry_run, timeout) = (&flags.check(), flags.dry_run, flags.source_timeout);
     let url = url.clone();
     // Checked exactly as serve would load them: an invalid change writes nothing.
     let documents: Vec<Document> = local.iter().map(|(_, d)| d.clone()).collect();
@@ -310,7 +315,15 @@ fn write_documents(
     let outcome = rt.block_on(async {
         let mut client = etcd::connect(&url, access, timeout).await?;
         let deadline = tokio::time::Instant::now() + timeout;
-        let (held, at) = etcd::read_for_write(&mut client, &url, deadline).await?;
+        let (held, mut at) = etcd::read_for_write(&mut client, &url, deadline).await?;
+        if let Some(expected) = flags.expect_revision {
+            let last = etcd::last_write(&mut client, &url).await?;
+            if last > expected {
+                return Err(ApplyError::Moved { expected, last });
+            }
+            // The write's guard compares against the revision expected.
+            at.revision = at.revision.min(expected);
+        }
         // What changes, by key.
         let current: std::collections::BTreeMap<String, &str> = held
             .documents
@@ -369,6 +382,8 @@ fn write_documents(
             "read_at": at.revision,
             "documents": local.len(),
             "at": humantime::format_rfc3339_seconds(now).to_string(),
+            "author": flags.author(),
+            "message": flags.message,
             // Unique to this apply: a write whose answer was lost is told by it.
             "nonce": format!("{}-{}", std::process::id(), now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())),
         })
@@ -479,7 +494,7 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
             let applied = applied_at(&mut client, &url, revision).await;
             out.push_str(&format!(
                 "revision {revision}{}\n",
-                applied.map(|at| format!(", applied at {at}")).unwrap_or_default()
+                applied.map(|a| a.to_string()).unwrap_or_default()
             ));
             let texts = |s: &crate::source::Documents| -> std::collections::BTreeMap<String, String> {
                 s.documents
@@ -536,12 +551,33 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
     }
 }
 
-/// When an apply landed at `revision` (its guard key's note), if one did.
+/// What an apply's note says of it: when, who, and why.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Applied {
+    at: String,
+    author: Option<String>,
+    message: Option<String>,
+}
+
+impl std::fmt::Display for Applied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, ", applied at {}", self.at)?;
+        if let Some(author) = &self.author {
+            write!(f, " by {}", super::status::printable(author))?;
+        }
+        if let Some(message) = &self.message {
+            write!(f, ": {}", super::status::printable(message))?;
+        }
+        Ok(())
+    }
+}
+
+/// What an apply that landed at `revision` said of itself (its guard key's note), if one did.
 async fn applied_at(
     client: &mut etcd_client::Client,
     url: &EtcdUrl,
     revision: i64,
-) -> Option<String> {
+) -> Option<Applied> {
     let response = client
         .get(
             etcd::guard_key(url),
@@ -553,6 +589,5 @@ async fn applied_at(
     if kv.mod_revision() != revision {
         return None;
     }
-    let note: serde_json::Value = serde_json::from_slice(kv.value()).ok()?;
-    note.get("at")?.as_str().map(str::to_string)
+    serde_json::from_slice(kv.value()).ok()
 }

@@ -275,6 +275,27 @@ pub async fn read_for_write(
     }
 }
 
+/// The revision at which a key under the prefix (Switchyard's own keys too, such as apply's
+/// guard) was last written; 0 when none is.
+pub async fn last_write(client: &mut Client, url: &EtcdUrl) -> Result<i64, SourceError> {
+    let options = GetOptions::new()
+        .with_prefix()
+        .with_keys_only()
+        .with_limit(1)
+        .with_sort(
+            etcd_client::SortTarget::Mod,
+            etcd_client::SortOrder::Descend,
+        );
+    let answer = client
+        .get(url.key_prefix(), Some(options))
+        .await
+        .map_err(|e| SourceError::Unavailable {
+            url: url.display(),
+            message: format!("cannot read the prefix: {e}"),
+        })?;
+    Ok(answer.kvs().first().map_or(0, |kv| kv.mod_revision()))
+}
+
 /// The wait between two tries of an operation etcd failed.
 const RETRY: Duration = Duration::from_millis(250);
 
@@ -286,6 +307,13 @@ pub enum ApplyError {
          nothing was written: apply again to see the change against what etcd holds now"
     )]
     Changed { read: i64 },
+    #[error(
+        "the prefix moved past revision {expected} (--expect-revision): a key under it was \
+         written at revision {last} (another apply, or a direct write); nothing was written. \
+         Look at what changed (`switchyard history --source ...`), then apply against what \
+         etcd holds now"
+    )]
+    Moved { expected: i64, last: i64 },
     #[error(
         "etcd did not answer the write, and whether it landed cannot be told ({message}); \
          run apply again: it says \"nothing to apply\" if this one landed"
