@@ -873,3 +873,75 @@ async fn the_flags_serve_and_show_private_keys() {
     }
     server.shutdown().await;
 }
+
+/// `switchyard config-dump NODE`: per type, the version the node ACKed and the resources
+/// it holds (as the server serves them to it), a newer version sent and not yet ACKed shown
+/// as in flight; a node that is not connected is an error that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_dump_shows_what_one_node_holds_and_what_is_in_flight() {
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("a", "1s", 8080))]).await;
+    let mut edge = server.ads("edge-1").await;
+    edge.subscribe(Cluster, &[]).await;
+    let first = edge.recv_type(Cluster).await;
+    edge.ack(&first, &[]).await;
+    status_until(&server, |s| {
+        state(s, "edge-1", "CDS").as_deref() == Some("SYNCED")
+    })
+    .await;
+    let dump = |args: &'static [&'static str]| {
+        let addr = server.admin_addr.to_string();
+        blocking(move || {
+            let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+                .arg("config-dump")
+                .args(args)
+                .args(["--admin-addr", &addr])
+                .output()
+                .expect("runs");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        })
+    };
+    let (code, out, err) = dump(&["edge-1", "--output", "json"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(json["schema"], "switchyard.config_dump/v1");
+    let cds = &json["types"]["CDS"];
+    assert_eq!(cds["acked"], first.version_info.as_str(), "{json}");
+    assert_eq!(cds["served"], first.version_info.as_str(), "{json}");
+    assert!(cds.get("in_flight").is_none(), "{json}");
+    assert_eq!(cds["resources"][0]["name"], "a", "{json}");
+    assert_eq!(
+        cds["resources"][0]["resource"]["connectTimeout"], "1s",
+        "{json}"
+    );
+
+    // A change sent and not ACKed: in flight, and what it holds is still the first.
+    server.set_file("c.yaml", &eds_cluster("a", "2s", 8080));
+    let change = edge.recv_type(Cluster).await;
+    status_until(&server, |s| {
+        state(s, "edge-1", "CDS").as_deref() == Some("STALE")
+    })
+    .await;
+    let (code, out, err) = dump(&["edge-1", "--output", "json"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let cds = &json["types"]["CDS"];
+    assert_eq!(cds["acked"], first.version_info.as_str(), "{json}");
+    assert_eq!(cds["in_flight"], change.version_info.as_str(), "{json}");
+    let (code, text, _) = dump(&["edge-1"]).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        text.contains(&format!(
+            "CDS STALE: ACKed {}; in flight: {}",
+            first.version_info, change.version_info
+        )) && text.contains("served now, not held yet"),
+        "{text}"
+    );
+
+    let (code, _, err) = dump(&["edge-9"]).await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("\"edge-9\" is not connected"), "{err}");
+}

@@ -14,6 +14,7 @@
 
 mod admin_api;
 mod apply;
+pub mod config_dump;
 mod diff;
 mod flags;
 mod import;
@@ -78,9 +79,13 @@ pub enum Command {
     /// Show every connected proxy's sync state per type, from a running server's admin API;
     /// exit 0 when every connected node runs the newest loaded generation and no rollout is
     /// on, 2 a proxy NACKs, 3 the last config load failed, 4 a rollout is in progress, 5 a
-    /// rollout halted or was aborted, 6 --wait timed out, 7 a node is still updating, 1 the
-    /// server cannot be asked.
+    /// rollout halted or was aborted, 6 --wait timed out, 7 a node is still updating, 8 the
+    /// source (etcd) does not answer, 1 the server cannot be asked.
     Status(StatusArgs),
+    /// Show the resources one connected proxy holds, as the server serves them to it
+    /// (redacted as the server redacts), per type, with the version it ACKed and any newer
+    /// one in flight; exit 1 when the node is not connected or the server cannot be asked.
+    ConfigDump(config_dump::ConfigDumpArgs),
     /// A staged rollout on a running server (serve --canary-id/--canary-cluster): show it,
     /// promote it to every node now, or abort it (the canaries go back to the stable
     /// generation); exit 1 when there is none or the server cannot be asked, and `status` 5
@@ -143,6 +148,7 @@ pub fn main() -> ExitCode {
         Command::Rollout(args) => rollout::run(&args),
         Command::Serve(args) => serve::run(*args),
         Command::Status(args) => status::run(&args),
+        Command::ConfigDump(args) => config_dump::run(&args),
         Command::Loadgen(args) => loadgen::run(*args),
         Command::Import(args) => import::run(&args),
         Command::Apply(args) => apply::run_apply(&args),
