@@ -978,3 +978,39 @@ async fn apply_with_an_expected_revision_refuses_a_prefix_that_moved_and_records
         "the refused apply left nothing: {out}"
     );
 }
+
+/// An apply etcd refuses outright is said to be refused, not of unknown outcome: with
+/// etcd's defaults a transaction holds at most 128 operations, so an apply of 130 new
+/// documents is refused ("too many operations"), the words name the limit, and nothing is
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_etcd_refuses_is_told_apart_from_one_whose_outcome_is_unknown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let snapshot = dir.path().join("snapshot");
+    std::fs::create_dir_all(&snapshot).expect("mkdir");
+    for i in 0..130 {
+        std::fs::write(
+            snapshot.join(format!("c{i:03}.yaml")),
+            format!("clusters:\n  - name: c{i:03}\n    connect_timeout: 1s\n"),
+        )
+        .expect("write");
+    }
+    let before = etcd.put("/elsewhere", "x").await;
+    let (code, out, err) =
+        switchyard(&["apply", snapshot.to_str().expect("utf-8"), "--source", &url]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("etcd refused the write, nothing was written")
+            && err.contains("too many operations")
+            && err.contains("--max-txn-ops"),
+        "{err}"
+    );
+    assert!(!err.contains("cannot be told"), "{err}");
+    assert_eq!(
+        etcd.put("/elsewhere", "y").await,
+        before + 1,
+        "nothing was written"
+    );
+}

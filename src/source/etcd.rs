@@ -319,8 +319,42 @@ pub enum ApplyError {
          run apply again: it says \"nothing to apply\" if this one landed"
     )]
     Unknown { message: String },
+    /// etcd answered that it did not apply the write (a limit, a permission): nothing
+    /// was written, for sure.
+    #[error("etcd refused the write, nothing was written: {message}{hint}")]
+    Refused { message: String, hint: &'static str },
     #[error(transparent)]
     Unavailable(#[from] SourceError),
+}
+
+/// Whether etcd's answer to a write says it was not applied (rather than that its outcome
+/// is unknown): the request was invalid (too many operations, too large) or not allowed.
+fn refused(e: &etcd_client::Error) -> Option<ApplyError> {
+    let etcd_client::Error::GRpcStatus(status) = e else {
+        return None;
+    };
+    use tonic::Code;
+    if !matches!(
+        status.code(),
+        Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+    ) {
+        return None;
+    }
+    let message = status.message().to_string();
+    let hint = if message.contains("too many operations") {
+        " (etcd's --max-txn-ops, 128 by default, bounds one transaction, and an apply writes \
+         each changed document and its guard in one: change at most 127 documents at once, or \
+         raise the limit on every member)"
+    } else if message.contains("too large") {
+        " (etcd's --max-request-bytes, 1.5 MiB by default, bounds one request: change fewer \
+         documents at once, or raise the limit on every member)"
+    } else {
+        ""
+    };
+    Some(ApplyError::Refused { message, hint })
 }
 
 /// Write `change` in one transaction, guarded by what was read at `at`: it lands only if no
@@ -422,13 +456,14 @@ async fn write_once(
             Compare::mod_revision(guard.as_str(), CompareOp::Equal, at.guard),
         ])
         .and_then(ops);
-    let response = client
-        .txn(txn)
-        .await
-        .map_err(|e| SourceError::Unavailable {
-            url: url.display(),
-            message: format!("cannot write: {e}"),
-        })?;
+    let response = client.txn(txn).await.map_err(|e| {
+        refused(&e).unwrap_or_else(|| {
+            ApplyError::Unavailable(SourceError::Unavailable {
+                url: url.display(),
+                message: format!("cannot write: {e}"),
+            })
+        })
+    })?;
     if !response.succeeded() {
         return Err(ApplyError::Changed { read: at.revision });
     }
