@@ -97,10 +97,10 @@ impl Following {
         prefix: etcd::Prefix,
         first: Documents,
     ) -> (Following, Barrier) {
-        let (progress, asked) = etcd::follow::Progress::new(first.revision);
+        let (progress, reached) = etcd::follow::Progress::new(first.revision);
         let barrier = Barrier::Etcd {
             prefix: prefix.clone(),
-            asked,
+            reached,
         };
         let following = Following::Etcd {
             sink,
@@ -125,16 +125,75 @@ impl Following {
     }
 }
 
+/// How often a barrier waiting for the follower looks again.
+const LOOK_AGAIN: Duration = Duration::from_millis(100);
+
+/// Settle an etcd prefix: the store's revision now (or `revision`), once the follower has
+/// loaded it, or the prefix has not changed between what the follower loaded and it. The
+/// watch's progress reports are not used: etcd 3.4 answers them before a watch opened
+/// behind the store has replayed what it missed.
+async fn settle_etcd(
+    prefix: &etcd::Prefix,
+    mut reached: etcd::follow::Reached,
+    revision: Option<i64>,
+) -> Result<Position, SourceError> {
+    let late = |what: String| SourceError::Unavailable {
+        url: prefix.url.display(),
+        message: format!(
+            "{what} within {}",
+            humantime::format_duration(prefix.timeout)
+        ),
+    };
+    let deadline = tokio::time::Instant::now() + prefix.timeout;
+    let mut client = tokio::time::timeout_at(
+        deadline,
+        etcd::connect(&prefix.url, &prefix.access, prefix.timeout),
+    )
+    .await
+    .map_err(|_| late("no answer".into()))??;
+    let target = match revision {
+        Some(revision) => revision,
+        None => tokio::time::timeout_at(deadline, etcd::current_revision(&mut client, &prefix.url))
+            .await
+            .map_err(|_| late("no answer".into()))??,
+    };
+    loop {
+        let held = *reached.borrow_and_update();
+        if held >= target {
+            return Ok(Position::Revision(held));
+        }
+        let unchanged = tokio::time::timeout_at(
+            deadline,
+            etcd::unchanged_between(&mut client, &prefix.url, held, target),
+        )
+        .await
+        .map_err(|_| late("no answer".into()))??;
+        if unchanged {
+            return Ok(Position::Revision(target));
+        }
+        tokio::select! {
+            changed = reached.changed() => if changed.is_err() {
+                return Err(SourceError::Stopped("the follower of the prefix ended".into()));
+            },
+            _ = tokio::time::sleep(LOOK_AGAIN) => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                return Err(late(format!("the follower did not reach revision {target} (it holds revision {held})")));
+            }
+        }
+    }
+}
+
 /// A source's barrier: a position that holds everything written to the source before the
 /// call, once the sink has loaded it (what `status --wait` waits from).
 #[derive(Clone)]
 pub enum Barrier {
     /// The files are read again now, settling any change the watch has not loaded yet.
     Files(Arc<dyn Sink>),
-    /// The store's revision now, once the follower has applied and loaded the prefix up to it.
+    /// The store's revision now, once the follower has applied and loaded the prefix up to
+    /// it (or the prefix has not changed since what it loaded).
     Etcd {
         prefix: etcd::Prefix,
-        asked: etcd::follow::Asked,
+        reached: etcd::follow::Reached,
     },
 }
 
@@ -159,38 +218,8 @@ impl Barrier {
                     .map(Position::Read)
                     .map_err(|e| SourceError::Stopped(e.to_string()))
             }
-            Barrier::Etcd { prefix, asked } => {
-                let target = match revision {
-                    Some(revision) => revision,
-                    None => {
-                        let mut client =
-                            etcd::connect(&prefix.url, &prefix.access, prefix.timeout).await?;
-                        tokio::time::timeout(
-                            prefix.timeout,
-                            etcd::current_revision(&mut client, &prefix.url),
-                        )
-                        .await
-                        .map_err(|_| SourceError::Unavailable {
-                            url: prefix.url.display(),
-                            message: format!(
-                                "no answer within {}",
-                                humantime::format_duration(prefix.timeout)
-                            ),
-                        })??
-                    }
-                };
-                asked
-                    .reached(target, prefix.timeout)
-                    .await
-                    .map(Position::Revision)
-                    .map_err(|held| SourceError::Unavailable {
-                        url: prefix.url.display(),
-                        message: format!(
-                            "the watch did not reach revision {target} within {} (it holds \
-                             revision {held})",
-                            humantime::format_duration(prefix.timeout)
-                        ),
-                    })
+            Barrier::Etcd { prefix, reached } => {
+                settle_etcd(prefix, reached.clone(), revision).await
             }
         }
     }

@@ -819,8 +819,8 @@ async fn two_applies_at_once_never_overwrite_each_other() {
 /// `status --wait` right after a write to etcd waits for that write: the barrier is etcd's
 /// revision now, reached by the follower, so a broken document exits 3 with its key and the
 /// reason (never 0 on the generation before), and a good one exits 0 once it serves. A
-/// revision that changed nothing under the prefix is reached too (etcd reports the watch's
-/// progress when asked). With etcd down, `status` and `status --wait` exit 8 and say so;
+/// revision that changed nothing under the prefix is reached too (the prefix is the same
+/// there as at the revision the follower loaded). With etcd down, `status` and `status --wait` exit 8 and say so;
 /// once etcd is back, `status` exits 0 again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_waits_for_what_was_written_and_fails_while_etcd_does_not_answer() {
@@ -869,9 +869,39 @@ async fn status_waits_for_what_was_written_and_fails_while_etcd_does_not_answer(
     // A write elsewhere moves the store's revision past anything under the prefix.
     let elsewhere = etcd.put("/elsewhere", "x").await;
     let (code, out, err) = server.status_said(&wait);
-    assert_eq!(code, Some(0), "reached by the watch's progress: {out}{err}");
+    assert_eq!(code, Some(0), "the prefix is unchanged since: {out}{err}");
     let (code, out, err) = server.status_said(&["--wait", "--revision", &elsewhere.to_string()]);
     assert_eq!(code, Some(0), "{out}{err}");
+
+    // A deletion is waited for too (no key is left to say it was written).
+    let clusters = || async {
+        let dump = get_json(
+            &format!("http://127.0.0.1:{}/config_dump", server.admin_port),
+            &[("node", "edge-1")],
+        )
+        .await
+        .unwrap_or_default();
+        dump["types"]["CDS"]["resources"]
+            .as_array()
+            .map_or(0, |r| r.len())
+    };
+    etcd.put(
+        "/sy/extra.yaml",
+        "clusters:\n  - name: extra\n    connect_timeout: 1s\n",
+    )
+    .await;
+    let (code, out, err) = server.status_said(&wait);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(clusters().await, 2);
+    let mut client = etcd.client().await.expect("etcd answers");
+    client.delete("/sy/extra.yaml", None).await.expect("delete");
+    let (code, out, err) = server.status_said(&wait);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        clusters().await,
+        1,
+        "the deletion serves when --wait exits 0"
+    );
 
     etcd.kill();
     let down = eventually(Duration::from_secs(20), || async {
@@ -897,6 +927,13 @@ async fn status_waits_for_what_was_written_and_fails_while_etcd_does_not_answer(
     })
     .await;
     assert!(back.is_some(), "`status` exits 0 once etcd answers again");
+    etcd.put(
+        "/sy/clusters.yaml",
+        "clusters:\n  - name: backend\n    connect_timeout: later\n",
+    )
+    .await;
+    let (code, out, err) = server.status_said(&wait);
+    assert_eq!(code, Some(3), "after the outage too: {out}{err}");
 }
 
 /// A guarded apply: `--expect-revision R` writes only while no key under the prefix was

@@ -64,6 +64,51 @@ impl Prefix {
     }
 }
 
+/// Whether the documents under the prefix (Switchyard's own keys too) are the same at
+/// revision `to` as at `from` (`from < to`): no key alive at `to` was written after `from`,
+/// and as many keys are alive at both (so none was deleted). `false` too when `from` was
+/// compacted away and cannot be compared.
+pub async fn unchanged_between(
+    client: &mut Client,
+    url: &EtcdUrl,
+    from: i64,
+    to: i64,
+) -> Result<bool, SourceError> {
+    // etcd's `count` ignores the mod-revision filters: keys written since are asked for
+    // (one is enough; etcd filters before it limits), and the totals counted.
+    let ask = |options: GetOptions| {
+        let mut client = client.clone();
+        let prefix = url.key_prefix();
+        async move {
+            match client.get(prefix, Some(options.with_prefix())).await {
+                Ok(answer) => Ok(Some(answer)),
+                Err(etcd_client::Error::GRpcStatus(s)) if s.message().contains("compacted") => {
+                    Ok(None)
+                }
+                Err(e) => Err(SourceError::Unavailable {
+                    url: url.display(),
+                    message: format!("cannot read the prefix: {e}"),
+                }),
+            }
+        }
+    };
+    let written_since = ask(GetOptions::new()
+        .with_revision(to)
+        .with_min_mod_revision(from + 1)
+        .with_keys_only()
+        .with_limit(1))
+    .await?;
+    if written_since.is_none_or(|answer| !answer.kvs().is_empty()) {
+        return Ok(false);
+    }
+    let count = |revision| ask(GetOptions::new().with_revision(revision).with_count_only());
+    let (at_from, at_to) = (count(from).await?, count(to).await?);
+    Ok(match (at_from, at_to) {
+        (Some(a), Some(b)) => a.count() == b.count(),
+        _ => false,
+    })
+}
+
 /// The store's revision now, as a read of the prefix sees it: every write under the prefix
 /// made before this call is at or below it.
 pub async fn current_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64, SourceError> {

@@ -3,9 +3,8 @@
 //! held, and the documents loaded again after each burst of changes (the loader parses only
 //! the documents whose text changed). The whole prefix is read again only when the watch
 //! cannot resume: its start revision was compacted away, or an event could not be applied.
-//! While etcd does not answer, tries wait longer each time. The barrier ([`Asked`]) learns
-//! the revision applied and loaded; asked, the follower has etcd report the watch's
-//! progress, so that a revision with no change under the prefix is reached too.
+//! While etcd does not answer, tries wait longer each time. The barrier ([`Reached`])
+//! learns the revision applied and loaded.
 //!
 //! Must not: parse or load documents (the sink loads them) or read files.
 
@@ -14,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::EventType;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::config::Document;
 use crate::shutdown::Shutdown;
@@ -26,36 +25,19 @@ const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 const ETCD_RETRY_FIRST: Duration = Duration::from_millis(500);
 const ETCD_RETRY_MAX: Duration = Duration::from_secs(10);
 
-/// How often a barrier waiting for a revision asks etcd for the watch's progress again
-/// (etcd answers only while the watch is synced).
-const ASK_AGAIN: Duration = Duration::from_millis(250);
-
-/// The follower's side of the barrier: the asks for a progress report, and the revision
-/// applied and loaded so far.
+/// The follower's side of the barrier: the revision applied and loaded so far.
 pub struct Progress {
-    asks: mpsc::Receiver<()>,
     caught_up: watch::Sender<i64>,
 }
 
-/// The barrier's side: ask for progress, and wait for a revision.
-#[derive(Clone)]
-pub struct Asked {
-    asks: mpsc::Sender<()>,
-    caught_up: watch::Receiver<i64>,
-}
+/// The barrier's side: the revision the follower has applied and loaded.
+pub type Reached = watch::Receiver<i64>;
 
 impl Progress {
     /// Both sides, from `revision` (the first read, loaded before following).
-    pub fn new(revision: i64) -> (Progress, Asked) {
-        let (ask, asks) = mpsc::channel(1);
+    pub fn new(revision: i64) -> (Progress, Reached) {
         let (caught_up, reached) = watch::channel(revision);
-        (
-            Progress { asks, caught_up },
-            Asked {
-                asks: ask,
-                caught_up: reached,
-            },
-        )
+        (Progress { caught_up }, reached)
     }
 
     fn reached(&self, revision: i64) {
@@ -64,28 +46,6 @@ impl Progress {
             *held = (*held).max(revision);
             moved
         });
-    }
-}
-
-impl Asked {
-    /// Wait until the follower has applied and loaded `target`, asking for the watch's
-    /// progress meanwhile: the revision it holds then, or after `timeout` (or once the
-    /// follower has stopped) the one it held.
-    pub async fn reached(&self, target: i64, timeout: Duration) -> Result<i64, i64> {
-        let mut caught_up = self.caught_up.clone();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let held = *caught_up.borrow_and_update();
-            if held >= target {
-                return Ok(held);
-            }
-            let _ = self.asks.try_send(());
-            tokio::select! {
-                changed = caught_up.changed() => if changed.is_err() { return Err(held) },
-                _ = tokio::time::sleep(ASK_AGAIN) => {}
-                _ = tokio::time::sleep_until(deadline) => return Err(held),
-            }
-        }
     }
 }
 
@@ -308,23 +268,15 @@ struct Watch<'a> {
 
 impl Watch<'_> {
     /// Follow one watch for as long as it lasts: each burst of events applied to the
-    /// documents held, and handed to the sink when a document changed; each progress report
-    /// (asked for by a barrier) moves the revision held.
+    /// documents held, and handed to the sink when a document changed.
     async fn follow(
         &mut self,
-        stream: etcd_client::WatchStream,
+        mut stream: etcd_client::WatchStream,
         shutdown: &mut Shutdown,
     ) -> WatchEnd {
         let prefix = self.url.key_prefix();
-        let (mut requests, mut responses) = stream.split();
         loop {
-            let next = next_burst(
-                &mut responses,
-                shutdown,
-                &mut self.progress.asks,
-                &mut requests,
-            );
-            let (burst, progressed) = match next.await {
+            let burst = match next_burst(&mut stream, shutdown).await {
                 Burst::Shutdown => return WatchEnd::Shutdown,
                 Burst::Ended => {
                     return WatchEnd::Failed(SourceError::Unavailable {
@@ -339,8 +291,7 @@ impl Watch<'_> {
                     );
                     return WatchEnd::Stale;
                 }
-                Burst::Progress(revision) => (Vec::new(), revision),
-                Burst::Responses(responses, progressed) => (responses, progressed),
+                Burst::Responses(responses) => responses,
             };
             let mut applied = Applied::default();
             for response in &burst {
@@ -365,8 +316,6 @@ impl Watch<'_> {
                 );
                 load(self.sink, self.held).await;
             }
-            // Every event up to a progress report's revision has come before it.
-            self.held.revision = self.held.revision.max(progressed);
             self.progress.reached(self.held.revision);
         }
     }
@@ -380,11 +329,9 @@ async fn load(sink: &Arc<dyn Sink>, held: &Held) {
     let _ = tokio::task::spawn_blocking(move || sink.documents(&documents, revision)).await;
 }
 
-/// What the watch gave: a burst of responses with events (and the revision of a progress
-/// report among them, or 0), a progress report alone, or why there are none.
+/// What the watch gave: a burst of responses with events, or why there are none.
 enum Burst {
-    Responses(Vec<etcd_client::WatchResponse>, i64),
-    Progress(i64),
+    Responses(Vec<etcd_client::WatchResponse>),
     /// The watch's start was compacted away: everything must be read again.
     Compacted,
     /// The watch ended or failed.
@@ -392,37 +339,13 @@ enum Burst {
     Shutdown,
 }
 
-/// A progress report: no events, not the watch's creation or end, and the store's revision
-/// (etcd's own clients tell it so). Every event up to that revision came before it.
-fn progress_of(response: &etcd_client::WatchResponse) -> Option<i64> {
-    let revision = response.header().map_or(0, |h| h.revision());
-    (response.events().is_empty()
-        && !response.created()
-        && !response.canceled()
-        && response.compact_revision() == 0
-        && revision > 0)
-        .then_some(revision)
-}
-
 /// Wait for a response with events on the watch, then for quiet ([`DEBOUNCE`], at most
-/// [`MAX_DEBOUNCE`]) as for files, keeping every response of the burst. Meanwhile a
-/// barrier's ask is passed on to etcd.
-async fn next_burst(
-    stream: &mut etcd_client::WatchResponseStream,
-    shutdown: &mut Shutdown,
-    asks: &mut mpsc::Receiver<()>,
-    requests: &mut etcd_client::WatchRequestSender,
-) -> Burst {
+/// [`MAX_DEBOUNCE`]) as for files, keeping every response of the burst.
+async fn next_burst(stream: &mut etcd_client::WatchStream, shutdown: &mut Shutdown) -> Burst {
     let mut responses = Vec::new();
     loop {
         let message = tokio::select! {
             _ = shutdown.wait() => return Burst::Shutdown,
-            Some(()) = asks.recv() => {
-                if requests.request_progress().await.is_err() {
-                    return Burst::Ended;
-                }
-                continue;
-            }
             m = stream.message() => m,
         };
         let Some(response) = message.ok().flatten() else {
@@ -434,15 +357,11 @@ async fn next_burst(
         if response.canceled() {
             return Burst::Ended;
         }
-        if let Some(revision) = progress_of(&response) {
-            return Burst::Progress(revision);
-        }
         if !response.events().is_empty() {
             responses.push(response);
             break;
         }
     }
-    let mut progressed = 0;
     let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
     loop {
         tokio::select! {
@@ -451,9 +370,7 @@ async fn next_burst(
                 Ok(Some(response)) if response.compact_revision() > 0 => return Burst::Compacted,
                 Ok(Some(response)) if response.canceled() => break,
                 Ok(Some(response)) => {
-                    if let Some(revision) = progress_of(&response) {
-                        progressed = progressed.max(revision);
-                    } else if !response.events().is_empty() {
+                    if !response.events().is_empty() {
                         responses.push(response);
                     }
                 }
@@ -464,5 +381,5 @@ async fn next_burst(
             _ = tokio::time::sleep_until(at_most) => break,
         }
     }
-    Burst::Responses(responses, progressed)
+    Burst::Responses(responses)
 }
