@@ -31,6 +31,7 @@ use tokio::task::JoinSet;
 use tokio_stream::StreamExt;
 
 pub(crate) mod page;
+pub mod standing;
 mod status;
 
 use status::current_status;

@@ -45,6 +45,12 @@ pub struct Entry {
     /// How many nodes ACKed it (every type synced on it) and NACKed it, so far.
     pub acked: usize,
     pub nacked: usize,
+    /// `--source`: who wrote its documents and why, as `apply --author` and `--message`
+    /// said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 impl Entry {

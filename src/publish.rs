@@ -94,7 +94,16 @@ pub struct Reloader {
     /// The reads of the files so far; held through a read's load and publish, so that reads
     /// (the watch's, a barrier's) publish one at a time, in order.
     reads: std::sync::Mutex<u64>,
+    /// What the last applies said of themselves, by the revision of the load they came
+    /// with: its generation's history entry names the author and the message, whenever
+    /// (the fleet's rollout may publish it later) it is published.
+    notes: std::sync::Mutex<std::collections::VecDeque<(i64, crate::source::etcd::ApplyNote)>>,
+    /// The last generation published here, and its content version.
+    last_published: std::sync::Mutex<Option<(u64, String)>>,
 }
+
+/// How many apply notes a publisher remembers while their loads wait to be published.
+const NOTES_KEPT: usize = 16;
 
 /// A good load of the documents read at one revision, for the fleet's rollout to propose.
 #[derive(Debug)]
@@ -127,6 +136,8 @@ impl Reloader {
             history: crate::history::History::default(),
             fleet: None,
             reads: std::sync::Mutex::new(0),
+            notes: std::sync::Mutex::default(),
+            last_published: std::sync::Mutex::default(),
         }
     }
 
@@ -413,6 +424,15 @@ impl Reloader {
             self.telemetry.config_loaded(loaded, warnings);
             return current.number;
         }
+        // The content of a rollout an operator aborted is not proposed again until the
+        // source changes: a read that finds it again (a barrier, a touched file) keeps
+        // reporting the aborted generation, whose content differs from what serves. (The
+        // fleet's rollout keeps its own record of what was aborted.)
+        if let Some(aborted) = self.aborted(&version).filter(|_| self.held.is_none()) {
+            loaded.generation = aborted;
+            self.telemetry.config_loaded(loaded, warnings);
+            return aborted;
+        }
         // Under a rollout policy a new generation is kept only once promoted (see
         // `keep_promoted`); the first one goes to every node at once.
         let stable_now = self.cache.policy().is_none() || current.number == 0;
@@ -428,7 +448,15 @@ impl Reloader {
             }
         }
         let mut entry = crate::history::Entry::of(&current.config, &config, 0, revision);
+        if let Some(note) = revision.and_then(|r| self.note_of(r)) {
+            entry.author = note.author;
+            entry.message = note.message;
+        }
         loaded.generation = self.cache.publish(config).number;
+        *self
+            .last_published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((loaded.generation, version.clone()));
         entry.generation = loaded.generation;
         self.history
             .record(entry, |g| self.fleet.as_ref().and_then(|f| f.tally(g)));
@@ -439,6 +467,44 @@ impl Reloader {
         }
         self.telemetry.config_loaded(loaded, warnings);
         loaded.generation
+    }
+
+    /// The generation last published here, if its content is `version` and it serves no
+    /// node any more: an operator aborted its rollout.
+    fn aborted(&self, version: &str) -> Option<u64> {
+        let last = self
+            .last_published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        let serving = self.cache.serving();
+        let serves = |number: u64| {
+            serving.stable.number == number
+                || serving
+                    .rollout
+                    .as_ref()
+                    .is_some_and(|r| r.candidate.number == number)
+        };
+        (last.1 == version && !serves(last.0)).then_some(last.0)
+    }
+
+    /// Remember what the apply behind the load of `revision` said of itself.
+    fn noted(&self, revision: i64, note: crate::source::etcd::ApplyNote) {
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        if notes.len() == NOTES_KEPT {
+            notes.pop_front();
+        }
+        notes.push_back((revision, note));
+    }
+
+    /// What the apply behind the load of `revision` said of itself, if one did.
+    fn note_of(&self, revision: i64) -> Option<crate::source::etcd::ApplyNote> {
+        let notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        notes
+            .iter()
+            .rev()
+            .find(|(r, _)| *r == revision)
+            .map(|(_, note)| note.clone())
     }
 
     fn store(&self, report: LoadReport) {
@@ -456,7 +522,15 @@ impl crate::source::Sink for Reloader {
         self.loading.secret_files()
     }
 
-    fn documents(&self, documents: &[config::Document], revision: i64) {
+    fn documents(
+        &self,
+        documents: &[config::Document],
+        revision: i64,
+        note: Option<crate::source::etcd::ApplyNote>,
+    ) {
+        if let Some(note) = note {
+            self.noted(revision, note);
+        }
         let _ = self.reload_documents(documents, revision);
     }
 

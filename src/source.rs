@@ -239,8 +239,9 @@ pub trait Sink: Send + Sync + 'static {
     /// The files beyond the watched paths that the last load read (secret files named by
     /// `switchyard_files`), whose changes count too.
     fn files_read(&self) -> Vec<PathBuf>;
-    /// Every document under an etcd prefix as of `revision`.
-    fn documents(&self, documents: &[Document], revision: i64);
+    /// Every document under an etcd prefix as of `revision`, and what the apply that wrote
+    /// them said of itself (its guard key's note), if an apply did.
+    fn documents(&self, documents: &[Document], revision: i64, note: Option<etcd::ApplyNote>);
     /// The source at `url` answers (`None`), or does not, and why.
     fn health(&self, url: &str, error: Option<String>);
 }

@@ -889,20 +889,17 @@ async fn config_dump_shows_what_one_node_holds_and_what_is_in_flight() {
     })
     .await;
     let dump = |args: &'static [&'static str]| {
-        let addr = server.admin_addr.to_string();
-        blocking(move || {
-            let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-                .arg("config-dump")
-                .args(args)
-                .args(["--admin-addr", &addr])
-                .output()
-                .expect("runs");
+        let mut all = vec!["config-dump".to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        all.extend(["--admin-addr".to_string(), server.admin_addr.to_string()]);
+        async move {
+            let out = support::cli(all).await;
             (
                 out.status.code(),
                 String::from_utf8_lossy(&out.stdout).into_owned(),
                 String::from_utf8_lossy(&out.stderr).into_owned(),
             )
-        })
+        }
     };
     let (code, out, err) = dump(&["edge-1", "--output", "json"]).await;
     assert_eq!(code, Some(0), "{err}");
@@ -944,4 +941,92 @@ async fn config_dump_shows_what_one_node_holds_and_what_is_in_flight() {
     let (code, _, err) = dump(&["edge-9"]).await;
     assert_eq!(code, Some(1));
     assert!(err.contains("\"edge-9\" is not connected"), "{err}");
+}
+
+/// What a person on call sees, in a real browser (Debian's headless Chromium over
+/// WebDriver), after real changes: a green headline while every node runs the newest
+/// generation; after a change the canary NACKs, a red headline naming the halted rollout
+/// with the next step's command, the rollout's banner with the canary's words, and the
+/// node's NACK in the table; the page says what it is as of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_a_person_where_the_fleet_stands_in_a_real_browser() {
+    use support::browser::Browser;
+    let policy =
+        switchyard::rollout::Policy::new(Some("canary-*".into()), None, Duration::from_secs(3600))
+            .expect("policy");
+    let server = TestServer::start_daemon(
+        &[("clusters.yaml", &eds_cluster("backend", "1s", 8080))],
+        switchyard::daemon::Options {
+            rollout: Some(policy),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut canary = server.ads("canary-1").await;
+    canary.subscribe(Cluster, &[]).await;
+    let first = canary.recv_type(Cluster).await;
+    canary.ack(&first, &[]).await;
+    status_until(&server, |s| {
+        state(s, "canary-1", "CDS").as_deref() == Some("SYNCED")
+    })
+    .await;
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let browser = Browser::start(dir.path()).await;
+    let page = format!("http://{}/", server.admin_addr);
+    browser.open(&page).await;
+    let headline = browser.text("#headline").await.unwrap_or_default();
+    assert!(
+        headline.starts_with("Every connected node runs the newest generation."),
+        "{headline}"
+    );
+    assert_eq!(
+        browser
+            .css("#headline", "background-color")
+            .await
+            .as_deref(),
+        Some("rgba(212, 244, 212, 1)"),
+        "green"
+    );
+    let as_of = browser.text(".asof").await.unwrap_or_default();
+    assert!(
+        as_of.starts_with("As of 20") && as_of.contains("source at read"),
+        "{as_of}"
+    );
+
+    // A change the canary rejects: the rollout halts.
+    server.set_file("clusters.yaml", &envoy_rejected_cluster("backend", 8080));
+    let bad = canary.recv_type(Cluster).await;
+    canary
+        .nack(&bad, &[], &first.version_info, "no thanks: bad backend")
+        .await;
+    status_until(&server, |s| {
+        s.rollout.as_ref().is_some_and(|r| r.state == "HALTED")
+    })
+    .await;
+    browser.open(&page).await;
+    let headline = browser.text("#headline").await.unwrap_or_default();
+    assert!(
+        headline.starts_with("The rollout halted") && headline.contains("switchyard rollout abort"),
+        "{headline}"
+    );
+    assert_eq!(
+        browser
+            .css("#headline", "background-color")
+            .await
+            .as_deref(),
+        Some("rgba(248, 198, 198, 1)"),
+        "red"
+    );
+    let banner = browser.text("#rollout").await.unwrap_or_default();
+    assert!(
+        banner.starts_with("Rollout HALTED") && banner.contains("no thanks: bad backend"),
+        "{banner}"
+    );
+    let table = browser.text("table").await.unwrap_or_default();
+    assert!(
+        table.contains("canary-1") && table.contains("no thanks: bad backend"),
+        "{table}"
+    );
+    browser.close().await;
 }

@@ -292,6 +292,28 @@ async fn serve_prefix(etcd: &Etcd, log_dir: &std::path::Path) -> Switchyard {
     .await
 }
 
+/// The clusters `server` serves node `edge-1`: (name, connect_timeout), by name.
+async fn served_clusters(server: &Switchyard) -> Vec<(String, String)> {
+    let dump = get_json(
+        &format!("http://127.0.0.1:{}/config_dump", server.admin_port),
+        &[("node", "edge-1")],
+    )
+    .await
+    .unwrap_or_default();
+    let mut clusters: Vec<(String, String)> = dump["types"]["CDS"]["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let cluster = &c["resource"];
+            let text = |field: &str| cluster[field].as_str().unwrap_or_default().to_string();
+            (text("name"), text("connectTimeout"))
+        })
+        .collect();
+    clusters.sort();
+    clusters
+}
+
 /// What etcd has answered of one kind of request (`Range`, `Watch`, ...), from its metrics.
 async fn etcd_handled(etcd: &Etcd, method: &str) -> f64 {
     let text = reqwest::get(format!("http://{}/metrics", etcd.endpoint()))
@@ -335,31 +357,7 @@ async fn serve_reads_one_key_per_edit_and_the_prefix_again_only_after_a_compacti
     etcd.put_all(&refs).await;
     let server = serve_prefix(&etcd, dir.path()).await;
     let config = || async { server.status().await.and_then(|s| s.config) };
-    let clusters = || async {
-        let dump = get_json(
-            &format!("http://127.0.0.1:{}/config_dump", server.admin_port),
-            &[("node", "edge-1")],
-        )
-        .await
-        .unwrap_or_default();
-        let mut names: Vec<(String, String)> = dump["types"]["CDS"]["resources"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                let cluster = &c["resource"];
-                (
-                    cluster["name"].as_str().unwrap_or_default().to_string(),
-                    cluster["connectTimeout"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                )
-            })
-            .collect();
-        names.sort();
-        names
-    };
+    let clusters = || served_clusters(&server);
     let at = |generation: u64| {
         let config = &config;
         async move {
@@ -830,16 +828,12 @@ async fn status_waits_for_what_was_written_and_fails_while_etcd_does_not_answer(
     let server = serve_prefix(&etcd, dir.path()).await;
     let wait = ["--wait", "--timeout", "30s"];
     let served_timeout = || async {
-        let dump = get_json(
-            &format!("http://127.0.0.1:{}/config_dump", server.admin_port),
-            &[("node", "edge-1")],
-        )
-        .await
-        .unwrap_or_default();
-        dump["types"]["CDS"]["resources"][0]["resource"]["connectTimeout"]
-            .as_str()
+        served_clusters(&server)
+            .await
+            .into_iter()
+            .find(|(name, _)| name == "backend")
+            .map(|(_, timeout)| timeout)
             .unwrap_or_default()
-            .to_string()
     };
     for round in 0..3 {
         etcd.put(
@@ -874,17 +868,7 @@ async fn status_waits_for_what_was_written_and_fails_while_etcd_does_not_answer(
     assert_eq!(code, Some(0), "{out}{err}");
 
     // A deletion is waited for too (no key is left to say it was written).
-    let clusters = || async {
-        let dump = get_json(
-            &format!("http://127.0.0.1:{}/config_dump", server.admin_port),
-            &[("node", "edge-1")],
-        )
-        .await
-        .unwrap_or_default();
-        dump["types"]["CDS"]["resources"]
-            .as_array()
-            .map_or(0, |r| r.len())
-    };
+    let clusters = || async { served_clusters(&server).await.len() };
     etcd.put(
         "/sy/extra.yaml",
         "clusters:\n  - name: extra\n    connect_timeout: 1s\n",
@@ -947,6 +931,7 @@ async fn apply_with_an_expected_revision_refuses_a_prefix_that_moved_and_records
     let etcd = Etcd::start(dir.path()).await;
     let url = format!("etcd://{}/sy", etcd.endpoint());
     let read = etcd.put("/sy/clusters.yaml", CLUSTERS).await;
+    let server = serve_prefix(&etcd, dir.path()).await;
     let (alice, bob) = (dir.path().join("alice"), dir.path().join("bob"));
     for (who, timeout) in [(&alice, "2s"), (&bob, "3s")] {
         std::fs::create_dir_all(who).expect("mkdir");
@@ -988,6 +973,34 @@ async fn apply_with_an_expected_revision_refuses_a_prefix_that_moved_and_records
             && err.contains("nothing was written"),
         "{err}"
     );
+    // The replica's history names who wrote the generation and why: /status, the page's
+    // table and `switchyard history` against the server.
+    let noted = eventually(Duration::from_secs(20), || async {
+        server.status().await.is_some_and(|s| {
+            s.history.first().is_some_and(|e| {
+                e.author.as_deref() == Some("alice")
+                    && e.message.as_deref() == Some("slower connects")
+            })
+        })
+    })
+    .await;
+    assert!(
+        noted.is_some(),
+        "{:?}",
+        server.status().await.map(|s| s.history)
+    );
+    let admin = format!("127.0.0.1:{}", server.admin_port);
+    let (code, out, err) = switchyard(&["history", "--admin-addr", &admin]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("written by alice: slower connects"), "{out}");
+    let page = reqwest::get(format!("http://{admin}/"))
+        .await
+        .expect("the page")
+        .text()
+        .await
+        .expect("text");
+    assert!(page.contains("<td>alice: slower connects</td>"), "{page}");
+
     let mut client = etcd.client().await.expect("etcd answers");
     let held = client.get("/sy/clusters.yaml", None).await.expect("get");
     let text = String::from_utf8_lossy(held.kvs()[0].value()).into_owned();

@@ -1,5 +1,8 @@
-//! `GET /`: the fleet at a glance, for a person. Server-rendered HTML with inline CSS, no
-//! JavaScript and no external assets. Summary counts first, then a table of nodes filtered and
+//! `GET /`: the fleet at a glance, for a person on call. Server-rendered HTML with inline CSS,
+//! no JavaScript and no external assets; it reloads itself every [`REFRESH_SECONDS`]. A
+//! headline first (green, amber or red: where the fleet stands, and the next step with the
+//! command to run), with the time it is as of and the source's position; then summary
+//! counts, then a table of nodes filtered and
 //! paged on the server (`?q=` matches node id or cluster, `?state=` keeps nodes with a type in
 //! that state, `?page=`), so it stays usable at 10,000 nodes. Nodes with a problem come first
 //! (NACKED, then STALE), then by node id in natural order (`edge-2` before `edge-10`); each
@@ -18,6 +21,9 @@ use crate::resource::ResourceType;
 
 /// Rows per page.
 pub const PAGE_SIZE: usize = 100;
+
+/// How often the page reloads itself (a `<meta http-equiv="refresh">`: no JavaScript).
+pub const REFRESH_SECONDS: u32 = 10;
 
 /// The page's query.
 #[derive(Debug, Default, Deserialize)]
@@ -140,7 +146,10 @@ const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:
 table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}\
 .SYNCED{background:#d4f4d4}.STALE{background:#fff2b3}.NACKED{background:#f8c6c6}\
 .NOT_SENT{background:#eee}.err{color:#a00;font-size:12px}.sum span{margin-right:1.5em}\
-.bad{color:#a00}.ok{color:#070}";
+.bad{color:#a00}.ok{color:#070}\
+.head{padding:8px 12px;border-radius:4px;font-size:16px}.head.good{background:#d4f4d4;color:#063}\
+.head.wait{background:#fff2b3;color:#640}.head.act{background:#f8c6c6;color:#800}\
+.asof{color:#555;font-size:12px}";
 
 /// Render the page.
 pub fn render(status: &Status, query: &PageQuery) -> String {
@@ -152,9 +161,11 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
     let mut html = String::new();
     let _ = write!(
         html,
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Switchyard</title>\
+        "<!doctype html><html><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\"><title>Switchyard</title>\
          <style>{STYLE}</style></head><body><h1>Switchyard</h1>"
     );
+    headline(&mut html, status);
     summary(&mut html, status);
     config(&mut html, status);
     rollouts(&mut html, status);
@@ -168,6 +179,63 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
     history(&mut html, &status.history);
     html.push_str("</body></html>\n");
     html
+}
+
+/// Where the fleet stands, coloured by who has to act, with the next step; and what the
+/// page is as of: its time and the source's position.
+fn headline(html: &mut String, status: &Status) {
+    use super::standing::{verdict, Severity};
+    let standing = verdict(status);
+    let class = match standing.severity() {
+        Severity::Good => "good",
+        Severity::Wait => "wait",
+        Severity::Act => "act",
+    };
+    let _ = write!(
+        html,
+        "<p class=\"head {class}\" id=\"headline\"><b>{}</b>. Next: {}.</p>",
+        esc(&capitalized(standing.text())),
+        next_step_html(standing.next_step())
+    );
+    let position = match status.config.as_ref() {
+        Some(c) => match (c.revision, c.read) {
+            (Some(revision), _) => format!("; source at etcd revision {revision}"),
+            (None, Some(read)) => format!("; source at read {read} of the files"),
+            (None, None) => String::new(),
+        },
+        None => String::new(),
+    };
+    let _ = write!(
+        html,
+        "<p class=\"asof\">As of {}{position}; generation {} serves every node. This page \
+         reloads every {REFRESH_SECONDS} s.</p>",
+        esc(&status.at),
+        status.generation
+    );
+}
+
+/// `text` with its first letter upper-case.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// A next step's text, its `commands` in `<code>`.
+fn next_step_html(text: &str) -> String {
+    esc(text)
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                format!("<code>{part}</code>")
+            } else {
+                part.to_string()
+            }
+        })
+        .collect()
 }
 
 /// The counts at the top, each a link to the nodes it counts.
@@ -272,7 +340,7 @@ fn rollouts(html: &mut String, status: &Status) {
         let class = if r.state == "HALTED" { "bad" } else { "ok" };
         let _ = write!(
             html,
-            "<p class=\"{class}\">Rollout {} since {}: generation {} to the canaries ({}), \
+            "<p class=\"{class}\" id=\"rollout\">Rollout {} since {}: generation {} to the canaries ({}), \
              generation {} to every other node.",
             esc(&r.state),
             esc(&r.since),
@@ -464,7 +532,13 @@ fn node_row(html: &mut String, n: &NodeStatus, kinds: &[&str]) {
                     t.state.name().replace('_', " ")
                 );
                 if let Some(e) = &t.error {
-                    let _ = write!(html, "<div class=\"err\">{}</div>", esc(e));
+                    let _ = write!(
+                        html,
+                        "<div class=\"err\">{}</div><div class=\"err\">Next: \
+                         <code>switchyard config-dump {}</code> shows what it holds.</div>",
+                        esc(e),
+                        esc(&n.node_id)
+                    );
                 }
                 if !t.rejected_changes.is_empty() {
                     html.push_str(
@@ -496,7 +570,8 @@ fn history(html: &mut String, entries: &[crate::history::Entry]) {
     }
     html.push_str(
         "<h2>Recent generations</h2><table><tr><th>Generation</th><th>Published</th>\
-         <th>Revision</th><th>Files</th><th>Resources</th><th>ACKed</th><th>NACKed</th></tr>",
+         <th>Revision</th><th>Written by, why</th><th>Files</th><th>Resources</th><th>ACKed</th>\
+         <th>NACKed</th></tr>",
     );
     for e in entries {
         let [added, changed, removed] = e.counts;
@@ -515,10 +590,18 @@ fn history(html: &mut String, entries: &[crate::history::Entry]) {
         let nacked = if e.nacked > 0 { " class=\"bad\"" } else { "" };
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{nacked}>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{nacked}>{}</td></tr>",
             e.generation,
             esc(&e.at),
             e.revision.map_or("-".to_string(), |r| r.to_string()),
+            esc(&match (&e.author, &e.message) {
+                (None, None) => "-".to_string(),
+                (author, message) => [author.as_deref(), message.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(": "),
+            }),
             esc(&e.files.join(", ")),
             esc(&resources),
             e.acked,
@@ -571,6 +654,7 @@ mod tests {
     fn fleet(n: usize) -> Status {
         Status {
             schema: crate::admin::STATUS_SCHEMA.into(),
+            at: "2026-12-04T10:00:00Z".into(),
             nodes: (0..n)
                 .map(|i| {
                     if i == 7 {
@@ -603,6 +687,52 @@ mod tests {
             fleet: None,
             history: Vec::new(),
         }
+    }
+
+    /// The headline says where the fleet stands, in the colour of who has to act, with the
+    /// next step and its command; the page says what it is as of (and the source's
+    /// position) and reloads itself.
+    #[test]
+    fn the_headline_says_where_the_fleet_stands_and_what_to_do_next() {
+        let good = render(&fleet(3), &PageQuery::default());
+        assert!(
+            good.contains("<meta http-equiv=\"refresh\" content=\"10\">"),
+            "{good}"
+        );
+        assert!(
+            good.contains(
+                "<p class=\"head good\" id=\"headline\"><b>Every connected node runs the \
+                 newest generation</b>"
+            ),
+            "{good}"
+        );
+        assert!(good.contains("As of 2026-12-04T10:00:00Z"), "{good}");
+
+        let mut nacking = fleet(9);
+        if let Some(c) = nacking.config.as_mut() {
+            c.read = Some(4);
+        }
+        let bad = render(&nacking, &PageQuery::default());
+        assert!(
+            bad.contains(
+                "<p class=\"head act\" id=\"headline\"><b>A node rejected its \
+                 configuration</b>. Next: <code>switchyard config-dump NODE</code>"
+            ),
+            "{bad}"
+        );
+        assert!(bad.contains("source at read 4 of the files"), "{bad}");
+        assert!(
+            bad.contains("<code>switchyard config-dump edge-00007</code> shows what it holds"),
+            "{bad}"
+        );
+
+        let mut updating = fleet(3);
+        updating.nodes[0].generation = 2;
+        let amber = render(&updating, &PageQuery::default());
+        assert!(
+            amber.contains("<p class=\"head wait\" id=\"headline\">"),
+            "{amber}"
+        );
     }
 
     #[test]
@@ -714,6 +844,7 @@ mod tests {
     fn problems_first_then_node_ids_in_natural_order() {
         let status = Status {
             schema: crate::admin::STATUS_SCHEMA.into(),
+            at: "2026-12-04T10:00:00Z".into(),
             nodes: vec![
                 node("edge-10", "SYNCED", None),
                 node("edge-9", "STALE", None),
@@ -867,6 +998,8 @@ mod tests {
             changed: vec!["CDS a".into()],
             counts: [0, 1, 0],
             nacked: 1,
+            author: Some("alice".into()),
+            message: Some("slower connects".into()),
             ..Default::default()
         }];
         let html = render(&status, &PageQuery::default());
@@ -890,7 +1023,7 @@ mod tests {
         );
         assert!(html.contains("<h2>Recent generations</h2>"), "{html}");
         assert!(
-            html.contains("<td>3</td><td>t</td><td>16</td><td>change etcd:/sy/a.yaml</td><td>+0 ~1 -0: ~CDS a</td><td>0</td><td class=\"bad\">1</td>"),
+            html.contains("<td>3</td><td>t</td><td>16</td><td>alice: slower connects</td><td>change etcd:/sy/a.yaml</td><td>+0 ~1 -0: ~CDS a</td><td>0</td><td class=\"bad\">1</td>"),
             "{html}"
         );
     }

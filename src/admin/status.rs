@@ -21,6 +21,9 @@ pub struct Status {
     /// `switchyard.status/v1` (docs/output.md): fields are only added within a version.
     #[serde(default)]
     pub schema: String,
+    /// When the server took this status (RFC 3339): what the page says it is "as of".
+    #[serde(default)]
+    pub at: String,
     /// One entry per connected node (by node id), in node id order.
     pub nodes: Vec<NodeStatus>,
     /// The last config load, or `None` before the first.
@@ -460,6 +463,7 @@ impl Status {
         }
         Status {
             schema: STATUS_SCHEMA.to_string(),
+            at: format_time(std::time::SystemTime::now()),
             nodes: nodes.into_values().collect(),
             config,
             rollout: None,

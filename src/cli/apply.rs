@@ -218,6 +218,12 @@ pub fn history_text(entries: &[crate::history::Entry], limit: usize) -> String {
             "generation {} published {}{revision}: {} node(s) ACKed, {} NACKed\n",
             e.generation, e.at, e.acked, e.nacked
         ));
+        if e.author.is_some() || e.message.is_some() {
+            out.push_str(&format!(
+                "  written{}\n",
+                by_whom(e.author.as_deref(), e.message.as_deref())
+            ));
+        }
         for file in &e.files {
             out.push_str(&format!("  {file}\n"));
         }
@@ -494,7 +500,13 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
             let applied = applied_at(&mut client, &url, revision).await;
             out.push_str(&format!(
                 "revision {revision}{}\n",
-                applied.map(|a| a.to_string()).unwrap_or_default()
+                applied
+                    .map(|a| format!(
+                        ", applied at {}{}",
+                        a.at,
+                        by_whom(a.author.as_deref(), a.message.as_deref())
+                    ))
+                    .unwrap_or_default()
             ));
             let texts = |s: &crate::source::Documents| -> std::collections::BTreeMap<String, String> {
                 s.documents
@@ -551,25 +563,16 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
     }
 }
 
-/// What an apply's note says of it: when, who, and why.
-#[derive(Debug, Default, serde::Deserialize)]
-struct Applied {
-    at: String,
-    author: Option<String>,
-    message: Option<String>,
-}
-
-impl std::fmt::Display for Applied {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, ", applied at {}", self.at)?;
-        if let Some(author) = &self.author {
-            write!(f, " by {}", super::status::printable(author))?;
-        }
-        if let Some(message) = &self.message {
-            write!(f, ": {}", super::status::printable(message))?;
-        }
-        Ok(())
+/// Who wrote a change and why, for a terminal: ` by alice: slower connects`.
+fn by_whom(author: Option<&str>, message: Option<&str>) -> String {
+    let mut out = String::new();
+    if let Some(author) = author {
+        out.push_str(&format!(" by {}", super::status::printable(author)));
     }
+    if let Some(message) = message {
+        out.push_str(&format!(": {}", super::status::printable(message)));
+    }
+    out
 }
 
 /// What an apply that landed at `revision` said of itself (its guard key's note), if one did.
@@ -577,7 +580,7 @@ async fn applied_at(
     client: &mut etcd_client::Client,
     url: &EtcdUrl,
     revision: i64,
-) -> Option<Applied> {
+) -> Option<etcd::ApplyNote> {
     let response = client
         .get(
             etcd::guard_key(url),

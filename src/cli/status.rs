@@ -62,18 +62,8 @@ pub struct StatusArgs {
     pub timeout: std::time::Duration,
 }
 
-/// Where the fleet stands, for a deploy to wait on: `switchyard status`'s exit code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
-    /// Every connected node runs the newest loaded generation, and no rollout is on.
-    Done,
-    LoadFailed,
-    SourceDown,
-    RolloutStopped,
-    Nacked,
-    RollingOut,
-    Updating,
-}
+use crate::admin::standing::files_differ_from_what_serves;
+pub use crate::admin::standing::{verdict, Standing};
 
 impl Standing {
     /// The exit code that says it.
@@ -88,75 +78,6 @@ impl Standing {
             Standing::Updating => EXIT_UPDATING,
         }
     }
-
-    /// Whether it can change without someone acting (waiting makes sense).
-    pub fn settles_by_itself(self) -> bool {
-        matches!(self, Standing::RollingOut | Standing::Updating)
-    }
-
-    fn text(self) -> &'static str {
-        match self {
-            Standing::Done => "every connected node runs the newest generation",
-            Standing::LoadFailed => "the last config load failed",
-            Standing::SourceDown => {
-                "the source does not answer: the last good generation serves, no edit gets through"
-            }
-            Standing::RolloutStopped => {
-                "the rollout halted, or was aborted and the source differs from what serves"
-            }
-            Standing::Nacked => "a node rejected its configuration",
-            Standing::RollingOut => "a rollout is in progress",
-            Standing::Updating => "a node is still taking the newest generation",
-        }
-    }
-}
-
-/// Where `status` says the fleet stands. In order: a failed load, a source that does not
-/// answer, a stopped rollout, a NACK, a rollout in progress, a node still updating.
-pub fn verdict(status: &crate::admin::Status) -> Standing {
-    use crate::fleet::SyncStatus;
-    if status.config.as_ref().is_some_and(|c| !c.ok) {
-        return Standing::LoadFailed;
-    }
-    let source = status.config.as_ref().and_then(|c| c.source.as_ref());
-    if source.is_some_and(|s| !s.answering) {
-        return Standing::SourceDown;
-    }
-    let fleet = status.fleet.as_ref();
-    if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED")
-        || fleet.is_some_and(|f| f.state.as_deref() == Some("HALTED"))
-    {
-        return Standing::RolloutStopped;
-    }
-    if status.any_nacked() {
-        return Standing::Nacked;
-    }
-    if status.rollout.is_some() || fleet.is_some_and(|f| f.candidate.is_some()) {
-        return Standing::RollingOut;
-    }
-    if files_differ_from_what_serves(status) {
-        return Standing::RolloutStopped;
-    }
-    let updating = status.nodes.iter().any(|n| {
-        n.generation != status.generation
-            || n.types.values().any(|t| t.state == SyncStatus::Stale)
-            || n.streams.iter().any(|s| s.plan.is_some())
-    });
-    if updating {
-        Standing::Updating
-    } else {
-        Standing::Done
-    }
-}
-
-/// No rollout on, and the newest loaded generation is not the one that serves: a rollout of
-/// it was aborted.
-fn files_differ_from_what_serves(status: &crate::admin::Status) -> bool {
-    status.rollout.is_none()
-        && status
-            .config
-            .as_ref()
-            .is_some_and(|c| c.ok && c.generation != status.generation)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -699,6 +620,7 @@ mod tests {
         let nasty = "bad\u{1b}[2J\r\nfake row";
         let status = Status {
             schema: crate::admin::STATUS_SCHEMA.into(),
+            at: "2026-12-04T10:00:00Z".into(),
             nodes: vec![NodeStatus {
                 node_id: nasty.into(),
                 node_cluster: "c".into(),

@@ -259,7 +259,22 @@ pub async fn read_at(
 /// The key every `apply` writes (in the same transaction), so that two applies from one
 /// read cannot both land: its revision is compared.
 pub fn guard_key(url: &EtcdUrl) -> String {
-    format!("{}.switchyard/applied", url.key_prefix())
+    format!("{}{GUARD}", url.key_prefix())
+}
+
+/// The guard key's name under the prefix.
+pub const GUARD: &str = ".switchyard/applied";
+
+/// What an apply says of itself in the guard key it writes with the documents: when, who
+/// and why (`apply --author`, `--message`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApplyNote {
+    #[serde(default)]
+    pub at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// What `apply` writes: documents put (new or changed), and keys deleted.

@@ -4,6 +4,7 @@
 //! (`switchyard-testkit`), compiled once for every integration test, each of which takes it
 //! as `support`.
 
+pub mod browser;
 pub mod certs;
 pub mod envoy;
 pub mod etcd;

@@ -58,6 +58,8 @@ struct Held {
     /// The watch could not go on from `revision` (a compaction, an event that could not be
     /// applied): the prefix is to be read whole again.
     stale: bool,
+    /// What the last apply among the events not loaded yet said of itself.
+    note: Option<etcd::ApplyNote>,
 }
 
 impl Held {
@@ -70,6 +72,7 @@ impl Held {
                 .map(|d| (d.name.clone(), d))
                 .collect(),
             stale: false,
+            note: None,
         }
     }
 
@@ -102,6 +105,10 @@ fn apply(
         applied.bytes += kv.key().len() + kv.value().len();
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         if !etcd::is_document(prefix, &key) {
+            // An apply's guard key: its note goes with the documents it wrote.
+            if key == format!("{prefix}{}", etcd::GUARD) && event.event_type() == EventType::Put {
+                held.note = serde_json::from_slice(kv.value()).ok();
+            }
             continue;
         }
         let document_name = etcd::document_name(&key);
@@ -185,7 +192,7 @@ pub async fn follow(
                         "The watch could not resume: the prefix was read again."
                     );
                     held = Held::of(read);
-                    load(&sink, &held).await;
+                    load(&sink, &mut held).await;
                     progress.reached(held.revision);
                 }
                 Err(e) => {
@@ -315,18 +322,23 @@ impl Watch<'_> {
                     "etcd: documents changed."
                 );
                 load(self.sink, self.held).await;
+            } else {
+                // Documents unchanged: the note belongs to no load.
+                self.held.note = None;
             }
             self.progress.reached(self.held.revision);
         }
     }
 }
 
-/// Hand the documents held to the sink (on a blocking thread: loading is CPU work).
-async fn load(sink: &Arc<dyn Sink>, held: &Held) {
+/// Hand the documents held to the sink (on a blocking thread: loading is CPU work), with
+/// the note of the apply that wrote them, if one did.
+async fn load(sink: &Arc<dyn Sink>, held: &mut Held) {
     let sink = Arc::clone(sink);
     let documents = held.documents();
     let revision = held.revision;
-    let _ = tokio::task::spawn_blocking(move || sink.documents(&documents, revision)).await;
+    let note = held.note.take();
+    let _ = tokio::task::spawn_blocking(move || sink.documents(&documents, revision, note)).await;
 }
 
 /// What the watch gave: a burst of responses with events, or why there are none.

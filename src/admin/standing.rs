@@ -1,0 +1,147 @@
+//! Where the fleet stands, judged from a [`Status`]: what `switchyard status` exits with,
+//! and the headline of the page, with the next step for a person.
+//!
+//! Must not: read the fleet or the cache (it judges the status it is given), or know exit
+//! codes (the CLI's).
+
+use super::Status;
+
+/// Where the fleet stands, for a deploy to wait on (`switchyard status`'s exit code) and a
+/// person to read (the page's headline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Every connected node runs the newest loaded generation, and no rollout is on.
+    Done,
+    LoadFailed,
+    SourceDown,
+    RolloutStopped,
+    Nacked,
+    RollingOut,
+    Updating,
+}
+
+impl Standing {
+    /// Whether it can change without someone acting (waiting makes sense).
+    pub fn settles_by_itself(self) -> bool {
+        matches!(self, Standing::RollingOut | Standing::Updating)
+    }
+
+    /// What it means, in a line.
+    pub fn text(self) -> &'static str {
+        match self {
+            Standing::Done => "every connected node runs the newest generation",
+            Standing::LoadFailed => "the last config load failed",
+            Standing::SourceDown => {
+                "the source does not answer: the last good generation serves, no edit gets through"
+            }
+            Standing::RolloutStopped => {
+                "the rollout halted, or was aborted and the source differs from what serves"
+            }
+            Standing::Nacked => "a node rejected its configuration",
+            Standing::RollingOut => "a rollout is in progress",
+            Standing::Updating => "a node is still taking the newest generation",
+        }
+    }
+}
+
+/// Where `status` says the fleet stands. In order: a failed load, a source that does not
+/// answer, a stopped rollout, a NACK, a rollout in progress, a node still updating.
+pub fn verdict(status: &Status) -> Standing {
+    use crate::fleet::SyncStatus;
+    if status.config.as_ref().is_some_and(|c| !c.ok) {
+        return Standing::LoadFailed;
+    }
+    let source = status.config.as_ref().and_then(|c| c.source.as_ref());
+    if source.is_some_and(|s| !s.answering) {
+        return Standing::SourceDown;
+    }
+    let fleet = status.fleet.as_ref();
+    if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED")
+        || fleet.is_some_and(|f| f.state.as_deref() == Some("HALTED"))
+    {
+        return Standing::RolloutStopped;
+    }
+    if status.any_nacked() {
+        return Standing::Nacked;
+    }
+    if status.rollout.is_some() || fleet.is_some_and(|f| f.candidate.is_some()) {
+        return Standing::RollingOut;
+    }
+    if files_differ_from_what_serves(status) {
+        return Standing::RolloutStopped;
+    }
+    let updating = status.nodes.iter().any(|n| {
+        n.generation != status.generation
+            || n.types.values().any(|t| t.state == SyncStatus::Stale)
+            || n.streams.iter().any(|s| s.plan.is_some())
+    });
+    if updating {
+        Standing::Updating
+    } else {
+        Standing::Done
+    }
+}
+
+/// No rollout on, and the newest loaded generation is not the one that serves: a rollout of
+/// it was aborted.
+pub fn files_differ_from_what_serves(status: &Status) -> bool {
+    status.rollout.is_none()
+        && status
+            .config
+            .as_ref()
+            .is_some_and(|c| c.ok && c.generation != status.generation)
+}
+
+/// How a standing looks to a person: the page's headline colour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// Nothing to do.
+    Good,
+    /// It settles by itself: wait.
+    Wait,
+    /// Someone has to act.
+    Act,
+}
+
+impl Standing {
+    pub fn severity(self) -> Severity {
+        match self {
+            Standing::Done => Severity::Good,
+            Standing::RollingOut | Standing::Updating => Severity::Wait,
+            Standing::LoadFailed
+            | Standing::SourceDown
+            | Standing::RolloutStopped
+            | Standing::Nacked => Severity::Act,
+        }
+    }
+
+    /// What to do next, with the command to run.
+    pub fn next_step(self) -> &'static str {
+        match self {
+            Standing::Done => "nothing: the fleet runs the newest generation",
+            Standing::LoadFailed => {
+                "fix the errors under Config (`switchyard validate` shows them before you \
+                 write); the last good generation serves meanwhile"
+            }
+            Standing::SourceDown => {
+                "bring etcd back, or check the replica's access to it; `switchyard status` \
+                 exits 0 again once it answers"
+            }
+            Standing::RolloutStopped => {
+                "look at the halted rollout below, then fix the configuration, or `switchyard \
+                 rollout abort` to send the canaries back"
+            }
+            Standing::Nacked => {
+                "`switchyard config-dump NODE` shows what the node holds; fix the resource its \
+                 NACK names"
+            }
+            Standing::RollingOut => {
+                "wait for the canaries and the bake (`switchyard status --wait`), or `switchyard \
+                 rollout promote` to send it to every node now"
+            }
+            Standing::Updating => {
+                "wait: `switchyard status --wait` returns once every node has ACKed"
+            }
+        }
+    }
+}
