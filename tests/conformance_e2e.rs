@@ -1330,19 +1330,29 @@ impl Rig {
                     asked.insert(name, surely);
                 }
             }
-            let listed: std::collections::BTreeSet<String> =
-                self.not_found().await.into_iter().collect();
+            // Envoy drops its subscription to a name whose referrer went away once it has
+            // applied the change, a moment after it ACKed: the list follows within ARRIVE.
             let asked = self.still_asked.lock().expect("not poisoned").clone();
-            let missing: Vec<&String> = asked
-                .iter()
-                .filter(|(name, surely)| **surely && !listed.contains(*name))
-                .map(|(name, _)| name)
-                .collect();
-            let stale: Vec<&String> = listed.iter().filter(|n| !asked.contains_key(*n)).collect();
-            if !missing.is_empty() || !stale.is_empty() {
-                return Err(format!(
-                    "names not found: {stale:?} listed, which Envoy no longer asks for; {missing:?} not listed, which it does"
-                ));
+            let started = Instant::now();
+            loop {
+                let listed: std::collections::BTreeSet<String> =
+                    self.not_found().await.into_iter().collect();
+                let missing: Vec<&String> = asked
+                    .iter()
+                    .filter(|(name, surely)| **surely && !listed.contains(*name))
+                    .map(|(name, _)| name)
+                    .collect();
+                let stale: Vec<&String> =
+                    listed.iter().filter(|n| !asked.contains_key(*n)).collect();
+                if missing.is_empty() && stale.is_empty() {
+                    break;
+                }
+                if started.elapsed() > ARRIVE {
+                    return Err(format!(
+                        "names not found: {stale:?} listed, which Envoy no longer asks for; {missing:?} not listed, which it does"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
         let after = held_all(&self.envoy, self.t).await;
