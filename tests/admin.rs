@@ -974,20 +974,30 @@ async fn the_page_shows_a_person_where_the_fleet_stands_in_a_real_browser() {
     let dir = tempfile::tempdir().expect("tmp");
     let browser = Browser::start(dir.path()).await;
     let page = format!("http://{}/", server.admin_addr);
-    browser.open(&page).await;
-    let headline = browser.text("#headline").await.unwrap_or_default();
-    assert!(
-        headline.starts_with("Every connected node runs the newest generation."),
-        "{headline}"
-    );
-    assert_eq!(
-        browser
-            .css("#headline", "background-color")
-            .await
-            .as_deref(),
-        Some("rgba(212, 244, 212, 1)"),
-        "green"
-    );
+    // The headline's words (their start, and a command in them) and its colour, as the
+    // page shows them after loading it again.
+    let headline = |starts: &'static str, command: &'static str, colour: &'static str| {
+        let (browser, page) = (&browser, &page);
+        async move {
+            browser.open(page).await;
+            let text = browser.text("#headline").await.unwrap_or_default();
+            assert!(text.starts_with(starts) && text.contains(command), "{text}");
+            assert_eq!(
+                browser
+                    .css("#headline", "background-color")
+                    .await
+                    .as_deref(),
+                Some(colour),
+                "{text}"
+            );
+        }
+    };
+    headline(
+        "Every connected node runs the newest generation.",
+        "",
+        "rgba(212, 244, 212, 1)",
+    )
+    .await;
     let as_of = browser.text(".asof").await.unwrap_or_default();
     assert!(
         as_of.starts_with("As of 20") && as_of.contains("source at read"),
@@ -1004,20 +1014,12 @@ async fn the_page_shows_a_person_where_the_fleet_stands_in_a_real_browser() {
         s.rollout.as_ref().is_some_and(|r| r.state == "HALTED")
     })
     .await;
-    browser.open(&page).await;
-    let headline = browser.text("#headline").await.unwrap_or_default();
-    assert!(
-        headline.starts_with("The rollout halted") && headline.contains("switchyard rollout abort"),
-        "{headline}"
-    );
-    assert_eq!(
-        browser
-            .css("#headline", "background-color")
-            .await
-            .as_deref(),
-        Some("rgba(248, 198, 198, 1)"),
-        "red"
-    );
+    headline(
+        "The rollout halted",
+        "switchyard rollout abort",
+        "rgba(248, 198, 198, 1)",
+    )
+    .await;
     let banner = browser.text("#rollout").await.unwrap_or_default();
     assert!(
         banner.starts_with("Rollout HALTED") && banner.contains("no thanks: bad backend"),
