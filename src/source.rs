@@ -125,9 +125,6 @@ impl Following {
     }
 }
 
-/// How often a barrier waiting for the follower looks again.
-const LOOK_AGAIN: Duration = Duration::from_millis(100);
-
 /// Settle an etcd prefix: the store's revision now (or `revision`), once the follower has
 /// loaded it, or the prefix has not changed between what the follower loaded and it. The
 /// watch's progress reports are not used: etcd 3.4 answers them before a watch opened
@@ -157,6 +154,7 @@ async fn settle_etcd(
             .await
             .map_err(|_| late("no answer".into()))??,
     };
+    // Asked once per revision the follower holds: until it moves, the answer stays.
     loop {
         let held = *reached.borrow_and_update();
         if held >= target {
@@ -175,7 +173,6 @@ async fn settle_etcd(
             changed = reached.changed() => if changed.is_err() {
                 return Err(SourceError::Stopped("the follower of the prefix ended".into()));
             },
-            _ = tokio::time::sleep(LOOK_AGAIN) => {}
             _ = tokio::time::sleep_until(deadline) => {
                 return Err(late(format!("the follower did not reach revision {target} (it holds revision {held})")));
             }
