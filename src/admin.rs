@@ -31,6 +31,7 @@ use tokio::task::JoinSet;
 use tokio_stream::StreamExt;
 
 pub(crate) mod page;
+pub mod replicas;
 pub mod standing;
 mod status;
 
@@ -70,6 +71,9 @@ pub struct Admin {
     pub fleet_rollout: Option<crate::rollout::fleetwide::driver::FleetRollout>,
     /// The source's barrier (`POST /source/settle`): none for an etcd prefix not followed.
     pub barrier: Option<crate::source::Barrier>,
+    /// With an etcd source: every replica's summary, as this replica last read it (from
+    /// files, none: the view is this replica's).
+    pub replicas: Option<replicas::Replicas>,
 }
 
 /// How long a request's headers may take to arrive, by default (`--admin-header-timeout`).

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use crate::admin::replicas::share::{self, Sharing};
 use crate::admin::{self, Admin};
 use crate::cache::Cache;
 use crate::config::{LoadFailure, LoadOptions};
@@ -106,6 +107,9 @@ pub struct Daemon {
     /// `--source` with a rollout policy: the driver of the fleet's rollout, its inputs, and
     /// the admin API's handle on it.
     fleet_driver: Option<FleetDriver>,
+    /// With an etcd source: this replica's summary shared beside the prefix, and every
+    /// replica's read back (the fleet's view).
+    sharing: Option<Sharing>,
     serve: ServeOptions,
     admin: admin::Transport,
     admin_token: Option<Arc<str>>,
@@ -169,8 +173,14 @@ impl Daemon {
         }
         let reloader = Arc::new(reloader);
         let mut fleet = None;
+        let mut sharing = None;
         let (following, barrier) = match (options.source, first) {
             (Source::Etcd(prefix), Some(start)) => {
+                sharing = Some(Sharing {
+                    url: prefix.url.clone(),
+                    access: prefix.access.clone(),
+                    replica: fleet_rollout::replica_name(),
+                });
                 let parts = Parts {
                     cache: &cache,
                     fleet: &fleet_of_nodes,
@@ -212,6 +222,7 @@ impl Daemon {
             following,
             barrier,
             fleet_driver: fleet,
+            sharing,
             serve: options.serve,
             admin: options.admin,
             admin_token: options.admin_token,
@@ -233,6 +244,7 @@ impl Daemon {
             following,
             barrier,
             fleet_driver,
+            sharing,
             serve,
             admin,
             admin_token,
@@ -247,22 +259,24 @@ impl Daemon {
         let fleet_task = fleet_driver
             .map(|d| tokio::spawn(d.driver.run(d.heads, d.inbox, d.start, stop.clone())));
         let history = Arc::clone(&reloader);
-        let admin_task = tokio::spawn(admin::serve(
-            listeners.admin,
-            Admin {
-                fleet: Arc::clone(&fleet),
-                cache: Arc::clone(&cache),
-                reloader,
-                telemetry: telemetry.clone(),
-                show_secrets: serve.show_secrets,
-                token: admin_token,
-                new_streams: serve.limits.new_streams,
-                fleet_rollout,
-                barrier,
-            },
-            admin,
-            stop.clone(),
-        ));
+        let replica = sharing.as_ref().map(|s| s.replica.clone());
+        let (view, replicas) = replica.as_deref().map(share::channel).unzip();
+        let routes = Admin {
+            fleet: Arc::clone(&fleet),
+            cache: Arc::clone(&cache),
+            reloader,
+            telemetry: telemetry.clone(),
+            show_secrets: serve.show_secrets,
+            token: admin_token,
+            new_streams: serve.limits.new_streams,
+            fleet_rollout,
+            barrier,
+            replicas,
+        };
+        let shared = sharing
+            .zip(view)
+            .map(|(s, view)| tokio::spawn(s.run(routes.clone(), view, stop.clone())));
+        let admin_task = tokio::spawn(admin::serve(listeners.admin, routes, admin, stop.clone()));
         tokio::spawn(async move {
             shutdown.await;
             trigger.fire();
@@ -281,6 +295,9 @@ impl Daemon {
         }
         if let Some(fleet_task) = fleet_task {
             let _ = fleet_task.await;
+        }
+        if let Some(shared) = shared {
+            let _ = shared.await;
         }
         keeper.abort();
         rollouts.abort();

@@ -550,6 +550,7 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
         new_streams: None,
         fleet_rollout: None,
         barrier: None,
+        replicas: None,
     };
     let (stop, shutdown) = switchyard::shutdown::channel();
     let task = tokio::spawn(switchyard::admin::serve(

@@ -169,6 +169,7 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
     summary(&mut html, status);
     config(&mut html, status);
     rollouts(&mut html, status);
+    replicas(&mut html, status);
     notices(&mut html, status);
     html.push_str(
         "<p><a href=\"/status\">/status</a> · <a href=\"/metrics\">/metrics</a> · \
@@ -397,6 +398,96 @@ fn rollouts(html: &mut String, status: &Status) {
         }
         html.push_str("</ul>");
     }
+}
+
+/// The replicas behind the view: from etcd, a row per replica, what keeps the fleet from
+/// done, and the other replicas' proxies that are not synced; from files, that the view is
+/// this replica's alone.
+fn replicas(html: &mut String, status: &Status) {
+    use super::replicas::fleet_standing;
+    let Some(replicas) = &status.replicas else {
+        return;
+    };
+    if !replicas.shared() {
+        html.push_str(
+            "<p id=\"replicas\">View: this replica's proxies only (the files are not a store \
+             replicas share).</p>",
+        );
+        return;
+    }
+    let _ = write!(
+        html,
+        "<h2 id=\"replicas\">Replicas</h2><p>{} replicas share this view through etcd; read {}{}.</p>\
+         <table><tr><th>Replica</th><th>Standing</th><th>Generation</th><th>Revision</th>\
+         <th>Proxies</th><th>Synced</th><th>NACKing</th><th>As of</th></tr>",
+        replicas.replicas.len(),
+        esc(&replicas.read_at),
+        replicas
+            .error
+            .as_ref()
+            .map(|e| format!(", not since: {}", esc(e)))
+            .unwrap_or_default()
+    );
+    for r in &replicas.replicas {
+        let this = if r.replica == replicas.this {
+            " (this one)"
+        } else {
+            ""
+        };
+        let class = if r.standing == "DONE" { "ok" } else { "bad" };
+        let _ = write!(
+            html,
+            "<tr><td>{}{this}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.replica),
+            esc(&r.standing),
+            r.generation,
+            r.revision
+                .map_or_else(|| "-".to_string(), |v| v.to_string()),
+            r.proxies,
+            r.synced,
+            r.nacked,
+            esc(&r.at)
+        );
+    }
+    html.push_str("</table><ul>");
+    for l in fleet_standing(status).1 {
+        let _ = write!(
+            html,
+            "<li class=\"bad\">replica {}: {}</li>",
+            esc(&l.replica),
+            esc(&l.why)
+        );
+    }
+    for r in replicas.others() {
+        for n in r.nodes.iter().filter(|n| {
+            n.generation != r.generation
+                || n.types.values().any(|t| {
+                    matches!(
+                        t.state,
+                        crate::fleet::SyncStatus::Nacked | crate::fleet::SyncStatus::Stale
+                    )
+                })
+        }) {
+            let states: Vec<String> = n
+                .types
+                .iter()
+                .map(|(kind, t)| match &t.error {
+                    Some(e) => format!("{kind} {}: {e}", t.state.name()),
+                    None => format!("{kind} {}", t.state.name()),
+                })
+                .collect();
+            let _ = write!(
+                html,
+                "<li>{} on replica {}, generation {}: {}</li>",
+                esc(&n.node_id),
+                esc(&r.replica),
+                n.generation,
+                esc(&states.join("; "))
+            );
+        }
+    }
+    html.push_str("</ul>");
 }
 
 /// Streams turned away, and the certificates read from files.
@@ -686,6 +777,7 @@ mod tests {
             new_streams: None,
             fleet: None,
             history: Vec::new(),
+            replicas: None,
         }
     }
 
@@ -862,6 +954,7 @@ mod tests {
             new_streams: None,
             fleet: None,
             history: Vec::new(),
+            replicas: None,
         };
         let html = render(&status, &PageQuery::default());
         assert_eq!(

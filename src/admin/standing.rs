@@ -18,6 +18,9 @@ pub enum Standing {
     Nacked,
     RollingOut,
     Updating,
+    /// Another replica behind the view cannot be seen: its summary is silent, or the
+    /// summaries cannot be read (an etcd source only).
+    ReplicaUnseen,
 }
 
 impl Standing {
@@ -40,13 +43,59 @@ impl Standing {
             Standing::Nacked => "a node rejected its configuration",
             Standing::RollingOut => "a rollout is in progress",
             Standing::Updating => "a node is still taking the newest generation",
+            Standing::ReplicaUnseen => "a replica of the fleet cannot be seen",
         }
+    }
+
+    /// Its name in a replica's summary.
+    pub fn name(self) -> &'static str {
+        match self {
+            Standing::Done => "DONE",
+            Standing::LoadFailed => "LOAD_FAILED",
+            Standing::SourceDown => "SOURCE_DOWN",
+            Standing::RolloutStopped => "ROLLOUT_STOPPED",
+            Standing::Nacked => "NACKED",
+            Standing::RollingOut => "ROLLING_OUT",
+            Standing::Updating => "UPDATING",
+            Standing::ReplicaUnseen => "REPLICA_UNSEEN",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Standing> {
+        Standing::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Every standing, worst first: where several replicas stand differently, the fleet
+    /// stands where the first of them in this order does.
+    pub const ALL: [Standing; 8] = [
+        Standing::LoadFailed,
+        Standing::SourceDown,
+        Standing::ReplicaUnseen,
+        Standing::RolloutStopped,
+        Standing::Nacked,
+        Standing::RollingOut,
+        Standing::Updating,
+        Standing::Done,
+    ];
+
+    /// Its place in [`Standing::ALL`].
+    pub fn rank(self) -> usize {
+        Standing::ALL
+            .iter()
+            .position(|s| *s == self)
+            .unwrap_or(Standing::ALL.len())
     }
 }
 
-/// Where `status` says the fleet stands. In order: a failed load, a source that does not
-/// answer, a stopped rollout, a NACK, a rollout in progress, a node still updating.
+/// Where `status` says the fleet stands: this replica's standing, and with an etcd source
+/// every other replica's summary ([`fleet_standing`](super::replicas::fleet_standing)).
 pub fn verdict(status: &Status) -> Standing {
+    super::replicas::fleet_standing(status).0
+}
+
+/// Where this replica alone stands by `status`. In order: a failed load, a source that does
+/// not answer, a stopped rollout, a NACK, a rollout in progress, a node still updating.
+pub fn replica_standing(status: &Status) -> Standing {
     use crate::fleet::SyncStatus;
     if status.config.as_ref().is_some_and(|c| !c.ok) {
         return Standing::LoadFailed;
@@ -108,7 +157,8 @@ impl Standing {
         match self {
             Standing::Done => Severity::Good,
             Standing::RollingOut | Standing::Updating => Severity::Wait,
-            Standing::LoadFailed
+            Standing::ReplicaUnseen
+            | Standing::LoadFailed
             | Standing::SourceDown
             | Standing::RolloutStopped
             | Standing::Nacked => Severity::Act,
@@ -141,6 +191,10 @@ impl Standing {
             }
             Standing::Updating => {
                 "wait: `switchyard status --wait` returns once every node has ACKed"
+            }
+            Standing::ReplicaUnseen => {
+                "look at the replica named under Replicas: it does not reach etcd, or is \
+                 stuck (a replica that stopped leaves the view within its lease, 15 s)"
             }
         }
     }

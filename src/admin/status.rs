@@ -53,6 +53,10 @@ pub struct Status {
     /// [`HISTORY_SHOWN`]), with how many nodes ACKed and NACKed each.
     #[serde(default)]
     pub history: Vec<crate::history::Entry>,
+    /// The replicas behind the view: with an etcd source every replica's summary of its
+    /// proxies; from files, none (`store: "none"`: this view is this replica's alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<super::replicas::ReplicasStatus>,
 }
 
 /// How many generations `/status` lists.
@@ -473,6 +477,7 @@ impl Status {
             new_streams: None,
             fleet: None,
             history: Vec::new(),
+            replicas: None,
         }
     }
 
@@ -552,6 +557,10 @@ pub(super) fn current_status(admin: &Admin) -> Status {
         .map(|f| FleetStatus::of(&f.view()));
     status.history = admin.reloader.history();
     status.history.truncate(HISTORY_SHOWN);
+    status.replicas = Some(match &admin.replicas {
+        Some(replicas) => replicas.status(),
+        None => super::replicas::ReplicasStatus::unshared(),
+    });
     status
 }
 

@@ -32,6 +32,9 @@ pub const EXIT_UPDATING: u8 = 7;
 /// Exit code of `switchyard status` while the server's source (etcd) does not answer: the
 /// last good generation serves, but no edit reaches the fleet.
 pub const EXIT_SOURCE_DOWN: u8 = 8;
+/// Exit code of `switchyard status` (etcd source) while another replica behind the view
+/// cannot be seen: its summary is silent, or the summaries cannot be read.
+pub const EXIT_REPLICA_UNSEEN: u8 = 9;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -76,6 +79,7 @@ impl Standing {
             Standing::Nacked => EXIT_NACKED,
             Standing::RollingOut => EXIT_ROLLING_OUT,
             Standing::Updating => EXIT_UPDATING,
+            Standing::ReplicaUnseen => EXIT_REPLICA_UNSEEN,
         }
     }
 }
@@ -382,8 +386,127 @@ pub fn status_table(status: &crate::admin::Status) -> String {
     nodes_table(&mut out, status);
     node_problems(&mut out, status);
     config_lines(&mut out, status);
+    replica_lines(&mut out, status);
     notices(&mut out, status);
     out
+}
+
+/// The replicas behind the view: from etcd, a line per replica, the other replicas' proxies
+/// in a table, and what keeps the fleet from done; from files, that the view is this
+/// replica's alone.
+fn replica_lines(out: &mut String, status: &crate::admin::Status) {
+    use crate::admin::replicas::{fleet_standing, ReplicaSummary};
+    let Some(replicas) = &status.replicas else {
+        return;
+    };
+    if !replicas.shared() {
+        out.push_str(
+            "
+view: this replica's proxies only (the files are not a store replicas share; \
+             ask each replica, or serve from etcd for one view)\n",
+        );
+        return;
+    }
+    let read = match (&replicas.error, replicas.read_at.as_str()) {
+        (Some(e), "") => format!("not read: {}", printable(e)),
+        (Some(e), at) => format!("read at {at}, not since: {}", printable(e)),
+        (None, at) => format!("read at {at}"),
+    };
+    out.push_str(&format!(
+        "
+replicas ({} sharing this view through etcd; {read}):\n",
+        replicas.replicas.len()
+    ));
+    let mut rows = vec![[
+        "REPLICA", "STANDING", "GEN", "REVISION", "PROXIES", "SYNCED", "NACKED", "AT",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for r in &replicas.replicas {
+        let this = if r.replica == replicas.this {
+            " (this one)"
+        } else {
+            ""
+        };
+        rows.push(vec![
+            format!("{}{this}", printable(&r.replica)),
+            printable(&r.standing),
+            r.generation.to_string(),
+            r.revision.map_or_else(|| "-".into(), |v| v.to_string()),
+            r.proxies.to_string(),
+            r.synced.to_string(),
+            r.nacked.to_string(),
+            printable(&r.at),
+        ]);
+    }
+    aligned(out, &rows, "  ");
+    let others: Vec<&ReplicaSummary> = replicas.others().collect();
+    let kinds: Vec<&str> = crate::resource::ResourceType::ALL
+        .iter()
+        .map(|k| k.short_name())
+        .filter(|k| {
+            others
+                .iter()
+                .any(|r| r.nodes.iter().any(|n| n.types.contains_key(*k)))
+        })
+        .collect();
+    if others.iter().any(|r| !r.nodes.is_empty()) {
+        out.push_str("\nthe other replicas' proxies:\n");
+        let mut rows: Vec<Vec<String>> = vec![["NODE", "CLUSTER", "REPLICA", "GEN"]
+            .iter()
+            .map(|h| h.to_string())
+            .chain(kinds.iter().map(|k| k.to_string()))
+            .collect()];
+        for r in &others {
+            for n in &r.nodes {
+                let mut row = vec![
+                    printable(&n.node_id),
+                    printable(&n.node_cluster),
+                    printable(&r.replica),
+                    n.generation.to_string(),
+                ];
+                row.extend(kinds.iter().map(|k| {
+                    n.types
+                        .get(*k)
+                        .map_or_else(|| "-".to_string(), |t| t.state.name().replace('_', " "))
+                }));
+                rows.push(row);
+            }
+        }
+        aligned(out, &rows, "  ");
+        for r in others.iter().filter(|r| r.omitted > 0) {
+            out.push_str(&format!(
+                "  ... and {} more on {} (ask it for every one)\n",
+                r.omitted,
+                printable(&r.replica)
+            ));
+        }
+    }
+    for l in fleet_standing(status).1 {
+        out.push_str(&format!(
+            "\nREPLICA {} {}: {}\n",
+            printable(&l.replica),
+            l.standing.name().replace('_', " "),
+            printable(&l.why)
+        ));
+    }
+}
+
+/// `rows` as columns as wide as their widest cell, each line after `indent`.
+fn aligned(out: &mut String, rows: &[Vec<String>], indent: &str) {
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(indent);
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
 }
 
 /// One row per node: its streams, agent, generation and each type's state, in columns.
@@ -418,18 +541,7 @@ fn nodes_table(out: &mut String, status: &crate::admin::Status) {
         }));
         rows.push(row);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    aligned(out, &rows, "");
 }
 
 /// What each node has wrong or in progress: updates, unknown types, names not found,
@@ -671,6 +783,7 @@ mod tests {
             new_streams: None,
             fleet: None,
             history: Vec::new(),
+            replicas: None,
         };
         let table = status_table(&status);
         assert!(

@@ -1,0 +1,376 @@
+//! One view of the fleet across replicas: the summary each replica shares of its proxies
+//! ([`ReplicaSummary`]: node, versions per type, last NACK, generation), what `/status`
+//! says of every replica ([`ReplicasStatus`]), and how one replica's status and the others'
+//! summaries are judged together ([`fleet_standing`]).
+//!
+//! On an etcd source every replica keeps its summary beside the prefix on a lease
+//! ([`share`]), so any replica shows the whole fleet and a replica that stops is gone
+//! within the lease's time. From files there is no shared store: the view is this
+//! replica's, and `/status` says so (`store: "none"`).
+//!
+//! Must not: read the fleet or the cache (it summarizes the [`Status`] it is given), or
+//! decide a rollout (that is `rollout::fleetwide`'s, from its own verdicts).
+
+pub mod share;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::standing::{replica_standing, Standing};
+use super::Status;
+use crate::fleet::SyncStatus;
+
+/// A replica whose summary is older than this (by its own clock against the reader's) is
+/// silent: it lives on in etcd (its lease is renewed) but says nothing new.
+pub const SILENT_AFTER: Duration = Duration::from_secs(30);
+
+/// The most bytes of nodes a summary lists (etcd's requests are at most 1.5 MiB by
+/// default): nodes with a problem come first, the rest are counted.
+const MAX_NODE_BYTES: usize = 256 * 1024;
+
+/// The longest NACK text a summary keeps of a type.
+const MAX_ERROR_CHARS: usize = 1024;
+
+/// One replica's summary of its proxies, as it shares it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaSummary {
+    /// The replica's name (its host name and process id).
+    pub replica: String,
+    /// When it took this summary (RFC 3339, its clock).
+    #[serde(default)]
+    pub at: String,
+    /// Where this replica stands on its own (`DONE`, `UPDATING`, `NACKED`, ...).
+    pub standing: String,
+    /// The generation serving every node (during a rollout, every node but the canaries),
+    /// the etcd revision it was read at, and what it serves (`Config::content_version`,
+    /// equal on replicas that serve the same documents).
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    #[serde(default)]
+    pub version: String,
+    /// The last load: whether it was good, and its errors (the first few).
+    pub config_ok: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    /// How many proxies are connected, how many run the serving generation with every type
+    /// synced, and how many NACK.
+    pub proxies: usize,
+    pub synced: usize,
+    pub nacked: usize,
+    /// The proxies, those with a problem first, as many as fit; `omitted` more.
+    pub nodes: Vec<NodeSummary>,
+    #[serde(default)]
+    pub omitted: usize,
+}
+
+/// One proxy in a replica's summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    pub node_id: String,
+    pub node_cluster: String,
+    pub generation: u64,
+    /// By type (`CDS`, ...): its state, the version it ACKed, and its NACK's text.
+    pub types: BTreeMap<String, TypeSummary>,
+}
+
+/// One type of one proxy in a summary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeSummary {
+    pub state: SyncStatus,
+    #[serde(default)]
+    pub version_acked: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl NodeSummary {
+    /// Whether it runs `generation` with every type synced.
+    fn synced(&self, generation: u64) -> bool {
+        self.generation == generation
+            && self
+                .types
+                .values()
+                .all(|t| matches!(t.state, SyncStatus::Synced | SyncStatus::NotSent))
+    }
+
+    fn nacked(&self) -> bool {
+        self.types.values().any(|t| t.state == SyncStatus::Nacked)
+    }
+}
+
+/// This replica's summary of `status` (its own, without the other replicas).
+pub fn summarize(status: &Status, replica: &str) -> ReplicaSummary {
+    let serving = status
+        .history
+        .iter()
+        .find(|e| e.generation == status.generation);
+    let mut nodes: Vec<NodeSummary> = status
+        .nodes
+        .iter()
+        .map(|n| NodeSummary {
+            node_id: n.node_id.clone(),
+            node_cluster: n.node_cluster.clone(),
+            generation: n.generation,
+            types: n
+                .types
+                .iter()
+                .map(|(kind, t)| {
+                    let error = t
+                        .error
+                        .as_ref()
+                        .map(|e| e.chars().take(MAX_ERROR_CHARS).collect());
+                    let summary = TypeSummary {
+                        state: t.state,
+                        version_acked: t.version_acked.clone(),
+                        error,
+                    };
+                    (kind.clone(), summary)
+                })
+                .collect(),
+        })
+        .collect();
+    let proxies = nodes.len();
+    let synced = nodes.iter().filter(|n| n.synced(status.generation)).count();
+    let nacked = nodes.iter().filter(|n| n.nacked()).count();
+    // NACKs first, then those not yet on the serving generation, then node id order.
+    nodes.sort_by_key(|n| (!n.nacked(), n.synced(status.generation)));
+    let mut kept = Vec::new();
+    let mut bytes = 0;
+    for node in nodes {
+        bytes += serde_json::to_string(&node).map_or(0, |s| s.len());
+        if bytes > MAX_NODE_BYTES {
+            break;
+        }
+        kept.push(node);
+    }
+    let config = status.config.as_ref();
+    ReplicaSummary {
+        replica: replica.to_string(),
+        at: status.at.clone(),
+        standing: replica_standing(status).name().to_string(),
+        generation: status.generation,
+        revision: serving.and_then(|e| e.revision),
+        version: serving.map(|e| e.version.clone()).unwrap_or_default(),
+        config_ok: config.is_none_or(|c| c.ok),
+        errors: config
+            .map(|c| c.errors.iter().take(5).cloned().collect())
+            .unwrap_or_default(),
+        proxies,
+        synced,
+        nacked,
+        omitted: proxies - kept.len(),
+        nodes: kept,
+    }
+}
+
+/// What `/status` says of the replicas behind the view.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicasStatus {
+    /// `etcd`: every replica's summary, shared through etcd. `none`: from files there is
+    /// no shared store, and this view is this replica's alone.
+    pub store: String,
+    /// This replica's name among the summaries.
+    #[serde(default)]
+    pub this: String,
+    /// When this replica last read the summaries (RFC 3339), and why it could not since.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub read_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Every replica's summary, by replica (this one's too, as it last shared it).
+    #[serde(default)]
+    pub replicas: Vec<ReplicaSummary>,
+}
+
+impl ReplicasStatus {
+    /// The view from files: this replica's alone.
+    pub fn unshared() -> ReplicasStatus {
+        ReplicasStatus {
+            store: "none".into(),
+            ..ReplicasStatus::default()
+        }
+    }
+
+    /// Whether the summaries come from a store every replica shares.
+    pub fn shared(&self) -> bool {
+        self.store != "none"
+    }
+
+    /// The other replicas' summaries.
+    pub fn others(&self) -> impl Iterator<Item = &ReplicaSummary> {
+        self.replicas.iter().filter(|r| r.replica != self.this)
+    }
+}
+
+/// What one replica last read of every replica's summary.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    pub read_at: Option<SystemTime>,
+    pub error: Option<String>,
+    pub summaries: Vec<ReplicaSummary>,
+}
+
+/// This replica's name and its view of the others, for the admin routes.
+#[derive(Clone, Debug)]
+pub struct Replicas {
+    pub this: String,
+    pub view: tokio::sync::watch::Receiver<View>,
+}
+
+impl Replicas {
+    pub fn status(&self) -> ReplicasStatus {
+        let view = self.view.borrow();
+        ReplicasStatus {
+            store: "etcd".into(),
+            this: self.this.clone(),
+            read_at: view
+                .read_at
+                .map(crate::fleet::format_time)
+                .unwrap_or_default(),
+            error: view.error.clone(),
+            replicas: view.summaries.clone(),
+        }
+    }
+}
+
+/// Why the fleet is not where this replica alone is: a replica named, and what of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lagging {
+    pub replica: String,
+    pub standing: Standing,
+    pub why: String,
+}
+
+/// Where the fleet stands from `status`: this replica's own standing, then every other
+/// replica's summary (with an etcd source). A replica that stands worse counts (a NACK on
+/// it is the fleet's), one that serves an older revision than this one with other content
+/// is still updating, and one whose summary cannot be read or is silent for
+/// [`SILENT_AFTER`] is [`Standing::ReplicaUnseen`]. The worst standing wins, in the order
+/// [`Standing::rank`] gives; the replicas that make it so are returned, worst first.
+pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
+    let own = replica_standing(status);
+    let Some(replicas) = status.replicas.as_ref().filter(|r| r.shared()) else {
+        return (own, Vec::new());
+    };
+    let mut lagging = Vec::new();
+    if let Some(error) = &replicas.error {
+        lagging.push(Lagging {
+            replica: replicas.this.clone(),
+            standing: Standing::ReplicaUnseen,
+            why: format!("cannot read the other replicas' summaries: {error}"),
+        });
+    }
+    let now = parse_time(&status.at);
+    let mine = replicas
+        .replicas
+        .iter()
+        .find(|r| r.replica == replicas.this);
+    let serving = status
+        .history
+        .iter()
+        .find(|e| e.generation == status.generation)
+        .map(|e| (e.revision, e.version.as_str()))
+        .or(mine.map(|m| (m.revision, m.version.as_str())));
+    for other in replicas.others() {
+        let age = match (now, parse_time(&other.at)) {
+            (Some(now), Some(then)) => now.duration_since(then).unwrap_or_default(),
+            _ => Duration::ZERO,
+        };
+        if age > SILENT_AFTER {
+            lagging.push(Lagging {
+                replica: other.replica.clone(),
+                standing: Standing::ReplicaUnseen,
+                why: format!(
+                    "its summary is {} old (taken {}): it does not reach etcd, or is stuck",
+                    humantime::format_duration(Duration::from_secs(age.as_secs())),
+                    other.at
+                ),
+            });
+            continue;
+        }
+        let standing = Standing::from_name(&other.standing).unwrap_or(Standing::ReplicaUnseen);
+        if standing != Standing::Done {
+            lagging.push(Lagging {
+                replica: other.replica.clone(),
+                standing,
+                why: replica_problem(other, standing),
+            });
+            continue;
+        }
+        if let Some((revision, version)) = serving {
+            let behind = other.version != version && other.revision < revision;
+            if behind {
+                lagging.push(Lagging {
+                    replica: other.replica.clone(),
+                    standing: Standing::Updating,
+                    why: format!(
+                        "serves generation {} read at {}, older than this replica's ({})",
+                        other.generation,
+                        revision_text(other.revision),
+                        revision_text(revision)
+                    ),
+                });
+            }
+        }
+    }
+    lagging.sort_by_key(|l| l.standing.rank());
+    let fleet = lagging
+        .iter()
+        .map(|l| l.standing)
+        .chain([own])
+        .min_by_key(|s| s.rank())
+        .unwrap_or(own);
+    (fleet, lagging)
+}
+
+fn revision_text(revision: Option<i64>) -> String {
+    match revision {
+        Some(r) => format!("revision {r}"),
+        None => "no revision".into(),
+    }
+}
+
+/// What a replica's summary says is wrong with it, in a line.
+fn replica_problem(summary: &ReplicaSummary, standing: Standing) -> String {
+    let nack = summary.nodes.iter().find_map(|n| {
+        n.types.iter().find_map(|(kind, t)| {
+            (t.state == SyncStatus::Nacked).then(|| {
+                format!(
+                    ": {} rejected {kind}: {}",
+                    n.node_id,
+                    t.error.as_deref().unwrap_or("")
+                )
+            })
+        })
+    });
+    match standing {
+        Standing::LoadFailed => format!(
+            "{}{}",
+            standing.text(),
+            summary
+                .errors
+                .first()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ),
+        Standing::Nacked => format!("{}{}", standing.text(), nack.unwrap_or_default()),
+        Standing::Updating => format!(
+            "{} ({} of {} proxies synced on generation {})",
+            standing.text(),
+            summary.synced,
+            summary.proxies,
+            summary.generation
+        ),
+        _ => standing.text().to_string(),
+    }
+}
+
+fn parse_time(text: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339(text).ok()
+}
+
+#[cfg(test)]
+mod tests;

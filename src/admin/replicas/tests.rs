@@ -1,0 +1,182 @@
+use super::*;
+
+/// A replica's `/status`: nodes `(id, generation, CDS state)`, serving generation 2 read
+/// at `revision` with content `version`, and the other replicas' `summaries`.
+fn status(nodes: &[(&str, u64, &str)], revision: i64, version: &str) -> Status {
+    let nodes: Vec<serde_json::Value> = nodes
+        .iter()
+        .map(|(id, generation, state)| {
+            let error = (*state == "NACKED").then_some("cluster a: bad");
+            serde_json::json!({
+                "node_id": id, "node_cluster": "edge", "user_agent": "envoy",
+                "user_agent_version": "", "client_features": [], "generation": generation,
+                "streams": [],
+                "types": {"CDS": {"state": state, "version_sent": "v2", "version_acked": "v1",
+                                  "nonce": "1", "last_change": "t", "error": error}}
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "at": "2026-12-04T10:00:00.000Z",
+        "nodes": nodes,
+        "config": {"ok": true, "at": "t", "generation": 2, "errors": [], "warnings": [],
+                   "revision": revision},
+        "generation": 2,
+        "history": [{"generation": 2, "at": "t", "revision": revision, "version": version,
+                     "files": [], "added": [], "changed": [], "removed": [],
+                     "counts": [0, 0, 0], "acked": 0, "nacked": 0}]
+    }))
+    .expect("a status")
+}
+
+/// `status` seen from replica `a`, with every replica's summary (`a`'s own too).
+fn seen_from_a(mut status: Status, others: Vec<ReplicaSummary>) -> Status {
+    let mut replicas = vec![summarize(&status, "a")];
+    replicas.extend(others);
+    status.replicas = Some(ReplicasStatus {
+        store: "etcd".into(),
+        this: "a".into(),
+        read_at: "2026-12-04T10:00:00.000Z".into(),
+        error: None,
+        replicas,
+    });
+    status
+}
+
+#[test]
+fn a_summary_counts_every_proxy_and_lists_those_with_a_problem_first() {
+    let s = summarize(
+        &status(
+            &[
+                ("e-1", 2, "SYNCED"),
+                ("e-2", 2, "NACKED"),
+                ("e-3", 1, "SYNCED"),
+            ],
+            7,
+            "v7",
+        ),
+        "a",
+    );
+    assert_eq!((s.proxies, s.synced, s.nacked, s.omitted), (3, 1, 1, 0));
+    let order: Vec<&str> = s.nodes.iter().map(|n| n.node_id.as_str()).collect();
+    assert_eq!(order, ["e-2", "e-3", "e-1"]);
+    assert_eq!(
+        s.nodes[0].types["CDS"].error.as_deref(),
+        Some("cluster a: bad")
+    );
+    assert_eq!((s.revision, s.version.as_str()), (Some(7), "v7"));
+    assert_eq!(s.standing, "NACKED");
+    assert_eq!(s.at, "2026-12-04T10:00:00.000Z");
+}
+
+/// etcd's requests are bounded: a replica of 10,000 proxies lists what fits and counts
+/// the rest, its NACKs among the listed.
+#[test]
+fn a_summary_of_many_proxies_stays_small_and_keeps_its_nacks() {
+    let ids: Vec<String> = (0..10_000).map(|i| format!("edge-{i:05}")).collect();
+    let mut nodes: Vec<(&str, u64, &str)> =
+        ids.iter().map(|id| (id.as_str(), 2, "SYNCED")).collect();
+    nodes[9_999].2 = "NACKED";
+    let s = summarize(&status(&nodes, 7, "v7"), "a");
+    let bytes = serde_json::to_string(&s).expect("json").len();
+    assert!(bytes < 300 * 1024, "{bytes} bytes");
+    assert!(s.omitted > 0 && s.nodes.len() + s.omitted == 10_000);
+    assert_eq!(s.nodes[0].node_id, "edge-09999");
+    assert_eq!((s.proxies, s.nacked), (10_000, 1));
+}
+
+#[test]
+fn from_files_the_view_is_this_replicas_alone() {
+    let mut s = status(&[("e-1", 2, "SYNCED")], 7, "v7");
+    s.replicas = Some(ReplicasStatus::unshared());
+    assert_eq!(fleet_standing(&s), (Standing::Done, Vec::new()));
+}
+
+#[test]
+fn another_replicas_nack_is_the_fleets_and_names_the_replica_and_the_node() {
+    let b = summarize(&status(&[("e-9", 2, "NACKED")], 7, "v7"), "b");
+    let s = seen_from_a(status(&[("e-1", 2, "SYNCED")], 7, "v7"), vec![b]);
+    let (standing, lagging) = fleet_standing(&s);
+    assert_eq!(standing, Standing::Nacked);
+    assert_eq!(lagging.len(), 1);
+    assert_eq!(lagging[0].replica, "b");
+    assert!(
+        lagging[0].why.contains("e-9 rejected CDS: cluster a: bad"),
+        "{}",
+        lagging[0].why
+    );
+}
+
+/// The barrier settled this replica at revision 9: another replica still serving what was
+/// read at 7 with other content is updating; one at 7 with the same content is done (no
+/// document changed between); one past 9 is done.
+#[test]
+fn a_replica_serving_older_documents_is_still_updating() {
+    let a = || status(&[("e-1", 2, "SYNCED")], 9, "v9");
+    let b = |revision, version: &str| {
+        summarize(&status(&[("e-2", 2, "SYNCED")], revision, version), "b")
+    };
+    let (standing, lagging) = fleet_standing(&seen_from_a(a(), vec![b(7, "v7")]));
+    assert_eq!(standing, Standing::Updating);
+    assert!(
+        lagging[0]
+            .why
+            .contains("read at revision 7, older than this replica's (revision 9)"),
+        "{}",
+        lagging[0].why
+    );
+    assert_eq!(
+        fleet_standing(&seen_from_a(a(), vec![b(7, "v9")])).0,
+        Standing::Done
+    );
+    assert_eq!(
+        fleet_standing(&seen_from_a(a(), vec![b(11, "v11")])).0,
+        Standing::Done
+    );
+}
+
+#[test]
+fn a_silent_replica_or_an_unread_view_is_not_done() {
+    let mut b = summarize(&status(&[("e-2", 2, "SYNCED")], 7, "v7"), "b");
+    b.at = "2026-12-04T09:59:29.000Z".into();
+    let (standing, lagging) = fleet_standing(&seen_from_a(status(&[], 7, "v7"), vec![b.clone()]));
+    assert_eq!(standing, Standing::ReplicaUnseen);
+    assert!(
+        lagging[0].why.contains("its summary is 31s old"),
+        "{}",
+        lagging[0].why
+    );
+    b.at = "2026-12-04T09:59:31.000Z".into();
+    assert_eq!(
+        fleet_standing(&seen_from_a(status(&[], 7, "v7"), vec![b.clone()])).0,
+        Standing::Done
+    );
+    let mut unread = seen_from_a(status(&[], 7, "v7"), vec![b]);
+    if let Some(r) = unread.replicas.as_mut() {
+        r.error = Some("cannot connect".into());
+    }
+    assert_eq!(fleet_standing(&unread).0, Standing::ReplicaUnseen);
+}
+
+/// The worst standing wins: this replica's failed load over another's NACK, another's NACK
+/// over this one's update in progress.
+#[test]
+fn the_fleet_stands_where_its_worst_replica_does() {
+    let b = summarize(&status(&[("e-9", 2, "NACKED")], 7, "v7"), "b");
+    let mut failed = status(&[("e-1", 2, "SYNCED")], 7, "v7");
+    if let Some(c) = failed.config.as_mut() {
+        c.ok = false;
+    }
+    assert_eq!(
+        fleet_standing(&seen_from_a(failed, vec![b.clone()])).0,
+        Standing::LoadFailed
+    );
+    let updating = status(&[("e-1", 2, "STALE")], 7, "v7");
+    assert_eq!(
+        fleet_standing(&seen_from_a(updating, vec![b])).0,
+        Standing::Nacked
+    );
+    for s in Standing::ALL {
+        assert_eq!(Standing::from_name(s.name()), Some(s));
+    }
+}
