@@ -51,6 +51,12 @@ pub struct Entry {
     pub author: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// `--source`: written by `rollback REVISION` (this revision's documents written back),
+    /// and with `--now` (every node got it at once: no canary, no bake).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<i64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub now: bool,
 }
 
 impl Entry {

@@ -114,6 +114,8 @@ pub struct Head {
     /// The load, unless it was published already (the first).
     pub config: Option<Config>,
     pub documents: Arc<Vec<config::Document>>,
+    /// Written by `rollback --now`, by whom: the fleet's rollout promotes it at once.
+    pub now: Option<String>,
 }
 
 impl Reloader {
@@ -305,6 +307,13 @@ impl Reloader {
             version,
             config,
             documents: Arc::new(documents.to_vec()),
+            now: self.note_of(revision).filter(|n| n.now).map(|n| {
+                format!(
+                    "rollback --now to revision {}{}",
+                    n.rollback.map_or_else(|| "?".into(), |r| r.to_string()),
+                    n.author.map(|a| format!(" by {a}")).unwrap_or_default()
+                )
+            }),
         });
         Ok(())
     }
@@ -451,6 +460,8 @@ impl Reloader {
         if let Some(note) = revision.and_then(|r| self.note_of(r)) {
             entry.author = note.author;
             entry.message = note.message;
+            entry.rollback = note.rollback;
+            entry.now = note.now;
         }
         loaded.generation = self.cache.publish(config).number;
         *self

@@ -654,6 +654,28 @@ fn node_row(html: &mut String, n: &NodeStatus, kinds: &[&str]) {
     }
 }
 
+/// Who wrote a generation's documents, why, and whether it was a rollback (`--now`).
+fn written(e: &crate::history::Entry) -> String {
+    let mut text = [e.author.as_deref(), e.message.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(": ");
+    if let Some(r) = e.rollback {
+        let now = if e.now {
+            ", --now: every node at once"
+        } else {
+            ""
+        };
+        text = format!("{text} (rollback to revision {r}{now})").trim().to_string();
+    }
+    if text.is_empty() {
+        "-".into()
+    } else {
+        text
+    }
+}
+
 /// The last generations published: when, from what, what changed, who took it.
 fn history(html: &mut String, entries: &[crate::history::Entry]) {
     if entries.is_empty() {
@@ -685,14 +707,7 @@ fn history(html: &mut String, entries: &[crate::history::Entry]) {
             e.generation,
             esc(&e.at),
             e.revision.map_or("-".to_string(), |r| r.to_string()),
-            esc(&match (&e.author, &e.message) {
-                (None, None) => "-".to_string(),
-                (author, message) => [author.as_deref(), message.as_deref()]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(": "),
-            }),
+            esc(&written(e)),
             esc(&e.files.join(", ")),
             esc(&resources),
             e.acked,

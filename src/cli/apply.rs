@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::flags::{DescriptorArgs, EtcdArgs};
+use super::flags::{AdminArgs, DescriptorArgs, EtcdArgs};
 use super::{runtime, EXIT_USAGE};
 use crate::config::{self, Document, LoadOptions};
 use crate::source::etcd::{self, ApplyError, Change};
@@ -31,6 +31,12 @@ pub struct RollbackArgs {
     /// print revisions; etcd keeps them back to its last compaction).
     #[arg(value_name = "REVISION")]
     pub revision: i64,
+    /// For emergencies: with the fleet's rollout (serve --canary-id/--canary-cluster), every
+    /// node gets the rollback at once, skipping the canaries and the bake (a rollout in
+    /// progress ends with it). Recorded as such in history. Without canaries every change
+    /// goes to every node at once anyway.
+    #[arg(long)]
+    pub now: bool,
     #[command(flatten)]
     pub write: WriteFlags,
 }
@@ -74,6 +80,16 @@ pub struct WriteFlags {
     pub descriptors: DescriptorArgs,
     #[command(flatten)]
     pub etcd: EtcdArgs,
+    /// After writing, wait until the fleet serves what was written, as `status --wait
+    /// --revision R` does with the server at --admin-addr (from etcd, every replica's view),
+    /// and exit as it does. With nothing to write, wait for what etcd holds.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub wait: bool,
+    /// With --wait: how long to wait at most (then exit 6).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration, requires = "wait")]
+    pub wait_timeout: Duration,
+    #[command(flatten)]
+    pub admin: AdminArgs,
 }
 
 impl WriteFlags {
@@ -183,7 +199,7 @@ pub(super) fn run_apply(args: &ApplyArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    write_documents(&url, &access, &local, &args.write)
+    write_documents(&url, &access, &local, &args.write, None)
 }
 
 /// `history` without `--source`: the generations a running server published.
@@ -218,10 +234,11 @@ pub fn history_text(entries: &[crate::history::Entry], limit: usize) -> String {
             "generation {} published {}{revision}: {} node(s) ACKed, {} NACKed\n",
             e.generation, e.at, e.acked, e.nacked
         ));
-        if e.author.is_some() || e.message.is_some() {
+        if e.author.is_some() || e.message.is_some() || e.rollback.is_some() {
             out.push_str(&format!(
-                "  written{}\n",
-                by_whom(e.author.as_deref(), e.message.as_deref())
+                "  written{}{}\n",
+                by_whom(e.author.as_deref(), e.message.as_deref()),
+                rolled_back(e.rollback, e.now)
             ));
         }
         for file in &e.files {
@@ -287,17 +304,51 @@ pub(super) fn run_rollback(args: &RollbackArgs) -> ExitCode {
             (key, Document { name, text: d.text })
         })
         .collect();
-    write_documents(&url, &access, &local, &args.write)
+    write_documents(
+        &url,
+        &access,
+        &local,
+        &args.write,
+        Some((args.revision, args.now)),
+    )
 }
 
 /// Check `local` (each document with its key) as serve would load it, show the change
-/// against what etcd holds, and write it in one guarded transaction (unless `dry_run`).
+/// against what etcd holds, and write it in one guarded transaction (unless `dry_run`);
+/// `rollback` is the revision written back and whether `--now`. With `--wait`, then wait
+/// for the fleet to serve it.
 fn write_documents(
     url: &EtcdUrl,
     access: &etcd::Access,
     local: &[(String, Document)],
     flags: &WriteFlags,
+    rollback: Option<(i64, bool)>,
 ) -> ExitCode {
+    let code = write_change(url, access, local, flags, rollback);
+    match code {
+        Ok(landed) if flags.wait => super::status::watch(
+            &flags.admin,
+            super::status::Output::Table,
+            Some(super::status::Wait {
+                generation: None,
+                revision: landed,
+                timeout: flags.wait_timeout,
+            }),
+        ),
+        Ok(_) => ExitCode::SUCCESS,
+        Err(code) => code,
+    }
+}
+
+/// [`write_documents`] up to the write: the revision it landed at (`None`: nothing was
+/// written), or the exit code of a failure said.
+fn write_change(
+    url: &EtcdUrl,
+    access: &etcd::Access,
+    local: &[(String, Document)],
+    flags: &WriteFlags,
+    rollback: Option<(i64, bool)>,
+) -> Result<Option<i64>, ExitCode> {
     let (options, dry_run, timeout) = (&flags.check(), flags.dry_run, flags.source_timeout);
     let url = url.clone();
     // Checked exactly as serve would load them: an invalid change writes nothing.
@@ -312,11 +363,11 @@ fn write_documents(
                 "invalid: {} error(s); nothing written",
                 failure.errors.len()
             );
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
     let Ok(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
-        return ExitCode::FAILURE;
+        return Err(ExitCode::FAILURE);
     };
     let outcome = rt.block_on(async {
         let mut client = etcd::connect(&url, access, timeout).await?;
@@ -390,6 +441,8 @@ fn write_documents(
             "at": humantime::format_rfc3339_seconds(now).to_string(),
             "author": flags.author(),
             "message": flags.message,
+            "rollback": rollback.map(|(revision, _)| revision),
+            "now": rollback.is_some_and(|(_, now)| now),
             // Unique to this apply: a write whose answer was lost is told by it.
             "nonce": format!("{}-{}", std::process::id(), now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())),
         })
@@ -401,12 +454,12 @@ fn write_documents(
     match outcome {
         Ok(Some((read, landed))) => {
             println!("applied at revision {landed} (read at revision {read})");
-            ExitCode::SUCCESS
+            Ok(Some(landed))
         }
-        Ok(None) => ExitCode::SUCCESS,
+        Ok(None) => Ok(None),
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            Err(ExitCode::FAILURE)
         }
     }
 }
@@ -502,9 +555,10 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
                 "revision {revision}{}\n",
                 applied
                     .map(|a| format!(
-                        ", applied at {}{}",
+                        ", applied at {}{}{}",
                         a.at,
-                        by_whom(a.author.as_deref(), a.message.as_deref())
+                        by_whom(a.author.as_deref(), a.message.as_deref()),
+                        rolled_back(a.rollback, a.now)
                     ))
                     .unwrap_or_default()
             ));
@@ -573,6 +627,18 @@ fn by_whom(author: Option<&str>, message: Option<&str>) -> String {
         out.push_str(&format!(": {}", super::status::printable(message)));
     }
     out
+}
+
+/// What a rollback said of itself, for a terminal: ` (rollback to revision 12, --now: no
+/// canary, no bake)`.
+fn rolled_back(rollback: Option<i64>, now: bool) -> String {
+    match (rollback, now) {
+        (Some(r), true) => {
+            format!(" (rollback to revision {r}, --now: every node at once, no canary, no bake)")
+        }
+        (Some(r), false) => format!(" (rollback to revision {r})"),
+        (None, _) => String::new(),
+    }
 }
 
 /// What an apply that landed at `revision` said of itself (its guard key's note), if one did.

@@ -94,22 +94,44 @@ pub enum Output {
 
 /// `switchyard status`: ask a running server's admin API and print what every proxy has.
 pub(super) fn run(args: &StatusArgs) -> ExitCode {
+    let wait = args.wait.then_some(Wait {
+        generation: args.generation,
+        revision: args.revision,
+        timeout: args.timeout,
+    });
+    watch(&args.admin, args.output, wait)
+}
+
+/// What `--wait` (of `status`, or `apply`) waits for, and how long at most.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Wait {
+    /// This generation (or a newer one), instead of settling the source.
+    pub generation: Option<u64>,
+    /// From etcd: the documents as of this revision, instead of the revision now.
+    pub revision: Option<i64>,
+    pub timeout: std::time::Duration,
+}
+
+/// Ask the server at `admin` where the fleet stands, and print it; with `wait`, settle the
+/// source first and ask again until the fleet is done or cannot get there by itself.
+pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> ExitCode {
     let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let (target, token) = match admin_target(&args.admin) {
+    let (target, token) = match admin_target(admin) {
         Ok(found) => found,
         Err(code) => return code,
     };
     let started = std::time::Instant::now();
-    let mut wanted = args.generation.map(Target::Generation);
-    if args.wait && wanted.is_none() {
+    let timeout = wait.map_or(std::time::Duration::ZERO, |w| w.timeout);
+    let mut wanted = wait.and_then(|w| w.generation).map(Target::Generation);
+    if let Some(w) = wait.filter(|_| wanted.is_none()) {
         let mut said = false;
         wanted = loop {
-            match runtime.block_on(settle(&target, token.as_deref(), args.revision)) {
+            match runtime.block_on(settle(&target, token.as_deref(), w.revision)) {
                 Ok(wanted) => break wanted,
-                Err(Settling::Unreachable(e)) if started.elapsed() < args.timeout => {
+                Err(Settling::Unreachable(e)) if started.elapsed() < timeout => {
                     // The server may be restarting: go on asking until the time is up.
                     if !std::mem::replace(&mut said, true) {
                         eprintln!("waiting: {e:#}");
@@ -124,12 +146,16 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
             }
         };
     }
+    let print = |status: &crate::admin::Status, body: &str| match output {
+        Output::Json => println!("{body}"),
+        Output::Table => print!("{}", status_table(status)),
+    };
     let mut said = None;
     let (status, body, verdict) = loop {
         let fetched = runtime.block_on(fetch_status(&target, token.as_deref()));
         let (status, body) = match fetched {
             Ok(found) => found,
-            Err(e) if args.wait && started.elapsed() < args.timeout => {
+            Err(e) if wait.is_some() && started.elapsed() < timeout => {
                 // The server may be restarting: go on asking until the time is up.
                 if said.is_none() {
                     eprintln!("waiting: {e:#}");
@@ -139,7 +165,7 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("error: {e:#}");
-                return if args.wait {
+                return if wait.is_some() {
                     ExitCode::from(EXIT_TIMED_OUT)
                 } else {
                     ExitCode::FAILURE
@@ -150,17 +176,14 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
             Standing::Done if short_of(&status, wanted) => Standing::Updating,
             verdict => verdict,
         };
-        if !args.wait || !verdict.settles_by_itself() {
+        if wait.is_none() || !verdict.settles_by_itself() {
             break (status, body, verdict);
         }
-        if started.elapsed() >= args.timeout {
-            match args.output {
-                Output::Json => println!("{body}"),
-                Output::Table => print!("{}", status_table(&status)),
-            }
+        if started.elapsed() >= timeout {
+            print(&status, &body);
             eprintln!(
                 "timed out after {}: {}",
-                humantime::format_duration(args.timeout),
+                humantime::format_duration(timeout),
                 verdict.text()
             );
             return ExitCode::from(EXIT_TIMED_OUT);
@@ -171,10 +194,7 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
         }
         std::thread::sleep(POLL);
     };
-    match args.output {
-        Output::Json => println!("{body}"),
-        Output::Table => print!("{}", status_table(&status)),
-    }
+    print(&status, &body);
     if verdict != Standing::Done {
         eprintln!("{} (exit {})", verdict.text(), verdict.code());
     }

@@ -165,6 +165,32 @@ pub fn propose(
     Some(next)
 }
 
+/// A replica read revision `head`, written by `rollback --now` (`by` says so): the state that
+/// promotes it at once, skipping the canaries and the bake (any rollout in progress ends
+/// with it); `None` when the state already names it or something newer.
+pub fn promote_now(
+    shared: Option<&FleetState>,
+    head: &Mark,
+    documents: usize,
+    now_ms: u64,
+    by: String,
+) -> Option<FleetState> {
+    let newest = shared.map_or(0, |s| {
+        s.candidate
+            .as_ref()
+            .map_or(s.stable.revision, |c| c.mark.revision)
+            .max(s.aborted.as_ref().map_or(0, |a| a.revision))
+    });
+    (head.revision > newest).then(|| FleetState {
+        stable: head.clone(),
+        documents,
+        promoted_ms: now_ms,
+        promoted_by: by,
+        candidate: None,
+        aborted: None,
+    })
+}
+
 /// What a step of the rollout changed, for the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Stepped {

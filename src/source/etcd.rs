@@ -275,6 +275,12 @@ pub struct ApplyNote {
     pub author: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// `rollback REVISION`: the revision whose documents it wrote back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<i64>,
+    /// `rollback --now`: every node gets it at once, skipping the canaries and the bake.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub now: bool,
 }
 
 /// What `apply` writes: documents put (new or changed), and keys deleted.

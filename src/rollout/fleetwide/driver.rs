@@ -403,14 +403,19 @@ impl Driver {
                 revision: head.revision,
                 version: head.version.clone(),
             };
-            if let Some(mut next) =
-                fleetwide::propose(known.shared.as_ref(), &mark, head.documents.len(), now_ms())
-            {
+            let shared = known.shared.as_ref();
+            let count = head.documents.len();
+            let proposed = match &head.now {
+                Some(by) => fleetwide::promote_now(shared, &mark, count, now_ms(), by.clone()),
+                None => fleetwide::propose(shared, &mark, count, now_ms()),
+            };
+            if let Some(mut next) = proposed {
                 let documents = Arc::clone(&head.documents);
-                let first = known.shared.is_none();
-                // The first state promotes this load: its copy is written before the state
-                // names it.
-                let copied = if first {
+                // The first state, and a rollback --now, promote this load: its copy is
+                // written before the state names it.
+                let now = head.now.is_some();
+                let promotes = known.shared.is_none() || now;
+                let copied = if promotes {
                     next.documents = documents.len();
                     store::copy_stable(client, &self.url, mark.revision, &documents).await
                 } else {
@@ -418,7 +423,10 @@ impl Driver {
                 };
                 match copied {
                     Ok(()) => {
-                        self.write(client, known, next).await;
+                        if self.write(client, known, next).await && now {
+                            tracing::warn!(replica = %self.replica, revision = mark.revision, "Promoted for the fleet at once: rollback --now skips the canaries and the bake.");
+                            let _ = store::drop_copies(client, &self.url, mark.revision).await;
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "Cannot propose the new revision to the fleet's rollout yet.")

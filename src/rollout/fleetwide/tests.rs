@@ -55,6 +55,40 @@ fn the_first_load_is_promoted_and_later_ones_become_the_candidate() {
     assert_eq!((back.stable, back.candidate), (mark(5, "a"), None));
 }
 
+/// `rollback --now`: the rollback is promoted at once, ending a rollout (even a halted
+/// one) and an abort's memory; a replica that read it late, or an older revision, proposes
+/// nothing. Every replica then follows it as stable in one load.
+#[test]
+fn a_rollback_now_is_promoted_at_once_for_the_fleet() {
+    let by = || "rollback --now to revision 5 by alice".to_string();
+    let mut halted = propose(Some(&first()), &mark(9, "b"), 2, T0).expect("a candidate");
+    if let Some(c) = halted.candidate.as_mut() {
+        c.phase = FleetPhase::Halted {
+            reason: "canary-1 rejected CDS".into(),
+        };
+    }
+    let now = promote_now(Some(&halted), &mark(11, "a"), 2, T0 + 5, by()).expect("promoted");
+    assert_eq!((now.stable.clone(), now.candidate.clone()), (mark(11, "a"), None));
+    assert_eq!((now.promoted_by.as_str(), now.promoted_ms, now.documents), (by().as_str(), T0 + 5, 2));
+    assert_eq!(promote_now(Some(&now), &mark(11, "a"), 2, T0, by()), None);
+    assert_eq!(promote_now(Some(&halted), &mark(9, "c"), 2, T0, by()), None);
+    let serving_b = Local {
+        stable: "a".into(),
+        candidate: Some(("b".into(), "HALTED")),
+    };
+    assert_eq!(
+        follow(&serving_b, &now, Instant::now(), T0 + 5),
+        vec![Follow::Abort],
+        "back to what the other nodes serve: the canaries go back to it"
+    );
+    let older = promote_now(Some(&halted), &mark(11, "z"), 2, T0 + 5, by()).expect("promoted");
+    assert_eq!(
+        follow(&serving_b, &older, Instant::now(), T0 + 5),
+        vec![Follow::Publish(mark(11, "z")), Follow::Promote],
+        "other content goes to every node at once"
+    );
+}
+
 /// A canary on replica A promotes or halts the edge nodes on replica B: the
 /// verdicts of every replica are summed, so a replica with no canary takes part.
 #[test]
