@@ -1064,3 +1064,258 @@ async fn an_apply_etcd_refuses_is_told_apart_from_one_whose_outcome_is_unknown()
         "nothing was written"
     );
 }
+
+/// The fleet's view (operations.md "One view of the fleet"): two replicas on one prefix, an
+/// ADS node on each. Any replica shows every replica's proxies and judges the fleet by its
+/// worst replica: `apply --wait` through A returns only once B's node has ACKed too (P4);
+/// B's node's NACK (P5) makes `status` on A exit 2 naming B and the node; `rollback --now`
+/// is recorded as such; B killed vanishes from the view without leaving (exit 9, naming
+/// it), and a replica stopped by SIGTERM is shown as having left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
+    use switchyard::fleet::SyncStatus;
+    use switchyard::resource::ResourceType::Cluster;
+    let cluster =
+        |timeout: &str| format!("clusters:\n  - name: backend\n    connect_timeout: {timeout}\n");
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = Etcd::start(dir.path()).await;
+    etcd.put("/sy/clusters.yaml", &cluster("1s")).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let logs = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).expect("log dir");
+        path
+    };
+    let a = Switchyard::start_serving(
+        &["--source", &url],
+        &logs("a"),
+        (free_port(), free_port()),
+        &[],
+    )
+    .await;
+    let mut b = Switchyard::start_serving(
+        &["--source", &url],
+        &logs("b"),
+        (free_port(), free_port()),
+        &[],
+    )
+    .await;
+    let a_addr = format!("127.0.0.1:{}", a.admin_port);
+    let (mut edge_a, mut edge_b) = (a.ads("edge-a").await, b.ads("edge-b").await);
+    for edge in [&mut edge_a, &mut edge_b] {
+        edge.subscribe(Cluster, &[]).await;
+        let got = edge.recv_type(Cluster).await;
+        edge.ack(&got, &[]).await;
+    }
+    let both = eventually(Duration::from_secs(20), || async {
+        a.status().await.and_then(|s| s.replicas).is_some_and(|r| {
+            r.replicas.len() == 2
+                && r.replicas.iter().any(|s| {
+                    s.nodes.iter().any(|n| {
+                        n.node_id == "edge-b"
+                            && n.types
+                                .get("CDS")
+                                .is_some_and(|t| t.state == SyncStatus::Synced)
+                    })
+                })
+        })
+    })
+    .await;
+    assert!(
+        both.is_some(),
+        "A's view holds B's node: {:?}",
+        a.status().await.and_then(|s| s.replicas)
+    );
+    let replicas = a.status().await.and_then(|s| s.replicas).expect("a view");
+    let b_name = replicas.others().next().expect("B").replica.clone();
+    let (code, out, err) = a.status_said(&[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("replicas (2 sharing this view through etcd"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the other replicas' proxies:") && out.contains("edge-b"),
+        "{out}"
+    );
+
+    // apply --wait through A waits for B's node as well as A's.
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    std::fs::write(snap.join("clusters.yaml"), cluster("2s")).expect("write");
+    let mut apply = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("apply")
+        .arg(&snap)
+        .args([
+            "--source",
+            &url,
+            "--wait",
+            "--wait-timeout",
+            "60s",
+            "--admin-addr",
+            &a_addr,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("apply runs");
+    let got = edge_a.recv_type(Cluster).await;
+    edge_a.ack(&got, &[]).await;
+    let held = edge_b.recv_type(Cluster).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        apply.try_wait().expect("apply").is_none(),
+        "apply --wait returned while B's node had not ACKed"
+    );
+    edge_b.ack(&held, &[]).await;
+    let returned = eventually(Duration::from_secs(30), || {
+        let done = apply.try_wait().expect("apply").is_some();
+        async move { done }
+    })
+    .await;
+    assert!(
+        returned.is_some(),
+        "apply --wait returns once B's node ACKed"
+    );
+    let out = apply.wait_with_output().expect("apply");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("applied at revision") && said.contains("edge-b"),
+        "{said}"
+    );
+
+    // B's node NACKs the next change: the fleet's NACK, said on A with B and the node.
+    let three = etcd.put("/sy/clusters.yaml", &cluster("3s")).await;
+    let got = edge_a.recv_type(Cluster).await;
+    edge_a.ack(&got, &[]).await;
+    let rejected = edge_b.recv_type(Cluster).await;
+    edge_b
+        .nack(
+            &rejected,
+            &[],
+            &held.version_info,
+            "backend: refused by the test",
+        )
+        .await;
+    let nacked = eventually(Duration::from_secs(20), || async {
+        a.status_said(&[]).0 == Some(2)
+    })
+    .await;
+    let (_, out, err) = a.status_said(&[]);
+    assert!(nacked.is_some(), "{out}{err}");
+    assert!(
+        out.contains(&format!("REPLICA {b_name} NACKED"))
+            && out.contains("edge-b rejected CDS: backend: refused by the test"),
+        "{out}"
+    );
+    let page = reqwest::get(format!("http://{a_addr}/"))
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("page");
+    assert!(
+        page.contains("id=\"replicas\"") && page.contains("edge-b rejected CDS"),
+        "{page}"
+    );
+
+    // A rollback with --now, waited for: recorded as such in the replica's history.
+    etcd.put("/sy/clusters.yaml", &cluster("4s")).await;
+    for edge in [&mut edge_a, &mut edge_b] {
+        let got = edge.recv_type(Cluster).await;
+        edge.ack(&got, &[]).await;
+    }
+    let acking = [edge_a.ack_everything(), edge_b.ack_everything()];
+    let (code, out, err) = switchyard(&[
+        "rollback",
+        &three.to_string(),
+        "--now",
+        "--source",
+        &url,
+        "--message",
+        "back to 3s",
+        "--wait",
+        "--wait-timeout",
+        "60s",
+        "--admin-addr",
+        &a_addr,
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = switchyard(&["history", "--admin-addr", &a_addr]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!(
+            "back to 3s (rollback to revision {three}, --now: every node at once"
+        )),
+        "{out}"
+    );
+
+    // B killed: its summary goes with its lease (15 s), and A says it vanished.
+    let killed = std::time::Instant::now();
+    b.process.kill();
+    let unseen = eventually(Duration::from_secs(40), || async {
+        a.status_said(&[]).0 == Some(9)
+    })
+    .await;
+    let (_, out, err) = a.status_said(&[]);
+    assert!(unseen.is_some(), "{out}{err}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(35),
+        "{:?}",
+        killed.elapsed()
+    );
+    assert!(
+        out.contains("VANISHED")
+            && out.contains(&format!("REPLICA {b_name} REPLICA UNSEEN"))
+            && out.contains("without its leaving"),
+        "{out}"
+    );
+
+    // A replica stopped by SIGTERM says it left.
+    b = Switchyard::start_serving(
+        &["--source", &url],
+        &logs("c"),
+        (free_port(), free_port()),
+        &[],
+    )
+    .await;
+    let c_pid = b.process.pid().to_string();
+    let joined = eventually(Duration::from_secs(20), || async {
+        a.status().await.and_then(|s| s.replicas).is_some_and(|r| {
+            r.replicas
+                .iter()
+                .any(|s| s.replica.ends_with(&format!("-{c_pid}")))
+        })
+    })
+    .await;
+    assert!(joined.is_some(), "C joins the view");
+    let sent = Command::new("kill")
+        .args(["-TERM", &c_pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let left = eventually(Duration::from_secs(20), || async {
+        a.status().await.and_then(|s| s.replicas).is_some_and(|r| {
+            r.replicas
+                .iter()
+                .any(|s| s.replica.ends_with(&format!("-{c_pid}")) && s.left)
+                && r.vanished
+                    .iter()
+                    .all(|v| !v.replica.ends_with(&format!("-{c_pid}")))
+        })
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "{:?}",
+        a.status().await.and_then(|s| s.replicas)
+    );
+    for task in acking {
+        task.abort();
+    }
+}

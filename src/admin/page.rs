@@ -434,13 +434,18 @@ fn replicas(html: &mut String, status: &Status) {
         } else {
             ""
         };
-        let class = if r.standing == "DONE" { "ok" } else { "bad" };
+        let standing = if r.left { "LEFT" } else { r.standing.as_str() };
+        let class = if matches!(standing, "DONE" | "LEFT") {
+            "ok"
+        } else {
+            "bad"
+        };
         let _ = write!(
             html,
             "<tr><td>{}{this}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.replica),
-            esc(&r.standing),
+            esc(standing),
             r.generation,
             r.revision
                 .map_or_else(|| "-".to_string(), |v| v.to_string()),
@@ -448,6 +453,16 @@ fn replicas(html: &mut String, status: &Status) {
             r.synced,
             r.nacked,
             esc(&r.at)
+        );
+    }
+    for v in &replicas.vanished {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td class=\"bad\">VANISHED</td><td>-</td><td>-</td><td>{}</td>\
+             <td>-</td><td>-</td><td>{}</td></tr>",
+            esc(&v.replica),
+            v.proxies,
+            esc(&v.since)
         );
     }
     html.push_str("</table><ul>");
@@ -667,7 +682,9 @@ fn written(e: &crate::history::Entry) -> String {
         } else {
             ""
         };
-        text = format!("{text} (rollback to revision {r}{now})").trim().to_string();
+        text = format!("{text} (rollback to revision {r}{now})")
+            .trim()
+            .to_string();
     }
     if text.is_empty() {
         "-".into()

@@ -44,8 +44,8 @@ pub struct ReplicaSummary {
     /// Where this replica stands on its own (`DONE`, `UPDATING`, `NACKED`, ...).
     pub standing: String,
     /// The generation serving every node (during a rollout, every node but the canaries),
-    /// the etcd revision it was read at, and what it serves (`Config::content_version`,
-    /// equal on replicas that serve the same documents).
+    /// the etcd revision of the replica's last load, and what the serving generation serves
+    /// (`Config::content_version`, equal on replicas that serve the same documents).
     pub generation: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
@@ -64,6 +64,10 @@ pub struct ReplicaSummary {
     pub nodes: Vec<NodeSummary>,
     #[serde(default)]
     pub omitted: usize,
+    /// The replica stopped (it was told to: SIGTERM, a rollout of the Deployment) and
+    /// wrote this as it went; kept [`share::LEFT_FOR`], then gone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub left: bool,
 }
 
 /// One proxy in a replica's summary.
@@ -152,7 +156,7 @@ pub fn summarize(status: &Status, replica: &str) -> ReplicaSummary {
         at: status.at.clone(),
         standing: replica_standing(status).name().to_string(),
         generation: status.generation,
-        revision: serving.and_then(|e| e.revision),
+        revision: status.config.as_ref().and_then(|c| c.revision),
         version: serving.map(|e| e.version.clone()).unwrap_or_default(),
         config_ok: config.is_none_or(|c| c.ok),
         errors: config
@@ -163,6 +167,7 @@ pub fn summarize(status: &Status, replica: &str) -> ReplicaSummary {
         nacked,
         omitted: proxies - kept.len(),
         nodes: kept,
+        left: false,
     }
 }
 
@@ -180,9 +185,29 @@ pub struct ReplicasStatus {
     pub read_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The etcd revision of this replica's load the summaries were compared with, and the
+    /// replicas that had not loaded the same documents then (their last load is older, and
+    /// the documents changed since, or etcd could not tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub behind: Vec<String>,
     /// Every replica's summary, by replica (this one's too, as it last shared it).
     #[serde(default)]
     pub replicas: Vec<ReplicaSummary>,
+    /// Replicas whose summary went without their leaving (killed, or cut off from etcd
+    /// past their lease), seen here in the last [`share::VANISHED_FOR`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vanished: Vec<Vanished>,
+}
+
+/// A replica whose summary went without its leaving.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vanished {
+    pub replica: String,
+    /// When this replica saw its summary gone (RFC 3339), and how many proxies it had.
+    pub since: String,
+    pub proxies: usize,
 }
 
 impl ReplicasStatus {
@@ -199,9 +224,11 @@ impl ReplicasStatus {
         self.store != "none"
     }
 
-    /// The other replicas' summaries.
+    /// The other replicas' summaries (those that left aside).
     pub fn others(&self) -> impl Iterator<Item = &ReplicaSummary> {
-        self.replicas.iter().filter(|r| r.replica != self.this)
+        self.replicas
+            .iter()
+            .filter(|r| r.replica != self.this && !r.left)
     }
 }
 
@@ -210,7 +237,10 @@ impl ReplicasStatus {
 pub struct View {
     pub read_at: Option<SystemTime>,
     pub error: Option<String>,
+    pub against: Option<i64>,
+    pub behind: Vec<String>,
     pub summaries: Vec<ReplicaSummary>,
+    pub vanished: Vec<Vanished>,
 }
 
 /// This replica's name and its view of the others, for the admin routes.
@@ -231,7 +261,10 @@ impl Replicas {
                 .map(crate::fleet::format_time)
                 .unwrap_or_default(),
             error: view.error.clone(),
+            against: view.against,
+            behind: view.behind.clone(),
             replicas: view.summaries.clone(),
+            vanished: view.vanished.clone(),
         }
     }
 }
@@ -246,9 +279,11 @@ pub struct Lagging {
 
 /// Where the fleet stands from `status`: this replica's own standing, then every other
 /// replica's summary (with an etcd source). A replica that stands worse counts (a NACK on
-/// it is the fleet's), one that serves an older revision than this one with other content
-/// is still updating, and one whose summary cannot be read or is silent for
-/// [`SILENT_AFTER`] is [`Standing::ReplicaUnseen`]. The worst standing wins, in the order
+/// it is the fleet's); one that has not loaded the documents this replica loaded last
+/// (`behind`, or summaries compared with an older load) is still updating, whatever its
+/// proxies said of older documents, unless its load failed or its source is away; one
+/// whose summary cannot be read, is silent for [`SILENT_AFTER`], or went without its
+/// leaving is [`Standing::ReplicaUnseen`]. The worst standing wins, in the order
 /// [`Standing::rank`] gives; the replicas that make it so are returned, worst first.
 pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
     let own = replica_standing(status);
@@ -263,17 +298,22 @@ pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
             why: format!("cannot read the other replicas' summaries: {error}"),
         });
     }
+    for gone in &replicas.vanished {
+        lagging.push(Lagging {
+            replica: gone.replica.clone(),
+            standing: Standing::ReplicaUnseen,
+            why: format!(
+                "its summary went at {} without its leaving (killed, or cut off from etcd): \
+                 its {} proxies are not seen here, and may be on another replica or on none",
+                gone.since, gone.proxies
+            ),
+        });
+    }
     let now = parse_time(&status.at);
-    let mine = replicas
-        .replicas
-        .iter()
-        .find(|r| r.replica == replicas.this);
-    let serving = status
-        .history
-        .iter()
-        .find(|e| e.generation == status.generation)
-        .map(|e| (e.revision, e.version.as_str()))
-        .or(mine.map(|m| (m.revision, m.version.as_str())));
+    // The summaries were compared with an older load of this replica's: none of the
+    // others is known to have the documents this one loaded last.
+    let loaded = status.config.as_ref().and_then(|c| c.revision);
+    let stale = loaded.is_some() && replicas.against < loaded;
     for other in replicas.others() {
         let age = match (now, parse_time(&other.at)) {
             (Some(now), Some(then)) => now.duration_since(then).unwrap_or_default(),
@@ -292,29 +332,31 @@ pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
             continue;
         }
         let standing = Standing::from_name(&other.standing).unwrap_or(Standing::ReplicaUnseen);
-        if standing != Standing::Done {
-            lagging.push(Lagging {
-                replica: other.replica.clone(),
-                standing,
-                why: replica_problem(other, standing),
-            });
+        let behind = stale || replicas.behind.contains(&other.replica);
+        // What a replica that has not loaded the newest documents says of its proxies is
+        // about older ones: only a failed load or a source away count as they are.
+        let standing = match standing {
+            Standing::LoadFailed | Standing::SourceDown => standing,
+            _ if behind => Standing::Updating,
+            _ => standing,
+        };
+        if standing == Standing::Done {
             continue;
         }
-        if let Some((revision, version)) = serving {
-            let behind = other.version != version && other.revision < revision;
-            if behind {
-                lagging.push(Lagging {
-                    replica: other.replica.clone(),
-                    standing: Standing::Updating,
-                    why: format!(
-                        "serves generation {} read at {}, older than this replica's ({})",
-                        other.generation,
-                        revision_text(other.revision),
-                        revision_text(revision)
-                    ),
-                });
-            }
-        }
+        let why = if behind && standing == Standing::Updating {
+            format!(
+                "has not loaded the documents this replica loaded at {} (its last load read {})",
+                revision_text(loaded),
+                revision_text(other.revision)
+            )
+        } else {
+            replica_problem(other, standing)
+        };
+        lagging.push(Lagging {
+            replica: other.replica.clone(),
+            standing,
+            why,
+        });
     }
     lagging.sort_by_key(|l| l.standing.rank());
     let fleet = lagging

@@ -459,6 +459,18 @@ replicas ({} sharing this view through etcd; {read}):\n",
             printable(&r.at),
         ]);
     }
+    for v in &replicas.vanished {
+        rows.push(vec![
+            printable(&v.replica),
+            "VANISHED".into(),
+            "-".into(),
+            "-".into(),
+            v.proxies.to_string(),
+            "-".into(),
+            "-".into(),
+            printable(&v.since),
+        ]);
+    }
     aligned(out, &rows, "  ");
     let others: Vec<&ReplicaSummary> = replicas.others().collect();
     let kinds: Vec<&str> = crate::resource::ResourceType::ALL

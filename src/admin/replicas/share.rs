@@ -5,7 +5,8 @@
 //!
 //! A summary is written when it changes, and at least every [`REFRESH`] (a replica whose
 //! summary is older than [`super::SILENT_AFTER`] is shown as silent). A replica that stops
-//! revokes its lease; one that dies is gone when the lease ends.
+//! writes that it left, on a lease of [`LEFT_FOR`]; one that dies is gone when its lease
+//! ends, and every replica that saw it go shows it as vanished for [`VANISHED_FOR`].
 //!
 //! Must not: judge the summaries (`super::fleet_standing` does), or write anything but this
 //! replica's summary.
@@ -31,6 +32,10 @@ const REFRESH: Duration = Duration::from_secs(10);
 /// How often the lease is renewed.
 const KEEP_ALIVE: Duration = Duration::from_secs(5);
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a replica that stopped stays in the view as having left.
+pub const LEFT_FOR: Duration = Duration::from_secs(120);
+/// How long a replica whose summary went without its leaving is shown as vanished.
+pub const VANISHED_FOR: Duration = Duration::from_secs(120);
 const RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// Where every replica's summary is kept: beside the prefix.
@@ -63,12 +68,9 @@ impl Sharing {
     /// in the view with the error beside them; the session is opened again, backing off.
     pub async fn run(self, admin: Admin, view: watch::Sender<View>, mut shutdown: Shutdown) {
         let mut retry = ROUND;
-        let mut within_session = shutdown.clone();
         loop {
-            let ended = tokio::select! {
-                _ = shutdown.wait() => return,
-                ended = self.session(&admin, &view, &mut within_session) => ended,
-            };
+            // The session sees the shutdown itself: it says this replica left before it ends.
+            let ended = self.session(&admin, &view, &mut shutdown).await;
             let Err(e) = ended else { return };
             view.send_modify(|v| v.error = Some(e.to_string()));
             tokio::select! {
@@ -90,23 +92,34 @@ impl Sharing {
             url: self.url.display(),
             message,
         };
-        let mut client = connect(&self.url, &self.access, ETCD_TIMEOUT).await?;
-        let lease = within(client.lease_grant(LEASE_TTL, None))
-            .await
-            .map_err(|e| unavailable(format!("cannot take a lease for the summary: {e}")))?
-            .id();
-        let (mut keeper, mut renewals) = within(client.lease_keep_alive(lease))
-            .await
-            .map_err(|e| unavailable(format!("cannot keep the summary's lease: {e}")))?;
+        let opened = async {
+            let mut client = connect(&self.url, &self.access, ETCD_TIMEOUT).await?;
+            let lease = within(client.lease_grant(LEASE_TTL, None))
+                .await
+                .map_err(|e| unavailable(format!("cannot take a lease for the summary: {e}")))?
+                .id();
+            let kept = within(client.lease_keep_alive(lease))
+                .await
+                .map_err(|e| unavailable(format!("cannot keep the summary's lease: {e}")))?;
+            Ok::<_, SourceError>((client, lease, kept))
+        };
+        let (mut client, lease, (mut keeper, mut renewals)) = tokio::select! {
+            _ = shutdown.wait() => return Ok(()),
+            opened = opened => opened?,
+        };
         let key = format!("{}{}", summaries_prefix(&self.url), self.replica);
         let mut written: Option<(ReplicaSummary, Instant)> = None;
+        // etcd's answers on whether the documents changed between two revisions.
+        let mut compared = std::collections::HashMap::new();
         let mut renewed = Instant::now();
         let mut round = tokio::time::interval(ROUND);
         round.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.wait() => {
-                    // The summary goes now, not when the lease runs out.
+                    // Said now, not when the lease runs out: this replica left.
+                    let left = written.map(|(summary, _)| summary).unwrap_or_default();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), self.leave(&mut client, &key, left)).await;
                     let _ = tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease)).await;
                     return Ok(());
                 }
@@ -140,13 +153,156 @@ impl Sharing {
                 .map_err(|e| unavailable(format!("cannot write the summary: {e}")))?;
                 written = Some((summary, Instant::now()));
             }
-            let summaries = read(&mut client, &self.url).await?;
-            view.send_replace(View {
-                read_at: Some(SystemTime::now()),
-                error: None,
-                summaries,
+            let read = read(&mut client, &self.url).await?;
+            let against = written.as_ref().and_then(|(mine, _)| mine.revision);
+            let behind = match (&written, against) {
+                (Some((mine, _)), Some(loaded)) => {
+                    self.behind(&mut client, &read, mine, loaded, &mut compared)
+                        .await?
+                }
+                _ => Vec::new(),
+            };
+            let summaries: Vec<ReplicaSummary> = read.into_iter().map(|(s, _)| s).collect();
+            view.send_modify(|v| {
+                let now = SystemTime::now();
+                v.vanished = vanished(&v.summaries, &summaries, &v.vanished, now);
+                v.read_at = Some(now);
+                v.error = None;
+                v.against = against;
+                v.behind = behind;
+                v.summaries = summaries;
             });
         }
+    }
+
+    /// The other replicas that have not loaded the documents this one loaded at `loaded`:
+    /// their last load read an older revision, and the documents changed since, unless
+    /// their summary, written after `loaded`, says they serve what this one serves.
+    async fn behind(
+        &self,
+        client: &mut Client,
+        read: &[(ReplicaSummary, i64)],
+        mine: &ReplicaSummary,
+        loaded: i64,
+        compared: &mut std::collections::HashMap<(i64, i64), bool>,
+    ) -> Result<Vec<String>, SourceError> {
+        let mut behind = Vec::new();
+        for (other, written_at) in read
+            .iter()
+            .filter(|(s, _)| s.replica != self.replica && !s.left)
+        {
+            let revision = other.revision.unwrap_or(0);
+            if revision >= loaded || (*written_at > loaded && other.version == mine.version) {
+                continue;
+            }
+            let same = match compared.get(&(revision, loaded)) {
+                Some(same) => *same,
+                None => {
+                    let same = revision > 0
+                        && crate::source::etcd::unchanged_between(
+                            client, &self.url, revision, loaded,
+                        )
+                        .await?;
+                    if compared.len() > 1024 {
+                        compared.clear();
+                    }
+                    compared.insert((revision, loaded), same);
+                    same
+                }
+            };
+            if !same {
+                behind.push(other.replica.clone());
+            }
+        }
+        Ok(behind)
+    }
+
+    /// Write that this replica left, on a lease of its own of [`LEFT_FOR`].
+    async fn leave(
+        &self,
+        client: &mut Client,
+        key: &str,
+        mut summary: ReplicaSummary,
+    ) -> Result<(), etcd_client::Error> {
+        let lease = client
+            .lease_grant(LEFT_FOR.as_secs() as i64, None)
+            .await?
+            .id();
+        summary.replica.clone_from(&self.replica);
+        summary.at = crate::fleet::format_time(SystemTime::now());
+        summary.left = true;
+        let value = serde_json::to_string(&summary).unwrap_or_default();
+        client
+            .put(key, value, Some(PutOptions::new().with_lease(lease)))
+            .await?;
+        Ok(())
+    }
+}
+
+/// The replicas whose summary went between `before` and `now_read` without their leaving,
+/// added to those `seen` go in the last [`VANISHED_FOR`] (one that is back is not).
+fn vanished(
+    before: &[ReplicaSummary],
+    now_read: &[ReplicaSummary],
+    seen: &[super::Vanished],
+    now: SystemTime,
+) -> Vec<super::Vanished> {
+    let present = |name: &str| now_read.iter().any(|r| r.replica == name);
+    let recent = |v: &&super::Vanished| {
+        humantime::parse_rfc3339(&v.since)
+            .ok()
+            .and_then(|since| now.duration_since(since).ok())
+            .is_none_or(|age| age < VANISHED_FOR)
+    };
+    let mut out: Vec<super::Vanished> = seen
+        .iter()
+        .filter(recent)
+        .filter(|v| !present(&v.replica))
+        .cloned()
+        .collect();
+    for gone in before.iter().filter(|r| !r.left && !present(&r.replica)) {
+        out.push(super::Vanished {
+            replica: gone.replica.clone(),
+            since: crate::fleet::format_time(now),
+            proxies: gone.proxies,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(name: &str, left: bool) -> ReplicaSummary {
+        ReplicaSummary {
+            replica: name.into(),
+            proxies: 3,
+            left,
+            ..ReplicaSummary::default()
+        }
+    }
+
+    /// A summary gone without a word is a replica vanished, shown until it is back or
+    /// [`VANISHED_FOR`] has passed; one that said it left is not.
+    #[test]
+    fn a_summary_gone_without_leaving_is_a_vanished_replica_for_a_while() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let (a, b, c) = (summary("a", false), summary("b", false), summary("c", true));
+        let gone = vanished(&[a.clone(), b.clone(), c], &[a.clone()], &[], t0);
+        assert_eq!(gone.len(), 1, "{gone:?}");
+        assert_eq!((gone[0].replica.as_str(), gone[0].proxies), ("b", 3));
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(vanished(&[a.clone()], &[a.clone()], &gone, later), gone);
+        assert!(
+            vanished(&[a.clone()], &[a.clone(), b], &gone, later).is_empty(),
+            "back"
+        );
+        let past = t0 + VANISHED_FOR + Duration::from_secs(1);
+        assert!(
+            vanished(&[a.clone()], &[a], &gone, past).is_empty(),
+            "aged out"
+        );
     }
 }
 
@@ -175,9 +331,13 @@ async fn within<T>(
         })
 }
 
-/// Every replica's summary, by replica; a value that does not read is skipped (a replica
-/// of a newer version may add fields, never remove them).
-pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Vec<ReplicaSummary>, SourceError> {
+/// Every replica's summary, by replica, with the revision it was written at; a value that
+/// does not read is skipped (a replica of a newer version may add fields, never remove
+/// them).
+pub async fn read(
+    client: &mut Client,
+    url: &EtcdUrl,
+) -> Result<Vec<(ReplicaSummary, i64)>, SourceError> {
     let prefix = summaries_prefix(url);
     let answer = within(
         crate::source::etcd::reader(client)
@@ -188,11 +348,11 @@ pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Vec<ReplicaSumma
         url: url.display(),
         message: format!("cannot read the replicas' summaries: {e}"),
     })?;
-    let mut summaries: Vec<ReplicaSummary> = answer
+    let mut summaries: Vec<(ReplicaSummary, i64)> = answer
         .kvs()
         .iter()
-        .filter_map(|kv| serde_json::from_slice(kv.value()).ok())
+        .filter_map(|kv| Some((serde_json::from_slice(kv.value()).ok()?, kv.mod_revision())))
         .collect();
-    summaries.sort_by(|a, b| a.replica.cmp(&b.replica));
+    summaries.sort_by(|a, b| a.0.replica.cmp(&b.0.replica));
     Ok(summaries)
 }

@@ -38,7 +38,10 @@ fn seen_from_a(mut status: Status, others: Vec<ReplicaSummary>) -> Status {
         this: "a".into(),
         read_at: "2026-12-04T10:00:00.000Z".into(),
         error: None,
+        against: status.config.as_ref().and_then(|c| c.revision),
+        behind: Vec::new(),
         replicas,
+        vanished: Vec::new(),
     });
     status
 }
@@ -107,31 +110,52 @@ fn another_replicas_nack_is_the_fleets_and_names_the_replica_and_the_node() {
     );
 }
 
-/// The barrier settled this replica at revision 9: another replica still serving what was
-/// read at 7 with other content is updating; one at 7 with the same content is done (no
-/// document changed between); one past 9 is done.
+/// This replica loaded revision 9. Another that has not loaded the same documents (its
+/// last load is older and the documents changed since: `behind`) is updating, whatever its
+/// proxies said of older documents, unless its load failed; summaries compared with an
+/// older load of this replica's prove nothing yet.
 #[test]
-fn a_replica_serving_older_documents_is_still_updating() {
+fn a_replica_that_has_not_loaded_the_newest_documents_is_still_updating() {
     let a = || status(&[("e-1", 2, "SYNCED")], 9, "v9");
-    let b = |revision, version: &str| {
-        summarize(&status(&[("e-2", 2, "SYNCED")], revision, version), "b")
+    let b = |state: &str| summarize(&status(&[("e-2", 2, state)], 7, "v7"), "b");
+    let behind = |mut s: Status| {
+        if let Some(r) = s.replicas.as_mut() {
+            r.behind = vec!["b".into()];
+        }
+        s
     };
-    let (standing, lagging) = fleet_standing(&seen_from_a(a(), vec![b(7, "v7")]));
+    let (standing, lagging) = fleet_standing(&behind(seen_from_a(a(), vec![b("SYNCED")])));
     assert_eq!(standing, Standing::Updating);
     assert!(
         lagging[0]
             .why
-            .contains("read at revision 7, older than this replica's (revision 9)"),
+            .contains("has not loaded the documents this replica loaded at revision 9 (its last load read revision 7)"),
         "{}",
         lagging[0].why
     );
     assert_eq!(
-        fleet_standing(&seen_from_a(a(), vec![b(7, "v9")])).0,
-        Standing::Done
+        fleet_standing(&behind(seen_from_a(a(), vec![b("NACKED")]))).0,
+        Standing::Updating,
+        "a NACK of older documents"
+    );
+    let mut failed = b("SYNCED");
+    failed.standing = "LOAD_FAILED".into();
+    assert_eq!(
+        fleet_standing(&behind(seen_from_a(a(), vec![failed]))).0,
+        Standing::LoadFailed
     );
     assert_eq!(
-        fleet_standing(&seen_from_a(a(), vec![b(11, "v11")])).0,
+        fleet_standing(&seen_from_a(a(), vec![b("SYNCED")])).0,
         Standing::Done
+    );
+    let mut stale = seen_from_a(a(), vec![b("SYNCED")]);
+    if let Some(r) = stale.replicas.as_mut() {
+        r.against = Some(7);
+    }
+    assert_eq!(
+        fleet_standing(&stale).0,
+        Standing::Updating,
+        "compared with an older load"
     );
 }
 
@@ -150,6 +174,30 @@ fn a_silent_replica_or_an_unread_view_is_not_done() {
     assert_eq!(
         fleet_standing(&seen_from_a(status(&[], 7, "v7"), vec![b.clone()])).0,
         Standing::Done
+    );
+    let mut gone = seen_from_a(status(&[], 7, "v7"), vec![b.clone()]);
+    if let Some(r) = gone.replicas.as_mut() {
+        r.replicas.retain(|s| s.replica != "b");
+        r.vanished.push(Vanished {
+            replica: "b".into(),
+            since: "2026-12-04T09:59:50.000Z".into(),
+            proxies: 4,
+        });
+    }
+    let (standing, lagging) = fleet_standing(&gone);
+    assert_eq!(standing, Standing::ReplicaUnseen);
+    assert!(
+        lagging[0].why.contains("without its leaving"),
+        "{}",
+        lagging[0].why
+    );
+    let mut left = b.clone();
+    left.left = true;
+    left.standing = "NACKED".into();
+    assert_eq!(
+        fleet_standing(&seen_from_a(status(&[], 7, "v7"), vec![left])).0,
+        Standing::Done,
+        "a replica that left is not judged"
     );
     let mut unread = seen_from_a(status(&[], 7, "v7"), vec![b]);
     if let Some(r) = unread.replicas.as_mut() {

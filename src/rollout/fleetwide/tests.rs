@@ -68,8 +68,14 @@ fn a_rollback_now_is_promoted_at_once_for_the_fleet() {
         };
     }
     let now = promote_now(Some(&halted), &mark(11, "a"), 2, T0 + 5, by()).expect("promoted");
-    assert_eq!((now.stable.clone(), now.candidate.clone()), (mark(11, "a"), None));
-    assert_eq!((now.promoted_by.as_str(), now.promoted_ms, now.documents), (by().as_str(), T0 + 5, 2));
+    assert_eq!(
+        (now.stable.clone(), now.candidate.clone()),
+        (mark(11, "a"), None)
+    );
+    assert_eq!(
+        (now.promoted_by.as_str(), now.promoted_ms, now.documents),
+        (by().as_str(), T0 + 5, 2)
+    );
     assert_eq!(promote_now(Some(&now), &mark(11, "a"), 2, T0, by()), None);
     assert_eq!(promote_now(Some(&halted), &mark(9, "c"), 2, T0, by()), None);
     let serving_b = Local {
