@@ -1,8 +1,8 @@
 //! The fleet on etcd end to end, with real Envoys 1.40 and a real etcd:
 //! two replicas (`serve --source ... --canary-id canary-*`), a canary Envoy on replica A and
 //! an edge Envoy on replica B, requests through them the whole time. `switchyard apply`
-//! writes each change in one transaction; the canary's verdict on A decides for the edge on
-//! B; what the canary rejects never reaches the edge, not even after B is killed (SIGKILL)
+//! writes each change in one transaction (and with `--wait` through A, returns once the edge
+//! on B holds it too); the canary's verdict on A decides for the edge on B; what the canary rejects never reaches the edge, not even after B is killed (SIGKILL)
 //! and started again, and the edge, moved back to B, is sent nothing it does not hold.
 
 use switchyard_testkit as support;
@@ -57,6 +57,24 @@ async fn cluster_version(envoy: &Envoy, name: &str) -> Option<String> {
             .then(|| c["version_info"].as_str().map(str::to_string))
             .flatten()
     })
+}
+
+/// Each cluster's connect_timeout as Envoy's config_dump has it, active or warming, by name.
+async fn cluster_timeouts(envoy: &Envoy) -> Vec<(String, String)> {
+    let mut timeouts = Vec::new();
+    for resource in ["dynamic_active_clusters", "dynamic_warming_clusters"] {
+        let dump = envoy.config_dump(resource).await;
+        for c in dump["configs"].as_array().into_iter().flatten() {
+            if let Some(name) = c["cluster"]["name"].as_str() {
+                timeouts.push((
+                    name.to_string(),
+                    c["cluster"]["connect_timeout"].to_string(),
+                ));
+            }
+        }
+    }
+    timeouts.sort();
+    timeouts
 }
 
 /// Requests through the Envoys' shared listener every 20 ms until stopped (at most 120 s):
@@ -128,12 +146,22 @@ async fn e2e_two_replicas_on_etcd_one_rollout_for_the_fleet() {
     assert!(up.is_some(), "no traffic through the Envoys");
     let (stop, requests) = traffic(listener);
 
-    // One apply of two documents: one generation holding both, first on the canary; the
-    // edge waits for the canary's verdict (taken on A) and the bake.
+    // One apply of two documents, as a deploy pipeline's gate runs it: `apply --wait`
+    // through A. One generation holding both goes first to the canary; the edge waits for
+    // the canary's verdict (taken on A) and the bake; the wait returns only once the edge
+    // on the other replica holds it too (the fleet's view).
     write(&snap, "a.yaml", &eds_cluster("a", "2s", upstream.port));
     write(&snap, "b.yaml", &eds_cluster("b", "3s", upstream.port));
-    let (code, out) = apply(&snap, &url);
-    assert_eq!(code, Some(0), "{out}");
+    let mut gate = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("apply")
+        .arg(&snap)
+        .args(["--source", &url, "--wait", "--wait-timeout", "60s"])
+        .arg("--admin-addr")
+        .arg(format!("127.0.0.1:{}", a.admin_port))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("switchyard apply runs");
     let to_canary = eventually(ARRIVE, || async {
         canary.active_cluster_timeout("a").await.as_deref() == Some("2s")
     })
@@ -149,18 +177,35 @@ async fn e2e_two_replicas_on_etcd_one_rollout_for_the_fleet() {
         Some("1s"),
         "the edge on B waits for the canary on A"
     );
-    let to_edge = eventually(ARRIVE, || async {
-        edge.active_cluster_timeout("a").await.as_deref() == Some("2s")
+    assert!(
+        gate.try_wait().expect("apply").is_none(),
+        "apply --wait returned before the edge on B had the change"
+    );
+    let returned = eventually(Duration::from_secs(60), || {
+        let done = gate.try_wait().expect("apply").is_some();
+        async move { done }
     })
     .await;
-    assert!(
-        to_edge.is_some(),
-        "the canary's ACK on A promotes the edge on B"
+    assert!(returned.is_some(), "apply --wait returns");
+    let out = gate.wait_with_output().expect("apply");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        edge.active_cluster_timeout("b").await.as_deref(),
-        Some("3s")
-    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    // Read right after the wait: both Envoys hold the change (active, or warming on
+    // its endpoints).
+    for (name, envoy) in [("canary", &canary), ("edge", &edge)] {
+        assert_eq!(
+            cluster_timeouts(envoy).await,
+            [
+                ("a".to_string(), "\"2s\"".to_string()),
+                ("b".to_string(), "\"3s\"".to_string())
+            ],
+            "{name} after apply --wait: {said}"
+        );
+    }
     assert_eq!(
         cluster_version(&canary, "a").await,
         cluster_version(&edge, "a").await,

@@ -172,10 +172,7 @@ pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> Ex
                 };
             }
         };
-        let verdict = match verdict(&status) {
-            Standing::Done if short_of(&status, wanted) => Standing::Updating,
-            verdict => verdict,
-        };
+        let verdict = judged(&status, wanted);
         if wait.is_none() || !verdict.settles_by_itself() {
             break (status, body, verdict);
         }
@@ -209,6 +206,19 @@ enum Target {
     /// The load that settled the source went to the fleet's rollout: the generation it
     /// serves as once named (`config.pending` turns false), then that one.
     Named,
+}
+
+/// Where the fleet stands for a wait on `wanted`: short of it is not done; and while the
+/// load that settled the source is not yet named by the fleet's rollout, a halt or a NACK
+/// is about what came before it (the rollout that names it replaces a halted one).
+fn judged(status: &crate::admin::Status, wanted: Option<Target>) -> Standing {
+    let unnamed =
+        wanted == Some(Target::Named) && status.config.as_ref().is_some_and(|c| c.pending);
+    match verdict(status) {
+        Standing::Done if short_of(status, wanted) => Standing::Updating,
+        Standing::RolloutStopped | Standing::Nacked if unnamed => Standing::Updating,
+        verdict => verdict,
+    }
 }
 
 /// Whether the fleet is still short of `wanted`.
@@ -920,14 +930,48 @@ mod tests {
                 Standing::RolloutStopped,
                 Standing::Updating,
                 Standing::SourceDown,
+                Standing::ReplicaUnseen,
             ]
             .map(Standing::code),
-            [0, 2, 3, 4, 5, 7, 8]
+            [0, 2, 3, 4, 5, 7, 8, 9]
         );
         let table = status_table(&fleet(1, "SYNCED", 1, 2, None));
         assert!(
             table.contains("the rollout of generation 2 was aborted"),
             "{table}"
+        );
+    }
+
+    /// A wait on a load the fleet's rollout has not named yet does not end on the halt of
+    /// the rollout before it; once named, a halt ends it.
+    #[test]
+    fn a_halt_before_the_awaited_load_is_named_does_not_end_the_wait() {
+        let mut halted = fleet(1, "SYNCED", 1, 1, None);
+        halted.fleet = Some(crate::admin::FleetStatus {
+            promoted: Some(3),
+            candidate: Some(5),
+            state: Some("HALTED".into()),
+            ..Default::default()
+        });
+        if let Some(c) = halted.config.as_mut() {
+            c.pending = true;
+        }
+        assert_eq!(verdict(&halted), Standing::RolloutStopped);
+        assert_eq!(judged(&halted, Some(Target::Named)), Standing::Updating);
+        if let Some(c) = halted.config.as_mut() {
+            c.pending = false;
+        }
+        assert_eq!(
+            judged(&halted, Some(Target::Named)),
+            Standing::RolloutStopped
+        );
+        assert_eq!(
+            judged(&fleet(1, "SYNCED", 1, 2, None), Some(Target::Generation(2))),
+            Standing::RolloutStopped
+        );
+        assert_eq!(
+            judged(&fleet(2, "SYNCED", 2, 2, None), Some(Target::Generation(3))),
+            Standing::Updating
         );
     }
 
