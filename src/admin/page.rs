@@ -404,7 +404,7 @@ fn rollouts(html: &mut String, status: &Status) {
 /// done, and the other replicas' proxies that are not synced; from files, that the view is
 /// this replica's alone.
 fn replicas(html: &mut String, status: &Status) {
-    use super::replicas::fleet_standing;
+    use super::standing::fleet_standing;
     let Some(replicas) = &status.replicas else {
         return;
     };

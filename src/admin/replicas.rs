@@ -1,15 +1,16 @@
 //! One view of the fleet across replicas: the summary each replica shares of its proxies
-//! ([`ReplicaSummary`]: node, versions per type, last NACK, generation), what `/status`
-//! says of every replica ([`ReplicasStatus`]), and how one replica's status and the others'
-//! summaries are judged together ([`fleet_standing`]).
+//! ([`ReplicaSummary`]: node, versions per type, last NACK, generation), and what `/status`
+//! says of every replica ([`ReplicasStatus`]). `admin::standing` judges them with this
+//! replica's status.
 //!
 //! On an etcd source every replica keeps its summary beside the prefix on a lease
 //! ([`share`]), so any replica shows the whole fleet and a replica that stops is gone
 //! within the lease's time. From files there is no shared store: the view is this
 //! replica's, and `/status` says so (`store: "none"`).
 //!
-//! Must not: read the fleet or the cache (it summarizes the [`Status`] it is given), or
-//! decide a rollout (that is `rollout::fleetwide`'s, from its own verdicts).
+//! Must not: read the fleet or the cache (it summarizes the [`Status`] it is given), judge
+//! where the fleet stands (`admin::standing`), or decide a rollout (`rollout::fleetwide`'s,
+//! from its own verdicts).
 
 pub mod share;
 
@@ -18,7 +19,6 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::standing::{replica_standing, Standing};
 use super::Status;
 use crate::fleet::SyncStatus;
 
@@ -105,8 +105,9 @@ impl NodeSummary {
     }
 }
 
-/// This replica's summary of `status` (its own, without the other replicas).
-pub fn summarize(status: &Status, replica: &str) -> ReplicaSummary {
+/// This replica's summary of `status` (its own, without the other replicas), where it
+/// stands on its own being `standing` (`admin::standing::replica_standing`'s name).
+pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSummary {
     let serving = status
         .history
         .iter()
@@ -154,7 +155,7 @@ pub fn summarize(status: &Status, replica: &str) -> ReplicaSummary {
     ReplicaSummary {
         replica: replica.to_string(),
         at: status.at.clone(),
-        standing: replica_standing(status).name().to_string(),
+        standing: standing.to_string(),
         generation: status.generation,
         revision: status.config.as_ref().and_then(|c| c.revision),
         version: serving.map(|e| e.version.clone()).unwrap_or_default(),
@@ -267,151 +268,6 @@ impl Replicas {
             vanished: view.vanished.clone(),
         }
     }
-}
-
-/// Why the fleet is not where this replica alone is: a replica named, and what of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lagging {
-    pub replica: String,
-    pub standing: Standing,
-    pub why: String,
-}
-
-/// Where the fleet stands from `status`: this replica's own standing, then every other
-/// replica's summary (with an etcd source). A replica that stands worse counts (a NACK on
-/// it is the fleet's); one that has not loaded the documents this replica loaded last
-/// (`behind`, or summaries compared with an older load) is still updating, whatever its
-/// proxies said of older documents, unless its load failed or its source is away; one
-/// whose summary cannot be read, is silent for [`SILENT_AFTER`], or went without its
-/// leaving is [`Standing::ReplicaUnseen`]. The worst standing wins, in the order
-/// [`Standing::rank`] gives; the replicas that make it so are returned, worst first.
-pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
-    let own = replica_standing(status);
-    let Some(replicas) = status.replicas.as_ref().filter(|r| r.shared()) else {
-        return (own, Vec::new());
-    };
-    let mut lagging = Vec::new();
-    if let Some(error) = &replicas.error {
-        lagging.push(Lagging {
-            replica: replicas.this.clone(),
-            standing: Standing::ReplicaUnseen,
-            why: format!("cannot read the other replicas' summaries: {error}"),
-        });
-    }
-    for gone in &replicas.vanished {
-        lagging.push(Lagging {
-            replica: gone.replica.clone(),
-            standing: Standing::ReplicaUnseen,
-            why: format!(
-                "its summary went at {} without its leaving (killed, or cut off from etcd): \
-                 its {} proxies are not seen here, and may be on another replica or on none",
-                gone.since, gone.proxies
-            ),
-        });
-    }
-    let now = parse_time(&status.at);
-    // The summaries were compared with an older load of this replica's: none of the
-    // others is known to have the documents this one loaded last.
-    let loaded = status.config.as_ref().and_then(|c| c.revision);
-    let stale = loaded.is_some() && replicas.against < loaded;
-    for other in replicas.others() {
-        let age = match (now, parse_time(&other.at)) {
-            (Some(now), Some(then)) => now.duration_since(then).unwrap_or_default(),
-            _ => Duration::ZERO,
-        };
-        if age > SILENT_AFTER {
-            lagging.push(Lagging {
-                replica: other.replica.clone(),
-                standing: Standing::ReplicaUnseen,
-                why: format!(
-                    "its summary is {} old (taken {}): it does not reach etcd, or is stuck",
-                    humantime::format_duration(Duration::from_secs(age.as_secs())),
-                    other.at
-                ),
-            });
-            continue;
-        }
-        let standing = Standing::from_name(&other.standing).unwrap_or(Standing::ReplicaUnseen);
-        let behind = stale || replicas.behind.contains(&other.replica);
-        // What a replica that has not loaded the newest documents says of its proxies is
-        // about older ones: only a failed load or a source away count as they are.
-        let standing = match standing {
-            Standing::LoadFailed | Standing::SourceDown => standing,
-            _ if behind => Standing::Updating,
-            _ => standing,
-        };
-        if standing == Standing::Done {
-            continue;
-        }
-        let why = if behind && standing == Standing::Updating {
-            format!(
-                "has not loaded the documents this replica loaded at {} (its last load read {})",
-                revision_text(loaded),
-                revision_text(other.revision)
-            )
-        } else {
-            replica_problem(other, standing)
-        };
-        lagging.push(Lagging {
-            replica: other.replica.clone(),
-            standing,
-            why,
-        });
-    }
-    lagging.sort_by_key(|l| l.standing.rank());
-    let fleet = lagging
-        .iter()
-        .map(|l| l.standing)
-        .chain([own])
-        .min_by_key(|s| s.rank())
-        .unwrap_or(own);
-    (fleet, lagging)
-}
-
-fn revision_text(revision: Option<i64>) -> String {
-    match revision {
-        Some(r) => format!("revision {r}"),
-        None => "no revision".into(),
-    }
-}
-
-/// What a replica's summary says is wrong with it, in a line.
-fn replica_problem(summary: &ReplicaSummary, standing: Standing) -> String {
-    let nack = summary.nodes.iter().find_map(|n| {
-        n.types.iter().find_map(|(kind, t)| {
-            (t.state == SyncStatus::Nacked).then(|| {
-                format!(
-                    ": {} rejected {kind}: {}",
-                    n.node_id,
-                    t.error.as_deref().unwrap_or("")
-                )
-            })
-        })
-    });
-    match standing {
-        Standing::LoadFailed => format!(
-            "{}{}",
-            standing.text(),
-            summary
-                .errors
-                .first()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default()
-        ),
-        Standing::Nacked => format!("{}{}", standing.text(), nack.unwrap_or_default()),
-        Standing::Updating => format!(
-            "{} ({} of {} proxies synced on generation {})",
-            standing.text(),
-            summary.synced,
-            summary.proxies,
-            summary.generation
-        ),
-        _ => standing.text().to_string(),
-    }
-}
-
-fn parse_time(text: &str) -> Option<SystemTime> {
-    humantime::parse_rfc3339(text).ok()
 }
 
 #[cfg(test)]

@@ -1,10 +1,16 @@
-//! Where the fleet stands, judged from a [`Status`]: what `switchyard status` exits with,
-//! and the headline of the page, with the next step for a person.
+//! Where the fleet stands, judged from a [`Status`]: this replica's own standing, and with
+//! an etcd source every other replica's summary with it ([`fleet_standing`]); what
+//! `switchyard status` exits with, and the headline of the page, with the next step for a
+//! person.
 //!
 //! Must not: read the fleet or the cache (it judges the status it is given), or know exit
 //! codes (the CLI's).
 
+use std::time::{Duration, SystemTime};
+
+use super::replicas::{ReplicaSummary, SILENT_AFTER};
 use super::Status;
+use crate::fleet::SyncStatus;
 
 /// Where the fleet stands, for a deploy to wait on (`switchyard status`'s exit code) and a
 /// person to read (the page's headline).
@@ -88,9 +94,9 @@ impl Standing {
 }
 
 /// Where `status` says the fleet stands: this replica's standing, and with an etcd source
-/// every other replica's summary ([`fleet_standing`](super::replicas::fleet_standing)).
+/// every other replica's summary ([`fleet_standing`]).
 pub fn verdict(status: &Status) -> Standing {
-    super::replicas::fleet_standing(status).0
+    fleet_standing(status).0
 }
 
 /// Where this replica alone stands by `status`. In order: a failed load, a source that does
@@ -198,4 +204,149 @@ impl Standing {
             }
         }
     }
+}
+
+/// Why the fleet is not where this replica alone is: a replica named, and what of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lagging {
+    pub replica: String,
+    pub standing: Standing,
+    pub why: String,
+}
+
+/// Where the fleet stands from `status`: this replica's own standing, then every other
+/// replica's summary (with an etcd source). A replica that stands worse counts (a NACK on
+/// it is the fleet's); one that has not loaded the documents this replica loaded last
+/// (`behind`, or summaries compared with an older load) is still updating, whatever its
+/// proxies said of older documents, unless its load failed or its source is away; one
+/// whose summary cannot be read, is silent for [`SILENT_AFTER`], or went without its
+/// leaving is [`Standing::ReplicaUnseen`]. The worst standing wins, in the order
+/// [`Standing::rank`] gives; the replicas that make it so are returned, worst first.
+pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
+    let own = replica_standing(status);
+    let Some(replicas) = status.replicas.as_ref().filter(|r| r.shared()) else {
+        return (own, Vec::new());
+    };
+    let mut lagging = Vec::new();
+    if let Some(error) = &replicas.error {
+        lagging.push(Lagging {
+            replica: replicas.this.clone(),
+            standing: Standing::ReplicaUnseen,
+            why: format!("cannot read the other replicas' summaries: {error}"),
+        });
+    }
+    for gone in &replicas.vanished {
+        lagging.push(Lagging {
+            replica: gone.replica.clone(),
+            standing: Standing::ReplicaUnseen,
+            why: format!(
+                "its summary went at {} without its leaving (killed, or cut off from etcd): \
+                 its {} proxies are not seen here, and may be on another replica or on none",
+                gone.since, gone.proxies
+            ),
+        });
+    }
+    let now = parse_time(&status.at);
+    // The summaries were compared with an older load of this replica's: none of the
+    // others is known to have the documents this one loaded last.
+    let loaded = status.config.as_ref().and_then(|c| c.revision);
+    let stale = loaded.is_some() && replicas.against < loaded;
+    for other in replicas.others() {
+        let age = match (now, parse_time(&other.at)) {
+            (Some(now), Some(then)) => now.duration_since(then).unwrap_or_default(),
+            _ => Duration::ZERO,
+        };
+        if age > SILENT_AFTER {
+            lagging.push(Lagging {
+                replica: other.replica.clone(),
+                standing: Standing::ReplicaUnseen,
+                why: format!(
+                    "its summary is {} old (taken {}): it does not reach etcd, or is stuck",
+                    humantime::format_duration(Duration::from_secs(age.as_secs())),
+                    other.at
+                ),
+            });
+            continue;
+        }
+        let standing = Standing::from_name(&other.standing).unwrap_or(Standing::ReplicaUnseen);
+        let behind = stale || replicas.behind.contains(&other.replica);
+        // What a replica that has not loaded the newest documents says of its proxies is
+        // about older ones: only a failed load or a source away count as they are.
+        let standing = match standing {
+            Standing::LoadFailed | Standing::SourceDown => standing,
+            _ if behind => Standing::Updating,
+            _ => standing,
+        };
+        if standing == Standing::Done {
+            continue;
+        }
+        let why = if behind && standing == Standing::Updating {
+            format!(
+                "has not loaded the documents this replica loaded at {} (its last load read {})",
+                revision_text(loaded),
+                revision_text(other.revision)
+            )
+        } else {
+            replica_problem(other, standing)
+        };
+        lagging.push(Lagging {
+            replica: other.replica.clone(),
+            standing,
+            why,
+        });
+    }
+    lagging.sort_by_key(|l| l.standing.rank());
+    let fleet = lagging
+        .iter()
+        .map(|l| l.standing)
+        .chain([own])
+        .min_by_key(|s| s.rank())
+        .unwrap_or(own);
+    (fleet, lagging)
+}
+
+fn revision_text(revision: Option<i64>) -> String {
+    match revision {
+        Some(r) => format!("revision {r}"),
+        None => "no revision".into(),
+    }
+}
+
+/// What a replica's summary says is wrong with it, in a line.
+fn replica_problem(summary: &ReplicaSummary, standing: Standing) -> String {
+    let nack = summary.nodes.iter().find_map(|n| {
+        n.types.iter().find_map(|(kind, t)| {
+            (t.state == SyncStatus::Nacked).then(|| {
+                format!(
+                    ": {} rejected {kind}: {}",
+                    n.node_id,
+                    t.error.as_deref().unwrap_or("")
+                )
+            })
+        })
+    });
+    match standing {
+        Standing::LoadFailed => format!(
+            "{}{}",
+            standing.text(),
+            summary
+                .errors
+                .first()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ),
+        Standing::Nacked => format!("{}{}", standing.text(), nack.unwrap_or_default()),
+        Standing::Updating => format!(
+            "{} ({} of {} proxies synced on generation {})",
+            standing.text(),
+            summary.synced,
+            summary.proxies,
+            summary.generation
+        ),
+        _ => standing.text().to_string(),
+    }
+}
+
+fn parse_time(text: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339(text).ok()
 }

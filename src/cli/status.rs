@@ -425,7 +425,7 @@ pub fn status_table(status: &crate::admin::Status) -> String {
 /// in a table, and what keeps the fleet from done; from files, that the view is this
 /// replica's alone.
 fn replica_lines(out: &mut String, status: &crate::admin::Status) {
-    use crate::admin::replicas::{fleet_standing, ReplicaSummary};
+    use crate::admin::{replicas::ReplicaSummary, standing::fleet_standing};
     let Some(replicas) = &status.replicas else {
         return;
     };

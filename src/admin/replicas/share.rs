@@ -137,7 +137,9 @@ impl Sharing {
                     .map_err(|e| unavailable(format!("cannot renew the summary's lease: {e}")))?;
                 renewed = Instant::now();
             }
-            let summary = summarize(&super::super::status::current_status(admin), &self.replica);
+            let status = super::super::status::current_status(admin);
+            let standing = crate::admin::standing::replica_standing(&status);
+            let summary = summarize(&status, &self.replica, standing.name());
             let due = written.as_ref().is_none_or(|(said, when)| {
                 when.elapsed() >= REFRESH || !same_but_time(said, &summary)
             });
@@ -270,42 +272,6 @@ fn vanished(
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn summary(name: &str, left: bool) -> ReplicaSummary {
-        ReplicaSummary {
-            replica: name.into(),
-            proxies: 3,
-            left,
-            ..ReplicaSummary::default()
-        }
-    }
-
-    /// A summary gone without a word is a replica vanished, shown until it is back or
-    /// [`VANISHED_FOR`] has passed; one that said it left is not.
-    #[test]
-    fn a_summary_gone_without_leaving_is_a_vanished_replica_for_a_while() {
-        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let (a, b, c) = (summary("a", false), summary("b", false), summary("c", true));
-        let gone = vanished(&[a.clone(), b.clone(), c], &[a.clone()], &[], t0);
-        assert_eq!(gone.len(), 1, "{gone:?}");
-        assert_eq!((gone[0].replica.as_str(), gone[0].proxies), ("b", 3));
-        let later = t0 + Duration::from_secs(60);
-        assert_eq!(vanished(&[a.clone()], &[a.clone()], &gone, later), gone);
-        assert!(
-            vanished(&[a.clone()], &[a.clone(), b], &gone, later).is_empty(),
-            "back"
-        );
-        let past = t0 + VANISHED_FOR + Duration::from_secs(1);
-        assert!(
-            vanished(&[a.clone()], &[a], &gone, past).is_empty(),
-            "aged out"
-        );
-    }
-}
-
 /// Whether two summaries say the same but for when they were taken.
 fn same_but_time(a: &ReplicaSummary, b: &ReplicaSummary) -> bool {
     ReplicaSummary {
@@ -355,4 +321,38 @@ pub async fn read(
         .collect();
     summaries.sort_by(|a, b| a.0.replica.cmp(&b.0.replica));
     Ok(summaries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(name: &str, left: bool) -> ReplicaSummary {
+        ReplicaSummary {
+            replica: name.into(),
+            proxies: 3,
+            left,
+            ..ReplicaSummary::default()
+        }
+    }
+
+    /// A summary gone without a word is a replica vanished, shown until it is back or
+    /// [`VANISHED_FOR`] has passed; one that said it left is not.
+    #[test]
+    fn a_summary_gone_without_leaving_is_a_vanished_replica_for_a_while() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let (a, b, c) = (summary("a", false), summary("b", false), summary("c", true));
+        let only_a = std::slice::from_ref(&a);
+        let gone = vanished(&[a.clone(), b.clone(), c], only_a, &[], t0);
+        assert_eq!(gone.len(), 1, "{gone:?}");
+        assert_eq!((gone[0].replica.as_str(), gone[0].proxies), ("b", 3));
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(vanished(only_a, only_a, &gone, later), gone);
+        assert!(
+            vanished(only_a, &[a.clone(), b], &gone, later).is_empty(),
+            "back"
+        );
+        let past = t0 + VANISHED_FOR + Duration::from_secs(1);
+        assert!(vanished(only_a, only_a, &gone, past).is_empty(), "aged out");
+    }
 }

@@ -1,4 +1,9 @@
 use super::*;
+use crate::admin::standing::{fleet_standing, replica_standing, Standing};
+
+fn summarize(status: &Status, replica: &str) -> ReplicaSummary {
+    super::summarize(status, replica, replica_standing(status).name())
+}
 
 /// A replica's `/status`: nodes `(id, generation, CDS state)`, serving generation 2 read
 /// at `revision` with content `version`, and the other replicas' `summaries`.
