@@ -51,17 +51,55 @@ fn validate_prints_warnings_and_strict_makes_them_errors() {
     let path = dir.path().to_str().expect("utf8");
     let o = switchyard(&["validate", "-c", path]);
     assert_eq!(o.status.code(), Some(0));
-    // Where the resource that refers is written, too.
+    // Where the route that refers is written: at its `cluster:`.
     let file = dir.path().join("r.yaml").display().to_string();
     assert!(
         stderr(&o).contains(&format!(
-            "warning: {file}:1:10: RDS \"r\": refers to cluster \"ghost\", which no file defines"
+            "warning: {file}:1:100: RDS \"r\": refers to cluster \"ghost\", which no file defines"
         )),
         "{}",
         stderr(&o)
     );
     let strict = switchyard(&["validate", "--strict", "-c", path]);
     assert_eq!(strict.status.code(), Some(1));
+}
+
+/// A node glob that is a prefix with nothing after it (`canary-`) names one node, not a
+/// group: a file's `nodes:` warns, and `serve --canary-id` refuses it at start.
+#[test]
+fn a_prefix_glob_with_nothing_after_it_is_named() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        "nodes: [{id: \"edge-\"}]\nclusters: [{name: a, connect_timeout: 1s}]\n",
+    )
+    .expect("w");
+    let path = dir.path().to_str().expect("utf8");
+    let o = switchyard(&["validate", "-c", path]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        stderr(&o).contains("nodes[0].id: \"edge-\" has no wildcard and ends in '-'")
+            && stderr(&o).contains("write \"edge-*\""),
+        "{}",
+        stderr(&o)
+    );
+    let o = switchyard(&[
+        "serve",
+        "-c",
+        path,
+        "--canary-id",
+        "canary-",
+        "--xds-addr",
+        "127.0.0.1:0",
+        "--admin-addr",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--canary-id \"canary-\" has no wildcard"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

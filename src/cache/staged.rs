@@ -33,6 +33,9 @@ pub enum PolicyError {
     NoCanary,
     #[error(transparent)]
     Selector(#[from] crate::config::selector::SelectorError),
+    /// A canary glob that names no group (`canary-`, or empty).
+    #[error("{flag} {why}")]
+    BarePrefix { flag: &'static str, why: String },
 }
 
 impl Policy {
@@ -48,6 +51,14 @@ impl Policy {
             (None, Some(c)) => format!("cluster {c:?}"),
             (None, None) => return Err(PolicyError::NoCanary),
         };
+        for (flag, glob) in [("--canary-id", &id), ("--canary-cluster", &cluster)] {
+            if let Some(why) = glob
+                .as_deref()
+                .and_then(crate::config::selector::bare_prefix)
+            {
+                return Err(PolicyError::BarePrefix { flag, why });
+            }
+        }
         let canary = Selector::new(vec![NodeMatch {
             id,
             cluster,

@@ -255,6 +255,16 @@ pub(super) fn load_text_naming(
     let path = origin.path.as_path();
     let (mut raw, warnings) = parse_file(path, text).map_err(|e| vec![e])?;
     let mut errors = Vec::new();
+    let mut warnings = warnings;
+    for (i, entry) in raw.nodes.iter().flatten().enumerate() {
+        for (field, why) in entry.bare_prefixes() {
+            warnings.push(ConfigError::Structure {
+                path: path.to_path_buf(),
+                at: format!("nodes[{i}].{field}"),
+                message: why,
+            });
+        }
+    }
     let selector = match raw.nodes.take() {
         None => Selector::all(),
         Some(entries) => Selector::new(entries).unwrap_or_else(|e| {
@@ -267,7 +277,6 @@ pub(super) fn load_text_naming(
         }),
     };
     let mut resources = Vec::new();
-    let mut warnings = warnings;
     let mut read_files = Vec::new();
     let mut certificates = Vec::new();
     for kind in ResourceType::ALL {

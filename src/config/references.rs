@@ -180,19 +180,23 @@ impl<'a> Checker<'a> {
         };
         // Where each resource that refers is written: found only for files with something to
         // report, read again with positions (a good load never pays for it).
-        let mut positions: std::collections::HashMap<usize, super::yaml::Positions> =
+        let mut read: std::collections::HashMap<usize, (String, super::yaml::Positions)> =
             std::collections::HashMap::new();
+        // At the field that names what is missing (a route's `cluster:`, not the route
+        // configuration's first line), or else at the resource.
         let mut at = |r: &Reference| {
             let index = r.index?;
-            let file = positions
-                .entry(r.file)
-                .or_insert_with(|| match texts.get(&r.file) {
-                    Some(text) => super::yaml::positions(text),
-                    None => std::fs::read_to_string(&files[r.file].path)
-                        .map(|text| super::yaml::positions(&text))
-                        .unwrap_or_default(),
-                });
-            super::yaml::position_of(file, &format!("{}[{index}]", r.from_kind.file_key()))
+            let (text, positions) = read.entry(r.file).or_insert_with(|| {
+                let text = match texts.get(&r.file) {
+                    Some(text) => text.to_string(),
+                    None => std::fs::read_to_string(&files[r.file].path).unwrap_or_default(),
+                };
+                let positions = super::yaml::positions(&text);
+                (text, positions)
+            });
+            let resource = format!("{}[{index}]", r.from_kind.file_key());
+            let field = super::yaml::path_of_value(text, &resource, r.to_name);
+            super::yaml::position_of(positions, field.as_deref().unwrap_or(&resource))
         };
         self.references
             .iter()

@@ -352,6 +352,59 @@ fn common_text(a: &str, b: &str) -> Option<String> {
     None
 }
 
+/// Why `glob` likely names no group of nodes it was meant to: empty (it matches only a node
+/// that gives none), or a prefix with nothing after it (`canary-`: no wildcard, ending in
+/// `-`, `_`, `.`, `/` or `:`, it names the one node `canary-`, not every node starting
+/// with it).
+pub fn bare_prefix(glob: &str) -> Option<String> {
+    if glob.is_empty() {
+        return Some("is empty: it matches only a node that gives none".into());
+    }
+    if glob.contains(['*', '?']) {
+        return None;
+    }
+    let last = glob.chars().last()?;
+    matches!(last, '-' | '_' | '.' | '/' | ':').then(|| {
+        format!(
+            "{glob:?} has no wildcard and ends in {last:?}: it names the one node {glob:?}, \
+             nothing after the prefix; write \"{glob}*\" for every node that starts with it"
+        )
+    })
+}
+
+impl NodeMatch {
+    /// Each glob of this entry that [`bare_prefix`] finds suspect: its field (`id`,
+    /// `metadata.team`, ...) and why.
+    pub fn bare_prefixes(&self) -> Vec<(String, String)> {
+        let locality = self.locality.as_ref();
+        let fields = [
+            ("id".to_string(), self.id.as_deref()),
+            ("cluster".to_string(), self.cluster.as_deref()),
+            (
+                "locality.region".to_string(),
+                locality.and_then(|l| l.region.as_deref()),
+            ),
+            (
+                "locality.zone".to_string(),
+                locality.and_then(|l| l.zone.as_deref()),
+            ),
+            (
+                "locality.sub_zone".to_string(),
+                locality.and_then(|l| l.sub_zone.as_deref()),
+            ),
+        ]
+        .into_iter()
+        .chain(
+            self.metadata
+                .iter()
+                .map(|(k, v)| (format!("metadata.{k}"), Some(v.as_str()))),
+        );
+        fields
+            .filter_map(|(field, glob)| Some((field, bare_prefix(glob?)?)))
+            .collect()
+    }
+}
+
 /// Shell-style glob: `*` matches any run of characters, `?` exactly one.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
@@ -401,6 +454,20 @@ mod tests {
 
     fn node(id: &str, cluster: &str) -> NodeFacts {
         NodeFacts::new(id, cluster)
+    }
+
+    #[test]
+    fn a_prefix_with_nothing_after_it_is_named() {
+        let why = bare_prefix("canary-").expect("suspect");
+        assert!(why.contains("write \"canary-*\""), "{why}");
+        assert!(bare_prefix("").is_some());
+        for fine in ["canary-*", "canary-1", "edge", "eu-?"] {
+            assert_eq!(bare_prefix(fine), None, "{fine}");
+        }
+        let entry: NodeMatch =
+            serde_yaml::from_str("{id: 'edge-', metadata: {team: 'pay/'}}").expect("entry");
+        let fields: Vec<String> = entry.bare_prefixes().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(fields, ["id", "metadata.team"]);
     }
 
     #[test]

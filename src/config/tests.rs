@@ -1545,11 +1545,12 @@ fn documents_load_as_the_files_they_would_be() {
     });
     assert!(load_documents(&raised, &LoadOptions::default()).is_ok());
     // A reference no document defines, where the document says it (from its text: no file
-    // of that name is read).
+    // of that name is read): at the route's own `cluster:`, not the route configuration's
+    // first line.
     let mut dangling = documents.clone();
     dangling.push(Document {
         name: "dangling.yaml".into(),
-        text: "routes:\n  - name: d\n    virtual_hosts: [{ name: a, domains: [\"*\"], routes: [{ match: { prefix: \"/\" }, route: { cluster: nope } }] }]\n".into(),
+        text: "routes:\n  - name: d\n    virtual_hosts:\n      - name: a\n        domains: [\"*\"]\n        routes:\n          - match: { prefix: \"/\" }\n            route: { cluster: nope }\n".into(),
     });
     let strict = LoadOptions {
         strict: true,
@@ -1560,7 +1561,7 @@ fn documents_load_as_the_files_they_would_be() {
         .errors[0]
         .to_string();
     assert!(
-        missing.starts_with("dangling.yaml:2:9: RDS \"d\": refers to cluster \"nope\""),
+        missing.starts_with("dangling.yaml:8:22: RDS \"d\": refers to cluster \"nope\""),
         "{missing}"
     );
     // The same name twice, and a document over the size limit.

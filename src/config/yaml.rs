@@ -101,6 +101,50 @@ pub fn positions(text: &str) -> Positions {
     builder.positions
 }
 
+/// In the file `text`, the path of the first string equal to `value` within the node at
+/// `under` (`routes[3]`), that node's own `name` aside: where a resource names what it
+/// refers to (`routes[3].virtual_hosts[0].routes[1].route.cluster`).
+pub fn path_of_value(text: &str, under: &str, value: &str) -> Option<String> {
+    let (root, _) = parse(text).ok()?;
+    let mut node = &root;
+    for part in under.split('.') {
+        let (key, indices) = match part.find('[') {
+            Some(at) => (&part[..at], &part[at..]),
+            None => (part, ""),
+        };
+        if !key.is_empty() {
+            node = node.get(key)?;
+        }
+        for index in indices.split(['[', ']']).filter(|i| !i.is_empty()) {
+            node = node.get(index.parse::<usize>().ok()?)?;
+        }
+    }
+    fn find(node: &Value, path: String, value: &str, top: bool) -> Option<String> {
+        match node {
+            Value::Mapping(entries) => entries.iter().find_map(|(k, v)| {
+                let key = k.as_str()?;
+                if top && key == "name" {
+                    return None;
+                }
+                let here = join(&path, key);
+                match v {
+                    Value::String(s) if s == value => Some(here),
+                    _ => find(v, here, value, false),
+                }
+            }),
+            Value::Sequence(items) => items.iter().enumerate().find_map(|(i, v)| {
+                let here = format!("{path}[{i}]");
+                match v {
+                    Value::String(s) if s == value => Some(here),
+                    _ => find(v, here, value, false),
+                }
+            }),
+            _ => None,
+        }
+    }
+    find(node, under.to_string(), value, true)
+}
+
 #[derive(Default)]
 struct Builder {
     /// Whether to keep [`Positions`] (and the path of each open frame, in `paths`).
