@@ -248,9 +248,15 @@ fn summary(html: &mut String, status: &Status) {
             .filter(|n| n.types.values().any(|t| t.state == state))
             .count()
     };
+    // From etcd the counts and the table below are this replica's; Replicas has the rest.
+    let here = if status.replicas.as_ref().is_some_and(|r| r.shared()) {
+        " on this replica"
+    } else {
+        ""
+    };
     let _ = write!(
         html,
-        "<p class=\"sum\"><span><a href=\"/\"><b>{}</b> nodes</a></span>\
+        "<p class=\"sum\"><span><a href=\"/\"><b>{}</b> nodes{here}</a></span>\
          <span class=\"bad\"><a href=\"/?state=NACKED\"><b>{}</b> NACKing</a></span>\
          <span><a href=\"/?state=STALE\"><b>{}</b> with a response not yet ACKed</a></span>\
          <span><a href=\"/?state=UPDATING\"><b>{}</b> mid-update (make-before-break)</a></span>\
