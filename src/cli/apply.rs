@@ -372,6 +372,16 @@ fn write_change(
     let outcome = rt.block_on(async {
         let mut client = etcd::connect(&url, access, timeout).await?;
         let deadline = tokio::time::Instant::now() + timeout;
+        // An apply in several transactions that was interrupted is finished first (readers
+        // hold the documents before it until then).
+        if !dry_run {
+            if let Some(ended) = etcd::switch::resume(&mut client, &url, deadline).await? {
+                println!(
+                    "finished the switch of the prefix an interrupted apply began: its change \
+                     landed at revision {ended}"
+                );
+            }
+        }
         let (held, mut at) = etcd::read_for_write(&mut client, &url, deadline).await?;
         if let Some(expected) = flags.expect_revision {
             let last = etcd::last_write(&mut client, &url).await?;

@@ -5,6 +5,7 @@
 //! Must not: parse documents.
 
 pub mod follow;
+pub mod switch;
 
 use std::time::Duration;
 
@@ -238,6 +239,17 @@ pub async fn read_at(
             None => unavailable(format!("cannot read the prefix {prefix:?}: {e}")),
         })?;
     let revision = response.header().map_or(0, |h| h.revision());
+    // An apply switching the prefix over ([`switch`]): what every reader sees is the
+    // prefix as it was before the switch began (and a follower watches from there, so it
+    // holds until the switch ends).
+    let switching = switch::key(url);
+    if let Some(kv) = response
+        .kvs()
+        .iter()
+        .find(|kv| kv.key() == switching.as_bytes())
+    {
+        return Box::pin(read_at(client, url, Some(kv.create_revision() - 1))).await;
+    }
     let mut documents = Vec::new();
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
@@ -293,6 +305,18 @@ pub struct Change {
 impl Change {
     pub fn is_empty(&self) -> bool {
         self.put.is_empty() && self.delete.is_empty()
+    }
+
+    /// Whether it goes in one transaction within etcd's default limits (128 operations,
+    /// 1.5 MiB a request), with the guard key: else it is switched ([`switch`]).
+    pub fn fits_one_transaction(&self) -> bool {
+        let bytes: usize = self
+            .put
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+            + self.delete.iter().map(String::len).sum::<usize>();
+        self.put.len() + self.delete.len() < switch::BATCH_OPS && bytes < switch::BATCH_BYTES
     }
 }
 
@@ -389,6 +413,26 @@ pub enum ApplyError {
     /// was written, for sure.
     #[error("etcd refused the write, nothing was written: {message}{hint}")]
     Refused { message: String, hint: &'static str },
+    /// A switch (an apply too large for one transaction) was ended by another apply.
+    #[error(
+        "another apply finished this apply's switch of the prefix; run apply again to see \
+         the change against what etcd holds now"
+    )]
+    Switched,
+    /// A switch began and could not end in time: readers hold what the prefix held before.
+    #[error(
+        "the switch of the prefix began and could not end in time ({message}): every replica \
+         keeps serving what the prefix held before it; run apply again (with etcd answering) \
+         to finish it"
+    )]
+    HalfSwitched { message: String },
+    /// Another apply is switching the prefix now.
+    #[error(
+        "another apply is switching the prefix over (a large change, in several \
+         transactions) and did not end in time; nothing was written: apply again once it has \
+         ended"
+    )]
+    Busy,
     #[error(transparent)]
     Unavailable(#[from] SourceError),
 }
@@ -400,23 +444,29 @@ fn refused(e: &etcd_client::Error) -> Option<ApplyError> {
         return None;
     };
     use tonic::Code;
-    if !matches!(
-        status.code(),
-        Code::InvalidArgument
-            | Code::FailedPrecondition
-            | Code::PermissionDenied
-            | Code::Unauthenticated
-    ) {
+    // gRPC's own bound on a request (etcd's is 1.5 MiB, gRPC's above it) refuses it before
+    // etcd sees it.
+    let too_big =
+        status.code() == Code::ResourceExhausted && status.message().contains("larger than max");
+    if !too_big
+        && !matches!(
+            status.code(),
+            Code::InvalidArgument
+                | Code::FailedPrecondition
+                | Code::PermissionDenied
+                | Code::Unauthenticated
+        )
+    {
         return None;
     }
     let message = status.message().to_string();
     let hint = if message.contains("too many operations") {
-        " (etcd's --max-txn-ops, 128 by default, bounds one transaction, and an apply writes \
-         each changed document and its guard in one: change at most 127 documents at once, or \
-         raise the limit on every member)"
-    } else if message.contains("too large") {
-        " (etcd's --max-request-bytes, 1.5 MiB by default, bounds one request: change fewer \
-         documents at once, or raise the limit on every member)"
+        " (etcd's --max-txn-ops bounds one transaction: it is below the 100 operations an \
+         apply puts in one; raise it to at least 128, etcd's default, on every member)"
+    } else if message.contains("too large") || too_big {
+        " (etcd's --max-request-bytes, 1.5 MiB by default, bounds one request, and one \
+         document goes in one request: make the document smaller, or raise the limit on \
+         every member)"
     } else {
         ""
     };
@@ -439,6 +489,9 @@ pub async fn apply(
     note: &str,
     deadline: tokio::time::Instant,
 ) -> Result<i64, ApplyError> {
+    if !change.fits_one_transaction() {
+        return switch::apply(client, url, change, at, note, deadline).await;
+    }
     let mut failed = None;
     loop {
         if failed.is_some() {
@@ -562,12 +615,15 @@ pub async fn changes(
             .await
             .map_err(|e| unavailable(format!("cannot watch: {e}")))?;
         let mut revisions = std::collections::BTreeSet::new();
+        // Switches (an apply in several transactions): where each began and ended.
+        let mut switches: Vec<(i64, Option<i64>)> = Vec::new();
+        let switch_key = switch::key(url);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut created = false;
         loop {
             let message = match tokio::time::timeout(QUIET, stream.message()).await {
                 Ok(message) => message.map_err(|e| unavailable(format!("cannot watch: {e}")))?,
-                Err(_) if created => return Ok((revisions.into_iter().collect(), start)),
+                Err(_) if created => return Ok((as_readers_saw(revisions, &switches), start)),
                 Err(_) if tokio::time::Instant::now() < deadline => continue,
                 Err(_) => return Err(unavailable("the history took too long to read".into())),
             };
@@ -581,10 +637,48 @@ pub async fn changes(
             created |= response.created();
             for event in response.events() {
                 let Some(kv) = event.kv() else { continue };
-                if is_document(&prefix, &String::from_utf8_lossy(kv.key())) {
+                if kv.key() == switch_key.as_bytes() {
+                    match event.event_type() {
+                        etcd_client::EventType::Put => switches.push((kv.mod_revision(), None)),
+                        etcd_client::EventType::Delete => {
+                            if let Some(open) = switches.last_mut().filter(|s| s.1.is_none()) {
+                                open.1 = Some(kv.mod_revision());
+                            }
+                        }
+                    }
+                } else if is_document(&prefix, &String::from_utf8_lossy(kv.key())) {
                     revisions.insert(kv.mod_revision());
                 }
             }
         }
+    }
+}
+
+/// The revisions at which readers saw the documents change: a switch's transactions are one
+/// change, at its end (one not ended yet is none).
+fn as_readers_saw(
+    mut revisions: std::collections::BTreeSet<i64>,
+    switches: &[(i64, Option<i64>)],
+) -> Vec<i64> {
+    for (began, ended) in switches {
+        revisions.retain(|r| r < began || ended.is_some_and(|end| *r > end));
+        if let Some(end) = ended {
+            revisions.insert(*end);
+        }
+    }
+    revisions.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// A switch's transactions are one change to readers, at its end; one not ended yet is
+    /// no change; edits before and after stay as they were.
+    #[test]
+    fn a_switch_is_one_change_at_its_end() {
+        let revisions = [3, 7, 8, 9, 10, 14, 20, 21].into_iter().collect();
+        assert_eq!(
+            super::as_readers_saw(revisions, &[(7, Some(11)), (20, None)]),
+            [3, 11, 14]
+        );
     }
 }

@@ -60,6 +60,10 @@ struct Held {
     stale: bool,
     /// What the last apply among the events not loaded yet said of itself.
     note: Option<etcd::ApplyNote>,
+    /// An apply is switching the prefix over (`etcd::switch`): nothing is loaded until it
+    /// ends; `pending` when documents changed meanwhile.
+    switching: bool,
+    pending: bool,
 }
 
 impl Held {
@@ -73,6 +77,8 @@ impl Held {
                 .collect(),
             stale: false,
             note: None,
+            switching: false,
+            pending: false,
         }
     }
 
@@ -108,6 +114,11 @@ fn apply(
             // An apply's guard key: its note goes with the documents it wrote.
             if key == format!("{prefix}{}", etcd::GUARD) && event.event_type() == EventType::Put {
                 held.note = serde_json::from_slice(kv.value()).ok();
+            }
+            // A switch begins, or ends (its documents load as one change).
+            if key == format!("{prefix}{}", etcd::switch::SWITCHING) {
+                held.switching = event.event_type() == EventType::Put;
+                held.pending |= !held.switching;
             }
             continue;
         }
@@ -314,7 +325,19 @@ impl Watch<'_> {
                     }
                 }
             }
-            if applied.changed > 0 {
+            if self.held.switching {
+                // Held until the switch ends, and the barrier with it: what the prefix
+                // held before the switch keeps serving.
+                if !std::mem::replace(&mut self.held.pending, true) {
+                    tracing::info!(
+                        revision = self.held.revision,
+                        "An apply is switching the prefix over in several transactions: loading nothing until it ends."
+                    );
+                }
+                continue;
+            }
+            if applied.changed > 0 || std::mem::take(&mut self.held.pending) {
+                self.held.pending = false;
                 tracing::debug!(
                     revision = self.held.revision,
                     documents = applied.changed,

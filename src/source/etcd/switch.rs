@@ -1,0 +1,526 @@
+//! An apply too large for one etcd transaction (etcd's defaults: 128 operations and 1.5 MiB a
+//! request), still whole for every reader: the prefix is switched over.
+//!
+//! 1. **Stage.** The documents to put are written under `PREFIX.staging/ID/` (beside the
+//!    prefix: no reader looks there), in transactions within the limits, with
+//!    `PREFIX.staging/ID/.alive` on this apply's lease.
+//! 2. **Begin.** One transaction, guarded as a one-transaction apply is (no key under the
+//!    prefix written since the read, no other apply since), writes the switch key
+//!    `PREFIX/.switchyard/switching` ([`Switch`]: the keys to delete, the apply's note). From
+//!    then on every reader holds: a read of the prefix reads it as it was before the switch
+//!    key (`etcd::read_at`), and a follower loads nothing while the key is there.
+//! 3. **Copy.** The documents go under the prefix and the deleted keys go, in transactions
+//!    that each first check the switch key is still this one.
+//! 4. **End.** One transaction deletes the switch key and writes the apply's guard key with
+//!    its note: readers load the whole change, at that revision.
+//! 5. The staged documents are deleted.
+//!
+//! A failure before the switch key is written deletes what was staged: nothing changed. After
+//! it, each step is tried again until the deadline (the steps are idempotent). An apply that
+//! stops mid-way (killed, or out of time) leaves the switch key and the staged documents; the
+//! next apply finishes it first ([`resume`]), while readers serve what the prefix held before
+//! it. A staging left by an apply killed before its switch began is deleted by the next apply
+//! (its `.alive` key went with its lease).
+//!
+//! Must not: decide what changes (`apply` does), or read documents for serving.
+
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+
+use super::{guard_key, refused, ApplyError, Change, ReadAt, RETRY};
+use crate::source::{EtcdUrl, SourceError};
+
+/// Operations and bytes in one transaction of a switch (etcd's defaults are 128 and 1.5
+/// MiB): a change that fits them with its guard is applied in one transaction instead.
+pub const BATCH_OPS: usize = 100;
+pub const BATCH_BYTES: usize = 1 << 20;
+
+/// The switch key's name under the prefix.
+pub const SWITCHING: &str = ".switchyard/switching";
+
+/// How long the lease of an apply's `.alive` key lasts without being renewed.
+const ALIVE_TTL: i64 = 10;
+/// How often it is renewed while the apply goes on.
+const KEEP_ALIVE: Duration = Duration::from_secs(3);
+
+/// The switch key.
+pub fn key(url: &EtcdUrl) -> String {
+    format!("{}{SWITCHING}", url.key_prefix())
+}
+
+fn staging_root(url: &EtcdUrl) -> String {
+    format!("{}.staging/", url.prefix.trim_end_matches('/'))
+}
+
+fn staging(url: &EtcdUrl, id: &str) -> String {
+    format!("{}{id}/", staging_root(url))
+}
+
+/// What the switch key holds: which apply, the keys it deletes, how many documents it
+/// staged, and its note (the guard key's value once it ends).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Switch {
+    pub id: String,
+    pub delete: Vec<String>,
+    pub puts: usize,
+    pub note: String,
+}
+
+fn unavailable(url: &EtcdUrl, message: String) -> ApplyError {
+    ApplyError::Unavailable(SourceError::Unavailable {
+        url: url.display(),
+        message,
+    })
+}
+
+/// An etcd error as an apply says it: refused for sure, or unavailable.
+fn failed(url: &EtcdUrl, what: &str, e: &etcd_client::Error) -> ApplyError {
+    refused(e).unwrap_or_else(|| unavailable(url, format!("{what}: {e}")))
+}
+
+/// The transactions `ops` go in, within [`BATCH_OPS`] and [`BATCH_BYTES`] each (by the
+/// sizes `sizes` gives).
+fn batches<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let this = size(item);
+        if i > start && (i - start >= BATCH_OPS || bytes + this > BATCH_BYTES) {
+            out.push(&items[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += this;
+    }
+    if start < items.len() {
+        out.push(&items[start..]);
+    }
+    out
+}
+
+/// This apply's lease, kept alive between steps.
+struct Alive {
+    lease: i64,
+    keeper: etcd_client::LeaseKeeper,
+    renewed: tokio::time::Instant,
+}
+
+impl Alive {
+    async fn renew(&mut self) {
+        if self.renewed.elapsed() >= KEEP_ALIVE && self.keeper.keep_alive().await.is_ok() {
+            self.renewed = tokio::time::Instant::now();
+        }
+    }
+}
+
+/// Apply `change` by switching (see the module doc), guarded by what was read at `at`; the
+/// revision it landed at.
+pub async fn apply(
+    client: &mut Client,
+    url: &EtcdUrl,
+    change: &Change,
+    at: ReadAt,
+    note: &str,
+    deadline: tokio::time::Instant,
+) -> Result<i64, ApplyError> {
+    let id = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let lease = client
+        .lease_grant(ALIVE_TTL, None)
+        .await
+        .map_err(|e| failed(url, "cannot take a lease", &e))?
+        .id();
+    let (keeper, _) = client
+        .lease_keep_alive(lease)
+        .await
+        .map_err(|e| failed(url, "cannot keep a lease", &e))?;
+    let mut alive = Alive {
+        lease,
+        keeper,
+        renewed: tokio::time::Instant::now(),
+    };
+    let staged = stage(client, url, &id, change, &mut alive).await;
+    let begun = match staged {
+        Ok(()) => begin(client, url, &id, change, at, note).await,
+        Err(e) => Err(e),
+    };
+    let (text, switch) = match begun {
+        Ok(begun) => begun,
+        Err(e) => {
+            // Nothing under the prefix changed: what was staged goes.
+            let _ = drop_staging(client, url, &id).await;
+            let _ = client.lease_revoke(alive.lease).await;
+            return Err(e);
+        }
+    };
+    let landed = finish(
+        client,
+        url,
+        &text,
+        &switch,
+        &change.put,
+        deadline,
+        &mut alive,
+    )
+    .await;
+    if landed.is_ok() {
+        let _ = drop_staging(client, url, &id).await;
+    }
+    let _ = client.lease_revoke(alive.lease).await;
+    landed
+}
+
+/// Write the documents to put under the staging keys, and the `.alive` key on the lease.
+async fn stage(
+    client: &mut Client,
+    url: &EtcdUrl,
+    id: &str,
+    change: &Change,
+    alive: &mut Alive,
+) -> Result<(), ApplyError> {
+    let into = staging(url, id);
+    client
+        .put(
+            format!("{into}.alive"),
+            "",
+            Some(PutOptions::new().with_lease(alive.lease)),
+        )
+        .await
+        .map_err(|e| failed(url, "cannot stage the documents", &e))?;
+    let prefix = url.key_prefix();
+    for batch in batches(&change.put, |(k, v)| k.len() + v.len() + into.len()) {
+        let ops: Vec<TxnOp> = batch
+            .iter()
+            .map(|(key, text)| {
+                let name = key.strip_prefix(prefix.as_str()).unwrap_or(key);
+                TxnOp::put(format!("{into}{name}"), text.as_str(), None)
+            })
+            .collect();
+        client
+            .txn(Txn::new().and_then(ops))
+            .await
+            .map_err(|e| failed(url, "cannot stage the documents", &e))?;
+        alive.renew().await;
+    }
+    Ok(())
+}
+
+/// Write the switch key, guarded as a one-transaction apply is. The key's text and what it
+/// says.
+async fn begin(
+    client: &mut Client,
+    url: &EtcdUrl,
+    id: &str,
+    change: &Change,
+    at: ReadAt,
+    note: &str,
+) -> Result<(String, Switch), ApplyError> {
+    let switch = Switch {
+        id: id.to_string(),
+        delete: change.delete.clone(),
+        puts: change.put.len(),
+        note: note.to_string(),
+    };
+    let text = serde_json::to_string(&switch)
+        .map_err(|e| unavailable(url, format!("cannot write the switch key: {e}")))?;
+    let prefix = url.key_prefix();
+    let guard = guard_key(url);
+    let txn = Txn::new()
+        .when(vec![
+            Compare::mod_revision(prefix.as_str(), CompareOp::Less, at.revision + 1).with_prefix(),
+            Compare::mod_revision(guard.as_str(), CompareOp::Equal, at.guard),
+        ])
+        .and_then(vec![TxnOp::put(key(url), text.as_str(), None)]);
+    match client.txn(txn).await {
+        Ok(answer) if answer.succeeded() => Ok((text, switch)),
+        Ok(_) => Err(ApplyError::Changed { read: at.revision }),
+        Err(e) => {
+            // Whether it landed: the key says.
+            match client.get(key(url), None).await {
+                Ok(got)
+                    if got
+                        .kvs()
+                        .first()
+                        .is_some_and(|kv| kv.value() == text.as_bytes()) =>
+                {
+                    Ok((text, switch))
+                }
+                _ => Err(failed(url, "cannot begin the switch", &e)),
+            }
+        }
+    }
+}
+
+/// Copy the documents under the prefix, delete what goes, and end the switch: each
+/// transaction checks the switch key is still `text`, and is tried again while etcd fails
+/// to answer, until `deadline`. The revision of the end.
+async fn finish(
+    client: &mut Client,
+    url: &EtcdUrl,
+    text: &str,
+    switch: &Switch,
+    puts: &[(String, String)],
+    deadline: tokio::time::Instant,
+    alive: &mut Alive,
+) -> Result<i64, ApplyError> {
+    let ours = || Compare::value(key(url), CompareOp::Equal, text);
+    for batch in batches(puts, |(k, v)| k.len() + v.len()) {
+        let ops = || {
+            batch
+                .iter()
+                .map(|(key, text)| TxnOp::put(key.as_str(), text.as_str(), None))
+                .collect::<Vec<_>>()
+        };
+        step(
+            client,
+            || Txn::new().when(vec![ours()]).and_then(ops()),
+            deadline,
+        )
+        .await?;
+        alive.renew().await;
+    }
+    for batch in batches(&switch.delete, String::len) {
+        let ops = || {
+            batch
+                .iter()
+                .map(|key| TxnOp::delete(key.as_str(), None))
+                .collect::<Vec<_>>()
+        };
+        step(
+            client,
+            || Txn::new().when(vec![ours()]).and_then(ops()),
+            deadline,
+        )
+        .await?;
+        alive.renew().await;
+    }
+    let end = || {
+        Txn::new().when(vec![ours()]).and_then(vec![
+            TxnOp::delete(key(url), None),
+            TxnOp::put(guard_key(url), switch.note.as_str(), None),
+        ])
+    };
+    match step(client, end, deadline).await {
+        Ok(revision) => Ok(revision),
+        // The end landed and its answer was lost: the guard key holds this apply's note.
+        Err(ApplyError::Switched) => {
+            let got = client
+                .get(guard_key(url), None)
+                .await
+                .map_err(|e| failed(url, "cannot read the guard key", &e))?;
+            match got.kvs().first() {
+                Some(kv) if kv.value() == switch.note.as_bytes() => Ok(kv.mod_revision()),
+                _ => Err(ApplyError::Switched),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One transaction of a switch, tried again while etcd fails to answer: its revision, or
+/// [`ApplyError::Switched`] when the switch key is no longer this one.
+async fn step(
+    client: &mut Client,
+    txn: impl Fn() -> Txn,
+    deadline: tokio::time::Instant,
+) -> Result<i64, ApplyError> {
+    loop {
+        match client.txn(txn()).await {
+            Ok(answer) if answer.succeeded() => {
+                return Ok(answer.header().map_or(0, |h| h.revision()))
+            }
+            Ok(_) => return Err(ApplyError::Switched),
+            Err(e) => {
+                if let Some(refused) = refused(&e) {
+                    return Err(refused);
+                }
+                if tokio::time::Instant::now() + RETRY >= deadline {
+                    return Err(ApplyError::HalfSwitched {
+                        message: e.to_string(),
+                    });
+                }
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}
+
+/// Delete the staged documents of apply `id`.
+async fn drop_staging(
+    client: &mut Client,
+    url: &EtcdUrl,
+    id: &str,
+) -> Result<(), etcd_client::Error> {
+    client
+        .delete(staging(url, id), Some(DeleteOptions::new().with_prefix()))
+        .await
+        .map(|_| ())
+}
+
+/// Before an apply: finish a switch an earlier apply began and did not end (its revision),
+/// or refuse while that apply is still alive; and delete stagings of applies that died
+/// before their switch began.
+pub async fn resume(
+    client: &mut Client,
+    url: &EtcdUrl,
+    deadline: tokio::time::Instant,
+) -> Result<Option<i64>, ApplyError> {
+    // An apply switching now is waited for, as long as its lease could outlive a stop.
+    let waited = tokio::time::Instant::now() + Duration::from_secs(ALIVE_TTL as u64 + 5);
+    let mut said = false;
+    loop {
+        match resume_once(client, url, deadline).await {
+            Err(ApplyError::Busy) if tokio::time::Instant::now() < waited => {
+                if !std::mem::replace(&mut said, true) {
+                    eprintln!(
+                        "waiting: another apply is switching the prefix over (or stopped \
+                         mid-way less than {ALIVE_TTL} s ago)"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// One look at [`resume`]'s work.
+async fn resume_once(
+    client: &mut Client,
+    url: &EtcdUrl,
+    deadline: tokio::time::Instant,
+) -> Result<Option<i64>, ApplyError> {
+    let got = client
+        .get(key(url), None)
+        .await
+        .map_err(|e| failed(url, "cannot read the switch key", &e))?;
+    let begun = got.kvs().first().map(|kv| kv.value().to_vec());
+    let switch: Option<(String, Switch)> = match begun {
+        None => None,
+        Some(value) => {
+            let text = String::from_utf8_lossy(&value).into_owned();
+            let switch = serde_json::from_str(&text).map_err(|e| {
+                unavailable(
+                    url,
+                    format!(
+                        "the switch key {} does not read ({e}); delete it to give the \
+                         interrupted apply up",
+                        key(url)
+                    ),
+                )
+            })?;
+            Some((text, switch))
+        }
+    };
+    let listed = client
+        .get(
+            staging_root(url),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await
+        .map_err(|e| failed(url, "cannot list the stagings", &e))?;
+    let root = staging_root(url);
+    let mut ids = std::collections::BTreeMap::<String, bool>::new();
+    for kv in listed.kvs() {
+        let key = String::from_utf8_lossy(kv.key());
+        let Some((id, name)) = key.get(root.len()..).and_then(|rest| rest.split_once('/')) else {
+            continue;
+        };
+        *ids.entry(id.to_string()).or_default() |= name == ".alive";
+    }
+    for (id, alive) in &ids {
+        let current = switch.as_ref().is_some_and(|(_, s)| s.id == *id);
+        if !alive && !current {
+            let _ = drop_staging(client, url, id).await;
+        }
+    }
+    let Some((text, switch)) = switch else {
+        return Ok(None);
+    };
+    if ids.get(&switch.id).copied().unwrap_or(false) {
+        return Err(ApplyError::Busy);
+    }
+    let from = staging(url, &switch.id);
+    let staged = super::reader(client)
+        .get(from.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(|e| failed(url, "cannot read the staged documents", &e))?;
+    let prefix = url.key_prefix();
+    let puts: Vec<(String, String)> = staged
+        .kvs()
+        .iter()
+        .filter_map(|kv| {
+            let key = String::from_utf8_lossy(kv.key());
+            let name = key.get(from.len()..)?;
+            (name != ".alive").then(|| {
+                (
+                    format!("{prefix}{name}"),
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                )
+            })
+        })
+        .collect();
+    if puts.len() != switch.puts {
+        return Err(unavailable(
+            url,
+            format!(
+                "an interrupted apply staged {} of its {} documents under {from}: it cannot be \
+                 finished; delete {} to give it up (the prefix serves what it held before it)",
+                puts.len(),
+                switch.puts,
+                key(url)
+            ),
+        ));
+    }
+    let lease = client
+        .lease_grant(ALIVE_TTL, None)
+        .await
+        .map_err(|e| failed(url, "cannot take a lease", &e))?
+        .id();
+    let (keeper, _) = client
+        .lease_keep_alive(lease)
+        .await
+        .map_err(|e| failed(url, "cannot keep a lease", &e))?;
+    let mut alive = Alive {
+        lease,
+        keeper,
+        renewed: tokio::time::Instant::now(),
+    };
+    let landed = finish(client, url, &text, &switch, &puts, deadline, &mut alive).await;
+    let _ = client.lease_revoke(lease).await;
+    let landed = landed?;
+    let _ = drop_staging(client, url, &switch.id).await;
+    Ok(Some(landed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Batches stay within the operations and the bytes of one transaction, in order, with
+    /// nothing lost; one item over the bytes goes alone (etcd refuses it, and says so).
+    #[test]
+    fn batches_keep_within_a_transaction_and_lose_nothing() {
+        let items: Vec<usize> = (0..1_000).map(|i| (i * 7919) % 40_000).collect();
+        let out = batches(&items, |n| *n);
+        assert_eq!(out.concat(), items);
+        for b in &out {
+            assert!(b.len() <= BATCH_OPS);
+            assert!(
+                b.len() == 1 || b.iter().sum::<usize>() <= BATCH_BYTES,
+                "{}",
+                b.len()
+            );
+        }
+        let big = [10, BATCH_BYTES + 1, 10];
+        assert_eq!(batches(&big, |n| *n).len(), 3);
+        assert!(batches(&[] as &[usize], |n| *n).is_empty());
+    }
+}
