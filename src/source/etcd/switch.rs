@@ -20,7 +20,7 @@
 //! stops mid-way (killed, or out of time) leaves the switch key and the staged documents; the
 //! next apply finishes it first ([`resume`]), while readers serve what the prefix held before
 //! it. A staging left by an apply killed before its switch began is deleted by the next apply
-//! (its `.alive` key went with its lease).
+//! (its `.alive` key went with its lease; an apply waits for a live one, up to its lease).
 //!
 //! Must not: decide what changes (`apply` does), or read documents for serving.
 
@@ -435,18 +435,19 @@ async fn resume_once(
         };
         *ids.entry(id.to_string()).or_default() |= name == ".alive";
     }
-    for (id, alive) in &ids {
-        let current = switch.as_ref().is_some_and(|(_, s)| s.id == *id);
-        if !alive && !current {
+    // An apply staging or switching now, or one stopped less than its lease ago: waited
+    // for ([`resume`]), so that what it leaves is finished or deleted here.
+    if ids.values().any(|alive| *alive) {
+        return Err(ApplyError::Busy);
+    }
+    for id in ids.keys() {
+        if switch.as_ref().is_none_or(|(_, s)| s.id != *id) {
             let _ = drop_staging(client, url, id).await;
         }
     }
     let Some((text, switch)) = switch else {
         return Ok(None);
     };
-    if ids.get(&switch.id).copied().unwrap_or(false) {
-        return Err(ApplyError::Busy);
-    }
     let from = staging(url, &switch.id);
     let staged = super::reader(client)
         .get(from.as_str(), Some(GetOptions::new().with_prefix()))
