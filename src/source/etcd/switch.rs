@@ -386,6 +386,11 @@ pub async fn resume(
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
+            // A member lost, a leader being elected: a moment's unavailability, asked again
+            // until the deadline (as the apply's read is).
+            Err(ApplyError::Unavailable(_)) if tokio::time::Instant::now() + RETRY < deadline => {
+                tokio::time::sleep(RETRY).await;
+            }
             done => return done,
         }
     }
