@@ -1210,6 +1210,16 @@ async fn an_apply_of_5000_documents_is_whole_on_a_default_etcd_even_when_killed(
         );
         if round == 0 {
             assert_eq!(half, 1, "killed mid-switch");
+            // The replica holds what it had, and says it is behind its source.
+            let behind = eventually(Duration::from_secs(15), || async {
+                server.status_said(&[]).0 == Some(7)
+            })
+            .await;
+            let (_, out, err) = server.status_said(&[]);
+            assert!(
+                behind.is_some() && out.contains("an apply switching the prefix over"),
+                "{out}{err}"
+            );
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         let history = server.status().await.map(|s| s.history).unwrap_or_default();

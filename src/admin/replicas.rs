@@ -193,6 +193,10 @@ pub struct ReplicasStatus {
     pub against: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub behind: Vec<String>,
+    /// etcd's revision when the keys under the prefix had changed past what this replica's
+    /// follower reached: a load on its way, or held while an apply switches the prefix over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_ahead: Option<i64>,
     /// Every replica's summary, by replica (this one's too, as it last shared it).
     #[serde(default)]
     pub replicas: Vec<ReplicaSummary>,
@@ -240,6 +244,7 @@ pub struct View {
     pub error: Option<String>,
     pub against: Option<i64>,
     pub behind: Vec<String>,
+    pub source_ahead: Option<i64>,
     pub summaries: Vec<ReplicaSummary>,
     pub vanished: Vec<Vanished>,
 }
@@ -264,6 +269,7 @@ impl Replicas {
             error: view.error.clone(),
             against: view.against,
             behind: view.behind.clone(),
+            source_ahead: view.source_ahead,
             replicas: view.summaries.clone(),
             vanished: view.vanished.clone(),
         }

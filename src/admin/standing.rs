@@ -246,10 +246,23 @@ pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
             ),
         });
     }
+    // This replica is behind its source: the prefix changed in etcd past what its follower
+    // reached (as of the summaries' read: a newer load answers it).
+    let loaded = status.config.as_ref().and_then(|c| c.revision);
+    if let Some(ahead) = replicas.source_ahead.filter(|_| replicas.against >= loaded) {
+        lagging.push(Lagging {
+            replica: replicas.this.clone(),
+            standing: Standing::Updating,
+            why: format!(
+                "the prefix changed in etcd since what it loaded ({}): etcd is at revision \
+                 {ahead} (a load on its way, or an apply switching the prefix over)",
+                revision_text(loaded)
+            ),
+        });
+    }
     let now = parse_time(&status.at);
     // The summaries were compared with an older load of this replica's: none of the
     // others is known to have the documents this one loaded last.
-    let loaded = status.config.as_ref().and_then(|c| c.revision);
     let stale = loaded.is_some() && replicas.against < loaded;
     for other in replicas.others() {
         let age = match (now, parse_time(&other.at)) {

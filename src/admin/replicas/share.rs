@@ -164,6 +164,16 @@ impl Sharing {
                 }
                 _ => Vec::new(),
             };
+            // Whether the documents changed in etcd past what this replica's follower has
+            // reached (a load on its way, or held while an apply switches the prefix).
+            let reached = match &admin.barrier {
+                Some(crate::source::Barrier::Etcd { reached, .. }) => Some(*reached.borrow()),
+                _ => None,
+            };
+            let ahead = match reached {
+                Some(reached) => self.ahead(&mut client, reached).await?,
+                None => None,
+            };
             let summaries: Vec<ReplicaSummary> = read.into_iter().map(|(s, _)| s).collect();
             view.send_modify(|v| {
                 let now = SystemTime::now();
@@ -172,9 +182,21 @@ impl Sharing {
                 v.error = None;
                 v.against = against;
                 v.behind = behind;
+                v.source_ahead = ahead;
                 v.summaries = summaries;
             });
         }
+    }
+
+    /// etcd's revision now, when the keys under the prefix changed since `loaded` (what the
+    /// follower reached): a load not made yet, or held (a switch on).
+    async fn ahead(&self, client: &mut Client, loaded: i64) -> Result<Option<i64>, SourceError> {
+        let now = crate::source::etcd::current_revision(client, &self.url).await?;
+        if now <= loaded {
+            return Ok(None);
+        }
+        let same = crate::source::etcd::unchanged_between(client, &self.url, loaded, now).await?;
+        Ok((!same).then_some(now))
     }
 
     /// The other replicas that have not loaded the documents this one loaded at `loaded`:

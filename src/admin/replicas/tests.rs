@@ -45,6 +45,7 @@ fn seen_from_a(mut status: Status, others: Vec<ReplicaSummary>) -> Status {
         error: None,
         against: status.config.as_ref().and_then(|c| c.revision),
         behind: Vec::new(),
+        source_ahead: None,
         replicas,
         vanished: Vec::new(),
     });
