@@ -242,6 +242,27 @@ impl Reloader {
         self.last.borrow().clone()
     }
 
+    /// The snapshot file under the `--config` paths changed last, and when, if that was
+    /// after the last load: an edit the watch has not loaded (yet, or ever: a watch that
+    /// stopped working). `None` from a source of documents, and for a time ahead of this
+    /// host's clock (it cannot be judged).
+    pub fn unread_edit(&self) -> Option<(PathBuf, SystemTime)> {
+        let loaded = self.last_report()?.at;
+        let now = SystemTime::now();
+        let (modified, path) = self
+            .loading
+            .paths
+            .iter()
+            .flat_map(|root| config::snapshot_files(root).unwrap_or_default())
+            .filter_map(|file| {
+                let modified = std::fs::metadata(&file).ok()?.modified().ok()?;
+                Some((modified, file))
+            })
+            .filter(|(modified, _)| *modified <= now)
+            .max()?;
+        (modified > loaded).then_some((path, modified))
+    }
+
     /// Each load's report as it is made (to wait for one without polling).
     pub fn reports(&self) -> watch::Receiver<Option<LoadReport>> {
         self.last.subscribe()

@@ -275,6 +275,57 @@ async fn settling_the_files_loads_an_edit_at_once_and_says_what_it_gave() {
     );
 }
 
+/// A node's group in `/status` (and in a replica's summary): the files with a `nodes:`
+/// selector that match it; the files for every node are everyone's and not named.
+#[tokio::test]
+async fn status_names_each_nodes_group() {
+    let server = TestServer::start(&[
+        ("all.yaml", &eds_cluster("a", "1s", 8080)),
+        (
+            "edge.yaml",
+            "nodes: [{id: \"edge-*\"}]\nclusters: [{name: e, connect_timeout: 1s}]\n",
+        ),
+        (
+            "canary.yaml",
+            "nodes: [{id: \"canary-*\"}]\nclusters: [{name: c, connect_timeout: 1s}]\n",
+        ),
+    ])
+    .await;
+    let mut edge = server.ads("edge-1").await;
+    edge.subscribe(Cluster, &[]).await;
+    let got = edge.recv_type(Cluster).await;
+    edge.ack(&got, &[]).await;
+    let status = server.status().await;
+    assert_eq!(status.nodes.len(), 1);
+    assert_eq!(status.nodes[0].group, "edge.yaml");
+}
+
+/// An edit the watch has not loaded (this server has no watch at all): plain `status` says
+/// the files changed after the last load, naming the file, and exits 7 (the served
+/// generation is older than the files); once they are read (`status --wait` settles them),
+/// it exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_says_when_the_files_changed_after_the_last_load() {
+    let server = TestServer::start(&[("clusters.yaml", &eds_cluster("a", "1s", 8080))]).await;
+    let (code, out, err) = server.status_cli(&[]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    std::fs::write(
+        server.dir.path().join("clusters.yaml"),
+        eds_cluster("a", "2s", 8080),
+    )
+    .expect("write");
+    let (code, out, err) = server.status_cli(&[]).await;
+    assert_eq!(code, Some(7), "{out}{err}");
+    assert!(
+        out.contains("the files changed after this load") && out.contains("clusters.yaml"),
+        "{out}"
+    );
+    let (code, out, err) = server.status_cli(&["--wait", "--timeout", "30s"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = server.status_cli(&[]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+}
+
 /// `status --wait` right after an edit waits for that edit, never judging the generation
 /// before it: a broken edit exits 3 with the file and the reason, a good edit exits 0 only
 /// once the connected node has ACKed the generation that holds it. Five rounds of each,

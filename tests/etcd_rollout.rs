@@ -275,3 +275,101 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
         assert!(troubles.is_empty(), "replica {name}: {troubles:#?}");
     }
 }
+
+/// `rollback R --now`, for emergencies: with the fleet's rollout baking for an hour, the
+/// rollback to an earlier revision goes to the edge node on replica B at once (no canary, no
+/// bake), the rollout in progress ends with it, and the state says who promoted it and how.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_now_skips_the_canaries_and_the_bake_for_the_fleet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = Etcd::start(dir.path()).await;
+    let first = etcd
+        .put("/sy/clusters.yaml", &eds_cluster("backend", "1s", 8080))
+        .await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let slow = |name: &str| {
+        let logs = dir.path().join(name);
+        std::fs::create_dir_all(&logs).expect("log dir");
+        let url = url.clone();
+        async move {
+            Switchyard::start_serving(
+                &["--source", &url],
+                &logs,
+                (free_port(), free_port()),
+                &["--canary-id", "canary-*", "--rollout-bake", "1h"],
+            )
+            .await
+        }
+    };
+    let a = slow("a").await;
+    let b = slow("b").await;
+    until_state(&etcd, "was written", |s| s.candidate.is_none()).await;
+    let mut canary = a.ads("canary-1").await;
+    let mut edge = b.ads("edge-1").await;
+    let mut at_first = String::new();
+    for c in [&mut canary, &mut edge] {
+        c.subscribe(Cluster, &[]).await;
+        let got = c.recv_type(Cluster).await;
+        at_first.clone_from(&got.version_info);
+        c.ack(&got, &[]).await;
+    }
+    // An edit promoted by an operator (the edge has it), then another the canary takes:
+    // baking for an hour, the edge stays on the one before.
+    etcd.put("/sy/clusters.yaml", &eds_cluster("backend", "2s", 8080))
+        .await;
+    let change = canary.recv_type(Cluster).await;
+    canary.ack(&change, &[]).await;
+    let (code, body) = post(&format!(
+        "http://127.0.0.1:{}/rollout/promote",
+        a.admin_port
+    ))
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let promoted = edge.recv_type(Cluster).await;
+    assert_eq!(promoted.version_info, change.version_info);
+    edge.ack(&promoted, &[]).await;
+    etcd.put("/sy/clusters.yaml", &eds_cluster("backend", "3s", 8080))
+        .await;
+    let next = canary.recv_type(Cluster).await;
+    canary.ack(&next, &[]).await;
+    until_state(&etcd, "baked", |s| {
+        s.candidate
+            .as_ref()
+            .is_some_and(|c| matches!(c.phase, FleetPhase::Baking { .. }))
+    })
+    .await;
+    edge.expect_quiet(Duration::from_secs(1)).await;
+
+    // The rollback, --now: every node at once, the edge on B included.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["rollback", &first.to_string(), "--now", "--source", &url])
+        .args(["--message", "back, now", "--author", "oncall"])
+        .output()
+        .expect("rollback runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let back = edge.recv_type(Cluster).await;
+    assert_eq!(
+        back.version_info, at_first,
+        "the edge is sent the rollback at once, without canary or bake (what it had first)"
+    );
+    let promoted = until_state(&etcd, "promoted the rollback", |s| {
+        s.candidate.is_none() && s.stable.revision > first
+    })
+    .await;
+    assert_eq!(
+        promoted.promoted_by,
+        format!("rollback --now to revision {first} by oncall")
+    );
+    let history = b.status().await.expect("B's status").history;
+    assert!(
+        history
+            .first()
+            .is_some_and(|e| e.now && e.rollback == Some(first)),
+        "{history:#?}"
+    );
+}

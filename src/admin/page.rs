@@ -753,6 +753,7 @@ mod tests {
             user_agent_version: "1.40.0".into(),
             client_features: vec![],
             generation: 3,
+            group: String::new(),
             streams: vec![StreamStatus {
                 peer: "p".into(),
                 stream: "ADS".into(),
@@ -807,6 +808,7 @@ mod tests {
                 read: None,
                 pending: false,
                 source: None,
+                unread: None,
             }),
             rollout: None,
             generation: 3,

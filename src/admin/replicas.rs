@@ -75,6 +75,9 @@ pub struct ReplicaSummary {
 pub struct NodeSummary {
     pub node_id: String,
     pub node_cluster: String,
+    /// Its node group (see `NodeStatus::group`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
     pub generation: u64,
     /// By type (`CDS`, ...): its state, the version it ACKed, and its NACK's text.
     pub types: BTreeMap<String, TypeSummary>,
@@ -118,6 +121,7 @@ pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSumma
         .map(|n| NodeSummary {
             node_id: n.node_id.clone(),
             node_cluster: n.node_cluster.clone(),
+            group: n.group.clone(),
             generation: n.generation,
             types: n
                 .types

@@ -125,6 +125,11 @@ pub fn replica_standing(status: &Status) -> Standing {
     if files_differ_from_what_serves(status) {
         return Standing::RolloutStopped;
     }
+    // A file changed after the last load, not loaded yet: the served generation is older
+    // than the files.
+    if status.config.as_ref().is_some_and(|c| c.unread.is_some()) {
+        return Standing::Updating;
+    }
     let updating = status.nodes.iter().any(|n| {
         n.generation != status.generation
             || n.types.values().any(|t| t.state == SyncStatus::Stale)

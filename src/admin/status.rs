@@ -260,6 +260,10 @@ pub struct NodeStatus {
     /// The generation the node's streams have taken (the oldest, if they differ).
     #[serde(default)]
     pub generation: u64,
+    /// Its node group in the newest generation: the files with a `nodes:` selector that
+    /// match it, by name, joined by `+` (empty: it gets only the files for every node).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
     pub streams: Vec<StreamStatus>,
     /// By type (`CDS`, `EDS`, ...), from whichever of its streams serves that type.
     pub types: BTreeMap<String, TypeStatusJson>,
@@ -365,6 +369,10 @@ pub struct ConfigStatus {
     /// `--source`: whether etcd answers, since when, and why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceStatus>,
+    /// The files: one changed after this load, not loaded yet (`PATH at TIME`): the watch
+    /// has it on its way, or has stopped working (`status --wait` reads the files now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unread: Option<String>,
 }
 
 /// `--source`: the source and whether it answers.
@@ -434,6 +442,7 @@ impl Status {
                     user_agent_version: r.user_agent_version.clone(),
                     client_features: r.client_features.clone(),
                     generation: r.generation,
+                    group: String::new(),
                     streams: Vec::new(),
                     types: BTreeMap::new(),
                 });
@@ -514,13 +523,54 @@ pub(super) fn config_status(admin: &Admin) -> Option<ConfigStatus> {
             since: format_time(h.since),
             error: h.error,
         }),
+        unread: admin
+            .reloader
+            .unread_edit()
+            .map(|(path, at)| format!("{} at {}", path.display(), format_time(at))),
     })
 }
 
 /// `/status` as of now.
 pub(super) fn current_status(admin: &Admin) -> Status {
     let config = config_status(admin);
-    let mut status = Status::from_reports(admin.fleet.reports(), config);
+    let reports = admin.fleet.reports();
+    let newest = admin.cache.current();
+    // Each proxy's node group, by node id and connection: the files with a `nodes:`
+    // selector that match it (those for every node are every group's, and not named).
+    let selective: Vec<_> = newest
+        .config
+        .files
+        .iter()
+        .filter(|f| !f.selector.entries().is_empty())
+        .collect();
+    let groups: BTreeMap<(String, String), String> = reports
+        .iter()
+        .map(|r| {
+            let group = selective
+                .iter()
+                .filter(|f| f.selector.matches(&r.facts))
+                .map(|f| {
+                    f.path.file_name().map_or_else(
+                        || f.path.display().to_string(),
+                        |n| n.to_string_lossy().into(),
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("+");
+            ((r.node_id.clone(), r.peer.clone()), group)
+        })
+        .collect();
+    let mut status = Status::from_reports(reports, config);
+    for node in &mut status.nodes {
+        let peer = node
+            .streams
+            .first()
+            .map(|s| s.peer.clone())
+            .unwrap_or_default();
+        if let Some(group) = groups.get(&(node.node_id.clone(), peer)) {
+            node.group.clone_from(group);
+        }
+    }
     let serving = admin.cache.serving();
     status.generation = serving.stable.number;
     status.new_streams = admin.new_streams.map(|rate| NewStreamsStatus {

@@ -673,6 +673,14 @@ fn config_lines(out: &mut String, status: &crate::admin::Status) {
                 c.at,
                 c.warnings.len()
             ));
+            if let Some(unread) = &c.unread {
+                out.push_str(&format!(
+                    "  the files changed after this load ({}) and are not loaded yet: the watch \
+                     has them on its way, or has stopped (`switchyard status --wait` reads them \
+                     now)\n",
+                    printable(unread)
+                ));
+            }
             if files_differ_from_what_serves(status) {
                 let (what, again) = match &c.source {
                     Some(s) => (
@@ -782,6 +790,7 @@ mod tests {
                 user_agent_version: String::new(),
                 client_features: vec![],
                 generation: 1,
+                group: String::new(),
                 streams: vec![StreamStatus {
                     peer: "p".into(),
                     stream: "ADS".into(),
