@@ -271,12 +271,7 @@ fn scraped(admin: &Admin) -> Scraped {
         let group = files
             .iter()
             .filter_map(|&i| generation.config.files.get(i))
-            .map(|f| {
-                f.path.file_name().map_or_else(
-                    || f.path.display().to_string(),
-                    |n| n.to_string_lossy().into(),
-                )
-            })
+            .map(|f| f.label())
             .collect::<Vec<_>>()
             .join("+");
         for kind in ResourceType::ALL {

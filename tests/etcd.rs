@@ -1062,19 +1062,6 @@ async fn an_apply_etcd_refuses_is_told_apart_from_one_whose_outcome_is_unknown()
     );
 }
 
-/// A seeded generator (the seed is printed so a failure can be replayed).
-struct Seeded(u64);
-
-impl Seeded {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-}
-
 /// Keys under `prefix` etcd holds.
 async fn keys_under(etcd: &Etcd, prefix: &str) -> usize {
     let mut client = etcd.client().await.expect("etcd answers");
@@ -1102,16 +1089,8 @@ async fn keys_under(etcd: &Etcd, prefix: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apply_of_5000_documents_is_whole_on_a_default_etcd_even_when_killed() {
     const N: usize = 5_000;
-    let seed = std::env::var("SWITCHYARD_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("SWITCHYARD_FAULT_SEED={seed}");
-    let mut random = Seeded(seed);
+    let seed = support::seed_from("SWITCHYARD_FAULT_SEED");
+    let mut random = support::Seeded(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let etcd = Etcd::start(dir.path()).await;
     etcd.put("/sy/base.yaml", CLUSTERS).await;

@@ -154,31 +154,10 @@ async fn serving(
     (snap, server, client)
 }
 
-/// A small seeded generator (the seed is printed so a failure can be replayed).
-struct Seeded(u64);
-
-impl Seeded {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_killed_or_every_member_down_loses_nothing_and_applies_nothing_partial() {
-    let seed = std::env::var("SWITCHYARD_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("SWITCHYARD_FAULT_SEED={seed}");
-    let mut random = Seeded(seed);
+    let seed = support::seed_from("SWITCHYARD_FAULT_SEED");
+    let mut random = support::Seeded(seed);
     let dir = tempfile::tempdir().expect("tmp");
     let mut etcd = EtcdCluster::start(dir.path()).await;
     let url = format!("etcd://{}/sy", etcd.endpoints());

@@ -549,12 +549,7 @@ pub(super) fn current_status(admin: &Admin) -> Status {
             let group = selective
                 .iter()
                 .filter(|f| f.selector.matches(&r.facts))
-                .map(|f| {
-                    f.path.file_name().map_or_else(
-                        || f.path.display().to_string(),
-                        |n| n.to_string_lossy().into(),
-                    )
-                })
+                .map(|f| f.label())
                 .collect::<Vec<_>>()
                 .join("+");
             ((r.node_id.clone(), r.peer.clone()), group)

@@ -507,11 +507,11 @@ replicas ({} sharing this view through etcd; {read}):\n",
                     printable(&r.replica),
                     n.generation.to_string(),
                 ];
-                row.extend(kinds.iter().map(|k| {
-                    n.types
-                        .get(*k)
-                        .map_or_else(|| "-".to_string(), |t| t.state.name().replace('_', " "))
-                }));
+                row.extend(
+                    kinds
+                        .iter()
+                        .map(|k| state_cell(n.types.get(*k).map(|t| t.state))),
+                );
                 rows.push(row);
             }
         }
@@ -532,6 +532,11 @@ replicas ({} sharing this view through etcd; {read}):\n",
             printable(&l.why)
         ));
     }
+}
+
+/// A type's cell in a table of nodes: its state, or `-` when the node did not ask for it.
+fn state_cell(state: Option<crate::fleet::SyncStatus>) -> String {
+    state.map_or_else(|| "-".to_string(), |s| s.name().replace('_', " "))
 }
 
 /// `rows` as columns as wide as their widest cell, each line after `indent`.
@@ -576,11 +581,11 @@ fn nodes_table(out: &mut String, status: &crate::admin::Status) {
             printable(&agent),
             n.generation.to_string(),
         ];
-        row.extend(kinds.iter().map(|k| {
-            n.types
-                .get(*k)
-                .map_or_else(|| "-".to_string(), |t| t.state.name().replace('_', " "))
-        }));
+        row.extend(
+            kinds
+                .iter()
+                .map(|k| state_cell(n.types.get(*k).map(|t| t.state))),
+        );
         rows.push(row);
     }
     aligned(out, &rows, "");

@@ -119,6 +119,15 @@ pub struct SnapshotFile {
 }
 
 impl SnapshotFile {
+    /// Its name in a node group's label (the metrics' `group`, a node's group): the file
+    /// name, or the whole path when it has none.
+    pub fn label(&self) -> String {
+        self.path.file_name().map_or_else(
+            || self.path.display().to_string(),
+            |n| n.to_string_lossy().into(),
+        )
+    }
+
     pub fn new(path: PathBuf, selector: Selector, resources: Vec<Arc<Resource>>) -> Self {
         let parts: Vec<String> = resources
             .iter()

@@ -785,3 +785,31 @@ pub fn yaml_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out.sort();
     out
 }
+
+/// A seed for a test's random schedule: `var` from the environment (to replay a failure),
+/// else the clock; printed as `VAR=seed` so a failure can be replayed.
+pub fn seed_from(var: &str) -> u64 {
+    let seed = std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    eprintln!("{var}={seed}");
+    seed
+}
+
+/// A small seeded generator (a linear congruential one: enough for test schedules).
+pub struct Seeded(pub u64);
+
+impl Seeded {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}

@@ -108,6 +108,24 @@ struct Alive {
 }
 
 impl Alive {
+    /// A lease of [`ALIVE_TTL`] for this apply, and its keeper.
+    async fn take(client: &mut Client, url: &EtcdUrl) -> Result<Alive, ApplyError> {
+        let lease = client
+            .lease_grant(ALIVE_TTL, None)
+            .await
+            .map_err(|e| failed(url, "cannot take a lease", &e))?
+            .id();
+        let (keeper, _) = client
+            .lease_keep_alive(lease)
+            .await
+            .map_err(|e| failed(url, "cannot keep a lease", &e))?;
+        Ok(Alive {
+            lease,
+            keeper,
+            renewed: tokio::time::Instant::now(),
+        })
+    }
+
     async fn renew(&mut self) {
         if self.renewed.elapsed() >= KEEP_ALIVE && self.keeper.keep_alive().await.is_ok() {
             self.renewed = tokio::time::Instant::now();
@@ -132,20 +150,7 @@ pub async fn apply(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     );
-    let lease = client
-        .lease_grant(ALIVE_TTL, None)
-        .await
-        .map_err(|e| failed(url, "cannot take a lease", &e))?
-        .id();
-    let (keeper, _) = client
-        .lease_keep_alive(lease)
-        .await
-        .map_err(|e| failed(url, "cannot keep a lease", &e))?;
-    let mut alive = Alive {
-        lease,
-        keeper,
-        renewed: tokio::time::Instant::now(),
-    };
+    let mut alive = Alive::take(client, url).await?;
     let staged = stage(client, url, &id, change, &mut alive).await;
     let begun = match staged {
         Ok(()) => begin(client, url, &id, change, at, note).await,
@@ -485,22 +490,9 @@ async fn resume_once(
             ),
         ));
     }
-    let lease = client
-        .lease_grant(ALIVE_TTL, None)
-        .await
-        .map_err(|e| failed(url, "cannot take a lease", &e))?
-        .id();
-    let (keeper, _) = client
-        .lease_keep_alive(lease)
-        .await
-        .map_err(|e| failed(url, "cannot keep a lease", &e))?;
-    let mut alive = Alive {
-        lease,
-        keeper,
-        renewed: tokio::time::Instant::now(),
-    };
+    let mut alive = Alive::take(client, url).await?;
     let landed = finish(client, url, &text, &switch, &puts, deadline, &mut alive).await;
-    let _ = client.lease_revoke(lease).await;
+    let _ = client.lease_revoke(alive.lease).await;
     let landed = landed?;
     let _ = drop_staging(client, url, &switch.id).await;
     Ok(Some(landed))
