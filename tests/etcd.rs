@@ -1177,7 +1177,7 @@ async fn an_apply_of_5000_documents_is_whole_on_a_default_etcd_even_when_killed(
             let _ = child.kill();
             assert_eq!(began, Ok(true), "the switch began");
         } else {
-            let delay = random.next() % 1_500;
+            let delay = random.draw() % 1_500;
             tokio::time::sleep(Duration::from_millis(delay)).await;
             let _ = child.kill();
         }

@@ -180,7 +180,7 @@ async fn the_leader_killed_or_every_member_down_loses_nothing_and_applies_nothin
         let n = 3 + round;
         stage(&snap, n);
         let leader = etcd.leader().await;
-        let delay = Duration::from_millis(random.next() % 300);
+        let delay = Duration::from_millis(random.draw() % 300);
         let applying = apply_command(&snap, &url)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

@@ -805,7 +805,7 @@ pub fn seed_from(var: &str) -> u64 {
 pub struct Seeded(pub u64);
 
 impl Seeded {
-    pub fn next(&mut self) -> u64 {
+    pub fn draw(&mut self) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
