@@ -70,8 +70,13 @@ impl Sharing {
         let mut retry = ROUND;
         loop {
             // The session sees the shutdown itself: it says this replica left before it ends.
+            let began = Instant::now();
             let ended = self.session(&admin, &view, &mut shutdown).await;
             let Err(e) = ended else { return };
+            // A session that lasted was not the failure the backoff was for.
+            if began.elapsed() > RETRY_MAX * 3 {
+                retry = ROUND;
+            }
             view.send_modify(|v| v.error = Some(e.to_string()));
             tokio::select! {
                 _ = shutdown.wait() => return,
