@@ -45,6 +45,9 @@ pub struct Fleet {
     /// Each node that polls, by node id and API (`rest`, `fetch`). Locked after `streams`,
     /// never before.
     pollers: Mutex<BTreeMap<(String, &'static str), Poller>>,
+    /// Bumped by every change to a report (a stream opened, updated or closed, a poll): a
+    /// reader that saw the same count saw the same reports, but for pollers aging out.
+    changes: AtomicU64,
 }
 
 /// How long a node that polls (REST-JSON, `Fetch*`) stays listed after its last poll: a
@@ -528,6 +531,7 @@ impl Fleet {
     /// Register a stream; it stays listed until the returned handle is dropped.
     pub fn open(self: &Arc<Self>, report: StreamReport) -> StreamHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.changes.fetch_add(1, Ordering::Relaxed);
         let report = Arc::new(Mutex::new(report));
         self.lock().insert(id, Arc::clone(&report));
         StreamHandle {
@@ -536,6 +540,12 @@ impl Fleet {
             report,
             tallied: Mutex::new((0, false, false)),
         }
+    }
+
+    /// How many changes the reports have had (see `changes`): to tell, without copying
+    /// them, whether they may differ from the last look.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 
     /// Every open stream's report, in the order they opened, then every poller's (by node
@@ -587,6 +597,7 @@ impl Fleet {
     /// Returns the state the poll leaves the type in when the state changed, with the NACK's
     /// words if it is one.
     pub fn polled(&self, poll: Poll<'_>) -> Option<(SyncStatus, Option<String>)> {
+        self.changes.fetch_add(1, Ordering::Relaxed);
         let now = SystemTime::now();
         let mut pollers = self.pollers();
         let key = (poll.node.id.clone(), poll.api);
@@ -776,6 +787,7 @@ impl StreamHandle {
     ) {
         let now = SystemTime::now();
         let plan = plan.map(|p| PlanReport::new(&p, (Instant::now(), now)));
+        self.fleet.changes.fetch_add(1, Ordering::Relaxed);
         let mut report = lock(&self.report);
         report.generation = generation;
         // `since` is placed on the wall clock anew each time: keep the first placing while
@@ -834,6 +846,7 @@ impl StreamHandle {
 impl Drop for StreamHandle {
     fn drop(&mut self) {
         self.fleet.lock().remove(&self.id);
+        self.fleet.changes.fetch_add(1, Ordering::Relaxed);
         // The stream that held convergence back may be the one leaving.
         self.fleet.track_convergence(self.id, None);
     }
@@ -875,8 +888,13 @@ mod tests {
     #[test]
     fn streams_are_listed_while_open_and_types_follow_the_protocol_state() {
         let fleet = Arc::new(Fleet::default());
+        let before = fleet.changes();
         let handle = fleet.open(report());
         assert_eq!(fleet.reports().len(), 1);
+        assert!(fleet.changes() > before, "an open is a change");
+        let opened = fleet.changes();
+        let _ = fleet.reports();
+        assert_eq!(fleet.changes(), opened, "a look is not a change");
         handle.update(
             1,
             [(
@@ -974,8 +992,11 @@ mod tests {
         );
         assert_eq!(cds.version_acked, "v0");
         assert!(cds.last_change > SystemTime::UNIX_EPOCH);
+        let updated = fleet.changes();
+        assert!(updated > opened, "an update is a change");
         drop(handle);
         assert!(fleet.reports().is_empty(), "gone with its stream");
+        assert!(fleet.changes() > updated, "a close is a change");
     }
 
     fn status(state: SyncState) -> TypeStatus<'static> {

@@ -114,6 +114,8 @@ impl Sharing {
         };
         let key = format!("{}{}", summaries_prefix(&self.url), self.replica);
         let mut written: Option<(ReplicaSummary, Instant)> = None;
+        // What the last summary was taken from (see [`seen`]).
+        let mut looked: Option<String> = None;
         // etcd's answers on whether the documents changed between two revisions.
         let mut compared = std::collections::HashMap::new();
         let mut renewed = Instant::now();
@@ -142,23 +144,33 @@ impl Sharing {
                     .map_err(|e| unavailable(format!("cannot renew the summary's lease: {e}")))?;
                 renewed = Instant::now();
             }
-            let status = super::super::status::current_status(admin);
-            let standing = crate::admin::standing::replica_standing(&status);
-            let summary = summarize(&status, &self.replica, standing.name());
-            let due = written.as_ref().is_none_or(|(said, when)| {
-                when.elapsed() >= REFRESH || !same_but_time(said, &summary)
-            });
-            if due {
-                let value = serde_json::to_string(&summary)
+            // The status is taken only when what it is made of may have changed (or the
+            // summary is due again): an idle fleet costs a look at a few counters.
+            let now_seen = seen(admin);
+            let due_again = written
+                .as_ref()
+                .is_none_or(|(_, when)| when.elapsed() >= REFRESH);
+            if due_again || looked.as_ref() != Some(&now_seen) {
+                looked = Some(now_seen);
+                let status = super::super::status::current_status(admin);
+                let standing = crate::admin::standing::replica_standing(&status);
+                let summary = summarize(&status, &self.replica, standing.name());
+                let due = due_again
+                    || written
+                        .as_ref()
+                        .is_none_or(|(said, _)| !same_but_time(said, &summary));
+                if due {
+                    let value = serde_json::to_string(&summary)
+                        .map_err(|e| unavailable(format!("cannot write the summary: {e}")))?;
+                    within(client.put(
+                        key.as_str(),
+                        value,
+                        Some(PutOptions::new().with_lease(lease)),
+                    ))
+                    .await
                     .map_err(|e| unavailable(format!("cannot write the summary: {e}")))?;
-                within(client.put(
-                    key.as_str(),
-                    value,
-                    Some(PutOptions::new().with_lease(lease)),
-                ))
-                .await
-                .map_err(|e| unavailable(format!("cannot write the summary: {e}")))?;
-                written = Some((summary, Instant::now()));
+                    written = Some((summary, Instant::now()));
+                }
             }
             let read = read(&mut client, &self.url).await?;
             let against = written.as_ref().and_then(|(mine, _)| mine.revision);
@@ -297,6 +309,32 @@ fn vanished(
         });
     }
     out
+}
+
+/// What this replica's summary is made of, in a few counters: its proxies' reports (their
+/// change count), the last load, what the cache serves, whether the source answers, and the
+/// fleet's rollout. The same text: the same summary, but for pollers aging out and the time
+/// (both caught by the refresh).
+fn seen(admin: &Admin) -> String {
+    let load = admin
+        .reloader
+        .last_report()
+        .map(|r| (r.at, r.generation, r.ok(), r.pending, r.revision));
+    let serving = admin.cache.serving();
+    let rollout = serving
+        .rollout
+        .as_ref()
+        .map(|r| (r.candidate.number, r.phase.name()));
+    let source = admin.reloader.source().map(|h| h.answering);
+    let fleet = admin
+        .fleet_rollout
+        .as_ref()
+        .map(|f| format!("{:?}", f.view().shared));
+    format!(
+        "{} {load:?} {} {rollout:?} {source:?} {fleet:?}",
+        admin.fleet.changes(),
+        serving.stable.number
+    )
 }
 
 /// Whether two summaries say the same but for when they were taken.
