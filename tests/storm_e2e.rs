@@ -543,14 +543,7 @@ impl Storm {
 /// files' last revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_storm_of_overlapping_edits_and_replica_kills_fails_no_request() {
-    let seed = std::env::var("STORM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
+    let seed = support::seed_from("STORM_SEED");
     let edits = storm_edits();
     // STORM_ALONE=1: the same kinds of change, none overlapping (docs/benchmarks.md).
     let alone = std::env::var("STORM_ALONE").is_ok_and(|v| v == "1");

@@ -276,26 +276,20 @@ async fn finish(
     alive: &mut Alive,
 ) -> Result<i64, ApplyError> {
     let ours = || Compare::value(key(url), CompareOp::Equal, text);
-    for batch in batches(puts, |(k, v)| k.len() + v.len()) {
+    // The documents, then the keys to delete, in transactions within the limits.
+    let writes: Vec<(&str, Option<&str>)> = puts
+        .iter()
+        .map(|(key, text)| (key.as_str(), Some(text.as_str())))
+        .chain(switch.delete.iter().map(|key| (key.as_str(), None)))
+        .collect();
+    for batch in batches(&writes, |(k, v)| k.len() + v.map_or(0, str::len)) {
         let ops = || {
             batch
                 .iter()
-                .map(|(key, text)| TxnOp::put(key.as_str(), text.as_str(), None))
-                .collect::<Vec<_>>()
-        };
-        step(
-            client,
-            || Txn::new().when(vec![ours()]).and_then(ops()),
-            deadline,
-        )
-        .await?;
-        alive.renew().await;
-    }
-    for batch in batches(&switch.delete, String::len) {
-        let ops = || {
-            batch
-                .iter()
-                .map(|key| TxnOp::delete(key.as_str(), None))
+                .map(|(key, text)| match text {
+                    Some(text) => TxnOp::put(*key, *text, None),
+                    None => TxnOp::delete(*key, None),
+                })
                 .collect::<Vec<_>>()
         };
         step(
