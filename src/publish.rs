@@ -42,6 +42,9 @@ pub struct LoadReport {
     pub revision: Option<i64>,
     /// The files: the number of this read of them since start (`None` from etcd).
     pub read: Option<u64>,
+    /// The files: when this read of them began, before any was listed or stamped (`None`
+    /// from etcd). An edit after it may not be in this load.
+    pub began: Option<SystemTime>,
     /// Handed to the fleet's rollout, which has not served it as a generation yet
     /// (`generation` is the one serving meanwhile).
     pub pending: bool,
@@ -243,11 +246,14 @@ impl Reloader {
     }
 
     /// The snapshot file under the `--config` paths changed last, and when, if that was
-    /// after the last load: an edit the watch has not loaded (yet, or ever: a watch that
-    /// stopped working). `None` from a source of documents, and for a time ahead of this
-    /// host's clock (it cannot be judged).
+    /// after the last read of the files began (an edit made while a load ran may not be in
+    /// it): an edit the watch has not loaded (yet, or ever: a watch that stopped working).
+    /// `None` from a source of documents, and for a time ahead of this host's clock (it
+    /// cannot be judged). File times come from the kernel's coarse clock, so an edit within
+    /// a tick (milliseconds) of the read's start may not show.
     pub fn unread_edit(&self) -> Option<(PathBuf, SystemTime)> {
-        let loaded = self.last_report()?.at;
+        let report = self.last_report()?;
+        let loaded = report.began.unwrap_or(report.at);
         let now = SystemTime::now();
         let (modified, path) = self
             .loading
@@ -279,12 +285,14 @@ impl Reloader {
     fn read_files(&self) -> (u64, Result<(), LoadFailure>) {
         let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
         *reads += 1;
+        let began = SystemTime::now();
         let (loaded, work) = self.loading.files();
         let result = self.finish(loaded, work, None);
         let read = *reads;
         self.last.send_modify(|report| {
             if let Some(report) = report {
                 report.read = Some(read);
+                report.began = Some(began);
             }
         });
         (read, result)
@@ -313,6 +321,7 @@ impl Reloader {
             generation: self.cache.current().number,
             revision: Some(revision),
             read: None,
+            began: None,
             pending: false,
         };
         let config = if report.generation == 0 {
@@ -359,6 +368,7 @@ impl Reloader {
                     generation,
                     revision,
                     read: None,
+                    began: None,
                     pending: false,
                 });
                 Ok(())
@@ -389,6 +399,7 @@ impl Reloader {
             generation: current,
             revision,
             read: None,
+            began: None,
             pending: false,
         });
         failure

@@ -369,7 +369,8 @@ pub struct ConfigStatus {
     /// `--source`: whether etcd answers, since when, and why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceStatus>,
-    /// The files: one changed after this load, not loaded yet (`PATH at TIME`): the watch
+    /// The files: one changed after this load's read of them began, not loaded yet
+    /// (`PATH at TIME`): the watch
     /// has it on its way, or has stopped working (`status --wait` reads the files now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unread: Option<String>,

@@ -233,6 +233,42 @@ fn a_reload_that_changes_nothing_publishes_nothing() {
     assert!(report.ok() && report.generation == 2);
 }
 
+/// A file modified after a read of the files began is unread (`config.unread`), even when
+/// the load ended after the edit: the read may have listed or stamped it before the edit.
+/// One modified before the read began was read.
+#[test]
+fn an_edit_made_while_a_load_ran_is_unread() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("a.yaml");
+    std::fs::write(&file, GOOD).expect("write");
+    let (_cache, reloader, _) = reloader_over(dir.path().to_path_buf());
+    reloader.reload().expect("loads");
+    let report = reloader.last_report().expect("report");
+    let began = report
+        .began
+        .expect("a read of the files says when it began");
+    assert_eq!(reloader.unread_edit(), None, "written before the read");
+
+    let touch = |at: SystemTime| {
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .and_then(|f| f.set_modified(at))
+            .expect("set the modification time");
+    };
+    // Modified while the load ran: after its read began, before its report.
+    assert!(began < report.at, "a load takes time");
+    let during = began + report.at.duration_since(began).expect("ordered") / 2;
+    touch(during);
+    let (unread, at) = reloader
+        .unread_edit()
+        .expect("an edit after the read began");
+    assert_eq!(unread, file);
+    assert!(at > began, "{at:?} {began:?}");
+    touch(began - Duration::from_millis(1));
+    assert_eq!(reloader.unread_edit(), None);
+}
+
 /// Secret files named by `switchyard_files` are watched where they are, outside the
 /// config paths, and a Kubernetes Secret update (a `..data` symlink swapped to a new
 /// directory beside the files' links) reloads.
