@@ -370,8 +370,8 @@ pub struct ConfigStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceStatus>,
     /// The files: one changed after this load's read of them began, not loaded yet
-    /// (`PATH at TIME`): the watch
-    /// has it on its way, or has stopped working (`status --wait` reads the files now).
+    /// (`PATH at TIME`): the watch has it on its way, or has stopped working (`status
+    /// --wait` reads the files now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unread: Option<String>,
 }
