@@ -8,8 +8,8 @@
 //! writes that it left, on a lease of [`LEFT_FOR`]; one that dies is gone when its lease
 //! ends, and every replica that saw it go shows it as vanished for [`VANISHED_FOR`].
 //!
-//! Must not: judge the summaries (`super::fleet_standing` does), or write anything but this
-//! replica's summary.
+//! Must not: judge the summaries (`admin::standing::fleet_standing` does), or write anything
+//! but this replica's summary.
 
 use std::time::{Duration, Instant, SystemTime};
 
