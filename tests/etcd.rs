@@ -1513,6 +1513,12 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
         "{:?}",
         a.status().await.and_then(|s| s.replicas)
     );
+    let (_, out, err) = a.status_said(&[]);
+    assert!(
+        out.lines()
+            .any(|l| l.contains(&format!("-{c_pid} ")) && l.contains(" LEFT ")),
+        "{out}{err}"
+    );
     for task in acking {
         task.abort();
     }

@@ -421,12 +421,18 @@ fn replicas(html: &mut String, status: &Status) {
         );
         return;
     }
+    let left = replicas.replicas.iter().filter(|r| r.left).count();
     let _ = write!(
         html,
-        "<h2 id=\"replicas\">Replicas</h2><p>{} replicas share this view through etcd; read {}{}.</p>\
+        "<h2 id=\"replicas\">Replicas</h2><p>{} replicas share this view through etcd{}; read {}{}.</p>\
          <table><tr><th>Replica</th><th>Standing</th><th>Generation</th><th>Revision</th>\
          <th>Proxies</th><th>Synced</th><th>NACKing</th><th>As of</th></tr>",
-        replicas.replicas.len(),
+        replicas.replicas.len() - left,
+        if left > 0 {
+            format!(" ({left} left)")
+        } else {
+            String::new()
+        },
         esc(&replicas.read_at),
         replicas
             .error
@@ -1157,6 +1163,88 @@ mod tests {
         assert!(html.contains("<h2>Recent generations</h2>"), "{html}");
         assert!(
             html.contains("<td>3</td><td>t</td><td>16</td><td>alice: slower connects</td><td>change etcd:/sy/a.yaml</td><td>+0 ~1 -0: ~CDS a</td><td>0</td><td class=\"bad\">1</td>"),
+            "{html}"
+        );
+    }
+
+    /// One view of the fleet (operations.md): every replica's line, one that left shown as
+    /// such and not counted as sharing, one that vanished, and another replica's NACKing
+    /// proxy with its words, escaped.
+    #[test]
+    fn the_replicas_section_shows_every_replica_and_their_proxies_problems() {
+        use crate::admin::replicas::{
+            NodeSummary, ReplicaSummary, ReplicasStatus, TypeSummary, Vanished,
+        };
+        let mut status = fleet(1);
+        let replica = |name: &str, standing: &str| ReplicaSummary {
+            replica: name.into(),
+            at: "2026-12-04T10:00:00.000Z".into(),
+            standing: standing.into(),
+            generation: 1,
+            revision: Some(9),
+            config_ok: true,
+            proxies: 1,
+            synced: 1,
+            ..ReplicaSummary::default()
+        };
+        let mut left = replica("b", "DONE");
+        left.left = true;
+        let mut nacking = replica("c", "NACKED");
+        (nacking.synced, nacking.nacked) = (0, 1);
+        nacking.nodes = vec![NodeSummary {
+            node_id: "edge-<9>".into(),
+            node_cluster: "edge".into(),
+            generation: 1,
+            types: [(
+                "CDS".to_string(),
+                TypeSummary {
+                    state: crate::fleet::SyncStatus::Nacked,
+                    version_acked: "v1".into(),
+                    error: Some("bad <cluster>".into()),
+                },
+            )]
+            .into(),
+            ..NodeSummary::default()
+        }];
+        status.replicas = Some(ReplicasStatus {
+            store: "etcd".into(),
+            this: "a".into(),
+            read_at: "2026-12-04T10:00:01.000Z".into(),
+            replicas: vec![replica("a", "DONE"), left, nacking],
+            vanished: vec![Vanished {
+                replica: "d".into(),
+                since: "2026-12-04T09:59:50.000Z".into(),
+                proxies: 4,
+            }],
+            ..ReplicasStatus::default()
+        });
+        let html = render(&status, &PageQuery::default());
+        assert!(
+            html.contains("<p>2 replicas share this view through etcd (1 left); read 2026-12-04T10:00:01.000Z.</p>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<tr><td>a (this one)</td><td class=\"ok\">DONE</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<tr><td>b</td><td class=\"ok\">LEFT</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<tr><td>c</td><td class=\"bad\">NACKED</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<tr><td>d</td><td class=\"bad\">VANISHED</td><td>-</td><td>-</td><td>4</td>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<li>edge-&lt;9&gt; on replica c, generation 1: CDS NACKED: bad &lt;cluster&gt;</li>"
+            ),
             "{html}"
         );
     }

@@ -442,10 +442,15 @@ view: this replica's proxies only (the files are not a store replicas share; \
         (Some(e), at) => format!("read at {at}, not since: {}", printable(e)),
         (None, at) => format!("read at {at}"),
     };
+    let left = replicas.replicas.iter().filter(|r| r.left).count();
+    let sharing = replicas.replicas.len() - left;
+    let left = match left {
+        0 => String::new(),
+        n => format!(", {n} left"),
+    };
     out.push_str(&format!(
         "
-replicas ({} sharing this view through etcd; {read}):\n",
-        replicas.replicas.len()
+replicas ({sharing} sharing this view through etcd{left}; {read}):\n"
     ));
     let mut rows = vec![[
         "REPLICA", "STANDING", "GEN", "REVISION", "PROXIES", "SYNCED", "NACKED", "AT",
@@ -458,9 +463,15 @@ replicas ({} sharing this view through etcd; {read}):\n",
         } else {
             ""
         };
+        // One that stopped is not judged: it says it left (operations.md).
+        let standing = if r.left {
+            "LEFT".to_string()
+        } else {
+            printable(&r.standing)
+        };
         rows.push(vec![
             format!("{}{this}", printable(&r.replica)),
-            printable(&r.standing),
+            standing,
             r.generation.to_string(),
             r.revision.map_or_else(|| "-".into(), |v| v.to_string()),
             r.proxies.to_string(),
@@ -1029,6 +1040,50 @@ mod tests {
             "{table}"
         );
         assert!(!table.contains("\\n"), "{table}");
+    }
+
+    /// One view of the fleet (operations.md): a replica stopped by SIGTERM is shown as
+    /// having left, whatever it last said of its proxies, and is not counted as sharing.
+    #[test]
+    fn a_replica_that_left_is_shown_as_left() {
+        use crate::admin::replicas::{ReplicaSummary, ReplicasStatus};
+        let mut status = fleet(2, "SYNCED", 2, 2, None);
+        let replica = |name: &str, left: bool| ReplicaSummary {
+            replica: name.into(),
+            at: "2026-12-04T10:00:00.000Z".into(),
+            standing: "DONE".into(),
+            generation: 2,
+            config_ok: true,
+            proxies: 3,
+            synced: 3,
+            left,
+            ..ReplicaSummary::default()
+        };
+        status.replicas = Some(ReplicasStatus {
+            store: "etcd".into(),
+            this: "a".into(),
+            read_at: "2026-12-04T10:00:01.000Z".into(),
+            replicas: vec![replica("a", false), replica("b", true)],
+            ..ReplicasStatus::default()
+        });
+        let table = status_table(&status);
+        assert!(
+            table.contains("replicas (1 sharing this view through etcd, 1 left; read at"),
+            "{table}"
+        );
+        let b = table
+            .lines()
+            .find(|l| l.trim_start().starts_with("b "))
+            .unwrap_or_default();
+        assert!(
+            b.split_whitespace().nth(1) == Some("LEFT"),
+            "{b:?} in {table}"
+        );
+        let a = table
+            .lines()
+            .find(|l| l.contains("a (this one)"))
+            .unwrap_or_default();
+        assert!(a.contains("DONE"), "{a:?} in {table}");
     }
 
     /// What `--wait` waits for beyond the newest generation: the one that holds the
