@@ -422,12 +422,15 @@ fn replicas(html: &mut String, status: &Status) {
         return;
     }
     let left = replicas.replicas.iter().filter(|r| r.left).count();
+    let sharing = match replicas.replicas.len() - left {
+        1 => "1 replica shares".to_string(),
+        n => format!("{n} replicas share"),
+    };
     let _ = write!(
         html,
-        "<h2 id=\"replicas\">Replicas</h2><p>{} replicas share this view through etcd{}; read {}{}.</p>\
+        "<h2 id=\"replicas\">Replicas</h2><p>{sharing} this view through etcd{}; read {}{}.</p>\
          <table><tr><th>Replica</th><th>Standing</th><th>Generation</th><th>Revision</th>\
          <th>Proxies</th><th>Synced</th><th>NACKing</th><th>As of</th></tr>",
-        replicas.replicas.len() - left,
         if left > 0 {
             format!(" ({left} left)")
         } else {
@@ -1245,6 +1248,14 @@ mod tests {
             html.contains(
                 "<li>edge-&lt;9&gt; on replica c, generation 1: CDS NACKED: bad &lt;cluster&gt;</li>"
             ),
+            "{html}"
+        );
+        if let Some(r) = status.replicas.as_mut() {
+            r.replicas.retain(|r| r.replica != "c");
+        }
+        let html = render(&status, &PageQuery::default());
+        assert!(
+            html.contains("<p>1 replica shares this view through etcd (1 left); read"),
             "{html}"
         );
     }
