@@ -1473,6 +1473,14 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
             && out.contains("without its leaving"),
         "{out}"
     );
+    // A wait goes on past it while A's proxies are done (it leaves the view in 2 minutes):
+    // here until its timeout (exit 6), saying why.
+    let (code, out, err) = a.status_said(&["--wait", "--timeout", "3s"]);
+    assert_eq!(code, Some(6), "{out}{err}");
+    assert!(
+        err.contains("timed out after 3s: a replica of the fleet cannot be seen"),
+        "{err}"
+    );
 
     // A replica stopped by SIGTERM says it left.
     b = Switchyard::start_serving(

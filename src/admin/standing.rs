@@ -323,6 +323,19 @@ pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
     (fleet, lagging)
 }
 
+/// Where the replicas that can be seen stand: [`fleet_standing`] leaving out each replica
+/// that is [`Standing::ReplicaUnseen`] (and a view that cannot be read).
+pub fn seen_standing(status: &Status) -> Standing {
+    let (_, lagging) = fleet_standing(status);
+    lagging
+        .iter()
+        .map(|l| l.standing)
+        .filter(|s| *s != Standing::ReplicaUnseen)
+        .chain([replica_standing(status)])
+        .min_by_key(|s| s.rank())
+        .unwrap_or(Standing::Done)
+}
+
 fn revision_text(revision: Option<i64>) -> String {
     match revision {
         Some(r) => format!("revision {r}"),

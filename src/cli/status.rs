@@ -49,7 +49,8 @@ pub struct StatusArgs {
     /// connected node runs that generation (or a newer one) on every type and no rollout is
     /// in progress (exit 0), or until that cannot happen without someone acting (a NACK, a
     /// failed load, a halted or aborted rollout, a source that does not answer: their exit
-    /// codes), or until `--timeout` (exit 6). Like `kubectl rollout status`.
+    /// codes), or until `--timeout` (exit 6). From etcd, a replica that cannot be seen is
+    /// waited through while the others get there. Like `kubectl rollout status`.
     #[arg(long)]
     pub wait: bool,
     /// With `--wait`: wait for this generation (or a newer one) instead of settling the
@@ -66,6 +67,7 @@ pub struct StatusArgs {
 }
 
 use crate::admin::standing::files_differ_from_what_serves;
+use crate::admin::standing::seen_standing;
 pub use crate::admin::standing::{verdict, Standing};
 
 impl Standing {
@@ -173,7 +175,7 @@ pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> Ex
             }
         };
         let verdict = judged(&status, wanted);
-        if wait.is_none() || !verdict.settles_by_itself() {
+        if wait.is_none() || !waits_on(&status, wanted, verdict) {
             break (status, body, verdict);
         }
         if started.elapsed() >= timeout {
@@ -212,12 +214,36 @@ enum Target {
 /// load that settled the source is not yet named by the fleet's rollout, a halt or a NACK
 /// is about what came before it (the rollout that names it replaces a halted one).
 fn judged(status: &crate::admin::Status, wanted: Option<Target>) -> Standing {
+    judged_as(verdict(status), status, wanted)
+}
+
+/// [`judged`], from `standing` (the whole fleet's, or the seen replicas').
+fn judged_as(
+    standing: Standing,
+    status: &crate::admin::Status,
+    wanted: Option<Target>,
+) -> Standing {
     let unnamed =
         wanted == Some(Target::Named) && status.config.as_ref().is_some_and(|c| c.pending);
-    match verdict(status) {
+    match standing {
         Standing::Done if short_of(status, wanted) => Standing::Updating,
         Standing::RolloutStopped | Standing::Nacked if unnamed => Standing::Updating,
-        verdict => verdict,
+        standing => standing,
+    }
+}
+
+/// Whether a wait on `wanted` goes on at `verdict`: while a rollout or an update is in
+/// progress; and while a replica cannot be seen if the replicas that can be are done or
+/// getting there, since that settles by itself too (a vanished replica leaves the view
+/// once its time there is up, its proxies showing on the replicas they reconnect to; a
+/// silent one may speak again). Otherwise the wait ends with the fleet's standing.
+fn waits_on(status: &crate::admin::Status, wanted: Option<Target>, verdict: Standing) -> bool {
+    match verdict {
+        Standing::ReplicaUnseen => {
+            let seen = judged_as(seen_standing(status), status, wanted);
+            seen == Standing::Done || seen.settles_by_itself()
+        }
+        verdict => verdict.settles_by_itself(),
     }
 }
 
@@ -997,6 +1023,44 @@ mod tests {
         assert_eq!(
             judged(&fleet(2, "SYNCED", 2, 2, None), Some(Target::Generation(3))),
             Standing::Updating
+        );
+    }
+
+    /// A replica that cannot be seen (operations.md "One view of the fleet") does not end a
+    /// wait while the replicas that can be seen are done or getting there: it settles by
+    /// itself. With a NACK among those seen, or without `--wait`, it is exit 9 at once.
+    #[test]
+    fn a_wait_goes_on_past_a_vanished_replica_while_the_rest_get_there() {
+        use crate::admin::replicas::{ReplicasStatus, Vanished};
+        let with_vanished = |mut status: crate::admin::Status| {
+            status.replicas = Some(ReplicasStatus {
+                store: "etcd".into(),
+                this: "a".into(),
+                read_at: "2026-12-04T10:00:00.000Z".into(),
+                vanished: vec![Vanished {
+                    replica: "b".into(),
+                    since: "2026-12-04T09:59:50.000Z".into(),
+                    proxies: 2,
+                }],
+                ..ReplicasStatus::default()
+            });
+            status
+        };
+        let done = with_vanished(fleet(2, "SYNCED", 2, 2, None));
+        assert_eq!(verdict(&done), Standing::ReplicaUnseen);
+        assert_eq!(seen_standing(&done), Standing::Done);
+        assert!(waits_on(&done, None, verdict(&done)));
+        let updating = with_vanished(fleet(2, "SYNCED", 2, 2, None));
+        let wanted = Some(Target::Generation(3));
+        assert!(waits_on(&updating, wanted, judged(&updating, wanted)));
+        let nacked = with_vanished(fleet(2, "NACKED", 2, 2, None));
+        assert_eq!(verdict(&nacked), Standing::ReplicaUnseen);
+        assert!(!waits_on(&nacked, None, verdict(&nacked)));
+        // Every other standing waits as it did.
+        let plain = fleet(2, "SYNCED", 1, 2, None);
+        assert_eq!(
+            waits_on(&plain, None, verdict(&plain)),
+            verdict(&plain).settles_by_itself()
         );
     }
 
