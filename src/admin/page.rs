@@ -421,8 +421,8 @@ fn replicas(html: &mut String, status: &Status) {
         );
         return;
     }
-    let left = replicas.replicas.iter().filter(|r| r.left).count();
-    let sharing = match replicas.replicas.len() - left {
+    let (sharing, left) = replicas.sharing_and_left();
+    let sharing = match sharing {
         1 => "1 replica shares".to_string(),
         n => format!("{n} replicas share"),
     };

@@ -233,6 +233,12 @@ impl ReplicasStatus {
         self.store != "none"
     }
 
+    /// How many replicas share the view, and how many left it (stopped, still listed).
+    pub fn sharing_and_left(&self) -> (usize, usize) {
+        let left = self.replicas.iter().filter(|r| r.left).count();
+        (self.replicas.len() - left, left)
+    }
+
     /// The other replicas' summaries (those that left aside).
     pub fn others(&self) -> impl Iterator<Item = &ReplicaSummary> {
         self.replicas

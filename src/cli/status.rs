@@ -468,8 +468,7 @@ view: this replica's proxies only (the files are not a store replicas share; \
         (Some(e), at) => format!("read at {at}, not since: {}", printable(e)),
         (None, at) => format!("read at {at}"),
     };
-    let left = replicas.replicas.iter().filter(|r| r.left).count();
-    let sharing = replicas.replicas.len() - left;
+    let (sharing, left) = replicas.sharing_and_left();
     let left = match left {
         0 => String::new(),
         n => format!(", {n} left"),
