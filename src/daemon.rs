@@ -180,6 +180,7 @@ impl Daemon {
                     url: prefix.url.clone(),
                     access: prefix.access.clone(),
                     replica: fleet_rollout::replica_name(),
+                    admin_addr: String::new(),
                 });
                 let parts = Parts {
                     cache: &cache,
@@ -259,6 +260,10 @@ impl Daemon {
         let fleet_task = fleet_driver
             .map(|d| tokio::spawn(d.driver.run(d.heads, d.inbox, d.start, stop.clone())));
         let history = Arc::clone(&reloader);
+        let mut sharing = sharing;
+        if let (Some(sharing), Ok(addr)) = (sharing.as_mut(), listeners.admin.local_addr()) {
+            sharing.admin_addr = reachable(addr);
+        }
         let replica = sharing.as_ref().map(|s| s.replica.clone());
         let (view, replicas) = replica.as_deref().map(share::channel).unzip();
         let routes = Admin {
@@ -533,4 +538,18 @@ fn log_secret_policy(cache: &Cache, secrets: Secrets, bound: bool) {
              any client that asks for it."
         ),
     }
+}
+
+/// An admin address as another host reaches it: a wildcard bind is named by this host's
+/// name.
+fn reachable(addr: std::net::SocketAddr) -> String {
+    if !addr.ip().is_unspecified() {
+        return addr.to_string();
+    }
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| addr.ip().to_string());
+    format!("{host}:{}", addr.port())
 }

@@ -146,7 +146,7 @@ const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:
 table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}\
 .SYNCED{background:#d4f4d4}.STALE{background:#fff2b3}.NACKED{background:#f8c6c6}\
 .NOT_SENT{background:#eee}.err{color:#a00;font-size:12px}.sum span{margin-right:1.5em}\
-.bad{color:#a00}.ok{color:#070}\
+.bad{color:#a00}.ok{color:#070}.wait{color:#864}.stale{color:#777;font-style:italic}\
 .head{padding:8px 12px;border-radius:4px;font-size:16px}.head.good{background:#d4f4d4;color:#063}\
 .head.wait{background:#fff2b3;color:#640}.head.act{background:#f8c6c6;color:#800}\
 .asof{color:#555;font-size:12px}";
@@ -410,7 +410,6 @@ fn rollouts(html: &mut String, status: &Status) {
 /// done, and the other replicas' proxies that are not synced; from files, that the view is
 /// this replica's alone.
 fn replicas(html: &mut String, status: &Status) {
-    use super::standing::fleet_standing;
     let Some(replicas) = &status.replicas else {
         return;
     };
@@ -426,67 +425,48 @@ fn replicas(html: &mut String, status: &Status) {
         1 => "1 replica shares".to_string(),
         n => format!("{n} replicas share"),
     };
+    let followed = match (&replicas.error, replicas.stale) {
+        (Some(e), true) => format!(
+            "<span class=\"stale\">stale: this replica cannot follow the summaries since {} \
+             ({}); the other replicas' rows are as last read</span>",
+            if replicas.read_at.is_empty() { "it started" } else { replicas.read_at.as_str() },
+            esc(e)
+        ),
+        _ => "followed live".to_string(),
+    };
     let _ = write!(
         html,
-        "<h2 id=\"replicas\">Replicas</h2><p>{sharing} this view through etcd{}; read {}{}.</p>\
-         <table><tr><th>Replica</th><th>Standing</th><th>Generation</th><th>Revision</th>\
-         <th>Proxies</th><th>Synced</th><th>NACKing</th><th>As of</th></tr>",
+        "<h2 id=\"replicas\">Replicas</h2><p>{sharing} this view through etcd{}; {followed}.</p><table><tr>",
         if left > 0 {
             format!(" ({left} left)")
         } else {
             String::new()
         },
-        esc(&replicas.read_at),
-        replicas
-            .error
-            .as_ref()
-            .map(|e| format!(", not since: {}", esc(e)))
-            .unwrap_or_default()
     );
-    for r in &replicas.replicas {
-        let this = if r.replica == replicas.this {
-            " (this one)"
-        } else {
-            ""
-        };
-        let standing = if r.left { "LEFT" } else { r.standing.as_str() };
-        let class = if matches!(standing, "DONE" | "LEFT") {
-            "ok"
-        } else {
-            "bad"
-        };
-        let _ = write!(
-            html,
-            "<tr><td>{}{this}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&r.replica),
-            esc(standing),
-            r.generation,
-            r.revision
-                .map_or_else(|| "-".to_string(), |v| v.to_string()),
-            r.proxies,
-            r.synced,
-            r.nacked,
-            esc(&r.at)
-        );
+    for column in crate::admin::replicas::ReplicaRow::COLUMNS {
+        let _ = write!(html, "<th>{}</th>", esc(column));
     }
-    for v in &replicas.vanished {
-        let _ = write!(
-            html,
-            "<tr><td>{}</td><td class=\"bad\">VANISHED</td><td>-</td><td>-</td><td>{}</td>\
-             <td>-</td><td>-</td><td>{}</td></tr>",
-            esc(&v.replica),
-            v.proxies,
-            esc(&v.since)
-        );
+    html.push_str("</tr>");
+    for row in crate::admin::replicas::rows(replicas) {
+        let class = row.tone.class();
+        html.push_str("<tr>");
+        for (i, cell) in row.cells().iter().enumerate() {
+            // The standing's cell carries the row's colour.
+            if i == 2 {
+                let _ = write!(html, "<td class=\"{class}\">{}</td>", esc(cell));
+            } else {
+                let _ = write!(html, "<td>{}</td>", esc(cell));
+            }
+        }
+        html.push_str("</tr>");
     }
     html.push_str("</table><ul>");
-    for l in fleet_standing(status).1 {
+    for (label, why) in crate::admin::replicas::notes(status) {
         let _ = write!(
             html,
-            "<li class=\"bad\">replica {}: {}</li>",
-            esc(&l.replica),
-            esc(&l.why)
+            "<li class=\"bad\">{}: {}</li>",
+            esc(&label),
+            esc(&why)
         );
     }
     for r in replicas.others() {
@@ -1218,29 +1198,30 @@ mod tests {
                 replica: "d".into(),
                 since: "2026-12-04T09:59:50.000Z".into(),
                 proxies: 4,
+                ..Vanished::default()
             }],
             ..ReplicasStatus::default()
         });
         let html = render(&status, &PageQuery::default());
         assert!(
-            html.contains("<p>2 replicas share this view through etcd (1 left); read 2026-12-04T10:00:01.000Z.</p>"),
+            html.contains("<p>2 replicas share this view through etcd (1 left); followed live.</p>"),
             "{html}"
         );
         assert!(
-            html.contains("<tr><td>a (this one)</td><td class=\"ok\">DONE</td>"),
+            html.contains("<tr><td>a (this one)</td><td>-</td><td class=\"ok\">DONE</td>"),
             "{html}"
         );
         assert!(
-            html.contains("<tr><td>b</td><td class=\"ok\">LEFT</td>"),
+            html.contains("<tr><td>b</td><td>-</td><td class=\"ok\">LEFT</td>"),
             "{html}"
         );
         assert!(
-            html.contains("<tr><td>c</td><td class=\"bad\">NACKED</td>"),
+            html.contains("<tr><td>c</td><td>-</td><td class=\"bad\">NACKED</td>"),
             "{html}"
         );
         assert!(
             html.contains(
-                "<tr><td>d</td><td class=\"bad\">VANISHED</td><td>-</td><td>-</td><td>4</td>"
+                "<tr><td>d</td><td>-</td><td class=\"bad\">VANISHED</td><td>-</td><td>-</td><td>4</td>"
             ),
             "{html}"
         );
@@ -1255,7 +1236,7 @@ mod tests {
         }
         let html = render(&status, &PageQuery::default());
         assert!(
-            html.contains("<p>1 replica shares this view through etcd (1 left); read"),
+            html.contains("<p>1 replica shares this view through etcd (1 left); followed live"),
             "{html}"
         );
     }

@@ -14,17 +14,13 @@
 
 pub mod share;
 
-use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
 use super::Status;
 use crate::fleet::SyncStatus;
-
-/// A replica whose summary is older than this (by its own clock against the reader's) is
-/// silent: it lives on in etcd (its lease is renewed) but says nothing new.
-pub const SILENT_AFTER: Duration = Duration::from_secs(30);
 
 /// The most bytes of nodes a summary lists (etcd's requests are at most 1.5 MiB by
 /// default): nodes with a problem come first, the rest are counted.
@@ -36,9 +32,13 @@ const MAX_ERROR_CHARS: usize = 1024;
 /// One replica's summary of its proxies, as it shares it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaSummary {
-    /// The replica's name (its host name and process id).
+    /// The replica's name (`serve --replica-name`, by default its host name and process id).
     pub replica: String,
-    /// When it took this summary (RFC 3339, its clock).
+    /// Its admin API's address, as it serves it (`serve --admin-addr`), to reach it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub admin: String,
+    /// When it took this summary (RFC 3339, its clock: shown, never compared with another
+    /// host's).
     #[serde(default)]
     pub at: String,
     /// Where this replica stands on its own (`DONE`, `UPDATING`, `NACKED`, ...).
@@ -158,6 +158,7 @@ pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSumma
     let config = status.config.as_ref();
     ReplicaSummary {
         replica: replica.to_string(),
+        admin: String::new(),
         at: status.at.clone(),
         standing: standing.to_string(),
         generation: status.generation,
@@ -185,11 +186,16 @@ pub struct ReplicasStatus {
     /// This replica's name among the summaries.
     #[serde(default)]
     pub this: String,
-    /// When this replica last read the summaries (RFC 3339), and why it could not since.
+    /// When this replica's view last changed (RFC 3339, its clock), and why it cannot follow
+    /// the summaries since, if it cannot.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub read_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The summaries below are as last read, not followed since (etcd does not answer this
+    /// replica): they may no longer be true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stale: bool,
     /// The etcd revision of this replica's load the summaries were compared with, and the
     /// replicas that had not loaded the same documents then (their last load is older, and
     /// the documents changed since, or etcd could not tell).
@@ -205,7 +211,8 @@ pub struct ReplicasStatus {
     #[serde(default)]
     pub replicas: Vec<ReplicaSummary>,
     /// Replicas whose summary went without their leaving (killed, or cut off from etcd
-    /// past their lease), seen here in the last [`share::VANISHED_FOR`].
+    /// past their lease), seen here in the last [`share::VANISHED_FOR`]: listed with their
+    /// proxies that no replica serves since, holding no gate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vanished: Vec<Vanished>,
 }
@@ -214,9 +221,22 @@ pub struct ReplicasStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vanished {
     pub replica: String,
-    /// When this replica saw its summary gone (RFC 3339), and how many proxies it had.
+    /// Its admin API's address, as its last summary gave it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub admin: String,
+    /// When this replica saw its summary gone (RFC 3339, this replica's clock), and how many
+    /// proxies it had.
     pub since: String,
     pub proxies: usize,
+    /// The node ids its last summary listed, and how many more it had (not listed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    #[serde(default)]
+    pub omitted: usize,
+    /// Those of `nodes` that no replica of the view serves now: orphaned (they reconnect
+    /// nowhere, or not yet). Named, never holding a gate: no replica can serve them news.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orphaned: Vec<String>,
 }
 
 impl ReplicasStatus {
@@ -247,16 +267,31 @@ impl ReplicasStatus {
     }
 }
 
-/// What one replica last read of every replica's summary.
+/// What one replica follows of every replica's summary.
 #[derive(Clone, Debug, Default)]
 pub struct View {
     pub read_at: Option<SystemTime>,
     pub error: Option<String>,
+    /// The summaries are as last read, not followed since.
+    pub stale: bool,
     pub against: Option<i64>,
     pub behind: Vec<String>,
     pub source_ahead: Option<i64>,
     pub summaries: Vec<ReplicaSummary>,
     pub vanished: Vec<Vanished>,
+}
+
+impl View {
+    /// Whether it says the same as `other` but for when it was read.
+    pub fn same_as(&self, other: &View) -> bool {
+        self.error == other.error
+            && self.stale == other.stale
+            && self.against == other.against
+            && self.behind == other.behind
+            && self.source_ahead == other.source_ahead
+            && self.summaries == other.summaries
+            && self.vanished == other.vanished
+    }
 }
 
 /// This replica's name and its view of the others, for the admin routes.
@@ -277,13 +312,227 @@ impl Replicas {
                 .map(crate::fleet::format_time)
                 .unwrap_or_default(),
             error: view.error.clone(),
+            stale: view.stale,
             against: view.against,
             behind: view.behind.clone(),
             source_ahead: view.source_ahead,
             replicas: view.summaries.clone(),
-            vanished: view.vanished.clone(),
+            vanished: orphaned(&view.vanished, &view.summaries),
         }
     }
+}
+
+/// `vanished`, each with its nodes that no summary of `live` lists (those that left
+/// aside): the proxies no replica serves now.
+pub fn orphaned(vanished: &[Vanished], live: &[ReplicaSummary]) -> Vec<Vanished> {
+    let served: BTreeSet<&str> = live
+        .iter()
+        .filter(|r| !r.left)
+        .flat_map(|r| r.nodes.iter().map(|n| n.node_id.as_str()))
+        .collect();
+    vanished
+        .iter()
+        .map(|v| Vanished {
+            orphaned: v
+                .nodes
+                .iter()
+                .filter(|n| !served.contains(n.as_str()))
+                .cloned()
+                .collect(),
+            ..v.clone()
+        })
+        .collect()
+}
+
+/// How a replica's row reads: the page's colour, and whether the CLI says more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tone {
+    /// Done, or left as it was told to.
+    Good,
+    /// It gets there by itself.
+    Wait,
+    /// Someone has to act (a NACK, a failed load, ...), or it vanished.
+    Act,
+    /// As last read, not followed since: it may no longer be true.
+    Stale,
+}
+
+impl Tone {
+    /// Its class on the page.
+    pub fn class(self) -> &'static str {
+        match self {
+            Tone::Good => "ok",
+            Tone::Wait => "wait",
+            Tone::Act => "bad",
+            Tone::Stale => "stale",
+        }
+    }
+}
+
+/// One row of the replicas' table: what the CLI prints and the page shows, made once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaRow {
+    /// Its name, and whether it is the replica asked.
+    pub replica: String,
+    pub this: bool,
+    /// Its admin address (`-` when its summary did not give one).
+    pub admin: String,
+    /// `DONE`, `NACKED`, ..., `LEFT`, `VANISHED`; `(stale)` after it when not followed.
+    pub standing: String,
+    pub tone: Tone,
+    /// The etcd revision its last load read, and the content it serves (the first 12
+    /// characters of `Config::content_version`): the same on every replica serving the
+    /// same documents.
+    pub revision: String,
+    pub version: String,
+    pub proxies: usize,
+    /// `-` for a replica that vanished.
+    pub synced: String,
+    pub nacked: String,
+    /// When its summary was taken (its clock), or when it was seen gone (this one's).
+    pub at: String,
+}
+
+impl ReplicaRow {
+    /// The table's column names, as the CLI prints them (the page words them the same).
+    pub const COLUMNS: [&'static str; 9] = [
+        "REPLICA", "ADMIN", "STANDING", "REVISION", "VERSION", "PROXIES", "SYNCED", "NACKED",
+        "AS OF",
+    ];
+
+    /// Its cells, in [`ReplicaRow::COLUMNS`]' order (not escaped).
+    pub fn cells(&self) -> [String; 9] {
+        let this = if self.this { " (this one)" } else { "" };
+        [
+            format!("{}{this}", self.replica),
+            self.admin.clone(),
+            self.standing.clone(),
+            self.revision.clone(),
+            self.version.clone(),
+            self.proxies.to_string(),
+            self.synced.clone(),
+            self.nacked.clone(),
+            self.at.clone(),
+        ]
+    }
+}
+
+/// Every replica's row: those sharing the view (by name), then those that vanished.
+pub fn rows(replicas: &ReplicasStatus) -> Vec<ReplicaRow> {
+    use crate::admin::standing::{Severity, Standing};
+    let dash = || "-".to_string();
+    let mut rows: Vec<ReplicaRow> = replicas
+        .replicas
+        .iter()
+        .map(|r| {
+            let this = r.replica == replicas.this;
+            // One that stopped is not judged: it says it left (operations.md).
+            let (standing, tone) = if r.left {
+                ("LEFT".to_string(), Tone::Good)
+            } else {
+                let tone = match Standing::from_name(&r.standing).map(Standing::severity) {
+                    Some(Severity::Good) => Tone::Good,
+                    Some(Severity::Wait) => Tone::Wait,
+                    _ => Tone::Act,
+                };
+                (r.standing.clone(), tone)
+            };
+            // This replica's own row is its own word; the others' are as last read.
+            let (standing, tone) = if replicas.stale && !this && !r.left {
+                (format!("{standing} (stale)"), Tone::Stale)
+            } else {
+                (standing, tone)
+            };
+            ReplicaRow {
+                replica: r.replica.clone(),
+                this,
+                admin: if r.admin.is_empty() { dash() } else { r.admin.clone() },
+                standing,
+                tone,
+                revision: r.revision.map_or_else(dash, |v| v.to_string()),
+                version: if r.version.is_empty() {
+                    dash()
+                } else {
+                    r.version.chars().take(12).collect()
+                },
+                proxies: r.proxies,
+                synced: r.synced.to_string(),
+                nacked: r.nacked.to_string(),
+                at: r.at.clone(),
+            }
+        })
+        .collect();
+    rows.extend(replicas.vanished.iter().map(|v| ReplicaRow {
+        replica: v.replica.clone(),
+        this: false,
+        admin: if v.admin.is_empty() { dash() } else { v.admin.clone() },
+        standing: "VANISHED".into(),
+        tone: Tone::Act,
+        revision: dash(),
+        version: dash(),
+        proxies: v.proxies,
+        synced: dash(),
+        nacked: dash(),
+        at: v.since.clone(),
+    }));
+    rows
+}
+
+/// What the view says beside the rows, in lines for a person: each replica that keeps the
+/// fleet from done and why (`admin::standing::fleet_standing`'s), then each vanished
+/// replica's orphaned proxies.
+pub fn notes(status: &Status) -> Vec<(String, String)> {
+    let mut notes: Vec<(String, String)> = crate::admin::standing::fleet_standing(status)
+        .1
+        .into_iter()
+        .map(|l| {
+            let label = if l.standing == crate::admin::standing::Standing::ReplicaUnseen {
+                "VIEW STALE".to_string()
+            } else {
+                format!("REPLICA {} {}", l.replica, l.standing.name().replace('_', " "))
+            };
+            (label, l.why)
+        })
+        .collect();
+    let Some(replicas) = &status.replicas else {
+        return notes;
+    };
+    for v in &replicas.vanished {
+        let mut why = format!(
+            "its lease ended at {} without its leaving (killed, or cut off from etcd); of its \
+             {} proxies, ",
+            v.since, v.proxies
+        );
+        if v.orphaned.is_empty() && v.omitted == 0 {
+            why.push_str("every one listed is served by another replica now");
+        } else {
+            let mut orphaned = v.orphaned.clone();
+            orphaned.sort();
+            let shown: Vec<&str> = orphaned.iter().take(20).map(String::as_str).collect();
+            why.push_str(&format!(
+                "{} no replica serves now (orphaned: they hold no gate until they reconnect){}{}",
+                orphaned.len(),
+                if shown.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", shown.join(", "))
+                },
+                if orphaned.len() > shown.len() {
+                    format!(" and {} more", orphaned.len() - shown.len())
+                } else {
+                    String::new()
+                }
+            ));
+            if v.omitted > 0 {
+                why.push_str(&format!(
+                    "; {} more were not listed in its summary",
+                    v.omitted
+                ));
+            }
+        }
+        notes.push((format!("REPLICA {} VANISHED", v.replica), why));
+    }
+    notes
 }
 
 #[cfg(test)]

@@ -6,9 +6,7 @@
 //! Must not: read the fleet or the cache (it judges the status it is given), or know exit
 //! codes (the CLI's).
 
-use std::time::{Duration, SystemTime};
-
-use super::replicas::{ReplicaSummary, SILENT_AFTER};
+use super::replicas::ReplicaSummary;
 use super::Status;
 use crate::fleet::SyncStatus;
 
@@ -24,8 +22,8 @@ pub enum Standing {
     Nacked,
     RollingOut,
     Updating,
-    /// Another replica behind the view cannot be seen: its summary is silent, or the
-    /// summaries cannot be read (an etcd source only).
+    /// The other replicas cannot be seen: this replica cannot follow their summaries in
+    /// etcd, so what it shows of them may be stale (an etcd source only).
     ReplicaUnseen,
 }
 
@@ -49,7 +47,9 @@ impl Standing {
             Standing::Nacked => "a node rejected its configuration",
             Standing::RollingOut => "a rollout is in progress",
             Standing::Updating => "a node is still taking the newest generation",
-            Standing::ReplicaUnseen => "a replica of the fleet cannot be seen",
+            Standing::ReplicaUnseen => {
+                "the other replicas cannot be seen: this replica cannot follow their summaries in etcd"
+            }
         }
     }
 
@@ -204,8 +204,8 @@ impl Standing {
                 "wait: `switchyard status --wait` returns once every node has ACKed"
             }
             Standing::ReplicaUnseen => {
-                "look at the replica named under Replicas: it does not reach etcd, or is \
-                 stuck (a replica that stopped leaves the view within its lease, 15 s)"
+                "check this replica's access to etcd (the reason is under Replicas); ask \
+                 another replica's `switchyard status` meanwhile"
             }
         }
     }
@@ -220,12 +220,16 @@ pub struct Lagging {
 }
 
 /// Where the fleet stands from `status`: this replica's own standing, then every other
-/// replica's summary (with an etcd source). A replica that stands worse counts (a NACK on
-/// it is the fleet's); one that has not loaded the documents this replica loaded last
-/// (`behind`, or summaries compared with an older load) is still updating, whatever its
-/// proxies said of older documents, unless its load failed or its source is away; one
-/// whose summary cannot be read, is silent for [`SILENT_AFTER`], or went without its
-/// leaving is [`Standing::ReplicaUnseen`]. The worst standing wins, in the order
+/// replica's summary (with an etcd source). A replica's report counts for the documents this
+/// replica loaded last once it is about them: its own last load read them (or a newer
+/// revision), or etcd says nothing changed between (`behind` says which are not). One that
+/// has not loaded them is still updating, whatever it said of older documents, a failed
+/// load of those among them; a source away from it counts as it is. A replica that
+/// stands worse counts (a NACK on it is the fleet's). Liveness is the lease: a replica
+/// whose summary is listed is alive, one whose lease ended is no longer listed (its
+/// proxies are judged where they reconnect, and those that reconnect nowhere are named as
+/// orphaned, holding no gate). While this replica cannot follow the summaries, the fleet
+/// is [`Standing::ReplicaUnseen`]. The worst standing wins, in the order
 /// [`Standing::rank`] gives; the replicas that make it so are returned, worst first.
 pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
     let own = replica_standing(status);
@@ -233,21 +237,18 @@ pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
         return (own, Vec::new());
     };
     let mut lagging = Vec::new();
-    if let Some(error) = &replicas.error {
+    if let Some(error) = replicas.error.as_ref().filter(|_| replicas.stale) {
         lagging.push(Lagging {
             replica: replicas.this.clone(),
             standing: Standing::ReplicaUnseen,
-            why: format!("cannot read the other replicas' summaries: {error}"),
-        });
-    }
-    for gone in &replicas.vanished {
-        lagging.push(Lagging {
-            replica: gone.replica.clone(),
-            standing: Standing::ReplicaUnseen,
             why: format!(
-                "its summary went at {} without its leaving (killed, or cut off from etcd): \
-                 its {} proxies are not seen here, and may be on another replica or on none",
-                gone.since, gone.proxies
+                "this replica cannot follow the other replicas' summaries ({error}); their rows \
+                 are as last read{}, and may no longer be true",
+                if replicas.read_at.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {}", replicas.read_at)
+                }
             ),
         });
     }
@@ -265,33 +266,17 @@ pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
             ),
         });
     }
-    let now = parse_time(&status.at);
-    // The summaries were compared with an older load of this replica's: none of the
-    // others is known to have the documents this one loaded last.
+    // The summaries were compared with an older load of this replica's: of the others,
+    // only those whose own load read this revision or a newer one are known to have it.
     let stale = loaded.is_some() && replicas.against < loaded;
     for other in replicas.others() {
-        let age = match (now, parse_time(&other.at)) {
-            (Some(now), Some(then)) => now.duration_since(then).unwrap_or_default(),
-            _ => Duration::ZERO,
-        };
-        if age > SILENT_AFTER {
-            lagging.push(Lagging {
-                replica: other.replica.clone(),
-                standing: Standing::ReplicaUnseen,
-                why: format!(
-                    "its summary is {} old (taken {}): it does not reach etcd, or is stuck",
-                    humantime::format_duration(Duration::from_secs(age.as_secs())),
-                    other.at
-                ),
-            });
-            continue;
-        }
-        let standing = Standing::from_name(&other.standing).unwrap_or(Standing::ReplicaUnseen);
-        let behind = stale || replicas.behind.contains(&other.replica);
-        // What a replica that has not loaded the newest documents says of its proxies is
-        // about older ones: only a failed load or a source away count as they are.
+        let standing = Standing::from_name(&other.standing).unwrap_or(Standing::Updating);
+        let behind = replicas.behind.contains(&other.replica)
+            || (stale && other.revision < loaded);
+        // What a replica that has not loaded the newest documents says is about older
+        // ones: only a source away from it counts as it is.
         let standing = match standing {
-            Standing::LoadFailed | Standing::SourceDown => standing,
+            Standing::SourceDown => standing,
             _ if behind => Standing::Updating,
             _ => standing,
         };
@@ -378,6 +363,3 @@ fn replica_problem(summary: &ReplicaSummary, standing: Standing) -> String {
     }
 }
 
-fn parse_time(text: &str) -> Option<SystemTime> {
-    humantime::parse_rfc3339(text).ok()
-}

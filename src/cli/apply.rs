@@ -333,6 +333,7 @@ fn write_documents(
                 generation: None,
                 revision: landed,
                 timeout: flags.wait_timeout,
+                written: landed,
             }),
         ),
         Ok(_) => ExitCode::SUCCESS,

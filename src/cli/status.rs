@@ -32,9 +32,15 @@ pub const EXIT_UPDATING: u8 = 7;
 /// Exit code of `switchyard status` while the server's source (etcd) does not answer: the
 /// last good generation serves, but no edit reaches the fleet.
 pub const EXIT_SOURCE_DOWN: u8 = 8;
-/// Exit code of `switchyard status` (etcd source) while another replica behind the view
-/// cannot be seen: its summary is silent, or the summaries cannot be read.
+/// Exit code of `switchyard status` (etcd source) while the replica asked cannot follow the
+/// other replicas' summaries in etcd: what it shows of them may be stale.
 pub const EXIT_REPLICA_UNSEEN: u8 = 9;
+/// Exit code of `apply --wait` and `rollback --wait` when the change was written but the
+/// fleet cannot be watched: the admin API at `--admin-addr` does not answer (within
+/// [`UNWATCHABLE_AFTER`], or the wait's timeout if shorter).
+pub const EXIT_UNWATCHABLE: u8 = 10;
+/// How long a wait after a write goes on asking an admin API that does not answer.
+pub const UNWATCHABLE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -100,6 +106,7 @@ pub(super) fn run(args: &StatusArgs) -> ExitCode {
         generation: args.generation,
         revision: args.revision,
         timeout: args.timeout,
+        written: None,
     });
     watch(&args.admin, args.output, wait)
 }
@@ -112,6 +119,9 @@ pub(super) struct Wait {
     /// From etcd: the documents as of this revision, instead of the revision now.
     pub revision: Option<i64>,
     pub timeout: std::time::Duration,
+    /// The revision this command wrote (`apply`, `rollback`): an admin API that does not
+    /// answer is then said as [`EXIT_UNWATCHABLE`], not waited on to the timeout.
+    pub written: Option<i64>,
 }
 
 /// Ask the server at `admin` where the fleet stands, and print it; with `wait`, settle the
@@ -127,12 +137,29 @@ pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> Ex
     };
     let started = std::time::Instant::now();
     let timeout = wait.map_or(std::time::Duration::ZERO, |w| w.timeout);
+    // After a write, an admin API that does not answer is not a fleet that did not
+    // converge: said as such once it has not answered for a while.
+    let written = wait.and_then(|w| w.written);
+    let unwatchable = |e: &anyhow::Error| -> Option<ExitCode> {
+        let written = written?;
+        (started.elapsed() >= UNWATCHABLE_AFTER.min(timeout)).then(|| {
+            eprintln!(
+                "error: applied at revision {written}, but the fleet cannot be watched: {e:#}; \
+                 `switchyard status --wait --revision {written} --admin-addr ADDR` on a replica \
+                 that answers waits for it (exit {EXIT_UNWATCHABLE})"
+            );
+            ExitCode::from(EXIT_UNWATCHABLE)
+        })
+    };
     let mut wanted = wait.and_then(|w| w.generation).map(Target::Generation);
     if let Some(w) = wait.filter(|_| wanted.is_none()) {
         let mut said = false;
         wanted = loop {
             match runtime.block_on(settle(&target, token.as_deref(), w.revision)) {
                 Ok(wanted) => break wanted,
+                Err(Settling::Unreachable(e)) if written.is_some() && unwatchable(&e).is_some() => {
+                    return ExitCode::from(EXIT_UNWATCHABLE);
+                }
                 Err(Settling::Unreachable(e)) if started.elapsed() < timeout => {
                     // The server may be restarting: go on asking until the time is up.
                     if !std::mem::replace(&mut said, true) {
@@ -157,6 +184,9 @@ pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> Ex
         let fetched = runtime.block_on(fetch_status(&target, token.as_deref()));
         let (status, body) = match fetched {
             Ok(found) => found,
+            Err(e) if written.is_some() && unwatchable(&e).is_some() => {
+                return ExitCode::from(EXIT_UNWATCHABLE);
+            }
             Err(e) if wait.is_some() && started.elapsed() < timeout => {
                 // The server may be restarting: go on asking until the time is up.
                 if said.is_none() {
@@ -329,7 +359,7 @@ async fn settle(
 }
 
 /// How often `--wait` asks.
-const POLL: std::time::Duration = std::time::Duration::from_secs(1);
+const POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The rollout part of a status, for people.
 pub fn rollout_text(status: &crate::admin::Status) -> String {
@@ -451,7 +481,7 @@ pub fn status_table(status: &crate::admin::Status) -> String {
 /// in a table, and what keeps the fleet from done; from files, that the view is this
 /// replica's alone.
 fn replica_lines(out: &mut String, status: &crate::admin::Status) {
-    use crate::admin::{replicas::ReplicaSummary, standing::fleet_standing};
+    use crate::admin::replicas::ReplicaSummary;
     let Some(replicas) = &status.replicas else {
         return;
     };
@@ -463,10 +493,13 @@ view: this replica's proxies only (the files are not a store replicas share; \
         );
         return;
     }
-    let read = match (&replicas.error, replicas.read_at.as_str()) {
-        (Some(e), "") => format!("not read: {}", printable(e)),
-        (Some(e), at) => format!("read at {at}, not since: {}", printable(e)),
-        (None, at) => format!("read at {at}"),
+    let read = match (&replicas.error, replicas.stale) {
+        (Some(e), true) => format!(
+            "STALE: not followed since {}: {}",
+            if replicas.read_at.is_empty() { "it started" } else { replicas.read_at.as_str() },
+            printable(e)
+        ),
+        _ => "followed live".to_string(),
     };
     let (sharing, left) = replicas.sharing_and_left();
     let left = match left {
@@ -474,48 +507,13 @@ view: this replica's proxies only (the files are not a store replicas share; \
         n => format!(", {n} left"),
     };
     out.push_str(&format!(
-        "
-replicas ({sharing} sharing this view through etcd{left}; {read}):\n"
+        "\nreplicas ({sharing} sharing this view through etcd{left}; {read}):\n"
     ));
-    let mut rows = vec![[
-        "REPLICA", "STANDING", "GEN", "REVISION", "PROXIES", "SYNCED", "NACKED", "AT",
-    ]
-    .map(String::from)
-    .to_vec()];
-    for r in &replicas.replicas {
-        let this = if r.replica == replicas.this {
-            " (this one)"
-        } else {
-            ""
-        };
-        // One that stopped is not judged: it says it left (operations.md).
-        let standing = if r.left {
-            "LEFT".to_string()
-        } else {
-            printable(&r.standing)
-        };
-        rows.push(vec![
-            format!("{}{this}", printable(&r.replica)),
-            standing,
-            r.generation.to_string(),
-            r.revision.map_or_else(|| "-".into(), |v| v.to_string()),
-            r.proxies.to_string(),
-            r.synced.to_string(),
-            r.nacked.to_string(),
-            printable(&r.at),
-        ]);
-    }
-    for v in &replicas.vanished {
-        rows.push(vec![
-            printable(&v.replica),
-            "VANISHED".into(),
-            "-".into(),
-            "-".into(),
-            v.proxies.to_string(),
-            "-".into(),
-            "-".into(),
-            printable(&v.since),
-        ]);
+    let mut rows = vec![crate::admin::replicas::ReplicaRow::COLUMNS
+        .map(String::from)
+        .to_vec()];
+    for row in crate::admin::replicas::rows(replicas) {
+        rows.push(row.cells().iter().map(|c| printable(c)).collect());
     }
     aligned(out, &rows, "  ");
     let others: Vec<&ReplicaSummary> = replicas.others().collect();
@@ -560,13 +558,8 @@ replicas ({sharing} sharing this view through etcd{left}; {read}):\n"
             ));
         }
     }
-    for l in fleet_standing(status).1 {
-        out.push_str(&format!(
-            "\nREPLICA {} {}: {}\n",
-            printable(&l.replica),
-            l.standing.name().replace('_', " "),
-            printable(&l.why)
-        ));
+    for (label, why) in crate::admin::replicas::notes(status) {
+        out.push_str(&format!("\n{}: {}\n", printable(&label), printable(&why)));
     }
 }
 
@@ -1025,22 +1018,42 @@ mod tests {
         );
     }
 
-    /// A replica that cannot be seen (operations.md "One view of the fleet") does not end a
-    /// wait while the replicas that can be seen are done or getting there: it settles by
-    /// itself. With a NACK among those seen, or without `--wait`, it is exit 9 at once.
+    /// A view this replica cannot follow (operations.md "One view of the fleet") does not
+    /// end a wait while what it can see is done or getting there: it settles by itself.
+    /// With a NACK among those seen, or without `--wait`, it is exit 9 at once. A replica
+    /// whose lease ended (vanished) holds nothing: its proxies are judged where they are.
     #[test]
-    fn a_wait_goes_on_past_a_vanished_replica_while_the_rest_get_there() {
+    fn a_wait_goes_on_past_a_stale_view_and_a_vanished_replica_holds_no_gate() {
         use crate::admin::replicas::{ReplicasStatus, Vanished};
+        let vanished = |mut status: crate::admin::Status| {
+            status.replicas = Some(ReplicasStatus {
+                store: "etcd".into(),
+                this: "a".into(),
+                vanished: vec![Vanished {
+                    replica: "b".into(),
+                    since: "2026-12-04T09:59:50.000Z".into(),
+                    proxies: 2,
+                    orphaned: vec!["edge-b".into()],
+                    ..Vanished::default()
+                }],
+                ..ReplicasStatus::default()
+            });
+            status
+        };
+        let gone = vanished(fleet(2, "SYNCED", 2, 2, None));
+        assert_eq!(verdict(&gone), Standing::Done);
+        let table = status_table(&gone);
+        assert!(
+            table.contains("REPLICA b VANISHED: its lease ended at 2026-12-04T09:59:50.000Z") && table.contains("edge-b"),
+            "{table}"
+        );
         let with_vanished = |mut status: crate::admin::Status| {
             status.replicas = Some(ReplicasStatus {
                 store: "etcd".into(),
                 this: "a".into(),
                 read_at: "2026-12-04T10:00:00.000Z".into(),
-                vanished: vec![Vanished {
-                    replica: "b".into(),
-                    since: "2026-12-04T09:59:50.000Z".into(),
-                    proxies: 2,
-                }],
+                error: Some("etcd does not answer (connection refused)".into()),
+                stale: true,
                 ..ReplicasStatus::default()
             });
             status
@@ -1131,7 +1144,7 @@ mod tests {
         });
         let table = status_table(&status);
         assert!(
-            table.contains("replicas (1 sharing this view through etcd, 1 left; read at"),
+            table.contains("replicas (1 sharing this view through etcd, 1 left; followed live)"),
             "{table}"
         );
         let b = table
@@ -1139,7 +1152,7 @@ mod tests {
             .find(|l| l.trim_start().starts_with("b "))
             .unwrap_or_default();
         assert!(
-            b.split_whitespace().nth(1) == Some("LEFT"),
+            b.split_whitespace().nth(2) == Some("LEFT"),
             "{b:?} in {table}"
         );
         let a = table

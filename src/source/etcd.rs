@@ -88,7 +88,7 @@ pub async fn unchanged_between(
                 }
                 Err(e) => Err(SourceError::Unavailable {
                     url: url.display(),
-                    message: format!("cannot read the prefix: {e}"),
+                    message: format!("cannot read the prefix: {}", crate::source::etcd::words(&e)),
                 }),
             }
         }
@@ -121,7 +121,7 @@ pub async fn current_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64,
         .await
         .map_err(|e| SourceError::Unavailable {
             url: url.display(),
-            message: format!("cannot read the revision: {e}"),
+            message: format!("cannot read the revision: {}", crate::source::etcd::words(&e)),
         })?;
     answer
         .header()
@@ -169,7 +169,7 @@ pub async fn connect(
         .await
         .map_err(|e| SourceError::Unavailable {
             url: url.display(),
-            message: format!("cannot connect: {e}"),
+            message: format!("cannot connect: {}", crate::source::etcd::words(&e)),
         })
 }
 
@@ -234,9 +234,9 @@ pub async fn read_at(
         .await
         .map_err(|e| match revision {
             Some(r) => unavailable(format!(
-                "cannot read the prefix {prefix:?} at revision {r}: {e}"
+                "cannot read the prefix {prefix:?} at revision {r}: {}", crate::source::etcd::words(&e)
             )),
-            None => unavailable(format!("cannot read the prefix {prefix:?}: {e}")),
+            None => unavailable(format!("cannot read the prefix {prefix:?}: {}", crate::source::etcd::words(&e))),
         })?;
     let revision = response.header().map_or(0, |h| h.revision());
     // An apply switching the prefix over ([`switch`]): what every reader sees is the
@@ -381,7 +381,7 @@ pub async fn last_write(client: &mut Client, url: &EtcdUrl) -> Result<i64, Sourc
         .await
         .map_err(|e| SourceError::Unavailable {
             url: url.display(),
-            message: format!("cannot read the prefix: {e}"),
+            message: format!("cannot read the prefix: {}", crate::source::etcd::words(&e)),
         })?;
     Ok(answer.kvs().first().map_or(0, |kv| kv.mod_revision()))
 }
@@ -539,7 +539,7 @@ async fn guarded_by(client: &mut Client, url: &EtcdUrl) -> Result<(Vec<u8>, i64)
             .await
             .map_err(|e| SourceError::Unavailable {
                 url: url.display(),
-                message: format!("cannot read {}: {e}", guard_key(url)),
+                message: format!("cannot read {}: {}", crate::source::etcd::words(&e), guard_key(url)),
             })?;
     Ok(response.kvs().first().map_or((Vec::new(), 0), |kv| {
         (kv.value().to_vec(), kv.mod_revision())
@@ -579,7 +579,7 @@ async fn write_once(
         refused(&e).unwrap_or_else(|| {
             ApplyError::Unavailable(SourceError::Unavailable {
                 url: url.display(),
-                message: format!("cannot write: {e}"),
+                message: format!("cannot write: {}", crate::source::etcd::words(&e)),
             })
         })
     })?;
@@ -613,7 +613,7 @@ pub async fn changes(
         let mut stream = watcher(client)
             .watch(prefix.as_str(), Some(options))
             .await
-            .map_err(|e| unavailable(format!("cannot watch: {e}")))?;
+            .map_err(|e| unavailable(format!("cannot watch: {}", crate::source::etcd::words(&e))))?;
         let mut revisions = std::collections::BTreeSet::new();
         // Switches (an apply in several transactions): where each began and ended.
         let mut switches: Vec<(i64, Option<i64>)> = Vec::new();
@@ -622,7 +622,7 @@ pub async fn changes(
         let mut created = false;
         loop {
             let message = match tokio::time::timeout(QUIET, stream.message()).await {
-                Ok(message) => message.map_err(|e| unavailable(format!("cannot watch: {e}")))?,
+                Ok(message) => message.map_err(|e| unavailable(format!("cannot watch: {}", crate::source::etcd::words(&e))))?,
                 Err(_) if created => return Ok((as_readers_saw(revisions, &switches), start)),
                 Err(_) if tokio::time::Instant::now() < deadline => continue,
                 Err(_) => return Err(unavailable("the history took too long to read".into())),
@@ -680,5 +680,57 @@ mod tests {
             super::as_readers_saw(revisions, &[(7, Some(11)), (20, None)]),
             [3, 11, 14]
         );
+    }
+}
+
+/// An etcd client's error in words for people: what happened to the call (etcd does not
+/// answer, did not answer in time, refused this replica's access, ...) and the deepest
+/// cause the library gives (`connection refused`), never the library's own dump.
+pub fn words(e: &etcd_client::Error) -> String {
+    use tonic::Code;
+    let root = |e: &dyn std::error::Error| {
+        let mut deepest = e.to_string();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            deepest = cause.to_string();
+            next = cause.source();
+        }
+        deepest
+    };
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            let said = status.message().trim();
+            let cause = std::error::Error::source(status)
+                .map(|s| root(s))
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(|| said.to_string());
+            let cause = lowercase_first(&cause);
+            match status.code() {
+                Code::Unavailable => format!("etcd does not answer ({cause})"),
+                Code::DeadlineExceeded => "etcd did not answer in time".to_string(),
+                Code::PermissionDenied | Code::Unauthenticated => {
+                    format!("etcd refused this access ({cause})")
+                }
+                Code::Cancelled => "the call to etcd was cancelled".to_string(),
+                Code::ResourceExhausted => format!("etcd refused a request this large ({cause})"),
+                _ if said.is_empty() => format!("etcd answered: {}", status.code().description()),
+                _ => format!("etcd answered: {said}"),
+            }
+        }
+        etcd_client::Error::TransportError(t) => {
+            format!("etcd does not answer ({})", lowercase_first(&root(t)))
+        }
+        etcd_client::Error::IoError(io) => format!("etcd does not answer ({})", lowercase_first(&io.to_string())),
+        etcd_client::Error::InvalidArgs(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `text` with its first letter in lower case, for the middle of a sentence.
+fn lowercase_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
     }
 }

@@ -1,19 +1,28 @@
 //! Sharing the view through etcd: this replica's summary under `PREFIX.replicas/NAME` (beside
 //! the documents' prefix, as the fleet's rollout keeps its keys, so an apply's guard and the
 //! documents' watch never see it, while a role granted the prefix covers it), on a lease of
-//! [`LEASE_TTL`]; and every replica's summary read back each round for `/status`.
+//! [`LEASE_TTL`]; and every replica's summary followed by one watch on that prefix.
 //!
-//! A summary is written when it changes, and at least every [`REFRESH`] (a replica whose
-//! summary is older than [`super::SILENT_AFTER`] is shown as silent). A replica that stops
-//! writes that it left, on a lease of [`LEFT_FOR`]; one that dies is gone when its lease
-//! ends, and every replica that saw it go shows it as vanished for [`VANISHED_FOR`].
+//! Liveness is the lease, never a clock: the lease is renewed by a task of its own (a slow
+//! etcd call of this task cannot hold it up), and a summary whose lease ended is deleted by
+//! etcd, which every watching replica sees at once. No replica compares another host's
+//! clock with its own. A summary is written when what it is made of changed (this replica
+//! looks at a few counters every [`LOOK`], and takes its status again at least every
+//! [`REFRESH`], writing only what differs), so an idle fleet writes nothing.
+//!
+//! A replica that stops writes that it left, on a lease of [`LEFT_FOR`]; one that dies leaves
+//! the view when its lease ends, and each replica that saw it go keeps, for
+//! [`VANISHED_FOR`], which of its proxies no replica serves since (orphaned): named, but
+//! holding no gate. While this replica cannot follow the summaries, its view keeps what it
+//! last read, marked stale (`ReplicasStatus::stale`), with the reason in words.
 //!
 //! Must not: judge the summaries (`admin::standing::fleet_standing` does), or write anything
 //! but this replica's summary.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use etcd_client::{Client, GetOptions, PutOptions};
+use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
 use tokio::sync::watch;
 
 use super::{summarize, ReplicaSummary, View};
@@ -25,17 +34,22 @@ use crate::source::{EtcdUrl, SourceError};
 /// A replica's summary lives on a lease this long: a replica that dies leaves the view
 /// within it.
 pub const LEASE_TTL: i64 = 15;
-/// How often the summary is taken, written if it changed, and every summary read.
-const ROUND: Duration = Duration::from_secs(2);
-/// The longest a summary goes unwritten while it does not change.
+/// How often this replica looks at what its summary is made of (a few counters, no etcd).
+const LOOK: Duration = Duration::from_millis(200);
+/// The longest this replica goes without taking its status again (pollers age out with no
+/// counter moving); it is written only if it differs.
 const REFRESH: Duration = Duration::from_secs(10);
-/// How often the lease is renewed.
-const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// How often the lease is renewed: a third of its time, so two renewals can fail.
+const KEEP_ALIVE: Duration = Duration::from_secs(LEASE_TTL as u64 / 3);
+/// How often this replica asks etcd whether the documents moved past its follower.
+const AHEAD_EVERY: Duration = Duration::from_secs(2);
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a replica that stopped stays in the view as having left.
 pub const LEFT_FOR: Duration = Duration::from_secs(120);
-/// How long a replica whose summary went without its leaving is shown as vanished.
+/// How long a replica whose summary went without its leaving is listed as vanished, with
+/// its proxies that no replica serves since.
 pub const VANISHED_FOR: Duration = Duration::from_secs(120);
+const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// Where every replica's summary is kept: beside the prefix.
@@ -43,11 +57,13 @@ pub fn summaries_prefix(url: &EtcdUrl) -> String {
     format!("{}.replicas/", url.prefix.trim_end_matches('/'))
 }
 
-/// Shares this replica's summary and reads everyone's, until shutdown.
+/// Shares this replica's summary and follows everyone's, until shutdown.
 pub struct Sharing {
     pub url: EtcdUrl,
     pub access: Access,
     pub replica: String,
+    /// This replica's admin address, as others reach it (set once the admin port is bound).
+    pub admin_addr: String,
 }
 
 /// A view's sender and the admin routes' handle on it.
@@ -62,22 +78,45 @@ pub fn channel(replica: &str) -> (watch::Sender<View>, super::Replicas) {
     )
 }
 
+/// The summaries as this replica follows them: by replica, each with the revision it was
+/// written at.
+type Held = BTreeMap<String, (ReplicaSummary, i64)>;
+
+/// Why a session with etcd ended.
+enum Ended {
+    Shutdown,
+    Failed(SourceError),
+}
+
+impl From<SourceError> for Ended {
+    fn from(e: SourceError) -> Ended {
+        Ended::Failed(e)
+    }
+}
+
 impl Sharing {
-    /// Run until `shutdown`, taking this replica's status from `admin`, and sending what is
-    /// read of every replica to `view`. While etcd does not answer, the last summaries stay
-    /// in the view with the error beside them; the session is opened again, backing off.
+    /// Run until `shutdown`, taking this replica's status from `admin`, and sending what it
+    /// follows of every replica to `view`. While etcd does not answer, the last summaries
+    /// stay in the view, marked stale, with the reason beside them; the session is opened
+    /// again, backing off.
     pub async fn run(self, admin: Admin, view: watch::Sender<View>, mut shutdown: Shutdown) {
-        let mut retry = ROUND;
+        let mut retry = RETRY_FIRST;
         loop {
             // The session sees the shutdown itself: it says this replica left before it ends.
             let began = Instant::now();
-            let ended = self.session(&admin, &view, &mut shutdown).await;
-            let Err(e) = ended else { return };
+            let e = match self.session(&admin, &view, &mut shutdown).await {
+                Ended::Shutdown => return,
+                Ended::Failed(e) => e,
+            };
             // A session that lasted was not the failure the backoff was for.
             if began.elapsed() > RETRY_MAX * 3 {
-                retry = ROUND;
+                retry = RETRY_FIRST;
             }
-            view.send_modify(|v| v.error = Some(e.to_string()));
+            tracing::warn!(error = %e, "Cannot follow the replicas' summaries in etcd; the view is stale until it answers.");
+            view.send_modify(|v| {
+                v.error = Some(e.to_string());
+                v.stale = true;
+            });
             tokio::select! {
                 _ = shutdown.wait() => return,
                 _ = tokio::time::sleep(retry) => {}
@@ -86,13 +125,14 @@ impl Sharing {
         }
     }
 
-    /// One session: a connection and a lease, rounds until shutdown (`Ok`) or an error.
+    /// One session: a connection, a lease kept alive by a task of its own, every summary
+    /// read, then followed by a watch, until shutdown or an error.
     async fn session(
         &self,
         admin: &Admin,
         view: &watch::Sender<View>,
         shutdown: &mut Shutdown,
-    ) -> Result<(), SourceError> {
+    ) -> Ended {
         let unavailable = |message: String| SourceError::Unavailable {
             url: self.url.display(),
             message,
@@ -101,108 +141,145 @@ impl Sharing {
             let mut client = connect(&self.url, &self.access, ETCD_TIMEOUT).await?;
             let lease = within(client.lease_grant(LEASE_TTL, None))
                 .await
-                .map_err(|e| unavailable(format!("cannot take a lease for the summary: {e}")))?
+                .map_err(|e| unavailable(format!("cannot take a lease for the summary: {}", words(&e))))?
                 .id();
-            let kept = within(client.lease_keep_alive(lease))
-                .await
-                .map_err(|e| unavailable(format!("cannot keep the summary's lease: {e}")))?;
-            Ok::<_, SourceError>((client, lease, kept))
+            let (held, revision) = read(&mut client, &self.url).await?;
+            let options = WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(revision + 1);
+            let prefix = summaries_prefix(&self.url);
+            let stream =
+                within(crate::source::etcd::watcher(&client).watch(prefix.as_str(), Some(options)))
+                    .await
+                    .map_err(|e| unavailable(format!("cannot watch the summaries: {}", words(&e))))?;
+            Ok::<_, SourceError>((client, lease, held, stream))
         };
-        let (mut client, lease, (mut keeper, mut renewals)) = tokio::select! {
-            _ = shutdown.wait() => return Ok(()),
-            opened = opened => opened?,
+        let (mut client, lease, mut held, mut stream) = tokio::select! {
+            _ = shutdown.wait() => return Ended::Shutdown,
+            opened = opened => match opened {
+                Ok(opened) => opened,
+                Err(e) => return Ended::Failed(e),
+            },
         };
+        let mut lapsed = KeepAlive::spawn(client.clone(), lease);
         let key = format!("{}{}", summaries_prefix(&self.url), self.replica);
-        let mut written: Option<(ReplicaSummary, Instant)> = None;
-        // What the last summary was taken from (see [`seen`]).
-        let mut looked: Option<String> = None;
-        // etcd's answers on whether the documents changed between two revisions.
-        let mut compared = std::collections::HashMap::new();
-        let mut renewed = Instant::now();
-        let mut round = tokio::time::interval(ROUND);
-        round.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        // What this session last wrote, when, and what its status was taken from.
+        let mut written: Option<ReplicaSummary> = None;
+        let mut taken: Option<(String, Instant)> = None;
+        let mut behind = Behind::default();
+        let mut ahead = None;
+        let mut look = tokio::time::interval(LOOK);
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ahead_tick = tokio::time::interval(AHEAD_EVERY);
+        ahead_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.publish(view, &held, &written, &behind, ahead);
+        let ended = loop {
             tokio::select! {
-                _ = shutdown.wait() => {
-                    // Said now, not when the lease runs out: this replica left.
-                    let left = written.map(|(summary, _)| summary).unwrap_or_default();
-                    let _ = tokio::time::timeout(Duration::from_secs(1), self.leave(&mut client, &key, left)).await;
-                    let _ = tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease)).await;
-                    return Ok(());
-                }
-                renewal = renewals.message() => {
-                    if !matches!(renewal, Ok(Some(_))) {
-                        return Err(unavailable("the summary's lease renewals ended".into()));
+                _ = shutdown.wait() => break Ended::Shutdown,
+                e = &mut lapsed => break Ended::Failed(unavailable(e)),
+                message = stream.message() => {
+                    let response = match message {
+                        Ok(Some(response)) => response,
+                        Ok(None) => break Ended::Failed(unavailable("the watch on the summaries ended".into())),
+                        Err(e) => break Ended::Failed(unavailable(format!("the watch on the summaries failed: {}", words(&e)))),
+                    };
+                    if response.compact_revision() > 0 || response.canceled() {
+                        break Ended::Failed(unavailable("the watch on the summaries was cancelled (etcd compacted past it): they are read again".into()));
                     }
-                    continue;
+                    apply_events(&mut held, changes(response.events()), &summaries_prefix(&self.url));
                 }
-                _ = round.tick() => {}
-            }
-            if renewed.elapsed() >= KEEP_ALIVE {
-                within(keeper.keep_alive())
-                    .await
-                    .map_err(|e| unavailable(format!("cannot renew the summary's lease: {e}")))?;
-                renewed = Instant::now();
-            }
-            // The status is taken only when what it is made of may have changed (or the
-            // summary is due again): an idle fleet costs a look at a few counters.
-            let now_seen = seen(admin);
-            let due_again = written
-                .as_ref()
-                .is_none_or(|(_, when)| when.elapsed() >= REFRESH);
-            if due_again || looked.as_ref() != Some(&now_seen) {
-                looked = Some(now_seen);
-                let status = super::super::status::current_status(admin);
-                let standing = crate::admin::standing::replica_standing(&status);
-                let summary = summarize(&status, &self.replica, standing.name());
-                let due = due_again
-                    || written
+                _ = look.tick() => {
+                    let now_seen = seen(admin);
+                    let due = taken
                         .as_ref()
-                        .is_none_or(|(said, _)| !same_but_time(said, &summary));
-                if due {
-                    let value = serde_json::to_string(&summary)
-                        .map_err(|e| unavailable(format!("cannot write the summary: {e}")))?;
-                    within(client.put(
-                        key.as_str(),
-                        value,
-                        Some(PutOptions::new().with_lease(lease)),
-                    ))
-                    .await
-                    .map_err(|e| unavailable(format!("cannot write the summary: {e}")))?;
-                    written = Some((summary, Instant::now()));
+                        .is_none_or(|(seen, when)| *seen != now_seen || when.elapsed() >= REFRESH);
+                    if !due {
+                        continue;
+                    }
+                    taken = Some((now_seen, Instant::now()));
+                    let status = super::super::status::current_status(admin);
+                    let standing = crate::admin::standing::replica_standing(&status);
+                    let mut summary = summarize(&status, &self.replica, standing.name());
+                    summary.admin.clone_from(&self.admin_addr);
+                    if written.as_ref().is_some_and(|said| same_but_time(said, &summary)) {
+                        continue;
+                    }
+                    let value = match serde_json::to_string(&summary) {
+                        Ok(value) => value,
+                        Err(e) => break Ended::Failed(unavailable(format!("cannot write the summary: {e}"))),
+                    };
+                    let put = within(client.put(key.as_str(), value, Some(PutOptions::new().with_lease(lease)))).await;
+                    if let Err(e) = put {
+                        break Ended::Failed(unavailable(format!("cannot write the summary: {}", words(&e))));
+                    }
+                    written = Some(summary);
+                }
+                _ = ahead_tick.tick() => {
+                    // Whether the documents changed in etcd past what this replica's
+                    // follower has reached (a load on its way, or held while an apply
+                    // switches the prefix).
+                    let reached = match &admin.barrier {
+                        Some(crate::source::Barrier::Etcd { reached, .. }) => Some(*reached.borrow()),
+                        _ => None,
+                    };
+                    ahead = match reached {
+                        Some(reached) => match self.ahead(&mut client, reached).await {
+                            Ok(ahead) => ahead,
+                            Err(e) => break Ended::Failed(e),
+                        },
+                        None => None,
+                    };
                 }
             }
-            let read = read(&mut client, &self.url).await?;
-            let against = written.as_ref().and_then(|(mine, _)| mine.revision);
-            let behind = match (&written, against) {
-                (Some((mine, _)), Some(loaded)) => {
-                    self.behind(&mut client, &read, mine, loaded, &mut compared)
-                        .await?
-                }
-                _ => Vec::new(),
-            };
-            // Whether the documents changed in etcd past what this replica's follower has
-            // reached (a load on its way, or held while an apply switches the prefix).
-            let reached = match &admin.barrier {
-                Some(crate::source::Barrier::Etcd { reached, .. }) => Some(*reached.borrow()),
-                _ => None,
-            };
-            let ahead = match reached {
-                Some(reached) => self.ahead(&mut client, reached).await?,
-                None => None,
-            };
-            let summaries: Vec<ReplicaSummary> = read.into_iter().map(|(s, _)| s).collect();
-            view.send_modify(|v| {
-                let now = SystemTime::now();
-                v.vanished = vanished(&v.summaries, &summaries, &v.vanished, now);
-                v.read_at = Some(now);
-                v.error = None;
-                v.against = against;
-                v.behind = behind;
-                v.source_ahead = ahead;
-                v.summaries = summaries;
-            });
+            if let Err(e) = behind.update(&mut client, &self.url, &held, &self.replica, written.as_ref()).await {
+                break Ended::Failed(e);
+            }
+            self.publish(view, &held, &written, &behind, ahead);
+        };
+        if matches!(ended, Ended::Shutdown) {
+            // Said now, not when the lease runs out: this replica left.
+            let left = written.unwrap_or_default();
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.leave(&mut client, &key, left)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease)).await;
         }
+        ended
+    }
+
+    /// Send what this session follows to the view.
+    fn publish(
+        &self,
+        view: &watch::Sender<View>,
+        held: &Held,
+        written: &Option<ReplicaSummary>,
+        behind: &Behind,
+        ahead: Option<i64>,
+    ) {
+        let summaries: Vec<ReplicaSummary> = held.values().map(|(s, _)| s.clone()).collect();
+        let against = written.as_ref().and_then(|mine| mine.revision);
+        view.send_if_modified(|v| {
+            let now = SystemTime::now();
+            let vanished = vanished(&v.summaries, &summaries, &v.vanished, &self.replica, now);
+            let next = View {
+                read_at: v.read_at,
+                error: None,
+                stale: false,
+                against,
+                behind: behind.names.clone(),
+                source_ahead: ahead,
+                summaries,
+                vanished,
+            };
+            let changed = !v.same_as(&next);
+            if changed || v.stale || v.error.is_some() || v.read_at.is_none() {
+                *v = View {
+                    read_at: Some(now),
+                    ..next
+                };
+                true
+            } else {
+                false
+            }
+        });
     }
 
     /// etcd's revision now, when the keys under the prefix changed since `loaded` (what the
@@ -214,48 +291,6 @@ impl Sharing {
         }
         let same = crate::source::etcd::unchanged_between(client, &self.url, loaded, now).await?;
         Ok((!same).then_some(now))
-    }
-
-    /// The other replicas that have not loaded the documents this one loaded at `loaded`:
-    /// their last load read an older revision, and the documents changed since, unless
-    /// their summary, written after `loaded`, says they serve what this one serves.
-    async fn behind(
-        &self,
-        client: &mut Client,
-        read: &[(ReplicaSummary, i64)],
-        mine: &ReplicaSummary,
-        loaded: i64,
-        compared: &mut std::collections::HashMap<(i64, i64), bool>,
-    ) -> Result<Vec<String>, SourceError> {
-        let mut behind = Vec::new();
-        for (other, written_at) in read
-            .iter()
-            .filter(|(s, _)| s.replica != self.replica && !s.left)
-        {
-            let revision = other.revision.unwrap_or(0);
-            if revision >= loaded || (*written_at > loaded && other.version == mine.version) {
-                continue;
-            }
-            let same = match compared.get(&(revision, loaded)) {
-                Some(same) => *same,
-                None => {
-                    let same = revision > 0
-                        && crate::source::etcd::unchanged_between(
-                            client, &self.url, revision, loaded,
-                        )
-                        .await?;
-                    if compared.len() > 1024 {
-                        compared.clear();
-                    }
-                    compared.insert((revision, loaded), same);
-                    same
-                }
-            };
-            if !same {
-                behind.push(other.replica.clone());
-            }
-        }
-        Ok(behind)
     }
 
     /// Write that this replica left, on a lease of its own of [`LEFT_FOR`].
@@ -280,12 +315,167 @@ impl Sharing {
     }
 }
 
-/// The replicas whose summary went between `before` and `now_read` without their leaving,
-/// added to those `seen` go in the last [`VANISHED_FOR`] (one that is back is not).
+/// The other replicas that have not loaded the documents this one loaded: their last load
+/// read an older revision, and the documents changed since, unless their summary, written
+/// after this one's load, says they serve what this one serves. etcd's answers on whether
+/// the documents changed between two revisions are kept (they do not change).
+#[derive(Default)]
+struct Behind {
+    names: Vec<String>,
+    compared: std::collections::HashMap<(i64, i64), bool>,
+}
+
+impl Behind {
+    async fn update(
+        &mut self,
+        client: &mut Client,
+        url: &EtcdUrl,
+        held: &Held,
+        this: &str,
+        mine: Option<&ReplicaSummary>,
+    ) -> Result<(), SourceError> {
+        self.names.clear();
+        let Some((mine, loaded)) = mine.and_then(|m| Some((m, m.revision?))) else {
+            return Ok(());
+        };
+        for (other, written_at) in held.values().filter(|(s, _)| s.replica != this && !s.left) {
+            let revision = other.revision.unwrap_or(0);
+            if revision >= loaded || (*written_at > loaded && other.version == mine.version) {
+                continue;
+            }
+            let same = match self.compared.get(&(revision, loaded)) {
+                Some(same) => *same,
+                None => {
+                    let same = revision > 0
+                        && crate::source::etcd::unchanged_between(client, url, revision, loaded)
+                            .await?;
+                    if self.compared.len() > 1024 {
+                        self.compared.clear();
+                    }
+                    self.compared.insert((revision, loaded), same);
+                    same
+                }
+            };
+            if !same {
+                self.names.push(other.replica.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The lease's renewals, on a task of their own: resolves with the reason once the lease
+/// cannot be renewed (etcd does not answer within [`ETCD_TIMEOUT`], or says the lease is
+/// gone). The task ends when this is dropped.
+struct KeepAlive {
+    ended: tokio::sync::oneshot::Receiver<String>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl KeepAlive {
+    fn spawn(mut client: Client, lease: i64) -> KeepAlive {
+        let (tx, ended) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let why = async {
+                let (mut keeper, mut renewals) = within(client.lease_keep_alive(lease))
+                    .await
+                    .map_err(|e| format!("cannot keep the summary's lease: {}", words(&e)))?;
+                let mut every = tokio::time::interval(KEEP_ALIVE);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    within(keeper.keep_alive())
+                        .await
+                        .map_err(|e| format!("cannot renew the summary's lease: {}", words(&e)))?;
+                    let renewal = tokio::time::timeout(ETCD_TIMEOUT, renewals.message()).await;
+                    match renewal {
+                        Ok(Ok(Some(r))) if r.ttl() > 0 => {}
+                        Ok(Ok(Some(_))) => {
+                            return Err::<(), _>("the summary's lease ended (etcd did not hear from this replica within its time)".to_string())
+                        }
+                        Ok(Ok(None)) | Ok(Err(_)) => {
+                            return Err("the summary's lease renewals ended".to_string())
+                        }
+                        Err(_) => {
+                            return Err(format!(
+                                "etcd did not renew the summary's lease within {}",
+                                humantime::format_duration(ETCD_TIMEOUT)
+                            ))
+                        }
+                    }
+                }
+            };
+            if let Err(why) = why.await {
+                let _ = tx.send(why);
+            }
+        });
+        KeepAlive { ended, task }
+    }
+}
+
+impl std::future::Future for KeepAlive {
+    type Output = String;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<String> {
+        std::pin::Pin::new(&mut self.ended)
+            .poll(cx)
+            .map(|r| r.unwrap_or_else(|_| "the summary's lease keeper stopped".to_string()))
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One event of the watch on the summaries, as [`apply_events`] takes it.
+enum Change<'a> {
+    /// A summary written (its value, and the revision it was written at).
+    Put(&'a [u8], i64),
+    /// A summary's key deleted: its lease ended, or the replica that left is gone.
+    Delete(&'a [u8]),
+}
+
+/// A watch response's events, as [`Change`]s.
+fn changes(events: &[etcd_client::Event]) -> impl Iterator<Item = Change<'_>> {
+    events.iter().filter_map(|event| {
+        let kv = event.kv()?;
+        Some(match event.event_type() {
+            EventType::Put => Change::Put(kv.value(), kv.mod_revision()),
+            EventType::Delete => Change::Delete(kv.key()),
+        })
+    })
+}
+
+/// Apply a watch's changes to the summaries held: a put replaces a replica's (a value that
+/// does not read is skipped, as in [`read`]), a delete removes the replica its key names.
+fn apply_events<'a>(held: &mut Held, changes: impl Iterator<Item = Change<'a>>, prefix: &str) {
+    for change in changes {
+        match change {
+            Change::Put(value, revision) => {
+                if let Ok(summary) = serde_json::from_slice::<ReplicaSummary>(value) {
+                    held.insert(summary.replica.clone(), (summary, revision));
+                }
+            }
+            Change::Delete(key) => {
+                let key = String::from_utf8_lossy(key);
+                held.remove(key.strip_prefix(prefix).unwrap_or(&key));
+            }
+        }
+    }
+}
+
+/// The replicas that vanished, as this replica saw them: those listed in `seen` within
+/// the last [`VANISHED_FOR`] that are not back, and those whose summary went between
+/// `before` and `now_read` without their leaving (`this` replica's own aside).
 fn vanished(
     before: &[ReplicaSummary],
     now_read: &[ReplicaSummary],
     seen: &[super::Vanished],
+    this: &str,
     now: SystemTime,
 ) -> Vec<super::Vanished> {
     let present = |name: &str| now_read.iter().any(|r| r.replica == name);
@@ -301,11 +491,21 @@ fn vanished(
         .filter(|v| !present(&v.replica))
         .cloned()
         .collect();
-    for gone in before.iter().filter(|r| !r.left && !present(&r.replica)) {
+    let gone = before
+        .iter()
+        .filter(|r| !r.left && r.replica != this && !present(&r.replica));
+    for gone in gone {
+        if out.iter().any(|v| v.replica == gone.replica) {
+            continue;
+        }
         out.push(super::Vanished {
             replica: gone.replica.clone(),
+            admin: gone.admin.clone(),
             since: crate::fleet::format_time(now),
             proxies: gone.proxies,
+            nodes: gone.nodes.iter().map(|n| n.node_id.clone()).collect(),
+            omitted: gone.omitted,
+            orphaned: Vec::new(),
         });
     }
     out
@@ -314,7 +514,7 @@ fn vanished(
 /// What this replica's summary is made of, in a few counters: its proxies' reports (their
 /// change count), the last load, what the cache serves, whether the source answers, and the
 /// fleet's rollout. The same text: the same summary, but for pollers aging out and the time
-/// (both caught by the refresh).
+/// (both caught by [`REFRESH`]).
 fn seen(admin: &Admin) -> String {
     let load = admin
         .reloader
@@ -362,13 +562,15 @@ async fn within<T>(
         })
 }
 
-/// Every replica's summary, by replica, with the revision it was written at; a value that
-/// does not read is skipped (a replica of a newer version may add fields, never remove
-/// them).
-pub async fn read(
-    client: &mut Client,
-    url: &EtcdUrl,
-) -> Result<Vec<(ReplicaSummary, i64)>, SourceError> {
+/// An etcd client's error in words for people (`crate::source::etcd::words`).
+fn words(e: &etcd_client::Error) -> String {
+    crate::source::etcd::words(e)
+}
+
+/// Every replica's summary, by replica, with the revision it was written at, and etcd's
+/// revision as of the read; a value that does not read is skipped (a replica of a newer
+/// version may add fields, never remove them).
+pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<(Held, i64), SourceError> {
     let prefix = summaries_prefix(url);
     let answer = within(
         crate::source::etcd::reader(client)
@@ -377,15 +579,18 @@ pub async fn read(
     .await
     .map_err(|e| SourceError::Unavailable {
         url: url.display(),
-        message: format!("cannot read the replicas' summaries: {e}"),
+        message: format!("cannot read the replicas' summaries: {}", words(&e)),
     })?;
-    let mut summaries: Vec<(ReplicaSummary, i64)> = answer
+    let revision = answer.header().map_or(0, |h| h.revision());
+    let held = answer
         .kvs()
         .iter()
-        .filter_map(|kv| Some((serde_json::from_slice(kv.value()).ok()?, kv.mod_revision())))
+        .filter_map(|kv| {
+            let summary: ReplicaSummary = serde_json::from_slice(kv.value()).ok()?;
+            Some((summary.replica.clone(), (summary, kv.mod_revision())))
+        })
         .collect();
-    summaries.sort_by(|a, b| a.0.replica.cmp(&b.0.replica));
-    Ok(summaries)
+    Ok((held, revision))
 }
 
 #[cfg(test)]
@@ -401,23 +606,39 @@ mod tests {
         }
     }
 
-    /// A summary gone without a word is a replica vanished, shown until it is back or
-    /// [`VANISHED_FOR`] has passed; one that said it left is not.
+    /// A summary gone without a word is a replica vanished, listed until it is back or
+    /// [`VANISHED_FOR`] has passed (by this replica's clock alone); one that said it left
+    /// is not, nor is this replica itself.
     #[test]
     fn a_summary_gone_without_leaving_is_a_vanished_replica_for_a_while() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let (a, b, c) = (summary("a", false), summary("b", false), summary("c", true));
-        let only_a = std::slice::from_ref(&a);
-        let gone = vanished(&[a.clone(), b.clone(), c], only_a, &[], t0);
+        let only_c = std::slice::from_ref(&c);
+        let gone = vanished(&[a.clone(), b.clone(), c.clone()], only_c, &[], "a", t0);
         assert_eq!(gone.len(), 1, "{gone:?}");
         assert_eq!((gone[0].replica.as_str(), gone[0].proxies), ("b", 3));
         let later = t0 + Duration::from_secs(60);
-        assert_eq!(vanished(only_a, only_a, &gone, later), gone);
+        assert_eq!(vanished(only_c, only_c, &gone, "a", later), gone);
         assert!(
-            vanished(only_a, &[a.clone(), b], &gone, later).is_empty(),
+            vanished(only_c, &[c.clone(), b], &gone, "a", later).is_empty(),
             "back"
         );
         let past = t0 + VANISHED_FOR + Duration::from_secs(1);
-        assert!(vanished(only_a, only_a, &gone, past).is_empty(), "aged out");
+        assert!(vanished(only_c, only_c, &gone, "a", past).is_empty(), "aged out");
+    }
+
+    /// A watch's puts and deletes keep the summaries held: a put replaces, a delete
+    /// removes, a value that does not read is skipped.
+    #[test]
+    fn watch_events_keep_the_summaries_held() {
+        let b = serde_json::to_string(&summary("b", false)).expect("json");
+        let mut held = Held::new();
+        let puts = [Change::Put(b.as_bytes(), 7), Change::Put(b"{not", 8)];
+        apply_events(&mut held, puts.into_iter(), "/sy.replicas/");
+        assert_eq!(held.keys().collect::<Vec<_>>(), ["b"]);
+        assert_eq!(held["b"].1, 7);
+        let delete = [Change::Delete(b"/sy.replicas/b")];
+        apply_events(&mut held, delete.into_iter(), "/sy.replicas/");
+        assert!(held.is_empty(), "{held:?}");
     }
 }

@@ -43,6 +43,7 @@ fn seen_from_a(mut status: Status, others: Vec<ReplicaSummary>) -> Status {
         this: "a".into(),
         read_at: "2026-12-04T10:00:00.000Z".into(),
         error: None,
+        stale: false,
         against: status.config.as_ref().and_then(|c| c.revision),
         behind: Vec::new(),
         source_ahead: None,
@@ -118,8 +119,10 @@ fn another_replicas_nack_is_the_fleets_and_names_the_replica_and_the_node() {
 
 /// This replica loaded revision 9. Another that has not loaded the same documents (its
 /// last load is older and the documents changed since: `behind`) is updating, whatever its
-/// proxies said of older documents, unless its load failed; summaries compared with an
-/// older load of this replica's prove nothing yet.
+/// proxies said of older documents, and a failed load of older documents too: its report
+/// counts once it is about revision 9 (a fix applied after a failed load is not failed by
+/// the failure before it). Summaries compared with an older load of this replica's prove
+/// nothing yet, but of a replica whose own load read revision 9 or newer.
 #[test]
 fn a_replica_that_has_not_loaded_the_newest_documents_is_still_updating() {
     let a = || status(&[("e-1", 2, "SYNCED")], 9, "v9");
@@ -146,9 +149,23 @@ fn a_replica_that_has_not_loaded_the_newest_documents_is_still_updating() {
     );
     let mut failed = b("SYNCED");
     failed.standing = "LOAD_FAILED".into();
+    failed.errors = vec!["the old error".into()];
     assert_eq!(
-        fleet_standing(&behind(seen_from_a(a(), vec![failed]))).0,
-        Standing::LoadFailed
+        fleet_standing(&behind(seen_from_a(a(), vec![failed.clone()]))).0,
+        Standing::Updating,
+        "a failed load of older documents is not the answer for revision 9"
+    );
+    let mut failed_now = failed.clone();
+    failed_now.revision = Some(9);
+    let (standing, lagging) = fleet_standing(&seen_from_a(a(), vec![failed_now.clone()]));
+    assert_eq!(standing, Standing::LoadFailed, "a failed load of revision 9 is");
+    assert!(lagging[0].why.contains("the old error"), "{}", lagging[0].why);
+    let mut away = b("SYNCED");
+    away.standing = "SOURCE_DOWN".into();
+    assert_eq!(
+        fleet_standing(&behind(seen_from_a(a(), vec![away]))).0,
+        Standing::SourceDown,
+        "a source away from it is about now"
     );
     assert_eq!(
         fleet_standing(&seen_from_a(a(), vec![b("SYNCED")])).0,
@@ -163,39 +180,65 @@ fn a_replica_that_has_not_loaded_the_newest_documents_is_still_updating() {
         Standing::Updating,
         "compared with an older load"
     );
+    let mut compared_before = seen_from_a(a(), vec![failed]);
+    if let Some(r) = compared_before.replicas.as_mut() {
+        r.against = Some(7);
+    }
+    assert_eq!(
+        fleet_standing(&compared_before).0,
+        Standing::Updating,
+        "an old failure, compared with an older load of this replica's"
+    );
+    let mut compared_before = seen_from_a(a(), vec![failed_now]);
+    if let Some(r) = compared_before.replicas.as_mut() {
+        r.against = Some(7);
+    }
+    assert_eq!(
+        fleet_standing(&compared_before).0,
+        Standing::LoadFailed,
+        "its own load read revision 9: it counts"
+    );
 }
 
+/// Liveness is the lease, never a clock: a summary however old by its writer's clock is
+/// judged by what it says; a replica whose lease ended (vanished) is named with its orphaned
+/// proxies but holds no gate; a view this replica cannot follow is stale, and not done.
 #[test]
-fn a_silent_replica_or_an_unread_view_is_not_done() {
+fn clocks_do_not_judge_a_replica_and_a_vanished_one_holds_no_gate() {
     let mut b = summarize(&status(&[("e-2", 2, "SYNCED")], 7, "v7"), "b");
-    b.at = "2026-12-04T09:59:29.000Z".into();
-    let (standing, lagging) = fleet_standing(&seen_from_a(status(&[], 7, "v7"), vec![b.clone()]));
-    assert_eq!(standing, Standing::ReplicaUnseen);
-    assert!(
-        lagging[0].why.contains("its summary is 31s old"),
-        "{}",
-        lagging[0].why
+    b.at = "2026-12-04T09:54:00.000Z".into();
+    assert_eq!(
+        fleet_standing(&seen_from_a(status(&[], 7, "v7"), vec![b.clone()])),
+        (Standing::Done, Vec::new()),
+        "a summary six minutes old by the other host's clock"
     );
-    b.at = "2026-12-04T09:59:31.000Z".into();
+    b.at = "2026-12-04T10:05:00.000Z".into();
     assert_eq!(
         fleet_standing(&seen_from_a(status(&[], 7, "v7"), vec![b.clone()])).0,
-        Standing::Done
+        Standing::Done,
+        "one from the future"
     );
-    let mut gone = seen_from_a(status(&[], 7, "v7"), vec![b.clone()]);
+    let mut gone = seen_from_a(status(&[("e-1", 2, "SYNCED")], 7, "v7"), vec![]);
     if let Some(r) = gone.replicas.as_mut() {
-        r.replicas.retain(|s| s.replica != "b");
-        r.vanished.push(Vanished {
-            replica: "b".into(),
-            since: "2026-12-04T09:59:50.000Z".into(),
-            proxies: 4,
-        });
+        r.vanished = orphaned(
+            &[Vanished {
+                replica: "b".into(),
+                since: "2026-12-04T09:59:50.000Z".into(),
+                proxies: 3,
+                nodes: vec!["e-2".into(), "e-1".into(), "e-3".into()],
+                ..Vanished::default()
+            }],
+            &r.replicas,
+        );
     }
-    let (standing, lagging) = fleet_standing(&gone);
-    assert_eq!(standing, Standing::ReplicaUnseen);
+    assert_eq!(fleet_standing(&gone).0, Standing::Done);
+    let said = notes(&gone);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0].0, "REPLICA b VANISHED");
     assert!(
-        lagging[0].why.contains("without its leaving"),
-        "{}",
-        lagging[0].why
+        said[0].1.contains("of its 3 proxies, 2 no replica serves now (orphaned: they hold no gate until they reconnect): e-2, e-3"),
+        "e-1 reconnected to a: {}",
+        said[0].1
     );
     let mut left = b.clone();
     left.left = true;
@@ -207,9 +250,18 @@ fn a_silent_replica_or_an_unread_view_is_not_done() {
     );
     let mut unread = seen_from_a(status(&[], 7, "v7"), vec![b]);
     if let Some(r) = unread.replicas.as_mut() {
-        r.error = Some("cannot connect".into());
+        r.error = Some("etcd does not answer (connection refused)".into());
+        r.stale = true;
     }
-    assert_eq!(fleet_standing(&unread).0, Standing::ReplicaUnseen);
+    let (standing, lagging) = fleet_standing(&unread);
+    assert_eq!(standing, Standing::ReplicaUnseen);
+    assert!(lagging[0].why.contains("this replica cannot follow"), "{}", lagging[0].why);
+    let rows = rows(unread.replicas.as_ref().expect("replicas"));
+    let b_row = rows.iter().find(|r| r.replica == "b").expect("b's row");
+    assert_eq!((b_row.standing.as_str(), b_row.tone), ("DONE (stale)", Tone::Stale));
+    let a_row = rows.iter().find(|r| r.this).expect("a's row");
+    assert_eq!(a_row.tone, Tone::Good, "this replica's own row is its own word");
+    assert_eq!(notes(&unread)[0].0, "VIEW STALE", "not this replica named as unseen");
 }
 
 /// The worst standing wins: this replica's failed load over another's NACK, another's NACK

@@ -266,7 +266,7 @@ impl Driver {
                             Ok(Some(r)) if r.compact_revision() == 0 && !r.canceled() => r,
                             Ok(Some(_)) => break "the watch was compacted or canceled".to_string(),
                             Ok(None) => break "the watch ended".to_string(),
-                            Err(e) => break format!("the watch failed: {e}"),
+                            Err(e) => break format!("the watch failed: {}", crate::source::etcd::words(&e)),
                         };
                         for event in response.events() {
                             self.saw(&mut known, event);
@@ -298,7 +298,7 @@ impl Driver {
                     _ = tick.tick() => {
                         if renewed.elapsed() >= KEEP_ALIVE {
                             if let Err(e) = keeper.keep_alive().await {
-                                break format!("cannot renew the lease: {e}");
+                                break format!("cannot renew the lease: {}", crate::source::etcd::words(&e));
                             }
                             renewed = Instant::now();
                         }
@@ -347,12 +347,12 @@ impl Driver {
         let lease = client
             .lease_grant(LEASE_TTL, None)
             .await
-            .map_err(|e| unavailable(format!("cannot take a lease: {e}")))?
+            .map_err(|e| unavailable(format!("cannot take a lease: {}", crate::source::etcd::words(&e))))?
             .id();
         let keeper = client
             .lease_keep_alive(lease)
             .await
-            .map_err(|e| unavailable(format!("cannot keep a lease: {e}")))?;
+            .map_err(|e| unavailable(format!("cannot keep a lease: {}", crate::source::etcd::words(&e))))?;
         let held = store::read(&mut client, &self.url).await?;
         known.shared = held.shared;
         known.modified = held.modified;
@@ -364,7 +364,7 @@ impl Driver {
         let stream = client
             .watch(store::rollout_prefix(&self.url), Some(options))
             .await
-            .map_err(|e| unavailable(format!("cannot watch the rollout: {e}")))?;
+            .map_err(|e| unavailable(format!("cannot watch the rollout: {}", crate::source::etcd::words(&e))))?;
         Ok((client, lease, keeper, stream))
     }
 

@@ -75,7 +75,7 @@ pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Held, SourceErro
     let response = client
         .txn(txn)
         .await
-        .map_err(|e| unavailable(url, format!("cannot read the rollout: {e}")))?;
+        .map_err(|e| unavailable(url, format!("cannot read the rollout: {}", crate::source::etcd::words(&e))))?;
     let mut held = Held {
         revision: response.header().map_or(0, |h| h.revision()),
         ..Held::default()
@@ -145,7 +145,7 @@ pub async fn write_state(
     let response = client
         .txn(txn)
         .await
-        .map_err(|e| unavailable(url, format!("cannot write the rollout: {e}")))?;
+        .map_err(|e| unavailable(url, format!("cannot write the rollout: {}", crate::source::etcd::words(&e))))?;
     Ok(response
         .succeeded()
         .then(|| response.header().map_or(0, |h| h.revision())))
@@ -182,7 +182,7 @@ pub async fn copy_stable(
                 .txn(Txn::new().and_then(std::mem::take(&mut batch)))
                 .await
                 .map_err(|e| {
-                    unavailable(url, format!("cannot copy the promoted documents: {e}"))
+                    unavailable(url, format!("cannot copy the promoted documents: {}", crate::source::etcd::words(&e)))
                 })?;
             bytes = 0;
         }
@@ -200,7 +200,7 @@ pub async fn read_copy(
     let response = crate::source::etcd::reader(client)
         .get(from.as_str(), Some(GetOptions::new().with_prefix()))
         .await
-        .map_err(|e| unavailable(url, format!("cannot read the promoted documents: {e}")))?;
+        .map_err(|e| unavailable(url, format!("cannot read the promoted documents: {}", crate::source::etcd::words(&e))))?;
     let mut documents = Vec::new();
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key());
@@ -226,7 +226,7 @@ pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Resul
             Some(GetOptions::new().with_prefix().with_keys_only()),
         )
         .await
-        .map_err(|e| unavailable(url, format!("cannot list the promoted copies: {e}")))?;
+        .map_err(|e| unavailable(url, format!("cannot list the promoted copies: {}", crate::source::etcd::words(&e))))?;
     let mut revisions = std::collections::BTreeSet::new();
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key());
@@ -246,7 +246,7 @@ pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Resul
                 Some(etcd_client::DeleteOptions::new().with_prefix()),
             )
             .await
-            .map_err(|e| unavailable(url, format!("cannot remove an old copy: {e}")))?;
+            .map_err(|e| unavailable(url, format!("cannot remove an old copy: {}", crate::source::etcd::words(&e))))?;
     }
     Ok(())
 }
@@ -268,6 +268,6 @@ pub async fn put_verdict(
             Some(PutOptions::new().with_lease(lease)),
         )
         .await
-        .map_err(|e| unavailable(url, format!("cannot write a verdict: {e}")))?;
+        .map_err(|e| unavailable(url, format!("cannot write a verdict: {}", crate::source::etcd::words(&e))))?;
     Ok(())
 }

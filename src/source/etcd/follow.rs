@@ -225,7 +225,7 @@ pub async fn follow(
             Err(e) => {
                 failed = Some(SourceError::Unavailable {
                     url: url.display(),
-                    message: format!("cannot watch: {e}"),
+                    message: format!("cannot watch: {}", crate::source::etcd::words(&e)),
                 });
                 continue;
             }
