@@ -1453,33 +1453,36 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
         "{out}"
     );
 
-    // B killed: its summary goes with its lease (15 s), and A says it vanished.
+    // B killed, and an apply --wait through A at once: B's summary goes with its lease
+    // (15 s), and with it B leaves the view; the wait returns then, not minutes later. A
+    // names B's proxy that no replica serves now (orphaned), and it holds no gate.
     let killed = std::time::Instant::now();
     b.process.kill();
-    let unseen = eventually(Duration::from_secs(40), || async {
-        a.status_said(&[]).0 == Some(9)
-    })
-    .await;
-    let (_, out, err) = a.status_said(&[]);
-    assert!(unseen.is_some(), "{out}{err}");
+    std::fs::write(snap.join("clusters.yaml"), cluster("5s")).expect("write");
+    let (code, out, err) = switchyard(&[
+        "apply",
+        snap.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--wait",
+        "--wait-timeout",
+        "90s",
+        "--admin-addr",
+        &a_addr,
+    ]);
+    let took = killed.elapsed();
+    assert_eq!(code, Some(0), "{out}{err}");
     assert!(
-        killed.elapsed() < Duration::from_secs(35),
-        "{:?}",
-        killed.elapsed()
+        took < Duration::from_secs(35),
+        "apply --wait took {took:?}: {out}{err}"
     );
+    let (code, out, err) = a.status_said(&[]);
+    assert_eq!(code, Some(0), "{out}{err}");
     assert!(
-        out.contains("VANISHED")
-            && out.contains(&format!("REPLICA {b_name} REPLICA UNSEEN"))
-            && out.contains("without its leaving"),
+        out.contains(&format!("REPLICA {b_name} VANISHED: its lease ended"))
+            && out.contains("1 no replica serves now (orphaned")
+            && out.contains("edge-b"),
         "{out}"
-    );
-    // A wait goes on past it while A's proxies are done (it leaves the view in 2 minutes):
-    // here until its timeout (exit 6), saying why.
-    let (code, out, err) = a.status_said(&["--wait", "--timeout", "3s"]);
-    assert_eq!(code, Some(6), "{out}{err}");
-    assert!(
-        err.contains("timed out after 3s: a replica of the fleet cannot be seen"),
-        "{err}"
     );
 
     // A replica stopped by SIGTERM says it left.
@@ -1530,4 +1533,149 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
     for task in acking {
         task.abort();
     }
+}
+
+/// Gates through incidents (operations.md "Waiting"): a broken document fails every
+/// replica's load; a fix applied with `--wait` then waits for the fleet to load the fix,
+/// and is not failed by the other replica's report of the broken revision before it. An
+/// apply whose admin API does not answer is applied but cannot be watched: exit 10, at
+/// once, not after the wait's timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fix_after_a_failed_load_is_judged_by_its_own_revision() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = Etcd::start(dir.path()).await;
+    etcd.put("/sy/clusters.yaml", CLUSTERS).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let mut replicas = Vec::new();
+    for name in ["a", "b"] {
+        let logs = dir.path().join(name);
+        std::fs::create_dir_all(&logs).expect("log dir");
+        replicas.push(
+            Switchyard::start_serving(&["--source", &url], &logs, (free_port(), free_port()), &[])
+                .await,
+        );
+    }
+    let a_addr = format!("127.0.0.1:{}", replicas[0].admin_port);
+    let both = eventually(Duration::from_secs(20), || async {
+        replicas[0]
+            .status()
+            .await
+            .and_then(|s| s.replicas)
+            .is_some_and(|r| r.replicas.len() == 2)
+    })
+    .await;
+    assert!(both.is_some(), "both replicas share the view");
+
+    let mut expected = etcd
+        .put(
+            "/sy/clusters.yaml",
+            "clusters:\n  - name: backend\n    conect_timeout: 1s\n",
+        )
+        .await;
+    for replica in &replicas {
+        let failed = eventually(Duration::from_secs(20), || async {
+            replica.status_said(&[]).0 == Some(3)
+        })
+        .await;
+        assert!(failed.is_some(), "{:?}", replica.status_said(&[]));
+    }
+    // Both replicas' summaries say their load of `broken` failed.
+    let said_failed = eventually(Duration::from_secs(20), || async {
+        replicas[0]
+            .status()
+            .await
+            .and_then(|s| s.replicas)
+            .is_some_and(|r| {
+                r.replicas
+                    .iter()
+                    .all(|s| s.standing == "LOAD_FAILED" && s.revision == Some(expected))
+            })
+    })
+    .await;
+    assert!(
+        said_failed.is_some(),
+        "{:?}",
+        replicas[0].status().await.and_then(|s| s.replicas)
+    );
+
+    let fixed = dir.path().join("fixed");
+    std::fs::create_dir(&fixed).expect("mkdir");
+    std::fs::write(fixed.join("clusters.yaml"), CLUSTERS).expect("write");
+    for round in 0..2 {
+        // The second round writes nothing new: the fix is what etcd holds.
+        if round == 1 {
+            std::fs::write(
+                fixed.join("clusters.yaml"),
+                "clusters:\n  - name: backend\n    connect_timeout: 3s\n",
+            )
+            .expect("write");
+            expected = etcd
+                .put(
+                    "/sy/clusters.yaml",
+                    "clusters:\n  - name: backend\n    conect_timeout: 2s\n",
+                )
+                .await;
+            for replica in &replicas {
+                let failed = eventually(Duration::from_secs(20), || async {
+                    replica.status_said(&[]).0 == Some(3)
+                })
+                .await;
+                assert!(failed.is_some());
+            }
+        }
+        let started = std::time::Instant::now();
+        let (code, out, err) = switchyard(&[
+            "apply",
+            fixed.to_str().expect("utf-8"),
+            "--source",
+            &url,
+            "--expect-revision",
+            &expected.to_string(),
+            "--wait",
+            "--wait-timeout",
+            "60s",
+            "--admin-addr",
+            &a_addr,
+        ]);
+        assert_eq!(
+            code,
+            Some(0),
+            "round {round}, after {:?}: {out}{err}",
+            started.elapsed()
+        );
+        for replica in &replicas {
+            let (code, out, err) = replica.status_said(&[]);
+            assert_eq!(code, Some(0), "{out}{err}");
+        }
+    }
+
+    // Nothing listens at the admin address: applied, but the fleet cannot be watched.
+    std::fs::write(
+        fixed.join("clusters.yaml"),
+        "clusters:\n  - name: backend\n    connect_timeout: 4s\n",
+    )
+    .expect("write");
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let started = std::time::Instant::now();
+    let (code, out, err) = switchyard(&[
+        "apply",
+        fixed.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--wait",
+        "--wait-timeout",
+        "5m",
+        "--admin-addr",
+        &nobody,
+    ]);
+    assert_eq!(code, Some(10), "{out}{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        err.contains("applied at revision") && err.contains("but the fleet cannot be watched"),
+        "{err}"
+    );
 }

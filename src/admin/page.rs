@@ -425,15 +425,18 @@ fn replicas(html: &mut String, status: &Status) {
         1 => "1 replica shares".to_string(),
         n => format!("{n} replicas share"),
     };
-    let followed = match (&replicas.error, replicas.stale) {
-        (Some(e), true) => format!(
+    let followed =
+        match (&replicas.error, replicas.stale) {
+            (Some(e), true) => {
+                format!(
             "<span class=\"stale\">stale: this replica cannot follow the summaries since {} \
              ({}); the other replicas' rows are as last read</span>",
             if replicas.read_at.is_empty() { "it started" } else { replicas.read_at.as_str() },
             esc(e)
-        ),
-        _ => "followed live".to_string(),
-    };
+        )
+            }
+            _ => "followed live".to_string(),
+        };
     let _ = write!(
         html,
         "<h2 id=\"replicas\">Replicas</h2><p>{sharing} this view through etcd{}; {followed}.</p><table><tr>",
@@ -1204,7 +1207,9 @@ mod tests {
         });
         let html = render(&status, &PageQuery::default());
         assert!(
-            html.contains("<p>2 replicas share this view through etcd (1 left); followed live.</p>"),
+            html.contains(
+                "<p>2 replicas share this view through etcd (1 left); followed live.</p>"
+            ),
             "{html}"
         );
         assert!(

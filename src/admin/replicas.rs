@@ -446,7 +446,11 @@ pub fn rows(replicas: &ReplicasStatus) -> Vec<ReplicaRow> {
             ReplicaRow {
                 replica: r.replica.clone(),
                 this,
-                admin: if r.admin.is_empty() { dash() } else { r.admin.clone() },
+                admin: if r.admin.is_empty() {
+                    dash()
+                } else {
+                    r.admin.clone()
+                },
                 standing,
                 tone,
                 revision: r.revision.map_or_else(dash, |v| v.to_string()),
@@ -465,7 +469,11 @@ pub fn rows(replicas: &ReplicasStatus) -> Vec<ReplicaRow> {
     rows.extend(replicas.vanished.iter().map(|v| ReplicaRow {
         replica: v.replica.clone(),
         this: false,
-        admin: if v.admin.is_empty() { dash() } else { v.admin.clone() },
+        admin: if v.admin.is_empty() {
+            dash()
+        } else {
+            v.admin.clone()
+        },
         standing: "VANISHED".into(),
         tone: Tone::Act,
         revision: dash(),
@@ -489,7 +497,11 @@ pub fn notes(status: &Status) -> Vec<(String, String)> {
             let label = if l.standing == crate::admin::standing::Standing::ReplicaUnseen {
                 "VIEW STALE".to_string()
             } else {
-                format!("REPLICA {} {}", l.replica, l.standing.name().replace('_', " "))
+                format!(
+                    "REPLICA {} {}",
+                    l.replica,
+                    l.standing.name().replace('_', " ")
+                )
             };
             (label, l.why)
         })

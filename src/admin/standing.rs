@@ -271,12 +271,11 @@ pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
     let stale = loaded.is_some() && replicas.against < loaded;
     for other in replicas.others() {
         let standing = Standing::from_name(&other.standing).unwrap_or(Standing::Updating);
-        let behind = replicas.behind.contains(&other.replica)
-            || (stale && other.revision < loaded);
+        let behind = replicas.behind.contains(&other.replica) || (stale && other.revision < loaded);
         // What a replica that has not loaded the newest documents says is about older
         // ones: only a source away from it counts as it is.
         let standing = match standing {
-            Standing::SourceDown => standing,
+            Standing::SourceDown | Standing::LoadFailed => standing,
             _ if behind => Standing::Updating,
             _ => standing,
         };
@@ -362,4 +361,3 @@ fn replica_problem(summary: &ReplicaSummary, standing: Standing) -> String {
         _ => standing.text().to_string(),
     }
 }
-

@@ -496,7 +496,11 @@ view: this replica's proxies only (the files are not a store replicas share; \
     let read = match (&replicas.error, replicas.stale) {
         (Some(e), true) => format!(
             "STALE: not followed since {}: {}",
-            if replicas.read_at.is_empty() { "it started" } else { replicas.read_at.as_str() },
+            if replicas.read_at.is_empty() {
+                "it started"
+            } else {
+                replicas.read_at.as_str()
+            },
             printable(e)
         ),
         _ => "followed live".to_string(),
@@ -1044,7 +1048,8 @@ mod tests {
         assert_eq!(verdict(&gone), Standing::Done);
         let table = status_table(&gone);
         assert!(
-            table.contains("REPLICA b VANISHED: its lease ended at 2026-12-04T09:59:50.000Z") && table.contains("edge-b"),
+            table.contains("REPLICA b VANISHED: its lease ended at 2026-12-04T09:59:50.000Z")
+                && table.contains("edge-b"),
             "{table}"
         );
         let with_vanished = |mut status: crate::admin::Status| {

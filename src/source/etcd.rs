@@ -121,7 +121,10 @@ pub async fn current_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64,
         .await
         .map_err(|e| SourceError::Unavailable {
             url: url.display(),
-            message: format!("cannot read the revision: {}", crate::source::etcd::words(&e)),
+            message: format!(
+                "cannot read the revision: {}",
+                crate::source::etcd::words(&e)
+            ),
         })?;
     answer
         .header()
@@ -234,9 +237,13 @@ pub async fn read_at(
         .await
         .map_err(|e| match revision {
             Some(r) => unavailable(format!(
-                "cannot read the prefix {prefix:?} at revision {r}: {}", crate::source::etcd::words(&e)
+                "cannot read the prefix {prefix:?} at revision {r}: {}",
+                crate::source::etcd::words(&e)
             )),
-            None => unavailable(format!("cannot read the prefix {prefix:?}: {}", crate::source::etcd::words(&e))),
+            None => unavailable(format!(
+                "cannot read the prefix {prefix:?}: {}",
+                crate::source::etcd::words(&e)
+            )),
         })?;
     let revision = response.header().map_or(0, |h| h.revision());
     // An apply switching the prefix over ([`switch`]): what every reader sees is the
@@ -539,7 +546,11 @@ async fn guarded_by(client: &mut Client, url: &EtcdUrl) -> Result<(Vec<u8>, i64)
             .await
             .map_err(|e| SourceError::Unavailable {
                 url: url.display(),
-                message: format!("cannot read {}: {}", crate::source::etcd::words(&e), guard_key(url)),
+                message: format!(
+                    "cannot read {}: {}",
+                    crate::source::etcd::words(&e),
+                    guard_key(url)
+                ),
             })?;
     Ok(response.kvs().first().map_or((Vec::new(), 0), |kv| {
         (kv.value().to_vec(), kv.mod_revision())
@@ -613,7 +624,9 @@ pub async fn changes(
         let mut stream = watcher(client)
             .watch(prefix.as_str(), Some(options))
             .await
-            .map_err(|e| unavailable(format!("cannot watch: {}", crate::source::etcd::words(&e))))?;
+            .map_err(|e| {
+                unavailable(format!("cannot watch: {}", crate::source::etcd::words(&e)))
+            })?;
         let mut revisions = std::collections::BTreeSet::new();
         // Switches (an apply in several transactions): where each began and ended.
         let mut switches: Vec<(i64, Option<i64>)> = Vec::new();
@@ -622,7 +635,9 @@ pub async fn changes(
         let mut created = false;
         loop {
             let message = match tokio::time::timeout(QUIET, stream.message()).await {
-                Ok(message) => message.map_err(|e| unavailable(format!("cannot watch: {}", crate::source::etcd::words(&e))))?,
+                Ok(message) => message.map_err(|e| {
+                    unavailable(format!("cannot watch: {}", crate::source::etcd::words(&e)))
+                })?,
                 Err(_) if created => return Ok((as_readers_saw(revisions, &switches), start)),
                 Err(_) if tokio::time::Instant::now() < deadline => continue,
                 Err(_) => return Err(unavailable("the history took too long to read".into())),
@@ -720,7 +735,10 @@ pub fn words(e: &etcd_client::Error) -> String {
         etcd_client::Error::TransportError(t) => {
             format!("etcd does not answer ({})", lowercase_first(&root(t)))
         }
-        etcd_client::Error::IoError(io) => format!("etcd does not answer ({})", lowercase_first(&io.to_string())),
+        etcd_client::Error::IoError(io) => format!(
+            "etcd does not answer ({})",
+            lowercase_first(&io.to_string())
+        ),
         etcd_client::Error::InvalidArgs(text) => text.clone(),
         other => other.to_string(),
     }

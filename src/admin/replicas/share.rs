@@ -141,7 +141,12 @@ impl Sharing {
             let mut client = connect(&self.url, &self.access, ETCD_TIMEOUT).await?;
             let lease = within(client.lease_grant(LEASE_TTL, None))
                 .await
-                .map_err(|e| unavailable(format!("cannot take a lease for the summary: {}", words(&e))))?
+                .map_err(|e| {
+                    unavailable(format!(
+                        "cannot take a lease for the summary: {}",
+                        words(&e)
+                    ))
+                })?
                 .id();
             let (held, revision) = read(&mut client, &self.url).await?;
             let options = WatchOptions::new()
@@ -151,7 +156,9 @@ impl Sharing {
             let stream =
                 within(crate::source::etcd::watcher(&client).watch(prefix.as_str(), Some(options)))
                     .await
-                    .map_err(|e| unavailable(format!("cannot watch the summaries: {}", words(&e))))?;
+                    .map_err(|e| {
+                        unavailable(format!("cannot watch the summaries: {}", words(&e)))
+                    })?;
             Ok::<_, SourceError>((client, lease, held, stream))
         };
         let (mut client, lease, mut held, mut stream) = tokio::select! {
@@ -231,7 +238,16 @@ impl Sharing {
                     };
                 }
             }
-            if let Err(e) = behind.update(&mut client, &self.url, &held, &self.replica, written.as_ref()).await {
+            if let Err(e) = behind
+                .update(
+                    &mut client,
+                    &self.url,
+                    &held,
+                    &self.replica,
+                    written.as_ref(),
+                )
+                .await
+            {
                 break Ended::Failed(e);
             }
             self.publish(view, &held, &written, &behind, ahead);
@@ -239,7 +255,9 @@ impl Sharing {
         if matches!(ended, Ended::Shutdown) {
             // Said now, not when the lease runs out: this replica left.
             let left = written.unwrap_or_default();
-            let _ = tokio::time::timeout(Duration::from_secs(1), self.leave(&mut client, &key, left)).await;
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), self.leave(&mut client, &key, left))
+                    .await;
             let _ = tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease)).await;
         }
         ended
@@ -624,7 +642,10 @@ mod tests {
             "back"
         );
         let past = t0 + VANISHED_FOR + Duration::from_secs(1);
-        assert!(vanished(only_c, only_c, &gone, "a", past).is_empty(), "aged out");
+        assert!(
+            vanished(only_c, only_c, &gone, "a", past).is_empty(),
+            "aged out"
+        );
     }
 
     /// A watch's puts and deletes keep the summaries held: a put replaces, a delete

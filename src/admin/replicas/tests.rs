@@ -158,8 +158,16 @@ fn a_replica_that_has_not_loaded_the_newest_documents_is_still_updating() {
     let mut failed_now = failed.clone();
     failed_now.revision = Some(9);
     let (standing, lagging) = fleet_standing(&seen_from_a(a(), vec![failed_now.clone()]));
-    assert_eq!(standing, Standing::LoadFailed, "a failed load of revision 9 is");
-    assert!(lagging[0].why.contains("the old error"), "{}", lagging[0].why);
+    assert_eq!(
+        standing,
+        Standing::LoadFailed,
+        "a failed load of revision 9 is"
+    );
+    assert!(
+        lagging[0].why.contains("the old error"),
+        "{}",
+        lagging[0].why
+    );
     let mut away = b("SYNCED");
     away.standing = "SOURCE_DOWN".into();
     assert_eq!(
@@ -255,13 +263,28 @@ fn clocks_do_not_judge_a_replica_and_a_vanished_one_holds_no_gate() {
     }
     let (standing, lagging) = fleet_standing(&unread);
     assert_eq!(standing, Standing::ReplicaUnseen);
-    assert!(lagging[0].why.contains("this replica cannot follow"), "{}", lagging[0].why);
+    assert!(
+        lagging[0].why.contains("this replica cannot follow"),
+        "{}",
+        lagging[0].why
+    );
     let rows = rows(unread.replicas.as_ref().expect("replicas"));
     let b_row = rows.iter().find(|r| r.replica == "b").expect("b's row");
-    assert_eq!((b_row.standing.as_str(), b_row.tone), ("DONE (stale)", Tone::Stale));
+    assert_eq!(
+        (b_row.standing.as_str(), b_row.tone),
+        ("DONE (stale)", Tone::Stale)
+    );
     let a_row = rows.iter().find(|r| r.this).expect("a's row");
-    assert_eq!(a_row.tone, Tone::Good, "this replica's own row is its own word");
-    assert_eq!(notes(&unread)[0].0, "VIEW STALE", "not this replica named as unseen");
+    assert_eq!(
+        a_row.tone,
+        Tone::Good,
+        "this replica's own row is its own word"
+    );
+    assert_eq!(
+        notes(&unread)[0].0,
+        "VIEW STALE",
+        "not this replica named as unseen"
+    );
 }
 
 /// The worst standing wins: this replica's failed load over another's NACK, another's NACK

@@ -347,12 +347,19 @@ impl Driver {
         let lease = client
             .lease_grant(LEASE_TTL, None)
             .await
-            .map_err(|e| unavailable(format!("cannot take a lease: {}", crate::source::etcd::words(&e))))?
+            .map_err(|e| {
+                unavailable(format!(
+                    "cannot take a lease: {}",
+                    crate::source::etcd::words(&e)
+                ))
+            })?
             .id();
-        let keeper = client
-            .lease_keep_alive(lease)
-            .await
-            .map_err(|e| unavailable(format!("cannot keep a lease: {}", crate::source::etcd::words(&e))))?;
+        let keeper = client.lease_keep_alive(lease).await.map_err(|e| {
+            unavailable(format!(
+                "cannot keep a lease: {}",
+                crate::source::etcd::words(&e)
+            ))
+        })?;
         let held = store::read(&mut client, &self.url).await?;
         known.shared = held.shared;
         known.modified = held.modified;
@@ -364,7 +371,12 @@ impl Driver {
         let stream = client
             .watch(store::rollout_prefix(&self.url), Some(options))
             .await
-            .map_err(|e| unavailable(format!("cannot watch the rollout: {}", crate::source::etcd::words(&e))))?;
+            .map_err(|e| {
+                unavailable(format!(
+                    "cannot watch the rollout: {}",
+                    crate::source::etcd::words(&e)
+                ))
+            })?;
         Ok((client, lease, keeper, stream))
     }
 

@@ -72,10 +72,15 @@ pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Held, SourceErro
         TxnOp::get(state_key(url), None),
         TxnOp::get(verdicts_prefix(url), Some(GetOptions::new().with_prefix())),
     ]);
-    let response = client
-        .txn(txn)
-        .await
-        .map_err(|e| unavailable(url, format!("cannot read the rollout: {}", crate::source::etcd::words(&e))))?;
+    let response = client.txn(txn).await.map_err(|e| {
+        unavailable(
+            url,
+            format!(
+                "cannot read the rollout: {}",
+                crate::source::etcd::words(&e)
+            ),
+        )
+    })?;
     let mut held = Held {
         revision: response.header().map_or(0, |h| h.revision()),
         ..Held::default()
@@ -142,10 +147,15 @@ pub async fn write_state(
             modified,
         )])
         .and_then(vec![TxnOp::put(key.as_str(), value, None)]);
-    let response = client
-        .txn(txn)
-        .await
-        .map_err(|e| unavailable(url, format!("cannot write the rollout: {}", crate::source::etcd::words(&e))))?;
+    let response = client.txn(txn).await.map_err(|e| {
+        unavailable(
+            url,
+            format!(
+                "cannot write the rollout: {}",
+                crate::source::etcd::words(&e)
+            ),
+        )
+    })?;
     Ok(response
         .succeeded()
         .then(|| response.header().map_or(0, |h| h.revision())))
@@ -182,7 +192,13 @@ pub async fn copy_stable(
                 .txn(Txn::new().and_then(std::mem::take(&mut batch)))
                 .await
                 .map_err(|e| {
-                    unavailable(url, format!("cannot copy the promoted documents: {}", crate::source::etcd::words(&e)))
+                    unavailable(
+                        url,
+                        format!(
+                            "cannot copy the promoted documents: {}",
+                            crate::source::etcd::words(&e)
+                        ),
+                    )
                 })?;
             bytes = 0;
         }
@@ -200,7 +216,15 @@ pub async fn read_copy(
     let response = crate::source::etcd::reader(client)
         .get(from.as_str(), Some(GetOptions::new().with_prefix()))
         .await
-        .map_err(|e| unavailable(url, format!("cannot read the promoted documents: {}", crate::source::etcd::words(&e))))?;
+        .map_err(|e| {
+            unavailable(
+                url,
+                format!(
+                    "cannot read the promoted documents: {}",
+                    crate::source::etcd::words(&e)
+                ),
+            )
+        })?;
     let mut documents = Vec::new();
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key());
@@ -226,7 +250,15 @@ pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Resul
             Some(GetOptions::new().with_prefix().with_keys_only()),
         )
         .await
-        .map_err(|e| unavailable(url, format!("cannot list the promoted copies: {}", crate::source::etcd::words(&e))))?;
+        .map_err(|e| {
+            unavailable(
+                url,
+                format!(
+                    "cannot list the promoted copies: {}",
+                    crate::source::etcd::words(&e)
+                ),
+            )
+        })?;
     let mut revisions = std::collections::BTreeSet::new();
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key());
@@ -246,7 +278,15 @@ pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Resul
                 Some(etcd_client::DeleteOptions::new().with_prefix()),
             )
             .await
-            .map_err(|e| unavailable(url, format!("cannot remove an old copy: {}", crate::source::etcd::words(&e))))?;
+            .map_err(|e| {
+                unavailable(
+                    url,
+                    format!(
+                        "cannot remove an old copy: {}",
+                        crate::source::etcd::words(&e)
+                    ),
+                )
+            })?;
     }
     Ok(())
 }
@@ -268,6 +308,11 @@ pub async fn put_verdict(
             Some(PutOptions::new().with_lease(lease)),
         )
         .await
-        .map_err(|e| unavailable(url, format!("cannot write a verdict: {}", crate::source::etcd::words(&e))))?;
+        .map_err(|e| {
+            unavailable(
+                url,
+                format!("cannot write a verdict: {}", crate::source::etcd::words(&e)),
+            )
+        })?;
     Ok(())
 }
