@@ -85,7 +85,8 @@ pub struct WriteFlags {
     /// and exit as it does. With nothing to write, wait for what etcd holds.
     #[arg(long, conflicts_with = "dry_run")]
     pub wait: bool,
-    /// With --wait: how long to wait at most (then exit 6).
+    /// With --wait: how long to wait at most (then exit 6). An admin API that does not
+    /// answer for 10 s after the write exits 10: applied, but the fleet cannot be watched.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration, requires = "wait")]
     pub wait_timeout: Duration,
     #[command(flatten)]

@@ -80,8 +80,8 @@ pub enum Command {
     /// (from etcd, every replica's); exit 0 when every connected node runs the newest loaded
     /// generation and no rollout is on, 2 a proxy NACKs, 3 the last config load failed, 4 a
     /// rollout is in progress, 5 a rollout halted or was aborted, 6 --wait timed out, 7 a
-    /// node is still updating, 8 the source (etcd) does not answer, 9 another replica cannot
-    /// be seen, 1 the server cannot be asked.
+    /// node is still updating, 8 the source (etcd) does not answer, 9 the replica asked cannot
+    /// follow the other replicas' summaries (its view is stale), 1 the server cannot be asked.
     Status(StatusArgs),
     /// Show the resources one connected proxy holds, as the server serves them to it
     /// (redacted as the server redacts), per type, with the version it ACKed and any newer

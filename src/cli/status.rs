@@ -55,8 +55,9 @@ pub struct StatusArgs {
     /// connected node runs that generation (or a newer one) on every type and no rollout is
     /// in progress (exit 0), or until that cannot happen without someone acting (a NACK, a
     /// failed load, a halted or aborted rollout, a source that does not answer: their exit
-    /// codes), or until `--timeout` (exit 6). From etcd, a replica that cannot be seen is
-    /// waited through while the others get there. Like `kubectl rollout status`.
+    /// codes), or until `--timeout` (exit 6). From etcd, a view this replica cannot follow
+    /// (stale) is waited through while what it sees gets there. Each replica's report counts
+    /// once it is about the awaited revision. Like `kubectl rollout status`.
     #[arg(long)]
     pub wait: bool,
     /// With `--wait`: wait for this generation (or a newer one) instead of settling the
@@ -217,9 +218,21 @@ pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> Ex
             );
             return ExitCode::from(EXIT_TIMED_OUT);
         }
-        if said != Some(verdict) {
-            eprintln!("waiting: {}", verdict.text());
-            said = Some(verdict);
+        // What it waits for and until when, said again when that changes.
+        let on = waiting_on(&status, verdict);
+        if said.as_ref() != Some(&(verdict, on.clone())) {
+            let until = std::time::SystemTime::now() + timeout.saturating_sub(started.elapsed());
+            let until = crate::fleet::format_time(until);
+            let until = until.get(11..19).unwrap_or(&until);
+            eprintln!(
+                "waiting until {until} UTC (--timeout {}): {}{}",
+                humantime::format_duration(timeout),
+                verdict.text(),
+                on.as_deref()
+                    .map(|on| format!(": {}", printable(on)))
+                    .unwrap_or_default()
+            );
+            said = Some((verdict, on));
         }
         std::thread::sleep(POLL);
     };
@@ -228,6 +241,25 @@ pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> Ex
         eprintln!("{} (exit {})", verdict.text(), verdict.code());
     }
     ExitCode::from(verdict.code())
+}
+
+/// What a wait at `verdict` waits on, in words: the first replica that keeps the fleet
+/// there and why, or the first node of this replica still updating.
+fn waiting_on(status: &crate::admin::Status, verdict: Standing) -> Option<String> {
+    let (_, lagging) = crate::admin::standing::fleet_standing(status);
+    if let Some(l) = lagging.iter().find(|l| l.standing == verdict) {
+        return Some(format!("replica {}: {}", l.replica, l.why));
+    }
+    status
+        .nodes
+        .iter()
+        .find(|n| {
+            n.generation != status.generation
+                || n.types
+                    .values()
+                    .any(|t| t.state == crate::fleet::SyncStatus::Stale)
+        })
+        .map(|n| format!("node {} on generation {}", n.node_id, n.generation))
 }
 
 /// What `--wait` waits for, beyond every node running the newest generation.
@@ -263,10 +295,9 @@ fn judged_as(
 }
 
 /// Whether a wait on `wanted` goes on at `verdict`: while a rollout or an update is in
-/// progress; and while a replica cannot be seen if the replicas that can be are done or
-/// getting there, since that settles by itself too (a vanished replica leaves the view
-/// once its time there is up, its proxies showing on the replicas they reconnect to; a
-/// silent one may speak again). Otherwise the wait ends with the fleet's standing.
+/// progress; and while this replica cannot follow the other replicas' summaries if what it
+/// sees is done or getting there, since that settles by itself too (it follows again once
+/// etcd answers it). Otherwise the wait ends with the fleet's standing.
 fn waits_on(status: &crate::admin::Status, wanted: Option<Target>, verdict: Standing) -> bool {
     match verdict {
         Standing::ReplicaUnseen => {

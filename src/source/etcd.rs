@@ -684,20 +684,6 @@ fn as_readers_saw(
     revisions.into_iter().collect()
 }
 
-#[cfg(test)]
-mod tests {
-    /// A switch's transactions are one change to readers, at its end; one not ended yet is
-    /// no change; edits before and after stay as they were.
-    #[test]
-    fn a_switch_is_one_change_at_its_end() {
-        let revisions = [3, 7, 8, 9, 10, 14, 20, 21].into_iter().collect();
-        assert_eq!(
-            super::as_readers_saw(revisions, &[(7, Some(11)), (20, None)]),
-            [3, 11, 14]
-        );
-    }
-}
-
 /// An etcd client's error in words for people: what happened to the call (etcd does not
 /// answer, did not answer in time, refused this replica's access, ...) and the deepest
 /// cause the library gives (`connection refused`), never the library's own dump.
@@ -716,9 +702,10 @@ pub fn words(e: &etcd_client::Error) -> String {
         etcd_client::Error::GRpcStatus(status) => {
             let said = status.message().trim();
             let cause = std::error::Error::source(status)
-                .map(|s| root(s))
+                .map(root)
                 .filter(|c| !c.is_empty())
-                .unwrap_or_else(|| said.to_string());
+                // The deepest cause is the message's last clause.
+                .unwrap_or_else(|| said.rsplit(": ").next().unwrap_or(said).to_string());
             let cause = lowercase_first(&cause);
             match status.code() {
                 Code::Unavailable => format!("etcd does not answer ({cause})"),
@@ -750,5 +737,47 @@ fn lowercase_first(text: &str) -> String {
     match chars.next() {
         Some(first) => first.to_lowercase().chain(chars).collect(),
         None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod words_tests {
+    use super::words;
+
+    /// etcd's errors read as words for people, the deepest cause kept, no library dump.
+    #[test]
+    fn etcd_errors_are_said_in_words() {
+        let refused = etcd_client::Error::GRpcStatus(tonic::Status::unavailable(
+            "error trying to connect: tcp connect error: Connection refused (os error 111)",
+        ));
+        assert_eq!(
+            words(&refused),
+            "etcd does not answer (connection refused (os error 111))"
+        );
+        let late = etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded("x"));
+        assert_eq!(words(&late), "etcd did not answer in time");
+        let denied = etcd_client::Error::GRpcStatus(tonic::Status::permission_denied(
+            "etcdserver: permission denied",
+        ));
+        assert_eq!(
+            words(&denied),
+            "etcd refused this access (permission denied)"
+        );
+        let other = etcd_client::Error::InvalidArgs("no answer within 5s".into());
+        assert_eq!(words(&other), "no answer within 5s");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A switch's transactions are one change to readers, at its end; one not ended yet is
+    /// no change; edits before and after stay as they were.
+    #[test]
+    fn a_switch_is_one_change_at_its_end() {
+        let revisions = [3, 7, 8, 9, 10, 14, 20, 21].into_iter().collect();
+        assert_eq!(
+            super::as_readers_saw(revisions, &[(7, Some(11)), (20, None)]),
+            [3, 11, 14]
+        );
     }
 }

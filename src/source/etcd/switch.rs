@@ -78,7 +78,7 @@ fn unavailable(url: &EtcdUrl, message: String) -> ApplyError {
 /// An etcd error as an apply says it: refused for sure, or unavailable.
 fn failed(url: &EtcdUrl, what: &str, e: &etcd_client::Error) -> ApplyError {
     refused(e)
-        .unwrap_or_else(|| unavailable(url, format!("{what}: {}", crate::source::etcd::words(&e))))
+        .unwrap_or_else(|| unavailable(url, format!("{what}: {}", crate::source::etcd::words(e))))
 }
 
 /// The transactions `ops` go in, within [`BATCH_OPS`] and [`BATCH_BYTES`] each (by the
