@@ -50,10 +50,17 @@ pub struct Fleet {
     changes: AtomicU64,
 }
 
-/// How long a node that polls (REST-JSON, `Fetch*`) stays listed after its last poll: a
-/// poller has no stream whose end says it has gone. Well above the refresh delays pollers
-/// use (Envoy's example: 1 s), so that one slow or failed poll does not drop it.
+/// The longest a subscription of a node that polls (REST-JSON, `Fetch*`) stays listed after
+/// its last poll: a poller has no stream whose end says it has gone. One whose cadence is
+/// seen (two polls or more) goes sooner: after [`QUIET_INTERVALS`] of its interval, at
+/// least [`POLLER_QUIET_MIN`], so that one slow or failed poll does not drop it. One heard
+/// once (a one-off poll: a person with curl, a probe) stays this long, listed but holding
+/// no gate once answered with what serves (`admin::standing`).
 pub const POLLER_QUIET: Duration = Duration::from_secs(60);
+/// The shortest time a poller's subscription stays listed after its last poll.
+pub const POLLER_QUIET_MIN: Duration = Duration::from_secs(3);
+/// How many of its own intervals a poller's subscription may go unpolled before it leaves.
+pub const QUIET_INTERVALS: u32 = 3;
 
 /// A node that polls: its report (as a stream's, `stream` `REST` or `Fetch`, `protocol`
 /// `rest` or `fetch`) and, per subscription (a type and the names it polls for: Envoy polls
@@ -70,6 +77,20 @@ struct Subscribed {
     state: PollState,
     not_found: Vec<String>,
     heard: Instant,
+    /// How many polls it has had, and the time between its last two: its cadence as
+    /// observed (`None`: heard once).
+    polls: u64,
+    every: Option<Duration>,
+}
+
+impl Subscribed {
+    /// How long it may go unpolled before it leaves: [`QUIET_INTERVALS`] of its cadence
+    /// (within [`POLLER_QUIET_MIN`] and [`POLLER_QUIET`]), or [`POLLER_QUIET`] heard once.
+    fn quiet_after(&self) -> Duration {
+        self.every.map_or(POLLER_QUIET, |every| {
+            (every * QUIET_INTERVALS).clamp(POLLER_QUIET_MIN, POLLER_QUIET)
+        })
+    }
 }
 
 impl Poller {
@@ -92,6 +113,12 @@ impl Poller {
         not_found.sort();
         not_found.dedup();
         Some(worst.state.status(not_found))
+    }
+
+    /// Its cadence as observed: the shortest interval of its subscriptions' (`None`: each
+    /// was heard once).
+    fn cadence(&self) -> Option<Duration> {
+        self.subscriptions.values().filter_map(|s| s.every).min()
     }
 
     /// Bring `kind`'s report up to its subscriptions (`last_change` moves only if it
@@ -268,6 +295,10 @@ pub struct StreamReport {
     /// A make-before-break plan in progress on this stream, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanReport>,
+    /// A poller's cadence as observed: the shortest interval between two polls of one of
+    /// its subscriptions (`Some(None)`: each heard once, a one-off poll). `None`: a stream.
+    #[serde(skip)]
+    pub polls_every: Option<Option<Duration>>,
     /// Types this server does not serve that the proxy asked for (P33).
     #[serde(skip_serializing_if = "RareList::is_empty")]
     pub unknown_types: RareList<UnknownTypeReport>,
@@ -296,6 +327,7 @@ impl StreamReport {
             types: BTreeMap::new(),
             generation: 0,
             plan: None,
+            polls_every: None,
             unknown_types: RareList::default(),
         }
     }
@@ -627,8 +659,15 @@ impl Fleet {
                 state: PollState::default(),
                 not_found: Vec::new(),
                 heard: Instant::now(),
+                polls: 0,
+                every: None,
             });
-        subscribed.heard = Instant::now();
+        let heard = Instant::now();
+        if subscribed.polls > 0 {
+            subscribed.every = Some(heard.saturating_duration_since(subscribed.heard));
+        }
+        subscribed.polls += 1;
+        subscribed.heard = heard;
         subscribed.not_found = poll.not_found;
         subscribed
             .state
@@ -639,6 +678,7 @@ impl Fleet {
             .get(poll.kind.short_name())
             .map(|t| t.state);
         poller.report_type(poll.kind, now);
+        poller.report.polls_every = Some(poller.cadence());
         // The recent generations' tallies count a poller as a stream's node: synced when
         // every type it polls took what it was answered, NACKed when one rejected it.
         let (synced, nacked) = (
@@ -677,18 +717,20 @@ impl Fleet {
             let quiet: std::collections::BTreeSet<ResourceType> = p
                 .subscriptions
                 .iter()
-                .filter(|(_, s)| now.saturating_duration_since(s.heard) >= POLLER_QUIET)
+                .filter(|(_, s)| now.saturating_duration_since(s.heard) >= s.quiet_after())
                 .map(|((kind, _), _)| *kind)
                 .collect();
             if quiet.is_empty() {
                 return true;
             }
-            // What it no longer polls for leaves its report (P32's names not found too).
+            // What it no longer polls for leaves its report (P32's names not found too),
+            // within its own cadence.
             p.subscriptions
-                .retain(|_, s| now.saturating_duration_since(s.heard) < POLLER_QUIET);
+                .retain(|_, s| now.saturating_duration_since(s.heard) < s.quiet_after());
             for kind in quiet {
                 p.report_type(kind, wall);
             }
+            p.report.polls_every = Some(p.cadence());
             !p.subscriptions.is_empty()
         });
         pollers

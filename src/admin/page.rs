@@ -752,6 +752,7 @@ mod tests {
                 protocol: "delta".into(),
                 connected_since: "t".into(),
                 plan: None,
+                polls: None,
                 unknown_types: Vec::new(),
             }],
             types: [(

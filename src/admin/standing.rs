@@ -131,8 +131,11 @@ pub fn replica_standing(status: &Status) -> Standing {
         return Standing::Updating;
     }
     let updating = status.nodes.iter().any(|n| {
+        // A one-off poll (a person with curl, a probe) answered with what serves holds no
+        // gate: no next poll will say it took it.
+        let one_off = !n.streams.is_empty() && n.streams.iter().all(|s| s.one_off());
         n.generation != status.generation
-            || n.types.values().any(|t| t.state == SyncStatus::Stale)
+            || (!one_off && n.types.values().any(|t| t.state == SyncStatus::Stale))
             || n.streams.iter().any(|s| s.plan.is_some())
     });
     if updating {
@@ -275,7 +278,7 @@ pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
         // What a replica that has not loaded the newest documents says is about older
         // ones: only a source away from it counts as it is.
         let standing = match standing {
-            Standing::SourceDown | Standing::LoadFailed => standing,
+            Standing::SourceDown => standing,
             _ if behind => Standing::Updating,
             _ => standing,
         };

@@ -281,6 +281,11 @@ pub struct StreamStatus {
     /// A make-before-break plan in progress on the stream, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanStatusJson>,
+    /// A poller (`REST`, `Fetch`): how often it polls, as observed (milliseconds between
+    /// its last two polls, its quickest subscription's); `once` when it was heard once (a
+    /// one-off poll: once answered with what serves, it holds no gate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polls: Option<Polls>,
     /// Types this server does not serve that the proxy asked for on this stream (P33),
     /// answered as resources that do not exist.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -303,11 +308,35 @@ pub struct PlanStatusJson {
     pub since: String,
 }
 
+/// How often a poller polls, as observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Polls {
+    /// Heard once: a one-off poll.
+    Once,
+    /// Every so many milliseconds.
+    EveryMs(u64),
+}
+
 impl StreamStatus {
+    /// Whether it is a one-off poll: heard once, with no cadence to keep.
+    pub fn one_off(&self) -> bool {
+        self.polls == Some(Polls::Once)
+    }
+
     /// `ADS/delta`, with the plan in progress if any: `ADS/delta (updating 1/3)`,
-    /// `ADS/sotw (updating 2/3, 2 held back by a CDS NACK)`.
+    /// `ADS/sotw (updating 2/3, 2 held back by a CDS NACK)`; a poller's cadence:
+    /// `REST/rest (every 1s)`, `REST/rest (one poll)`.
     pub fn label(&self) -> String {
         let base = format!("{}/{}", self.stream, self.protocol);
+        let base = match self.polls {
+            Some(Polls::Once) => format!("{base} (one poll)"),
+            Some(Polls::EveryMs(ms)) => format!(
+                "{base} (every {})",
+                humantime::format_duration(Duration::from_millis(ms - ms % 100))
+            ),
+            None => base,
+        };
         match &self.plan {
             None => base,
             Some(p) => match (&p.nacked, p.held_back) {
@@ -459,6 +488,10 @@ impl Status {
                     held_back: p.held_back,
                     nacked: p.nacked.map(str::to_string),
                     since: format_time(p.since),
+                }),
+                polls: r.polls_every.map(|every| match every {
+                    Some(every) => Polls::EveryMs(every.as_millis() as u64),
+                    None => Polls::Once,
                 }),
                 unknown_types: r.unknown_types.as_slice().to_vec(),
             });

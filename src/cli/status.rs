@@ -866,6 +866,7 @@ mod tests {
                     protocol: "sotw".into(),
                     connected_since: "t".into(),
                     plan: None,
+                    polls: None,
                     // P33: a client's type URL and names, escaped too.
                     unknown_types: vec![crate::fleet::UnknownTypeReport {
                         type_url: format!("type.googleapis.com/{nasty}"),

@@ -155,6 +155,7 @@ mod tests {
             .into(),
             generation,
             plan: None,
+            polls_every: None,
             unknown_types: Default::default(),
         }
     }
