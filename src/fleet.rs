@@ -1152,6 +1152,69 @@ mod tests {
         assert_eq!(fleet.nodes_nacking(), 0);
     }
 
+    /// A poller is judged by its own cadence (P36): heard once, it is a one-off poll (listed
+    /// for [`POLLER_QUIET`], holding no gate once answered); polling every second, a
+    /// subscription it stops polling leaves after [`QUIET_INTERVALS`] of that (at least
+    /// [`POLLER_QUIET_MIN`]), not a minute later.
+    #[test]
+    fn p36_a_poller_is_judged_by_its_own_cadence() {
+        let fleet = Fleet::default();
+        let node = Node {
+            id: "curl".into(),
+            ..Default::default()
+        };
+        let poll = |version_info: &'static str| Poll {
+            node: &node,
+            facts: Arc::new(NodeFacts::of(&node)),
+            peer: "127.0.0.1:5000".into(),
+            api: "rest",
+            kind: ResourceType::Cluster,
+            version_info,
+            error: None,
+            answer: "v1",
+            names: &[],
+            not_found: Vec::new(),
+            generation: 1,
+        };
+        fleet.polled(poll(""));
+        assert_eq!(
+            fleet.reports()[0].polls_every,
+            Some(None),
+            "one poll: no cadence"
+        );
+        drop(fleet.pollers_at(Instant::now() + POLLER_QUIET - Duration::from_secs(1)));
+        assert_eq!(
+            fleet.reports().len(),
+            1,
+            "a one-off poll stays listed a while"
+        );
+        // Polled again a second later: its cadence is a second.
+        {
+            let mut pollers = fleet.pollers.lock().expect("not poisoned");
+            let poller = pollers.values_mut().next().expect("listed");
+            for s in poller.subscriptions.values_mut() {
+                s.heard -= Duration::from_secs(1);
+            }
+        }
+        fleet.polled(poll("v1"));
+        let every = fleet.reports()[0].polls_every.flatten().expect("a cadence");
+        assert!(
+            every >= Duration::from_secs(1) && every < Duration::from_secs(2),
+            "{every:?}"
+        );
+        drop(fleet.pollers_at(Instant::now() + Duration::from_secs(2)));
+        assert_eq!(
+            fleet.reports().len(),
+            1,
+            "two intervals unpolled: still listed"
+        );
+        drop(fleet.pollers_at(Instant::now() + Duration::from_secs(QUIET_INTERVALS as u64 * 2)));
+        assert!(
+            fleet.reports().is_empty(),
+            "gone within its cadence, not after {POLLER_QUIET:?}"
+        );
+    }
+
     /// Envoy polls each route configuration on its own: a node's RDS is its subscriptions'
     /// most pressing state, and one it stops polling for leaves the report once quiet.
     #[test]

@@ -187,7 +187,8 @@ impl Default for Metrics {
 pub struct Scraped {
     /// Connected nodes whose latest response of some type was NACKed (pollers too).
     pub nodes_nacking: usize,
-    /// Nodes that poll (heard from within `fleet::POLLER_QUIET`), by API (`rest`, `fetch`).
+    /// Nodes that poll (still listed: heard within three of their intervals, or
+    /// `fleet::POLLER_QUIET` for a poll heard once), by API (`rest`, `fetch`).
     pub pollers: Vec<(&'static str, usize)>,
     /// The generation every node but the canaries gets.
     pub stable_generation: u64,
@@ -394,7 +395,8 @@ impl Collector for Scraped {
             let mut family = encoder.encode_descriptor(
                 "pollers",
                 "Nodes that poll instead of holding a stream, by API: rest (REST-JSON) and \
-                 fetch (the gRPC Fetch methods); each counts until it has not polled for 60 s",
+                 fetch (the gRPC Fetch methods); each counts until it has not polled for three \
+                 of its own intervals (60 s at most, and for a poll heard once)",
                 None,
                 MetricType::Gauge,
             )?;

@@ -395,3 +395,45 @@ async fn eventually_status(
     }
     false
 }
+
+/// P36, pollers judged by their own cadence: one poll by a person with curl (or a probe),
+/// answered with what serves, is listed as a one-off poll and holds no gate: `switchyard
+/// status` exits 0 and `status --wait` returns at once, though nothing will say the poll's
+/// answer was taken. Once it polls again a second later it has a cadence, and is judged by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p36_a_one_off_poll_holds_no_gate() {
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let (code, body) = poll(&server, "/v3/discovery:clusters", &request("", &[])).await;
+    assert_eq!(code, 200, "{body}");
+    let admin = server.admin_addr.to_string();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(args)
+            .args(["--admin-addr", &admin])
+            .output()
+            .expect("switchyard runs");
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, said) = cli(&["status"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("REST/rest (one poll)"), "{said}");
+    let started = std::time::Instant::now();
+    let (code, said) = cli(&["status", "--wait", "--timeout", "20s"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{said}");
+    // A second poll, a second later, at an old version: a poller with a cadence, still short
+    // of what it was answered: updating (exit 7), as a stream's unACKed response is.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (code, body) = poll(&server, "/v3/discovery:clusters", &request("", &[])).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, said) = cli(&["status"]);
+    assert_eq!(code, Some(7), "{said}");
+    assert!(said.contains("REST/rest (every 1"), "{said}");
+}

@@ -309,3 +309,33 @@ fn the_fleet_stands_where_its_worst_replica_does() {
         assert_eq!(Standing::from_name(s.name()), Some(s));
     }
 }
+
+/// A one-off poll (P36: a person with curl, a probe) answered with what serves holds no
+/// gate: nothing will say it took it. A poller with a cadence still does until its next
+/// poll says it took it, as a stream's unACKed response does.
+#[test]
+fn p36_a_one_off_poll_answered_with_what_serves_holds_no_gate() {
+    let poller = |polls: serde_json::Value| {
+        let mut s = status(&[("curl", 2, "STALE")], 7, "v7");
+        let stream: crate::admin::StreamStatus = serde_json::from_value(serde_json::json!({
+            "peer": "127.0.0.1:5000", "stream": "REST", "protocol": "rest",
+            "connected_since": "t", "polls": polls
+        }))
+        .expect("a stream");
+        s.nodes[0].streams = vec![stream];
+        s
+    };
+    let once = poller(serde_json::json!("once"));
+    assert_eq!(once.nodes[0].streams[0].label(), "REST/rest (one poll)");
+    assert_eq!(replica_standing(&once), Standing::Done);
+    let polling = poller(serde_json::json!({"every_ms": 1004}));
+    assert_eq!(polling.nodes[0].streams[0].label(), "REST/rest (every 1s)");
+    assert_eq!(replica_standing(&polling), Standing::Updating);
+    let mut older = poller(serde_json::json!("once"));
+    older.nodes[0].generation = 1;
+    assert_eq!(
+        replica_standing(&older),
+        Standing::Updating,
+        "answered with an older generation"
+    );
+}
