@@ -334,12 +334,24 @@ async fn config_dump(
     let node = query.node.unwrap_or_default();
     // A connected node as it is (its cluster, metadata and locality), unless the query
     // names another cluster.
-    let connected = admin
+    let report = admin
         .fleet
         .reports()
         .into_iter()
-        .find(|r| r.node_id == node)
-        .map(|r| r.facts);
+        .find(|r| r.node_id == node);
+    // What a connected node ACKed last, per type: its resources are given as `held` when
+    // that version is not the one served now but one of the recent generations kept.
+    let acked: std::collections::BTreeMap<&'static str, String> = report
+        .as_ref()
+        .map(|r| {
+            r.types
+                .iter()
+                .filter(|(_, t)| !t.version_acked.is_empty())
+                .map(|(kind, t)| (*kind, t.version_acked.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let connected = report.map(|r| r.facts);
     let facts = match (connected, query.cluster) {
         (Some(facts), None) => (*facts).clone(),
         (Some(facts), Some(cluster)) if facts.cluster == cluster => (*facts).clone(),
@@ -351,14 +363,9 @@ async fn config_dump(
     // The generation this node gets (during a rollout, the candidate only for a canary).
     let generation = admin.cache.for_node(&facts);
     let snapshot = generation.snapshot_for(&facts);
-    let mut types = serde_json::Map::new();
-    for kind in crate::resource::ResourceType::ALL {
-        let t = snapshot.get(kind);
-        if t.resources.is_empty() {
-            continue;
-        }
-        let resources: Vec<serde_json::Value> = t
-            .resources
+    let serving = admin.cache.serving();
+    let resources_json = |t: &crate::cache::TypeSnapshot| -> Vec<serde_json::Value> {
+        t.resources
             .values()
             .map(|r| {
                 let mut entry = serde_json::json!({
@@ -374,15 +381,38 @@ async fn config_dump(
                 }
                 entry
             })
-            .collect();
-        types.insert(
-            kind.short_name().to_string(),
-            serde_json::json!({
-                "type_url": kind.type_url(),
-                "version": t.version,
-                "resources": resources,
-            }),
-        );
+            .collect()
+    };
+    let mut types = serde_json::Map::new();
+    for kind in crate::resource::ResourceType::ALL {
+        let t = snapshot.get(kind);
+        let acked = acked.get(kind.short_name()).filter(|v| **v != t.version);
+        // The generation kept whose snapshot for this node has the version it ACKed.
+        let held = acked.and_then(|acked| {
+            serving.known().find_map(|g| {
+                let older = g.snapshot_for(&facts);
+                let older = older.get(kind);
+                (older.version == *acked).then(|| {
+                    serde_json::json!({
+                        "version": older.version,
+                        "generation": g.number,
+                        "resources": resources_json(older),
+                    })
+                })
+            })
+        });
+        if t.resources.is_empty() && held.is_none() {
+            continue;
+        }
+        let mut entry = serde_json::json!({
+            "type_url": kind.type_url(),
+            "version": t.version,
+            "resources": resources_json(t),
+        });
+        if let Some(held) = held {
+            entry["held"] = held;
+        }
+        types.insert(kind.short_name().to_string(), entry);
     }
     Json(serde_json::json!({
         "node": node,

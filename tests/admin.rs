@@ -877,7 +877,10 @@ async fn the_flags_serve_and_show_private_keys() {
 
 /// `switchyard config-dump NODE`: per type, the version the node ACKed and the resources
 /// it holds (as the server serves them to it), a newer version sent and not yet ACKed shown
-/// as in flight; a node that is not connected is an error that says so.
+/// as in flight; on a synced node every type's held version is the served one, EDS by name
+/// too (P9: its version is that of the names it asked for); for a NACKed type (P5), what
+/// the node still runs, and apart, the rejected candidate with the proxy's words; a node
+/// that is not connected is an error that says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_dump_shows_what_one_node_holds_and_what_is_in_flight() {
     let server = TestServer::start(&[("c.yaml", &eds_cluster("a", "1s", 8080))]).await;
@@ -885,8 +888,15 @@ async fn config_dump_shows_what_one_node_holds_and_what_is_in_flight() {
     edge.subscribe(Cluster, &[]).await;
     let first = edge.recv_type(Cluster).await;
     edge.ack(&first, &[]).await;
+    edge.subscribe(switchyard::resource::ResourceType::Endpoint, &["a"])
+        .await;
+    let endpoints = edge
+        .recv_type(switchyard::resource::ResourceType::Endpoint)
+        .await;
+    edge.ack(&endpoints, &["a"]).await;
     status_until(&server, |s| {
         state(s, "edge-1", "CDS").as_deref() == Some("SYNCED")
+            && state(s, "edge-1", "EDS").as_deref() == Some("SYNCED")
     })
     .await;
     let dump = |args: &'static [&'static str]| {
@@ -915,6 +925,21 @@ async fn config_dump_shows_what_one_node_holds_and_what_is_in_flight() {
         cds["resources"][0]["resource"]["connectTimeout"], "1s",
         "{json}"
     );
+    let eds = &json["types"]["EDS"];
+    assert_eq!(eds["acked"], endpoints.version_info.as_str(), "{json}");
+    assert_eq!(
+        eds["served"], eds["acked"],
+        "a synced node holds what it is served: {json}"
+    );
+    assert_eq!(eds["held_known"], true, "{json}");
+    let (_, text, _) = dump(&["edge-1"]).await;
+    assert!(
+        text.contains(&format!(
+            "EDS SYNCED: holds version {}, what it is served",
+            endpoints.version_info
+        )) && !text.contains("not held"),
+        "{text}"
+    );
 
     // A change sent and not ACKed: in flight, and what it holds is still the first.
     server.set_file("c.yaml", &eds_cluster("a", "2s", 8080));
@@ -929,13 +954,55 @@ async fn config_dump_shows_what_one_node_holds_and_what_is_in_flight() {
     let cds = &json["types"]["CDS"];
     assert_eq!(cds["acked"], first.version_info.as_str(), "{json}");
     assert_eq!(cds["in_flight"], change.version_info.as_str(), "{json}");
+    assert_eq!(
+        cds["resources"][0]["resource"]["connectTimeout"], "1s",
+        "what it holds is still the first: {json}"
+    );
     let (code, text, _) = dump(&["edge-1"]).await;
     assert_eq!(code, Some(0));
     assert!(
         text.contains(&format!(
-            "CDS STALE: ACKed {}; in flight: {}",
+            "CDS STALE: holds version {}; in flight: {}",
             first.version_info, change.version_info
-        )) && text.contains("served now, not held yet"),
+        )) && text.contains("1 resource(s) it holds:"),
+        "{text}"
+    );
+
+    // The change NACKed: the node still runs the first, and the rejected one is apart.
+    edge.nack(&change, &[], &first.version_info, "a: refused by the test")
+        .await;
+    status_until(&server, |s| {
+        state(s, "edge-1", "CDS").as_deref() == Some("NACKED")
+    })
+    .await;
+    let (code, out, err) = dump(&["edge-1", "--output", "json"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let cds = &json["types"]["CDS"];
+    assert_eq!(cds["acked"], first.version_info.as_str(), "{json}");
+    assert_eq!(
+        cds["resources"][0]["resource"]["connectTimeout"], "1s",
+        "what it still runs: {json}"
+    );
+    assert_eq!(
+        cds["rejected"]["version"],
+        change.version_info.as_str(),
+        "{json}"
+    );
+    assert_eq!(cds["rejected"]["error"], "a: refused by the test", "{json}");
+    assert_eq!(
+        cds["rejected"]["resources"][0]["resource"]["connectTimeout"], "2s",
+        "{json}"
+    );
+    let (_, text, _) = dump(&["edge-1"]).await;
+    assert!(
+        text.contains(&format!(
+            "CDS NACKED: still runs version {} (its last ACK)",
+            first.version_info
+        )) && text.contains(&format!(
+            "REJECTED version {}: a: refused by the test",
+            change.version_info
+        )),
         "{text}"
     );
 

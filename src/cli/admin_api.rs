@@ -60,6 +60,18 @@ pub(super) fn admin_at(
     Ok((target, token))
 }
 
+impl AdminTarget {
+    /// The same access (CA, server name) to the admin API at `addr` instead: another
+    /// replica's, as its summary names it.
+    pub(super) fn at(&self, addr: SocketAddr) -> AdminTarget {
+        AdminTarget {
+            addr,
+            ca: self.ca.clone(),
+            server_name: self.server_name.clone(),
+        }
+    }
+}
+
 /// The longest one request to the admin API may take: above the longest the server takes to
 /// answer one (15 s for a promote or abort of the fleet's rollout; up to three times
 /// `--source-timeout` to settle an etcd source).
