@@ -175,6 +175,10 @@ impl Sharing {
         let mut taken: Option<(String, Instant)> = None;
         let mut behind = Behind::default();
         let mut ahead = None;
+        // etcd's last answer on whether the documents moved past the follower: (what the
+        // follower reached, etcd's revision then, the answer), asked again only when one
+        // of the two moved.
+        let mut asked: Option<(i64, i64, Option<i64>)> = None;
         let mut look = tokio::time::interval(LOOK);
         look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ahead_tick = tokio::time::interval(AHEAD_EVERY);
@@ -230,7 +234,7 @@ impl Sharing {
                         _ => None,
                     };
                     ahead = match reached {
-                        Some(reached) => match self.ahead(&mut client, reached).await {
+                        Some(reached) => match self.ahead(&mut client, reached, &mut asked).await {
                             Ok(ahead) => ahead,
                             Err(e) => break Ended::Failed(e),
                         },
@@ -302,13 +306,27 @@ impl Sharing {
 
     /// etcd's revision now, when the keys under the prefix changed since `loaded` (what the
     /// follower reached): a load not made yet, or held (a switch on).
-    async fn ahead(&self, client: &mut Client, loaded: i64) -> Result<Option<i64>, SourceError> {
+    /// `asked` keeps the last answer, reused while neither revision moved (one range
+    /// request a round, not three, on an idle fleet).
+    async fn ahead(
+        &self,
+        client: &mut Client,
+        loaded: i64,
+        asked: &mut Option<(i64, i64, Option<i64>)>,
+    ) -> Result<Option<i64>, SourceError> {
         let now = crate::source::etcd::current_revision(client, &self.url).await?;
         if now <= loaded {
             return Ok(None);
         }
+        if let Some((reached, then, answer)) = *asked {
+            if (reached, then) == (loaded, now) {
+                return Ok(answer);
+            }
+        }
         let same = crate::source::etcd::unchanged_between(client, &self.url, loaded, now).await?;
-        Ok((!same).then_some(now))
+        let answer = (!same).then_some(now);
+        *asked = Some((loaded, now, answer));
+        Ok(answer)
     }
 
     /// Write that this replica left, on a lease of its own of [`LEFT_FOR`].
