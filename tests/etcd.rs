@@ -1027,6 +1027,32 @@ async fn apply_with_an_expected_revision_refuses_a_prefix_that_moved_and_records
         !out.contains(": mine\n"),
         "the refused apply left nothing: {out}"
     );
+
+    // With no author named anywhere (USER and LOGNAME unset too), the process owner's name
+    // is recorded, and the apply prints what it recorded.
+    std::fs::write(alice.join("clusters.yaml"), CLUSTERS.replace("1s", "4s")).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("apply")
+        .arg(&alice)
+        .args(["--source", &url, "--message", "nobody said who"])
+        .env_remove("SWITCHYARD_AUTHOR")
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .output()
+        .expect("runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("me"));
+    let owner = std::fs::read_to_string("/etc/passwd")
+        .expect("passwd")
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some(uid.to_string().as_str()))
+        .and_then(|l| l.split(':').next().map(str::to_string))
+        .expect("this user is listed");
+    let by = format!("by {owner}: nobody said who");
+    assert!(said.contains(&by), "printed: {said}");
+    let (_, out, _) = switchyard(&["history", "--source", &url]);
+    assert!(out.contains(&by), "recorded: {out}");
 }
 
 /// A write etcd refuses (a document over its 1.5 MiB request limit) is told apart from one

@@ -60,8 +60,8 @@ pub struct WriteFlags {
     /// Why: recorded with the change (`history --source` shows it).
     #[arg(long, value_name = "TEXT")]
     pub message: Option<String>,
-    /// Who: recorded with the change (by default the environment's SWITCHYARD_AUTHOR, or
-    /// else USER).
+    /// Who: recorded with the change (by default the environment's SWITCHYARD_AUTHOR, else
+    /// USER, else LOGNAME, else the name of the user the process runs as).
     #[arg(long, value_name = "NAME", env = "SWITCHYARD_AUTHOR")]
     pub author: Option<String>,
     /// How long connecting, reading and writing may take, each.
@@ -94,12 +94,16 @@ pub struct WriteFlags {
 }
 
 impl WriteFlags {
-    /// Who writes: `--author`, SWITCHYARD_AUTHOR, or the user the shell names.
+    /// Who writes: `--author`, SWITCHYARD_AUTHOR, USER, LOGNAME, then the process owner's
+    /// name (`/etc/passwd`); the first that is not empty.
     fn author(&self) -> Option<String> {
-        self.author
-            .clone()
-            .or_else(|| std::env::var("USER").ok())
-            .filter(|a| !a.trim().is_empty())
+        let env = |name: &str| std::env::var(name).ok();
+        [self.author.clone(), env("USER"), env("LOGNAME")]
+            .into_iter()
+            .flatten()
+            .chain(std::iter::once_with(process_owner).flatten())
+            .map(|a| a.trim().to_string())
+            .find(|a| !a.is_empty())
     }
 
     fn check(&self) -> LoadOptions {
@@ -447,11 +451,12 @@ fn write_change(
             return Ok(None);
         }
         let now = std::time::SystemTime::now();
+        let author = flags.author();
         let note = serde_json::json!({
             "read_at": at.revision,
             "documents": local.len(),
             "at": humantime::format_rfc3339_seconds(now).to_string(),
-            "author": flags.author(),
+            "author": author,
             "message": flags.message,
             "rollback": rollback.map(|(revision, _)| revision),
             "now": rollback.is_some_and(|(_, now)| now),
@@ -461,11 +466,14 @@ fn write_change(
         .to_string();
         let deadline = tokio::time::Instant::now() + timeout;
         let landed = etcd::apply(&mut client, &url, &change, at, &note, deadline).await?;
-        Ok::<_, ApplyError>(Some((at.revision, landed)))
+        Ok::<_, ApplyError>(Some((at.revision, landed, author)))
     });
     match outcome {
-        Ok(Some((read, landed))) => {
-            println!("applied at revision {landed} (read at revision {read})");
+        Ok(Some((read, landed, author))) => {
+            println!(
+                "applied at revision {landed} (read at revision {read}){}",
+                by_whom(author.as_deref(), flags.message.as_deref())
+            );
             Ok(Some(landed))
         }
         Ok(None) => Ok(None),
@@ -671,4 +679,17 @@ async fn applied_at(
         return None;
     }
     serde_json::from_slice(kv.value()).ok()
+}
+
+/// The name of the user this process runs as, from `/etc/passwd` (`None` when it is not
+/// listed there, as in a container run under an arbitrary uid).
+fn process_owner() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").ok()?.uid();
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })
 }
