@@ -34,6 +34,7 @@ pub(crate) mod page;
 pub mod replicas;
 pub mod standing;
 mod status;
+pub mod view;
 
 use status::current_status;
 pub use status::{

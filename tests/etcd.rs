@@ -1447,6 +1447,23 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
         page.contains("id=\"replicas\"") && page.contains("edge-b rejected CDS"),
         "{page}"
     );
+    // config-dump of B's node through A: asked of B, at the address B's summary gives, and
+    // what the node still runs apart from what it rejected.
+    let (code, out, err) = switchyard(&["config-dump", "edge-b", "--admin-addr", &a_addr]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "node edge-b is connected to replica {b_name} (127.0.0.1:{}): asked it",
+            b.admin_port
+        )),
+        "{err}"
+    );
+    assert!(
+        out.contains("CDS NACKED: still runs version")
+            && out.contains("REJECTED version")
+            && out.contains("backend: refused by the test"),
+        "{out}"
+    );
 
     // A rollback with --now, waited for: recorded as such in the replica's history.
     etcd.put("/sy/clusters.yaml", &cluster("4s")).await;

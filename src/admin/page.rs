@@ -446,11 +446,11 @@ fn replicas(html: &mut String, status: &Status) {
             String::new()
         },
     );
-    for column in crate::admin::replicas::ReplicaRow::COLUMNS {
+    for column in crate::admin::view::ReplicaRow::COLUMNS {
         let _ = write!(html, "<th>{}</th>", esc(column));
     }
     html.push_str("</tr>");
-    for row in crate::admin::replicas::rows(replicas) {
+    for row in crate::admin::view::rows(replicas) {
         let class = row.tone.class();
         html.push_str("<tr>");
         for (i, cell) in row.cells().iter().enumerate() {
@@ -464,7 +464,7 @@ fn replicas(html: &mut String, status: &Status) {
         html.push_str("</tr>");
     }
     html.push_str("</table><ul>");
-    for (label, why) in crate::admin::replicas::notes(status) {
+    for (label, why) in crate::admin::view::notes(status) {
         let _ = write!(
             html,
             "<li class=\"bad\">{}: {}</li>",

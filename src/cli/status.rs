@@ -544,10 +544,10 @@ view: this replica's proxies only (the files are not a store replicas share; \
     out.push_str(&format!(
         "\nreplicas ({sharing} sharing this view through etcd{left}; {read}):\n"
     ));
-    let mut rows = vec![crate::admin::replicas::ReplicaRow::COLUMNS
+    let mut rows = vec![crate::admin::view::ReplicaRow::COLUMNS
         .map(String::from)
         .to_vec()];
-    for row in crate::admin::replicas::rows(replicas) {
+    for row in crate::admin::view::rows(replicas) {
         rows.push(row.cells().iter().map(|c| printable(c)).collect());
     }
     aligned(out, &rows, "  ");
@@ -593,7 +593,7 @@ view: this replica's proxies only (the files are not a store replicas share; \
             ));
         }
     }
-    for (label, why) in crate::admin::replicas::notes(status) {
+    for (label, why) in crate::admin::view::notes(status) {
         out.push_str(&format!("\n{}: {}\n", printable(&label), printable(&why)));
     }
 }

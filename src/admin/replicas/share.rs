@@ -112,7 +112,7 @@ impl Sharing {
             if began.elapsed() > RETRY_MAX * 3 {
                 retry = RETRY_FIRST;
             }
-            tracing::warn!(error = %e, "Cannot follow the replicas' summaries in etcd; the view is stale until it answers.");
+            tracing::warn!(error = %e, "The replicas' summaries are not followed while etcd does not answer; the view is stale until it does.");
             view.send_modify(|v| {
                 v.error = Some(e.to_string());
                 v.stale = true;

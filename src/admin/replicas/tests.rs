@@ -1,5 +1,6 @@
 use super::*;
 use crate::admin::standing::{fleet_standing, replica_standing, Standing};
+use crate::admin::view::{notes, rows, Tone};
 
 fn summarize(status: &Status, replica: &str) -> ReplicaSummary {
     super::summarize(status, replica, replica_standing(status).name())
