@@ -112,7 +112,10 @@ impl Sharing {
             if began.elapsed() > RETRY_MAX * 3 {
                 retry = RETRY_FIRST;
             }
-            tracing::warn!(error = %e, "The replicas' summaries are not followed while etcd does not answer; the view is stale until it does.");
+            // Once a series of failures, as the source's follower logs an outage.
+            if !view.borrow().stale {
+                tracing::warn!(error = %e, "The fleet's view is stale: the replicas' summaries are not followed until etcd is reachable again.");
+            }
             view.send_modify(|v| {
                 v.error = Some(e.to_string());
                 v.stale = true;
