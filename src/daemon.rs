@@ -48,6 +48,9 @@ pub struct Options {
     pub state_dir: Option<PathBuf>,
     /// `--preflight-envoy` and `--preflight-timeout`: the Envoy that checks each new config.
     pub preflight: Option<(PathBuf, Duration)>,
+    /// `--replica-name`: this replica's name in the fleet's view and verdicts (from etcd);
+    /// by default its host name.
+    pub replica: Option<String>,
 }
 
 /// The two ports, bound by the caller.
@@ -129,6 +132,10 @@ impl Daemon {
             Source::Etcd(prefix) => Some(read_etcd(prefix, options.rollout.is_some()).await?),
         };
         let telemetry = Telemetry::default();
+        let replica = options
+            .replica
+            .take()
+            .unwrap_or_else(fleet_rollout::default_replica_name);
         let fleetwide = first.as_ref().is_some_and(|f| f.fleet.is_some());
         let fleet_of_nodes = Arc::new({
             let telemetry = telemetry.clone();
@@ -179,7 +186,7 @@ impl Daemon {
                 sharing = Some(Sharing {
                     url: prefix.url.clone(),
                     access: prefix.access.clone(),
-                    replica: fleet_rollout::replica_name(),
+                    replica: replica.clone(),
                     admin_addr: String::new(),
                 });
                 let parts = Parts {
@@ -187,6 +194,7 @@ impl Daemon {
                     fleet: &fleet_of_nodes,
                     reloader: &reloader,
                     telemetry: &telemetry,
+                    replica: &replica,
                 };
                 let (driver, following) = parts.start_etcd(prefix, start, heads, options.watch)?;
                 fleet = driver;
@@ -335,6 +343,7 @@ struct Parts<'a> {
     fleet: &'a Arc<Fleet>,
     reloader: &'a Arc<Reloader>,
     telemetry: &'a Telemetry,
+    replica: &'a str,
 }
 
 impl Parts<'_> {
@@ -353,6 +362,7 @@ impl Parts<'_> {
             fleet,
             reloader,
             telemetry,
+            replica,
         } = *self;
         let EtcdStart {
             documents,
@@ -380,7 +390,7 @@ impl Parts<'_> {
                 driver: fleet_rollout::Driver {
                     url: prefix.url.clone(),
                     access: prefix.access.clone(),
-                    replica: fleet_rollout::replica_name(),
+                    replica: replica.to_string(),
                     cache: Arc::clone(cache),
                     fleet: Arc::clone(fleet),
                     reloader: Arc::clone(reloader),

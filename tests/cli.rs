@@ -117,6 +117,25 @@ fn bad_flags_exit_64() {
         let o = switchyard(args);
         assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
     }
+    // A replica's name names its keys in etcd: what does not fit is said, before anything
+    // is read; from files there is no fleet to name it in.
+    let url = "etcd://127.0.0.1:1/switchyard";
+    for (name, why) in [
+        ("edge/a", "only letters, digits"),
+        (".hidden", "does not start with `.`"),
+        ("", "1 to 253 characters"),
+    ] {
+        let o = switchyard(&["serve", "--source", url, "--replica-name", name]);
+        assert_eq!(o.status.code(), Some(64), "{name:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(why) && stderr(&o).contains("--replica-name"),
+            "{name:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = switchyard(&["serve", "--config", examples, "--replica-name", "edge-a"]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--source"), "{}", stderr(&o));
 }
 
 #[test]

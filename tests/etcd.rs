@@ -1533,16 +1533,15 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
         &["--source", &url],
         &logs("c"),
         (free_port(), free_port()),
-        &[],
+        &["--replica-name", "edge-c"],
     )
     .await;
     let c_pid = b.process.pid().to_string();
     let joined = eventually(Duration::from_secs(20), || async {
-        a.status().await.and_then(|s| s.replicas).is_some_and(|r| {
-            r.replicas
-                .iter()
-                .any(|s| s.replica.ends_with(&format!("-{c_pid}")))
-        })
+        a.status()
+            .await
+            .and_then(|s| s.replicas)
+            .is_some_and(|r| r.replicas.iter().any(|s| s.replica == "edge-c"))
     })
     .await;
     assert!(joined.is_some(), "C joins the view");
@@ -1553,12 +1552,8 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
     assert!(sent.success());
     let left = eventually(Duration::from_secs(20), || async {
         a.status().await.and_then(|s| s.replicas).is_some_and(|r| {
-            r.replicas
-                .iter()
-                .any(|s| s.replica.ends_with(&format!("-{c_pid}")) && s.left)
-                && r.vanished
-                    .iter()
-                    .all(|v| !v.replica.ends_with(&format!("-{c_pid}")))
+            r.replicas.iter().any(|s| s.replica == "edge-c" && s.left)
+                && r.vanished.iter().all(|v| v.replica != "edge-c")
         })
     })
     .await;
@@ -1570,7 +1565,7 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
     let (_, out, err) = a.status_said(&[]);
     assert!(
         out.lines()
-            .any(|l| l.contains(&format!("-{c_pid} ")) && l.contains(" LEFT ")),
+            .any(|l| l.contains("edge-c ") && l.contains(" LEFT ")),
         "{out}{err}"
     );
     for task in acking {

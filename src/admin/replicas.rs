@@ -32,7 +32,7 @@ const MAX_ERROR_CHARS: usize = 1024;
 /// One replica's summary of its proxies, as it shares it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaSummary {
-    /// The replica's name (`serve --replica-name`, by default its host name and process id).
+    /// The replica's name (`serve --replica-name`, by default its host name).
     pub replica: String,
     /// Its admin API's address, as it serves it (`serve --admin-addr`), to reach it.
     #[serde(default, skip_serializing_if = "String::is_empty")]

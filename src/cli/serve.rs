@@ -85,6 +85,11 @@ pub struct ServeArgs {
     /// reaching it).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub source_timeout: Duration,
+    /// This replica's name in the fleet's view and its canary verdicts (with --source): 1 to
+    /// 253 letters, digits, `.`, `_` or `-`, one per replica of the fleet. Default: the host
+    /// name (a pod's name in Kubernetes).
+    #[arg(long, value_name = "NAME", value_parser = parse_replica_name)]
+    pub replica_name: Option<String>,
     #[command(flatten)]
     pub etcd: super::flags::EtcdArgs,
     #[command(flatten, next_help_heading = "TLS on the xDS port")]
@@ -358,6 +363,14 @@ fn parse_age_grace(text: &str) -> Result<Duration, String> {
     parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(3600))
 }
 
+/// A replica's name (`crate::rollout::fleetwide::driver::replica_name_fault` says what fits).
+fn parse_replica_name(text: &str) -> Result<String, String> {
+    match crate::rollout::fleetwide::driver::replica_name_fault(text) {
+        Some(fault) => Err(format!("{fault}: got `{text}`")),
+        None => Ok(text.to_string()),
+    }
+}
+
 fn parse_handshake_timeout(text: &str) -> Result<Duration, String> {
     parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(600))
 }
@@ -435,6 +448,11 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
     if token.is_none() && !args.admin.admin_addr.ip().is_loopback() {
         tracing::warn!(admin_addr = %args.admin.admin_addr, "The admin API listens beyond loopback without a token: anyone who reaches it sees every node and its configuration (--admin-token-file).");
     }
+    if args.source.is_none() && args.replica_name.is_some() {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "--replica-name names a replica of a fleet that shares etcd: it needs --source"
+        )));
+    }
     let source = match &args.source {
         None => Source::Files(args.config.paths.clone()),
         Some(url) => Source::Etcd(crate::source::etcd::Prefix {
@@ -473,6 +491,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             .preflight_envoy
             .clone()
             .map(|envoy| (envoy, args.preflight_timeout)),
+        replica: args.replica_name.clone(),
     };
     // Read and load before binding: a source that does not answer, or a config that cannot
     // load at start, is a usage error, unless the state directory keeps a good copy to serve

@@ -309,6 +309,11 @@ impl Switchyard {
             .arg("--admin-addr")
             .arg(format!("127.0.0.1:{admin_port}"))
             .args(extra);
+        // Replicas of one fleet on this host: a name each (the host name is the default).
+        if snapshot.contains(&"--source") && !extra.contains(&"--replica-name") {
+            cmd.arg("--replica-name")
+                .arg(format!("replica-{admin_port}"));
+        }
         let process = Process::spawn("switchyard", cmd, log_dir.join("switchyard.log"));
         let up = eventually(Duration::from_secs(10), || async move {
             tokio::net::TcpStream::connect(("127.0.0.1", port))

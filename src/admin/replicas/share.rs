@@ -178,6 +178,8 @@ impl Sharing {
         let mut taken: Option<(String, Instant)> = None;
         let mut behind = Behind::default();
         let mut ahead = None;
+        // Whether this session said another replica uses this one's name.
+        let mut twin_told = false;
         // etcd's last answer on whether the documents moved past the follower: (what the
         // follower reached, etcd's revision then, the answer), asked again only when one
         // of the two moved.
@@ -199,6 +201,12 @@ impl Sharing {
                     };
                     if response.compact_revision() > 0 || response.canceled() {
                         break Ended::Failed(unavailable("the watch on the summaries was cancelled (etcd compacted past it): they are read again".into()));
+                    }
+                    if !twin_told {
+                        if let Some(other) = twin(response.events(), &key, lease) {
+                            twin_told = true;
+                            tracing::error!(replica = %self.replica, other_admin = %other, "Another replica writes its summary under this replica's name: give each replica its own --replica-name (the fleet's view and canary verdicts are by name).");
+                        }
                     }
                     apply_events(&mut held, changes(response.events()), &summaries_prefix(&self.url));
                 }
@@ -485,6 +493,25 @@ fn changes(events: &[etcd_client::Event]) -> impl Iterator<Item = Change<'_>> {
         Some(match event.event_type() {
             EventType::Put => Change::Put(kv.value(), kv.mod_revision()),
             EventType::Delete => Change::Delete(kv.key()),
+        })
+    })
+}
+
+/// The admin address another replica gives in a summary it wrote under this replica's
+/// `key` (on a lease that is not this session's `lease`), if one did: two replicas of one
+/// name (a replica restarted under its name writes on a new lease, but its predecessor is
+/// dead and writes no more).
+fn twin(events: &[etcd_client::Event], key: &str, lease: i64) -> Option<String> {
+    events.iter().find_map(|event| {
+        let kv = event.kv()?;
+        if event.event_type() != EventType::Put || kv.key() != key.as_bytes() || kv.lease() == lease
+        {
+            return None;
+        }
+        let summary: ReplicaSummary = serde_json::from_slice(kv.value()).ok()?;
+        (!summary.left).then(|| match summary.admin.as_str() {
+            "" => "an unknown address".to_string(),
+            admin => admin.to_string(),
         })
     })
 }

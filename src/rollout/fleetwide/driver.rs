@@ -142,16 +142,34 @@ pub struct Driver {
     pub telemetry: Telemetry,
 }
 
-/// A name for this replica among the verdicts: its host name (a pod's name in Kubernetes)
-/// and process id.
-pub fn replica_name() -> String {
-    let host = std::env::var("HOSTNAME")
+/// This replica's name when the operator gives none (`serve --replica-name`): its host name
+/// (a pod's name in Kubernetes), `switchyard` if it has none.
+pub fn default_replica_name() -> String {
+    std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "switchyard".into());
-    format!("{host}-{}", std::process::id())
+        .filter(|h| !h.is_empty() && replica_name_fault(h).is_none())
+        .unwrap_or_else(|| "switchyard".into())
+}
+
+/// What is wrong with `name` as a replica's name, if anything: it names this replica's keys
+/// in etcd (its summary, its canary verdicts), so it is 1 to 253 letters, digits, `.`, `_`
+/// or `-`, not starting with `.`.
+pub fn replica_name_fault(name: &str) -> Option<&'static str> {
+    if name.is_empty() || name.len() > 253 {
+        return Some("a replica's name is 1 to 253 characters long");
+    }
+    if name.starts_with('.') {
+        return Some("a replica's name does not start with `.`");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Some("a replica's name has only letters, digits, `.`, `_` and `-`");
+    }
+    None
 }
 
 /// The driver's channels: the admin API's handle, and the driver's ends.
