@@ -38,9 +38,9 @@ pub mod view;
 
 use status::current_status;
 pub use status::{
-    CertificateStatus, ConfigStatus, FleetStatus, NewStreamsStatus, NodeStatus, PlanStatusJson,
-    ReplicaVerdict, RolloutStatus, ServerInfo, Settled, SourceStatus, Status, StreamStatus,
-    TypeStatusJson, STATUS_SCHEMA,
+    CertificateStatus, ConfigStatus, FleetStatus, LastGood, NewStreamsStatus, NodeStatus,
+    PlanStatusJson, ReplicaVerdict, RolloutStatus, ServerInfo, Settled, SourceStatus, Status,
+    StreamStatus, TypeStatusJson, STATUS_SCHEMA,
 };
 
 use crate::cache::Cache;

@@ -1447,6 +1447,39 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
         page.contains("id=\"replicas\"") && page.contains("edge-b rejected CDS"),
         "{page}"
     );
+    // Under the NACK, on A: the revision B's node still runs (the apply's), and the command
+    // that writes it back; the page lists B's node among the fleet's, counts the fleet, and
+    // its filter finds it.
+    let applied: i64 = said
+        .split("applied at revision ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("the apply's revision");
+    let back = format!("`switchyard rollback --source {url} {applied}`");
+    assert!(
+        out.contains(&format!("last good: revision {applied} ")) && out.contains(&back),
+        "{out}"
+    );
+    assert!(
+        page.contains("<b>2</b> nodes on 2 replicas")
+            && page.contains("<b>1</b> NACKing")
+            && page.contains(&format!(
+                "<code>switchyard rollback --source {url} {applied}</code>"
+            )),
+        "{page}"
+    );
+    let found = reqwest::get(format!("http://{a_addr}/?q=edge-b"))
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("page");
+    assert!(
+        found.contains("<p>1 node(s) match")
+            && found.contains(&format!("edge-b</a></td><td>test</td><td>{b_name}</td>")),
+        "{found}"
+    );
     // config-dump of B's node through A: asked of B, at the address B's summary gives, and
     // what the node still runs apart from what it rejected.
     let (code, out, err) = switchyard(&["config-dump", "edge-b", "--admin-addr", &a_addr]);

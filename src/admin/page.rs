@@ -68,11 +68,15 @@ pub(crate) fn query_value(text: &str) -> String {
         .collect()
 }
 
-fn matches(node: &NodeStatus, query: &PageQuery) -> bool {
+fn matches(listed: &Listed<'_>, query: &PageQuery) -> bool {
+    let node: &NodeStatus = &listed.node;
     let q = query.q.trim().to_lowercase();
     (q.is_empty()
         || node.node_id.to_lowercase().contains(&q)
-        || node.node_cluster.to_lowercase().contains(&q))
+        || node.node_cluster.to_lowercase().contains(&q)
+        || listed
+            .replica
+            .is_some_and(|r| r.to_lowercase().contains(&q)))
         && match query.state.as_str() {
             "" => true,
             "ALL_SYNCED" => all_synced(node),
@@ -153,10 +157,11 @@ table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #dd
 
 /// Render the page.
 pub fn render(status: &Status, query: &PageQuery) -> String {
+    let listed = listed(status);
     let kinds: Vec<&str> = ResourceType::ALL
         .iter()
         .map(|k| k.short_name())
-        .filter(|k| status.nodes.iter().any(|n| n.types.contains_key(*k)))
+        .filter(|k| listed.iter().any(|l| l.node.types.contains_key(*k)))
         .collect();
     let mut html = String::new();
     let _ = write!(
@@ -166,7 +171,7 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
          <style>{STYLE}</style></head><body><h1>Switchyard</h1>"
     );
     headline(&mut html, status);
-    summary(&mut html, status);
+    summary(&mut html, status, &listed);
     config(&mut html, status);
     rollouts(&mut html, status);
     replicas(&mut html, status);
@@ -176,7 +181,7 @@ pub fn render(status: &Status, query: &PageQuery) -> String {
          <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>",
     );
     filter_form(&mut html, query);
-    nodes_table(&mut html, status, query, &kinds);
+    nodes_table(&mut html, status, &listed, query, &kinds);
     history(&mut html, &status.history);
     html.push_str("</body></html>\n");
     html
@@ -206,13 +211,42 @@ fn headline(html: &mut String, status: &Status) {
         },
         None => String::new(),
     };
+    let version = super::replicas::version_of(status, status.generation);
+    let version = version.get(..12).unwrap_or(&version);
+    let (running, proxies) = fleet_synced(status);
     let _ = write!(
         html,
-        "<p class=\"asof\">As of {}{position}; generation {} serves every node. This page \
-         reloads every {REFRESH_SECONDS} s.</p>",
+        "<p class=\"asof\">As of {}{position}; the newest generation here is {}{}: {running} \
+         of {proxies} proxies run it with every type synced. This page reloads every \
+         {REFRESH_SECONDS} s.</p>",
         esc(&status.at),
-        status.generation
+        status.generation,
+        if version.is_empty() {
+            String::new()
+        } else {
+            format!(" (version {})", esc(version))
+        },
     );
+}
+
+/// How many proxies of the fleet run what their replica serves with every type synced, of
+/// how many: this replica's, and every other replica's as its summary counts them.
+fn fleet_synced(status: &Status) -> (usize, usize) {
+    let here = status
+        .nodes
+        .iter()
+        .filter(|n| n.generation == status.generation && all_synced_or_unsent(n))
+        .count();
+    let others = status.replicas.iter().flat_map(|r| r.others());
+    others.fold((here, status.nodes.len()), |(synced, all), r| {
+        (synced + r.synced, all + r.proxies)
+    })
+}
+
+fn all_synced_or_unsent(node: &NodeStatus) -> bool {
+    node.types
+        .values()
+        .all(|t| matches!(t.state, SyncStatus::Synced | SyncStatus::NotSent))
 }
 
 /// `text` with its first letter upper-case.
@@ -239,34 +273,117 @@ fn next_step_html(text: &str) -> String {
         .collect()
 }
 
-/// The counts at the top, each a link to the nodes it counts.
-fn summary(html: &mut String, status: &Status) {
+/// The counts at the top, each a link to the nodes it counts: over the whole fleet (from
+/// etcd, every replica's summary counts its own proxies, and lists those with a problem
+/// first as far as it fits).
+fn summary(html: &mut String, status: &Status, listed: &[Listed<'_>]) {
     let count = |state: SyncStatus| {
-        status
-            .nodes
+        listed
             .iter()
-            .filter(|n| n.types.values().any(|t| t.state == state))
+            .filter(|l| l.node.types.values().any(|t| t.state == state))
             .count()
     };
-    // From etcd the counts and the table below are this replica's; Replicas has the rest.
-    let here = if status.replicas.as_ref().is_some_and(|r| r.shared()) {
-        " on this replica"
+    let others: Vec<&super::replicas::ReplicaSummary> =
+        status.replicas.iter().flat_map(|r| r.others()).collect();
+    let proxies = status.nodes.len() + others.iter().map(|r| r.proxies).sum::<usize>();
+    let nacking = status
+        .nodes
+        .iter()
+        .filter(|n| n.types.values().any(|t| t.state == SyncStatus::Nacked))
+        .count()
+        + others.iter().map(|r| r.nacked).sum::<usize>();
+    let (synced, _) = fleet_synced(status);
+    let where_ = if others.is_empty() {
+        String::new()
     } else {
-        ""
+        format!(" on {} replicas", others.len() + 1)
     };
     let _ = write!(
         html,
-        "<p class=\"sum\"><span><a href=\"/\"><b>{}</b> nodes{here}</a></span>\
-         <span class=\"bad\"><a href=\"/?state=NACKED\"><b>{}</b> NACKing</a></span>\
+        "<p class=\"sum\"><span><a href=\"/\"><b>{proxies}</b> nodes{where_}</a></span>\
+         <span class=\"bad\"><a href=\"/?state=NACKED\"><b>{nacking}</b> NACKing</a></span>\
          <span><a href=\"/?state=STALE\"><b>{}</b> with a response not yet ACKed</a></span>\
          <span><a href=\"/?state=UPDATING\"><b>{}</b> mid-update (make-before-break)</a></span>\
-         <span><a href=\"/?state=ALL_SYNCED\"><b>{}</b> with every type SYNCED</a></span></p>",
-        status.nodes.len(),
-        count(SyncStatus::Nacked),
+         <span><a href=\"/?state=ALL_SYNCED\"><b>{synced}</b> with every type SYNCED</a></span></p>",
         count(SyncStatus::Stale),
-        status.nodes.iter().filter(|n| updating(n)).count(),
-        status.nodes.iter().filter(|n| all_synced(n)).count()
+        listed.iter().filter(|l| updating(&l.node)).count(),
     );
+    let unlisted: usize = others.iter().map(|r| r.omitted).sum();
+    if unlisted > 0 {
+        let _ = write!(
+            html,
+            "<p class=\"asof\">{unlisted} synced proxies of other replicas are counted, not \
+             listed: their summaries list those with a problem first, as far as they fit.</p>"
+        );
+    }
+}
+
+/// A proxy as the page lists it: this replica's own (with its streams and agent), or one
+/// another replica's summary lists (`replica` names that replica).
+struct Listed<'a> {
+    replica: Option<&'a str>,
+    node: std::borrow::Cow<'a, NodeStatus>,
+    /// The content version of the generation it runs (`-` when not known).
+    version: String,
+}
+
+/// Every proxy of the fleet the page knows of: this replica's, then those the other
+/// replicas' summaries list.
+fn listed(status: &Status) -> Vec<Listed<'_>> {
+    let mut out: Vec<Listed<'_>> = status
+        .nodes
+        .iter()
+        .map(|n| Listed {
+            replica: None,
+            node: std::borrow::Cow::Borrowed(n),
+            version: super::replicas::version_of(status, n.generation),
+        })
+        .collect();
+    for r in status.replicas.iter().flat_map(|r| r.others()) {
+        for n in &r.nodes {
+            out.push(Listed {
+                replica: Some(&r.replica),
+                node: std::borrow::Cow::Owned(from_summary(n)),
+                version: n.version.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Another replica's proxy as a node's row shows it: what its summary says (no streams or
+/// agent: those are on its replica's page).
+fn from_summary(n: &super::replicas::NodeSummary) -> NodeStatus {
+    NodeStatus {
+        node_id: n.node_id.clone(),
+        node_cluster: n.node_cluster.clone(),
+        user_agent: String::new(),
+        user_agent_version: String::new(),
+        client_features: Vec::new(),
+        generation: n.generation,
+        group: n.group.clone(),
+        streams: Vec::new(),
+        types: n
+            .types
+            .iter()
+            .map(|(kind, t)| {
+                let status = crate::admin::TypeStatusJson {
+                    state: t.state,
+                    version_sent: String::new(),
+                    version_acked: t.version_acked.clone(),
+                    nonce: String::new(),
+                    error: t.error.clone(),
+                    rejected_version: None,
+                    rejected_changes: Vec::new(),
+                    oversized_bytes: None,
+                    not_found: Vec::new(),
+                    last_change: String::new(),
+                    last_good: t.last_good.clone(),
+                };
+                (kind.clone(), status)
+            })
+            .collect(),
+    }
 }
 
 /// The last load (and its errors), and the source it read.
@@ -472,34 +589,6 @@ fn replicas(html: &mut String, status: &Status) {
             esc(&why)
         );
     }
-    for r in replicas.others() {
-        for n in r.nodes.iter().filter(|n| {
-            n.generation != r.generation
-                || n.types.values().any(|t| {
-                    matches!(
-                        t.state,
-                        crate::fleet::SyncStatus::Nacked | crate::fleet::SyncStatus::Stale
-                    )
-                })
-        }) {
-            let states: Vec<String> = n
-                .types
-                .iter()
-                .map(|(kind, t)| match &t.error {
-                    Some(e) => format!("{kind} {}: {e}", t.state.name()),
-                    None => format!("{kind} {}", t.state.name()),
-                })
-                .collect();
-            let _ = write!(
-                html,
-                "<li>{} on replica {}, generation {}: {}</li>",
-                esc(&n.node_id),
-                esc(&r.replica),
-                n.generation,
-                esc(&states.join("; "))
-            );
-        }
-    }
     html.push_str("</ul>");
 }
 
@@ -552,28 +641,40 @@ fn filter_form(html: &mut String, query: &PageQuery) {
     html.push_str("</select> <button>Show</button></form>");
 }
 
-/// The nodes that match the filter, problems first, a page at a time.
-fn nodes_table(html: &mut String, status: &Status, query: &PageQuery, kinds: &[&str]) {
-    let mut shown: Vec<&NodeStatus> = status.nodes.iter().filter(|n| matches(n, query)).collect();
+/// The nodes that match the filter, problems first, a page at a time: every proxy of the
+/// fleet listed, with its replica when the view is shared.
+fn nodes_table(
+    html: &mut String,
+    status: &Status,
+    listed: &[Listed<'_>],
+    query: &PageQuery,
+    kinds: &[&str],
+) {
+    let mut shown: Vec<&Listed<'_>> = listed.iter().filter(|l| matches(l, query)).collect();
     shown.sort_by(|a, b| {
-        problem_rank(a)
-            .cmp(&problem_rank(b))
-            .then_with(|| natural_cmp(&a.node_id, &b.node_id))
+        problem_rank(&a.node)
+            .cmp(&problem_rank(&b.node))
+            .then_with(|| natural_cmp(&a.node.node_id, &b.node.node_id))
     });
+    let shared = status.replicas.as_ref().is_some_and(|r| r.shared());
     let pages = shown.len().div_ceil(PAGE_SIZE).max(1);
     let page = query.page.unwrap_or(1).clamp(1, pages);
     let _ = write!(
         html,
-        "<p>{} node(s) match; page {page} of {pages}.</p><table><tr><th>Node</th><th>Cluster</th>\
-         <th>Streams</th><th>Agent</th><th>Generation</th>",
-        shown.len()
+        "<p>{} node(s) match; page {page} of {pages}.</p><table><tr><th>Node</th><th>Cluster</th>{}\
+         <th>Streams</th><th>Agent</th><th>Version</th>",
+        shown.len(),
+        if shared { "<th>Replica</th>" } else { "" }
     );
     for k in kinds {
         let _ = write!(html, "<th>{k}</th>");
     }
     html.push_str("</tr>");
-    for n in shown.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE) {
-        node_row(html, n, kinds);
+    let this = status.replicas.as_ref().map(|r| r.this.as_str());
+    let source = source_url(status);
+    for l in shown.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE) {
+        let replica = shared.then(|| l.replica.or(this).unwrap_or(""));
+        node_row(html, l, replica, kinds, source);
         html.push_str("</tr>");
     }
     html.push_str("</table><p>");
@@ -593,8 +694,24 @@ fn nodes_table(html: &mut String, status: &Status, query: &PageQuery, kinds: &[&
     html.push_str("</p>");
 }
 
+/// The source's URL as the server reads it (an etcd prefix; none from files).
+fn source_url(status: &Status) -> Option<&str> {
+    status
+        .config
+        .as_ref()
+        .and_then(|c| c.source.as_ref())
+        .map(|s| s.url.as_str())
+}
+
 /// One node's row: its streams, agent, generation, and each type's state.
-fn node_row(html: &mut String, n: &NodeStatus, kinds: &[&str]) {
+fn node_row(
+    html: &mut String,
+    l: &Listed<'_>,
+    replica: Option<&str>,
+    kinds: &[&str],
+    source_url: Option<&str>,
+) {
+    let n: &NodeStatus = &l.node;
     let streams: Vec<String> = n.streams.iter().map(|s| s.label()).collect();
     // P33: types the proxy asks for that this server does not serve.
     let unknown: Vec<&str> = n
@@ -610,16 +727,29 @@ fn node_row(html: &mut String, n: &NodeStatus, kinds: &[&str]) {
             esc(&unknown.join(", "))
         )
     };
+    let replica = match replica {
+        Some(r) => format!("<td>{}</td>", esc(r)),
+        None => String::new(),
+    };
+    // Another replica's proxy: its streams and agent are on that replica's page.
+    let (streams, agent) = match l.replica {
+        Some(_) => ("-".to_string(), "-".to_string()),
+        None => (
+            esc(&streams.join(", ")),
+            esc(&format!("{} {}", n.user_agent, n.user_agent_version)),
+        ),
+    };
+    let version = match l.version.get(..12).unwrap_or(&l.version) {
+        "" => format!("generation {}", n.generation),
+        v => v.to_string(),
+    };
     let _ = write!(
         html,
-        "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td><td>{}{unknown}</td><td>{} {}</td><td>{}</td>",
+        "<tr><td><a href=\"/config_dump?node={}\">{}</a></td><td>{}</td>{replica}<td>{streams}{unknown}</td><td>{agent}</td><td>{}</td>",
         query_value(&n.node_id),
         esc(&n.node_id),
         esc(&n.node_cluster),
-        esc(&streams.join(", ")),
-        esc(&n.user_agent),
-        esc(&n.user_agent_version),
-        n.generation
+        esc(&version)
     );
     for k in kinds {
         match n.types.get(*k) {
@@ -636,11 +766,17 @@ fn node_row(html: &mut String, n: &NodeStatus, kinds: &[&str]) {
                     t.state.name().replace('_', " ")
                 );
                 if let Some(e) = &t.error {
+                    let back = crate::admin::view::going_back(
+                        &n.node_id,
+                        t.last_good.as_ref(),
+                        source_url,
+                    );
                     let _ = write!(
                         html,
-                        "<div class=\"err\">{}</div><div class=\"err\">Next: \
+                        "<div class=\"err\">{}</div><div class=\"err\">{}. \
                          <code>switchyard config-dump {}</code> shows what it holds.</div>",
                         esc(e),
+                        next_step_html(&capitalized(&back)),
                         esc(&n.node_id)
                     );
                 }
@@ -768,6 +904,7 @@ mod tests {
                     oversized_bytes: None,
                     not_found: Vec::new(),
                     last_change: "t".into(),
+                    last_good: None,
                 },
             )]
             .into(),
@@ -1053,7 +1190,7 @@ mod tests {
             "{html}"
         );
         assert!(
-            html.contains("<th>Generation</th>") && html.contains("<td>3</td>"),
+            html.contains("<th>Version</th>") && html.contains("<td>generation 3</td>"),
             "{html}"
         );
     }
@@ -1188,11 +1325,24 @@ mod tests {
                     state: crate::fleet::SyncStatus::Nacked,
                     version_acked: "v1".into(),
                     error: Some("bad <cluster>".into()),
+                    last_good: Some(crate::admin::LastGood {
+                        generation: 1,
+                        revision: Some(8),
+                        version: "0123456789abcdef".into(),
+                    }),
                 },
             )]
             .into(),
             ..NodeSummary::default()
         }];
+        if let Some(config) = status.config.as_mut() {
+            config.source = Some(crate::admin::SourceStatus {
+                url: "etcd://127.0.0.1:2379/sy".into(),
+                answering: true,
+                since: String::new(),
+                error: None,
+            });
+        }
         status.replicas = Some(ReplicasStatus {
             store: "etcd".into(),
             this: "a".into(),
@@ -1231,12 +1381,39 @@ mod tests {
             ),
             "{html}"
         );
+        // Another replica's proxy is in the nodes table, with its replica, its NACK and
+        // the way back; the counts are the fleet's (b left: not counted).
         assert!(
             html.contains(
-                "<li>edge-&lt;9&gt; on replica c, generation 1: CDS NACKED: bad &lt;cluster&gt;</li>"
+                "<td><a href=\"/config_dump?node=edge-%3C9%3E\">edge-&lt;9&gt;</a></td>\
+                 <td>edge</td><td>c</td><td>-</td><td>-</td><td>generation 1</td>"
             ),
             "{html}"
         );
+        assert!(
+            html.contains("<div class=\"err\">bad &lt;cluster&gt;</div>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "Last good: revision 8 (version 0123456789ab), which it still runs; to go back: \
+                 <code>switchyard rollback --source etcd://127.0.0.1:2379/sy 8</code>."
+            ),
+            "{html}"
+        );
+        assert!(html.contains("<b>2</b> nodes on 2 replicas"), "{html}");
+        assert!(html.contains("<b>1</b> NACKing"), "{html}");
+        assert!(html.contains("1 of 2 proxies run it"), "{html}");
+        // The filter searches every replica's proxies, and by replica.
+        for q in ["edge-<9", "c"] {
+            let query = PageQuery {
+                q: q.into(),
+                ..PageQuery::default()
+            };
+            let html = render(&status, &query);
+            assert!(html.contains("<p>1 node(s) match"), "{q}: {html}");
+            assert!(html.contains("edge-&lt;9&gt;</a>"), "{q}: {html}");
+        }
         if let Some(r) = status.replicas.as_mut() {
             r.replicas.retain(|r| r.replica != "c");
         }

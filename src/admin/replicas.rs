@@ -79,6 +79,10 @@ pub struct NodeSummary {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub group: String,
     pub generation: u64,
+    /// The content version of the generation it runs (`Config::content_version`: the same
+    /// on every replica), when that generation is in the replica's history.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
     /// By type (`CDS`, ...): its state, the version it ACKed, and its NACK's text.
     pub types: BTreeMap<String, TypeSummary>,
 }
@@ -91,6 +95,9 @@ pub struct TypeSummary {
     pub version_acked: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Under a NACK: what the node still runs (`TypeStatusJson::last_good`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_good: Option<super::LastGood>,
 }
 
 impl NodeSummary {
@@ -123,6 +130,7 @@ pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSumma
             node_cluster: n.node_cluster.clone(),
             group: n.group.clone(),
             generation: n.generation,
+            version: version_of(status, n.generation),
             types: n
                 .types
                 .iter()
@@ -135,6 +143,7 @@ pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSumma
                         state: t.state,
                         version_acked: t.version_acked.clone(),
                         error,
+                        last_good: t.last_good.clone(),
                     };
                     (kind.clone(), summary)
                 })
@@ -175,6 +184,17 @@ pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSumma
         nodes: kept,
         left: false,
     }
+}
+
+/// The content version of `generation`, from the status's history (empty when it is not
+/// there: older than the history kept).
+pub fn version_of(status: &Status, generation: u64) -> String {
+    status
+        .history
+        .iter()
+        .find(|e| e.generation == generation)
+        .map(|e| e.version.clone())
+        .unwrap_or_default()
 }
 
 /// What `/status` says of the replicas behind the view.

@@ -5,12 +5,14 @@
 //! Must not: serve HTTP (the admin routes do) or change anything it reads.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::Admin;
 use crate::fleet::{format_time, StreamReport, SyncStatus, TypeReport};
+use crate::resource::ResourceType;
 
 /// The schema `/status` (and `switchyard status --output json`) follows (docs/output.md).
 pub const STATUS_SCHEMA: &str = "switchyard.status/v1";
@@ -374,6 +376,22 @@ pub struct TypeStatusJson {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_found: Vec<String>,
     pub last_change: String,
+    /// For a NACK: what the node still runs of this type, as the newest generation this
+    /// replica keeps that has the version it ACKed for it; the change to go back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_good: Option<LastGood>,
+}
+
+/// The newest generation kept whose snapshot for a node has the version it ACKed of a type:
+/// its number here, its etcd revision (from etcd) and its content version (the same on
+/// every replica).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastGood {
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    #[serde(default)]
+    pub version: String,
 }
 
 /// The last config load.
@@ -451,6 +469,7 @@ impl From<&TypeReport> for TypeStatusJson {
             oversized_bytes: t.oversized_bytes.map(|n| n as usize),
             not_found: t.not_found.as_slice().to_vec(),
             last_change: format_time(t.last_change),
+            last_good: None,
         }
     }
 }
@@ -589,18 +608,31 @@ pub(super) fn current_status(admin: &Admin) -> Status {
             ((r.node_id.clone(), r.peer.clone()), group)
         })
         .collect();
+    let facts: BTreeMap<(String, String), Arc<crate::config::selector::NodeFacts>> = reports
+        .iter()
+        .map(|r| ((r.node_id.clone(), r.peer.clone()), Arc::clone(&r.facts)))
+        .collect();
     let mut status = Status::from_reports(reports, config);
+    let serving = admin.cache.serving();
+    let history = admin.reloader.history();
     for node in &mut status.nodes {
         let peer = node
             .streams
             .first()
             .map(|s| s.peer.clone())
             .unwrap_or_default();
-        if let Some(group) = groups.get(&(node.node_id.clone(), peer)) {
+        let key = (node.node_id.clone(), peer);
+        if let Some(group) = groups.get(&key) {
             node.group.clone_from(group);
         }
+        if let Some(facts) = facts.get(&key) {
+            for (kind, t) in &mut node.types {
+                if t.state == SyncStatus::Nacked {
+                    t.last_good = last_good(&serving, &history, facts, kind, &t.version_acked);
+                }
+            }
+        }
     }
-    let serving = admin.cache.serving();
     status.generation = serving.stable.number;
     status.new_streams = admin.new_streams.map(|rate| NewStreamsStatus {
         per_second: rate.per_second,
@@ -641,6 +673,33 @@ pub(super) fn current_status(admin: &Admin) -> Status {
         None => super::replicas::ReplicasStatus::unshared(),
     });
     status
+}
+
+/// What a node that NACKed `kind` still runs of it: the newest generation `serving` keeps
+/// whose snapshot for the node has the version it ACKed (`acked`), with its revision and
+/// content version from `history`. None when it ACKed nothing, or nothing kept has it.
+fn last_good(
+    serving: &crate::cache::Serving,
+    history: &[crate::history::Entry],
+    facts: &crate::config::selector::NodeFacts,
+    kind: &str,
+    acked: &str,
+) -> Option<LastGood> {
+    let kind = ResourceType::ALL.iter().find(|k| k.short_name() == kind)?;
+    if acked.is_empty() {
+        return None;
+    }
+    let generation = serving
+        .known()
+        .filter(|g| g.snapshot_for(facts).get(*kind).version == acked)
+        .map(|g| g.number)
+        .max()?;
+    let entry = history.iter().find(|e| e.generation == generation);
+    Some(LastGood {
+        generation,
+        revision: entry.and_then(|e| e.revision),
+        version: entry.map(|e| e.version.clone()).unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]

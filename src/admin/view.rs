@@ -7,6 +7,7 @@
 //! here), or format for a terminal or HTML.
 
 use super::replicas::ReplicasStatus;
+use super::LastGood;
 use super::Status;
 
 /// How a replica's row reads: the page's colour, and whether the CLI says more.
@@ -210,4 +211,35 @@ pub fn notes(status: &Status) -> Vec<(String, String)> {
         notes.push((format!("REPLICA {} VANISHED", v.replica), why));
     }
     notes
+}
+/// Under a NACK, in the same words on the CLI and the page: what the node still runs of the
+/// type (`last_good`), and the command that writes it back when it came from etcd
+/// (`source`: the source's URL as `/status` gives it).
+pub fn going_back(node: &str, last_good: Option<&LastGood>, source: Option<&str>) -> String {
+    let Some(good) = last_good else {
+        return format!(
+            "what it still runs is older than the generations this replica keeps: \
+             `switchyard config-dump {node}` shows it"
+        );
+    };
+    let version = short(&good.version);
+    match (good.revision, source.filter(|s| s.starts_with("etcd://"))) {
+        (Some(revision), Some(url)) => format!(
+            "last good: revision {revision} (version {version}), which it still runs; to go \
+             back: `switchyard rollback --source {url} {revision}`"
+        ),
+        (Some(revision), None) => {
+            format!("last good: revision {revision} (version {version}), which it still runs")
+        }
+        (None, _) => format!(
+            "last good: version {version} (generation {} here), which it still runs: the \
+             files as they were then",
+            good.generation
+        ),
+    }
+}
+
+/// A content version as the views show it: its first 12 characters.
+fn short(version: &str) -> &str {
+    version.get(..12).unwrap_or(version)
 }

@@ -563,7 +563,7 @@ view: this replica's proxies only (the files are not a store replicas share; \
         .collect();
     if others.iter().any(|r| !r.nodes.is_empty()) {
         out.push_str("\nthe other replicas' proxies:\n");
-        let mut rows: Vec<Vec<String>> = vec![["NODE", "CLUSTER", "REPLICA", "GEN"]
+        let mut rows: Vec<Vec<String>> = vec![["NODE", "CLUSTER", "REPLICA", "VERSION"]
             .iter()
             .map(|h| h.to_string())
             .chain(kinds.iter().map(|k| k.to_string()))
@@ -574,7 +574,10 @@ view: this replica's proxies only (the files are not a store replicas share; \
                     printable(&n.node_id),
                     printable(&n.node_cluster),
                     printable(&r.replica),
-                    n.generation.to_string(),
+                    match n.version.get(..12).unwrap_or(&n.version) {
+                        "" => format!("gen {}", n.generation),
+                        v => printable(v),
+                    },
                 ];
                 row.extend(
                     kinds
@@ -591,6 +594,26 @@ view: this replica's proxies only (the files are not a store replicas share; \
                 r.omitted,
                 printable(&r.replica)
             ));
+        }
+        // Their NACKs, with the way back, as this replica's own are said.
+        for r in &others {
+            for n in &r.nodes {
+                for (kind, t) in &n.types {
+                    let Some(error) = &t.error else { continue };
+                    let back = crate::admin::view::going_back(
+                        &n.node_id,
+                        t.last_good.as_ref(),
+                        source_url(status),
+                    );
+                    out.push_str(&format!(
+                        "\nNACKED {} {kind} on {}: {}\n  {}\n",
+                        printable(&n.node_id),
+                        printable(&r.replica),
+                        printable(error),
+                        printable(&back)
+                    ));
+                }
+            }
         }
     }
     for (label, why) in crate::admin::view::notes(status) {
@@ -727,9 +750,24 @@ fn node_problems(out: &mut String, status: &crate::admin::Status) {
                         out.push_str(&format!("    {}\n", printable(&c.text())));
                     }
                 }
+                let back = crate::admin::view::going_back(
+                    &n.node_id,
+                    t.last_good.as_ref(),
+                    source_url(status),
+                );
+                out.push_str(&format!("  {}\n", printable(&back)));
             }
         }
     }
+}
+
+/// The source's URL, as the server reads it (an etcd prefix, or none from files).
+fn source_url(status: &crate::admin::Status) -> Option<&str> {
+    status
+        .config
+        .as_ref()
+        .and_then(|c| c.source.as_ref())
+        .map(|s| s.url.as_str())
 }
 
 /// The last load, and the source it read.
@@ -892,6 +930,7 @@ mod tests {
                         // P32: what the node asked for and was told does not exist.
                         not_found: vec!["gone".into(), nasty.into()],
                         last_change: "t".into(),
+                        last_good: None,
                     },
                 )]
                 .into(),
