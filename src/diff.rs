@@ -22,11 +22,18 @@ use serde_json::Value;
 use crate::config::{descriptors, json, Config};
 use crate::resource::{Resource, ResourceType, Secrets};
 
-/// What changed for one node group.
+/// How many names a list shows before it is summarized: the first ones, then how many more
+/// (`--verbose` and the JSON list every one).
+pub const LIST_LIMIT: usize = 20;
+
+/// What changed for one node group, and for the groups that change the same way.
 #[derive(Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GroupDiff {
     /// The node group, as [`crate::preflight::Group`] names it.
     pub group: String,
+    /// The other node groups whose change is the very same (shown once), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
     /// By type, in send order.
     pub types: Vec<TypeDiff>,
 }
@@ -188,7 +195,57 @@ pub fn diff(old: &Config, new: &Config) -> Report {
             groups.push(group);
         }
     }
-    Report { groups }
+    Report {
+        groups: merged(groups),
+    }
+}
+
+/// Groups whose changes are the same, as one: the first (by name) with the others in
+/// `also`; sorted by name.
+fn merged(groups: Vec<GroupDiff>) -> Vec<GroupDiff> {
+    let mut out: Vec<GroupDiff> = Vec::new();
+    let mut groups = groups;
+    groups.sort_by(|a, b| a.group.cmp(&b.group));
+    for g in groups {
+        match out.iter_mut().find(|o| o.types == g.types) {
+            Some(same) => same.also.push(g.group),
+            None => out.push(g),
+        }
+    }
+    out
+}
+
+/// `lines`, at most [`LIST_LIMIT`] of them unless `verbose`, then a line counting the
+/// rest; each after `indent`.
+pub fn capped(lines: &[String], verbose: bool, indent: &str) -> String {
+    let shown = if verbose { lines.len() } else { LIST_LIMIT };
+    let mut out = String::new();
+    for line in lines.iter().take(shown) {
+        let _ = writeln!(out, "{indent}{line}");
+    }
+    if lines.len() > shown {
+        let _ = writeln!(
+            out,
+            "{indent}... and {} more (--verbose lists every one)",
+            lines.len() - shown
+        );
+    }
+    out
+}
+
+/// `names` joined by `, `, at most [`LIST_LIMIT`] unless `verbose`, then how many more.
+pub fn joined(names: &[String], verbose: bool) -> String {
+    let shown = if verbose { names.len() } else { LIST_LIMIT };
+    let mut text = names
+        .iter()
+        .take(shown)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > shown {
+        let _ = write!(text, " and {} more", names.len() - shown);
+    }
+    text
 }
 
 /// Compare what a server serves with `new`, for each node group of `new`: `dump` answers
@@ -209,7 +266,9 @@ pub fn against_server<E>(
             groups.push(diff);
         }
     }
-    Ok(Report { groups })
+    Ok(Report {
+        groups: merged(groups),
+    })
 }
 
 fn compare(label: &str, old: &Side, new: &Side) -> GroupDiff {
@@ -242,6 +301,7 @@ fn compare(label: &str, old: &Side, new: &Side) -> GroupDiff {
     }
     GroupDiff {
         group: label.to_string(),
+        also: Vec::new(),
         types,
     }
 }
@@ -391,47 +451,65 @@ fn walk_keyed(path: &str, key: &str, a: &[Value], b: &[Value], out: &mut Vec<Fie
     }
 }
 
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Report {
+    /// For people: each change once, with the node groups it is for; past [`LIST_LIMIT`]
+    /// names of a kind, the first ones and how many more, unless `verbose`.
+    pub fn text(&self, verbose: bool) -> String {
+        let mut f = String::new();
         if self.groups.is_empty() {
-            return writeln!(f, "no changes");
+            f.push_str("no changes\n");
+            return f;
         }
         for g in &self.groups {
-            writeln!(f, "{}:", g.group)?;
+            if g.also.is_empty() {
+                let _ = writeln!(f, "{}:", g.group);
+            } else {
+                let mut all = vec![g.group.clone()];
+                all.extend(g.also.iter().cloned());
+                let _ = writeln!(
+                    f,
+                    "{} node groups, the same change: {}:",
+                    all.len(),
+                    joined(&all, verbose)
+                );
+            }
             for t in &g.types {
-                writeln!(
+                let _ = writeln!(
                     f,
                     "  {}: {} added, {} removed, {} changed",
                     t.kind,
                     t.added.len(),
                     t.removed.len(),
                     t.changed.len()
-                )?;
-                for name in &t.added {
-                    writeln!(f, "    + {name}")?;
-                }
-                for name in &t.removed {
-                    writeln!(f, "    - {name}")?;
-                }
+                );
+                let names = |sign: &str, names: &mut dyn Iterator<Item = &String>| -> Vec<String> {
+                    names.map(|n| format!("{sign} {n}")).collect()
+                };
+                f.push_str(&capped(&names("+", &mut t.added.iter()), verbose, "    "));
+                f.push_str(&capped(&names("-", &mut t.removed.iter()), verbose, "    "));
+                let mut changed = Vec::new();
                 for (name, changes) in &t.changed {
-                    writeln!(f, "    ~ {name}")?;
+                    let mut text = format!("~ {name}");
                     for c in changes {
-                        let mut line = format!("        {}", c.path);
-                        match (&c.old, &c.new) {
-                            (None, None) => {}
-                            (old, new) => {
-                                let show = |v: &Option<String>| {
-                                    v.clone().unwrap_or_else(|| "(absent)".into())
-                                };
-                                let _ = write!(line, ": {} -> {}", show(old), show(new));
-                            }
+                        let _ = write!(text, "\n        {}", c.path);
+                        if c.old.is_some() || c.new.is_some() {
+                            let show =
+                                |v: &Option<String>| v.clone().unwrap_or_else(|| "(absent)".into());
+                            let _ = write!(text, ": {} -> {}", show(&c.old), show(&c.new));
                         }
-                        writeln!(f, "{line}")?;
                     }
+                    changed.push(text);
                 }
+                f.push_str(&capped(&changed, verbose, "    "));
             }
         }
-        Ok(())
+        f
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text(false))
     }
 }
 

@@ -60,6 +60,39 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Its files for a line: how many were added, changed and deleted, and the first
+    /// `limit` paths, sorted (the rest counted).
+    pub fn files_summary(&self, limit: usize) -> String {
+        let mut files = self.files.clone();
+        files.sort();
+        let count = |action: &str| {
+            files
+                .iter()
+                .filter(|f| f.starts_with(&format!("{action} ")))
+                .count()
+        };
+        let counts: Vec<String> = ["add", "change", "delete"]
+            .iter()
+            .map(|a| (a, count(a)))
+            .filter(|(_, n)| *n > 0)
+            .map(|(a, n)| format!("{a} {n}"))
+            .collect();
+        let mut text = files
+            .iter()
+            .take(limit)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if files.len() > limit {
+            text = format!(
+                "{} file(s) ({}): {text} and {} more",
+                files.len(),
+                counts.join(", "),
+                files.len() - limit
+            );
+        }
+        text
+    }
     /// The entry for publishing `new` as generation `generation` over `old`.
     pub fn of(old: &Config, new: &Config, generation: u64, revision: Option<i64>) -> Entry {
         let mut entry = Entry {

@@ -859,7 +859,7 @@ fn history(html: &mut String, entries: &[crate::history::Entry]) {
             esc(&e.at),
             e.revision.map_or("-".to_string(), |r| r.to_string()),
             esc(&written(e)),
-            esc(&e.files.join(", ")),
+            esc(&e.files_summary(6)),
             esc(&resources),
             e.acked,
             e.nacked

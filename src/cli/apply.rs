@@ -89,6 +89,10 @@ pub struct WriteFlags {
     /// answer for 10 s after the write exits 10: applied, but the fleet cannot be watched.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration, requires = "wait")]
     pub wait_timeout: Duration,
+    /// List every document and resource the change touches; without it, past 20 of a kind
+    /// the first 20 and how many more.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     #[command(flatten)]
     pub admin: AdminArgs,
 }
@@ -133,6 +137,10 @@ pub struct HistoryArgs {
     pub source_timeout: Duration,
     #[command(flatten)]
     pub etcd: EtcdArgs,
+    /// List every document, file and resource of each change; without it, past 20 of a
+    /// kind the first 20 and how many more.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Args)]
@@ -223,12 +231,15 @@ fn server_history(args: &HistoryArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    print!("{}", history_text(&status.history, args.limit));
+    print!(
+        "{}",
+        history_text(&status.history, args.limit, args.verbose)
+    );
     ExitCode::SUCCESS
 }
 
 /// A server's history, for people.
-pub fn history_text(entries: &[crate::history::Entry], limit: usize) -> String {
+pub fn history_text(entries: &[crate::history::Entry], limit: usize, verbose: bool) -> String {
     let mut out = String::new();
     for e in entries.iter().take(limit) {
         let revision = e
@@ -246,20 +257,35 @@ pub fn history_text(entries: &[crate::history::Entry], limit: usize) -> String {
                 rolled_back(e.rollback, e.now)
             ));
         }
-        for file in &e.files {
-            out.push_str(&format!("  {file}\n"));
-        }
+        let mut files = e.files.clone();
+        files.sort();
+        files.dedup();
+        out.push_str(&crate::diff::capped(&files, verbose, "  "));
         let [added, changed, removed] = e.counts;
         for (sign, names, count) in [
             ("+", &e.added, added),
             ("~", &e.changed, changed),
             ("-", &e.removed, removed),
         ] {
-            for name in names {
+            // The entry keeps the first names of a kind and counts them all.
+            let mut names: Vec<&String> = names.iter().collect();
+            names.sort();
+            let shown = if verbose {
+                names.len()
+            } else {
+                crate::diff::LIST_LIMIT
+            };
+            for name in names.iter().take(shown) {
                 out.push_str(&format!("    {sign} {name}\n"));
             }
-            if count > names.len() {
-                out.push_str(&format!("    {sign} ... {} more\n", count - names.len()));
+            let shown = shown.min(names.len());
+            if count > shown {
+                let hint = if names.len() > shown {
+                    " (--verbose lists more)"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("    {sign} ... {} more{hint}\n", count - shown));
             }
         }
     }
@@ -409,26 +435,31 @@ fn write_change(
             })
             .collect();
         let mut change = Change::default();
+        // By key, sorted; past 20 summarized (`--verbose` lists every one).
+        let mut lines = Vec::new();
         for (key, document) in local {
             match current.get(key) {
                 Some(text) if *text == document.text => {}
                 Some(_) => {
-                    println!("  change {key}");
+                    lines.push((key.clone(), format!("change {key}")));
                     change.put.push((key.clone(), document.text.clone()));
                 }
                 None => {
-                    println!("  add    {key}");
+                    lines.push((key.clone(), format!("add    {key}")));
                     change.put.push((key.clone(), document.text.clone()));
                 }
             }
         }
         let wanted: std::collections::BTreeSet<&String> = local.iter().map(|(k, _)| k).collect();
         for key in current.keys().filter(|k| !wanted.contains(k)) {
-            println!("  delete {key}");
+            lines.push((key.clone(), format!("delete {key}")));
             change.delete.push(key.clone());
         }
+        lines.sort();
+        let lines: Vec<String> = lines.into_iter().map(|(_, line)| line).collect();
+        print!("{}", crate::diff::capped(&lines, flags.verbose, "  "));
         match config::load_documents(&held.documents, options) {
-            Ok(old) => print!("{}", crate::diff::diff(&old, &new)),
+            Ok(old) => print!("{}", crate::diff::diff(&old, &new).text(flags.verbose)),
             Err(failure) => eprintln!(
                 "note: what etcd holds at revision {} does not load ({} error(s)): the change \
                  is shown by document only",
@@ -590,23 +621,27 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
             };
             let (after_texts, before_texts) =
                 (texts(&now), before.as_ref().map(texts).unwrap_or_default());
+            let mut lines: Vec<(String, String)> = Vec::new();
             for (key, text) in &after_texts {
                 match before_texts.get(key) {
-                    None => out.push_str(&format!("  add    {key}\n")),
-                    Some(old) if old != text => out.push_str(&format!("  change {key}\n")),
+                    None => lines.push((key.clone(), format!("add    {key}"))),
+                    Some(old) if old != text => lines.push((key.clone(), format!("change {key}"))),
                     Some(_) => {}
                 }
             }
             for key in before_texts.keys().filter(|k| !after_texts.contains_key(*k)) {
-                out.push_str(&format!("  delete {key}\n"));
+                lines.push((key.clone(), format!("delete {key}")));
             }
+            lines.sort();
+            let lines: Vec<String> = lines.into_iter().map(|(_, line)| line).collect();
+            out.push_str(&crate::diff::capped(&lines, args.verbose, "  "));
             let old = match &before {
                 Some(before) => config::load_documents(&before.documents, &options).ok(),
                 None => None,
             };
             match (old, config::load_documents(&now.documents, &options)) {
                 (Some(old), Ok(new)) => {
-                    for line in crate::diff::diff(&old, &new).to_string().lines() {
+                    for line in crate::diff::diff(&old, &new).text(args.verbose).lines() {
                         out.push_str(&format!("    {line}\n"));
                     }
                 }

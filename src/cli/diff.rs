@@ -43,6 +43,10 @@ pub struct DiffArgs {
     /// request's comment), on stdout. A side that does not load is said on stderr.
     #[arg(long, short = 'o', value_enum, default_value_t = DiffFormat::Text)]
     pub output: DiffFormat,
+    /// In text: list every resource and node group; without it, past 20 of a kind the
+    /// first 20 and how many more (the JSON always lists every one).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 /// Exit code of `switchyard diff` when something changes.
@@ -113,7 +117,7 @@ pub(super) fn run(args: &DiffArgs) -> ExitCode {
         }
     };
     match args.output {
-        DiffFormat::Text => print!("{report}"),
+        DiffFormat::Text => print!("{}", report.text(args.verbose)),
         DiffFormat::Json => println!("{}", super::output::diff_json(&report)),
         DiffFormat::Github => print!("{}", super::output::diff_annotations(&report)),
         DiffFormat::Markdown => print!("{}", super::output::diff_markdown(&report)),

@@ -367,7 +367,14 @@ pub fn diff_markdown(report: &Report) -> String {
         let _ = write!(
             out,
             "\n#### {}\n\n| type | added | removed | changed |\n|---|---|---|---|\n",
-            cell(&g.group)
+            cell(&match g.also.len() {
+                0 => g.group.clone(),
+                n => format!(
+                    "{} and {n} more node group(s), the same change: {}",
+                    g.group,
+                    g.also.join(", ")
+                ),
+            })
         );
         for t in &g.types {
             let list = |names: &[String]| {

@@ -162,3 +162,72 @@ fn inserting_a_route_reads_as_one_added_route() {
         "{report}"
     );
 }
+
+/// Output at size: a change every node group sees alike is shown once, naming the groups;
+/// past `LIST_LIMIT` names of a kind, the first ones and a count, unless verbose; the JSON
+/// keeps every name.
+#[test]
+fn a_change_shared_by_node_groups_is_shown_once_and_long_lists_are_summarized() {
+    let group = |id: &str| format!("nodes: [{{ id: \"{id}-*\" }}]\nclusters: []\n");
+    let old = load(&[
+        ("all.yaml", &cluster("a", "1s", 80)),
+        ("edge.yaml", &group("edge")),
+        ("mesh.yaml", &group("mesh")),
+    ]);
+    let mut files: Vec<(String, String)> = (0..25)
+        .map(|i| {
+            (
+                format!("c{i:03}.yaml"),
+                cluster(&format!("c{i:03}"), "1s", 80),
+            )
+        })
+        .collect();
+    files.push(("all.yaml".into(), cluster("a", "2s", 80)));
+    files.push(("edge.yaml".into(), group("edge")));
+    files.push(("mesh.yaml".into(), group("mesh")));
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let new = load(&files);
+    let report = diff(&old, &new);
+    assert_eq!(report.groups.len(), 1, "one change, once: {report}");
+    let g = &report.groups[0];
+    assert_eq!(g.also.len(), 2, "{g:?}");
+    let text = report.to_string();
+    assert!(
+        text.starts_with("3 node groups, the same change: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("  CDS: 25 added, 0 removed, 1 changed\n"),
+        "{text}"
+    );
+    assert!(text.contains("    + c019\n"), "{text}");
+    assert!(!text.contains("    + c020\n"), "{text}");
+    assert!(
+        text.contains("    ... and 5 more (--verbose lists every one)\n"),
+        "{text}"
+    );
+    let verbose = report.text(true);
+    assert!(
+        verbose.contains("    + c024\n") && !verbose.contains("more"),
+        "{verbose}"
+    );
+    assert_eq!(g.types[0].added.len(), 25);
+}
+
+#[test]
+fn capped_lists_say_how_many_more() {
+    let lines: Vec<String> = (0..23).map(|i| format!("line {i}")).collect();
+    let text = capped(&lines, false, "  ");
+    assert_eq!(text.lines().count(), LIST_LIMIT + 1, "{text}");
+    assert!(
+        text.ends_with("  ... and 3 more (--verbose lists every one)\n"),
+        "{text}"
+    );
+    assert_eq!(capped(&lines, true, "").lines().count(), 23);
+    assert_eq!(capped(&lines[..3], false, "").lines().count(), 3);
+    let names: Vec<String> = (0..22).map(|i| i.to_string()).collect();
+    assert!(joined(&names, false).ends_with(", 19 and 2 more"));
+}

@@ -83,3 +83,25 @@ fn the_history_keeps_the_last_generations_across_a_restart() {
     std::fs::write(dir.path().join("history.json"), "not json").expect("write");
     assert!(History::kept_in(dir.path()).entries(|_| None).is_empty());
 }
+
+/// A change of hundreds of files reads as counts and the first few paths, sorted.
+#[test]
+fn a_large_change_of_files_is_summarized() {
+    let entry = Entry {
+        files: (0..650)
+            .rev()
+            .map(|i| format!("add d/{i:03}.yaml"))
+            .chain(["delete old.yaml".to_string()])
+            .collect(),
+        ..Entry::default()
+    };
+    assert_eq!(
+        entry.files_summary(3),
+        "651 file(s) (add 650, delete 1): add d/000.yaml, add d/001.yaml, add d/002.yaml and 648 more"
+    );
+    let small = Entry {
+        files: vec!["change b.yaml".into(), "add a.yaml".into()],
+        ..Entry::default()
+    };
+    assert_eq!(small.files_summary(3), "add a.yaml, change b.yaml");
+}
