@@ -57,12 +57,28 @@ pub struct Group {
     pub node_cluster: String,
     /// The node the group was found with (its metadata and locality too).
     pub node: crate::config::selector::NodeFacts,
+    /// The files that apply to it: those whose `nodes:` selector matches it first, then
+    /// those for every node.
     pub files: Vec<PathBuf>,
 }
 
+/// How many of a group's files its name lists; the rest are counted.
+const FILES_NAMED: usize = 5;
+
 impl std::fmt::Display for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let files: Vec<String> = self.files.iter().map(|p| p.display().to_string()).collect();
+        let mut files: Vec<String> = self
+            .files
+            .iter()
+            .take(FILES_NAMED)
+            .map(|p| p.display().to_string())
+            .collect();
+        if self.files.len() > FILES_NAMED {
+            files.push(format!(
+                "and {} more file(s)",
+                self.files.len() - FILES_NAMED
+            ));
+        }
         let mut named = Vec::new();
         if self.node_id != ANY_NODE {
             named.push(format!("id {:?}", self.node_id));
@@ -110,13 +126,15 @@ pub fn groups(config: &Config) -> Vec<(Group, Vec<Arc<Resource>>)> {
     let mut seen: Vec<Vec<usize>> = Vec::new();
     let mut out = Vec::new();
     for node in nodes {
-        let files: Vec<usize> = config
+        let mut files: Vec<usize> = config
             .files
             .iter()
             .enumerate()
             .filter(|(_, f)| f.selector.matches(&node))
             .map(|(i, _)| i)
             .collect();
+        // Those that name the group first: its name lists them.
+        files.sort_by_key(|&i| (config.files[i].selector.entries().is_empty(), i));
         if files.is_empty() || seen.contains(&files) {
             continue;
         }

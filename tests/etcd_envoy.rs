@@ -265,3 +265,243 @@ async fn e2e_two_replicas_on_etcd_one_rollout_for_the_fleet() {
     assert_eq!(failed, 0, "requests failed through the Envoys");
     drop(a);
 }
+
+/// A STATIC cluster `name` to `port`: a document of its own.
+fn static_cluster(name: &str, port: u16) -> String {
+    format!(
+        "clusters:\n  - name: {name}\n    connect_timeout: 1s\n    type: STATIC\n    \
+         load_assignment:\n      cluster_name: {name}\n      endpoints: [{{ lb_endpoints: [{{ \
+         endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}] }}]\n"
+    )
+}
+
+/// `switchyard` with `args`: (exit code, stdout and stderr).
+fn cli(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .output()
+        .expect("switchyard runs");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The fleet as on-call and a pipeline see it (operations.md "One view of the fleet"), with
+/// two replicas named by `--replica-name`, a real Envoy on each and a real etcd:
+/// - output at size: an apply of 650 documents prints each change once for the node
+///   groups it is the same for, lists past 20 summarized (`--verbose` lists every one), and
+///   `history` likewise; the page's recent generations count the files;
+/// - a NACK on replica B's Envoy (P5) as replica A's page shows it in Chromium: a red
+///   headline, counts of the whole fleet, B's proxy found by the filter with B named, never
+///   "serves every node", and under the NACK the revision the proxy still runs with the
+///   rollback command; that command, run as printed, brings the fleet back to done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
+    use support::browser::Browser;
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/fleet", etcd.endpoint());
+    let upstream = Upstream::start("upstream-a").await;
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    write(&snap, "base.yaml", &static_cluster("base", upstream.port));
+    // Two node groups of their own besides every node's files.
+    for group in ["edge", "mesh"] {
+        write(
+            &snap,
+            &format!("{group}.yaml"),
+            &format!(
+                "nodes: [{{ id: \"{group}-*\" }}]\n{}",
+                static_cluster(group, upstream.port)
+            ),
+        );
+    }
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    let logs = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).expect("log dir");
+        path
+    };
+    let a = Switchyard::start_serving(
+        &["--source", &url],
+        &logs("a"),
+        (free_port(), free_port()),
+        &["--replica-name", "sy-a"],
+    )
+    .await;
+    let b = Switchyard::start_serving(
+        &["--source", &url],
+        &logs("b"),
+        (free_port(), free_port()),
+        &["--replica-name", "sy-b"],
+    )
+    .await;
+    let a_addr = format!("127.0.0.1:{}", a.admin_port);
+    let edge = Envoy::start(&envoy_bin, a.port, "edge-a", &logs("edge-a")).await;
+    let mesh = Envoy::start(&envoy_bin, b.port, "mesh-b", &logs("mesh-b")).await;
+    for (envoy, own) in [(&edge, "edge"), (&mesh, "mesh")] {
+        let synced = eventually(ARRIVE, || async {
+            envoy.active_cluster_timeout(own).await.as_deref() == Some("1s")
+        })
+        .await;
+        assert!(synced.is_some(), "{own} gets its group's cluster");
+    }
+
+    // 650 documents in one apply, waited for through A.
+    std::fs::create_dir(snap.join("d")).expect("mkdir");
+    for i in 0..650 {
+        write(
+            &snap,
+            &format!("d/c{i:03}.yaml"),
+            &static_cluster(&format!("c{i:03}"), upstream.port),
+        );
+    }
+    let (code, out) = cli(&[
+        "apply",
+        snap.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--message",
+        "650 clusters",
+        "--wait",
+        "--wait-timeout",
+        "120s",
+        "--admin-addr",
+        &a_addr,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.lines().count() < 100,
+        "{} lines:\n{out}",
+        out.lines().count()
+    );
+    assert!(
+        out.contains("  add    /fleet/d/c019.yaml\n")
+            && !out.contains("d/c020.yaml")
+            && out.contains("  ... and 630 more (--verbose lists every one)\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("node groups, the same change: ")
+            && out.contains("  CDS: 650 added, 0 removed, 0 changed\n"),
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("CDS: 650 added").count(),
+        1,
+        "the change is said once for every group: {out}"
+    );
+    let big: i64 = out
+        .split("applied at revision ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("the apply's revision");
+    for envoy in [&edge, &mesh] {
+        assert_eq!(
+            envoy.active_cluster_timeout("c649").await.as_deref(),
+            Some("1s")
+        );
+    }
+    let (code, history) = cli(&["history", "--source", &url, "--limit", "10"]);
+    assert_eq!(code, Some(0), "{history}");
+    assert!(history.lines().count() < 120, "{history}");
+    let (code, every) = cli(&["history", "--source", &url, "--limit", "1", "--verbose"]);
+    assert_eq!(code, Some(0), "{every}");
+    assert!(
+        every.contains("add    /fleet/d/c649.yaml") && every.contains("+ c649"),
+        "--verbose lists every one"
+    );
+
+    // B's Envoy rejects the next change to its group (P5).
+    write(
+        &snap,
+        "mesh.yaml",
+        &format!(
+            "nodes: [{{ id: \"mesh-*\" }}]\n{}",
+            envoy_rejected_cluster("mesh", upstream.port)
+        ),
+    );
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    let nacked = eventually(ARRIVE, || async { a.status_said(&[]).0 == Some(2) }).await;
+    let (_, status, _) = a.status_said(&[]);
+    assert!(nacked.is_some(), "{status}");
+    let command = format!("switchyard rollback --source {url} {big}");
+    assert!(
+        status.contains("NACKED mesh-b CDS on sy-b: ")
+            && status.contains(&format!("last good: revision {big} "))
+            && status.contains(&command),
+        "{status}"
+    );
+
+    // A's page, in a browser.
+    let browser = Browser::start(&logs("browser")).await;
+    browser.open(&format!("http://{a_addr}/")).await;
+    let headline = browser.text("#headline").await.unwrap_or_default();
+    assert!(
+        headline.starts_with("A node rejected its configuration")
+            && headline.contains("last good revision"),
+        "{headline}"
+    );
+    assert_eq!(
+        browser
+            .css("#headline", "background-color")
+            .await
+            .as_deref(),
+        Some("rgba(248, 198, 198, 1)"),
+        "{headline}"
+    );
+    let as_of = browser.text(".asof").await.unwrap_or_default();
+    assert!(
+        as_of.contains("1 of 2 proxies run it") && !as_of.contains("serves every node"),
+        "{as_of}"
+    );
+    let counts = browser.text(".sum").await.unwrap_or_default();
+    assert!(
+        counts.contains("2 nodes on 2 replicas") && counts.contains("1 NACKing"),
+        "{counts}"
+    );
+    let generations = browser.text("#generations").await.unwrap_or_default();
+    assert!(
+        generations.contains("650 file(s) (add 650): ")
+            && generations.contains("and 644 more")
+            && !generations.contains("c649.yaml"),
+        "{generations}"
+    );
+    assert!(generations.len() < 4000, "{generations}");
+    browser.open(&format!("http://{a_addr}/?q=mesh-b")).await;
+    let nodes = browser.text("#nodes").await.unwrap_or_default();
+    assert!(
+        nodes.contains("mesh-b")
+            && nodes.contains("sy-b")
+            && !nodes.contains("edge-a")
+            && nodes.contains(super_rejected())
+            && nodes.contains(&command),
+        "{nodes}"
+    );
+    browser.close().await;
+
+    // The way back, as printed.
+    let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let mut args = words.clone();
+    args.extend(["--wait", "--wait-timeout", "60s", "--admin-addr", &a_addr]);
+    let (code, out) = cli(&args);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, status, _) = a.status_said(&[]);
+    assert_eq!(code, Some(0), "{status}");
+}
+
+/// The words of Envoy's NACK of [`envoy_rejected_cluster`].
+fn super_rejected() -> &'static str {
+    support::ENVOY_REJECTED_CLUSTER
+}

@@ -661,7 +661,7 @@ fn nodes_table(
     let page = query.page.unwrap_or(1).clamp(1, pages);
     let _ = write!(
         html,
-        "<p>{} node(s) match; page {page} of {pages}.</p><table><tr><th>Node</th><th>Cluster</th>{}\
+        "<p>{} node(s) match; page {page} of {pages}.</p><table id=\"nodes\"><tr><th>Node</th><th>Cluster</th>{}\
          <th>Streams</th><th>Agent</th><th>Version</th>",
         shown.len(),
         if shared { "<th>Replica</th>" } else { "" }
@@ -833,7 +833,7 @@ fn history(html: &mut String, entries: &[crate::history::Entry]) {
         return;
     }
     html.push_str(
-        "<h2>Recent generations</h2><table><tr><th>Generation</th><th>Published</th>\
+        "<h2>Recent generations</h2><table id=\"generations\"><tr><th>Generation</th><th>Published</th>\
          <th>Revision</th><th>Written by, why</th><th>Files</th><th>Resources</th><th>ACKed</th>\
          <th>NACKed</th></tr>",
     );
@@ -978,7 +978,7 @@ mod tests {
         assert!(
             bad.contains(
                 "<p class=\"head act\" id=\"headline\"><b>A node rejected its \
-                 configuration</b>. Next: <code>switchyard config-dump NODE</code>"
+                 configuration</b>. Next: fix the resource its NACK names, or roll back"
             ),
             "{bad}"
         );
@@ -1002,7 +1002,7 @@ mod tests {
         let status = fleet(10_000);
         let html = render(&status, &PageQuery::default());
         let summary = html.find("10000</b> nodes").expect("count of nodes");
-        assert!(summary < html.find("<table>").expect("a table"));
+        assert!(summary < html.find("<table id=\"nodes\">").expect("a table"));
         assert!(html.contains("<b>1</b> NACKing"));
         assert_eq!(html.matches("<tr><td>").count(), PAGE_SIZE);
         assert!(html.contains("page 1 of 100"));

@@ -196,8 +196,9 @@ impl Standing {
                  rollout abort` to send the canaries back"
             }
             Standing::Nacked => {
-                "`switchyard config-dump NODE` shows what the node holds; fix the resource its \
-                 NACK names"
+                "fix the resource its NACK names, or roll back to the last good revision \
+                 named under the NACK (with its `switchyard rollback` command); `switchyard \
+                 config-dump NODE` shows what the node holds"
             }
             Standing::RollingOut => {
                 "wait for the canaries and the bake (`switchyard status --wait`), or `switchyard \

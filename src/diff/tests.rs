@@ -211,7 +211,7 @@ fn a_change_shared_by_node_groups_is_shown_once_and_long_lists_are_summarized() 
     );
     let verbose = report.text(true);
     assert!(
-        verbose.contains("    + c024\n") && !verbose.contains("more"),
+        verbose.contains("    + c024\n") && !verbose.contains("lists every one"),
         "{verbose}"
     );
     assert_eq!(g.types[0].added.len(), 25);

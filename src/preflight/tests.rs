@@ -120,15 +120,16 @@ fn one_group_per_selector_entry_and_one_for_the_nodes_none_names() {
             (
                 "core-x".into(),
                 ANY_NODE.into(),
-                vec!["all.yaml".into(), "core.yaml".into()]
+                vec!["core.yaml".into(), "all.yaml".into()]
             ),
             (
                 "edge-".into(),
                 ANY_NODE.into(),
-                vec!["all.yaml".into(), "edge.yaml".into()]
+                vec!["edge.yaml".into(), "all.yaml".into()]
             ),
         ],
-        "the canary entry's group has the same files as edge-*: checked once"
+        "the canary entry's group has the same files as edge-*: checked once; the files \
+         that name a group first"
     );
     let (_, resources) = &groups[2];
     assert!(resources.iter().any(|r| r.name == "e"));
