@@ -355,6 +355,21 @@ async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
         .await;
         assert!(synced.is_some(), "{own} gets its group's cluster");
     }
+    // The two replicas read the documents at different revisions of the store (B started
+    // after A wrote its summary), and name the change they serve the same way.
+    let same = eventually(ARRIVE, || async {
+        let Some(replicas) = a.status().await.and_then(|s| s.replicas) else {
+            return false;
+        };
+        let changed: Vec<Option<i64>> = replicas.replicas.iter().map(|r| r.changed).collect();
+        let versions: Vec<&String> = replicas.replicas.iter().map(|r| &r.version).collect();
+        changed.len() == 2
+            && changed[0].is_some()
+            && changed[0] == changed[1]
+            && versions[0] == versions[1]
+    })
+    .await;
+    assert!(same.is_some(), "{:?}", a.status().await.and_then(|s| s.replicas));
 
     // 650 documents in one apply, waited for through A.
     std::fs::create_dir(snap.join("d")).expect("mkdir");

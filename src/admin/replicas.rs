@@ -51,6 +51,11 @@ pub struct ReplicaSummary {
     pub revision: Option<i64>,
     #[serde(default)]
     pub version: String,
+    /// The change its last load holds: the revision of the newest write under the prefix as
+    /// of `revision` (the same on every replica that loaded the same documents, whenever
+    /// each read them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<i64>,
     /// The last load: whether it was good, and its errors (the first few).
     pub config_ok: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -172,6 +177,7 @@ pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSumma
         standing: standing.to_string(),
         generation: status.generation,
         revision: status.config.as_ref().and_then(|c| c.revision),
+        changed: None,
         version: serving.map(|e| e.version.clone()).unwrap_or_default(),
         config_ok: config.is_none_or(|c| c.ok),
         errors: config

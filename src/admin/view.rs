@@ -46,9 +46,10 @@ pub struct ReplicaRow {
     /// `DONE`, `NACKED`, ..., `LEFT`, `VANISHED`; `(stale)` after it when not followed.
     pub standing: String,
     pub tone: Tone,
-    /// The etcd revision its last load read, and the content it serves (the first 12
-    /// characters of `Config::content_version`): the same on every replica serving the
-    /// same documents.
+    /// The change its last load holds (the revision of the newest write under the prefix as
+    /// of its read; the read's revision when not known yet), and the content it serves (the
+    /// first 12 characters of `Config::content_version`): both the same on every replica
+    /// serving the same documents.
     pub revision: String,
     pub version: String,
     pub proxies: usize,
@@ -119,7 +120,10 @@ pub fn rows(replicas: &ReplicasStatus) -> Vec<ReplicaRow> {
                 },
                 standing,
                 tone,
-                revision: r.revision.map_or_else(dash, |v| v.to_string()),
+                revision: r
+                    .changed
+                    .or(r.revision)
+                    .map_or_else(dash, |v| v.to_string()),
                 version: if r.version.is_empty() {
                     dash()
                 } else {

@@ -375,7 +375,18 @@ pub async fn read_for_write(
 /// The revision at which a key under the prefix (Switchyard's own keys too, such as apply's
 /// guard) was last written; 0 when none is.
 pub async fn last_write(client: &mut Client, url: &EtcdUrl) -> Result<i64, SourceError> {
-    let options = GetOptions::new()
+    last_write_at(client, url, None).await
+}
+
+/// [`last_write`] as of `revision` (now: `None`): the change the documents read at that
+/// revision came with, the same whenever they were read (an `apply` writes its guard key in
+/// the change, so a change that only deletes has its revision too).
+pub async fn last_write_at(
+    client: &mut Client,
+    url: &EtcdUrl,
+    revision: Option<i64>,
+) -> Result<i64, SourceError> {
+    let mut options = GetOptions::new()
         .with_prefix()
         .with_keys_only()
         .with_limit(1)
@@ -383,6 +394,9 @@ pub async fn last_write(client: &mut Client, url: &EtcdUrl) -> Result<i64, Sourc
             etcd_client::SortTarget::Mod,
             etcd_client::SortOrder::Descend,
         );
+    if let Some(revision) = revision {
+        options = options.with_revision(revision);
+    }
     let answer = client
         .get(url.key_prefix(), Some(options))
         .await

@@ -180,6 +180,7 @@ impl Sharing {
         let mut ahead = None;
         // Whether this session said another replica uses this one's name.
         let mut twin_told = false;
+        let mut loads = Changes::default();
         // etcd's last answer on whether the documents moved past the follower: (what the
         // follower reached, etcd's revision then, the answer), asked again only when one
         // of the two moved.
@@ -223,6 +224,12 @@ impl Sharing {
                     let standing = crate::admin::standing::replica_standing(&status);
                     let mut summary = summarize(&status, &self.replica, standing.name());
                     summary.admin.clone_from(&self.admin_addr);
+                    if let Some(read) = summary.revision {
+                        summary.changed = match loads.of(&mut client, &self.url, read).await {
+                            Ok(changed) => Some(changed),
+                            Err(e) => break Ended::Failed(e),
+                        };
+                    }
                     if written.as_ref().is_some_and(|said| same_but_time(said, &summary)) {
                         continue;
                     }
@@ -409,6 +416,52 @@ impl Behind {
         }
         Ok(())
     }
+}
+
+/// The change a load holds, by the revision it read: asked of etcd once per revision read.
+#[derive(Default)]
+struct Changes {
+    last: Option<(i64, i64)>,
+}
+
+impl Changes {
+    async fn of(
+        &mut self,
+        client: &mut Client,
+        url: &EtcdUrl,
+        read: i64,
+    ) -> Result<i64, SourceError> {
+        if let Some((at, changed)) = self.last {
+            if at == read {
+                return Ok(changed);
+            }
+        }
+        let changed = within_source(
+            url,
+            crate::source::etcd::last_write_at(client, url, Some(read)),
+        )
+        .await?;
+        self.last = Some((read, changed));
+        Ok(changed)
+    }
+}
+
+/// A source call, bounded by [`ETCD_TIMEOUT`].
+async fn within_source<T>(
+    url: &EtcdUrl,
+    call: impl std::future::Future<Output = Result<T, SourceError>>,
+) -> Result<T, SourceError> {
+    tokio::time::timeout(ETCD_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(SourceError::Unavailable {
+                url: url.display(),
+                message: format!(
+                    "no answer within {}",
+                    humantime::format_duration(ETCD_TIMEOUT)
+                ),
+            })
+        })
 }
 
 /// The lease's renewals, on a task of their own: resolves with the reason once the lease
