@@ -369,7 +369,11 @@ async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
             && versions[0] == versions[1]
     })
     .await;
-    assert!(same.is_some(), "{:?}", a.status().await.and_then(|s| s.replicas));
+    assert!(
+        same.is_some(),
+        "{:?}",
+        a.status().await.and_then(|s| s.replicas)
+    );
 
     // 650 documents in one apply, waited for through A.
     std::fs::create_dir(snap.join("d")).expect("mkdir");

@@ -110,7 +110,18 @@ pub(super) async fn admin_call(
             None => " (if it serves HTTPS, give --admin-ca)",
             Some(_) => "",
         };
-        anyhow::Error::new(e).context(format!("cannot reach the admin API at {url}{hint}"))
+        // The deepest cause alone (`Connection refused (os error 111)`), not the HTTP
+        // library's chain of wrappers.
+        let mut cause: &dyn std::error::Error = &e;
+        while let Some(next) = cause.source() {
+            cause = next;
+        }
+        let why = if e.is_timeout() {
+            "it did not answer in time".to_string()
+        } else {
+            cause.to_string()
+        };
+        anyhow::anyhow!("cannot reach the admin API at {url}: {why}{hint}")
     })?;
     let code = response.status();
     let body = response.text().await?;

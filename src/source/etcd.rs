@@ -639,7 +639,10 @@ pub async fn changes(
             .watch(prefix.as_str(), Some(options))
             .await
             .map_err(|e| {
-                unavailable(format!("cannot watch: {}", crate::source::etcd::words(&e)))
+                unavailable(format!(
+                    "cannot read the history of changes: {}",
+                    crate::source::etcd::words(&e)
+                ))
             })?;
         let mut revisions = std::collections::BTreeSet::new();
         // Switches (an apply in several transactions): where each began and ended.
@@ -650,7 +653,10 @@ pub async fn changes(
         loop {
             let message = match tokio::time::timeout(QUIET, stream.message()).await {
                 Ok(message) => message.map_err(|e| {
-                    unavailable(format!("cannot watch: {}", crate::source::etcd::words(&e)))
+                    unavailable(format!(
+                        "cannot read the history of changes: {}",
+                        crate::source::etcd::words(&e)
+                    ))
                 })?,
                 Err(_) if created => return Ok((as_readers_saw(revisions, &switches), start)),
                 Err(_) if tokio::time::Instant::now() < deadline => continue,

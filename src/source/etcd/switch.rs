@@ -343,7 +343,7 @@ async fn step(
                 }
                 if tokio::time::Instant::now() + RETRY >= deadline {
                     return Err(ApplyError::HalfSwitched {
-                        message: e.to_string(),
+                        message: crate::source::etcd::words(&e),
                     });
                 }
                 tokio::time::sleep(RETRY).await;
@@ -405,7 +405,7 @@ async fn resume_once(
     let got = client
         .get(key(url), None)
         .await
-        .map_err(|e| failed(url, "cannot read the switch key", &e))?;
+        .map_err(|e| failed(url, "cannot start the apply", &e))?;
     let begun = got.kvs().first().map(|kv| kv.value().to_vec());
     let switch: Option<(String, Switch)> = match begun {
         None => None,
