@@ -904,6 +904,45 @@ async fn status_waits_for_what_was_written_and_fails_while_etcd_does_not_answer(
     let (code, _, err) = server.status_said(&wait);
     assert_eq!(code, Some(8), "{err}");
     assert!(err.contains("does not answer"), "{err}");
+    // In words for people, everywhere it is said: `status`, the page, and an apply or a
+    // history that cannot reach etcd; never the libraries' own dumps.
+    let page = reqwest::get(format!("http://127.0.0.1:{}/", server.admin_port))
+        .await
+        .expect("the page")
+        .text()
+        .await
+        .expect("the page");
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let snapshot = dir.path().join("outage");
+    std::fs::create_dir_all(&snapshot).expect("mkdir");
+    std::fs::write(snapshot.join("clusters.yaml"), CLUSTERS).expect("write");
+    let (_, apply_out, apply_err) = switchyard(&[
+        "apply",
+        snapshot.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--source-timeout",
+        "1s",
+    ]);
+    let (_, history_out, history_err) =
+        switchyard(&["history", "--source", &url, "--source-timeout", "1s"]);
+    assert!(
+        apply_err.contains("cannot start the apply: etcd does not answer")
+            && history_err.contains("etcd does not answer"),
+        "{apply_out}{apply_err}{history_out}{history_err}"
+    );
+    for said in [&out, &err, &page, &apply_err, &history_err] {
+        for dump in [
+            "tonic",
+            "grpc request error",
+            "transport error",
+            "ConnectError",
+            "error sending request",
+            "switch key",
+        ] {
+            assert!(!said.contains(dump), "{dump:?} in: {said}");
+        }
+    }
 
     etcd.start_again().await;
     let back = eventually(Duration::from_secs(30), || async {
