@@ -1789,3 +1789,57 @@ async fn a_fix_after_a_failed_load_is_judged_by_its_own_revision() {
         "{err}"
     );
 }
+
+/// Two live replicas given one `--replica-name` write their summaries under one key: the
+/// one that sees the other's summary there says so as an error naming the flag (each
+/// replica's view and canary verdicts are by name), while both keep serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_of_one_name_are_told_apart_as_a_mistake() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = Etcd::start(dir.path()).await;
+    etcd.put("/sy/clusters.yaml", CLUSTERS).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let mut replicas = Vec::new();
+    for name in ["a", "b"] {
+        let logs = dir.path().join(name);
+        std::fs::create_dir_all(&logs).expect("log dir");
+        replicas.push(
+            Switchyard::start_serving(
+                &["--source", &url],
+                &logs,
+                (free_port(), free_port()),
+                &["--replica-name", "edge"],
+            )
+            .await,
+        );
+    }
+    let said = "Another replica writes its summary under this replica's name";
+    let told = eventually(Duration::from_secs(20), || async {
+        replicas.iter().any(|r| r.process.log_text().contains(said))
+    })
+    .await;
+    assert!(
+        told.is_some(),
+        "{}\n{}",
+        replicas[0].process.log_text(),
+        replicas[1].process.log_text()
+    );
+    let line = replicas
+        .iter()
+        .flat_map(|r| {
+            r.process
+                .log_text()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .find(|l| l.contains(said))
+        .expect("the line");
+    assert!(
+        line.contains("\"level\":\"ERROR\"") && line.contains("--replica-name"),
+        "{line}"
+    );
+    for r in &replicas {
+        assert!(r.status().await.is_some(), "both keep serving");
+    }
+}
