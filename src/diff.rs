@@ -235,15 +235,19 @@ pub fn capped(lines: &[String], verbose: bool, indent: &str) -> String {
 
 /// `names` joined by `, `, at most [`LIST_LIMIT`] unless `verbose`, then how many more.
 pub fn joined(names: &[String], verbose: bool) -> String {
-    let shown = if verbose { names.len() } else { LIST_LIMIT };
+    first_of(names, if verbose { names.len() } else { LIST_LIMIT })
+}
+
+/// The first `limit` of `names` joined by `, `, then ` and N more` when there are more.
+pub fn first_of(names: &[String], limit: usize) -> String {
     let mut text = names
         .iter()
-        .take(shown)
+        .take(limit)
         .cloned()
         .collect::<Vec<_>>()
         .join(", ");
-    if names.len() > shown {
-        let _ = write!(text, " and {} more", names.len() - shown);
+    if names.len() > limit {
+        let _ = write!(text, " and {} more", names.len() - limit);
     }
     text
 }

@@ -77,21 +77,12 @@ impl Entry {
             .filter(|(_, n)| *n > 0)
             .map(|(a, n)| format!("{a} {n}"))
             .collect();
-        let mut text = files
-            .iter()
-            .take(limit)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ");
+        let text = crate::diff::first_of(&files, limit);
         if files.len() > limit {
-            text = format!(
-                "{} file(s) ({}): {text} and {} more",
-                files.len(),
-                counts.join(", "),
-                files.len() - limit
-            );
+            format!("{} file(s) ({}): {text}", files.len(), counts.join(", "))
+        } else {
+            text
         }
-        text
     }
     /// The entry for publishing `new` as generation `generation` over `old`.
     pub fn of(old: &Config, new: &Config, generation: u64, revision: Option<i64>) -> Entry {

@@ -671,7 +671,7 @@ fn nodes_table(
     }
     html.push_str("</tr>");
     let this = status.replicas.as_ref().map(|r| r.this.as_str());
-    let source = source_url(status);
+    let source = status.source_url();
     for l in shown.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE) {
         let replica = shared.then(|| l.replica.or(this).unwrap_or(""));
         node_row(html, l, replica, kinds, source);
@@ -694,16 +694,8 @@ fn nodes_table(
     html.push_str("</p>");
 }
 
-/// The source's URL as the server reads it (an etcd prefix; none from files).
-fn source_url(status: &Status) -> Option<&str> {
-    status
-        .config
-        .as_ref()
-        .and_then(|c| c.source.as_ref())
-        .map(|s| s.url.as_str())
-}
-
-/// One node's row: its streams, agent, generation, and each type's state.
+/// One node's row: its streams, agent, version, and each type's state (a NACK with the way
+/// back).
 fn node_row(
     html: &mut String,
     l: &Listed<'_>,

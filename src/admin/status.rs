@@ -543,6 +543,14 @@ impl Status {
         }
     }
 
+    /// The source's URL as the server reads it (an etcd prefix; none from files).
+    pub fn source_url(&self) -> Option<&str> {
+        self.config
+            .as_ref()
+            .and_then(|c| c.source.as_ref())
+            .map(|s| s.url.as_str())
+    }
+
     /// Whether any node rejected any type's latest response.
     pub fn any_nacked(&self) -> bool {
         self.nodes

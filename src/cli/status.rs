@@ -603,7 +603,7 @@ view: this replica's proxies only (the files are not a store replicas share; \
                     let back = crate::admin::view::going_back(
                         &n.node_id,
                         t.last_good.as_ref(),
-                        source_url(status),
+                        status.source_url(),
                     );
                     out.push_str(&format!(
                         "\nNACKED {} {kind} on {}: {}\n  {}\n",
@@ -753,21 +753,12 @@ fn node_problems(out: &mut String, status: &crate::admin::Status) {
                 let back = crate::admin::view::going_back(
                     &n.node_id,
                     t.last_good.as_ref(),
-                    source_url(status),
+                    status.source_url(),
                 );
                 out.push_str(&format!("  {}\n", printable(&back)));
             }
         }
     }
-}
-
-/// The source's URL, as the server reads it (an etcd prefix, or none from files).
-fn source_url(status: &crate::admin::Status) -> Option<&str> {
-    status
-        .config
-        .as_ref()
-        .and_then(|c| c.source.as_ref())
-        .map(|s| s.url.as_str())
 }
 
 /// The last load, and the source it read.
