@@ -672,9 +672,15 @@ fn nodes_table(
     html.push_str("</tr>");
     let this = status.replicas.as_ref().map(|r| r.this.as_str());
     let source = status.source_url();
+    // Another replica's proxies, as last read when this replica cannot follow the view.
+    let stale = status.replicas.as_ref().is_some_and(|r| r.stale);
     for l in shown.iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE) {
-        let replica = shared.then(|| l.replica.or(this).unwrap_or(""));
-        node_row(html, l, replica, kinds, source);
+        let replica = shared.then(|| match (l.replica, stale) {
+            (Some(r), true) => format!("<td class=\"stale\">{} (stale)</td>", esc(r)),
+            (Some(r), false) => format!("<td>{}</td>", esc(r)),
+            (None, _) => format!("<td>{}</td>", esc(this.unwrap_or(""))),
+        });
+        node_row(html, l, replica.as_deref(), kinds, source);
         html.push_str("</tr>");
     }
     html.push_str("</table><p>");
@@ -719,10 +725,8 @@ fn node_row(
             esc(&unknown.join(", "))
         )
     };
-    let replica = match replica {
-        Some(r) => format!("<td>{}</td>", esc(r)),
-        None => String::new(),
-    };
+    // Its replica's cell, made by the table (escaped there), when the view is shared.
+    let replica = replica.unwrap_or("");
     // Another replica's proxy: its streams and agent are on that replica's page.
     let (streams, agent) = match l.replica {
         Some(_) => ("-".to_string(), "-".to_string()),
@@ -1396,6 +1400,16 @@ mod tests {
         assert!(html.contains("<b>2</b> nodes on 2 replicas"), "{html}");
         assert!(html.contains("<b>1</b> NACKing"), "{html}");
         assert!(html.contains("1 of 2 proxies run it"), "{html}");
+        // While this replica cannot follow the view, another's proxies are as last read.
+        let mut stale = status.clone();
+        if let Some(r) = stale.replicas.as_mut() {
+            r.stale = true;
+        }
+        let html = render(&stale, &PageQuery::default());
+        assert!(
+            html.contains("<td class=\"stale\">c (stale)</td>"),
+            "{html}"
+        );
         // The filter searches every replica's proxies, and by replica.
         for q in ["edge-<9", "c"] {
             let query = PageQuery {

@@ -573,7 +573,11 @@ view: this replica's proxies only (the files are not a store replicas share; \
                 let mut row = vec![
                     printable(&n.node_id),
                     printable(&n.node_cluster),
-                    printable(&r.replica),
+                    // As last read, when this replica cannot follow the view.
+                    match replicas.stale {
+                        true => format!("{} (stale)", printable(&r.replica)),
+                        false => printable(&r.replica),
+                    },
                     match n.version.get(..12).unwrap_or(&n.version) {
                         "" => format!("gen {}", n.generation),
                         v => printable(v),
