@@ -372,21 +372,13 @@ pub async fn read_for_write(
     }
 }
 
-/// The revision at which a key under the prefix (Switchyard's own keys too, such as apply's
-/// guard) was last written; 0 when none is.
-pub async fn last_write(client: &mut Client, url: &EtcdUrl) -> Result<i64, SourceError> {
-    last_write_at(client, url, None).await
-}
-
-/// [`last_write`] as of `revision` (now: `None`): the change the documents read at that
-/// revision came with, the same whenever they were read (an `apply` writes its guard key in
-/// the change, so a change that only deletes has its revision too).
-pub async fn last_write_at(
+/// The store's revision now, and the revision at which a key under the prefix was last
+/// written (0 when none is), in one request of one key's name.
+pub async fn now_and_last_write(
     client: &mut Client,
     url: &EtcdUrl,
-    revision: Option<i64>,
-) -> Result<i64, SourceError> {
-    let mut options = GetOptions::new()
+) -> Result<(i64, i64), SourceError> {
+    let options = GetOptions::new()
         .with_prefix()
         .with_keys_only()
         .with_limit(1)
@@ -394,17 +386,24 @@ pub async fn last_write_at(
             etcd_client::SortTarget::Mod,
             etcd_client::SortOrder::Descend,
         );
-    if let Some(revision) = revision {
-        options = options.with_revision(revision);
-    }
     let answer = client
         .get(url.key_prefix(), Some(options))
         .await
         .map_err(|e| SourceError::Unavailable {
             url: url.display(),
-            message: format!("cannot read the prefix: {}", crate::source::etcd::words(&e)),
+            message: format!(
+                "cannot read the revision: {}",
+                crate::source::etcd::words(&e)
+            ),
         })?;
-    Ok(answer.kvs().first().map_or(0, |kv| kv.mod_revision()))
+    let now = answer.header().map_or(0, |h| h.revision());
+    Ok((now, answer.kvs().first().map_or(0, |kv| kv.mod_revision())))
+}
+
+/// The revision at which a key under the prefix (Switchyard's own keys too, such as apply's
+/// guard) was last written; 0 when none is.
+pub async fn last_write(client: &mut Client, url: &EtcdUrl) -> Result<i64, SourceError> {
+    Ok(now_and_last_write(client, url).await?.1)
 }
 
 /// The wait between two tries of an operation etcd failed.

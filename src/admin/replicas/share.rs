@@ -180,7 +180,9 @@ impl Sharing {
         let mut ahead = None;
         // Whether this session said another replica uses this one's name.
         let mut twin_told = false;
-        let mut loads = Changes::default();
+        // The change the follower's load holds: (the revision it read, the newest write
+        // under the prefix as of then), learnt from the ahead check's answer.
+        let mut changed: Option<(i64, i64)> = None;
         // etcd's last answer on whether the documents moved past the follower: (what the
         // follower reached, etcd's revision then, the answer), asked again only when one
         // of the two moved.
@@ -224,12 +226,10 @@ impl Sharing {
                     let standing = crate::admin::standing::replica_standing(&status);
                     let mut summary = summarize(&status, &self.replica, standing.name());
                     summary.admin.clone_from(&self.admin_addr);
-                    if let Some(read) = summary.revision {
-                        summary.changed = match loads.of(&mut client, &self.url, read).await {
-                            Ok(changed) => Some(changed),
-                            Err(e) => break Ended::Failed(e),
-                        };
-                    }
+                    // The change this load holds, once the ahead check has seen it.
+                    summary.changed = changed
+                        .filter(|(read, _)| Some(*read) == summary.revision)
+                        .map(|(_, change)| change);
                     if written.as_ref().is_some_and(|said| same_but_time(said, &summary)) {
                         continue;
                     }
@@ -253,7 +253,16 @@ impl Sharing {
                     };
                     ahead = match reached {
                         Some(reached) => match self.ahead(&mut client, reached, &mut asked).await {
-                            Ok(ahead) => ahead,
+                            Ok((ahead, last_write)) => {
+                                // Nothing written under the prefix since the load: its
+                                // newest write is the change the load holds.
+                                if last_write <= reached && changed != Some((reached, last_write)) {
+                                    changed = Some((reached, last_write));
+                                    // Taken again at the next look, with it.
+                                    taken = None;
+                                }
+                                ahead
+                            }
                             Err(e) => break Ended::Failed(e),
                         },
                         None => None,
@@ -326,25 +335,27 @@ impl Sharing {
     /// follower reached): a load not made yet, or held (a switch on).
     /// `asked` keeps the last answer, reused while neither revision moved (one range
     /// request a round, not three, on an idle fleet).
+    /// With it, the revision of the newest write under the prefix now (one request
+    /// gives both).
     async fn ahead(
         &self,
         client: &mut Client,
         loaded: i64,
         asked: &mut Option<(i64, i64, Option<i64>)>,
-    ) -> Result<Option<i64>, SourceError> {
-        let now = crate::source::etcd::current_revision(client, &self.url).await?;
+    ) -> Result<(Option<i64>, i64), SourceError> {
+        let (now, last_write) = crate::source::etcd::now_and_last_write(client, &self.url).await?;
         if now <= loaded {
-            return Ok(None);
+            return Ok((None, last_write));
         }
         if let Some((reached, then, answer)) = *asked {
             if (reached, then) == (loaded, now) {
-                return Ok(answer);
+                return Ok((answer, last_write));
             }
         }
         let same = crate::source::etcd::unchanged_between(client, &self.url, loaded, now).await?;
         let answer = (!same).then_some(now);
         *asked = Some((loaded, now, answer));
-        Ok(answer)
+        Ok((answer, last_write))
     }
 
     /// Write that this replica left, on a lease of its own of [`LEFT_FOR`].
@@ -416,52 +427,6 @@ impl Behind {
         }
         Ok(())
     }
-}
-
-/// The change a load holds, by the revision it read: asked of etcd once per revision read.
-#[derive(Default)]
-struct Changes {
-    last: Option<(i64, i64)>,
-}
-
-impl Changes {
-    async fn of(
-        &mut self,
-        client: &mut Client,
-        url: &EtcdUrl,
-        read: i64,
-    ) -> Result<i64, SourceError> {
-        if let Some((at, changed)) = self.last {
-            if at == read {
-                return Ok(changed);
-            }
-        }
-        let changed = within_source(
-            url,
-            crate::source::etcd::last_write_at(client, url, Some(read)),
-        )
-        .await?;
-        self.last = Some((read, changed));
-        Ok(changed)
-    }
-}
-
-/// A source call, bounded by [`ETCD_TIMEOUT`].
-async fn within_source<T>(
-    url: &EtcdUrl,
-    call: impl std::future::Future<Output = Result<T, SourceError>>,
-) -> Result<T, SourceError> {
-    tokio::time::timeout(ETCD_TIMEOUT, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(SourceError::Unavailable {
-                url: url.display(),
-                message: format!(
-                    "no answer within {}",
-                    humantime::format_duration(ETCD_TIMEOUT)
-                ),
-            })
-        })
 }
 
 /// The lease's renewals, on a task of their own: resolves with the reason once the lease
