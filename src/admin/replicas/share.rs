@@ -180,9 +180,9 @@ impl Sharing {
         let mut ahead = None;
         // Whether this session said another replica uses this one's name.
         let mut twin_told = false;
-        // The change the follower's load holds: (the revision it read, the newest write
-        // under the prefix as of then), learnt from the ahead check's answer.
-        let mut changed: Option<(i64, i64)> = None;
+        // The ahead check's last look: (etcd's revision, the newest write under the prefix
+        // then), from which the change a load holds is known.
+        let mut last_write: Option<(i64, i64)> = None;
         // etcd's last answer on whether the documents moved past the follower: (what the
         // follower reached, etcd's revision then, the answer), asked again only when one
         // of the two moved.
@@ -226,10 +226,14 @@ impl Sharing {
                     let standing = crate::admin::standing::replica_standing(&status);
                     let mut summary = summarize(&status, &self.replica, standing.name());
                     summary.admin.clone_from(&self.admin_addr);
-                    // The change this load holds, once the ahead check has seen it.
-                    summary.changed = changed
-                        .filter(|(read, _)| Some(*read) == summary.revision)
-                        .map(|(_, change)| change);
+                    // The change this load holds, once the ahead check has seen the prefix
+                    // at or after the load with nothing written under it since.
+                    summary.changed = match (summary.revision, last_write) {
+                        (Some(read), Some((now, newest))) if now >= read && newest <= read => {
+                            Some(newest)
+                        }
+                        _ => None,
+                    };
                     if written.as_ref().is_some_and(|said| same_but_time(said, &summary)) {
                         continue;
                     }
@@ -253,14 +257,13 @@ impl Sharing {
                     };
                     ahead = match reached {
                         Some(reached) => match self.ahead(&mut client, reached, &mut asked).await {
-                            Ok((ahead, last_write)) => {
-                                // Nothing written under the prefix since the load: its
-                                // newest write is the change the load holds.
-                                if last_write <= reached && changed != Some((reached, last_write)) {
-                                    changed = Some((reached, last_write));
-                                    // Taken again at the next look, with it.
+                            Ok((ahead, seen)) => {
+                                // A newer write under the prefix: the summary is taken again
+                                // at the next look, to name the change it holds.
+                                if last_write.map(|(_, newest)| newest) != Some(seen.1) {
                                     taken = None;
                                 }
+                                last_write = Some(seen);
                                 ahead
                             }
                             Err(e) => break Ended::Failed(e),
@@ -335,27 +338,28 @@ impl Sharing {
     /// follower reached): a load not made yet, or held (a switch on).
     /// `asked` keeps the last answer, reused while neither revision moved (one range
     /// request a round, not three, on an idle fleet).
-    /// With it, the revision of the newest write under the prefix now (one request
+    /// With it, etcd's revision now and the newest write under the prefix then (one request
     /// gives both).
     async fn ahead(
         &self,
         client: &mut Client,
         loaded: i64,
         asked: &mut Option<(i64, i64, Option<i64>)>,
-    ) -> Result<(Option<i64>, i64), SourceError> {
-        let (now, last_write) = crate::source::etcd::now_and_last_write(client, &self.url).await?;
+    ) -> Result<(Option<i64>, (i64, i64)), SourceError> {
+        let seen = crate::source::etcd::now_and_last_write(client, &self.url).await?;
+        let now = seen.0;
         if now <= loaded {
-            return Ok((None, last_write));
+            return Ok((None, seen));
         }
         if let Some((reached, then, answer)) = *asked {
             if (reached, then) == (loaded, now) {
-                return Ok((answer, last_write));
+                return Ok((answer, seen));
             }
         }
         let same = crate::source::etcd::unchanged_between(client, &self.url, loaded, now).await?;
         let answer = (!same).then_some(now);
         *asked = Some((loaded, now, answer));
-        Ok((answer, last_write))
+        Ok((answer, seen))
     }
 
     /// Write that this replica left, on a lease of its own of [`LEFT_FOR`].
