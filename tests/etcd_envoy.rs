@@ -299,7 +299,10 @@ fn cli(args: &[&str]) -> (Option<i32>, String) {
 /// - a NACK on replica B's Envoy (P5) as replica A's page shows it in Chromium: a red
 ///   headline, counts of the whole fleet, B's proxy found by the filter with B named, never
 ///   "serves every node", and under the NACK the revision the proxy still runs with the
-///   rollback command; that command, run as printed, brings the fleet back to done.
+///   rollback command; that command, run as printed, brings the fleet back to done;
+/// - a fix applied after a broken document failed every load waits for the fix (exit 0);
+/// - B killed: an apply waited for through A returns within B's lease, naming B's Envoy
+///   as orphaned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
     use support::browser::Browser;
@@ -338,7 +341,7 @@ async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
         &["--replica-name", "sy-a"],
     )
     .await;
-    let b = Switchyard::start_serving(
+    let mut b = Switchyard::start_serving(
         &["--source", &url],
         &logs("b"),
         (free_port(), free_port()),
@@ -518,6 +521,91 @@ async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
     assert_eq!(code, Some(0), "{out}");
     let (code, status, _) = a.status_said(&[]);
     assert_eq!(code, Some(0), "{status}");
+
+    // A broken document written into etcd by hand: every replica's load fails (exit 3);
+    // then the fix, applied against the revision read and waited for, is judged by its own
+    // revision, not by the replicas' reports of the broken one.
+    write(
+        &snap,
+        "mesh.yaml",
+        &format!(
+            "nodes: [{{ id: \"mesh-*\" }}]\n{}",
+            static_cluster("mesh", upstream.port)
+        ),
+    );
+    write(
+        &snap,
+        "base.yaml",
+        &static_cluster("base", upstream.port).replace("1s", "2s"),
+    );
+    let broken = etcd
+        .put(
+            "/fleet/base.yaml",
+            "clusters:\n  - name: base\n    conect_timeout: 1s\n",
+        )
+        .await;
+    let failed = eventually(ARRIVE, || async { a.status_said(&[]).0 == Some(3) }).await;
+    assert!(failed.is_some(), "{}", a.status_said(&[]).1);
+    let (code, out) = cli(&[
+        "apply",
+        snap.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--expect-revision",
+        &broken.to_string(),
+        "--wait",
+        "--wait-timeout",
+        "60s",
+        "--admin-addr",
+        &a_addr,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    for envoy in [&edge, &mesh] {
+        assert_eq!(
+            envoy.active_cluster_timeout("base").await.as_deref(),
+            Some("2s")
+        );
+    }
+
+    // B killed (SIGKILL), and an apply waited for through A at once: B leaves the view when
+    // its lease ends (15 s) and holds no gate; its Envoy, whose bootstrap names B alone, is
+    // named as orphaned, and the wait returns once A's Envoy holds the change.
+    b.process.kill();
+    let killed = std::time::Instant::now();
+    write(
+        &snap,
+        "base.yaml",
+        &static_cluster("base", upstream.port).replace("1s", "3s"),
+    );
+    let (code, out) = cli(&[
+        "apply",
+        snap.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--wait",
+        "--wait-timeout",
+        "90s",
+        "--admin-addr",
+        &a_addr,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(40),
+        "the wait took {:?} after the kill: {out}",
+        killed.elapsed()
+    );
+    assert_eq!(
+        edge.active_cluster_timeout("base").await.as_deref(),
+        Some("3s")
+    );
+    let (code, status, _) = a.status_said(&[]);
+    assert_eq!(code, Some(0), "{status}");
+    assert!(
+        status.contains("REPLICA sy-b VANISHED")
+            && status.contains("(orphaned")
+            && status.contains("mesh-b"),
+        "{status}"
+    );
 }
 
 /// The words of Envoy's NACK of [`envoy_rejected_cluster`].
