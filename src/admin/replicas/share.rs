@@ -347,8 +347,10 @@ impl Sharing {
         asked: &mut Option<(i64, i64, Option<i64>)>,
     ) -> Result<(Option<i64>, (i64, i64)), SourceError> {
         let seen = crate::source::etcd::now_and_last_write(client, &self.url).await?;
-        let now = seen.0;
-        if now <= loaded {
+        let (now, newest) = seen;
+        // Nothing written under the prefix since the load (the store's revision moves
+        // with every summary written beside it): not ahead, and nothing more to ask.
+        if now <= loaded || newest <= loaded {
             return Ok((None, seen));
         }
         if let Some((reached, then, answer)) = *asked {
