@@ -1489,12 +1489,7 @@ async fn any_replica_shows_the_whole_fleet_and_a_wait_waits_on_every_replica() {
     // Under the NACK, on A: the revision B's node still runs (the apply's), and the command
     // that writes it back; the page lists B's node among the fleet's, counts the fleet, and
     // its filter finds it.
-    let applied: i64 = said
-        .split("applied at revision ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .expect("the apply's revision");
+    let applied = support::run::applied_revision(&said);
     let back = format!("`switchyard rollback --source {url} {applied}`");
     assert!(
         out.contains(&format!("last good: revision {applied} ")) && out.contains(&back),

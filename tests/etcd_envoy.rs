@@ -15,26 +15,19 @@ use std::time::Duration;
 
 use support::envoy::{envoy_binary, eventually, free_port, http_get, Envoy, Switchyard, Upstream};
 use support::etcd::Etcd;
+use support::run::{applied_revision, said};
 use support::{eds_cluster, envoy_rejected_cluster, rds_listener, route_to, write};
 
 const BAKE: &str = "2s";
 const ARRIVE: Duration = Duration::from_secs(20);
 
 fn apply(dir: &Path, url: &str) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .arg("apply")
-        .arg(dir)
-        .args(["--source", url])
-        .output()
-        .expect("switchyard apply runs");
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    said(&[
+        "apply",
+        dir.to_str().expect("a UTF-8 path"),
+        "--source",
+        url,
+    ])
 }
 
 async fn replica(url: &str, dir: &Path, name: &str, ports: (u16, u16)) -> Switchyard {
@@ -275,22 +268,6 @@ fn static_cluster(name: &str, port: u16) -> String {
     )
 }
 
-/// `switchyard` with `args`: (exit code, stdout and stderr).
-fn cli(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(args)
-        .output()
-        .expect("switchyard runs");
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 /// The fleet as on-call and a pipeline see it (operations.md "One view of the fleet"), with
 /// two replicas named by `--replica-name`, a real Envoy on each and a real etcd:
 /// - output at size: an apply of 650 documents prints each change once for the node
@@ -387,7 +364,7 @@ async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
             &static_cluster(&format!("c{i:03}"), upstream.port),
         );
     }
-    let (code, out) = cli(&[
+    let (code, out) = said(&[
         "apply",
         snap.to_str().expect("utf-8"),
         "--source",
@@ -422,22 +399,17 @@ async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
         1,
         "the change is said once for every group: {out}"
     );
-    let big: i64 = out
-        .split("applied at revision ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .expect("the apply's revision");
+    let big = applied_revision(&out);
     for envoy in [&edge, &mesh] {
         assert_eq!(
             envoy.active_cluster_timeout("c649").await.as_deref(),
             Some("1s")
         );
     }
-    let (code, history) = cli(&["history", "--source", &url, "--limit", "10"]);
+    let (code, history) = said(&["history", "--source", &url, "--limit", "10"]);
     assert_eq!(code, Some(0), "{history}");
     assert!(history.lines().count() < 120, "{history}");
-    let (code, every) = cli(&["history", "--source", &url, "--limit", "1", "--verbose"]);
+    let (code, every) = said(&["history", "--source", &url, "--limit", "1", "--verbose"]);
     assert_eq!(code, Some(0), "{every}");
     assert!(
         every.contains("add    /fleet/d/c649.yaml") && every.contains("+ c649"),
@@ -517,7 +489,7 @@ async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
     let words: Vec<&str> = command.split_whitespace().skip(1).collect();
     let mut args = words.clone();
     args.extend(["--wait", "--wait-timeout", "60s", "--admin-addr", &a_addr]);
-    let (code, out) = cli(&args);
+    let (code, out) = said(&args);
     assert_eq!(code, Some(0), "{out}");
     let (code, status, _) = a.status_said(&[]);
     assert_eq!(code, Some(0), "{status}");
@@ -546,7 +518,7 @@ async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
         .await;
     let failed = eventually(ARRIVE, || async { a.status_said(&[]).0 == Some(3) }).await;
     assert!(failed.is_some(), "{}", a.status_said(&[]).1);
-    let (code, out) = cli(&[
+    let (code, out) = said(&[
         "apply",
         snap.to_str().expect("utf-8"),
         "--source",
@@ -577,7 +549,7 @@ async fn e2e_any_replicas_page_is_the_fleet_and_output_fits_at_size() {
         "base.yaml",
         &static_cluster("base", upstream.port).replace("1s", "3s"),
     );
-    let (code, out) = cli(&[
+    let (code, out) = said(&[
         "apply",
         snap.to_str().expect("utf-8"),
         "--source",

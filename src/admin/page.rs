@@ -212,7 +212,7 @@ fn headline(html: &mut String, status: &Status) {
         None => String::new(),
     };
     let version = super::replicas::version_of(status, status.generation);
-    let version = version.get(..12).unwrap_or(&version);
+    let version = super::view::short(&version);
     let (running, proxies) = fleet_synced(status);
     let _ = write!(
         html,
@@ -323,7 +323,7 @@ fn summary(html: &mut String, status: &Status, listed: &[Listed<'_>]) {
 struct Listed<'a> {
     replica: Option<&'a str>,
     node: std::borrow::Cow<'a, NodeStatus>,
-    /// The content version of the generation it runs (`-` when not known).
+    /// The content version of the generation it runs (empty when not known).
     version: String,
 }
 
@@ -735,7 +735,7 @@ fn node_row(
             esc(&format!("{} {}", n.user_agent, n.user_agent_version)),
         ),
     };
-    let version = match l.version.get(..12).unwrap_or(&l.version) {
+    let version = match super::view::short(&l.version) {
         "" => format!("generation {}", n.generation),
         v => v.to_string(),
     };

@@ -127,7 +127,7 @@ pub fn rows(replicas: &ReplicasStatus) -> Vec<ReplicaRow> {
                 version: if r.version.is_empty() {
                     dash()
                 } else {
-                    r.version.chars().take(12).collect()
+                    short(&r.version).to_string()
                 },
                 proxies: r.proxies,
                 synced: r.synced.to_string(),
@@ -244,6 +244,6 @@ pub fn going_back(node: &str, last_good: Option<&LastGood>, source: Option<&str>
 }
 
 /// A content version as the views show it: its first 12 characters.
-fn short(version: &str) -> &str {
+pub fn short(version: &str) -> &str {
     version.get(..12).unwrap_or(version)
 }

@@ -424,39 +424,21 @@ fn write_change(
             at.revision = at.revision.min(expected);
         }
         // What changes, by key.
-        let current: std::collections::BTreeMap<String, &str> = held
-            .documents
-            .iter()
-            .map(|d| {
-                (
-                    d.name.trim_start_matches("etcd:").to_string(),
-                    d.text.as_str(),
-                )
-            })
-            .collect();
+        let current = by_name(&held.documents);
         let mut change = Change::default();
-        // By key, sorted; past 20 summarized (`--verbose` lists every one).
-        let mut lines = Vec::new();
-        for (key, document) in local {
-            match current.get(key) {
-                Some(text) if *text == document.text => {}
-                Some(_) => {
-                    lines.push((key.clone(), format!("change {key}")));
-                    change.put.push((key.clone(), document.text.clone()));
-                }
-                None => {
-                    lines.push((key.clone(), format!("add    {key}")));
-                    change.put.push((key.clone(), document.text.clone()));
-                }
+        let wanted: std::collections::BTreeMap<String, &str> = local
+            .iter()
+            .map(|(key, document)| (key.clone(), document.text.as_str()))
+            .collect();
+        let changes = by_key(&current, &wanted);
+        for (key, what) in &changes {
+            match (*what, wanted.get(*key)) {
+                ("delete", _) | (_, None) => change.delete.push(key.to_string()),
+                (_, Some(text)) => change.put.push((key.to_string(), text.to_string())),
             }
         }
-        let wanted: std::collections::BTreeSet<&String> = local.iter().map(|(k, _)| k).collect();
-        for key in current.keys().filter(|k| !wanted.contains(k)) {
-            lines.push((key.clone(), format!("delete {key}")));
-            change.delete.push(key.clone());
-        }
-        lines.sort();
-        let lines: Vec<String> = lines.into_iter().map(|(_, line)| line).collect();
+        // Sorted; past 20 summarized (`--verbose` lists every one).
+        let lines = document_lines(&changes);
         print!("{}", crate::diff::capped(&lines, flags.verbose, "  "));
         match config::load_documents(&held.documents, options) {
             Ok(old) => print!("{}", crate::diff::diff(&old, &new).text(flags.verbose)),
@@ -613,27 +595,12 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
                     ))
                     .unwrap_or_default()
             ));
-            let texts = |s: &crate::source::Documents| -> std::collections::BTreeMap<String, String> {
-                s.documents
-                    .iter()
-                    .map(|d| (d.name.trim_start_matches("etcd:").to_string(), d.text.clone()))
-                    .collect()
-            };
-            let (after_texts, before_texts) =
-                (texts(&now), before.as_ref().map(texts).unwrap_or_default());
-            let mut lines: Vec<(String, String)> = Vec::new();
-            for (key, text) in &after_texts {
-                match before_texts.get(key) {
-                    None => lines.push((key.clone(), format!("add    {key}"))),
-                    Some(old) if old != text => lines.push((key.clone(), format!("change {key}"))),
-                    Some(_) => {}
-                }
-            }
-            for key in before_texts.keys().filter(|k| !after_texts.contains_key(*k)) {
-                lines.push((key.clone(), format!("delete {key}")));
-            }
-            lines.sort();
-            let lines: Vec<String> = lines.into_iter().map(|(_, line)| line).collect();
+            let after_texts = by_name(&now.documents);
+            let before_texts = before
+                .as_ref()
+                .map(|b| by_name(&b.documents))
+                .unwrap_or_default();
+            let lines = document_lines(&by_key(&before_texts, &after_texts));
             out.push_str(&crate::diff::capped(&lines, args.verbose, "  "));
             let old = match &before {
                 Some(before) => config::load_documents(&before.documents, &options).ok(),
@@ -670,6 +637,51 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Documents read from etcd by key (their names without `etcd:`), with their text.
+fn by_name(documents: &[Document]) -> std::collections::BTreeMap<String, &str> {
+    documents
+        .iter()
+        .map(|d| {
+            (
+                d.name.trim_start_matches("etcd:").to_string(),
+                d.text.as_str(),
+            )
+        })
+        .collect()
+}
+
+/// What changes from `before` to `after`, documents by key: each key added, changed or
+/// deleted (`add`, `change`, `delete`), in key order.
+fn by_key<'a>(
+    before: &'a std::collections::BTreeMap<String, &str>,
+    after: &'a std::collections::BTreeMap<String, &str>,
+) -> Vec<(&'a str, &'static str)> {
+    let mut out: Vec<(&str, &str)> = after
+        .iter()
+        .filter_map(|(key, text)| match before.get(key) {
+            None => Some((key.as_str(), "add")),
+            Some(old) if old != text => Some((key.as_str(), "change")),
+            Some(_) => None,
+        })
+        .chain(
+            before
+                .keys()
+                .filter(|key| !after.contains_key(*key))
+                .map(|key| (key.as_str(), "delete")),
+        )
+        .collect();
+    out.sort();
+    out
+}
+
+/// [`by_key`]'s changes as lines: `add    KEY`, `change KEY`, `delete KEY`.
+fn document_lines(changes: &[(&str, &str)]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|(key, what)| format!("{what:<6} {key}"))
+        .collect()
 }
 
 /// Who wrote a change and why, for a terminal: ` by alice: slower connects`.

@@ -578,7 +578,7 @@ view: this replica's proxies only (the files are not a store replicas share; \
                         true => format!("{} (stale)", printable(&r.replica)),
                         false => printable(&r.replica),
                     },
-                    match n.version.get(..12).unwrap_or(&n.version) {
+                    match crate::admin::view::short(&n.version) {
                         "" => format!("gen {}", n.generation),
                         v => printable(v),
                     },
@@ -609,19 +609,28 @@ view: this replica's proxies only (the files are not a store replicas share; \
                         t.last_good.as_ref(),
                         status.source_url(),
                     );
-                    out.push_str(&format!(
-                        "\nNACKED {} {kind} on {}: {}\n  {}\n",
+                    let head = format!(
+                        "\nNACKED {} {kind} on {}",
                         printable(&n.node_id),
-                        printable(&r.replica),
-                        printable(error),
-                        printable(&back)
-                    ));
+                        printable(&r.replica)
+                    );
+                    nack_lines(out, &head, error);
+                    out.push_str(&format!("  {}\n", printable(&back)));
                 }
             }
         }
     }
     for (label, why) in crate::admin::view::notes(status) {
         out.push_str(&format!("\n{}: {}\n", printable(&label), printable(&why)));
+    }
+}
+
+/// A NACK under its `head`: Envoy's message for several resources is several lines, shown
+/// as lines.
+fn nack_lines(out: &mut String, head: &str, error: &str) {
+    match error.trim_end().contains('\n') {
+        false => out.push_str(&format!("{head}: {}\n", printable(error))),
+        true => out.push_str(&format!("{head}:\n{}\n", printable_lines(error, "  "))),
     }
 }
 
@@ -743,11 +752,7 @@ fn node_problems(out: &mut String, status: &crate::admin::Status) {
                     printable(&n.node_id),
                     t.rejected_version.as_deref().unwrap_or("?"),
                 );
-                // Envoy's message for several resources is several lines: shown as lines.
-                match error.trim_end().contains('\n') {
-                    false => out.push_str(&format!("{head}: {}\n", printable(error))),
-                    true => out.push_str(&format!("{head}:\n{}\n", printable_lines(error, "  "))),
-                }
+                nack_lines(out, &head, error);
                 if !t.rejected_changes.is_empty() {
                     out.push_str("  it changed, against what the proxy runs:\n");
                     for c in &t.rejected_changes {

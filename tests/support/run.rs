@@ -14,3 +14,26 @@ pub fn switchyard(args: &[&str]) -> Output {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// `switchyard ARGS`, waited for: its exit code, and stdout then stderr as one text.
+pub fn said(args: &[&str]) -> (Option<i32>, String) {
+    let out = switchyard(args);
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The revision an `apply` or `rollback` says its change landed at (`applied at revision
+/// N`), from what it printed.
+pub fn applied_revision(said: &str) -> i64 {
+    said.split("applied at revision ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no \"applied at revision N\" in: {said}"))
+}
