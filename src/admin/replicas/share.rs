@@ -258,11 +258,8 @@ impl Sharing {
                     ahead = match reached {
                         Some(reached) => match self.ahead(&mut client, reached, &mut asked).await {
                             Ok((ahead, seen)) => {
-                                // A newer write under the prefix: the summary is taken again
-                                // at the next look, to name the change it holds.
-                                if last_write.map(|(_, newest)| newest) != Some(seen.1) {
-                                    taken = None;
-                                }
+                                // Named in the summary when it is next taken (at the latest
+                                // REFRESH later): no write more per change.
                                 last_write = Some(seen);
                                 ahead
                             }
