@@ -135,7 +135,17 @@ pub async fn current_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64,
         })
 }
 
-/// Connect to the members of `url` as `access` says, each try bounded by `timeout`.
+/// How often the etcd channel pings etcd (HTTP/2 PING) while a call is open on it, and how
+/// long an answer may take before the channel is closed as dead: a partition (packets lost,
+/// no reset) ends every watch and lease renewal on it within their sum, so a replica cut
+/// from etcd knows it within seconds (docs/operations.md "Faults beyond a kill"). etcd
+/// refuses pings more often than every 5 s (`--grpc-keepalive-min-time`), and pings with
+/// no call open, so the channel pings only while one is.
+pub const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(6);
+pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Connect to the members of `url` as `access` says, each try bounded by `timeout`; the
+/// channel pings etcd while a call is open ([`KEEP_ALIVE_EVERY`]).
 pub async fn connect(
     url: &EtcdUrl,
     access: &Access,
@@ -143,7 +153,9 @@ pub async fn connect(
 ) -> Result<Client, SourceError> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(timeout)
-        .with_timeout(timeout);
+        .with_timeout(timeout)
+        .with_keep_alive(KEEP_ALIVE_EVERY, KEEP_ALIVE_TIMEOUT)
+        .with_keep_alive_while_idle(false);
     if let Some((name, password)) = &access.user {
         options = options.with_user(name.as_str(), password.as_str());
     }

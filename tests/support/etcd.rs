@@ -14,19 +14,28 @@ pub struct Etcd {
     dir: std::path::PathBuf,
     /// With TLS: the CA's PEM and the client certificate and key etcd requires.
     tls: Option<(String, String, String)>,
+    /// Another address it listens on for clients, beside 127.0.0.1 (a partition's host side).
+    also_on: Option<String>,
 }
 
 impl Etcd {
     /// Start a one-member cluster with its data and log under `dir`; ready when it answers.
     pub async fn start(dir: &Path) -> Etcd {
+        Etcd::start_also_on(dir, None).await
+    }
+
+    /// [`Etcd::start`], listening for clients on `also_on` too (the host's side of a
+    /// `netns::Netns`, for a replica inside it), on the same port.
+    pub async fn start_also_on(dir: &Path, also_on: Option<&str>) -> Etcd {
         let (client_port, peer_port) = (free_port(), free_port());
-        let process = Etcd::spawn(dir, client_port, peer_port, false);
+        let process = Etcd::spawn(dir, client_port, peer_port, false, also_on);
         let etcd = Etcd {
             process,
             client_port,
             peer_port,
             dir: dir.to_path_buf(),
             tls: None,
+            also_on: also_on.map(str::to_string),
         };
         etcd.wait_up().await;
         etcd
@@ -42,13 +51,14 @@ impl Etcd {
         let client = ca.leaf(&["switchyard"], &[]);
         client.write(dir, "etcd-client");
         let (client_port, peer_port) = (free_port(), free_port());
-        let process = Etcd::spawn(dir, client_port, peer_port, true);
+        let process = Etcd::spawn(dir, client_port, peer_port, true, None);
         let etcd = Etcd {
             process,
             client_port,
             peer_port,
             dir: dir.to_path_buf(),
             tls: Some((ca.pem.clone(), client.cert, client.key)),
+            also_on: None,
         };
         etcd.wait_up().await;
         etcd
@@ -72,6 +82,7 @@ impl Etcd {
             self.client_port,
             self.peer_port,
             self.tls.is_some(),
+            self.also_on.as_deref(),
         );
         self.wait_up().await;
     }
@@ -84,11 +95,21 @@ impl Etcd {
         assert!(up.is_some(), "etcd did not answer on {}", self.client_port);
     }
 
-    fn spawn(dir: &Path, client_port: u16, peer_port: u16, tls: bool) -> Process {
+    fn spawn(
+        dir: &Path,
+        client_port: u16,
+        peer_port: u16,
+        tls: bool,
+        also_on: Option<&str>,
+    ) -> Process {
         let binary = debian_tool("ETCD_BIN", "etcd", "etcd-server");
         let data = dir.join("etcd-data");
         let scheme = if tls { "https" } else { "http" };
         let client = format!("{scheme}://127.0.0.1:{client_port}");
+        let listen = match also_on {
+            Some(host) => format!("{client},{scheme}://{host}:{client_port}"),
+            None => client.clone(),
+        };
         let peer = format!("http://127.0.0.1:{peer_port}");
         let mut cmd = Command::new(binary);
         cmd.arg("--name")
@@ -97,7 +118,7 @@ impl Etcd {
             .arg(&data)
             .args([
                 "--listen-client-urls",
-                &client,
+                &listen,
                 "--advertise-client-urls",
                 &client,
             ])

@@ -9,6 +9,7 @@ pub mod certs;
 pub mod envoy;
 pub mod etcd;
 pub mod memory;
+pub mod netns;
 pub mod run;
 
 /// The repository's root (the files the tests read: examples, scripts, the corpus beside it).
