@@ -493,11 +493,16 @@ fn serve_fleet_start(
     match reloader.load_only(documents) {
         Ok(config) if config.content_version() == candidate.mark.version => {
             let number = reloader.publish_named(config, candidate.mark.revision);
-            let now = std::time::Instant::now();
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            cache.set_phase(number, candidate.phase.local(now, now_ms));
+            // A bake goes on while etcd keeps its key (`store::bake_key`): the driver
+            // learns how much is left from its watch.
+            let bake_left = cache
+                .policy()
+                .map(|p| p.bake)
+                .filter(|_| start.held.baking.as_ref() == Some(&candidate.mark.version));
+            cache.set_phase(
+                number,
+                candidate.phase.local(std::time::Instant::now(), bake_left),
+            );
             tracing::info!(
                 generation = number,
                 revision = candidate.mark.revision,

@@ -24,12 +24,17 @@ pub struct Mark {
     pub version: String,
 }
 
-/// Where the fleet's rollout is (a [`Phase`], with wall-clock times every replica reads).
+/// Where the fleet's rollout is (a [`Phase`]). The bake's end is etcd's to say, never a
+/// clock's: the replica that begins it puts the bake key on a lease as long as the bake
+/// (`store::begin_bake`), and the bake is over when etcd deletes the key, which every replica
+/// sees at once; a replica whose clock is minutes off judges it as any other.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "name", rename_all = "lowercase")]
 pub enum FleetPhase {
     Canary,
-    /// Goes to every node at this time (milliseconds since the Unix epoch).
+    /// Goes to every node once the bake key's lease ends. `until_ms` is when that was due
+    /// by the clock of the replica that began it (milliseconds since the Unix epoch):
+    /// shown to people, never compared with another clock.
     Baking {
         until_ms: u64,
     },
@@ -39,12 +44,14 @@ pub enum FleetPhase {
 }
 
 impl FleetPhase {
-    /// The same phase on this replica's clock (`now` is `now_ms`).
-    pub fn local(&self, now: Instant, now_ms: u64) -> Phase {
+    /// The same phase as this replica's cache and [`decide`] take it: a bake is over when
+    /// `bake_left` is `None` (etcd deleted the bake key for this candidate, or never had
+    /// one), and otherwise ends `bake_left` from `now` as far as this replica can tell.
+    pub fn local(&self, now: Instant, bake_left: Option<Duration>) -> Phase {
         match self {
             FleetPhase::Canary => Phase::Canary,
-            FleetPhase::Baking { until_ms } => Phase::Baking {
-                until: now + Duration::from_millis(until_ms.saturating_sub(now_ms)),
+            FleetPhase::Baking { .. } => Phase::Baking {
+                until: now + bake_left.unwrap_or(Duration::ZERO),
             },
             FleetPhase::Halted { reason } => Phase::Halted {
                 reason: reason.clone(),
@@ -198,17 +205,20 @@ pub enum Stepped {
     Promoted,
 }
 
-/// The next state, given the fleet's verdicts on the candidate (`seen`), as
-/// [`super::decide`] judges them; `None` when nothing changes.
+/// The next state, given the fleet's verdicts on the candidate (`seen`) and what is left of
+/// its bake as etcd says (`bake_left`, see [`FleetPhase::local`]), as [`super::decide`]
+/// judges them; `None` when nothing changes. `now_ms` only dates what is written, for
+/// people. A step into [`Phase::Baking`] asks the driver to begin the bake in etcd first.
 pub fn step(
     shared: &FleetState,
     seen: &Observation,
     now: Instant,
     now_ms: u64,
+    bake_left: Option<Duration>,
     bake: Duration,
 ) -> Option<(FleetState, Stepped)> {
     let candidate = shared.candidate.as_ref()?;
-    let phase = candidate.phase.local(now, now_ms);
+    let phase = candidate.phase.local(now, bake_left);
     match decide(&phase, seen, now, bake) {
         Decision::Stay => None,
         Decision::Promote => {
@@ -287,8 +297,14 @@ pub enum Follow {
     Phase(Phase),
 }
 
-/// The changes that make a replica's cache (`local`) serve what `shared` says, in order.
-pub fn follow(local: &Local, shared: &FleetState, now: Instant, now_ms: u64) -> Vec<Follow> {
+/// The changes that make a replica's cache (`local`) serve what `shared` says, in order
+/// (`bake_left` as [`FleetPhase::local`] takes it).
+pub fn follow(
+    local: &Local,
+    shared: &FleetState,
+    now: Instant,
+    bake_left: Option<Duration>,
+) -> Vec<Follow> {
     let mut steps = Vec::new();
     let mut candidate = local.candidate.clone();
     if local.stable != shared.stable.version {
@@ -304,7 +320,7 @@ pub fn follow(local: &Local, shared: &FleetState, now: Instant, now_ms: u64) -> 
         (None, None) => {}
         (None, Some(_)) => steps.push(Follow::Abort),
         (Some(c), held) => {
-            let phase = c.phase.local(now, now_ms);
+            let phase = c.phase.local(now, bake_left);
             match held {
                 Some((version, name)) if version == c.mark.version => {
                     if name != phase.name() {

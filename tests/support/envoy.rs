@@ -298,10 +298,23 @@ impl Switchyard {
     pub async fn start_serving(
         snapshot: &[&str],
         log_dir: &Path,
-        (port, admin_port): (u16, u16),
+        ports: (u16, u16),
         extra: &[&str],
     ) -> Switchyard {
+        Switchyard::start_serving_env(snapshot, log_dir, ports, extra, &[]).await
+    }
+
+    /// [`Switchyard::start_serving`] with these environment variables (a skewed clock:
+    /// libfaketime's `LD_PRELOAD` and `FAKETIME`).
+    pub async fn start_serving_env(
+        snapshot: &[&str],
+        log_dir: &Path,
+        (port, admin_port): (u16, u16),
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Switchyard {
         let mut cmd = Command::new(crate::switchyard_binary());
+        cmd.envs(env.iter().copied());
         cmd.args(["serve", "--log-format", "json", "--log-level", "debug"])
             .args(snapshot)
             .arg("--xds-addr")

@@ -197,6 +197,9 @@ struct Known {
     /// The state key's modification revision (0: none), compared by every write.
     modified: i64,
     verdicts: BTreeMap<String, Verdict>,
+    /// The content version the bake key holds, and when this replica saw it put: the bake
+    /// is on while etcd keeps the key (`store::bake_key`).
+    baking: Option<(String, Instant)>,
     /// The newest good load not yet published (its config is taken when it is).
     pending: Option<Head>,
     /// Documents by content version, for the copy of what is promoted (newest last).
@@ -207,6 +210,17 @@ struct Known {
     versions: BTreeMap<u64, String>,
     /// The last failure to follow, logged once until it changes.
     stuck: Option<String>,
+}
+
+impl Known {
+    /// The bake key as a read found it (`None`: not there), keeping when this replica first
+    /// saw it if it still holds the same candidate.
+    fn read_bake(&mut self, baking: Option<String>) {
+        self.baking = match (baking, self.baking.take()) {
+            (Some(v), Some((was, seen))) if v == was => Some((v, seen)),
+            (baking, _) => baking.map(|v| (v, Instant::now())),
+        };
+    }
 }
 
 fn now_ms() -> u64 {
@@ -230,6 +244,7 @@ impl Driver {
             shared: start.shared,
             modified: start.modified,
             verdicts: start.verdicts,
+            baking: start.baking.map(|v| (v, Instant::now())),
             pending: None,
             documents: Vec::new(),
             said: None,
@@ -382,6 +397,7 @@ impl Driver {
         known.shared = held.shared;
         known.modified = held.modified;
         known.verdicts = held.verdicts;
+        known.read_bake(held.baking);
         known.said = None;
         let options = etcd_client::WatchOptions::new()
             .with_prefix()
@@ -417,6 +433,14 @@ impl Driver {
                     }
                 }
             }
+        } else if kv.key() == store::bake_key(&self.url).as_bytes() {
+            // Deleted: its lease ended, the bake is over (etcd's word, not a clock's).
+            known.baking = (!deleted).then(|| {
+                (
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                    Instant::now(),
+                )
+            });
         } else if let Some(replica) = store::replica_of(&self.url, kv.key()) {
             if deleted {
                 known.verdicts.remove(&replica);
@@ -468,7 +492,8 @@ impl Driver {
             return;
         };
         let local = self.local(known);
-        let steps = fleetwide::follow(&local, &shared, Instant::now(), now_ms());
+        let bake_left = self.bake_left(known, &shared);
+        let steps = fleetwide::follow(&local, &shared, Instant::now(), bake_left);
         for step in steps {
             if let Err(e) = self.take(client, known, &shared, step).await {
                 // Said once per reason, not on every try.
@@ -514,6 +539,9 @@ impl Driver {
                     if held.modified >= known.modified {
                         known.shared = held.shared;
                         known.modified = held.modified;
+                        // The bake as of the same read: a state read ahead of the watch
+                        // must not be judged without the bake key the watch has not brought.
+                        known.read_bake(held.baking);
                     }
                 }
                 false
@@ -523,6 +551,18 @@ impl Driver {
                 false
             }
         }
+    }
+
+    /// What is left of the candidate's bake as far as etcd says: `None` once its bake key is
+    /// gone (or holds another candidate); while it is there, the policy's bake less the
+    /// time since this replica saw it put, at least a tick (the key's deletion ends it).
+    fn bake_left(&self, known: &Known, shared: &FleetState) -> Option<Duration> {
+        let candidate = shared.candidate.as_ref()?;
+        let (version, seen) = known.baking.as_ref()?;
+        (*version == candidate.mark.version).then(|| {
+            let bake = self.cache.policy().map_or(Duration::ZERO, |p| p.bake);
+            bake.saturating_sub(seen.elapsed()).max(TICK)
+        })
     }
 
     /// What this replica's cache serves, by content version.
@@ -720,15 +760,30 @@ impl Driver {
             return;
         };
         let seen = fleetwide::sum(known.verdicts.values(), &candidate.mark.version);
+        let bake = self.cache.policy().map_or(Duration::ZERO, |p| p.bake);
         let Some((mut next, stepped)) = fleetwide::step(
             &shared,
             &seen,
             Instant::now(),
             now_ms(),
-            self.cache.policy().map_or(Duration::ZERO, |p| p.bake),
+            self.bake_left(known, &shared),
+            bake,
         ) else {
             return;
         };
+        if let Stepped::Entered(Phase::Baking { .. }) = stepped {
+            // The bake's end is etcd's to say: its key goes on a lease before the state
+            // names the phase.
+            if let Err(e) =
+                store::begin_bake(client, &self.url, &candidate.mark.version, bake).await
+            {
+                tracing::warn!(error = %e, "Cannot begin the bake yet.");
+                return;
+            }
+            if bake >= Duration::from_secs(1) {
+                known.baking = Some((candidate.mark.version.clone(), Instant::now()));
+            }
+        }
         if stepped == Stepped::Promoted {
             if let Err(e) = self.copy(client, known, &shared, &mut next).await {
                 tracing::warn!(error = %e, "Cannot promote yet: the promoted documents cannot be copied.");

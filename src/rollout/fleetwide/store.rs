@@ -6,6 +6,8 @@
 //! etcd role granted the prefix (`/switchyard`, as a prefix) covers them too:
 //! - `PREFIX.rollout/state`: the state ([`FleetState`], JSON);
 //! - `PREFIX.rollout/replicas/ID`: a replica's [`Verdict`] (JSON), on its lease;
+//! - `PREFIX.rollout/bake`: the candidate's content version while it bakes, on a lease as
+//!   long as the bake: etcd deletes it when the bake is over (no replica's clock says so);
 //! - `PREFIX.stable/REVISION/NAME`: the promoted generation's documents (`NAME` as under the
 //!   prefix), written before the state names them, so a copy the state names is whole.
 //!
@@ -34,6 +36,11 @@ pub fn state_key(url: &EtcdUrl) -> String {
     format!("{}state", rollout_prefix(url))
 }
 
+/// The bake's key: the candidate's content version, on a lease as long as the bake.
+pub fn bake_key(url: &EtcdUrl) -> String {
+    format!("{}bake", rollout_prefix(url))
+}
+
 pub fn verdicts_prefix(url: &EtcdUrl) -> String {
     format!("{}replicas/", rollout_prefix(url))
 }
@@ -55,6 +62,8 @@ pub struct Held {
     pub modified: i64,
     /// Each replica's verdict, by replica.
     pub verdicts: BTreeMap<String, Verdict>,
+    /// The content version baking (the bake key's value), while its lease lasts.
+    pub baking: Option<String>,
     /// The revision this was read at: a watch goes on from the next.
     pub revision: i64,
 }
@@ -66,11 +75,12 @@ fn unavailable(url: &EtcdUrl, message: String) -> SourceError {
     }
 }
 
-/// The state and every verdict, at one revision (one transaction of two reads).
+/// The state, every verdict and the bake, at one revision (one transaction of three reads).
 pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Held, SourceError> {
     let txn = Txn::new().and_then(vec![
         TxnOp::get(state_key(url), None),
         TxnOp::get(verdicts_prefix(url), Some(GetOptions::new().with_prefix())),
+        TxnOp::get(bake_key(url), None),
     ]);
     let response = client.txn(txn).await.map_err(|e| {
         unavailable(
@@ -103,7 +113,48 @@ pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Held, SourceErro
             held.verdicts.insert(replica, verdict);
         }
     }
+    if let Some(TxnOpResponse::Get(bake)) = answers.next() {
+        held.baking = bake
+            .kvs()
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
+    }
     Ok(held)
+}
+
+/// Begin the bake of candidate `version`: the bake key on a lease of `bake` (whole seconds,
+/// rounded up; etcd may lengthen a lease, never shorten it), which nobody renews. A bake
+/// shorter than a second needs no key: it is over at once.
+pub async fn begin_bake(
+    client: &mut Client,
+    url: &EtcdUrl,
+    version: &str,
+    bake: std::time::Duration,
+) -> Result<(), SourceError> {
+    if bake < std::time::Duration::from_secs(1) {
+        return Ok(());
+    }
+    let seconds = bake.as_secs() + u64::from(bake.subsec_nanos() > 0);
+    let failed = |e: etcd_client::Error| {
+        unavailable(
+            url,
+            format!("cannot begin the bake: {}", crate::source::etcd::words(&e)),
+        )
+    };
+    let lease = client
+        .lease_grant(i64::try_from(seconds).unwrap_or(i64::MAX), None)
+        .await
+        .map_err(failed)?
+        .id();
+    client
+        .put(
+            bake_key(url),
+            version,
+            Some(PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .map_err(failed)?;
+    Ok(())
 }
 
 /// The state in a value: a state that does not read is an error naming the key (it is

@@ -83,13 +83,13 @@ fn a_rollback_now_is_promoted_at_once_for_the_fleet() {
         candidate: Some(("b".into(), "HALTED")),
     };
     assert_eq!(
-        follow(&serving_b, &now, Instant::now(), T0 + 5),
+        follow(&serving_b, &now, Instant::now(), None),
         vec![Follow::Abort],
         "back to what the other nodes serve: the canaries go back to it"
     );
     let older = promote_now(Some(&halted), &mark(11, "z"), 2, T0 + 5, by()).expect("promoted");
     assert_eq!(
-        follow(&serving_b, &older, Instant::now(), T0 + 5),
+        follow(&serving_b, &older, Instant::now(), None),
         vec![Follow::Publish(mark(11, "z")), Follow::Promote],
         "other content goes to every node at once"
     );
@@ -109,7 +109,7 @@ fn verdicts_from_every_replica_decide_once() {
         (1, 1),
         "a verdict on another candidate does not count"
     );
-    let (baking, how) = step(&shared, &seen, now, T0, BAKE).expect("bakes");
+    let (baking, how) = step(&shared, &seen, now, T0, None, BAKE).expect("bakes");
     assert_eq!(
         baking.candidate.as_ref().map(|c| c.phase.clone()),
         Some(FleetPhase::Baking {
@@ -117,12 +117,25 @@ fn verdicts_from_every_replica_decide_once() {
         })
     );
     assert!(matches!(how, Stepped::Entered(Phase::Baking { .. })));
-    // Another replica, reading the same state later, sees the same deadline on its clock.
-    assert_eq!(
-        step(&baking, &seen, now + BAKE / 2, T0 + 15_000, BAKE),
-        None
-    );
-    let (promoted, how) = step(&baking, &seen, now + BAKE, T0 + 30_000, BAKE).expect("promotes");
+    // While etcd keeps the bake key, the bake goes on, whatever any replica's clock says:
+    // one five minutes ahead (its `now_ms` past `until_ms`) waits as the others do.
+    for now_ms in [T0 + 15_000, T0 + 330_000] {
+        assert_eq!(
+            step(
+                &baking,
+                &seen,
+                now + BAKE,
+                now_ms,
+                Some(Duration::from_millis(250)),
+                BAKE
+            ),
+            None,
+            "the bake key is there: the bake is on (now_ms {now_ms})"
+        );
+    }
+    // Once etcd deleted the key (its lease ended), any replica promotes, even one whose
+    // clock is minutes behind.
+    let (promoted, how) = step(&baking, &seen, now, T0 - 300_000, None, BAKE).expect("promotes");
     assert_eq!(how, Stepped::Promoted);
     assert_eq!(
         (promoted.stable.clone(), promoted.candidate.clone()),
@@ -134,14 +147,21 @@ fn verdicts_from_every_replica_decide_once() {
         ..verdict("b", 1, 0)
     };
     let seen = sum(&[verdict("b", 2, 2), nacked], "b");
-    let (halted, _) = step(&baking, &seen, now, T0, BAKE).expect("halts");
+    let (halted, _) = step(&baking, &seen, now, T0, Some(BAKE), BAKE).expect("halts");
     assert!(matches!(
         halted.candidate.expect("kept").phase,
         FleetPhase::Halted { ref reason } if reason.contains("bad cluster")
     ));
     // No canary connected anywhere: it waits.
     assert_eq!(
-        step(&shared, &sum(&[verdict("b", 0, 0)], "b"), now, T0, BAKE),
+        step(
+            &shared,
+            &sum(&[verdict("b", 0, 0)], "b"),
+            now,
+            T0,
+            None,
+            BAKE
+        ),
         None
     );
 }
@@ -181,38 +201,38 @@ fn a_replica_follows_the_state_in_the_fewest_steps() {
     };
     // In step: nothing to do.
     assert_eq!(
-        follow(&local("a", Some(("b", "CANARY"))), &shared, now, T0),
+        follow(&local("a", Some(("b", "CANARY"))), &shared, now, None),
         vec![]
     );
     // A new candidate: load and publish it.
     assert_eq!(
-        follow(&local("a", None), &shared, now, T0),
+        follow(&local("a", None), &shared, now, None),
         vec![Follow::Publish(mark(9, "b"))]
     );
     // Promoted: the candidate this replica holds becomes stable.
     let promoted = end(&shared, true, T0).expect("promote");
     assert_eq!(
-        follow(&local("a", Some(("b", "BAKING"))), &promoted, now, T0),
+        follow(&local("a", Some(("b", "BAKING"))), &promoted, now, None),
         vec![Follow::Promote]
     );
     // Aborted: the canaries go back.
     let aborted = end(&shared, false, T0).expect("abort");
     assert_eq!(
-        follow(&local("a", Some(("b", "HALTED"))), &aborted, now, T0),
+        follow(&local("a", Some(("b", "HALTED"))), &aborted, now, None),
         vec![Follow::Abort]
     );
     // Halted elsewhere: the phase follows.
     let mut halted = shared.clone();
     halted.candidate.as_mut().expect("c").phase = FleetPhase::Halted { reason: "r".into() };
     assert_eq!(
-        follow(&local("a", Some(("b", "CANARY"))), &halted, now, T0),
+        follow(&local("a", Some(("b", "CANARY"))), &halted, now, None),
         vec![Follow::Phase(Phase::Halted { reason: "r".into() })]
     );
     // A replica that missed two promotions while etcd was away: the promoted generation is
     // loaded and made stable, then the candidate published, in that order.
     let later = propose(Some(&promoted), &mark(14, "c"), 2, T0).expect("edit");
     assert_eq!(
-        follow(&local("z", Some(("y", "CANARY"))), &later, now, T0),
+        follow(&local("z", Some(("y", "CANARY"))), &later, now, None),
         vec![
             Follow::Publish(mark(9, "b")),
             Follow::Promote,
@@ -318,6 +338,12 @@ fn run_schedule(seed: u64) -> (usize, usize) {
     // The store: the state and its modification counter.
     let mut store: Option<(FleetState, u64)> = None;
     let mut modified = 0u64;
+    // The bake key as etcd keeps it: the version baking, and when (etcd's time, the
+    // schedule's `now_ms`) its lease ends.
+    let mut bake_key: Option<(String, u64)> = None;
+    // Each replica's wall clock: one five minutes ahead, one five minutes behind. Only
+    // what is written for people may differ by it; no decision does.
+    let skew = |i: usize| [0i64, 300_000, -300_000][i];
     let mut verdicts: BTreeMap<usize, Verdict> = BTreeMap::new();
     let mut replicas: Vec<Replica> = (0..3)
         .map(|i| Replica {
@@ -342,6 +368,15 @@ fn run_schedule(seed: u64) -> (usize, usize) {
         now_ms += random.next(40);
         let now = base + Duration::from_millis(now_ms - T0);
         let i = random.next(3) as usize;
+        let clock = now_ms.saturating_add_signed(skew(i));
+        if bake_key.as_ref().is_some_and(|(_, ends)| now_ms >= *ends) {
+            bake_key = None;
+        }
+        let bake_left = |shared: &FleetState| {
+            let c = shared.candidate.as_ref()?;
+            let (version, ends) = bake_key.as_ref()?;
+            (*version == c.mark.version).then(|| Duration::from_millis(ends - now_ms))
+        };
         match random.next(9) {
             // An apply: a new revision, read later by each replica.
             0 => {
@@ -367,7 +402,7 @@ fn run_schedule(seed: u64) -> (usize, usize) {
                     });
                 }
                 let known = r.known.as_ref().map(|(s, _)| s);
-                if let Some(next) = propose(known, &head, 1, now_ms) {
+                if let Some(next) = propose(known, &head, 1, clock) {
                     let expected = r.known.as_ref().map_or(0, |(_, m)| *m);
                     if store.as_ref().map_or(0, |(_, m)| *m) == expected {
                         modified += 1;
@@ -387,7 +422,7 @@ fn run_schedule(seed: u64) -> (usize, usize) {
                     stable: String::new(),
                     candidate: None,
                 });
-                let next = apply(&local, follow(&local, shared, now, now_ms));
+                let next = apply(&local, follow(&local, shared, now, bake_left(shared)));
                 r.local = Some(next);
             }
             // A replica reports its canaries' verdict, and takes a step if one is due.
@@ -410,8 +445,24 @@ fn run_schedule(seed: u64) -> (usize, usize) {
                     };
                     verdicts.insert(i, verdict);
                     let seen = sum(verdicts.values(), &c.mark.version);
-                    if let Some((next, _)) = step(shared, &seen, now, now_ms, bake) {
+                    let left = bake_left(shared);
+                    if let Some((next, how)) = step(shared, &seen, now, clock, left, bake) {
                         if store.as_ref().map(|(_, m)| *m) == Some(*m) {
+                            match how {
+                                // The driver puts the bake key on its lease first.
+                                Stepped::Entered(Phase::Baking { .. }) => {
+                                    bake_key = Some((
+                                        c.mark.version.clone(),
+                                        now_ms + bake.as_millis() as u64,
+                                    ));
+                                }
+                                Stepped::Promoted if left.is_some() => fail(format!(
+                                    "replica {i} (clock {:+} ms) promoted {} before etcd ended its bake",
+                                    skew(i),
+                                    c.mark.version
+                                )),
+                                _ => {}
+                            }
                             modified += 1;
                             store = Some((next, modified));
                         }
@@ -423,7 +474,7 @@ fn run_schedule(seed: u64) -> (usize, usize) {
             _ => {
                 if random.next(4) == 0 {
                     if let Some((shared, m)) = &store {
-                        if let Ok(next) = end(shared, false, now_ms) {
+                        if let Ok(next) = end(shared, false, clock) {
                             let _ = m;
                             modified += 1;
                             store = Some((next, modified));
@@ -478,7 +529,7 @@ fn run_schedule(seed: u64) -> (usize, usize) {
         let Some(local) = r.local.clone() else {
             continue;
         };
-        let next = apply(&local, follow(&local, shared, base, now_ms));
+        let next = apply(&local, follow(&local, shared, base, None));
         assert_eq!(
             (
                 next.stable.as_str(),
