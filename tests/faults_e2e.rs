@@ -87,7 +87,7 @@ async fn e2e_a_replica_cut_from_etcd_knows_it_keeps_serving_and_catches_up() {
         return;
     };
     let dir = tempfile::tempdir().expect("tmp");
-    let ns = Netns::new();
+    let ns = Netns::make();
     let etcd = Etcd::start_also_on(dir.path(), Some(&ns.host_addr)).await;
     let url = format!("etcd://{}/fleet", etcd.endpoint());
     let url_inside = format!("etcd://{}:{}/fleet", ns.host_addr, etcd.client_port);

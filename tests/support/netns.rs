@@ -41,7 +41,7 @@ fn ip(args: &[&str]) -> Result<(), String> {
 impl Netns {
     /// A namespace and its pair, up. Panics, saying why, if they cannot be made (not root,
     /// no `ip`): a test of a partition cannot run without them.
-    pub fn new() -> Netns {
+    pub fn make() -> Netns {
         use std::sync::atomic::{AtomicU32, Ordering};
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
