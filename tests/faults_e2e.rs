@@ -372,3 +372,125 @@ async fn e2e_a_replica_whose_clock_is_minutes_off_is_judged_as_any_other() {
         baked.as_secs_f64()
     );
 }
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// A pause past the lease (operations.md "Faults beyond a kill"): replica `paused` stopped
+/// (SIGSTOP) with an Envoy on it. The other replica sees it leave when its lease ends; an
+/// apply waited for through the other returns meanwhile (the paused replica's proxy holds
+/// no gate, named orphaned); its Envoy keeps serving. Resumed (SIGCONT), the replica says
+/// its lease lapsed, shares its summary again on a new one, serves the change, and every
+/// `status` exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_replica_paused_past_its_lease_leaves_the_view_and_comes_back() {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/fleet", etcd.endpoint());
+    let listener = free_port();
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    snapshot(&snap, listener, "before");
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    let running = replica(&url, dir.path(), "running").await;
+    let paused = replica(&url, dir.path(), "paused").await;
+    let envoy_dir = dir.path().join("envoy");
+    std::fs::create_dir(&envoy_dir).expect("mkdir");
+    let _envoy = Envoy::start(&envoy_bin, paused.port, "edge-1", &envoy_dir).await;
+    let serves = |want: &'static str| async move {
+        eventually(Duration::from_secs(30), || async {
+            http_get(listener).await.as_deref() == Some(want)
+        })
+        .await
+    };
+    assert!(serves("before").await.is_some(), "the Envoy serves");
+    let both = eventually(Duration::from_secs(20), || {
+        let (code, out) = running.status_command(&[]);
+        let both = code == Some(0) && out.contains("paused");
+        async move { both }
+    })
+    .await;
+    assert!(both.is_some(), "the running replica sees both, done");
+
+    signal(paused.process.pid(), "-STOP");
+    let stopped_at = Instant::now();
+    let mut said = String::new();
+    let gone = eventually(Duration::from_secs(40), || {
+        let (_, out) = running.status_command(&[]);
+        let gone = out.contains("VANISHED");
+        said = out;
+        async move { gone }
+    })
+    .await;
+    assert!(
+        gone.is_some(),
+        "the paused replica leaves the view:\n{said}"
+    );
+    let seen_in = stopped_at.elapsed();
+    snapshot(&snap, listener, "after");
+    let wait = said_wait(&snap, &url, running.admin_port);
+    assert_eq!(
+        wait.0,
+        Some(0),
+        "apply --wait through the running replica returns: {}",
+        wait.1
+    );
+    assert!(
+        wait.1.contains("orphaned") || wait.1.contains("edge-1"),
+        "the paused replica's proxy is named, holding no gate:\n{}",
+        wait.1
+    );
+    assert_eq!(
+        http_get(listener).await.as_deref(),
+        Some("before"),
+        "the paused replica's Envoy keeps serving what it holds"
+    );
+
+    signal(paused.process.pid(), "-CONT");
+    let resumed_at = Instant::now();
+    assert!(
+        serves("after").await.is_some(),
+        "resumed, the replica serves the change applied meanwhile"
+    );
+    let served_in = resumed_at.elapsed();
+    let back = eventually(Duration::from_secs(30), || {
+        let (a, _) = running.status_command(&[]);
+        let (b, _) = paused.status_command(&[]);
+        async move { a == Some(0) && b == Some(0) }
+    })
+    .await;
+    assert!(back.is_some(), "both replicas' status exit 0 again");
+    assert!(
+        warned(&paused, "lease lapsed"),
+        "the resumed replica says its lease lapsed"
+    );
+    println!(
+        "a replica paused: seen gone {:.1} s after SIGSTOP; served the change {:.1} s after SIGCONT",
+        seen_in.as_secs_f64(),
+        served_in.as_secs_f64()
+    );
+}
+
+/// `apply DIR --source URL --wait` through the admin API at `admin_port`.
+fn said_wait(dir: &Path, url: &str, admin_port: u16) -> (Option<i32>, String) {
+    said(&[
+        "apply",
+        dir.to_str().expect("a UTF-8 path"),
+        "--source",
+        url,
+        "--wait",
+        "--wait-timeout",
+        "60s",
+        "--admin-addr",
+        &format!("127.0.0.1:{admin_port}"),
+    ])
+}

@@ -5,6 +5,7 @@
 //! Must not: parse documents.
 
 pub mod follow;
+pub mod lease;
 pub mod switch;
 
 use std::time::Duration;

@@ -39,8 +39,6 @@ const LOOK: Duration = Duration::from_millis(200);
 /// The longest this replica goes without taking its status again (pollers age out with no
 /// counter moving); it is written only if it differs.
 const REFRESH: Duration = Duration::from_secs(10);
-/// How often the lease is renewed: a third of its time, so two renewals can fail.
-const KEEP_ALIVE: Duration = Duration::from_secs(LEASE_TTL as u64 / 3);
 /// How often this replica asks etcd whether the documents moved past its follower.
 const AHEAD_EVERY: Duration = Duration::from_secs(2);
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -171,7 +169,13 @@ impl Sharing {
                 Err(e) => return Ended::Failed(e),
             },
         };
-        let mut lapsed = KeepAlive::spawn(client.clone(), lease);
+        let mut lapsed = crate::source::etcd::lease::Kept::spawn(
+            client.clone(),
+            lease,
+            LEASE_TTL,
+            ETCD_TIMEOUT,
+            "the summary's lease",
+        );
         let key = format!("{}{}", summaries_prefix(&self.url), self.replica);
         // What this session last wrote, when, and what its status was taken from.
         let mut written: Option<ReplicaSummary> = None;
@@ -195,7 +199,7 @@ impl Sharing {
         let ended = loop {
             tokio::select! {
                 _ = shutdown.wait() => break Ended::Shutdown,
-                e = &mut lapsed => break Ended::Failed(unavailable(e)),
+                e = &mut lapsed => break Ended::Failed(unavailable(e.to_string())),
                 message = stream.message() => {
                     let response = match message {
                         Ok(Some(response)) => response,
@@ -429,73 +433,6 @@ impl Behind {
             }
         }
         Ok(())
-    }
-}
-
-/// The lease's renewals, on a task of their own: resolves with the reason once the lease
-/// cannot be renewed (etcd does not answer within [`ETCD_TIMEOUT`], or says the lease is
-/// gone). The task ends when this is dropped.
-struct KeepAlive {
-    ended: tokio::sync::oneshot::Receiver<String>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl KeepAlive {
-    fn spawn(mut client: Client, lease: i64) -> KeepAlive {
-        let (tx, ended) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let why = async {
-                let (mut keeper, mut renewals) = within(client.lease_keep_alive(lease))
-                    .await
-                    .map_err(|e| format!("cannot keep the summary's lease: {}", words(&e)))?;
-                let mut every = tokio::time::interval(KEEP_ALIVE);
-                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    every.tick().await;
-                    within(keeper.keep_alive())
-                        .await
-                        .map_err(|e| format!("cannot renew the summary's lease: {}", words(&e)))?;
-                    let renewal = tokio::time::timeout(ETCD_TIMEOUT, renewals.message()).await;
-                    match renewal {
-                        Ok(Ok(Some(r))) if r.ttl() > 0 => {}
-                        Ok(Ok(Some(_))) => {
-                            return Err::<(), _>("the summary's lease ended (etcd did not hear from this replica within its time)".to_string())
-                        }
-                        Ok(Ok(None)) | Ok(Err(_)) => {
-                            return Err("the summary's lease renewals ended".to_string())
-                        }
-                        Err(_) => {
-                            return Err(format!(
-                                "etcd did not renew the summary's lease within {}",
-                                humantime::format_duration(ETCD_TIMEOUT)
-                            ))
-                        }
-                    }
-                }
-            };
-            if let Err(why) = why.await {
-                let _ = tx.send(why);
-            }
-        });
-        KeepAlive { ended, task }
-    }
-}
-
-impl std::future::Future for KeepAlive {
-    type Output = String;
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<String> {
-        std::pin::Pin::new(&mut self.ended)
-            .poll(cx)
-            .map(|r| r.unwrap_or_else(|_| "the summary's lease keeper stopped".to_string()))
-    }
-}
-
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

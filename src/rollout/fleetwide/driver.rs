@@ -34,8 +34,6 @@ const TICK: Duration = Duration::from_millis(250);
 /// A replica's verdict lives on a lease this long: a replica that dies stops counting
 /// within it.
 const LEASE_TTL: i64 = 10;
-/// How often the lease is renewed.
-const KEEP_ALIVE: Duration = Duration::from_secs(3);
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(10);
@@ -270,7 +268,7 @@ impl Driver {
                 _ = shutdown.wait() => return,
                 s = self.open(&mut known) => s,
             };
-            let (mut client, lease, (mut keeper, mut renewals), mut stream) = match session {
+            let (mut client, lease, mut kept, mut stream) = match session {
                 Ok(s) => s,
                 Err(e) => {
                     failed = Some(e);
@@ -286,7 +284,6 @@ impl Driver {
             view.send_replace(self.view(&known));
             let mut tick = tokio::time::interval(TICK);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut renewed = Instant::now();
             let ended = loop {
                 tokio::select! {
                     _ = shutdown.wait() => {
@@ -313,11 +310,12 @@ impl Driver {
                         remember(&mut known.documents, &head.version, &head.documents);
                         known.pending = Some(head);
                     }
-                    renewal = renewals.message() => {
-                        if !matches!(renewal, Ok(Some(_))) {
-                            break "the lease's renewals ended".to_string();
-                        }
-                        continue;
+                    // Renewed on a task of its own, so no load or copy awaited here holds it
+                    // up; lapsed, the verdict is written again on a new lease before any
+                    // replica sums it.
+                    lapsed = &mut kept => {
+                        tracing::warn!(error = %lapsed, "This replica's verdict lease lapsed; the fleet's rollout is read again and the verdict written on a new lease.");
+                        break lapsed.to_string();
                     }
                     command = commands.recv() => {
                         let Some(command) = command else { return };
@@ -329,12 +327,6 @@ impl Driver {
                         }
                     }
                     _ = tick.tick() => {
-                        if renewed.elapsed() >= KEEP_ALIVE {
-                            if let Err(e) = keeper.keep_alive().await {
-                                break format!("cannot renew the lease: {}", crate::source::etcd::words(&e));
-                            }
-                            renewed = Instant::now();
-                        }
                         if let Err(e) = self.report(&mut client, &mut known, lease).await {
                             break e.to_string();
                         }
@@ -367,7 +359,7 @@ impl Driver {
         (
             etcd_client::Client,
             i64,
-            (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream),
+            etcd::lease::Kept,
             etcd_client::WatchStream,
         ),
         SourceError,
@@ -387,12 +379,13 @@ impl Driver {
                 ))
             })?
             .id();
-        let keeper = client.lease_keep_alive(lease).await.map_err(|e| {
-            unavailable(format!(
-                "cannot keep a lease: {}",
-                crate::source::etcd::words(&e)
-            ))
-        })?;
+        let kept = etcd::lease::Kept::spawn(
+            client.clone(),
+            lease,
+            LEASE_TTL,
+            ETCD_TIMEOUT,
+            "the verdict's lease",
+        );
         let held = store::read(&mut client, &self.url).await?;
         known.shared = held.shared;
         known.modified = held.modified;
@@ -411,7 +404,7 @@ impl Driver {
                     crate::source::etcd::words(&e)
                 ))
             })?;
-        Ok((client, lease, keeper, stream))
+        Ok((client, lease, kept, stream))
     }
 
     /// A change to the rollout's keys.
