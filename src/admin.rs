@@ -75,6 +75,8 @@ pub struct Admin {
     /// With an etcd source: every replica's summary, as this replica last read it (from
     /// files, none: the view is this replica's).
     pub replicas: Option<replicas::Replicas>,
+    /// The long-running tasks: which are down now (`/readyz`, `/status`).
+    pub supervisor: crate::supervise::Supervisor,
 }
 
 /// How long a request's headers may take to arrive, by default (`--admin-header-timeout`).
@@ -240,6 +242,22 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(admin): State<Admin>) -> Response {
+    // A task that stopped (the source's follower, the fleet's rollout, ...) leaves this
+    // replica serving what it has without following: not ready until it runs again.
+    let down = admin.supervisor.down();
+    if let Some(task) = down.first() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: {} task(s) down: {} stopped ({}), started again at {}\n",
+                down.len(),
+                task.task,
+                task.cause,
+                task.restart_at
+            ),
+        )
+            .into_response();
+    }
     if admin.cache.current().number > 0 {
         // Still ready while etcd is away (the last good generation serves), but saying so.
         match admin.reloader.source().filter(|s| !s.answering) {

@@ -89,8 +89,8 @@ impl RunError {
 /// The fleet's rollout driver, ready to run.
 struct FleetDriver {
     driver: fleet_rollout::Driver,
-    heads: tokio::sync::mpsc::UnboundedReceiver<crate::publish::Head>,
-    inbox: fleet_rollout::Inbox,
+    heads: Arc<crate::publish::Heads>,
+    inbox: Arc<tokio::sync::Mutex<fleet_rollout::Inbox>>,
     start: crate::rollout::fleetwide::store::Held,
     handle: FleetRollout,
 }
@@ -174,9 +174,9 @@ impl Daemon {
         reloader = reloader.counting(Arc::clone(&fleet_of_nodes));
         let mut heads = None;
         if fleetwide {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            reloader = reloader.hand_loads_to(tx);
-            heads = Some(rx);
+            let slot = Arc::new(crate::publish::Heads::default());
+            reloader = reloader.hand_loads_to(Arc::clone(&slot));
+            heads = Some(slot);
         }
         let reloader = Arc::new(reloader);
         let mut fleet = None;
@@ -262,11 +262,36 @@ impl Daemon {
         if let (Ok(xds), Ok(admin)) = (listeners.xds.local_addr(), listeners.admin.local_addr()) {
             tracing::info!(xds_addr = %xds, admin_addr = %admin, "Serving xDS.");
         }
-        let follower = following.map(|f| tokio::spawn(f.run(stop.clone())));
-        let keeper = tokio::spawn(Arc::clone(&reloader).keep_promoted(stop.clone()));
+        // Every long-running task under the supervisor: one that ends or panics is said to
+        // be down and started again (`supervise`).
+        let supervisor = crate::supervise::Supervisor::new(telemetry.clone());
+        let follower = following.map(|following| {
+            let following = Arc::new(following);
+            supervisor.spawn("follower", stop.clone(), move |stop| following.run(stop))
+        });
+        // Each task is spawned only when it has work: a task ending before shutdown is a
+        // failure to the supervisor.
+        let keeper = reloader.keeps_promoted().then(|| {
+            let reloader = Arc::clone(&reloader);
+            supervisor.spawn("keeper", stop.clone(), move |stop| {
+                Arc::clone(&reloader).keep_promoted(stop)
+            })
+        });
         let fleet_rollout = fleet_driver.as_ref().map(|d| d.handle.clone());
-        let fleet_task = fleet_driver
-            .map(|d| tokio::spawn(d.driver.run(d.heads, d.inbox, d.start, stop.clone())));
+        let fleet_task = fleet_driver.map(|d| {
+            let mut start = Some(d.start);
+            supervisor.spawn("fleet_rollout", stop.clone(), move |stop| {
+                // Started again: the rollout is read again, and the last load handed over
+                // again.
+                let start = start.take().unwrap_or_else(|| {
+                    d.heads.again();
+                    Default::default()
+                });
+                d.driver
+                    .clone()
+                    .run(Arc::clone(&d.heads), Arc::clone(&d.inbox), start, stop)
+            })
+        });
         let history = Arc::clone(&reloader);
         let mut sharing = sharing;
         if let (Some(sharing), Ok(addr)) = (sharing.as_mut(), listeners.admin.local_addr()) {
@@ -285,10 +310,14 @@ impl Daemon {
             fleet_rollout,
             barrier,
             replicas,
+            supervisor: supervisor.clone(),
         };
-        let shared = sharing
-            .zip(view)
-            .map(|(s, view)| tokio::spawn(s.run(routes.clone(), view, stop.clone())));
+        let shared = sharing.zip(view).map(|(sharing, view)| {
+            let routes = routes.clone();
+            supervisor.spawn("sharing", stop.clone(), move |stop| {
+                sharing.clone().run(routes.clone(), view.clone(), stop)
+            })
+        });
         let admin_task = tokio::spawn(admin::serve(listeners.admin, routes, admin, stop.clone()));
         tokio::spawn(async move {
             shutdown.await;
@@ -296,12 +325,18 @@ impl Daemon {
         });
         // Staged rollouts on this replica, when the cache has a policy (read from what the
         // server reports of the proxies).
-        let rollouts = tokio::spawn(crate::rollout::replica::drive(
-            Arc::clone(&cache),
-            Arc::clone(&fleet),
-            telemetry.clone(),
-            stop.clone(),
-        ));
+        let rollouts = crate::rollout::replica::drives(&cache).then(|| {
+            let (cache, fleet, telemetry) =
+                (Arc::clone(&cache), Arc::clone(&fleet), telemetry.clone());
+            supervisor.spawn("rollouts", stop.clone(), move |stop| {
+                crate::rollout::replica::drive(
+                    Arc::clone(&cache),
+                    Arc::clone(&fleet),
+                    telemetry.clone(),
+                    stop,
+                )
+            })
+        });
         let served = server::serve(listeners.xds, cache, fleet, telemetry, serve, stop).await;
         if let Some(follower) = follower {
             let _ = follower.await;
@@ -312,8 +347,9 @@ impl Daemon {
         if let Some(shared) = shared {
             let _ = shared.await;
         }
-        keeper.abort();
-        rollouts.abort();
+        for task in [keeper, rollouts].into_iter().flatten() {
+            task.abort();
+        }
         if let Err(e) = admin_task.await {
             tracing::error!("admin server task: {e}");
         }
@@ -354,7 +390,7 @@ impl Parts<'_> {
         &self,
         prefix: etcd::Prefix,
         start: EtcdStart,
-        heads: Option<tokio::sync::mpsc::UnboundedReceiver<crate::publish::Head>>,
+        heads: Option<Arc<crate::publish::Heads>>,
         watch: bool,
     ) -> Result<(Option<FleetDriver>, Option<Followed>), RunError> {
         let Parts {
@@ -397,7 +433,7 @@ impl Parts<'_> {
                     telemetry: telemetry.clone(),
                 },
                 heads,
-                inbox,
+                inbox: Arc::new(tokio::sync::Mutex::new(inbox)),
                 start: start.held,
                 handle,
             });

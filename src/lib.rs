@@ -63,6 +63,7 @@ pub mod server;
 pub mod shutdown;
 pub mod source;
 pub mod state;
+pub mod supervise;
 pub mod telemetry;
 #[cfg(test)]
 mod testing;

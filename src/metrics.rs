@@ -68,6 +68,12 @@ pub struct TypeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskLabels {
+    /// A long-running task's name ([`TASK_LABELS`]).
+    pub task: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     /// `ok` or `failed`.
     pub result: &'static str,
@@ -113,6 +119,10 @@ pub struct Metrics {
     pub rollouts: Family<RolloutLabels, Counter>,
     /// Config loads, by result.
     pub config_loads: Family<ResultLabels, Counter>,
+    /// Long-running tasks that ended or panicked and were restarted, by task; and how many
+    /// are down now, waiting to restart.
+    pub task_restarts: Family<TaskLabels, Counter>,
+    pub tasks_down: Gauge,
     /// When the last load (good or bad) happened, Unix seconds; 0 before the first.
     pub config_last_load: Gauge<f64, AtomicU64>,
     /// 1 when the last load succeeded.
@@ -142,6 +152,10 @@ pub const LIMIT_LABELS: [&str; 7] = [
     "admin_header_timeout",
 ];
 
+/// The long-running tasks the daemon supervises, by the name their metrics and `/status`
+/// give them (`supervise`).
+pub const TASK_LABELS: [&str; 5] = ["follower", "fleet_rollout", "sharing", "keeper", "rollouts"];
+
 impl Default for Metrics {
     fn default() -> Self {
         let limits = Family::<LimitLabels, Counter>::default();
@@ -153,7 +167,13 @@ impl Default for Metrics {
         for result in ["ok", "failed"] {
             let _ = config_loads.get_or_create(&ResultLabels { result });
         }
+        let task_restarts = Family::<TaskLabels, Counter>::default();
+        for task in TASK_LABELS {
+            let _ = task_restarts.get_or_create(&TaskLabels { task });
+        }
         Metrics {
+            task_restarts,
+            tasks_down: Gauge::default(),
             streams: Family::default(),
             responses: Family::default(),
             acks: Family::default(),
@@ -337,6 +357,18 @@ pub fn encode(m: &Metrics, scraped: Scraped) -> String {
         "source_down",
         "With --source: 1 while etcd does not answer (the last good generation serves); 0 otherwise",
         m.source_down.clone(),
+    );
+    registry.register(
+        "task_restarts",
+        "Long-running tasks (the source's follower, the fleet's rollout, the sharing of the \
+         view, the promoted copy's keeper, the rollouts) that ended or panicked and were \
+         restarted, by task",
+        m.task_restarts.clone(),
+    );
+    registry.register(
+        "tasks_down",
+        "Long-running tasks down now, waiting to be restarted (0 when all run)",
+        m.tasks_down.clone(),
     );
     registry.register(
         "file_watch_events",

@@ -10,14 +10,14 @@
 //! `--state-dir` is `kept`'s; the history of generations is `crate::history`'s.
 //!
 //! Must not: watch or read a source (`source` does), parse files itself (that is
-//! `config`), or know about streams and rollouts (a fleet's rollout gets good loads over a
-//! channel, [`Reloader::hand_loads_to`]).
+//! `config`), or know about streams and rollouts (a fleet's rollout takes the newest good
+//! load from one slot, [`Heads`], [`Reloader::hand_loads_to`]).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::cache::Cache;
 use crate::config::{self, Config, ConfigError, LoadFailure, LoadOptions, LoadWork};
@@ -89,7 +89,7 @@ pub struct Reloader {
     /// `--source` with a canary policy: good loads of the documents go to the fleet's
     /// rollout (`rollout::drive`), which publishes what the rollout kept in etcd says, instead
     /// of being published here (but the first, which every node gets).
-    held: Option<mpsc::UnboundedSender<Head>>,
+    held: Option<Arc<Heads>>,
     /// The last generations published (in `--state-dir` too, with one).
     history: crate::history::History,
     /// Where ACKs and NACKs of each generation are counted.
@@ -121,6 +121,63 @@ pub struct Head {
     pub now: Option<String>,
 }
 
+impl Head {
+    /// The same load without its configuration (loaded again from its documents).
+    fn without_config(&self) -> Head {
+        Head {
+            revision: self.revision,
+            version: self.version.clone(),
+            config: None,
+            documents: Arc::clone(&self.documents),
+            now: self.now.clone(),
+        }
+    }
+}
+
+/// The newest good load the fleet's rollout has not taken yet: one slot, a newer load
+/// replacing an older one (the rollout proposes only the newest), never a queue of whole
+/// configurations.
+#[derive(Debug, Default)]
+pub struct Heads {
+    /// The load not taken yet, and the last load put (without its configuration).
+    slot: Mutex<(Option<Head>, Option<Head>)>,
+    ready: tokio::sync::Notify,
+}
+
+impl Heads {
+    /// Hand a good load over, replacing one not taken yet.
+    pub fn put(&self, head: Head) {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        slot.1 = Some(head.without_config());
+        slot.0 = Some(head);
+        drop(slot);
+        self.ready.notify_one();
+    }
+
+    /// The newest load not taken yet, once there is one. Cancel-safe: a load is taken only
+    /// when this returns it.
+    pub async fn next(&self) -> Head {
+        loop {
+            if let Some(head) = self.slot.lock().unwrap_or_else(|p| p.into_inner()).0.take() {
+                return head;
+            }
+            self.ready.notified().await;
+        }
+    }
+
+    /// For a rollout driver started again (after it stopped): the last load handed over is
+    /// handed over again (without its configuration) unless a newer one waits, so none is
+    /// lost with the driver that took it.
+    pub fn again(&self) {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.0.is_none() {
+            slot.0 = slot.1.as_ref().map(Head::without_config);
+        }
+        drop(slot);
+        self.ready.notify_one();
+    }
+}
+
 impl Reloader {
     /// Load `paths` as `options` say into `cache`, reporting each load to `telemetry`.
     pub fn new(
@@ -148,7 +205,7 @@ impl Reloader {
 
     /// Hand good loads of documents to the fleet's rollout (see [`Head`]) rather than
     /// publish them, once something is published.
-    pub fn hand_loads_to(mut self, heads: mpsc::UnboundedSender<Head>) -> Reloader {
+    pub fn hand_loads_to(mut self, heads: Arc<Heads>) -> Reloader {
         self.held = Some(heads);
         self
     }
@@ -332,7 +389,7 @@ impl Reloader {
             Some(checked)
         };
         self.store(report);
-        let _ = heads.send(Head {
+        heads.put(Head {
             revision,
             version,
             config,
@@ -579,6 +636,25 @@ impl crate::source::Sink for Reloader {
 
     fn health(&self, url: &str, error: Option<String>) {
         self.source_health(url, error);
+    }
+
+    fn load_stopped(&self, revision: Option<i64>, why: String) {
+        let message = format!(
+            "the load stopped on a bug in Switchyard ({why}); the last good generation keeps \
+             serving; please report it with this replica's log"
+        );
+        let current = self.cache.current().number;
+        self.telemetry.config_failed(1, current, &message);
+        self.store(LoadReport {
+            at: SystemTime::now(),
+            errors: vec![message],
+            warnings: Vec::new(),
+            generation: current,
+            revision,
+            read: None,
+            began: None,
+            pending: false,
+        });
     }
 }
 

@@ -41,6 +41,11 @@ impl Shutdown {
         }
     }
 
+    /// Whether shutdown has begun.
+    pub fn fired(&self) -> bool {
+        *self.0.borrow()
+    }
+
     /// Wait for shutdown, owning the signal (for an API that takes a future).
     pub async fn waited(mut self) {
         self.wait().await

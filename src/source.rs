@@ -71,15 +71,24 @@ impl std::fmt::Display for Position {
 }
 
 /// A source being followed: every change after the first read goes to the sink, until
-/// shutdown.
+/// shutdown. A follower is run again after it stopped (`supervise`): the first run goes on
+/// from the first read (the files' watch armed before it, the prefix's revision); a later
+/// one arms the watch anew and loads the files again, or reads the prefix whole again, so a
+/// change made while it was down is not missed.
 pub enum Following {
-    Files(files::Watching),
+    Files {
+        sink: Arc<dyn Sink>,
+        paths: Vec<PathBuf>,
+        telemetry: Telemetry,
+        /// The watch armed before the first load, for the first run.
+        armed: std::sync::Mutex<Option<files::Watching>>,
+    },
     Etcd {
         sink: Arc<dyn Sink>,
         prefix: etcd::Prefix,
-        /// The first read, which the watch goes on from.
-        first: Documents,
-        progress: etcd::follow::Progress,
+        /// The first read, which the first run's watch goes on from.
+        first: std::sync::Mutex<Option<Documents>>,
+        progress: Arc<etcd::follow::Progress>,
     },
 }
 
@@ -87,7 +96,13 @@ impl Following {
     /// Follow the files from now (the watch is armed before the first load reads them, so
     /// that a write landing during the load is loaded next).
     pub fn files(sink: Arc<dyn Sink>, paths: Vec<PathBuf>, telemetry: Telemetry) -> Following {
-        Following::Files(files::Watching::arm(sink, paths, telemetry))
+        let armed = files::Watching::arm(Arc::clone(&sink), paths.clone(), telemetry.clone());
+        Following::Files {
+            sink,
+            paths,
+            telemetry,
+            armed: std::sync::Mutex::new(Some(armed)),
+        }
     }
 
     /// Follow an etcd prefix from its first read (loaded already); the barrier that waits
@@ -105,23 +120,94 @@ impl Following {
         let following = Following::Etcd {
             sink,
             prefix,
-            first,
-            progress,
+            first: std::sync::Mutex::new(Some(first)),
+            progress: Arc::new(progress),
         };
         (following, barrier)
     }
 
-    /// Hand each change to the sink until `shutdown`.
-    pub async fn run(self, shutdown: Shutdown) {
-        match self {
-            Following::Files(watching) => watching.run(shutdown).await,
-            Following::Etcd {
-                sink,
-                prefix,
-                first,
-                progress,
-            } => etcd::follow::follow(sink, prefix, first, progress, shutdown).await,
+    /// One run: hand each change to the sink until `shutdown`.
+    pub fn run(
+        self: &Arc<Self>,
+        shutdown: Shutdown,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let following = Arc::clone(self);
+        async move {
+            match &*following {
+                Following::Files {
+                    sink,
+                    paths,
+                    telemetry,
+                    armed,
+                } => {
+                    let first = armed.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    let watching = match first {
+                        Some(watching) => watching,
+                        None => {
+                            let watching = files::Watching::arm(
+                                Arc::clone(sink),
+                                paths.clone(),
+                                telemetry.clone(),
+                            );
+                            // Armed before the files are read again: nothing is missed.
+                            load_files(sink).await;
+                            watching
+                        }
+                    };
+                    watching.run(shutdown).await
+                }
+                Following::Etcd {
+                    sink,
+                    prefix,
+                    first,
+                    progress,
+                } => {
+                    let first = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    let start = match first {
+                        Some(read) => etcd::follow::Start::Read(read),
+                        None => etcd::follow::Start::Again(progress.at()),
+                    };
+                    etcd::follow::follow(
+                        Arc::clone(sink),
+                        prefix.clone(),
+                        start,
+                        Arc::clone(progress),
+                        shutdown,
+                    )
+                    .await
+                }
+            }
         }
+    }
+}
+
+/// Have the sink load the files again, on a blocking thread (a load is CPU work); a load that
+/// panicked is reported as a failed load.
+pub(crate) async fn load_files(sink: &Arc<dyn Sink>) -> Option<u64> {
+    let loading = Arc::clone(sink);
+    let loaded = tokio::task::spawn_blocking(move || {
+        crate::supervise::fail_point("load");
+        loading.files_changed()
+    })
+    .await;
+    match loaded {
+        Ok(read) => Some(read),
+        Err(e) => {
+            sink.load_stopped(None, stopped_words(e));
+            None
+        }
+    }
+}
+
+/// Why a load on a blocking thread did not finish, in words.
+pub(crate) fn stopped_words(e: tokio::task::JoinError) -> String {
+    if e.is_panic() {
+        format!(
+            "it panicked: {}",
+            crate::supervise::panic_words(e.into_panic())
+        )
+    } else {
+        "it was cancelled".into()
     }
 }
 
@@ -208,13 +294,9 @@ impl Barrier {
     /// `revision`, from etcd), loaded by the sink when this returns.
     pub async fn settle(&self, revision: Option<i64>) -> Result<Position, SourceError> {
         match self {
-            Barrier::Files(sink) => {
-                let sink = Arc::clone(sink);
-                tokio::task::spawn_blocking(move || sink.files_changed())
-                    .await
-                    .map(Position::Read)
-                    .map_err(|e| SourceError::Stopped(e.to_string()))
-            }
+            Barrier::Files(sink) => load_files(sink).await.map(Position::Read).ok_or_else(|| {
+                SourceError::Stopped("the load of the files stopped on a bug; see the log".into())
+            }),
             Barrier::Etcd { prefix, reached } => {
                 settle_etcd(prefix, reached.clone(), revision).await
             }
@@ -241,6 +323,10 @@ pub trait Sink: Send + Sync + 'static {
     fn documents(&self, documents: &[Document], revision: i64, note: Option<etcd::ApplyNote>);
     /// The source at `url` answers (`None`), or does not, and why.
     fn health(&self, url: &str, error: Option<String>);
+    /// A load of the documents at `revision` (of the files: `None`) did not finish: it
+    /// panicked (`why`). It counts as a failed load: the last good generation keeps
+    /// serving, and the barrier does not report it loaded.
+    fn load_stopped(&self, revision: Option<i64>, why: String);
 }
 
 /// A source's URL, or a source, that cannot be used.

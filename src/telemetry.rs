@@ -313,12 +313,34 @@ impl Telemetry {
             .inc();
     }
 
-    /// A file-system event on the config paths (counted before debouncing).
     /// `--source`: whether etcd answers (`switchyard_source_down`).
     pub fn source_answering(&self, answering: bool) {
         self.metrics().source_down.set(i64::from(!answering));
     }
 
+    /// A long-running task ended or panicked (`cause`); it is started again in
+    /// `restart_in`. `down` tasks are down now, this one among them.
+    pub fn task_down(&self, task: &'static str, cause: &str, restart_in: Duration, down: usize) {
+        tracing::error!(
+            task,
+            cause,
+            restart_in = %humantime::format_duration(restart_in),
+            "A long-running task stopped; it is started again after a wait. /readyz, `switchyard status` and the page say so until it runs."
+        );
+        self.metrics
+            .task_restarts
+            .get_or_create(&crate::metrics::TaskLabels { task })
+            .inc();
+        self.metrics.tasks_down.set(down as i64);
+    }
+
+    /// A task that stopped was started again; `down` tasks are still down.
+    pub fn task_restarted(&self, task: &'static str, down: usize) {
+        tracing::info!(task, "A long-running task that stopped was started again.");
+        self.metrics.tasks_down.set(down as i64);
+    }
+
+    /// A file-system event on the config paths (counted before debouncing).
     pub fn file_event(&self) {
         self.metrics.file_watch_events.inc();
     }

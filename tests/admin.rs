@@ -551,6 +551,7 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
         fleet_rollout: None,
         barrier: None,
         replicas: None,
+        supervisor: Default::default(),
     };
     let (stop, shutdown) = switchyard::shutdown::channel();
     let task = tokio::spawn(switchyard::admin::serve(

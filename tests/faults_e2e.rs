@@ -494,3 +494,120 @@ fn said_wait(dir: &Path, url: &str, admin_port: u16) -> (Option<i32>, String) {
         &format!("127.0.0.1:{admin_port}"),
     ])
 }
+
+/// A task that dies (operations.md "Faults beyond a kill"), through the test-only hook
+/// `SWITCHYARD_TEST_PANIC`: the source's follower panics at its first three starts, and the
+/// first load it hands over panics. While the follower is down, `status` exits 11 naming it
+/// and its cause, `/readyz` is not ready, the page says so; it is started again by itself
+/// (counted in `switchyard_task_restarts_total`), and follows what was applied while it was
+/// down. The panicked load is a failed load (`status` exits 3 with its words), the last good
+/// generation keeps serving, and the next change loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_task_that_panics_is_said_down_and_started_again_and_a_panicked_load_fails() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/fleet", etcd.endpoint());
+    let listener = free_port();
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    snapshot(&snap, listener, "one");
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    let logs = dir.path().join("replica");
+    std::fs::create_dir_all(&logs).expect("log dir");
+    let server = Switchyard::start_serving_env(
+        &["--source", &url],
+        &logs,
+        (free_port(), free_port()),
+        &["--replica-name", "hooked"],
+        &[("SWITCHYARD_TEST_PANIC", "follower*3,load")],
+    )
+    .await;
+    let mut said = String::new();
+    let down = eventually(Duration::from_secs(10), || {
+        let (code, out) = server.status_command(&[]);
+        said = out;
+        async move { code == Some(11) }
+    })
+    .await;
+    assert!(
+        down.is_some(),
+        "status exits 11 while the follower is down:\n{said}"
+    );
+    assert!(
+        said.contains("TASK DOWN: follower") && said.contains("panicked"),
+        "status names the task and its cause:\n{said}"
+    );
+    let readyz = reqwest::get(format!("http://127.0.0.1:{}/readyz", server.admin_port))
+        .await
+        .expect("readyz answers");
+    let ready_code = readyz.status().as_u16();
+    let ready_text = readyz.text().await.unwrap_or_default();
+    // The follower may have been started again between the two asks; then it is down
+    // again within a second (it panics three times).
+    assert!(
+        ready_code == 503 && ready_text.contains("follower"),
+        "readyz is not ready while a task is down: {ready_code} {ready_text}"
+    );
+    let page = reqwest::get(format!("http://127.0.0.1:{}/", server.admin_port))
+        .await
+        .expect("the page answers")
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        page.contains("Task down: follower"),
+        "the page says the follower is down"
+    );
+    // Applied while the follower is down: loaded once it runs again. Its first load panics
+    // (the hook): a failed load, the last good generation serving.
+    snapshot(&snap, listener, "two");
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    let failed = eventually(Duration::from_secs(30), || {
+        let (code, out) = server.status_command(&[]);
+        said = out;
+        async move { code == Some(3) }
+    })
+    .await;
+    assert!(
+        failed.is_some(),
+        "the panicked load is a failed load (exit 3):\n{said}"
+    );
+    assert!(
+        said.contains("the load stopped on a bug in Switchyard"),
+        "status says the load stopped on a bug:\n{said}"
+    );
+    snapshot(&snap, listener, "three");
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    let done = eventually(Duration::from_secs(30), || {
+        let (code, out) = server.status_command(&[]);
+        said = out;
+        async move { code == Some(0) }
+    })
+    .await;
+    assert!(
+        done.is_some(),
+        "the next change loads, every task runs:\n{said}"
+    );
+    let restarts = server
+        .metric("switchyard_task_restarts_total{task=\"follower\"}")
+        .await;
+    assert_eq!(
+        restarts,
+        Some(3.0),
+        "three restarts of the follower are counted"
+    );
+    assert!(
+        server.logged("A long-running task stopped", &[("task", "follower")]),
+        "the log names the task that stopped"
+    );
+    let config = server.status().await.and_then(|s| s.config);
+    assert!(
+        config
+            .as_ref()
+            .is_some_and(|c| c.ok && c.revision.is_some()),
+        "the last load is good: {config:?}"
+    );
+}

@@ -456,6 +456,17 @@ fn config(html: &mut String, status: &Status) {
             )
         };
     }
+    for task in &status.tasks_down {
+        let _ = write!(
+            html,
+            "<p class=\"bad\">Task down: {} stopped at {} ({}; {} time(s)); started again at {}.</p>",
+            esc(&task.task),
+            esc(&task.since),
+            esc(&task.cause),
+            task.stops,
+            esc(&task.restart_at)
+        );
+    }
 }
 
 /// A staged rollout on this replica, and the fleet's rollout kept in etcd.
@@ -944,6 +955,7 @@ mod tests {
             fleet: None,
             history: Vec::new(),
             replicas: None,
+            tasks_down: Vec::new(),
         }
     }
 
@@ -1121,6 +1133,7 @@ mod tests {
             fleet: None,
             history: Vec::new(),
             replicas: None,
+            tasks_down: Vec::new(),
         };
         let html = render(&status, &PageQuery::default());
         assert_eq!(

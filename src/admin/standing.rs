@@ -17,6 +17,10 @@ pub enum Standing {
     /// Every connected node runs the newest loaded generation, and no rollout is on.
     Done,
     LoadFailed,
+    /// A long-running task of a replica stopped (ended or panicked) and waits to be started
+    /// again: what it does (following the source, the fleet's rollout, ...) is not done
+    /// meanwhile.
+    TaskDown,
     SourceDown,
     RolloutStopped,
     Nacked,
@@ -38,6 +42,10 @@ impl Standing {
         match self {
             Standing::Done => "every connected node runs the newest generation",
             Standing::LoadFailed => "the last config load failed",
+            Standing::TaskDown => {
+                "a task of a replica stopped and is being started again: it serves what it has, \
+                 following nothing that task follows"
+            }
             Standing::SourceDown => {
                 "the source does not answer: the last good generation serves, no edit gets through"
             }
@@ -58,6 +66,7 @@ impl Standing {
         match self {
             Standing::Done => "DONE",
             Standing::LoadFailed => "LOAD_FAILED",
+            Standing::TaskDown => "TASK_DOWN",
             Standing::SourceDown => "SOURCE_DOWN",
             Standing::RolloutStopped => "ROLLOUT_STOPPED",
             Standing::Nacked => "NACKED",
@@ -73,8 +82,9 @@ impl Standing {
 
     /// Every standing, worst first: where several replicas stand differently, the fleet
     /// stands where the first of them in this order does.
-    pub const ALL: [Standing; 8] = [
+    pub const ALL: [Standing; 9] = [
         Standing::LoadFailed,
+        Standing::TaskDown,
         Standing::SourceDown,
         Standing::ReplicaUnseen,
         Standing::RolloutStopped,
@@ -105,6 +115,9 @@ pub fn replica_standing(status: &Status) -> Standing {
     use crate::fleet::SyncStatus;
     if status.config.as_ref().is_some_and(|c| !c.ok) {
         return Standing::LoadFailed;
+    }
+    if !status.tasks_down.is_empty() {
+        return Standing::TaskDown;
     }
     let source = status.config.as_ref().and_then(|c| c.source.as_ref());
     if source.is_some_and(|s| !s.answering) {
@@ -172,6 +185,7 @@ impl Standing {
             Standing::Done => Severity::Good,
             Standing::RollingOut | Standing::Updating => Severity::Wait,
             Standing::ReplicaUnseen
+            | Standing::TaskDown
             | Standing::LoadFailed
             | Standing::SourceDown
             | Standing::RolloutStopped
@@ -186,6 +200,10 @@ impl Standing {
             Standing::LoadFailed => {
                 "fix the errors under Config (`switchyard validate` shows them before you \
                  write); the last good generation serves meanwhile"
+            }
+            Standing::TaskDown => {
+                "read the task's cause under Tasks and in the log (an ERROR naming the task); \
+                 it is started again by itself, and a panic is a bug to report with that log"
             }
             Standing::SourceDown => {
                 "bring etcd back, or check the replica's access to it; `switchyard status` \

@@ -59,6 +59,10 @@ pub struct Status {
     /// proxies; from files, none (`store: "none"`: this view is this replica's alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<super::replicas::ReplicasStatus>,
+    /// This replica's long-running tasks that stopped (ended or panicked) and wait to be
+    /// started again (`supervise`): none while every task runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks_down: Vec<crate::supervise::TaskDown>,
 }
 
 /// How many generations `/status` lists.
@@ -540,6 +544,7 @@ impl Status {
             fleet: None,
             history: Vec::new(),
             replicas: None,
+            tasks_down: Vec::new(),
         }
     }
 
@@ -621,6 +626,7 @@ pub(super) fn current_status(admin: &Admin) -> Status {
         .map(|r| ((r.node_id.clone(), r.peer.clone()), Arc::clone(&r.facts)))
         .collect();
     let mut status = Status::from_reports(reports, config);
+    status.tasks_down = admin.supervisor.down();
     let serving = admin.cache.serving();
     let history = admin.reloader.history();
     for node in &mut status.nodes {

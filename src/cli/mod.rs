@@ -81,7 +81,8 @@ pub enum Command {
     /// generation and no rollout is on, 2 a proxy NACKs, 3 the last config load failed, 4 a
     /// rollout is in progress, 5 a rollout halted or was aborted, 6 --wait timed out, 7 a
     /// node is still updating, 8 the source (etcd) does not answer, 9 the replica asked cannot
-    /// follow the other replicas' summaries (its view is stale), 1 the server cannot be asked.
+    /// follow the other replicas' summaries (its view is stale), 11 a task of the replica
+    /// stopped and is being started again, 1 the server cannot be asked.
     Status(StatusArgs),
     /// Show the resources one connected proxy holds, as the server serves them to it
     /// (redacted as the server redacts), per type, with the version it ACKed and any newer

@@ -39,6 +39,9 @@ pub const EXIT_REPLICA_UNSEEN: u8 = 9;
 /// fleet cannot be watched: the admin API at `--admin-addr` does not answer (within
 /// [`UNWATCHABLE_AFTER`], or the wait's timeout if shorter).
 pub const EXIT_UNWATCHABLE: u8 = 10;
+/// Exit code of `switchyard status` while a long-running task of the replica stopped (ended
+/// or panicked) and waits to be started again (`/status`'s `tasks_down`).
+pub const EXIT_TASK_DOWN: u8 = 11;
 /// How long a wait after a write goes on asking an admin API that does not answer.
 pub const UNWATCHABLE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -83,6 +86,7 @@ impl Standing {
         match self {
             Standing::Done => 0,
             Standing::LoadFailed => EXIT_LOAD_FAILED,
+            Standing::TaskDown => EXIT_TASK_DOWN,
             Standing::SourceDown => EXIT_SOURCE_DOWN,
             Standing::RolloutStopped => EXIT_ROLLOUT_STOPPED,
             Standing::Nacked => EXIT_NACKED,
@@ -845,6 +849,12 @@ fn config_lines(out: &mut String, status: &crate::admin::Status) {
             }
         }
     }
+    for task in &status.tasks_down {
+        out.push_str(&format!(
+            "TASK DOWN: {} stopped at {} ({}; {} time(s)); started again at {}\n",
+            task.task, task.since, task.cause, task.stops, task.restart_at
+        ));
+    }
 }
 
 /// Rollouts, streams turned away, and the certificates read from files.
@@ -944,6 +954,7 @@ mod tests {
             fleet: None,
             history: Vec::new(),
             replicas: None,
+            tasks_down: Vec::new(),
         };
         let table = status_table(&status);
         assert!(

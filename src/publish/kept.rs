@@ -86,8 +86,14 @@ impl Reloader {
     /// Under a rollout policy, with a state directory: keep each generation that becomes
     /// stable (promoted) there, until `shutdown`. The copy is made from the files, and kept
     /// only if they are still what was promoted.
+    /// Whether there is a promoted copy to keep ([`Reloader::keep_promoted`] has work): a
+    /// rollout policy and a state directory.
+    pub fn keeps_promoted(&self) -> bool {
+        self.cache.policy().is_some() && self.state.is_some()
+    }
+
     pub async fn keep_promoted(self: Arc<Self>, mut shutdown: crate::shutdown::Shutdown) {
-        if self.cache.policy().is_none() || self.state.is_none() {
+        if !self.keeps_promoted() {
             return;
         }
         let mut serving = self.cache.subscribe();

@@ -18,6 +18,12 @@ use crate::telemetry::{RolloutEnd, Telemetry};
 /// How often the canaries' reports are read.
 const TICK: Duration = Duration::from_millis(200);
 
+/// Whether this replica drives its own rollouts ([`drive`] has work): a rollout policy, not
+/// decided for the fleet in etcd.
+pub fn drives(cache: &Cache) -> bool {
+    cache.policy().is_some_and(|p| !p.fleetwide)
+}
+
 /// Drive rollouts until `shutdown`. Does nothing without a rollout policy.
 pub async fn drive(
     cache: Arc<Cache>,

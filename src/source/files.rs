@@ -85,10 +85,10 @@ impl Watching {
             // Armed before the files are read, so a write that lands during the load
             // triggers another one instead of being missed.
             self.armed = self.arm_now();
-            let sink = Arc::clone(&self.sink);
             // A failed load is logged and kept by the sink; a half-written file that fails
-            // to parse is loaded again on its next event.
-            let _ = tokio::task::spawn_blocking(move || sink.files_changed()).await;
+            // to parse is loaded again on its next event; a load that panicked is reported
+            // as failed.
+            super::load_files(&self.sink).await;
         }
     }
 

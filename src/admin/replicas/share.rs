@@ -56,6 +56,7 @@ pub fn summaries_prefix(url: &EtcdUrl) -> String {
 }
 
 /// Shares this replica's summary and follows everyone's, until shutdown.
+#[derive(Clone)]
 pub struct Sharing {
     pub url: EtcdUrl,
     pub access: Access,

@@ -19,7 +19,7 @@ use super::store;
 use crate::cache::Cache;
 use crate::config::{Config, Document, LoadFailure};
 use crate::fleet::Fleet;
-use crate::publish::{Head, Reloader};
+use crate::publish::{Head, Heads, Reloader};
 use crate::rollout::fleetwide::{
     self, FleetState, Follow, Local, Mark, NoCandidate, Stepped, Verdict,
 };
@@ -129,6 +129,7 @@ impl FleetRollout {
 }
 
 /// Everything the driver works with.
+#[derive(Clone)]
 pub struct Driver {
     pub url: EtcdUrl,
     pub access: etcd::Access,
@@ -229,15 +230,17 @@ fn now_ms() -> u64 {
 
 impl Driver {
     /// Drive until `shutdown`: `heads` are the reloader's good loads; `start` what was read
-    /// of the rollout before serving.
+    /// of the rollout before serving (a driver started again after it stopped reads it
+    /// again, and is handed the last good load again). The inbox is held for the run.
     pub async fn run(
         self,
-        mut heads: mpsc::UnboundedReceiver<Head>,
-        inbox: Inbox,
+        heads: Arc<Heads>,
+        inbox: Arc<tokio::sync::Mutex<Inbox>>,
         start: store::Held,
         mut shutdown: Shutdown,
     ) {
-        let Inbox { mut commands, view } = inbox;
+        let mut inbox = inbox.lock().await;
+        let Inbox { commands, view } = &mut *inbox;
         let mut known = Known {
             shared: start.shared,
             modified: start.modified,
@@ -302,11 +305,7 @@ impl Driver {
                             self.saw(&mut known, event);
                         }
                     }
-                    head = heads.recv() => {
-                        let Some(mut head) = head else { return };
-                        while let Ok(newer) = heads.try_recv() {
-                            head = newer;
-                        }
+                    head = heads.next() => {
                         remember(&mut known.documents, &head.version, &head.documents);
                         known.pending = Some(head);
                     }

@@ -40,6 +40,11 @@ impl Progress {
         (Progress { caught_up }, reached)
     }
 
+    /// The revision applied and loaded so far.
+    pub fn at(&self) -> i64 {
+        *self.caught_up.borrow()
+    }
+
     fn reached(&self, revision: i64) {
         self.caught_up.send_if_modified(|held| {
             let moved = revision > *held;
@@ -47,6 +52,15 @@ impl Progress {
             moved
         });
     }
+}
+
+/// Where a run of the follower starts.
+pub enum Start {
+    /// From the first read (loaded already): the watch goes on from its revision.
+    Read(Documents),
+    /// Again, after the follower stopped having loaded this revision: the prefix is read
+    /// whole again before the watch goes on (what changed meanwhile is loaded).
+    Again(i64),
 }
 
 /// The documents under the prefix as of one revision, by key, kept up to date from the
@@ -153,14 +167,26 @@ fn apply(
 pub async fn follow(
     sink: Arc<dyn Sink>,
     source: etcd::Prefix,
-    first: Documents,
-    mut progress: Progress,
+    start: Start,
+    progress: Arc<Progress>,
     mut shutdown: Shutdown,
 ) {
     let etcd::Prefix { url, access, .. } = source;
-    sink.health(&url.display(), None);
+    let mut held = match start {
+        Start::Read(first) => {
+            sink.health(&url.display(), None);
+            Held::of(first)
+        }
+        Start::Again(revision) => {
+            let mut held = Held::of(Documents {
+                revision,
+                documents: Vec::new(),
+            });
+            held.stale = true;
+            held
+        }
+    };
     let prefix = url.key_prefix();
-    let mut held = Held::of(first);
     let mut retry = ETCD_RETRY_FIRST;
     let mut away = false;
     // Whatever fails (connecting, watching, reading), the next try waits, longer each time
@@ -203,8 +229,9 @@ pub async fn follow(
                         "The watch could not resume: the prefix was read again."
                     );
                     held = Held::of(read);
-                    load(&sink, &mut held).await;
-                    progress.reached(held.revision);
+                    if load(&sink, &mut held).await {
+                        progress.reached(held.revision);
+                    }
                 }
                 Err(e) => {
                     failed = Some(e);
@@ -243,7 +270,7 @@ pub async fn follow(
             held: &mut held,
             url: &url,
             sink: &sink,
-            progress: &mut progress,
+            progress: &progress,
         };
         match following.follow(stream, &mut shutdown).await {
             WatchEnd::Shutdown => return,
@@ -281,7 +308,7 @@ struct Watch<'a> {
     held: &'a mut Held,
     url: &'a EtcdUrl,
     sink: &'a Arc<dyn Sink>,
-    progress: &'a mut Progress,
+    progress: &'a Progress,
 }
 
 impl Watch<'_> {
@@ -344,7 +371,11 @@ impl Watch<'_> {
                     bytes = applied.bytes,
                     "etcd: documents changed."
                 );
-                load(self.sink, self.held).await;
+                if !load(self.sink, self.held).await {
+                    // Not loaded (the load panicked, reported as failed): the barrier does
+                    // not pass it, and the next change loads every document held again.
+                    continue;
+                }
             } else {
                 // Documents unchanged: the note belongs to no load.
                 self.held.note = None;
@@ -355,13 +386,25 @@ impl Watch<'_> {
 }
 
 /// Hand the documents held to the sink (on a blocking thread: loading is CPU work), with
-/// the note of the apply that wrote them, if one did.
-async fn load(sink: &Arc<dyn Sink>, held: &mut Held) {
-    let sink = Arc::clone(sink);
+/// the note of the apply that wrote them, if one did. `false` when the load did not finish
+/// (it panicked): reported to the sink as a failed load.
+async fn load(sink: &Arc<dyn Sink>, held: &mut Held) -> bool {
+    let loading = Arc::clone(sink);
     let documents = held.documents();
     let revision = held.revision;
     let note = held.note.take();
-    let _ = tokio::task::spawn_blocking(move || sink.documents(&documents, revision, note)).await;
+    let loaded = tokio::task::spawn_blocking(move || {
+        crate::supervise::fail_point("load");
+        loading.documents(&documents, revision, note)
+    })
+    .await;
+    match loaded {
+        Ok(()) => true,
+        Err(e) => {
+            sink.load_stopped(Some(revision), crate::source::stopped_words(e));
+            false
+        }
+    }
 }
 
 /// What the watch gave: a burst of responses with events, or why there are none.

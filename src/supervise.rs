@@ -1,0 +1,246 @@
+//! Every long-running task of the daemon under one supervisor: the source's follower, the
+//! fleet's rollout driver, the sharing of the view, the keeper of the promoted copy and this
+//! replica's rollouts. A task that ends before shutdown, or panics, is logged with its cause
+//! (ERROR), counted (`switchyard_task_restarts_total`), said to be down (`/readyz`,
+//! `/status`'s `tasks_down`, `switchyard status`, the page) and started again after a wait
+//! that doubles from [`RESTART_FIRST`] to [`RESTART_MAX`] (a task that ran
+//! [`RESTART_RESET`] is started again at once, its failure being new).
+//!
+//! Each task is started by a function that makes it anew from what it shares with the rest
+//! of the daemon (its channels, the cache), so a restart loses nothing another task holds.
+//!
+//! [`fail_point`] is a test-only hook: with `SWITCHYARD_TEST_PANIC=NAME[*N][,...]` in its
+//! environment the daemon panics at each named point (a task's start by its name, `load`)
+//! the first N times it passes it (once without `*N`), as the supervision's end-to-end test
+//! needs. Never set it in production.
+//!
+//! Must not: know what a task does, or decide shutdown (`shutdown`).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::shutdown::Shutdown;
+use crate::telemetry::Telemetry;
+
+/// The first wait before a task that stopped is started again, the longest, and how long a
+/// task must have run for its next failure to start the waits over.
+pub const RESTART_FIRST: Duration = Duration::from_secs(1);
+pub const RESTART_MAX: Duration = Duration::from_secs(30);
+pub const RESTART_RESET: Duration = Duration::from_secs(60);
+
+/// A task that is down, as `/status` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskDown {
+    /// Its name (`metrics::TASK_LABELS`).
+    pub task: String,
+    /// Why it stopped: "it panicked: ...", or "it ended".
+    pub cause: String,
+    /// When it stopped (RFC 3339, this replica's clock), and how many times it has.
+    pub since: String,
+    pub stops: u64,
+    /// When it is started again (RFC 3339).
+    pub restart_at: String,
+}
+
+/// The supervisor's shared record of the tasks that are down.
+#[derive(Clone, Debug, Default)]
+pub struct Supervisor {
+    down: Arc<Mutex<BTreeMap<&'static str, TaskDown>>>,
+    stops: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    telemetry: Telemetry,
+}
+
+impl Supervisor {
+    pub fn new(telemetry: Telemetry) -> Supervisor {
+        Supervisor {
+            telemetry,
+            ..Supervisor::default()
+        }
+    }
+
+    /// The tasks down now, by name.
+    pub fn down(&self) -> Vec<TaskDown> {
+        self.down
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Run `task` (made by `make` from a shutdown signal) until `shutdown`, starting it again
+    /// whenever it ends or panics before then. The handle ends at shutdown, once the running
+    /// task has ended.
+    pub fn spawn<F, Fut>(
+        &self,
+        task: &'static str,
+        mut shutdown: Shutdown,
+        mut make: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: FnMut(Shutdown) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let supervisor = self.clone();
+        tokio::spawn(async move {
+            let mut wait = RESTART_FIRST;
+            loop {
+                let began = Instant::now();
+                let run = make(shutdown.clone());
+                let ended = tokio::spawn(async move {
+                    fail_point(task);
+                    run.await
+                })
+                .await;
+                if shutdown.fired() {
+                    return;
+                }
+                let cause = match ended {
+                    Ok(()) => "it ended".to_string(),
+                    Err(e) if e.is_panic() => {
+                        format!("it panicked: {}", panic_words(e.into_panic()))
+                    }
+                    Err(_) => "it was cancelled".to_string(),
+                };
+                if began.elapsed() >= RESTART_RESET {
+                    wait = RESTART_FIRST;
+                }
+                supervisor.stopped(task, &cause, wait);
+                tokio::select! {
+                    _ = shutdown.wait() => return,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                wait = (wait * 2).min(RESTART_MAX);
+                supervisor.restarted(task);
+            }
+        })
+    }
+
+    fn stopped(&self, task: &'static str, cause: &str, wait: Duration) {
+        let stops = {
+            let mut stops = self.stops.lock().unwrap_or_else(|p| p.into_inner());
+            let n = stops.entry(task).or_default();
+            *n += 1;
+            *n
+        };
+        let now = SystemTime::now();
+        let down = {
+            let mut down = self.down.lock().unwrap_or_else(|p| p.into_inner());
+            down.insert(
+                task,
+                TaskDown {
+                    task: task.to_string(),
+                    cause: cause.to_string(),
+                    since: crate::fleet::format_time(now),
+                    stops,
+                    restart_at: crate::fleet::format_time(now + wait),
+                },
+            );
+            down.len()
+        };
+        self.telemetry.task_down(task, cause, wait, down);
+    }
+
+    fn restarted(&self, task: &'static str) {
+        let down = {
+            let mut down = self.down.lock().unwrap_or_else(|p| p.into_inner());
+            down.remove(task);
+            down.len()
+        };
+        self.telemetry.task_restarted(task, down);
+    }
+}
+
+/// A panic's payload in words.
+pub fn panic_words(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".into())
+}
+
+/// Panic here if `SWITCHYARD_TEST_PANIC` names `point` (a test-only hook; see the module's
+/// documentation): `NAME` panics the first time this process passes the point, `NAME*N` the
+/// first N times.
+pub fn fail_point(point: &str) {
+    static PASSED: Mutex<BTreeMap<String, u32>> = Mutex::new(BTreeMap::new());
+    let Ok(names) = std::env::var("SWITCHYARD_TEST_PANIC") else {
+        return;
+    };
+    let Some(times) = names.split(',').find_map(|n| {
+        let (name, times) = n.trim().split_once('*').unwrap_or((n.trim(), "1"));
+        (name == point).then(|| times.parse::<u32>().unwrap_or(1))
+    }) else {
+        return;
+    };
+    let mut passed = PASSED.lock().unwrap_or_else(|p| p.into_inner());
+    let n = passed.entry(point.to_string()).or_default();
+    *n += 1;
+    if *n > times {
+        return;
+    }
+    drop(passed);
+    panic!("SWITCHYARD_TEST_PANIC made {point} panic (a test-only hook)");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A task that ends, then one that panics: each is said to be down with its cause,
+    /// counted, and started again; once it runs, it is no longer down. Shutdown ends the
+    /// supervision without a restart.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_ends_or_panics_is_said_down_and_started_again() {
+        let supervisor = Supervisor::new(Telemetry::default());
+        let (trigger, shutdown) = crate::shutdown::channel();
+        let starts = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&starts);
+        let handle = supervisor.spawn("keeper", shutdown, move |mut shutdown| {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                match n {
+                    0 => {}
+                    1 => panic!("the second run panics"),
+                    _ => shutdown.wait().await,
+                }
+            }
+        });
+        // The first run ended at once: down, "it ended", restarted after RESTART_FIRST.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let down = supervisor.down();
+        assert_eq!(down.len(), 1, "{down:?}");
+        assert_eq!(
+            (down[0].task.as_str(), down[0].cause.as_str(), down[0].stops),
+            ("keeper", "it ended", 1)
+        );
+        // The second run panics: down again, with the panic's words, the wait doubled.
+        tokio::time::sleep(RESTART_FIRST + Duration::from_millis(10)).await;
+        let down = supervisor.down();
+        assert_eq!(down.len(), 1, "{down:?}");
+        assert!(
+            down[0].cause.contains("the second run panics") && down[0].stops == 2,
+            "{down:?}"
+        );
+        // The third runs until shutdown: up.
+        tokio::time::sleep(RESTART_FIRST * 2 + Duration::from_millis(10)).await;
+        assert!(supervisor.down().is_empty(), "{:?}", supervisor.down());
+        assert_eq!(starts.load(Ordering::SeqCst), 3);
+        trigger.fire();
+        tokio::time::timeout(Duration::from_secs(5), handle)
+            .await
+            .expect("supervision ends at shutdown")
+            .expect("joins");
+        assert_eq!(
+            starts.load(Ordering::SeqCst),
+            3,
+            "no restart after shutdown"
+        );
+    }
+}
