@@ -142,8 +142,9 @@ fn latency_buckets() -> impl Iterator<Item = f64> {
 /// Every `limit` label of `switchyard_limit_rejections_total`, each listed from the start at
 /// 0: a counter that first appears at 1 shows no increase to `rate()`, and an alert on it
 /// would never fire for a single rejection.
-pub const LIMIT_LABELS: [&str; 7] = [
+pub const LIMIT_LABELS: [&str; 8] = [
     "connections",
+    "stalled_streams",
     "handshake_timeout",
     "names_per_stream",
     "first_request_timeout",

@@ -47,6 +47,13 @@ pub enum Limit<'a> {
     NamesPerStream { peer: &'a str, error: &'a str },
     /// `--first-request-timeout`: a stream that never said who it is.
     FirstRequestTimeout { peer: &'a str, waited: Duration },
+    /// `--stalled-stream-timeout`: a stream whose client read none of its responses for
+    /// that long; its connection is closed.
+    StalledStream {
+        peer: &'a str,
+        node: &'a str,
+        waited: Duration,
+    },
     /// `--admin-header-timeout`.
     AdminHeaderTimeout { peer: Option<std::net::SocketAddr> },
     /// `--max-new-streams-per-second`: a stream past the admission rate. `log`: `Some(n)`
@@ -61,6 +68,7 @@ impl Limit<'_> {
             Limit::HandshakeTimeout { .. } => "handshake_timeout",
             Limit::NamesPerStream { .. } => "names_per_stream",
             Limit::FirstRequestTimeout { .. } => "first_request_timeout",
+            Limit::StalledStream { .. } => "stalled_streams",
             Limit::AdminHeaderTimeout { .. } => "admin_header_timeout",
             Limit::NewStreams { .. } => "new_streams",
         }
@@ -178,6 +186,12 @@ impl Telemetry {
             Limit::FirstRequestTimeout { peer, waited } => {
                 tracing::debug!(%peer, ?waited, "Ended a stream: no request naming a node within --first-request-timeout.")
             }
+            Limit::StalledStream { peer, node, waited } => tracing::warn!(
+                %peer,
+                node,
+                waited = %humantime::format_duration(waited),
+                "Closed a connection: its client answered none of a stream's responses (no ACK, NACK or request) within --stalled-stream-timeout: a proxy stuck or overloaded; it reconnects once it can."
+            ),
             Limit::AdminHeaderTimeout { peer } => tracing::info!(?peer, "Closed an admin connection: its request headers took longer than --admin-header-timeout."),
             Limit::NewStreams { peer, log } => match log {
                 Some(turned_away) => tracing::warn!(%peer, turned_away, "Turned new streams away (RESOURCE_EXHAUSTED): more than --max-new-streams-per-second at once (a reconnect storm?); the proxies retry with backoff."),
@@ -673,6 +687,11 @@ mod tests {
             },
             Limit::FirstRequestTimeout {
                 peer: "p",
+                waited: Duration::from_secs(1),
+            },
+            Limit::StalledStream {
+                peer: "p",
+                node: "n",
                 waited: Duration::from_secs(1),
             },
             Limit::AdminHeaderTimeout { peer: None },

@@ -611,3 +611,140 @@ async fn e2e_a_task_that_panics_is_said_down_and_started_again_and_a_panicked_lo
         "the last load is good: {config:?}"
     );
 }
+
+/// `count` STATIC clusters, cluster `c0`'s connect_timeout `seconds`: about 150 bytes each.
+fn many_clusters(count: usize, seconds: u32) -> String {
+    let mut text = String::from("clusters:\n");
+    for i in 0..count {
+        let timeout = if i == 0 { seconds } else { 1 };
+        text.push_str(&format!(
+            "  - name: c{i}\n    connect_timeout: {timeout}s\n    type: STATIC\n    \
+             load_assignment: {{ cluster_name: c{i}, endpoints: [{{ lb_endpoints: [{{ endpoint: \
+             {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }} }}] }}] }}\n",
+            10_000 + i
+        ));
+    }
+    text
+}
+
+/// Readers that never read (operations.md "Faults beyond a kill"): an ADS stream opened with
+/// a 64 KiB window and no window auto-tuning that never reads its responses, beside a
+/// healthy client, while the clusters (about 300 KB a response) change. The healthy client
+/// gets every change; the stalled stream is sent its first response only (the next waits
+/// for its answer: what it holds here is bounded), and once that has gone unanswered for
+/// `--stalled-stream-timeout` its connection is closed, counted
+/// (`switchyard_limit_rejections_total{limit="stalled_streams"}`) and logged, and it leaves
+/// `status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_reader_that_never_reads_is_closed_after_the_stall_timeout() {
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use switchyard::resource::ResourceType;
+
+    const CLUSTERS: usize = 2_000;
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    write(&config, "clusters.yaml", &many_clusters(CLUSTERS, 1));
+    let server =
+        Switchyard::start_with_args(&config, dir.path(), &["--stalled-stream-timeout", "2s"]).await;
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", server.port))
+            .expect("uri")
+            .initial_stream_window_size(Some(65_535))
+            .initial_connection_window_size(Some(65_535))
+            .http2_adaptive_window(false)
+            .connect()
+            .await
+            .expect("connect");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut first = support::request(ResourceType::Cluster, &[], "", "");
+    first.node = Some(support::node("stalled", "test"));
+    tx.send(first).await.expect("request");
+    // Opened, and never read.
+    let _stalled = AggregatedDiscoveryServiceClient::new(channel)
+        .stream_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("ADS stream opens");
+    let mut healthy = server.ads("healthy").await;
+    healthy.subscribe(ResourceType::Cluster, &[]).await;
+    let response = healthy.recv().await;
+    healthy.ack(&response, &[]).await;
+    let stalled_limit = "switchyard_limit_rejections_total{limit=\"stalled_streams\"}";
+    let started = Instant::now();
+    let mut closed = None;
+    let mut edits = 0;
+    // Each change is a new response of every cluster for both streams; the stalled
+    // stream's queue fills after a few, then its wait begins. Bounded: 60 changes, 60 s.
+    for seconds in 2..62u32 {
+        write(&config, "clusters.yaml", &many_clusters(CLUSTERS, seconds));
+        edits += 1;
+        let response = loop {
+            let response = healthy.recv().await;
+            healthy.ack(&response, &[]).await;
+            let c0 = response.resources.iter().find_map(|any| {
+                let c = <envoy_types::pb::envoy::config::cluster::v3::Cluster as prost::Message>::decode(any.value.as_slice()).ok()?;
+                (c.name == "c0").then(|| c.connect_timeout.map_or(0, |d| d.seconds))
+            });
+            if c0 == Some(i64::from(seconds)) {
+                break response;
+            }
+        };
+        assert_eq!(
+            response.resources.len(),
+            CLUSTERS,
+            "the healthy client gets every cluster"
+        );
+        if server.metric(stalled_limit).await == Some(1.0) {
+            closed = Some(started.elapsed());
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+    }
+    let closed = match closed {
+        Some(at) => at,
+        None => eventually(Duration::from_secs(10), || async {
+            server.metric(stalled_limit).await == Some(1.0)
+        })
+        .await
+        .map(|_| started.elapsed())
+        .unwrap_or_else(|| {
+            let sent = server
+                .log_lines()
+                .iter()
+                .filter(|l| l["message"] == "Sending response." && l["node"] == "stalled")
+                .count();
+            panic!("the stalled stream was never closed ({edits} changes, {sent} responses sent to it)")
+        }),
+    };
+    assert!(
+        server.logged(
+            "Closed a connection: its client answered none",
+            &[("node", "stalled")]
+        ),
+        "the log names the stalled node"
+    );
+    let gone = eventually(Duration::from_secs(10), || async {
+        server
+            .status()
+            .await
+            .is_some_and(|s| s.nodes.iter().all(|n| n.node_id != "stalled"))
+    })
+    .await;
+    assert!(gone.is_some(), "the stalled node leaves status");
+    // The healthy client is still served.
+    write(&config, "clusters.yaml", &many_clusters(CLUSTERS, 99));
+    let after = loop {
+        let response = healthy.recv().await;
+        healthy.ack(&response, &[]).await;
+        if response.resources.len() == CLUSTERS {
+            break response;
+        }
+    };
+    assert!(!after.version_info.is_empty());
+    println!(
+        "a reader that never reads: closed {:.1} s after the first of {edits} changes (--stalled-stream-timeout 2s)",
+        closed.as_secs_f64()
+    );
+}

@@ -186,6 +186,13 @@ pub struct LimitArgs {
     /// before it is closed.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_age_grace)]
     pub max_connection_age_grace: Duration,
+    /// How long a proxy may leave a stream's response unanswered (no ACK, NACK or other
+    /// request since it was sent), or unread (the stream's queue of 16 full), before its
+    /// connection is closed, counted and logged: a stuck proxy frees what it holds here,
+    /// and reconnects once it can. Meanwhile a stalled stream holds at most one response
+    /// per type awaiting its answer (16 when the proxy writes and does not read).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_stalled_stream_timeout)]
+    pub stalled_stream_timeout: Duration,
 }
 
 impl LimitArgs {
@@ -201,6 +208,7 @@ impl LimitArgs {
                 grace: self.max_connection_age_grace,
             },
             max_response_bytes: usize::try_from(self.max_response_bytes).unwrap_or(usize::MAX),
+            stalled_stream_timeout: self.stalled_stream_timeout,
             new_streams: self.max_new_streams_per_second.0.map(|per_second| {
                 crate::server::admission::StreamRate {
                     per_second,
@@ -373,6 +381,10 @@ fn parse_replica_name(text: &str) -> Result<String, String> {
 
 fn parse_handshake_timeout(text: &str) -> Result<Duration, String> {
     parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(600))
+}
+
+fn parse_stalled_stream_timeout(text: &str) -> Result<Duration, String> {
+    parse_duration_in(text, Duration::from_secs(1), Duration::from_secs(86_400))
 }
 
 fn parse_header_timeout(text: &str) -> Result<Duration, String> {

@@ -74,6 +74,8 @@ pub async fn serve(
     let (aged_tx, aged_rx) = watch::channel(false);
     let mut info: ConnInfo = conn.info().clone();
     info.closing = Some(aged_rx);
+    let stalled = std::sync::Arc::new(tokio::sync::Notify::new());
+    info.stalled = Some(std::sync::Arc::clone(&stalled));
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(info.clone());
         let routes = routes.clone();
@@ -117,6 +119,9 @@ pub async fn serve(
             served.as_mut().graceful_shutdown();
             None
         }
+        // A stream's client read nothing for --stalled-stream-timeout (the stream said so,
+        // and counted it): no GOAWAY that would wait on it, the connection is closed now.
+        _ = stalled.notified() => return,
     };
     let ended = match ended {
         Some(ended) => ended,

@@ -39,6 +39,9 @@ pub struct ConnInfo {
     /// Turns true when the connection is to close (it reached its age): its xDS streams end,
     /// so their clients reconnect, perhaps to another replica.
     pub closing: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Told when a stream of the connection stalled past `--stalled-stream-timeout`: the
+    /// connection is closed.
+    pub stalled: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// Plain TCP, or TLS over it.
@@ -128,6 +131,7 @@ pub fn incoming(
                                     remote: Some(peer),
                                     identity,
                                     closing: None,
+                                    stalled: None,
                                 },
                                 _permit: permit,
                             };

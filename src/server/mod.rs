@@ -94,7 +94,14 @@ pub struct Limits {
     /// The largest response sent whole (`--max-response-bytes`): larger delta responses,
     /// and SotW responses to a subscription by name (not LDS or CDS), are split.
     pub max_response_bytes: usize,
+    /// How long a stream's client may read none of its responses (their queue full, the
+    /// HTTP/2 window shut) before its connection is closed (`--stalled-stream-timeout`).
+    pub stalled_stream_timeout: Duration,
 }
+
+/// The default `--stalled-stream-timeout`: minutes, so that a proxy busy applying a large
+/// configuration is never cut off, while one that is stuck frees what it holds.
+pub const DEFAULT_STALLED_STREAM_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl Default for Limits {
     fn default() -> Self {
@@ -107,6 +114,7 @@ impl Default for Limits {
             connection_age: ConnectionAge::default(),
             new_streams: Some(admission::DEFAULT_RATE),
             max_response_bytes: crate::protocol::DEFAULT_MAX_RESPONSE_BYTES,
+            stalled_stream_timeout: DEFAULT_STALLED_STREAM_TIMEOUT,
         }
     }
 }

@@ -238,6 +238,7 @@ fn run<M: Machine>(
     let ConnInfo {
         identity: conn_identity,
         closing: mut conn_closing,
+        stalled: conn_stalled,
         remote: _,
     } = conn;
     let StreamContext {
@@ -282,6 +283,10 @@ fn run<M: Machine>(
         // select's arms would keep the request (and the select's output) in the task's
         // future across it, some 1.1 KB of every stream's largest allocation.
         let mut end: Option<Box<Status>> = None;
+        // A response sent since the client's last request, and when the wait for its answer
+        // (an ACK, a NACK, any request) ends: past it the client is stuck
+        // (`--stalled-stream-timeout`), and its connection is closed.
+        let mut unanswered: Option<tokio::time::Instant> = None;
         let reason: String = loop {
             let timeout = machine.poll_timeout().map(tokio::time::Instant::from_std);
             let deadline = match (node_id.is_none(), timeout) {
@@ -289,9 +294,11 @@ fn run<M: Machine>(
                 (true, None) => Some(first_request_by),
                 (false, at) => at,
             };
+            let deadline = [deadline, unanswered].into_iter().flatten().min();
             tokio::select! {
                 message = requests.message() => match message {
                     Ok(Some(request)) => {
+                        unanswered = None;
                         match machine.handle_request_repeating(request, requests.names_repeated()) {
                             Ok(Some(kind)) => requests.took_names(kind.index()),
                             Ok(None) => {}
@@ -384,6 +391,19 @@ fn run<M: Machine>(
                         ))));
                         break format!("no first request within {waited:?}");
                     }
+                    if unanswered.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                        telemetry.limit_reached(Limit::StalledStream {
+                            peer: &peer,
+                            node: node_id.as_deref().unwrap_or(""),
+                            waited: limits.stalled_stream_timeout,
+                        });
+                        // What it was sent may sit unread in the connection's buffers: no
+                        // status would reach it, so its connection is closed.
+                        if let Some(stalled) = &conn_stalled {
+                            stalled.notify_one();
+                        }
+                        break "the client answered none of its responses within --stalled-stream-timeout".into();
+                    }
                 }
                 _ = stop.wait() => break "server shutting down".into(),
                 // The connection reached --max-connection-age: the client reconnects (perhaps to
@@ -437,18 +457,41 @@ fn run<M: Machine>(
                     }
                 };
                 let bytes = framed.len() + shared.as_ref().map_or(0, Bytes::len) - body::PREFIX;
-                // A client that does not read blocks this send; shutdown must not wait for it.
-                let sent = tokio::select! {
+                // A client that does not read blocks this send; shutdown must not wait for it,
+                // nor this server hold its responses for ever (--stalled-stream-timeout).
+                let sent = if tx.capacity() >= 2 {
+                    // Room for both parts (this task alone sends): no wait, no timer.
+                    send_parts(&tx, framed, shared).await
+                } else {
+                    tokio::select! {
                     sent = send_parts(&tx, framed, shared) => sent,
                     _ = stop.wait() => {
                         gone = Some("server shutting down");
                         break;
+                    }
+                    _ = tokio::time::sleep(limits.stalled_stream_timeout) => {
+                        telemetry.limit_reached(Limit::StalledStream {
+                            peer: &peer,
+                            node: node_id.as_deref().unwrap_or(""),
+                            waited: limits.stalled_stream_timeout,
+                        });
+                        // Its queue is full and its window shut: nothing more reaches the
+                        // client on this stream, so its connection is closed.
+                        if let Some(stalled) = &conn_stalled {
+                            stalled.notify_one();
+                        }
+                        gone = Some("the client read none of its responses within --stalled-stream-timeout");
+                        break;
+                    }
                     }
                 };
                 if !sent {
                     gone = Some("closed by the client");
                     break;
                 }
+                unanswered.get_or_insert_with(|| {
+                    tokio::time::Instant::now() + limits.stalled_stream_timeout
+                });
                 let sent = Sent {
                     resources: written.resources,
                     not_found: written.not_found,
