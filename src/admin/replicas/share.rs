@@ -248,7 +248,8 @@ impl Sharing {
                     };
                     let put = within(client.put(key.as_str(), value, Some(PutOptions::new().with_lease(lease)))).await;
                     if let Err(e) = put {
-                        break Ended::Failed(unavailable(format!("cannot write the summary: {}", words(&e))));
+                        let why = crate::source::etcd::lease::write_failed("the summary's lease", LEASE_TTL, &e);
+                        break Ended::Failed(unavailable(format!("cannot write the summary: {why}")));
                     }
                     written = Some(summary);
                 }

@@ -737,7 +737,14 @@ impl Driver {
         if known.said.as_ref() == Some(&verdict) {
             return Ok(());
         }
-        store::put_verdict(client, &self.url, &self.replica, &verdict, lease).await?;
+        store::put_verdict(
+            client,
+            &self.url,
+            &self.replica,
+            &verdict,
+            (lease, LEASE_TTL),
+        )
+        .await?;
         known.verdicts.insert(self.replica.clone(), verdict.clone());
         known.said = Some(verdict);
         Ok(())

@@ -342,13 +342,13 @@ pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Resul
     Ok(())
 }
 
-/// Write this replica's verdict on its lease.
+/// Write this replica's verdict on its lease (of `ttl` seconds: a lapse is said as one).
 pub async fn put_verdict(
     client: &mut Client,
     url: &EtcdUrl,
     replica: &str,
     verdict: &Verdict,
-    lease: i64,
+    (lease, ttl): (i64, i64),
 ) -> Result<(), SourceError> {
     let value = serde_json::to_string(verdict)
         .map_err(|e| unavailable(url, format!("cannot write a verdict: {e}")))?;
@@ -360,10 +360,8 @@ pub async fn put_verdict(
         )
         .await
         .map_err(|e| {
-            unavailable(
-                url,
-                format!("cannot write a verdict: {}", crate::source::etcd::words(&e)),
-            )
+            let why = crate::source::etcd::lease::write_failed("the verdict's lease", ttl, &e);
+            unavailable(url, format!("cannot write a verdict: {why}"))
         })?;
     Ok(())
 }

@@ -78,6 +78,21 @@ impl Kept {
     }
 }
 
+/// Whether etcd refused a write on a lease because the lease is gone (etcd's `NotFound`:
+/// "requested lease not found"): the lease lapsed, whatever the renewals said yet.
+pub fn gone(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::NotFound)
+}
+
+/// A write on lease `what` that etcd refused, in words: a lapse said as one.
+pub fn write_failed(what: &'static str, ttl: i64, e: &etcd_client::Error) -> String {
+    if gone(e) {
+        Lapsed::Ended { what, ttl }.to_string()
+    } else {
+        super::words(e)
+    }
+}
+
 fn no_answer(timeout: Duration) -> String {
     format!(
         "etcd did not answer within {}",
