@@ -1838,3 +1838,69 @@ async fn two_replicas_of_one_name_are_told_apart_as_a_mistake() {
         assert!(r.status().await.is_some(), "both keep serving");
     }
 }
+
+/// An apply behind another apply's switch (a large change in several transactions, its
+/// `.alive` key on a lease) waits for it within its one `--source-timeout`, which its read
+/// shares: past it, it says another apply is switching, writes nothing, and never says
+/// "no answer in time" after a wait. Once the other ends, it applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_behind_another_switch_waits_within_its_one_deadline() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/deadline", etcd.endpoint());
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    support::write(
+        &snap,
+        "a.yaml",
+        "clusters:\n  - name: a\n    connect_timeout: 1s\n",
+    );
+    // Another apply, staging now: its `.alive` key on a lease it keeps.
+    let mut client = etcd.client().await.expect("etcd answers");
+    let lease = client.lease_grant(60, None).await.expect("a lease").id();
+    client
+        .put(
+            "/deadline.staging/other-1/.alive",
+            "",
+            Some(etcd_client::PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .expect("put");
+    let started = std::time::Instant::now();
+    let (code, out, err) = switchyard(&[
+        "apply",
+        snap.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--source-timeout",
+        "2s",
+    ]);
+    let took = started.elapsed();
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("another apply is switching the prefix over")
+            && err.contains("nothing was written")
+            && !err.contains("no answer in time"),
+        "{err}"
+    );
+    assert!(
+        took < Duration::from_secs(6),
+        "the wait keeps to --source-timeout 2s: it took {took:?}"
+    );
+    assert!(
+        err.contains("waiting: another apply"),
+        "it said it waits: {err}"
+    );
+    // The other apply ends: this one applies.
+    client.lease_revoke(lease).await.expect("revoke");
+    let (code, out, err) = switchyard(&[
+        "apply",
+        snap.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--source-timeout",
+        "2s",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("applied at revision"), "{out}");
+}

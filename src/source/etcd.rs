@@ -462,8 +462,10 @@ pub enum ApplyError {
     /// Another apply is switching the prefix now.
     #[error(
         "another apply is switching the prefix over (a large change, in several \
-         transactions) and did not end in time; nothing was written: apply again once it has \
-         ended"
+         transactions) and did not end within --source-timeout; nothing was written: apply \
+         again once it has ended (one that stopped mid-way is given up within {} s: a \
+         --source-timeout longer than that waits for it)",
+        switch::ALIVE_TTL
     )]
     Busy,
     #[error(transparent)]

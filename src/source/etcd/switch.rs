@@ -41,7 +41,9 @@ pub const BATCH_BYTES: usize = 1 << 20;
 pub const SWITCHING: &str = ".switchyard/switching";
 
 /// How long the lease of an apply's `.alive` key lasts without being renewed.
-const ALIVE_TTL: i64 = 10;
+pub const ALIVE_TTL: i64 = 10;
+/// How often an apply waiting for another's switch looks again.
+const BUSY_POLL: Duration = Duration::from_millis(500);
 /// How often it is renewed while the apply goes on.
 const KEEP_ALIVE: Duration = Duration::from_secs(3);
 
@@ -372,19 +374,20 @@ pub async fn resume(
     url: &EtcdUrl,
     deadline: tokio::time::Instant,
 ) -> Result<Option<i64>, ApplyError> {
-    // An apply switching now is waited for, as long as its lease could outlive a stop.
-    let waited = tokio::time::Instant::now() + Duration::from_secs(ALIVE_TTL as u64 + 5);
+    // An apply switching now is waited for within the caller's deadline, which the read
+    // and the write after this share: one stopped mid-way is given up by etcd within
+    // ALIVE_TTL, so a deadline past that always sees it end.
     let mut said = false;
     loop {
         match resume_once(client, url, deadline).await {
-            Err(ApplyError::Busy) if tokio::time::Instant::now() < waited => {
+            Err(ApplyError::Busy) if tokio::time::Instant::now() + BUSY_POLL < deadline => {
                 if !std::mem::replace(&mut said, true) {
                     eprintln!(
                         "waiting: another apply is switching the prefix over (or stopped \
                          mid-way less than {ALIVE_TTL} s ago)"
                     );
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(BUSY_POLL).await;
             }
             // A member lost, a leader being elected: a moment's unavailability, asked again
             // until the deadline (as the apply's read is).
