@@ -36,7 +36,7 @@ pub mod standing;
 mod status;
 pub mod view;
 
-use status::current_status;
+use status::status_now;
 pub use status::{
     CertificateStatus, ConfigStatus, FleetStatus, LastGood, NewStreamsStatus, NodeStatus,
     PlanStatusJson, ReplicaVerdict, RolloutStatus, ServerInfo, Settled, SourceStatus, Status,
@@ -452,11 +452,11 @@ async fn index(
     State(admin): State<Admin>,
     axum::extract::Query(query): axum::extract::Query<page::PageQuery>,
 ) -> axum::response::Html<String> {
-    axum::response::Html(page::render(&current_status(&admin), &query))
+    axum::response::Html(page::render(&status_now(&admin).await, &query))
 }
 
 async fn status(State(admin): State<Admin>) -> Json<Status> {
-    Json(current_status(&admin))
+    Json(status_now(&admin).await)
 }
 
 /// `POST /rollout/promote`: every node gets the candidate now.

@@ -334,14 +334,31 @@ pub trait Sink: Send + Sync + 'static {
 pub enum SourceError {
     #[error("--source {url}: {message}")]
     Url { url: String, message: String },
+    /// etcd did not answer, or not in time: transient, tried again.
     #[error("{url}: {message}")]
     Unavailable { url: String, message: String },
+    /// A key Switchyard wrote holds what does not read (a rollout state, an apply's switch
+    /// key, an interrupted apply's staging that is short): permanent until someone acts
+    /// (`what` says how), never tried again as if etcd were away.
+    #[error("{url}: {what}")]
+    Corrupt { url: String, what: String },
     /// A key under the prefix holds bytes that are not text: no document can be read there.
     #[error("the document at key {key:?} is not UTF-8 text ({why})")]
     NotText { key: String, why: String },
     /// The source's follower, or a load it waited for, stopped.
     #[error("the source's follower stopped: {0}")]
     Stopped(String),
+}
+
+impl SourceError {
+    /// Whether trying again may succeed without someone acting (etcd away, a leader being
+    /// elected); a corrupt key or a bad URL does not heal by waiting.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            SourceError::Unavailable { .. } | SourceError::Stopped(_)
+        )
+    }
 }
 
 /// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`: the cluster's members and the key prefix.

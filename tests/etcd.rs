@@ -1904,3 +1904,42 @@ async fn an_apply_behind_another_switch_waits_within_its_one_deadline() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("applied at revision"), "{out}");
 }
+
+/// A key Switchyard wrote that does not read (an apply's switch key, written by hand) is
+/// permanent until someone acts: `apply` says so at once, naming the key and what to do,
+/// and does not try again until its deadline as if etcd were away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_key_that_does_not_read_is_said_at_once_not_retried() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/corrupt", etcd.endpoint());
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    support::write(
+        &snap,
+        "a.yaml",
+        "clusters:\n  - name: a\n    connect_timeout: 1s\n",
+    );
+    etcd.put("/corrupt/.switchyard/switching", "{not json")
+        .await;
+    let started = std::time::Instant::now();
+    let (code, out, err) = switchyard(&[
+        "apply",
+        snap.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--source-timeout",
+        "10s",
+    ]);
+    let took = started.elapsed();
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("the switch key /corrupt/.switchyard/switching does not read")
+            && err.contains("delete it"),
+        "{err}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "said at once, not tried again until the deadline: {took:?}"
+    );
+}

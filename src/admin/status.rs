@@ -596,6 +596,18 @@ pub(super) fn config_status(admin: &Admin) -> Option<ConfigStatus> {
     })
 }
 
+/// `/status` as of now, taken on a blocking thread: it reads the files' times (an edit not
+/// loaded yet) and copies every proxy's report, which must not hold an async thread.
+pub(super) async fn status_now(admin: &Admin) -> Status {
+    let taking = admin.clone();
+    match tokio::task::spawn_blocking(move || current_status(&taking)).await {
+        Ok(status) => status,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down: taken here.
+        Err(_) => current_status(admin),
+    }
+}
+
 /// `/status` as of now.
 pub(super) fn current_status(admin: &Admin) -> Status {
     let config = config_status(admin);

@@ -84,7 +84,9 @@ pub async fn unchanged_between(
         async move {
             match client.get(prefix, Some(options.with_prefix())).await {
                 Ok(answer) => Ok(Some(answer)),
-                Err(etcd_client::Error::GRpcStatus(s)) if s.message().contains("compacted") => {
+                // etcd's OUT_OF_RANGE on a read in the past: the revision was compacted
+                // (the revisions asked for are never in the future).
+                Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::OutOfRange => {
                     Ok(None)
                 }
                 Err(e) => Err(SourceError::Unavailable {

@@ -227,7 +227,7 @@ impl Sharing {
                         continue;
                     }
                     taken = Some((now_seen, Instant::now()));
-                    let status = super::super::status::current_status(admin);
+                    let status = super::super::status::status_now(admin).await;
                     let standing = crate::admin::standing::replica_standing(&status);
                     let mut summary = summarize(&status, &self.replica, standing.name());
                     summary.admin.clone_from(&self.admin_addr);

@@ -255,9 +255,20 @@ impl Driver {
         let mut retry = RETRY_FIRST;
         let mut failed: Option<SourceError> = None;
         let mut away = false;
+        let mut corrupt: Option<String> = None;
         loop {
             if let Some(e) = failed.take() {
-                if !away {
+                if !e.is_transient() {
+                    // Not etcd away: a key that does not read, which waiting does not mend.
+                    // Said once per cause, not on every try.
+                    let why = e.to_string();
+                    if corrupt.as_ref() != Some(&why) {
+                        tracing::error!(error = %e, "The fleet's rollout in etcd does not read; this replica serves what it has, and reads it again after a wait. Someone must act (the error says how).");
+                        corrupt = Some(why);
+                    }
+                    retry = RETRY_MAX;
+                    away = true;
+                } else if !away {
                     tracing::warn!(error = %e, "The fleet's rollout cannot be read from etcd; this replica serves what it has until it can.");
                     away = true;
                 }
@@ -281,6 +292,7 @@ impl Driver {
             if away {
                 tracing::info!("The fleet's rollout is read from etcd again.");
                 away = false;
+                corrupt = None;
             }
             retry = RETRY_FIRST;
             self.settle(&mut client, &mut known).await;
@@ -593,7 +605,14 @@ impl Driver {
         match step {
             Follow::Publish(mark) => {
                 let config = self.config_of(client, known, shared, &mark).await?;
-                let generation = self.reloader.publish_named(config, mark.revision);
+                // Publishing diffs the configurations for the history and may copy the
+                // files: a blocking thread's work.
+                let reloader = Arc::clone(&self.reloader);
+                let revision = mark.revision;
+                let generation =
+                    tokio::task::spawn_blocking(move || reloader.publish_named(config, revision))
+                        .await
+                        .map_err(|why| DriverError::LoadStopped { revision, why })?;
                 tracing::info!(
                     generation,
                     revision = mark.revision,

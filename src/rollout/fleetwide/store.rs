@@ -160,15 +160,13 @@ pub async fn begin_bake(
 /// The state in a value: a state that does not read is an error naming the key (it is
 /// written only by Switchyard; a hand edit that breaks it must not be taken as none).
 pub fn decode_state(url: &EtcdUrl, value: &[u8]) -> Result<FleetState, SourceError> {
-    serde_json::from_slice(value).map_err(|e| {
-        unavailable(
-            url,
-            format!(
-                "the rollout state at {} does not read ({e}); delete the key to start over \
-                 from the documents as they are",
-                state_key(url)
-            ),
-        )
+    serde_json::from_slice(value).map_err(|e| SourceError::Corrupt {
+        url: url.display(),
+        what: format!(
+            "the rollout state at {} does not read ({e}); delete the key to start over \
+             from the documents as they are",
+            state_key(url)
+        ),
     })
 }
 

@@ -391,7 +391,9 @@ pub async fn resume(
             }
             // A member lost, a leader being elected: a moment's unavailability, asked again
             // until the deadline (as the apply's read is).
-            Err(ApplyError::Unavailable(_)) if tokio::time::Instant::now() + RETRY < deadline => {
+            Err(ApplyError::Unavailable(e))
+                if e.is_transient() && tokio::time::Instant::now() + RETRY < deadline =>
+            {
                 tokio::time::sleep(RETRY).await;
             }
             done => return done,
@@ -414,15 +416,13 @@ async fn resume_once(
         None => None,
         Some(value) => {
             let text = String::from_utf8_lossy(&value).into_owned();
-            let switch = serde_json::from_str(&text).map_err(|e| {
-                unavailable(
-                    url,
-                    format!(
-                        "the switch key {} does not read ({e}); delete it to give the \
-                         interrupted apply up",
-                        key(url)
-                    ),
-                )
+            let switch = serde_json::from_str(&text).map_err(|e| SourceError::Corrupt {
+                url: url.display(),
+                what: format!(
+                    "the switch key {} does not read ({e}); delete it to give the \
+                     interrupted apply up",
+                    key(url)
+                ),
             })?;
             Some((text, switch))
         }
@@ -477,16 +477,16 @@ async fn resume_once(
         })
         .collect();
     if puts.len() != switch.puts {
-        return Err(unavailable(
-            url,
-            format!(
+        return Err(ApplyError::Unavailable(SourceError::Corrupt {
+            url: url.display(),
+            what: format!(
                 "an interrupted apply staged {} of its {} documents under {from}: it cannot be \
                  finished; delete {} to give it up (the prefix serves what it held before it)",
                 puts.len(),
                 switch.puts,
                 key(url)
             ),
-        ));
+        }));
     }
     let mut alive = Alive::take(client, url).await?;
     let landed = finish(client, url, &text, &switch, &puts, deadline, &mut alive).await;
