@@ -529,7 +529,7 @@ fn serve_fleet_start(
     match reloader.load_only(documents) {
         Ok(config) if config.content_version() == candidate.mark.version => {
             let number = reloader.publish_named(config, candidate.mark.revision);
-            // A bake goes on while etcd keeps its key (`store::bake_key`): the driver
+            // A bake goes on while etcd keeps its key (`source::etcd::keys::bake`): the driver
             // learns how much is left from its watch.
             let bake_left = cache
                 .policy()

@@ -5,6 +5,7 @@
 //! Must not: parse documents.
 
 pub mod follow;
+pub mod keys;
 pub mod lease;
 pub mod switch;
 
@@ -293,11 +294,10 @@ pub async fn read_at(
 /// The key every `apply` writes (in the same transaction), so that two applies from one
 /// read cannot both land: its revision is compared.
 pub fn guard_key(url: &EtcdUrl) -> String {
-    format!("{}{GUARD}", url.key_prefix())
+    keys::guard(url)
 }
 
-/// The guard key's name under the prefix.
-pub const GUARD: &str = ".switchyard/applied";
+pub use keys::GUARD;
 
 /// What an apply says of itself in the guard key it writes with the documents: when, who
 /// and why (`apply --author`, `--message`).

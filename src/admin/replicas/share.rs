@@ -52,7 +52,7 @@ const RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// Where every replica's summary is kept: beside the prefix.
 pub fn summaries_prefix(url: &EtcdUrl) -> String {
-    format!("{}.replicas/", url.prefix.trim_end_matches('/'))
+    crate::source::etcd::keys::summaries(url)
 }
 
 /// Shares this replica's summary and follows everyone's, until shutdown.

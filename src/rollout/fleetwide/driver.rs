@@ -197,7 +197,7 @@ struct Known {
     modified: i64,
     verdicts: BTreeMap<String, Verdict>,
     /// The content version the bake key holds, and when this replica saw it put: the bake
-    /// is on while etcd keeps the key (`store::bake_key`).
+    /// is on while etcd keeps the key (`source::etcd::keys::bake`).
     baking: Option<(String, Instant)>,
     /// The newest good load not yet published (its config is taken when it is).
     pending: Option<Head>,
@@ -407,7 +407,7 @@ impl Driver {
             .with_prefix()
             .with_start_revision(held.revision + 1);
         let stream = client
-            .watch(store::rollout_prefix(&self.url), Some(options))
+            .watch(etcd::keys::rollout(&self.url), Some(options))
             .await
             .map_err(|e| {
                 unavailable(format!(
@@ -422,7 +422,7 @@ impl Driver {
     fn saw(&self, known: &mut Known, event: &etcd_client::Event) {
         let Some(kv) = event.kv() else { return };
         let deleted = event.event_type() == etcd_client::EventType::Delete;
-        if kv.key() == store::state_key(&self.url).as_bytes() {
+        if kv.key() == etcd::keys::rollout_state(&self.url).as_bytes() {
             if deleted {
                 known.shared = None;
                 known.modified = 0;
@@ -437,7 +437,7 @@ impl Driver {
                     }
                 }
             }
-        } else if kv.key() == store::bake_key(&self.url).as_bytes() {
+        } else if kv.key() == etcd::keys::bake(&self.url).as_bytes() {
             // Deleted: its lease ended, the bake is over (etcd's word, not a clock's).
             known.baking = (!deleted).then(|| {
                 (
@@ -895,7 +895,7 @@ pub async fn read_start(
             message: format!(
                 "the rollout kept in etcd promoted revision {}, but its copy ({}) holds {} of                  its {} documents",
                 shared.stable.revision,
-                store::copy_prefix(url, shared.stable.revision),
+                etcd::keys::stable(url, shared.stable.revision),
                 copy.len(),
                 shared.documents
             ),

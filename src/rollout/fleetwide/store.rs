@@ -19,40 +19,13 @@ use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp
 
 use crate::config::Document;
 use crate::rollout::fleetwide::{FleetState, Verdict};
-use crate::source::etcd::document_name;
+use crate::source::etcd::{document_name, keys};
 use crate::source::{EtcdUrl, SourceError};
 
 /// Puts per transaction when copying documents (etcd refuses more than 128 operations in
 /// one by default), and bytes (its requests are at most 1.5 MiB by default).
 const COPY_OPS: usize = 64;
 const COPY_BYTES: usize = 1 << 20;
-
-/// The keys of the fleet's rollout.
-pub fn rollout_prefix(url: &EtcdUrl) -> String {
-    format!("{}.rollout/", url.prefix.trim_end_matches('/'))
-}
-
-pub fn state_key(url: &EtcdUrl) -> String {
-    format!("{}state", rollout_prefix(url))
-}
-
-/// The bake's key: the candidate's content version, on a lease as long as the bake.
-pub fn bake_key(url: &EtcdUrl) -> String {
-    format!("{}bake", rollout_prefix(url))
-}
-
-pub fn verdicts_prefix(url: &EtcdUrl) -> String {
-    format!("{}replicas/", rollout_prefix(url))
-}
-
-/// Where the copy of the documents promoted at `revision` is kept.
-pub fn copy_prefix(url: &EtcdUrl, revision: i64) -> String {
-    format!("{}.stable/{revision}/", url.prefix.trim_end_matches('/'))
-}
-
-fn copies_prefix(url: &EtcdUrl) -> String {
-    format!("{}.stable/", url.prefix.trim_end_matches('/'))
-}
 
 /// The rollout as etcd holds it, read at one revision.
 #[derive(Clone, Debug, Default)]
@@ -78,9 +51,9 @@ fn unavailable(url: &EtcdUrl, message: String) -> SourceError {
 /// The state, every verdict and the bake, at one revision (one transaction of three reads).
 pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<Held, SourceError> {
     let txn = Txn::new().and_then(vec![
-        TxnOp::get(state_key(url), None),
-        TxnOp::get(verdicts_prefix(url), Some(GetOptions::new().with_prefix())),
-        TxnOp::get(bake_key(url), None),
+        TxnOp::get(keys::rollout_state(url), None),
+        TxnOp::get(keys::verdicts(url), Some(GetOptions::new().with_prefix())),
+        TxnOp::get(keys::bake(url), None),
     ]);
     let response = client.txn(txn).await.map_err(|e| {
         unavailable(
@@ -148,7 +121,7 @@ pub async fn begin_bake(
         .id();
     client
         .put(
-            bake_key(url),
+            keys::bake(url),
             version,
             Some(PutOptions::new().with_lease(lease)),
         )
@@ -165,7 +138,7 @@ pub fn decode_state(url: &EtcdUrl, value: &[u8]) -> Result<FleetState, SourceErr
         what: format!(
             "the rollout state at {} does not read ({e}); delete the key to start over \
              from the documents as they are",
-            state_key(url)
+            keys::rollout_state(url)
         ),
     })
 }
@@ -173,7 +146,7 @@ pub fn decode_state(url: &EtcdUrl, value: &[u8]) -> Result<FleetState, SourceErr
 /// The replica a verdict key is about.
 pub fn replica_of(url: &EtcdUrl, key: &[u8]) -> Option<String> {
     let key = std::str::from_utf8(key).ok()?;
-    key.strip_prefix(&verdicts_prefix(url))
+    key.strip_prefix(&keys::verdicts(url))
         .filter(|r| !r.is_empty())
         .map(str::to_string)
 }
@@ -186,7 +159,7 @@ pub async fn write_state(
     next: &FleetState,
     modified: i64,
 ) -> Result<Option<i64>, SourceError> {
-    let key = state_key(url);
+    let key = keys::rollout_state(url);
     let value = serde_json::to_string(next)
         .map_err(|e| unavailable(url, format!("cannot write the rollout: {e}")))?;
     let txn = Txn::new()
@@ -220,7 +193,7 @@ pub async fn copy_stable(
     documents: &[Document],
 ) -> Result<(), SourceError> {
     let prefix = url.key_prefix();
-    let into = copy_prefix(url, revision);
+    let into = keys::stable(url, revision);
     let mut batch = Vec::new();
     let mut bytes = 0;
     for (i, document) in documents.iter().enumerate() {
@@ -261,7 +234,7 @@ pub async fn read_copy(
     url: &EtcdUrl,
     revision: i64,
 ) -> Result<Vec<Document>, SourceError> {
-    let from = copy_prefix(url, revision);
+    let from = keys::stable(url, revision);
     let response = crate::source::etcd::reader(client)
         .get(from.as_str(), Some(GetOptions::new().with_prefix()))
         .await
@@ -292,7 +265,7 @@ pub async fn read_copy(
 /// Remove every copy but the one of `keep` (older promotions, and copies left by a replica
 /// that stopped before it wrote the state).
 pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Result<(), SourceError> {
-    let all = copies_prefix(url);
+    let all = keys::stables(url);
     let response = client
         .get(
             all.as_str(),
@@ -323,7 +296,7 @@ pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Resul
     for revision in revisions {
         client
             .delete(
-                copy_prefix(url, revision),
+                keys::stable(url, revision),
                 Some(etcd_client::DeleteOptions::new().with_prefix()),
             )
             .await
@@ -352,7 +325,7 @@ pub async fn put_verdict(
         .map_err(|e| unavailable(url, format!("cannot write a verdict: {e}")))?;
     client
         .put(
-            format!("{}{replica}", verdicts_prefix(url)),
+            format!("{}{replica}", keys::verdicts(url)),
             value,
             Some(PutOptions::new().with_lease(lease)),
         )

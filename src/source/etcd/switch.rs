@@ -38,26 +38,18 @@ pub const BATCH_OPS: usize = 100;
 pub const BATCH_BYTES: usize = 1 << 20;
 
 /// The switch key's name under the prefix.
-pub const SWITCHING: &str = ".switchyard/switching";
+pub use super::keys::SWITCHING;
 
 /// How long the lease of an apply's `.alive` key lasts without being renewed.
 pub const ALIVE_TTL: i64 = 10;
-/// How often an apply waiting for another's switch looks again.
-const BUSY_POLL: Duration = Duration::from_millis(500);
 /// How often it is renewed while the apply goes on.
 const KEEP_ALIVE: Duration = Duration::from_secs(3);
+/// How often an apply waiting for another's switch looks again.
+const BUSY_POLL: Duration = Duration::from_millis(500);
 
 /// The switch key.
 pub fn key(url: &EtcdUrl) -> String {
-    format!("{}{SWITCHING}", url.key_prefix())
-}
-
-fn staging_root(url: &EtcdUrl) -> String {
-    format!("{}.staging/", url.prefix.trim_end_matches('/'))
-}
-
-fn staging(url: &EtcdUrl, id: &str) -> String {
-    format!("{}{id}/", staging_root(url))
+    super::keys::switching(url)
 }
 
 /// What the switch key holds: which apply, the keys it deletes, how many documents it
@@ -193,7 +185,7 @@ async fn stage(
     change: &Change,
     alive: &mut Alive,
 ) -> Result<(), ApplyError> {
-    let into = staging(url, id);
+    let into = super::keys::staging(url, id);
     client
         .put(
             format!("{into}.alive"),
@@ -361,7 +353,10 @@ async fn drop_staging(
     id: &str,
 ) -> Result<(), etcd_client::Error> {
     client
-        .delete(staging(url, id), Some(DeleteOptions::new().with_prefix()))
+        .delete(
+            super::keys::staging(url, id),
+            Some(DeleteOptions::new().with_prefix()),
+        )
         .await
         .map(|_| ())
 }
@@ -429,12 +424,12 @@ async fn resume_once(
     };
     let listed = client
         .get(
-            staging_root(url),
+            super::keys::stagings(url),
             Some(GetOptions::new().with_prefix().with_keys_only()),
         )
         .await
         .map_err(|e| failed(url, "cannot list the stagings", &e))?;
-    let root = staging_root(url);
+    let root = super::keys::stagings(url);
     let mut ids = std::collections::BTreeMap::<String, bool>::new();
     for kv in listed.kvs() {
         let key = String::from_utf8_lossy(kv.key());
@@ -456,7 +451,7 @@ async fn resume_once(
     let Some((text, switch)) = switch else {
         return Ok(None);
     };
-    let from = staging(url, &switch.id);
+    let from = super::keys::staging(url, &switch.id);
     let staged = super::reader(client)
         .get(from.as_str(), Some(GetOptions::new().with_prefix()))
         .await
