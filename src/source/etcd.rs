@@ -7,6 +7,7 @@
 pub mod follow;
 pub mod keys;
 pub mod lease;
+pub mod session;
 pub mod switch;
 
 use std::time::Duration;

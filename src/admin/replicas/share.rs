@@ -99,31 +99,24 @@ impl Sharing {
     /// stay in the view, marked stale, with the reason beside them; the session is opened
     /// again, backing off.
     pub async fn run(self, admin: Admin, view: watch::Sender<View>, mut shutdown: Shutdown) {
-        let mut retry = RETRY_FIRST;
+        let mut tries = crate::source::etcd::session::Retry::new(RETRY_FIRST, RETRY_MAX);
         loop {
             // The session sees the shutdown itself: it says this replica left before it ends.
-            let began = Instant::now();
-            let e = match self.session(&admin, &view, &mut shutdown).await {
+            let e = match self.session(&admin, &view, &mut shutdown, &mut tries).await {
                 Ended::Shutdown => return,
                 Ended::Failed(e) => e,
             };
-            // A session that lasted was not the failure the backoff was for.
-            if began.elapsed() > RETRY_MAX * 3 {
-                retry = RETRY_FIRST;
-            }
             // Once a series of failures, as the source's follower logs an outage.
-            if !view.borrow().stale {
+            if tries.failed() {
                 tracing::warn!(error = %e, "The fleet's view is stale: the replicas' summaries are not followed until etcd is reachable again.");
             }
             view.send_modify(|v| {
                 v.error = Some(e.to_string());
                 v.stale = true;
             });
-            tokio::select! {
-                _ = shutdown.wait() => return,
-                _ = tokio::time::sleep(retry) => {}
+            if !tries.wait(&mut shutdown, Duration::ZERO).await {
+                return;
             }
-            retry = (retry * 2).min(RETRY_MAX);
         }
     }
 
@@ -134,6 +127,7 @@ impl Sharing {
         admin: &Admin,
         view: &watch::Sender<View>,
         shutdown: &mut Shutdown,
+        tries: &mut crate::source::etcd::session::Retry,
     ) -> Ended {
         let unavailable = |message: String| SourceError::Unavailable {
             url: self.url.display(),
@@ -170,6 +164,8 @@ impl Sharing {
                 Err(e) => return Ended::Failed(e),
             },
         };
+        // etcd answered: a session begins (the view is no longer stale once it is sent).
+        tries.began();
         let mut lapsed = crate::source::etcd::lease::Kept::spawn(
             client.clone(),
             lease,

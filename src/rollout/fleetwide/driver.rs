@@ -252,12 +252,13 @@ impl Driver {
             versions: BTreeMap::new(),
             stuck: None,
         };
-        let mut retry = RETRY_FIRST;
+        let mut tries = etcd::session::Retry::new(RETRY_FIRST, RETRY_MAX);
         let mut failed: Option<SourceError> = None;
-        let mut away = false;
         let mut corrupt: Option<String> = None;
         loop {
             if let Some(e) = failed.take() {
+                let outage = tries.failed();
+                let mut at_least = Duration::ZERO;
                 if !e.is_transient() {
                     // Not etcd away: a key that does not read, which waiting does not mend.
                     // Said once per cause, not on every try.
@@ -266,17 +267,13 @@ impl Driver {
                         tracing::error!(error = %e, "The fleet's rollout in etcd does not read; this replica serves what it has, and reads it again after a wait. Someone must act (the error says how).");
                         corrupt = Some(why);
                     }
-                    retry = RETRY_MAX;
-                    away = true;
-                } else if !away {
+                    at_least = RETRY_MAX;
+                } else if outage {
                     tracing::warn!(error = %e, "The fleet's rollout cannot be read from etcd; this replica serves what it has until it can.");
-                    away = true;
                 }
-                tokio::select! {
-                    _ = shutdown.wait() => return,
-                    _ = tokio::time::sleep(retry) => {}
+                if !tries.wait(&mut shutdown, at_least).await {
+                    return;
                 }
-                retry = (retry * 2).min(RETRY_MAX);
             }
             let session = tokio::select! {
                 _ = shutdown.wait() => return,
@@ -289,12 +286,10 @@ impl Driver {
                     continue;
                 }
             };
-            if away {
+            if tries.began() {
                 tracing::info!("The fleet's rollout is read from etcd again.");
-                away = false;
                 corrupt = None;
             }
-            retry = RETRY_FIRST;
             self.settle(&mut client, &mut known).await;
             view.send_replace(self.view(&known));
             let mut tick = tokio::time::interval(TICK);

@@ -187,23 +187,19 @@ pub async fn follow(
         }
     };
     let prefix = url.key_prefix();
-    let mut retry = ETCD_RETRY_FIRST;
-    let mut away = false;
     // Whatever fails (connecting, watching, reading), the next try waits, longer each time
     // up to ETCD_RETRY_MAX: an etcd that is away is never asked in a tight loop.
+    let mut tries = etcd::session::Retry::new(ETCD_RETRY_FIRST, ETCD_RETRY_MAX);
     let mut failed: Option<SourceError> = None;
     loop {
         if let Some(e) = failed.take() {
-            if !away {
+            if tries.failed() {
                 tracing::warn!(error = %e, revision = held.revision, "etcd does not answer; the last good generation keeps serving, and the watch resumes from the last revision read.");
                 sink.health(&url.display(), Some(e.to_string()));
-                away = true;
             }
-            tokio::select! {
-                _ = shutdown.wait() => return,
-                _ = tokio::time::sleep(retry) => {}
+            if !tries.wait(&mut shutdown, Duration::ZERO).await {
+                return;
             }
-            retry = (retry * 2).min(ETCD_RETRY_MAX);
         }
         let connected = tokio::select! {
             _ = shutdown.wait() => return,
@@ -257,15 +253,13 @@ pub async fn follow(
                 continue;
             }
         };
-        if away {
+        if tries.began() {
             tracing::info!(
                 revision = held.revision,
                 "etcd answers again; watching from the last revision read."
             );
             sink.health(&url.display(), None);
-            away = false;
         }
-        retry = ETCD_RETRY_FIRST;
         let mut following = Watch {
             held: &mut held,
             url: &url,
