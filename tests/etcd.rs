@@ -1839,6 +1839,37 @@ async fn two_replicas_of_one_name_are_told_apart_as_a_mistake() {
     }
 }
 
+/// A directory of one cluster document, `a`.
+fn one_cluster(dir: &std::path::Path) -> std::path::PathBuf {
+    let snap = dir.join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    support::write(
+        &snap,
+        "a.yaml",
+        "clusters:\n  - name: a\n    connect_timeout: 1s\n",
+    );
+    snap
+}
+
+/// `apply SNAP --source URL --source-timeout TIMEOUT`: (exit code, stdout, stderr, how long
+/// it took).
+fn timed_apply(
+    snap: &std::path::Path,
+    url: &str,
+    timeout: &str,
+) -> (Option<i32>, String, String, Duration) {
+    let started = std::time::Instant::now();
+    let (code, out, err) = switchyard(&[
+        "apply",
+        snap.to_str().expect("utf-8"),
+        "--source",
+        url,
+        "--source-timeout",
+        timeout,
+    ]);
+    (code, out, err, started.elapsed())
+}
+
 /// An apply behind another apply's switch (a large change in several transactions, its
 /// `.alive` key on a lease) waits for it within its one `--source-timeout`, which its read
 /// shares: past it, it says another apply is switching, writes nothing, and never says
@@ -1848,13 +1879,7 @@ async fn an_apply_behind_another_switch_waits_within_its_one_deadline() {
     let dir = tempfile::tempdir().expect("tmp");
     let etcd = Etcd::start(dir.path()).await;
     let url = format!("etcd://{}/deadline", etcd.endpoint());
-    let snap = dir.path().join("snap");
-    std::fs::create_dir(&snap).expect("mkdir");
-    support::write(
-        &snap,
-        "a.yaml",
-        "clusters:\n  - name: a\n    connect_timeout: 1s\n",
-    );
+    let snap = one_cluster(dir.path());
     // Another apply, staging now: its `.alive` key on a lease it keeps.
     let mut client = etcd.client().await.expect("etcd answers");
     let lease = client.lease_grant(60, None).await.expect("a lease").id();
@@ -1866,16 +1891,7 @@ async fn an_apply_behind_another_switch_waits_within_its_one_deadline() {
         )
         .await
         .expect("put");
-    let started = std::time::Instant::now();
-    let (code, out, err) = switchyard(&[
-        "apply",
-        snap.to_str().expect("utf-8"),
-        "--source",
-        &url,
-        "--source-timeout",
-        "2s",
-    ]);
-    let took = started.elapsed();
+    let (code, out, err, took) = timed_apply(&snap, &url, "2s");
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(
         err.contains("another apply is switching the prefix over")
@@ -1893,14 +1909,7 @@ async fn an_apply_behind_another_switch_waits_within_its_one_deadline() {
     );
     // The other apply ends: this one applies.
     client.lease_revoke(lease).await.expect("revoke");
-    let (code, out, err) = switchyard(&[
-        "apply",
-        snap.to_str().expect("utf-8"),
-        "--source",
-        &url,
-        "--source-timeout",
-        "2s",
-    ]);
+    let (code, out, err, _) = timed_apply(&snap, &url, "2s");
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("applied at revision"), "{out}");
 }
@@ -1913,25 +1922,10 @@ async fn a_switch_key_that_does_not_read_is_said_at_once_not_retried() {
     let dir = tempfile::tempdir().expect("tmp");
     let etcd = Etcd::start(dir.path()).await;
     let url = format!("etcd://{}/corrupt", etcd.endpoint());
-    let snap = dir.path().join("snap");
-    std::fs::create_dir(&snap).expect("mkdir");
-    support::write(
-        &snap,
-        "a.yaml",
-        "clusters:\n  - name: a\n    connect_timeout: 1s\n",
-    );
+    let snap = one_cluster(dir.path());
     etcd.put("/corrupt/.switchyard/switching", "{not json")
         .await;
-    let started = std::time::Instant::now();
-    let (code, out, err) = switchyard(&[
-        "apply",
-        snap.to_str().expect("utf-8"),
-        "--source",
-        &url,
-        "--source-timeout",
-        "10s",
-    ]);
-    let took = started.elapsed();
+    let (code, out, err, took) = timed_apply(&snap, &url, "10s");
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(
         err.contains("the switch key /corrupt/.switchyard/switching does not read")

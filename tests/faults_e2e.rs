@@ -245,6 +245,28 @@ fn statuses(replicas: &[&Switchyard]) -> Vec<(Option<i32>, String)> {
     replicas.iter().map(|r| r.status_command(&[])).collect()
 }
 
+/// Wait (at most 30 s) until every replica's `status` exits 0, and none calls a replica
+/// unseen.
+async fn every_replica_done(replicas: &[&Switchyard], when: &str) {
+    let mut said = Vec::new();
+    let done = eventually(Duration::from_secs(30), || {
+        said = statuses(replicas);
+        let done = said.iter().all(|(code, _)| *code == Some(0));
+        async move { done }
+    })
+    .await;
+    assert!(
+        done.is_some(),
+        "every replica's status exits 0 {when}: {said:#?}"
+    );
+    for (_, text) in &said {
+        assert!(
+            !text.contains("UNSEEN"),
+            "no replica is unseen {when}:\n{text}"
+        );
+    }
+}
+
 /// A clock five minutes off (operations.md "Faults beyond a kill"): three replicas on one
 /// etcd, one honest, one five minutes ahead and one five minutes behind (libfaketime, the
 /// wall clock only). Every replica's `status` exits 0 and calls no replica unseen, at rest
@@ -316,20 +338,7 @@ async fn e2e_a_replica_whose_clock_is_minutes_off_is_judged_as_any_other() {
         skewed.is_some(),
         "libfaketime moves the clocks (ahead, honest, behind): {dates:?}"
     );
-    let mut said = Vec::new();
-    let done = eventually(Duration::from_secs(30), || {
-        said = statuses(&all);
-        let done = said.iter().all(|(code, _)| *code == Some(0));
-        async move { done }
-    })
-    .await;
-    assert!(
-        done.is_some(),
-        "every replica's status exits 0 at rest: {said:#?}"
-    );
-    for (_, text) in &said {
-        assert!(!text.contains("UNSEEN"), "no replica is unseen:\n{text}");
-    }
+    every_replica_done(&all, "at rest").await;
 
     // A change: the canary on the honest replica takes it, the bake goes by, then the
     // edge on the replica five minutes behind gets it. The replica five minutes ahead
@@ -354,23 +363,24 @@ async fn e2e_a_replica_whose_clock_is_minutes_off_is_judged_as_any_other() {
         "the edge got the change {:.1} s after the canary: the bake of {BAKE_SECS} s was cut short",
         baked.as_secs_f64()
     );
-    let done = eventually(Duration::from_secs(30), || {
-        said = statuses(&all);
-        let done = said.iter().all(|(code, _)| *code == Some(0));
-        async move { done }
-    })
-    .await;
-    assert!(
-        done.is_some(),
-        "every replica's status exits 0 after the change: {said:#?}"
-    );
-    for (_, text) in &said {
-        assert!(!text.contains("UNSEEN"), "no replica is unseen:\n{text}");
-    }
+    every_replica_done(&all, "after the change").await;
     println!(
         "clocks five minutes off: the edge got the change {:.1} s after the canary (bake {BAKE_SECS} s)",
         baked.as_secs_f64()
     );
+}
+
+/// Ask `server`'s `status` until it exits `code` (within `limit`): whether it did, and what
+/// it said last.
+async fn status_until(server: &Switchyard, code: i32, limit: Duration) -> (bool, String) {
+    let mut said = String::new();
+    let reached = eventually(limit, || {
+        let (exit, out) = server.status_command(&[]);
+        said = out;
+        async move { exit == Some(code) }
+    })
+    .await;
+    (reached.is_some(), said)
 }
 
 fn signal(pid: u32, signal: &str) {
@@ -528,17 +538,8 @@ async fn e2e_a_task_that_panics_is_said_down_and_started_again_and_a_panicked_lo
         &[("SWITCHYARD_TEST_PANIC", "follower*3,load")],
     )
     .await;
-    let mut said = String::new();
-    let down = eventually(Duration::from_secs(10), || {
-        let (code, out) = server.status_command(&[]);
-        said = out;
-        async move { code == Some(11) }
-    })
-    .await;
-    assert!(
-        down.is_some(),
-        "status exits 11 while the follower is down:\n{said}"
-    );
+    let (down, said) = status_until(&server, 11, Duration::from_secs(10)).await;
+    assert!(down, "status exits 11 while the follower is down:\n{said}");
     assert!(
         said.contains("TASK DOWN: follower") && said.contains("panicked"),
         "status names the task and its cause:\n{said}"
@@ -569,14 +570,9 @@ async fn e2e_a_task_that_panics_is_said_down_and_started_again_and_a_panicked_lo
     snapshot(&snap, listener, "two");
     let (code, out) = apply(&snap, &url);
     assert_eq!(code, Some(0), "{out}");
-    let failed = eventually(Duration::from_secs(30), || {
-        let (code, out) = server.status_command(&[]);
-        said = out;
-        async move { code == Some(3) }
-    })
-    .await;
+    let (failed, said) = status_until(&server, 3, Duration::from_secs(30)).await;
     assert!(
-        failed.is_some(),
+        failed,
         "the panicked load is a failed load (exit 3):\n{said}"
     );
     assert!(
@@ -586,16 +582,8 @@ async fn e2e_a_task_that_panics_is_said_down_and_started_again_and_a_panicked_lo
     snapshot(&snap, listener, "three");
     let (code, out) = apply(&snap, &url);
     assert_eq!(code, Some(0), "{out}");
-    let done = eventually(Duration::from_secs(30), || {
-        let (code, out) = server.status_command(&[]);
-        said = out;
-        async move { code == Some(0) }
-    })
-    .await;
-    assert!(
-        done.is_some(),
-        "the next change loads, every task runs:\n{said}"
-    );
+    let (done, said) = status_until(&server, 0, Duration::from_secs(30)).await;
+    assert!(done, "the next change loads, every task runs:\n{said}");
     let restarts = server
         .metric("switchyard_task_restarts_total{task=\"follower\"}")
         .await;

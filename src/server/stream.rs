@@ -392,16 +392,7 @@ fn run<M: Machine>(
                         break format!("no first request within {waited:?}");
                     }
                     if unanswered.is_some_and(|at| tokio::time::Instant::now() >= at) {
-                        telemetry.limit_reached(Limit::StalledStream {
-                            peer: &peer,
-                            node: node_id.as_deref().unwrap_or(""),
-                            waited: limits.stalled_stream_timeout,
-                        });
-                        // What it was sent may sit unread in the connection's buffers: no
-                        // status would reach it, so its connection is closed.
-                        if let Some(stalled) = &conn_stalled {
-                            stalled.notify_one();
-                        }
+                        stalled(&telemetry, &peer, node_id.as_deref(), &limits, conn_stalled.as_deref());
                         break "the client answered none of its responses within --stalled-stream-timeout".into();
                     }
                 }
@@ -470,16 +461,7 @@ fn run<M: Machine>(
                         break;
                     }
                     _ = tokio::time::sleep(limits.stalled_stream_timeout) => {
-                        telemetry.limit_reached(Limit::StalledStream {
-                            peer: &peer,
-                            node: node_id.as_deref().unwrap_or(""),
-                            waited: limits.stalled_stream_timeout,
-                        });
-                        // Its queue is full and its window shut: nothing more reaches the
-                        // client on this stream, so its connection is closed.
-                        if let Some(stalled) = &conn_stalled {
-                            stalled.notify_one();
-                        }
+                        stalled(&telemetry, &peer, node_id.as_deref(), &limits, conn_stalled.as_deref());
                         gone = Some("the client read none of its responses within --stalled-stream-timeout");
                         break;
                     }
@@ -538,6 +520,26 @@ fn run<M: Machine>(
             protocol,
             &reason,
         );
+    }
+}
+
+/// A stream whose client answered (or read) none of its responses within
+/// `--stalled-stream-timeout`: counted and logged, and its connection told to close (what
+/// it was sent may sit unread in the connection's buffers, where no status would reach it).
+fn stalled(
+    telemetry: &crate::telemetry::Telemetry,
+    peer: &str,
+    node: Option<&str>,
+    limits: &super::Limits,
+    connection: Option<&tokio::sync::Notify>,
+) {
+    telemetry.limit_reached(Limit::StalledStream {
+        peer,
+        node: node.unwrap_or(""),
+        waited: limits.stalled_stream_timeout,
+    });
+    if let Some(connection) = connection {
+        connection.notify_one();
     }
 }
 
