@@ -36,7 +36,7 @@ pub mod standing;
 mod status;
 pub mod view;
 
-use status::status_now;
+pub use status::status_now;
 pub use status::{
     CertificateStatus, ConfigStatus, FleetStatus, LastGood, NewStreamsStatus, NodeStatus,
     PlanStatusJson, ReplicaVerdict, RolloutStatus, ServerInfo, Settled, SourceStatus, Status,

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::admin::replicas::share::{self, Sharing};
 use crate::admin::{self, Admin};
 use crate::cache::Cache;
 use crate::config::{LoadFailure, LoadOptions};
@@ -23,6 +22,7 @@ use crate::resource::Secrets;
 use crate::rollout::fleetwide::driver::{self as fleet_rollout, FleetRollout, FleetStart};
 use crate::rollout::Policy;
 use crate::server::{self, ServeOptions, ServerError};
+use crate::sharing::{self, Sharing};
 use crate::source::{etcd, Barrier, Documents, Following, Sink, Source, SourceError};
 use crate::state::{StateDir, StateError};
 use crate::telemetry::Telemetry;
@@ -298,7 +298,7 @@ impl Daemon {
             sharing.admin_addr = reachable(addr);
         }
         let replica = sharing.as_ref().map(|s| s.replica.clone());
-        let (view, replicas) = replica.as_deref().map(share::channel).unzip();
+        let (view, replicas) = replica.as_deref().map(sharing::channel).unzip();
         let routes = Admin {
             fleet: Arc::clone(&fleet),
             cache: Arc::clone(&cache),

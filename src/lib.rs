@@ -60,6 +60,7 @@ pub mod publish;
 pub mod resource;
 pub mod rollout;
 pub mod server;
+pub mod sharing;
 pub mod shutdown;
 pub mod source;
 pub mod state;

@@ -4,15 +4,13 @@
 //! replica's status.
 //!
 //! On an etcd source every replica keeps its summary beside the prefix on a lease
-//! ([`share`]), so any replica shows the whole fleet and a replica that stops is gone
+//! (`crate::sharing`, a task of its own outside the admin server), so any replica shows the whole fleet and a replica that stops is gone
 //! within the lease's time. From files there is no shared store: the view is this
 //! replica's, and `/status` says so (`store: "none"`).
 //!
 //! Must not: read the fleet or the cache (it summarizes the [`Status`] it is given), judge
 //! where the fleet stands (`admin::standing`), or decide a rollout (`rollout::fleetwide`'s,
 //! from its own verdicts).
-
-pub mod share;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
@@ -70,7 +68,7 @@ pub struct ReplicaSummary {
     #[serde(default)]
     pub omitted: usize,
     /// The replica stopped (it was told to: SIGTERM, a rollout of the Deployment) and
-    /// wrote this as it went; kept [`share::LEFT_FOR`], then gone.
+    /// wrote this as it went; kept [`crate::sharing::LEFT_FOR`], then gone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub left: bool,
 }
@@ -237,7 +235,7 @@ pub struct ReplicasStatus {
     #[serde(default)]
     pub replicas: Vec<ReplicaSummary>,
     /// Replicas whose summary went without their leaving (killed, or cut off from etcd
-    /// past their lease), seen here in the last [`share::VANISHED_FOR`]: listed with their
+    /// past their lease), seen here in the last [`crate::sharing::VANISHED_FOR`]: listed with their
     /// proxies that no replica serves since, holding no gate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vanished: Vec<Vanished>,

@@ -598,7 +598,7 @@ pub(super) fn config_status(admin: &Admin) -> Option<ConfigStatus> {
 
 /// `/status` as of now, taken on a blocking thread: it reads the files' times (an edit not
 /// loaded yet) and copies every proxy's report, which must not hold an async thread.
-pub(super) async fn status_now(admin: &Admin) -> Status {
+pub async fn status_now(admin: &Admin) -> Status {
     let taking = admin.clone();
     match tokio::task::spawn_blocking(move || current_status(&taking)).await {
         Ok(status) => status,

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
 use tokio::sync::watch;
 
-use super::{summarize, ReplicaSummary, View};
+use crate::admin::replicas::{summarize, ReplicaSummary, Replicas, Vanished, View};
 use crate::admin::Admin;
 use crate::shutdown::Shutdown;
 use crate::source::etcd::{connect, Access};
@@ -66,11 +66,11 @@ pub struct Sharing {
 }
 
 /// A view's sender and the admin routes' handle on it.
-pub fn channel(replica: &str) -> (watch::Sender<View>, super::Replicas) {
+pub fn channel(replica: &str) -> (watch::Sender<View>, Replicas) {
     let (tx, view) = watch::channel(View::default());
     (
         tx,
-        super::Replicas {
+        Replicas {
             this: replica.to_string(),
             view,
         },
@@ -223,7 +223,7 @@ impl Sharing {
                         continue;
                     }
                     taken = Some((now_seen, Instant::now()));
-                    let status = super::super::status::status_now(admin).await;
+                    let status = crate::admin::status_now(admin).await;
                     let standing = crate::admin::standing::replica_standing(&status);
                     let mut summary = summarize(&status, &self.replica, standing.name());
                     summary.admin.clone_from(&self.admin_addr);
@@ -496,18 +496,18 @@ fn apply_events<'a>(held: &mut Held, changes: impl Iterator<Item = Change<'a>>, 
 fn vanished(
     before: &[ReplicaSummary],
     now_read: &[ReplicaSummary],
-    seen: &[super::Vanished],
+    seen: &[Vanished],
     this: &str,
     now: SystemTime,
-) -> Vec<super::Vanished> {
+) -> Vec<Vanished> {
     let present = |name: &str| now_read.iter().any(|r| r.replica == name);
-    let recent = |v: &&super::Vanished| {
+    let recent = |v: &&Vanished| {
         humantime::parse_rfc3339(&v.since)
             .ok()
             .and_then(|since| now.duration_since(since).ok())
             .is_none_or(|age| age < VANISHED_FOR)
     };
-    let mut out: Vec<super::Vanished> = seen
+    let mut out: Vec<Vanished> = seen
         .iter()
         .filter(recent)
         .filter(|v| !present(&v.replica))
@@ -520,7 +520,7 @@ fn vanished(
         if out.iter().any(|v| v.replica == gone.replica) {
             continue;
         }
-        out.push(super::Vanished {
+        out.push(Vanished {
             replica: gone.replica.clone(),
             admin: gone.admin.clone(),
             since: crate::fleet::format_time(now),
