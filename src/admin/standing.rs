@@ -129,7 +129,12 @@ pub fn replica_standing(status: &Status) -> Standing {
     {
         return Standing::RolloutStopped;
     }
-    if status.any_nacked() {
+    // A NACK counts once the node has the newest generation: one still on an older
+    // generation (the newest published, not yet sent it) NACKed what it is being replaced,
+    // and is updating.
+    if status.nodes.iter().any(|n| {
+        n.generation >= status.generation && n.types.values().any(|t| t.state == SyncStatus::Nacked)
+    }) {
         return Standing::Nacked;
     }
     if status.rollout.is_some() || fleet.is_some_and(|f| f.candidate.is_some()) {

@@ -1021,6 +1021,9 @@ mod tests {
         assert_eq!(verdict(&fleet(1, "SYNCED", 2, 2, None)), Standing::Updating);
         assert_eq!(verdict(&fleet(2, "STALE", 2, 2, None)), Standing::Updating);
         assert_eq!(verdict(&fleet(2, "NACKED", 2, 2, None)), Standing::Nacked);
+        // A node that NACKed an older generation and is not yet at the newest (published,
+        // not yet sent it): updating, not NACKED (a wait goes on).
+        assert_eq!(verdict(&fleet(1, "NACKED", 2, 2, None)), Standing::Updating);
         assert_eq!(
             verdict(&fleet(1, "SYNCED", 1, 2, Some("BAKING"))),
             Standing::RollingOut
