@@ -77,6 +77,8 @@ pub struct Admin {
     pub replicas: Option<replicas::Replicas>,
     /// The long-running tasks: which are down now (`/readyz`, `/status`).
     pub supervisor: crate::supervise::Supervisor,
+    /// `--source`: whether etcd answers, and since when.
+    pub source: crate::source::Health,
 }
 
 /// How long a request's headers may take to arrive, by default (`--admin-header-timeout`).
@@ -260,7 +262,7 @@ async fn readyz(State(admin): State<Admin>) -> Response {
     }
     if admin.cache.current().number > 0 {
         // Still ready while etcd is away (the last good generation serves), but saying so.
-        match admin.reloader.source().filter(|s| !s.answering) {
+        match admin.source.now().filter(|s| !s.answering) {
             Some(source) => (
                 StatusCode::OK,
                 format!(

@@ -102,6 +102,8 @@ pub struct Daemon {
     pub fleet: Arc<Fleet>,
     pub reloader: Arc<Reloader>,
     pub telemetry: Telemetry,
+    /// Whether the source answers (from files, never said).
+    health: crate::source::Health,
     /// The source, followed from its first read once serving.
     following: Option<Following>,
     /// The source's barrier, for the admin API (`POST /source/settle`); none for an etcd
@@ -132,6 +134,7 @@ impl Daemon {
             Source::Etcd(prefix) => Some(read_etcd(prefix, options.rollout.is_some()).await?),
         };
         let telemetry = Telemetry::default();
+        let health = crate::source::Health::new(telemetry.clone());
         let replica = options
             .replica
             .take()
@@ -195,6 +198,7 @@ impl Daemon {
                     reloader: &reloader,
                     telemetry: &telemetry,
                     replica: &replica,
+                    health: &health,
                 };
                 let (driver, following) = parts.start_etcd(prefix, start, heads, options.watch)?;
                 fleet = driver;
@@ -228,6 +232,7 @@ impl Daemon {
             cache,
             reloader,
             telemetry,
+            health,
             following,
             barrier,
             fleet_driver: fleet,
@@ -250,6 +255,7 @@ impl Daemon {
             fleet,
             reloader,
             telemetry,
+            health,
             following,
             barrier,
             fleet_driver,
@@ -311,6 +317,7 @@ impl Daemon {
             barrier,
             replicas,
             supervisor: supervisor.clone(),
+            source: health,
         };
         let shared = sharing.zip(view).map(|(sharing, view)| {
             let routes = routes.clone();
@@ -380,6 +387,7 @@ struct Parts<'a> {
     reloader: &'a Arc<Reloader>,
     telemetry: &'a Telemetry,
     replica: &'a str,
+    health: &'a crate::source::Health,
 }
 
 impl Parts<'_> {
@@ -399,6 +407,7 @@ impl Parts<'_> {
             reloader,
             telemetry,
             replica,
+            health,
         } = *self;
         let EtcdStart {
             documents,
@@ -418,7 +427,7 @@ impl Parts<'_> {
                 return Err(RunError::Load(failure));
             }
         }
-        reloader.source_health(&prefix.url.display(), None);
+        health.say(&prefix.url.display(), None);
         let mut driver = None;
         if let (Some(start), Some(heads)) = (start, heads) {
             let (handle, inbox) = fleet_rollout::channels();
@@ -438,8 +447,14 @@ impl Parts<'_> {
                 handle,
             });
         }
-        let following = watch
-            .then(|| Following::etcd(Arc::clone(reloader) as Arc<dyn Sink>, prefix, documents));
+        let following = watch.then(|| {
+            Following::etcd(
+                Arc::clone(reloader) as Arc<dyn Sink>,
+                prefix,
+                documents,
+                health.clone(),
+            )
+        });
         Ok((driver, following))
     }
 }

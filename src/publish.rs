@@ -50,18 +50,6 @@ pub struct LoadReport {
     pub pending: bool,
 }
 
-/// `--source`: whether etcd answers, and since when.
-#[derive(Clone, Debug)]
-pub struct SourceHealth {
-    /// The source, as given (`etcd://...`).
-    pub url: String,
-    pub answering: bool,
-    /// When it began answering, or stopped.
-    pub since: SystemTime,
-    /// Why it does not answer.
-    pub error: Option<String>,
-}
-
 impl LoadReport {
     pub fn ok(&self) -> bool {
         self.errors.is_empty()
@@ -84,8 +72,6 @@ pub struct Reloader {
     kept: watch::Sender<u64>,
     /// Where each good load is kept (`--state-dir`).
     state: Option<StateDir>,
-    /// `--source`: whether etcd answers (`None` when serving files).
-    source: watch::Sender<Option<SourceHealth>>,
     /// `--source` with a canary policy: good loads of the documents go to the fleet's
     /// rollout (`rollout::drive`), which publishes what the rollout kept in etcd says, instead
     /// of being published here (but the first, which every node gets).
@@ -193,7 +179,6 @@ impl Reloader {
             telemetry,
             kept: watch::Sender::new(0),
             state: None,
-            source: watch::Sender::new(None),
             held: None,
             history: crate::history::History::default(),
             fleet: None,
@@ -261,28 +246,6 @@ impl Reloader {
     pub fn history(&self) -> Vec<crate::history::Entry> {
         self.history
             .entries(|g| self.fleet.as_ref().and_then(|f| f.tally(g)))
-    }
-
-    /// `--source`: record whether etcd answers (the metric and `/status` say so).
-    pub fn source_health(&self, url: &str, error: Option<String>) {
-        let answering = error.is_none();
-        self.telemetry.source_answering(answering);
-        self.source.send_modify(|health| {
-            if health.as_ref().is_some_and(|h| h.answering == answering) {
-                return;
-            }
-            *health = Some(SourceHealth {
-                url: url.to_string(),
-                answering,
-                since: SystemTime::now(),
-                error,
-            });
-        });
-    }
-
-    /// `--source`: whether etcd answers, and since when.
-    pub fn source(&self) -> Option<SourceHealth> {
-        self.source.borrow().clone()
     }
 
     /// The same, checking each new config with the Envoy at `envoy` before publishing it.
@@ -632,10 +595,6 @@ impl crate::source::Sink for Reloader {
             self.noted(revision, note);
         }
         let _ = self.reload_documents(documents, revision);
-    }
-
-    fn health(&self, url: &str, error: Option<String>) {
-        self.source_health(url, error);
     }
 
     fn load_stopped(&self, revision: Option<i64>, why: String) {

@@ -547,7 +547,7 @@ fn seen(admin: &Admin) -> String {
         .rollout
         .as_ref()
         .map(|r| (r.candidate.number, r.phase.name()));
-    let source = admin.reloader.source().map(|h| h.answering);
+    let source = admin.source.now().map(|h| h.answering);
     let fleet = admin
         .fleet_rollout
         .as_ref()

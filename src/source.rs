@@ -89,6 +89,8 @@ pub enum Following {
         /// The first read, which the first run's watch goes on from.
         first: std::sync::Mutex<Option<Documents>>,
         progress: Arc<etcd::follow::Progress>,
+        /// Where it says whether etcd answers.
+        health: Health,
     },
 }
 
@@ -111,6 +113,7 @@ impl Following {
         sink: Arc<dyn Sink>,
         prefix: etcd::Prefix,
         first: Documents,
+        health: Health,
     ) -> (Following, Barrier) {
         let (progress, reached) = etcd::follow::Progress::new(first.revision);
         let barrier = Barrier::Etcd {
@@ -122,6 +125,7 @@ impl Following {
             prefix,
             first: std::sync::Mutex::new(Some(first)),
             progress: Arc::new(progress),
+            health,
         };
         (following, barrier)
     }
@@ -161,6 +165,7 @@ impl Following {
                     prefix,
                     first,
                     progress,
+                    health,
                 } => {
                     let first = first.lock().unwrap_or_else(|p| p.into_inner()).take();
                     let start = match first {
@@ -172,6 +177,7 @@ impl Following {
                         prefix.clone(),
                         start,
                         Arc::clone(progress),
+                        health.clone(),
                         shutdown,
                     )
                     .await
@@ -321,12 +327,63 @@ pub trait Sink: Send + Sync + 'static {
     /// Every document under an etcd prefix as of `revision`, and what the apply that wrote
     /// them said of itself (its guard key's note), if an apply did.
     fn documents(&self, documents: &[Document], revision: i64, note: Option<etcd::ApplyNote>);
-    /// The source at `url` answers (`None`), or does not, and why.
-    fn health(&self, url: &str, error: Option<String>);
     /// A load of the documents at `revision` (of the files: `None`) did not finish: it
     /// panicked (`why`). It counts as a failed load: the last good generation keeps
     /// serving, and the barrier does not report it loaded.
     fn load_stopped(&self, revision: Option<i64>, why: String);
+}
+
+/// `--source`: whether etcd answers, and since when.
+#[derive(Clone, Debug)]
+pub struct SourceHealth {
+    /// The source, as given (`etcd://...`).
+    pub url: String,
+    pub answering: bool,
+    /// When it began answering, or stopped.
+    pub since: std::time::SystemTime,
+    /// Why it does not answer.
+    pub error: Option<String>,
+}
+
+/// Whether the source answers, and since when: said by its follower (and the daemon at its
+/// first read), read by the admin API (`/status`, `/readyz`, the page) and counted
+/// (`switchyard_source_down`). From files it is never said: `None`.
+#[derive(Clone, Debug, Default)]
+pub struct Health {
+    now: tokio::sync::watch::Sender<Option<SourceHealth>>,
+    telemetry: Telemetry,
+}
+
+impl Health {
+    pub fn new(telemetry: Telemetry) -> Health {
+        Health {
+            now: tokio::sync::watch::Sender::new(None),
+            telemetry,
+        }
+    }
+
+    /// The source at `url` answers (`error` `None`), or does not, and why; a change of
+    /// either is dated.
+    pub fn say(&self, url: &str, error: Option<String>) {
+        let answering = error.is_none();
+        self.telemetry.source_answering(answering);
+        self.now.send_modify(|health| {
+            if health.as_ref().is_some_and(|h| h.answering == answering) {
+                return;
+            }
+            *health = Some(SourceHealth {
+                url: url.to_string(),
+                answering,
+                since: std::time::SystemTime::now(),
+                error,
+            });
+        });
+    }
+
+    /// Whether it answers now, and since when (`None` from files).
+    pub fn now(&self) -> Option<SourceHealth> {
+        self.now.borrow().clone()
+    }
 }
 
 /// A source's URL, or a source, that cannot be used.

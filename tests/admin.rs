@@ -552,6 +552,7 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
         barrier: None,
         replicas: None,
         supervisor: Default::default(),
+        source: Default::default(),
     };
     let (stop, shutdown) = switchyard::shutdown::channel();
     let task = tokio::spawn(switchyard::admin::serve(

@@ -583,7 +583,7 @@ pub(super) fn config_status(admin: &Admin) -> Option<ConfigStatus> {
         revision: r.revision,
         read: r.read,
         pending: r.pending,
-        source: admin.reloader.source().map(|h| SourceStatus {
+        source: admin.source.now().map(|h| SourceStatus {
             url: h.url,
             answering: h.answering,
             since: format_time(h.since),

@@ -169,12 +169,13 @@ pub async fn follow(
     source: etcd::Prefix,
     start: Start,
     progress: Arc<Progress>,
+    health: crate::source::Health,
     mut shutdown: Shutdown,
 ) {
     let etcd::Prefix { url, access, .. } = source;
     let mut held = match start {
         Start::Read(first) => {
-            sink.health(&url.display(), None);
+            health.say(&url.display(), None);
             Held::of(first)
         }
         Start::Again(revision) => {
@@ -195,7 +196,7 @@ pub async fn follow(
         if let Some(e) = failed.take() {
             if tries.failed() {
                 tracing::warn!(error = %e, revision = held.revision, "etcd does not answer; the last good generation keeps serving, and the watch resumes from the last revision read.");
-                sink.health(&url.display(), Some(e.to_string()));
+                health.say(&url.display(), Some(e.to_string()));
             }
             if !tries.wait(&mut shutdown, Duration::ZERO).await {
                 return;
@@ -258,7 +259,7 @@ pub async fn follow(
                 revision = held.revision,
                 "etcd answers again; watching from the last revision read."
             );
-            sink.health(&url.display(), None);
+            health.say(&url.display(), None);
         }
         let mut following = Watch {
             held: &mut held,
