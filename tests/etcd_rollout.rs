@@ -212,7 +212,13 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
     ))
     .await;
     assert_eq!(code, 409, "{body}");
-    assert!(body.contains("did not answer within"), "{body}");
+    // Refused either way: the driver already away (the request waits its bound), or still
+    // in its session (its copy to etcd fails at once).
+    assert!(
+        body.contains("did not answer within")
+            || body.contains("cannot copy the promoted documents"),
+        "{body}"
+    );
     assert!(
         asked.elapsed() < Duration::from_secs(30),
         "{:?}",
