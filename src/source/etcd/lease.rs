@@ -93,6 +93,13 @@ pub fn write_failed(what: &'static str, ttl: i64, e: &etcd_client::Error) -> Str
     }
 }
 
+impl Kept {
+    /// Whether it has lapsed by now (without waiting).
+    pub fn lapsed(&mut self) -> Option<Lapsed> {
+        self.ended.try_recv().ok()
+    }
+}
+
 fn no_answer(timeout: Duration) -> String {
     format!(
         "etcd did not answer within {}",

@@ -42,8 +42,8 @@ pub use super::keys::SWITCHING;
 
 /// How long the lease of an apply's `.alive` key lasts without being renewed.
 pub const ALIVE_TTL: i64 = 10;
-/// How often it is renewed while the apply goes on.
-const KEEP_ALIVE: Duration = Duration::from_secs(3);
+/// How long a renewal of it may take.
+const RENEW_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often an apply waiting for another's switch looks again.
 const BUSY_POLL: Duration = Duration::from_millis(500);
 
@@ -95,11 +95,11 @@ fn batches<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
     out
 }
 
-/// This apply's lease, kept alive between steps.
+/// This apply's lease, kept alive by a task of its own while the apply goes on
+/// (`lease::Kept`): its `.alive` key says the apply is alive.
 struct Alive {
     lease: i64,
-    keeper: etcd_client::LeaseKeeper,
-    renewed: tokio::time::Instant,
+    kept: super::lease::Kept,
 }
 
 impl Alive {
@@ -110,21 +110,14 @@ impl Alive {
             .await
             .map_err(|e| failed(url, "cannot take a lease", &e))?
             .id();
-        let (keeper, _) = client
-            .lease_keep_alive(lease)
-            .await
-            .map_err(|e| failed(url, "cannot keep a lease", &e))?;
-        Ok(Alive {
+        let kept = super::lease::Kept::spawn(
+            client.clone(),
             lease,
-            keeper,
-            renewed: tokio::time::Instant::now(),
-        })
-    }
-
-    async fn renew(&mut self) {
-        if self.renewed.elapsed() >= KEEP_ALIVE && self.keeper.keep_alive().await.is_ok() {
-            self.renewed = tokio::time::Instant::now();
-        }
+            ALIVE_TTL,
+            RENEW_TIMEOUT,
+            "this apply's lease",
+        );
+        Ok(Alive { lease, kept })
     }
 }
 
@@ -160,16 +153,7 @@ pub async fn apply(
             return Err(e);
         }
     };
-    let landed = finish(
-        client,
-        url,
-        &text,
-        &switch,
-        &change.put,
-        deadline,
-        &mut alive,
-    )
-    .await;
+    let landed = finish(client, url, &text, &switch, &change.put, deadline).await;
     if landed.is_ok() {
         let _ = drop_staging(client, url, &id).await;
     }
@@ -207,7 +191,14 @@ async fn stage(
             .txn(Txn::new().and_then(ops))
             .await
             .map_err(|e| failed(url, "cannot stage the documents", &e))?;
-        alive.renew().await;
+        // Lapsed, another apply may take this staging for abandoned and drop it: stop
+        // before the switch begins (nothing under the prefix changed).
+        if let Some(lapsed) = alive.kept.lapsed() {
+            return Err(ApplyError::Unavailable(SourceError::Unavailable {
+                url: url.display(),
+                message: format!("cannot stage the documents: {lapsed}"),
+            }));
+        }
     }
     Ok(())
 }
@@ -268,7 +259,6 @@ async fn finish(
     switch: &Switch,
     puts: &[(String, String)],
     deadline: tokio::time::Instant,
-    alive: &mut Alive,
 ) -> Result<i64, ApplyError> {
     let ours = || Compare::value(key(url), CompareOp::Equal, text);
     // The documents, then the keys to delete, in transactions within the limits.
@@ -293,7 +283,6 @@ async fn finish(
             deadline,
         )
         .await?;
-        alive.renew().await;
     }
     let end = || {
         Txn::new().when(vec![ours()]).and_then(vec![
@@ -483,8 +472,9 @@ async fn resume_once(
             ),
         }));
     }
-    let mut alive = Alive::take(client, url).await?;
-    let landed = finish(client, url, &text, &switch, &puts, deadline, &mut alive).await;
+    // Held (its lease kept alive) until the switch ends.
+    let alive = Alive::take(client, url).await?;
+    let landed = finish(client, url, &text, &switch, &puts, deadline).await;
     let _ = client.lease_revoke(alive.lease).await;
     let landed = landed?;
     let _ = drop_staging(client, url, &switch.id).await;
