@@ -50,11 +50,6 @@ pub const VANISHED_FOR: Duration = Duration::from_secs(120);
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(10);
 
-/// Where every replica's summary is kept: beside the prefix.
-pub fn summaries_prefix(url: &EtcdUrl) -> String {
-    crate::source::etcd::keys::summaries(url)
-}
-
 /// Shares this replica's summary and follows everyone's, until shutdown.
 #[derive(Clone)]
 pub struct Sharing {
@@ -148,7 +143,7 @@ impl Sharing {
             let options = WatchOptions::new()
                 .with_prefix()
                 .with_start_revision(revision + 1);
-            let prefix = summaries_prefix(&self.url);
+            let prefix = crate::source::etcd::keys::summaries(&self.url);
             let stream =
                 within(crate::source::etcd::watcher(&client).watch(prefix.as_str(), Some(options)))
                     .await
@@ -173,7 +168,11 @@ impl Sharing {
             ETCD_TIMEOUT,
             "the summary's lease",
         );
-        let key = format!("{}{}", summaries_prefix(&self.url), self.replica);
+        let key = format!(
+            "{}{}",
+            crate::source::etcd::keys::summaries(&self.url),
+            self.replica
+        );
         // What this session last wrote, when, and what its status was taken from.
         let mut written: Option<ReplicaSummary> = None;
         let mut taken: Option<(String, Instant)> = None;
@@ -212,7 +211,7 @@ impl Sharing {
                             tracing::error!(replica = %self.replica, other_admin = %other, "Another replica writes its summary under this replica's name: give each replica its own --replica-name (the fleet's view and canary verdicts are by name).");
                         }
                     }
-                    apply_events(&mut held, changes(response.events()), &summaries_prefix(&self.url));
+                    apply_events(&mut held, changes(response.events()), &crate::source::etcd::keys::summaries(&self.url));
                 }
                 _ = look.tick() => {
                     let now_seen = seen(admin);
@@ -593,7 +592,7 @@ fn words(e: &etcd_client::Error) -> String {
 /// revision as of the read; a value that does not read is skipped (a replica of a newer
 /// version may add fields, never remove them).
 pub async fn read(client: &mut Client, url: &EtcdUrl) -> Result<(Held, i64), SourceError> {
-    let prefix = summaries_prefix(url);
+    let prefix = crate::source::etcd::keys::summaries(url);
     let answer = within(
         crate::source::etcd::reader(client)
             .get(prefix.as_str(), Some(GetOptions::new().with_prefix())),

@@ -716,7 +716,7 @@ async fn applied_at(
 ) -> Option<etcd::ApplyNote> {
     let response = client
         .get(
-            etcd::guard_key(url),
+            etcd::keys::guard(url),
             Some(etcd_client::GetOptions::new().with_revision(revision)),
         )
         .await

@@ -266,7 +266,7 @@ pub async fn read_at(
     // An apply switching the prefix over ([`switch`]): what every reader sees is the
     // prefix as it was before the switch began (and a follower watches from there, so it
     // holds until the switch ends).
-    let switching = switch::key(url);
+    let switching = keys::switching(url);
     if let Some(kv) = response
         .kvs()
         .iter()
@@ -291,14 +291,6 @@ pub async fn read_at(
         documents,
     })
 }
-
-/// The key every `apply` writes (in the same transaction), so that two applies from one
-/// read cannot both land: its revision is compared.
-pub fn guard_key(url: &EtcdUrl) -> String {
-    keys::guard(url)
-}
-
-pub use keys::GUARD;
 
 /// What an apply says of itself in the guard key it writes with the documents: when, who
 /// and why (`apply --author`, `--message`).
@@ -573,14 +565,14 @@ pub async fn apply(
 async fn guarded_by(client: &mut Client, url: &EtcdUrl) -> Result<(Vec<u8>, i64), SourceError> {
     let response =
         client
-            .get(guard_key(url), None)
+            .get(keys::guard(url), None)
             .await
             .map_err(|e| SourceError::Unavailable {
                 url: url.display(),
                 message: format!(
                     "cannot read {}: {}",
                     crate::source::etcd::words(&e),
-                    guard_key(url)
+                    keys::guard(url)
                 ),
             })?;
     Ok(response.kvs().first().map_or((Vec::new(), 0), |kv| {
@@ -598,7 +590,7 @@ async fn write_once(
 ) -> Result<i64, ApplyError> {
     use etcd_client::{Compare, CompareOp, Txn, TxnOp};
     let prefix = url.key_prefix();
-    let guard = guard_key(url);
+    let guard = keys::guard(url);
     let mut ops: Vec<TxnOp> = change
         .put
         .iter()
@@ -664,7 +656,7 @@ pub async fn changes(
         let mut revisions = std::collections::BTreeSet::new();
         // Switches (an apply in several transactions): where each began and ended.
         let mut switches: Vec<(i64, Option<i64>)> = Vec::new();
-        let switch_key = switch::key(url);
+        let switch_key = keys::switching(url);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut created = false;
         loop {

@@ -126,11 +126,13 @@ fn apply(
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         if !etcd::is_document(prefix, &key) {
             // An apply's guard key: its note goes with the documents it wrote.
-            if key == format!("{prefix}{}", etcd::GUARD) && event.event_type() == EventType::Put {
+            if key == format!("{prefix}{}", etcd::keys::GUARD)
+                && event.event_type() == EventType::Put
+            {
                 held.note = serde_json::from_slice(kv.value()).ok();
             }
             // A switch begins, or ends (its documents load as one change).
-            if key == format!("{prefix}{}", etcd::switch::SWITCHING) {
+            if key == format!("{prefix}{}", etcd::keys::SWITCHING) {
                 held.switching = event.event_type() == EventType::Put;
                 held.pending |= !held.switching;
             }

@@ -52,11 +52,6 @@ impl Retry {
         !std::mem::replace(&mut self.away, true)
     }
 
-    /// Whether etcd is away (the last session failed, and none began since).
-    pub fn away(&self) -> bool {
-        self.away
-    }
-
     /// Wait before the next try, each longer up to the longest: `false` if `shutdown` came
     /// first. `at_least` lengthens this one wait (a cause that waiting hardly mends).
     pub async fn wait(&mut self, shutdown: &mut Shutdown, at_least: Duration) -> bool {
@@ -95,7 +90,6 @@ mod tests {
             waited,
             [500, 1000, 2000, 2000].map(Duration::from_millis).to_vec()
         );
-        assert!(retry.away());
         assert!(retry.began(), "etcd back: said once");
         assert!(!retry.began());
         // Failed at once: the waits go on as long.

@@ -29,7 +29,7 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
-use super::{guard_key, refused, ApplyError, Change, ReadAt, RETRY};
+use super::{keys, refused, ApplyError, Change, ReadAt, RETRY};
 use crate::source::{EtcdUrl, SourceError};
 
 /// Operations and bytes in one transaction of a switch (etcd's defaults are 128 and 1.5
@@ -37,20 +37,12 @@ use crate::source::{EtcdUrl, SourceError};
 pub const BATCH_OPS: usize = 100;
 pub const BATCH_BYTES: usize = 1 << 20;
 
-/// The switch key's name under the prefix.
-pub use super::keys::SWITCHING;
-
 /// How long the lease of an apply's `.alive` key lasts without being renewed.
 pub const ALIVE_TTL: i64 = 10;
 /// How long a renewal of it may take.
 const RENEW_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often an apply waiting for another's switch looks again.
 const BUSY_POLL: Duration = Duration::from_millis(500);
-
-/// The switch key.
-pub fn key(url: &EtcdUrl) -> String {
-    super::keys::switching(url)
-}
 
 /// What the switch key holds: which apply, the keys it deletes, how many documents it
 /// staged, and its note (the guard key's value once it ends).
@@ -222,19 +214,19 @@ async fn begin(
     let text = serde_json::to_string(&switch)
         .map_err(|e| unavailable(url, format!("cannot write the switch key: {e}")))?;
     let prefix = url.key_prefix();
-    let guard = guard_key(url);
+    let guard = keys::guard(url);
     let txn = Txn::new()
         .when(vec![
             Compare::mod_revision(prefix.as_str(), CompareOp::Less, at.revision + 1).with_prefix(),
             Compare::mod_revision(guard.as_str(), CompareOp::Equal, at.guard),
         ])
-        .and_then(vec![TxnOp::put(key(url), text.as_str(), None)]);
+        .and_then(vec![TxnOp::put(keys::switching(url), text.as_str(), None)]);
     match client.txn(txn).await {
         Ok(answer) if answer.succeeded() => Ok((text, switch)),
         Ok(_) => Err(ApplyError::Changed { read: at.revision }),
         Err(e) => {
             // Whether it landed: the key says.
-            match client.get(key(url), None).await {
+            match client.get(keys::switching(url), None).await {
                 Ok(got)
                     if got
                         .kvs()
@@ -260,7 +252,7 @@ async fn finish(
     puts: &[(String, String)],
     deadline: tokio::time::Instant,
 ) -> Result<i64, ApplyError> {
-    let ours = || Compare::value(key(url), CompareOp::Equal, text);
+    let ours = || Compare::value(keys::switching(url), CompareOp::Equal, text);
     // The documents, then the keys to delete, in transactions within the limits.
     let writes: Vec<(&str, Option<&str>)> = puts
         .iter()
@@ -286,8 +278,8 @@ async fn finish(
     }
     let end = || {
         Txn::new().when(vec![ours()]).and_then(vec![
-            TxnOp::delete(key(url), None),
-            TxnOp::put(guard_key(url), switch.note.as_str(), None),
+            TxnOp::delete(keys::switching(url), None),
+            TxnOp::put(keys::guard(url), switch.note.as_str(), None),
         ])
     };
     match step(client, end, deadline).await {
@@ -295,7 +287,7 @@ async fn finish(
         // The end landed and its answer was lost: the guard key holds this apply's note.
         Err(ApplyError::Switched) => {
             let got = client
-                .get(guard_key(url), None)
+                .get(keys::guard(url), None)
                 .await
                 .map_err(|e| failed(url, "cannot read the guard key", &e))?;
             match got.kvs().first() {
@@ -392,7 +384,7 @@ async fn resume_once(
     deadline: tokio::time::Instant,
 ) -> Result<Option<i64>, ApplyError> {
     let got = client
-        .get(key(url), None)
+        .get(keys::switching(url), None)
         .await
         .map_err(|e| failed(url, "cannot start the apply", &e))?;
     let begun = got.kvs().first().map(|kv| kv.value().to_vec());
@@ -405,7 +397,7 @@ async fn resume_once(
                 what: format!(
                     "the switch key {} does not read ({e}); delete it to give the \
                      interrupted apply up",
-                    key(url)
+                    keys::switching(url)
                 ),
             })?;
             Some((text, switch))
@@ -468,7 +460,7 @@ async fn resume_once(
                  finished; delete {} to give it up (the prefix serves what it held before it)",
                 puts.len(),
                 switch.puts,
-                key(url)
+                keys::switching(url)
             ),
         }));
     }
