@@ -10,7 +10,7 @@
 //! `server::incoming`) with a bound on how long a request's headers take, until shutdown.
 //! What `/status` answers, and putting it together, is `status`'s; the page is `page`'s.
 //! Must not: change the cache or any stream; it only reads the [`Fleet`], the [`Cache`] and
-//! the [`Reloader`].
+//! the loads' reports ([`Reloader`]) and the history of generations ([`Publisher`]).
 
 use crate::shutdown::Shutdown;
 use std::net::SocketAddr;
@@ -46,7 +46,7 @@ pub use status::{
 use crate::cache::Cache;
 use crate::fleet::{format_time, Fleet};
 use crate::metrics::Scraped;
-use crate::publish::Reloader;
+use crate::publish::{Publisher, Reloader};
 use crate::resource::{ResourceType, Secrets};
 use crate::server::incoming::{incoming, Accept, Conn, HANDSHAKE_TIMEOUT};
 use crate::server::tls::Tls;
@@ -58,7 +58,10 @@ use crate::telemetry::{Limit, RolloutEnd, Telemetry};
 pub struct Admin {
     pub fleet: Arc<Fleet>,
     pub cache: Arc<Cache>,
+    /// The last load's report, and an edit not loaded yet.
     pub reloader: Arc<Reloader>,
+    /// The history of generations.
+    pub publisher: Arc<Publisher>,
     /// Where the admin server's events go, and the metrics `/metrics` shows.
     pub telemetry: Telemetry,
     /// `/config_dump` shows sensitive fields only with `--admin-show-secrets`.

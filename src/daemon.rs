@@ -3,7 +3,7 @@
 //! driver and the state directory wired in. `switchyard serve` and every in-process test start the same way.
 //!
 //! Owns: the order things start and stop in, and which part gets which handle (cache,
-//! fleet, reloader, telemetry). Must not: parse flags or read the process's environment (the
+//! fleet, reloader, publisher, telemetry). Must not: parse flags or read the process's environment (the
 //! CLI does), or hold protocol or serving logic (`protocol`, `server`, `admin`).
 
 use std::future::Future;
@@ -17,7 +17,7 @@ use crate::admin::{self, Admin};
 use crate::cache::Cache;
 use crate::config::{LoadFailure, LoadOptions};
 use crate::fleet::Fleet;
-use crate::publish::Reloader;
+use crate::publish::{Publication, Publisher, Reloader};
 use crate::resource::Secrets;
 use crate::rollout::fleetwide::driver::{self as fleet_rollout, FleetRollout, FleetStart};
 use crate::rollout::Policy;
@@ -89,7 +89,6 @@ impl RunError {
 /// The fleet's rollout driver, ready to run.
 struct FleetDriver {
     driver: fleet_rollout::Driver,
-    heads: Arc<crate::publish::Heads>,
     inbox: Arc<tokio::sync::Mutex<fleet_rollout::Inbox>>,
     start: crate::rollout::fleetwide::store::Held,
     handle: FleetRollout,
@@ -101,6 +100,8 @@ pub struct Daemon {
     pub cache: Arc<Cache>,
     pub fleet: Arc<Fleet>,
     pub reloader: Arc<Reloader>,
+    /// Publishes good loads (with the fleet's rollout, what the rollout names).
+    pub publisher: Arc<Publisher>,
     pub telemetry: Telemetry,
     /// Whether the source answers (from files, never said).
     health: crate::source::Health,
@@ -151,9 +152,20 @@ impl Daemon {
             }
             None => Cache::new(),
         });
+        let paths = options.source.paths().to_vec();
+        let mut publisher = Publisher::new(
+            Arc::clone(&cache),
+            telemetry.clone(),
+            paths.clone(),
+            options.load.clone(),
+        );
+        if let Some(dir) = &options.state_dir {
+            publisher = publisher.with_state(StateDir::open(dir)?);
+        }
+        let publisher = Arc::new(publisher.counting(Arc::clone(&fleet_of_nodes)));
         let mut reloader = Reloader::new(
-            options.source.paths().to_vec(),
-            options.load,
+            paths,
+            options.load.clone(),
             Arc::clone(&cache),
             telemetry.clone(),
         );
@@ -171,15 +183,14 @@ impl Daemon {
             };
             reloader = reloader.with_preflight(envoy, timeout, secrets);
         }
-        if let Some(dir) = &options.state_dir {
-            reloader = reloader.with_state(StateDir::open(dir)?);
-        }
-        reloader = reloader.counting(Arc::clone(&fleet_of_nodes));
+        // With the fleet's rollout, it alone publishes: the sink hands it good loads.
         let mut heads = None;
         if fleetwide {
             let slot = Arc::new(crate::publish::Heads::default());
             reloader = reloader.hand_loads_to(Arc::clone(&slot));
             heads = Some(slot);
+        } else {
+            reloader = reloader.publishing_to(Arc::clone(&publisher));
         }
         let reloader = Arc::new(reloader);
         let mut fleet = None;
@@ -196,6 +207,7 @@ impl Daemon {
                     cache: &cache,
                     fleet: &fleet_of_nodes,
                     reloader: &reloader,
+                    publisher: &publisher,
                     telemetry: &telemetry,
                     replica: &replica,
                     health: &health,
@@ -212,10 +224,12 @@ impl Daemon {
                         telemetry.clone(),
                     )
                 });
-                let promoted_first = reloader.serve_promoted_first().is_some();
+                let promoted_first = publisher.serve_promoted_first().is_some();
                 if let Err(failure) = reloader.reload() {
-                    if !promoted_first && reloader.serve_last_good(&failure).is_none() {
-                        return Err(RunError::Load(failure));
+                    match publisher.serve_last_good(&failure) {
+                        Some(generation) => reloader.load_reports().serving(generation),
+                        None if !promoted_first => return Err(RunError::Load(failure)),
+                        None => {}
                     }
                 }
                 let barrier = Barrier::Files(Arc::clone(&reloader) as Arc<dyn Sink>);
@@ -231,6 +245,7 @@ impl Daemon {
             fleet: fleet_of_nodes,
             cache,
             reloader,
+            publisher,
             telemetry,
             health,
             following,
@@ -254,6 +269,7 @@ impl Daemon {
             cache,
             fleet,
             reloader,
+            publisher,
             telemetry,
             health,
             following,
@@ -277,10 +293,10 @@ impl Daemon {
         });
         // Each task is spawned only when it has work: a task ending before shutdown is a
         // failure to the supervisor.
-        let keeper = reloader.keeps_promoted().then(|| {
-            let reloader = Arc::clone(&reloader);
+        let keeper = publisher.keeps_promoted().then(|| {
+            let publisher = Arc::clone(&publisher);
             supervisor.spawn("keeper", stop.clone(), move |stop| {
-                Arc::clone(&reloader).keep_promoted(stop)
+                Arc::clone(&publisher).keep_promoted(stop)
             })
         });
         let fleet_rollout = fleet_driver.as_ref().map(|d| d.handle.clone());
@@ -290,15 +306,12 @@ impl Daemon {
                 // Started again: the rollout is read again, and the last load handed over
                 // again.
                 let start = start.take().unwrap_or_else(|| {
-                    d.heads.again();
+                    d.driver.heads.again();
                     Default::default()
                 });
-                d.driver
-                    .clone()
-                    .run(Arc::clone(&d.heads), Arc::clone(&d.inbox), start, stop)
+                d.driver.clone().run(Arc::clone(&d.inbox), start, stop)
             })
         });
-        let history = Arc::clone(&reloader);
         let mut sharing = sharing;
         if let (Some(sharing), Ok(addr)) = (sharing.as_mut(), listeners.admin.local_addr()) {
             sharing.admin_addr = reachable(addr);
@@ -309,6 +322,7 @@ impl Daemon {
             fleet: Arc::clone(&fleet),
             cache: Arc::clone(&cache),
             reloader,
+            publisher: Arc::clone(&publisher),
             telemetry: telemetry.clone(),
             show_secrets: serve.show_secrets,
             token: admin_token,
@@ -360,7 +374,7 @@ impl Daemon {
         if let Err(e) = admin_task.await {
             tracing::error!("admin server task: {e}");
         }
-        history.save_history();
+        publisher.save_history();
         Ok(served?)
     }
 }
@@ -385,6 +399,7 @@ struct Parts<'a> {
     cache: &'a Arc<Cache>,
     fleet: &'a Arc<Fleet>,
     reloader: &'a Arc<Reloader>,
+    publisher: &'a Arc<Publisher>,
     telemetry: &'a Telemetry,
     replica: &'a str,
     health: &'a crate::source::Health,
@@ -405,6 +420,7 @@ impl Parts<'_> {
             cache,
             fleet,
             reloader,
+            publisher,
             telemetry,
             replica,
             health,
@@ -416,16 +432,33 @@ impl Parts<'_> {
         // With the fleet's rollout: what it promoted serves first (and what it rolls out to
         // the canaries), never the documents as they are now.
         let promoted = match &start {
-            Some(start) => serve_fleet_start(reloader, cache, start)?,
+            Some(start) => serve_fleet_start(publisher, reloader.options(), cache, start)?,
             None => false,
         };
         // From etcd: no files to watch or keep; a first read that does not load is an error
         // (there is no state directory to serve from meanwhile), unless the fleet's promoted
         // generation serves.
-        if let Err(failure) = reloader.reload_documents(&documents.documents, documents.revision) {
+        let revision = documents.revision;
+        if let Err(failure) = reloader.reload_documents(&documents.documents, revision, None) {
             if !promoted {
                 return Err(RunError::Load(failure));
             }
+        }
+        // With the fleet's rollout and nothing promoted yet, the first load serves every node
+        // at once (as on one server); the rollout proposes it as the first promoted
+        // generation.
+        if let Some((config, work)) = heads
+            .as_ref()
+            .filter(|_| !promoted)
+            .and_then(|heads| heads.take_config(revision))
+        {
+            let from = Publication {
+                revision: Some(revision),
+                note: None,
+                work,
+            };
+            let generation = publisher.publish_named(config, from);
+            reloader.load_reports().loaded_as(revision, generation);
         }
         health.say(&prefix.url.display(), None);
         let mut driver = None;
@@ -438,10 +471,12 @@ impl Parts<'_> {
                     replica: replica.to_string(),
                     cache: Arc::clone(cache),
                     fleet: Arc::clone(fleet),
-                    reloader: Arc::clone(reloader),
+                    publisher: Arc::clone(publisher),
+                    reports: reloader.load_reports(),
+                    options: reloader.options().clone(),
+                    heads,
                     telemetry: telemetry.clone(),
                 },
-                heads,
                 inbox: Arc::new(tokio::sync::Mutex::new(inbox)),
                 start: start.held,
                 handle,
@@ -511,13 +546,22 @@ async fn read_etcd(prefix: &etcd::Prefix, rollout: bool) -> Result<EtcdStart, Ru
     })
 }
 
+/// A generation the fleet's rollout names, of the documents at `revision`.
+fn named(revision: i64) -> Publication {
+    Publication {
+        revision: Some(revision),
+        ..Publication::default()
+    }
+}
+
 /// Serve what the fleet's rollout kept in etcd says, before the documents as they are now:
 /// the promoted generation to every node, and the candidate to the canaries in its phase.
 /// `true` when a promoted generation serves; `false` without a state (the documents as they
 /// are now will be the first, promoted, generation). A state whose promoted generation does
 /// not load here is an error: nothing unvetted may go to every node.
 fn serve_fleet_start(
-    reloader: &Reloader,
+    publisher: &Publisher,
+    options: &LoadOptions,
     cache: &Cache,
     start: &FleetStart,
 ) -> Result<bool, RunError> {
@@ -525,13 +569,12 @@ fn serve_fleet_start(
         return Ok(false);
     };
     let revision = shared.stable.revision;
-    let stable = reloader
-        .load_only(documents)
+    let stable = crate::config::load_documents(documents, options)
         .map_err(|failure| RunError::PromotedDoesNotLoad { revision, failure })?;
     if stable.content_version() != shared.stable.version {
         return Err(RunError::PromotedCopyDiffers { revision });
     }
-    let generation = reloader.publish_named(stable, shared.stable.revision);
+    let generation = publisher.publish_named(stable, named(shared.stable.revision));
     tracing::info!(
         generation,
         revision = shared.stable.revision,
@@ -541,9 +584,9 @@ fn serve_fleet_start(
     let (Some(candidate), Some(documents)) = (&shared.candidate, &start.candidate) else {
         return Ok(true);
     };
-    match reloader.load_only(documents) {
+    match crate::config::load_documents(documents, options) {
         Ok(config) if config.content_version() == candidate.mark.version => {
-            let number = reloader.publish_named(config, candidate.mark.revision);
+            let number = publisher.publish_named(config, named(candidate.mark.revision));
             // A bake goes on while etcd keeps its key (`source::etcd::keys::bake`): the driver
             // learns how much is left from its watch.
             let bake_left = cache

@@ -8,8 +8,8 @@
 //!   ([`etcd::follow`]); the position is the store's revision.
 //!
 //! [`Source`] is the choice between them. Each kind owns its first read, its following, its
-//! health and its errors, and hands what it read to a [`Sink`] (the publisher,
-//! `publish::Reloader`).
+//! health and its errors, and hands what it read to a [`Sink`] (`publish::Reloader`, which
+//! loads it and hands a good load to whoever publishes).
 //! Must not: parse or judge documents (`config` does), publish or serve them.
 
 pub mod etcd;

@@ -543,6 +543,7 @@ async fn admin_alone(transport: switchyard::admin::Transport) -> AdminAlone {
     let admin = switchyard::admin::Admin {
         fleet: Arc::new(switchyard::fleet::Fleet::default()),
         cache,
+        publisher: Arc::clone(reloader.publisher().expect("publishes itself")),
         reloader: Arc::clone(&reloader),
         telemetry,
         show_secrets: Default::default(),

@@ -640,7 +640,7 @@ pub(super) fn current_status(admin: &Admin) -> Status {
     let mut status = Status::from_reports(reports, config);
     status.tasks_down = admin.supervisor.down();
     let serving = admin.cache.serving();
-    let history = admin.reloader.history();
+    let history = admin.publisher.history();
     for node in &mut status.nodes {
         let peer = node
             .streams
@@ -692,7 +692,7 @@ pub(super) fn current_status(admin: &Admin) -> Status {
         .fleet_rollout
         .as_ref()
         .map(|f| FleetStatus::of(&f.view()));
-    status.history = admin.reloader.history();
+    status.history = admin.publisher.history();
     status.history.truncate(HISTORY_SHOWN);
     status.replicas = Some(match &admin.replicas {
         Some(replicas) => replicas.status(),

@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::Reloader;
+use super::Publisher;
 use crate::config::{self, LoadFailure};
 use crate::state::StateDir;
 
-impl Reloader {
+impl Publisher {
     /// The same, keeping each good load in `state`; generations are numbered on from the last
     /// one published with it.
-    pub fn with_state(mut self, state: StateDir) -> Reloader {
+    pub fn with_state(mut self, state: StateDir) -> Publisher {
         self.cache.number_after(state.last_generation());
         self.history = crate::history::History::kept_in(state.dir());
         self.state = Some(state);
@@ -23,8 +23,9 @@ impl Reloader {
     }
 
     /// At start, when the files do not load (`failure`): serve the last good copy kept in
-    /// the state directory, if there is one, keeping `failure` as the last load's report so
-    /// operators see it. Returns the generation serving, or `None` without a copy.
+    /// the state directory, if there is one (the failed load's report stays, saying it
+    /// serves this instead: `Reports::serving`). Returns the generation serving, or `None`
+    /// without a copy.
     pub fn serve_last_good(&self, failure: &LoadFailure) -> Option<u64> {
         let generation = self.publish_kept_copy()?;
         tracing::error!(
@@ -32,11 +33,6 @@ impl Reloader {
             "The snapshot files do not load; serving the last good copy from --state-dir until \
              they do. {failure}"
         );
-        self.last.send_modify(|last| {
-            if let Some(report) = last.as_mut() {
-                report.generation = generation;
-            }
-        });
         Some(generation)
     }
 
@@ -68,7 +64,7 @@ impl Reloader {
     /// without a copy (or when it does not load, which is logged).
     fn publish_kept_copy(&self) -> Option<u64> {
         let roots = self.state.as_ref()?.last_good()?;
-        match config::load(&roots, &self.loading.options) {
+        match config::load(&roots, &self.options) {
             Ok(config) => {
                 let generation = self.cache.publish(config).number;
                 self.record_generation(generation);
@@ -83,15 +79,15 @@ impl Reloader {
         }
     }
 
-    /// Under a rollout policy, with a state directory: keep each generation that becomes
-    /// stable (promoted) there, until `shutdown`. The copy is made from the files, and kept
-    /// only if they are still what was promoted.
-    /// Whether there is a promoted copy to keep ([`Reloader::keep_promoted`] has work): a
+    /// Whether there is a promoted copy to keep ([`Publisher::keep_promoted`] has work): a
     /// rollout policy and a state directory.
     pub fn keeps_promoted(&self) -> bool {
         self.cache.policy().is_some() && self.state.is_some()
     }
 
+    /// Under a rollout policy, with a state directory: keep each generation that becomes
+    /// stable (promoted) there, until `shutdown`. The copy is made from the files, and kept
+    /// only if they are still what was promoted.
     pub async fn keep_promoted(self: Arc<Self>, mut shutdown: crate::shutdown::Shutdown) {
         if !self.keeps_promoted() {
             return;
@@ -115,16 +111,13 @@ impl Reloader {
 
     /// Keep `stable`'s files in the state directory, if they are still what it holds.
     async fn keep(self: &Arc<Self>, stable: &crate::cache::Generation) {
-        let reloader = Arc::clone(self);
+        let publisher = Arc::clone(self);
         let version = stable.config.content_version();
         let kept_copy = tokio::task::spawn_blocking(move || {
-            reloader.state.as_ref().map(|state| {
-                state.persist(
-                    &reloader.loading.paths,
-                    &reloader.loading.options,
-                    Some(&version),
-                )
-            })
+            publisher
+                .state
+                .as_ref()
+                .map(|state| state.persist(&publisher.paths, &publisher.options, Some(&version)))
         })
         .await;
         match kept_copy {

@@ -48,11 +48,6 @@ impl Loading {
         self.loader().load_documents(documents, &self.options)
     }
 
-    /// Documents loaded from nothing, leaving the kept results alone.
-    pub(super) fn only(&self, documents: &[config::Document]) -> Result<Config, LoadFailure> {
-        config::load_documents(documents, &self.options)
-    }
-
     /// The files beyond the paths that the last load read (secret files).
     pub(super) fn secret_files(&self) -> Vec<PathBuf> {
         self.loader().secret_files()

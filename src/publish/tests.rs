@@ -1,11 +1,17 @@
 //! Loads and publication: edits reload, broken files keep the last good config, secret
 //! files swapped as Kubernetes swaps them, rollouts with a state directory.
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use super::*;
+use crate::cache::Cache;
+use crate::config::LoadOptions;
 use crate::metrics::ResultLabels;
 use crate::source::files::Watching;
+use crate::state::StateDir;
+use crate::telemetry::Telemetry;
 
 /// How long to wait for what a file event should bring about.
 const WAIT: Duration = Duration::from_secs(5);
@@ -93,14 +99,23 @@ async fn with_rollouts_the_state_dir_keeps_what_was_promoted() {
     };
     let start = || {
         let cache = Arc::new(Cache::with_rollouts(policy()));
+        let publisher = Arc::new(
+            Publisher::new(
+                Arc::clone(&cache),
+                Telemetry::default(),
+                vec![config.clone()],
+                LoadOptions::default(),
+            )
+            .with_state(StateDir::open(&state_dir).expect("state")),
+        );
         let reloader = Reloader::new(
             vec![config.clone()],
             LoadOptions::default(),
             Arc::clone(&cache),
             Telemetry::default(),
         )
-        .with_state(StateDir::open(&state_dir).expect("state"));
-        (cache, Arc::new(reloader))
+        .publishing_to(Arc::clone(&publisher));
+        (cache, Arc::new(reloader), publisher)
     };
     let kept = {
         let state_dir = state_dir.clone();
@@ -114,7 +129,7 @@ async fn with_rollouts_the_state_dir_keeps_what_was_promoted() {
     };
 
     std::fs::write(&file, GOOD).expect("write");
-    let (cache, reloader) = start();
+    let (cache, reloader, publisher) = start();
     reloader.reload().expect("loads");
     assert_eq!(kept(), GOOD, "the first generation is stable at once");
 
@@ -127,8 +142,8 @@ async fn with_rollouts_the_state_dir_keeps_what_was_promoted() {
     // The keeper starts after the promotion (a task may first run that late): it goes by
     // what the state directory keeps, not by what serves when it starts.
     let (_stop, shutdown) = crate::shutdown::channel();
-    tokio::spawn(Arc::clone(&reloader).keep_promoted(shutdown));
-    let mut kept_generation = reloader.kept();
+    tokio::spawn(Arc::clone(&publisher).keep_promoted(shutdown));
+    let mut kept_generation = publisher.kept();
     let keeping = kept_generation.wait_for(|&n| n == promoted);
     assert!(
         tokio::time::timeout(WAIT, keeping).await.is_ok(),
@@ -137,11 +152,11 @@ async fn with_rollouts_the_state_dir_keeps_what_was_promoted() {
     assert_eq!(kept(), CHANGED, "the promoted generation is kept");
 
     // A restart with newer files: the kept copy serves every node, the files roll out.
-    drop(reloader);
+    drop((reloader, publisher));
     let third = "clusters: [{name: a, connect_timeout: 3s}]\n";
     std::fs::write(&file, third).expect("write");
-    let (cache, reloader) = start();
-    assert!(reloader.serve_promoted_first().is_some());
+    let (cache, reloader, publisher) = start();
+    assert!(publisher.serve_promoted_first().is_some());
     reloader.reload().expect("loads");
     assert_eq!(timeout_for(&cache, "edge-1"), "2s");
     assert_eq!(timeout_for(&cache, "canary-1"), "3s");
@@ -351,4 +366,95 @@ async fn a_swapped_directory_is_followed() {
     }
     stop_tx.fire();
     task.await.expect("ends");
+}
+
+/// Under the fleet's rollout the sink only hands loads over: nothing it loads is published
+/// by it, not even the first; whoever publishes the load later says so in its report, and
+/// the apply's note rides with the load to the history entry of the generation it becomes.
+#[tokio::test]
+async fn handed_to_the_fleets_rollout_a_load_is_never_published_by_the_sink() {
+    let cache = Arc::new(Cache::new());
+    let telemetry = Telemetry::default();
+    let heads = Arc::new(Heads::default());
+    let reloader = Reloader::new(
+        Vec::new(),
+        LoadOptions::default(),
+        Arc::clone(&cache),
+        telemetry.clone(),
+    )
+    .hand_loads_to(Arc::clone(&heads));
+    assert!(reloader.publisher().is_none(), "it publishes nowhere");
+    let publisher = Publisher::new(
+        Arc::clone(&cache),
+        telemetry,
+        Vec::new(),
+        LoadOptions::default(),
+    );
+    let documents = |text: &str| {
+        vec![crate::config::Document {
+            name: "a.yaml".into(),
+            text: text.into(),
+        }]
+    };
+    let note = crate::source::etcd::ApplyNote {
+        author: Some("ana".into()),
+        message: Some("first".into()),
+        ..Default::default()
+    };
+
+    reloader
+        .reload_documents(&documents(GOOD), 5, Some(note))
+        .expect("loads");
+    assert_eq!(
+        cache.current().number,
+        0,
+        "the sink published the first load"
+    );
+    let report = reloader.last_report().expect("a report");
+    assert!(report.ok() && report.pending && report.generation == 0);
+    assert_eq!(report.revision, Some(5));
+    assert!(heads.take_config(4).is_none(), "not the load of revision 4");
+
+    // Served at start by the daemon, as the fleet's rollout names it.
+    let (config, work) = heads.take_config(5).expect("the load of revision 5 waits");
+    assert_eq!(work.parsed, 1);
+    let from = Publication {
+        revision: Some(5),
+        note: heads.note_of(5),
+        work,
+    };
+    let generation = publisher.publish_named(config, from);
+    assert_eq!(generation, 1);
+    reloader.load_reports().loaded_as(5, generation);
+    let report = reloader.last_report().expect("a report");
+    assert!(!report.pending && report.generation == 1, "{report:?}");
+    let entry = &publisher.history()[0];
+    assert_eq!(entry.generation, 1);
+    assert_eq!(entry.author.as_deref(), Some("ana"));
+    assert_eq!(entry.message.as_deref(), Some("first"));
+
+    // The next load waits for the rollout, whole, in the one slot; the first is still
+    // there to propose, without its configuration (taken to serve it).
+    reloader
+        .reload_documents(&documents(CHANGED), 6, None)
+        .expect("loads");
+    assert_eq!(cache.current().number, 1, "the sink published a later load");
+    let report = reloader.last_report().expect("a report");
+    assert!(report.pending && report.generation == 1);
+    let head = tokio::time::timeout(WAIT, heads.next())
+        .await
+        .expect("a load waits");
+    assert_eq!(head.revision, 6, "the newer load replaced the older");
+    assert!(head.config.is_some(), "handed over whole");
+    assert!(heads.note_of(6).is_none());
+
+    // A load that fails is reported as failed, and nothing is handed over.
+    let failed = reloader.reload_documents(
+        &documents("clusters: [{name: a, connect_timeout: "),
+        7,
+        None,
+    );
+    assert!(failed.is_err());
+    assert!(heads.take_config(7).is_none());
+    assert!(!reloader.last_report().expect("a report").ok());
 }

@@ -19,7 +19,7 @@ use super::store;
 use crate::cache::Cache;
 use crate::config::{Config, Document, LoadFailure};
 use crate::fleet::Fleet;
-use crate::publish::{Head, Heads, Reloader};
+use crate::publish::{Head, Heads, Publication, Publisher, Reports};
 use crate::rollout::fleetwide::{
     self, FleetState, Follow, Local, Mark, NoCandidate, Stepped, Verdict,
 };
@@ -137,7 +137,15 @@ pub struct Driver {
     pub replica: String,
     pub cache: Arc<Cache>,
     pub fleet: Arc<Fleet>,
-    pub reloader: Arc<Reloader>,
+    /// Publishes what the rollout names: under the fleet's rollout, the driver is the only
+    /// one that publishes (but what serves at start, before it runs).
+    pub publisher: Arc<Publisher>,
+    /// The sink's reports, told when a load it handed over serves.
+    pub reports: Reports,
+    /// How the sink loads: the generations the rollout names are loaded the same way.
+    pub options: crate::config::LoadOptions,
+    /// The sink's good loads, handed over.
+    pub heads: Arc<Heads>,
     pub telemetry: Telemetry,
 }
 
@@ -229,12 +237,11 @@ fn now_ms() -> u64 {
 }
 
 impl Driver {
-    /// Drive until `shutdown`: `heads` are the reloader's good loads; `start` what was read
+    /// Drive until `shutdown`: `start` is what was read
     /// of the rollout before serving (a driver started again after it stopped reads it
     /// again, and is handed the last good load again). The inbox is held for the run.
     pub async fn run(
         self,
-        heads: Arc<Heads>,
         inbox: Arc<tokio::sync::Mutex<Inbox>>,
         start: store::Held,
         mut shutdown: Shutdown,
@@ -312,7 +319,7 @@ impl Driver {
                             self.saw(&mut known, event);
                         }
                     }
-                    head = heads.next() => {
+                    head = self.heads.next() => {
                         remember(&mut known.documents, &head.version, &head.documents);
                         known.pending = Some(head);
                     }
@@ -513,7 +520,7 @@ impl Driver {
                 .chain(serving.rollout.as_ref().map(|r| &r.candidate))
                 .find(|g| known.versions.get(&g.number) == Some(&head.version));
             if let Some(generation) = generation {
-                self.reloader.loaded_as(head.revision, generation.number);
+                self.reports.loaded_as(head.revision, generation.number);
             }
         }
     }
@@ -599,13 +606,18 @@ impl Driver {
         let serving = self.cache.serving();
         match step {
             Follow::Publish(mark) => {
-                let config = self.config_of(client, known, shared, &mark).await?;
+                let (config, work) = self.config_of(client, known, shared, &mark).await?;
                 // Publishing diffs the configurations for the history and may copy the
                 // files: a blocking thread's work.
-                let reloader = Arc::clone(&self.reloader);
+                let publisher = Arc::clone(&self.publisher);
                 let revision = mark.revision;
+                let from = Publication {
+                    revision: Some(revision),
+                    note: self.heads.note_of(revision),
+                    work,
+                };
                 let generation =
-                    tokio::task::spawn_blocking(move || reloader.publish_named(config, revision))
+                    tokio::task::spawn_blocking(move || publisher.publish_named(config, from))
                         .await
                         .map_err(|why| DriverError::LoadStopped { revision, why })?;
                 tracing::info!(
@@ -663,24 +675,30 @@ impl Driver {
         known: &mut Known,
         shared: &FleetState,
         mark: &Mark,
-    ) -> Result<Config, DriverError> {
+    ) -> Result<(Config, crate::config::LoadWork), DriverError> {
         if let Some(head) = known.pending.as_mut().filter(|h| h.version == mark.version) {
             if let Some(config) = head.config.take() {
-                return Ok(config);
+                return Ok((config, head.work));
             }
         }
         let documents = self.documents_of(client, known, shared, mark).await?;
-        let reloader = Arc::clone(&self.reloader);
+        let options = self.options.clone();
         let loading = Arc::clone(&documents);
         let revision = mark.revision;
-        let loaded = tokio::task::spawn_blocking(move || reloader.load_only(&loading))
-            .await
-            .map_err(|why| DriverError::LoadStopped { revision, why })?
-            .map_err(|failure| DriverError::DoesNotLoad { revision, failure })?;
+        let loaded =
+            tokio::task::spawn_blocking(move || crate::config::load_documents(&loading, &options))
+                .await
+                .map_err(|why| DriverError::LoadStopped { revision, why })?
+                .map_err(|failure| DriverError::DoesNotLoad { revision, failure })?;
         if loaded.content_version() != mark.version {
             return Err(DriverError::NotNamed { revision });
         }
-        Ok(loaded)
+        // Loaded from nothing: every document parsed.
+        let work = crate::config::LoadWork {
+            parsed: documents.len(),
+            reused: 0,
+        };
+        Ok((loaded, work))
     }
 
     /// The documents of `mark`: remembered, or read (the promoted copy for the stable
