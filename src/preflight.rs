@@ -182,6 +182,8 @@ pub fn bootstrap(
     };
     let endpoints = named(ResourceType::Endpoint);
     let routes = named(ResourceType::Route);
+    let defined: std::collections::BTreeSet<String> =
+        named(ResourceType::Secret).into_keys().collect();
 
     let mut clusters: Vec<Value> = by_kind
         .get(&ResourceType::Cluster)
@@ -190,7 +192,7 @@ pub fn bootstrap(
         .map(|(name, json)| {
             let mut cluster = json.clone();
             inline_endpoints(&mut cluster, name, &endpoints);
-            drop_sds_sources(&mut cluster);
+            sds_as_sent(&mut cluster, &defined);
             cluster
         })
         .collect();
@@ -209,7 +211,7 @@ pub fn bootstrap(
         .map(|(_, json)| {
             let mut listener = json.clone();
             inline_routes(&mut listener, &routes);
-            drop_sds_sources(&mut listener);
+            sds_as_sent(&mut listener, &defined);
             listener
         })
         .collect();
@@ -276,15 +278,36 @@ fn inline_routes(value: &mut Value, routes: &BTreeMap<String, Value>) {
     }
 }
 
-/// SDS secret configs without a source name a static secret of the bootstrap.
-fn drop_sds_sources(value: &mut Value) {
+/// SDS secret configs as Envoy takes them over xDS: one naming a secret the group defines
+/// names the bootstrap's static secret (its source dropped); one naming a secret no file
+/// defines is left for SDS to bring, from the bootstrap's xDS server, which Envoy waits for
+/// (as it would for the proxy's own SDS server) instead of refusing a static secret it does
+/// not have. (Envoy 1.40's validate mode crashes on a secret sourced from `ads`; a gRPC API
+/// source on the same cluster is what it takes.) One with no source at all names a static
+/// secret of the proxy's own bootstrap, which pre-flight does not have: left as is.
+fn sds_as_sent(value: &mut Value, defined: &std::collections::BTreeSet<String>) {
     match value {
         Value::Object(object) => {
             // Only `SdsSecretConfig` has this field.
-            object.remove("sdsConfig");
-            object.values_mut().for_each(drop_sds_sources);
+            if object.contains_key("sdsConfig") {
+                let name = object
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if defined.contains(name) {
+                    object.remove("sdsConfig");
+                } else {
+                    object.insert(
+                        "sdsConfig".into(),
+                        json!({"resourceApiVersion": "V3", "apiConfigSource": {
+                            "apiType": "GRPC", "transportApiVersion": "V3",
+                            "grpcServices": [{"envoyGrpc": {"clusterName": ADS_CLUSTER}}]}}),
+                    );
+                }
+            }
+            object.values_mut().for_each(|v| sds_as_sent(v, defined));
         }
-        Value::Array(items) => items.iter_mut().for_each(drop_sds_sources),
+        Value::Array(items) => items.iter_mut().for_each(|v| sds_as_sent(v, defined)),
         _ => {}
     }
 }

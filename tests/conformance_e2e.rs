@@ -104,9 +104,9 @@ fn bad_is(kind: ResourceType, t: XdsTransport) -> BadIs {
         );
     }
     BadIs::Nacked(match kind {
-        Cluster => "cluster provided LB specified",
+        Cluster => "Only one of max_requests_per_connection from Cluster or HttpProtocolOptions",
         Endpoint => "cannot include both LEDS",
-        Listener => "must be the last filter in a http filter chain",
+        Listener => "Specify only one of prefix_rewrite, regex_rewrite",
         Route | VirtualHost => "Specify only one of prefix_rewrite, regex_rewrite",
         ScopedRoute => "scope key conflict found",
         Secret => "Failed to load trusted CA certificates",
@@ -270,7 +270,10 @@ fn fixture(kind: ResourceType, t: XdsTransport, stage: Stage, p: &Ports, cas: &C
             for (i, name) in &names {
                 let port = if changed(*i, stage) { p.b } else { p.a };
                 let extra = if bad(*i, stage) {
-                    ", lb_policy: CLUSTER_PROVIDED"
+                    // A request limit per connection set twice (on the cluster and in its
+                    // HTTP protocol options): Envoy refuses it as it builds the cluster,
+                    // which Switchyard does not check.
+                    ", max_requests_per_connection: 5, typed_extension_protocol_options: { envoy.extensions.upstreams.http.v3.HttpProtocolOptions: { \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions, common_http_protocol_options: { max_requests_per_connection: 3 }, explicit_http_config: { http_protocol_options: {} } } }"
                 } else {
                     ""
                 };
@@ -309,17 +312,19 @@ fn fixture(kind: ResourceType, t: XdsTransport, stage: Stage, p: &Ports, cas: &C
             out.push_str("listeners:\n");
             for (i, name) in kept("lds", stage) {
                 let body = format!("{name}-v{}", if changed(i, stage) { 2 } else { 1 });
-                let routes = format!(
-                    "route_config: {{ name: {name}, virtual_hosts: [{}] }}",
-                    answers("all", "*", &body)
-                );
-                // The router twice: Envoy refuses a terminal filter that is not the last.
-                let filters = if bad(i, stage) {
-                    format!("{}, ", ROUTER.replace("router,", "router.first,"))
-                } else {
-                    String::new()
-                };
-                out.push_str(&listener(&name, p.lds[i - 1], &routes, &filters));
+                let mut vhost = answers("all", "*", &body);
+                // Bad: a route asking for two path rewrites (by a header's cluster, so that
+                // no cluster needs to exist), which Envoy refuses and Switchyard does not
+                // check.
+                if bad(i, stage) {
+                    vhost = vhost.replacen(
+                        "routes: [",
+                        r#"routes: [{ match: { prefix: "/bad" }, route: { cluster_header: x-cluster, prefix_rewrite: "/x", regex_rewrite: { pattern: { regex: "a" }, substitution: "b" } } }, "#,
+                        1,
+                    );
+                }
+                let routes = format!("route_config: {{ name: {name}, virtual_hosts: [{vhost}] }}");
+                out.push_str(&listener(&name, p.lds[i - 1], &routes, ""));
             }
         }
         Route => {

@@ -467,8 +467,8 @@ async fn e2e_p28_p30_cluster_only_change_drops_nothing_and_leaves_warming_at_onc
     judge(&tally, true);
 }
 
-/// (e) A cut-over to a cluster Envoy rejects (`lb_policy: CLUSTER_PROVIDED` on EDS, which
-/// breaks no field rule, so Switchyard serves it), `x` removed: the NACK
+/// (e) A cut-over to a cluster Envoy rejects (its requests per connection limited twice,
+/// which breaks no field rule and no check of Switchyard's, so Switchyard serves it), `x` removed: the NACK
 /// holds back the route that names it and keeps `x`, so traffic stays on `x`; the fix then
 /// goes out in order. Without ordering, `x` goes and the route points at nothing.
 async fn e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix(
@@ -492,7 +492,7 @@ async fn e2e_p5_p30_cut_over_to_a_rejected_cluster_holds_the_route_until_the_fix
     setup.edit(
         &cut_over(&cluster_y.replace(
             "    type: EDS\n",
-            "    type: EDS\n    lb_policy: CLUSTER_PROVIDED\n",
+            &format!("    type: EDS\n{}", support::ENVOY_REJECTED_CLUSTER_LINES),
         )),
         0,
     );

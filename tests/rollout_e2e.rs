@@ -111,7 +111,7 @@ async fn e2e_a_change_reaches_the_canary_first_and_a_rejected_one_never_leaves_i
     let r = status.rollout.as_ref().expect("a rollout");
     assert!(
         r.reason.as_deref().is_some_and(
-            |why| why.contains("canary-1") && why.contains("cluster provided LB specified")
+            |why| why.contains("canary-1") && why.contains(support::ENVOY_REJECTED_CLUSTER)
         ),
         "{r:?}"
     );

@@ -384,6 +384,415 @@ fn compat_listener(address: &str) -> Value {
     )
 }
 
+const HPO: &str = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+const DTC: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
+const RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
+
+/// A cluster whose upstreams speak as `options` (`HttpProtocolOptions`) say.
+fn protocol_cluster(options: Value, extra: Value) -> Value {
+    let mut c = cluster(json!({"typed_extension_protocol_options": {
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": merged(json!({"@type": HPO}), options)}}));
+    merge(&mut c, extra);
+    c
+}
+
+fn merged(mut into: Value, extra: Value) -> Value {
+    merge(&mut into, extra);
+    into
+}
+
+fn grpc_health_check() -> Value {
+    json!({"health_checks": [{"timeout": "1s", "interval": "5s", "unhealthy_threshold": 1,
+        "healthy_threshold": 1, "grpc_health_check": {}}]})
+}
+
+/// A listener whose one filter chain is `chain` (filters, a match, a transport socket).
+fn chain_listener(chain: Value) -> Value {
+    listener(json!({"filter_chains": [chain]}))
+}
+
+fn hcm_chain(extra: Value) -> Value {
+    json!({"filters": [{"name": "hcm", "typed_config": hcm(extra)}]})
+}
+
+/// A filter chain serving TLS with `context` as its `DownstreamTlsContext`.
+fn server_tls(context: Value) -> Value {
+    chain_listener(
+        json!({"filters": [{"name": "hcm", "typed_config": hcm(json!({}))}],
+        "transport_socket": {"name": "tls", "typed_config": merged(json!({"@type": DTC}), context)}}),
+    )
+}
+
+/// An RBAC HTTP filter before the router, with one policy.
+fn rbac(policy: Value) -> Value {
+    listener(json!({"filter_chains": [hcm_chain(json!({"http_filters": [
+        {"name": "rbac", "typed_config": {"@type": RBAC, "rules": {"policies": {"p": policy}}}},
+        {"name": "router", "typed_config": {"@type": ROUTER}}]}))]}))
+}
+
+fn http_filter(name: &str, kind: &str, config: Value) -> Value {
+    json!({"name": name, "typed_config": merged(json!({"@type": format!("type.googleapis.com/{kind}")}), config)})
+}
+
+/// A certificate and key in files, for server contexts that must have one.
+fn certificate_files() -> Value {
+    let dir = std::env::temp_dir().join(format!("rules-envoy-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    support::certs::Ca::new("ca")
+        .leaf(&["localhost"], &[])
+        .write(&dir, "server");
+    let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    json!({"certificate_chain": {"filename": path("server.pem")},
+        "private_key": {"filename": path("server.key")}})
+}
+
+/// What Envoy refuses as it builds clusters, TLS contexts, HTTP connection managers, filter
+/// chains, route headers and IP ranges (`config::checks::builds`), and near misses it takes.
+fn built() -> Vec<Case> {
+    use Kind::*;
+    let ads = json!({"ads": {}, "resource_api_version": "V3"});
+    let cert = certificate_files();
+    let mut cases = vec![
+        // An IP range's address carries its mask.
+        case(
+            "envoy",
+            Listener,
+            chain_listener(hcm_chain(
+                json!({"internal_address_config": {"cidr_ranges": [
+                {"address_prefix": "::1/128", "prefix_len": 128}]}}),
+            )),
+        ),
+        valid(
+            Listener,
+            chain_listener(hcm_chain(
+                json!({"internal_address_config": {"cidr_ranges": [
+                {"address_prefix": "::1", "prefix_len": 128}, {"address_prefix": "10.0.0.0", "prefix_len": 8}]}}),
+            )),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(merged(
+                hcm_chain(json!({})),
+                json!({"filter_chain_match": {"prefix_ranges": [{"address_prefix": "10.0.0.0/8", "prefix_len": 8}]}}),
+            )),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(merged(
+                hcm_chain(json!({})),
+                json!({"filter_chain_match": {"source_prefix_ranges": [{"address_prefix": "localhost", "prefix_len": 8}]}}),
+            )),
+        ),
+        valid(
+            Listener,
+            chain_listener(merged(
+                hcm_chain(json!({})),
+                json!({"filter_chain_match": {"prefix_ranges": [{"address_prefix": "10.0.0.0", "prefix_len": 8}],
+                    "source_prefix_ranges": [{"address_prefix": "fd00::", "prefix_len": 8}]}}),
+            )),
+        ),
+        case(
+            "envoy",
+            Listener,
+            rbac(json!({"permissions": [{"any": true}],
+                "principals": [{"remote_ip": {"address_prefix": "10.0.0.0/8", "prefix_len": 8}}]})),
+        ),
+        case(
+            "envoy",
+            Listener,
+            rbac(
+                json!({"permissions": [{"destination_ip": {"address_prefix": "x", "prefix_len": 8}}],
+                "principals": [{"any": true}]}),
+            ),
+        ),
+        valid(
+            Listener,
+            rbac(
+                json!({"permissions": [{"destination_ip": {"address_prefix": "10.1.0.0", "prefix_len": 16}}],
+                "principals": [{"direct_remote_ip": {"address_prefix": "::1", "prefix_len": 128}}]}),
+            ),
+        ),
+        // A gRPC health check on a cluster that does not speak HTTP/2.
+        case("envoy", Cluster, cluster(grpc_health_check())),
+        case(
+            "envoy",
+            Cluster,
+            protocol_cluster(
+                json!({"explicit_http_config": {"http_protocol_options": {}}}),
+                grpc_health_check(),
+            ),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            protocol_cluster(
+                json!({"use_downstream_protocol_config": {}}),
+                grpc_health_check(),
+            ),
+        ),
+        valid(
+            Cluster,
+            protocol_cluster(
+                json!({"explicit_http_config": {"http2_protocol_options": {}}}),
+                grpc_health_check(),
+            ),
+        ),
+        valid(
+            Cluster,
+            protocol_cluster(
+                json!({"use_downstream_protocol_config": {"http2_protocol_options": {}}}),
+                grpc_health_check(),
+            ),
+        ),
+        valid(
+            Cluster,
+            merged(
+                cluster(grpc_health_check()),
+                json!({"http2_protocol_options": {}}),
+            ),
+        ),
+        // Protocol options the transport socket cannot carry.
+        case(
+            "envoy",
+            Cluster,
+            protocol_cluster(json!({"auto_config": {}}), json!({})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            protocol_cluster(
+                json!({"explicit_http_config": {"http3_protocol_options": {}}}),
+                json!({}),
+            ),
+        ),
+        // A server's TLS context with no certificate, or with both kinds.
+        case(
+            "envoy",
+            Listener,
+            server_tls(json!({"common_tls_context": {}})),
+        ),
+        case("envoy", Listener, server_tls(json!({}))),
+        case(
+            "envoy",
+            Listener,
+            server_tls(
+                json!({"common_tls_context": {"tls_params": {"tls_minimum_protocol_version": "TLSv1_2"}}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Listener,
+            server_tls(
+                json!({"common_tls_context": {"tls_certificates": [cert.clone()],
+                "tls_certificate_sds_secret_configs": [{"name": "s", "sds_config": ads}]}}),
+            ),
+        ),
+        valid(
+            Listener,
+            server_tls(json!({"common_tls_context": {"tls_certificates": [cert]}})),
+        ),
+        // Filter chains that do not end with their terminal filter.
+        case(
+            "envoy",
+            Listener,
+            chain_listener(hcm_chain(json!({"http_filters": [
+                http_filter("cors", "envoy.extensions.filters.http.cors.v3.Cors", json!({}))]}))),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(hcm_chain(json!({"http_filters": [
+                {"name": "router", "typed_config": {"@type": ROUTER}},
+                http_filter("fault", "envoy.extensions.filters.http.fault.v3.HTTPFault", json!({}))]}))),
+        ),
+        valid(
+            Listener,
+            chain_listener(hcm_chain(json!({"http_filters": [
+                http_filter("cors", "envoy.extensions.filters.http.cors.v3.Cors", json!({})),
+                http_filter("web", "envoy.extensions.filters.http.grpc_web.v3.GrpcWeb", json!({})),
+                http_filter("jwt", "envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication", json!({})),
+                http_filter("lua", "envoy.extensions.filters.http.lua.v3.Lua", json!({})),
+                http_filter("buffer", "envoy.extensions.filters.http.buffer.v3.Buffer", json!({"max_request_bytes": 1024})),
+                {"name": "router", "typed_config": {"@type": ROUTER}}]}))),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(json!({"filters": [
+                {"name": "tcp", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                    "stat_prefix": "t", "cluster": "c"}},
+                {"name": "hcm", "typed_config": hcm(json!({}))}]})),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(json!({"filters": [
+                {"name": "limit", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit",
+                    "stat_prefix": "l", "max_connections": 10}}]})),
+        ),
+        valid(
+            Listener,
+            chain_listener(json!({"filters": [
+                {"name": "limit", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit",
+                    "stat_prefix": "l", "max_connections": 10}},
+                {"name": "rbac", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC",
+                    "stat_prefix": "r"}},
+                {"name": "hcm", "typed_config": hcm(json!({}))}]})),
+        ),
+        // The same upgrade twice, in another case.
+        case(
+            "envoy",
+            Listener,
+            chain_listener(hcm_chain(json!({"upgrade_configs": [
+                {"upgrade_type": "websocket"}, {"upgrade_type": "WebSocket"}]}))),
+        ),
+        valid(
+            Listener,
+            chain_listener(hcm_chain(json!({"upgrade_configs": [
+                {"upgrade_type": "websocket"}, {"upgrade_type": "CONNECT"}]}))),
+        ),
+        // Pseudo-headers and host, added or removed by routing.
+        case(
+            "envoy",
+            Routes,
+            routes(json!({"request_headers_to_add": [{"header": {"key": ":path", "value": "x"}}]})),
+        ),
+        case(
+            "envoy",
+            Routes,
+            routes(json!({"request_headers_to_add": [{"header": {"key": "Host", "value": "x"}}]})),
+        ),
+        case(
+            "envoy",
+            Routes,
+            routes(json!({"request_headers_to_remove": ["host"]})),
+        ),
+        case(
+            "envoy",
+            Routes,
+            routes(
+                json!({"response_headers_to_add": [{"header": {"key": ":status", "value": "200"}}]}),
+            ),
+        ),
+        case(
+            "envoy",
+            Routes,
+            routes(
+                json!({"routes": [{"match": {"prefix": "/"}, "route": {"cluster": "c"},
+                "response_headers_to_remove": [":status"]}]}),
+            ),
+        ),
+        valid(
+            Routes,
+            routes(
+                json!({"request_headers_to_add": [{"header": {"key": "x-host", "value": "x"}}],
+                "request_headers_to_remove": ["x-authority"],
+                "response_headers_to_add": [{"header": {"key": "hosts", "value": "x"}}]}),
+            ),
+        ),
+        // Clusters whose endpoints or load balancer their type does not take.
+        case(
+            "envoy",
+            Cluster,
+            cluster(
+                json!({"load_assignment": cla(json!({"endpoint": {"address": {"socket_address": {
+                "address": "backend.example.com", "port_value": 80}}}}))}),
+            ),
+        ),
+        valid(
+            Cluster,
+            cluster(
+                json!({"type": "STRICT_DNS", "load_assignment": cla(json!({"endpoint": {"address": {"socket_address": {
+                "address": "backend.example.com", "port_value": 80}}}}))}),
+            ),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            cluster(
+                json!({"type": "LOGICAL_DNS", "load_assignment": {"cluster_name": "c", "endpoints": [
+                {"lb_endpoints": [endpoint(80), endpoint(81)]}]}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            cluster(
+                json!({"type": "LOGICAL_DNS", "load_assignment": {"cluster_name": "c", "endpoints": [
+                {"lb_endpoints": [endpoint(80)]}, {"lb_endpoints": [endpoint(81)]}]}}),
+            ),
+        ),
+        valid(Cluster, cluster(json!({"type": "LOGICAL_DNS"}))),
+        case(
+            "envoy",
+            Cluster,
+            cluster(json!({"type": "LOGICAL_DNS", "load_assignment": {"cluster_name": "c"}})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            cluster(json!({"type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED"})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            json!({"name": "c", "connect_timeout": "1s", "type": "ORIGINAL_DST"}),
+        ),
+        valid(
+            Cluster,
+            json!({"name": "c", "connect_timeout": "1s", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED"}),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            cluster(json!({"type": "STRICT_DNS", "lb_policy": "CLUSTER_PROVIDED"})),
+        ),
+        // Server names with a wildcard other than a leading `*.`; HTTP/3 off QUIC.
+        case(
+            "envoy",
+            Listener,
+            chain_listener(merged(
+                hcm_chain(json!({})),
+                json!({"filter_chain_match": {"server_names": ["api.*"]}}),
+            )),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(merged(
+                hcm_chain(json!({})),
+                json!({"filter_chain_match": {"server_names": ["*api.example.com"]}}),
+            )),
+        ),
+        valid(
+            Listener,
+            chain_listener(merged(
+                hcm_chain(json!({})),
+                json!({"filter_chain_match": {"server_names": ["*.example.com", "example.com"]}}),
+            )),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(hcm_chain(json!({"codec_type": "HTTP3"}))),
+        ),
+    ];
+    // A LOGICAL_DNS cluster with no endpoints at all: held against Envoy too.
+    cases.push(case(
+        "envoy",
+        Cluster,
+        json!({"name": "c", "connect_timeout": "1s", "type": "LOGICAL_DNS"}),
+    ));
+    cases
+}
+
 /// Envoy's checks beyond field rules (`config::checks`): each refusal, and near misses that
 /// both accept.
 fn checks() -> Vec<Case> {
@@ -561,6 +970,7 @@ fn checks() -> Vec<Case> {
             ),
         ),
     ];
+    cases.extend(built());
     // Every cipher alias is one BoringSSL has, and selects something alone.
     for alias in switchyard::config::checks::CIPHER_ALIASES {
         cases.push(valid(

@@ -128,7 +128,7 @@ fn validate_envoy_reports_envoys_verdict_per_node_group() {
     assert!(
         rejected[0].contains("id \"edge-\"")
             && rejected[0].contains("edge.yaml")
-            && rejected[0].contains("cluster provided LB specified"),
+            && rejected[0].contains(support::ENVOY_REJECTED_CLUSTER),
         "{err}"
     );
     let (_, out, _) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
@@ -319,4 +319,52 @@ async fn diff_against_a_running_server() {
 
     let (code, _, err) = diff("127.0.0.1:1");
     assert_eq!(code, Some(2), "an unreachable server is an error: {err}");
+}
+
+/// Pre-flight gives Envoy what it would get over xDS: a TLS context naming an SDS secret no
+/// file defines waits for SDS to bring it (Envoy over xDS accepts it), so `validate --envoy`
+/// passes with plain `validate`'s warning instead of refusing "Unknown static certificate
+/// validation context". A secret the files do define is checked as the static secret it is:
+/// a bad one is refused.
+#[test]
+fn validate_envoy_leaves_a_secret_no_file_defines_to_sds() {
+    let Some(envoy) = envoy_binary() else { return };
+    let envoy = envoy.to_str().expect("utf-8 path").to_string();
+    let dir = tempfile::tempdir().expect("tmp");
+    let cluster = |secret: &str| {
+        format!(
+            r#"clusters:
+  - name: a
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment: {{ cluster_name: a, endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 8443 }} }} }} }}] }}] }}
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          validation_context_sds_secret_config: {{ name: {secret}, sds_config: {{ ads: {{}}, resource_api_version: V3 }} }}
+"#
+        )
+    };
+    write(dir.path(), "a.yaml", &cluster("system_trust_bundle"));
+    let config = dir.path().to_str().expect("utf-8").to_string();
+    let (code, out, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
+    assert_eq!(code, Some(0), "left for SDS, not refused: {out}{err}");
+    assert!(
+        format!("{out}{err}").contains("system_trust_bundle"),
+        "the warning plain validate gives: {out}{err}"
+    );
+    assert!(!err.contains("Unknown static"), "{err}");
+
+    // Defined in the files, and bad: the static secret is what Envoy checks.
+    write(dir.path(), "a.yaml", &cluster("bundle"));
+    write(
+        dir.path(),
+        "secret.yaml",
+        "secrets:\n  - name: bundle\n    validation_context: { trusted_ca: { inline_string: not a certificate } }\n",
+    );
+    let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("Envoy rejects"), "{err}");
 }

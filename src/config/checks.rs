@@ -16,7 +16,15 @@
 //!   address that is not an IP address (EDS and LEDS hosts are never resolved; over LEDS,
 //!   Envoy 1.40 does not only refuse one: it crashes, an uncaught exception, so it must never
 //!   be sent);
-//! - an HTTP or network filter with no `typed_config` (nor `config_discovery`).
+//! - an HTTP or network filter with no `typed_config` (nor `config_discovery`);
+//! - a STATIC cluster's endpoint host that is not an IP address;
+//! - a server name with a partial wildcard, and the HTTP/3 codec on a listener that is not
+//!   QUIC;
+//! - what Envoy refuses as it builds clusters, server TLS contexts, HTTP connection managers,
+//!   filter chains, route headers and IP ranges (`builds`).
+//!
+//! The catalogue of Envoy's checks, caught or not and why, is docs/reference.md "What Envoy
+//! refuses beyond its field rules".
 //!
 //! Must not: know about files, or check field rules (`rules` does); nothing here guesses:
 //! a check is here only when Envoy's behaviour is known and tested.
@@ -29,22 +37,12 @@ use super::descriptors;
 use super::fields::{has, message as field, messages, string, strings};
 pub use crate::resource::RegexProgram;
 
+mod builds;
 pub mod re2;
+mod refusal;
 
-/// What Envoy would refuse, and where.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    /// From the resource, as in field-rule violations (`.` for the resource itself).
-    pub path: String,
-    /// Envoy's words.
-    pub envoy: String,
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Envoy would reject it with: {}", self.envoy)
-    }
-}
+pub use refusal::Refusal;
+use refusal::{path_of, refuse};
 
 /// The first thing in `message` that Envoy refuses beyond its field rules; else the regex in
 /// it with the largest RE2 program, which is judged with the limit the node's runtime sets
@@ -63,6 +61,27 @@ pub fn check(message: &DynamicMessage) -> Result<Option<RegexProgram>, Refusal> 
     }
     visit(message, &mut walk)?;
     Ok(walk.largest)
+}
+
+/// A STATIC cluster's own endpoints are IP addresses (or name a resolver): Envoy resolves
+/// none of them.
+fn static_hosts(cluster: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    if builds::cluster_kind(cluster) != "STATIC" {
+        return Ok(());
+    }
+    let Some(assignment) = field(cluster, "load_assignment") else {
+        return Ok(());
+    };
+    let mut here = at.to_vec();
+    here.push("load_assignment".into());
+    for (l, locality) in messages(&assignment, "endpoints").iter().enumerate() {
+        for (e, lb) in messages(locality, "lb_endpoints").iter().enumerate() {
+            let mut at = here.clone();
+            at.extend([format!("endpoints[{l}]"), format!("lb_endpoints[{e}]")]);
+            lb_endpoint_hosts(lb, &at)?;
+        }
+    }
+    Ok(())
 }
 
 /// Every host of a ClusterLoadAssignment served over EDS is an IP address (or names a
@@ -136,32 +155,14 @@ struct Walk {
     largest: Option<RegexProgram>,
 }
 
-fn path_of(at: &[String]) -> String {
-    if at.is_empty() {
-        return ".".into();
-    }
-    let mut out = String::new();
-    for segment in at {
-        if !segment.starts_with('[') && !out.is_empty() {
-            out.push('.');
-        }
-        out.push_str(segment);
-    }
-    out
-}
-
-fn refuse(at: &[String], envoy: String) -> Result<(), Refusal> {
-    Err(Refusal {
-        path: path_of(at),
-        envoy,
-    })
-}
-
 fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
     let descriptor = message.descriptor();
     match descriptor.full_name() {
         "google.protobuf.Any" => return visit_any(message, w),
-        "envoy.config.route.v3.RouteConfiguration" => route_configuration(message, &w.at)?,
+        "envoy.config.route.v3.RouteConfiguration" => {
+            route_configuration(message, &w.at)?;
+            builds::headers(message, &w.at)?
+        }
         "envoy.type.matcher.v3.RegexMatcher" => {
             let pattern = string(message, "regex");
             w.at.push("regex".into());
@@ -190,11 +191,25 @@ fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
             tls_parameters(message, &w.at)?
         }
         "envoy.config.listener.v3.Listener" => listener(message, &w.at)?,
+        "envoy.config.cluster.v3.Cluster" => {
+            static_hosts(message, &w.at)?;
+            builds::cluster(message, &w.at)?
+        }
+        "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext" => {
+            builds::downstream_tls(message, &w.at)?
+        }
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager" => {
+            builds::http_connection_manager(message, &w.at)?
+        }
+        "envoy.config.listener.v3.FilterChain" => builds::filter_chain(message, &w.at)?,
+        "envoy.config.route.v3.VirtualHost"
+        | "envoy.config.route.v3.Route"
+        | "envoy.config.route.v3.WeightedCluster.ClusterWeight" => builds::headers(message, &w.at)?,
         "envoy.config.core.v3.SocketAddress" => socket_address(message, &w.at)?,
         "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter"
         | "envoy.config.listener.v3.Filter" => filter(message, &w.at)?,
         "xds.type.v3.TypedStruct" | "udpa.type.v1.TypedStruct" => return typed_struct(message, w),
-        _ => {}
+        _ => builds::cidr_ranges(message, &w.at)?,
     }
     for (field, value) in message.fields() {
         w.at.push(field.name().to_string());
@@ -238,21 +253,9 @@ fn visit_value(value: &Value, w: &mut Walk) -> Result<(), Refusal> {
 
 /// An `Any`'s payload, checked as its type (the path goes on into it, as for field rules).
 fn visit_any(any: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
-    let Some(name) =
-        Some(string(any, "type_url")).and_then(|u| u.rsplit_once('/').map(|(_, n)| n.to_string()))
-    else {
-        return Ok(());
-    };
-    let Some(descriptor) = descriptors::message_named(&name) else {
-        return Ok(());
-    };
-    let bytes = any
-        .get_field_by_name("value")
-        .and_then(|v| v.as_bytes().cloned())
-        .unwrap_or_default();
-    match DynamicMessage::decode(descriptor, bytes) {
-        Ok(payload) => visit(&payload, w),
-        Err(_) => Ok(()),
+    match builds::payload(any) {
+        Some(payload) => visit(&payload, w),
+        None => Ok(()),
     }
 }
 
@@ -510,6 +513,7 @@ fn listener(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
             ),
         );
     }
+    chains_fit_the_listener(message, at)?;
     if has(message, "filter_chain_matcher") {
         return Ok(());
     }
@@ -538,6 +542,73 @@ fn listener(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
                     name(&chains[first])
                 ),
             );
+        }
+    }
+    Ok(())
+}
+
+/// What a listener's filter chains hold that its kind of listener does not take: a server
+/// name with a wildcard other than a leading `*.` (`FilterChainManagerImpl`), or, on a
+/// listener that does not speak QUIC, an HTTP connection manager with the HTTP/3 codec.
+fn chains_fit_the_listener(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    let quic = super::fields::message(message, "udp_listener_config")
+        .is_some_and(|u| has(&u, "quic_options"));
+    let mut chains: Vec<(Vec<String>, DynamicMessage)> = messages(message, "filter_chains")
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (vec!["filter_chains".to_string(), format!("[{i}]")], c))
+        .collect();
+    if let Some(chain) = super::fields::message(message, "default_filter_chain") {
+        chains.push((vec!["default_filter_chain".to_string()], chain));
+    }
+    for (place, chain) in chains {
+        let mut here = at.to_vec();
+        here.extend(place);
+        if let Some(matching) = super::fields::message(&chain, "filter_chain_match") {
+            for (j, name) in strings(&matching, "server_names").iter().enumerate() {
+                if name.contains('*') && !name.starts_with("*.") {
+                    let mut at = here.clone();
+                    at.extend([
+                        "filter_chain_match".to_string(),
+                        "server_names".into(),
+                        format!("[{j}]"),
+                    ]);
+                    return refuse(
+                        &at,
+                        format!(
+                            "error adding listener '{}': partial wildcards are not supported in \
+                             \"server_names\"",
+                            listener_address(message)
+                        ),
+                    );
+                }
+            }
+        }
+        if quic {
+            continue;
+        }
+        for (k, filter) in messages(&chain, "filters").iter().enumerate() {
+            let hcm = super::fields::message(filter, "typed_config")
+                .and_then(|any| builds::payload(&any))
+                .filter(|p| {
+                    p.descriptor().full_name()
+                        == "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+                });
+            let http3 = hcm.is_some_and(|h| {
+                h.get_field_by_name("codec_type")
+                    .and_then(|v| v.as_enum_number())
+                    == Some(3)
+            });
+            if http3 {
+                let mut at = here.clone();
+                at.extend([
+                    "filters".to_string(),
+                    format!("[{k}]"),
+                    "typed_config".into(),
+                    "codec_type".into(),
+                ]);
+                return refuse(&at, "HTTP/3 codec configured on non-QUIC listener.".into());
+            }
         }
     }
     Ok(())

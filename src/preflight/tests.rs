@@ -71,7 +71,11 @@ fn a_bootstrap_holds_endpoints_routes_and_secrets_inline() {
     let sds = &a["transportSocket"]["typedConfig"]["commonTlsContext"]
         ["tlsCertificateSdsSecretConfigs"][0];
     assert_eq!(sds["name"], "client-cert");
-    assert!(sds.get("sdsConfig").is_none(), "a static secret by name");
+    assert_eq!(
+        sds["sdsConfig"]["apiConfigSource"]["grpcServices"][0]["envoyGrpc"]["clusterName"],
+        ADS_CLUSTER,
+        "no file defines it: left for SDS to bring, as over xDS"
+    );
     let hcm = &b["staticResources"]["listeners"][0]["filterChains"][0]["filters"][0]["typedConfig"];
     assert!(hcm.get("rds").is_none());
     assert_eq!(hcm["routeConfig"]["name"], "main");
@@ -177,4 +181,33 @@ fn an_envoy_that_fails_silently_is_said_to() {
         said.contains("printed nothing") && said.contains("exit status: 1"),
         "{said}"
     );
+}
+
+/// A secret the group defines is the bootstrap's static secret, named without a source.
+#[test]
+fn a_secret_the_files_define_is_static_in_the_bootstrap() {
+    let secret = "secrets:\n  - name: client-cert\n    tls_certificate: { certificate_chain: { filename: /etc/c.pem }, private_key: { filename: /etc/k.pem } }\n";
+    let config = load(&[("mesh.yaml", MESH), ("secret.yaml", secret)]);
+    let groups = groups(&config);
+    let (group, resources) = &groups[0];
+    let b = bootstrap(
+        &group.node_id,
+        &group.node_cluster,
+        resources,
+        Secrets::Serve,
+    );
+    let a = b["staticResources"]["clusters"]
+        .as_array()
+        .expect("clusters")
+        .iter()
+        .find(|c| c["name"] == "a")
+        .expect("cluster a")
+        .clone();
+    let sds = &a["transportSocket"]["typedConfig"]["commonTlsContext"]
+        ["tlsCertificateSdsSecretConfigs"][0];
+    assert!(
+        sds.get("sdsConfig").is_none(),
+        "a static secret by name: {sds}"
+    );
+    assert_eq!(b["staticResources"]["secrets"][0]["name"], "client-cert");
 }

@@ -642,18 +642,30 @@ endpoints:
 }
 
 /// A cluster like [`eds_cluster`] that Envoy rejects although it breaks none of Envoy's field
-/// rules (so Switchyard loads and serves it): an EDS cluster asking for the load balancer
-/// only a cluster type that provides one may ask for. Envoy 1.40: "cluster provided LB
-/// specified but cluster '<name>' did not provide one".
+/// rules and none of Switchyard's checks (so Switchyard loads and serves it): an EDS cluster
+/// limiting requests per connection twice, on itself and in its HTTP protocol options
+/// ([`ENVOY_REJECTED_CLUSTER_LINES`]). Envoy 1.40: "Only one of max_requests_per_connection
+/// from Cluster or HttpProtocolOptions can be specified".
 pub fn envoy_rejected_cluster(name: &str, port: u16) -> String {
     eds_cluster(name, "1s", port).replace(
         "    type: EDS\n",
-        "    type: EDS\n    lb_policy: CLUSTER_PROVIDED\n",
+        &format!("    type: EDS\n{ENVOY_REJECTED_CLUSTER_LINES}"),
     )
 }
 
+/// The fields that make a cluster item one Envoy rejects ([`envoy_rejected_cluster`]), at a
+/// cluster item's indentation.
+pub const ENVOY_REJECTED_CLUSTER_LINES: &str = "    max_requests_per_connection: 5
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        common_http_protocol_options: { max_requests_per_connection: 3 }
+        explicit_http_config: { http_protocol_options: {} }
+";
+
 /// The words of Envoy's NACK of [`envoy_rejected_cluster`].
-pub const ENVOY_REJECTED_CLUSTER: &str = "cluster provided LB specified";
+pub const ENVOY_REJECTED_CLUSTER: &str =
+    "Only one of max_requests_per_connection from Cluster or HttpProtocolOptions";
 
 /// An HTTP listener `name` on `port` whose routes come from RDS `route`.
 pub fn rds_listener(name: &str, port: u16, route: &str) -> String {
@@ -672,8 +684,9 @@ pub fn listener_item(name: &str, port: impl std::fmt::Display, route: &str) -> S
 }
 
 /// A listener item every field rule and every check of Switchyard's passes, and Envoy 1.40
-/// refuses: its connection manager's router (a terminal filter) is not its last HTTP filter,
-/// which Switchyard does not check ([`ENVOY_REJECTED_LISTENER`]). For tests that need a NACK.
+/// refuses: its inline route asks for two path rewrites, which Switchyard does not check
+/// (docs/reference.md, "What Envoy refuses beyond its field rules"; [`ENVOY_REJECTED_LISTENER`]).
+/// For tests that need a NACK.
 pub fn envoy_rejected_listener_item(
     name: &str,
     port: impl std::fmt::Display,
@@ -684,18 +697,15 @@ pub fn envoy_rejected_listener_item(
         port,
         &format!(
             "route_config: {{ name: {name}, virtual_hosts: [{{ name: all, domains: [\"*\"], routes: \
-             [{{ match: {{ prefix: \"/\" }}, route: {{ cluster: {cluster} }} }}] }}] }}"
+             [{{ match: {{ prefix: \"/\" }}, route: {{ cluster: {cluster}, prefix_rewrite: \"/x\", \
+             regex_rewrite: {{ pattern: {{ regex: \"a\" }}, substitution: \"b\" }} }} }}] }}] }}"
         ),
-    )
-    .replace(
-        "              http_filters:\n",
-        "              http_filters:\n                - name: envoy.filters.http.router.first\n                  \
-         typed_config:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n",
     )
 }
 
 /// The words of Envoy's NACK of [`envoy_rejected_listener_item`].
-pub const ENVOY_REJECTED_LISTENER: &str = "must be the last filter in a http filter chain";
+pub const ENVOY_REJECTED_LISTENER: &str =
+    "Specify only one of prefix_rewrite, regex_rewrite or path_rewrite_policy";
 
 /// An HTTP listener item `name` on `port` whose connection manager takes its routes from
 /// `routes` (one line: `rds: ...` or `route_config: ...`).
