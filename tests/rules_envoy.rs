@@ -754,6 +754,26 @@ fn built() -> Vec<Case> {
             Cluster,
             cluster(json!({"type": "STRICT_DNS", "lb_policy": "CLUSTER_PROVIDED"})),
         ),
+        // A ring hash at least larger than at most (both set, or against the default minimum).
+        case(
+            "envoy",
+            Cluster,
+            cluster(json!({"lb_policy": "RING_HASH", "ring_hash_lb_config": {
+                "minimum_ring_size": 2000, "maximum_ring_size": 1000}})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            cluster(
+                json!({"lb_policy": "RING_HASH", "ring_hash_lb_config": {"maximum_ring_size": 512}}),
+            ),
+        ),
+        valid(
+            Cluster,
+            cluster(
+                json!({"lb_policy": "RING_HASH", "ring_hash_lb_config": {"maximum_ring_size": 1024}}),
+            ),
+        ),
         // Server names with a wildcard other than a leading `*.`; HTTP/3 off QUIC.
         case(
             "envoy",

@@ -126,14 +126,12 @@ fn http_protocol_options(cluster: &DynamicMessage) -> Option<DynamicMessage> {
     else {
         return None;
     };
-    options.iter().find_map(|(key, any)| {
-        let key = match key {
-            prost_reflect::MapKey::String(k) => k.as_str(),
-            _ => return None,
-        };
-        (key == "envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
-            .then(|| any.as_message().and_then(payload))
-            .flatten()
+    // Found by its type, whatever its key says (a key Envoy does not know is a refusal of
+    // its own, not this one's).
+    options.values().find_map(|any| {
+        any.as_message().and_then(payload).filter(|p| {
+            p.descriptor().full_name() == "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+        })
     })
 }
 
@@ -220,6 +218,9 @@ pub(super) fn cluster(cluster: &DynamicMessage, at: &[String]) -> Result<(), Ref
             ),
         );
     }
+    if lb == "RING_HASH" {
+        ring_sizes(cluster, at)?;
+    }
     let options = http_protocol_options(cluster);
     let socket = transport_socket(cluster);
     let plaintext = socket
@@ -274,12 +275,45 @@ pub(super) fn cluster(cluster: &DynamicMessage, at: &[String]) -> Result<(), Ref
     Ok(())
 }
 
+/// A ring hash's sizes, as its load balancer takes them (`RingHashLoadBalancer`): the
+/// minimum (1024 when unset) at most the maximum (8M when unset; a field rule bounds both).
+fn ring_sizes(cluster: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    let config = field(cluster, "ring_hash_lb_config");
+    let size = |name: &str, default: u64| {
+        config
+            .as_ref()
+            .and_then(|c| field(c, name))
+            .and_then(|v| v.get_field_by_name("value")?.as_u64())
+            .unwrap_or(default)
+    };
+    let (min, max) = (
+        size("minimum_ring_size", 1024),
+        size("maximum_ring_size", 8 * 1024 * 1024),
+    );
+    if min > max {
+        return refuse(
+            &beyond(at, &["ring_hash_lb_config", "minimum_ring_size"]),
+            format!("ring hash: minimum_ring_size ({min}) > maximum_ring_size ({max})"),
+        );
+    }
+    Ok(())
+}
+
 /// A server's TLS context has certificates, all static or all from SDS
 /// (`ServerContextConfigImpl`).
 pub(super) fn downstream_tls(context: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
     let common = field(context, "common_tls_context");
-    // A custom handshaker may provide certificates itself: Envoy asks it.
-    if common.as_ref().is_some_and(|c| has(c, "custom_handshaker")) {
+    // A custom handshaker may provide certificates itself (Envoy asks it); a certificate
+    // provider or selector brings its own: not judged.
+    let provided = [
+        "custom_handshaker",
+        "tls_certificate_provider_instance",
+        "custom_tls_certificate_selector",
+    ];
+    if common
+        .as_ref()
+        .is_some_and(|c| provided.iter().any(|f| has(c, f)))
+    {
         return Ok(());
     }
     let count = |name| common.as_ref().map_or(0, |c| messages(c, name).len());
