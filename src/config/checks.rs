@@ -34,6 +34,7 @@ use std::net::IpAddr;
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 use super::descriptors;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::CodecType;
 use super::fields::{has, message as field, messages, string, strings};
 pub use crate::resource::RegexProgram;
 
@@ -66,7 +67,9 @@ pub fn check(message: &DynamicMessage) -> Result<Option<RegexProgram>, Refusal> 
 /// A STATIC cluster's own endpoints are IP addresses (or name a resolver): Envoy resolves
 /// none of them.
 fn static_hosts(cluster: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
-    if builds::cluster_kind(cluster) != "STATIC" {
+    if builds::cluster_kind(cluster)
+        != Some(envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType::Static)
+    {
         return Ok(());
     }
     let Some(assignment) = field(cluster, "load_assignment") else {
@@ -594,11 +597,8 @@ fn chains_fit_the_listener(message: &DynamicMessage, at: &[String]) -> Result<()
                     p.descriptor().full_name()
                         == "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
                 });
-            let http3 = hcm.is_some_and(|h| {
-                h.get_field_by_name("codec_type")
-                    .and_then(|v| v.as_enum_number())
-                    == Some(3)
-            });
+            let http3 = hcm
+                .is_some_and(|h| builds::enum_number(&h, "codec_type") == CodecType::Http3 as i32);
             if http3 {
                 let mut at = here.clone();
                 at.extend([

@@ -41,18 +41,23 @@ routes:
     virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: a } }] }]
 "#;
 
-#[test]
-fn a_bootstrap_holds_endpoints_routes_and_secrets_inline() {
-    let config = load(&[("mesh.yaml", MESH)]);
+/// The bootstrap of the one node group of `files` (no selectors), with key material.
+fn only_bootstrap(files: &[(&str, &str)]) -> Value {
+    let config = load(files);
     let groups = groups(&config);
     assert_eq!(groups.len(), 1, "no selectors: one group");
     let (group, resources) = &groups[0];
-    let b = bootstrap(
+    bootstrap(
         &group.node_id,
         &group.node_cluster,
         resources,
         Secrets::Serve,
-    );
+    )
+}
+
+#[test]
+fn a_bootstrap_holds_endpoints_routes_and_secrets_inline() {
+    let b = only_bootstrap(&[("mesh.yaml", MESH)]);
     let clusters = b["staticResources"]["clusters"]
         .as_array()
         .expect("clusters");
@@ -187,15 +192,7 @@ fn an_envoy_that_fails_silently_is_said_to() {
 #[test]
 fn a_secret_the_files_define_is_static_in_the_bootstrap() {
     let secret = "secrets:\n  - name: client-cert\n    tls_certificate: { certificate_chain: { filename: /etc/c.pem }, private_key: { filename: /etc/k.pem } }\n";
-    let config = load(&[("mesh.yaml", MESH), ("secret.yaml", secret)]);
-    let groups = groups(&config);
-    let (group, resources) = &groups[0];
-    let b = bootstrap(
-        &group.node_id,
-        &group.node_cluster,
-        resources,
-        Secrets::Serve,
-    );
+    let b = only_bootstrap(&[("mesh.yaml", MESH), ("secret.yaml", secret)]);
     let a = b["staticResources"]["clusters"]
         .as_array()
         .expect("clusters")

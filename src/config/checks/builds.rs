@@ -16,6 +16,7 @@ use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 use super::refusal::{beyond, refuse, Refusal};
 use crate::config::descriptors;
 use crate::config::fields::{has, message as field, messages, string, strings};
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{DiscoveryType, LbPolicy};
 
 /// An `Any`'s payload, decoded as its type; `None` for a type the pool does not know (or a
 /// payload that does not decode: the field rules say so).
@@ -38,22 +39,12 @@ fn any_type(message: &DynamicMessage, name: &str) -> String {
         .unwrap_or_default()
 }
 
-/// An enum field's value by name (`""` when it has none the descriptor knows).
-fn enum_name(message: &DynamicMessage, name: &str) -> String {
-    let Some(field_descriptor) = message.descriptor().get_field_by_name(name) else {
-        return String::new();
-    };
-    let number = message
+/// An enum field's number (0, its default, when unset).
+pub(super) fn enum_number(message: &DynamicMessage, name: &str) -> i32 {
+    message
         .get_field_by_name(name)
         .and_then(|v| v.as_enum_number())
-        .unwrap_or(0);
-    match field_descriptor.kind() {
-        prost_reflect::Kind::Enum(e) => e
-            .get_value(number)
-            .map(|v| v.name().to_string())
-            .unwrap_or_default(),
-        _ => String::new(),
-    }
+        .unwrap_or(0)
 }
 
 /// Envoy's words for a range whose address is not an IP address.
@@ -151,13 +142,13 @@ fn transport_socket(cluster: &DynamicMessage) -> Option<String> {
 const RAW_BUFFER: &str = "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer";
 const QUIC_UPSTREAM: &str = "envoy.extensions.transport_sockets.quic.v3.QuicUpstreamTransport";
 
-/// A cluster's type (`STATIC` when it says none); `""` for a cluster of an extension type
-/// (`cluster_type`), which its own code builds.
-pub(super) fn cluster_kind(cluster: &DynamicMessage) -> String {
+/// A cluster's type (`STATIC` when it says none); `None` for a cluster of an extension type
+/// (`cluster_type`), which its own code builds, or of a number this API does not know.
+pub(super) fn cluster_kind(cluster: &DynamicMessage) -> Option<DiscoveryType> {
     if has(cluster, "cluster_type") {
-        return String::new();
+        return None;
     }
-    enum_name(cluster, "type")
+    DiscoveryType::try_from(enum_number(cluster, "type")).ok()
 }
 
 /// A cluster as Envoy's cluster manager and cluster factories build it: its type and its
@@ -166,17 +157,18 @@ pub(super) fn cluster_kind(cluster: &DynamicMessage) -> String {
 pub(super) fn cluster(cluster: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
     let name = string(cluster, "name");
     let kind = cluster_kind(cluster);
-    let lb = enum_name(cluster, "lb_policy");
+    let lb = LbPolicy::try_from(enum_number(cluster, "lb_policy")).ok();
     let assignment = field(cluster, "load_assignment");
-    match kind.as_str() {
-        "ORIGINAL_DST" => {
+    match kind {
+        Some(DiscoveryType::OriginalDst) => {
             if assignment.is_some() {
                 return refuse(
                     &beyond(at, &["load_assignment"]),
                     "ORIGINAL_DST clusters must have no load assignment configured".into(),
                 );
             }
-            if lb != "CLUSTER_PROVIDED" && !has(cluster, "load_balancing_policy") {
+            if lb != Some(LbPolicy::ClusterProvided) && !has(cluster, "load_balancing_policy") {
+                let lb = lb.map_or("?", |l| l.as_str_name());
                 return refuse(
                     &beyond(at, &["lb_policy"]),
                     format!(
@@ -186,7 +178,7 @@ pub(super) fn cluster(cluster: &DynamicMessage, at: &[String]) -> Result<(), Ref
                 );
             }
         }
-        "LOGICAL_DNS" => {
+        Some(DiscoveryType::LogicalDns) => {
             let Some(assignment) = &assignment else {
                 return refuse(at, "LOGICAL_DNS clusters must have a single host".into());
             };
@@ -204,11 +196,9 @@ pub(super) fn cluster(cluster: &DynamicMessage, at: &[String]) -> Result<(), Ref
         }
         _ => {}
     }
-    if lb == "CLUSTER_PROVIDED"
-        && matches!(
-            kind.as_str(),
-            "STATIC" | "STRICT_DNS" | "LOGICAL_DNS" | "EDS"
-        )
+    // Every built-in type but ORIGINAL_DST provides none.
+    if lb == Some(LbPolicy::ClusterProvided)
+        && kind.is_some_and(|k| k != DiscoveryType::OriginalDst)
     {
         return refuse(
             &beyond(at, &["lb_policy"]),
@@ -218,7 +208,7 @@ pub(super) fn cluster(cluster: &DynamicMessage, at: &[String]) -> Result<(), Ref
             ),
         );
     }
-    if lb == "RING_HASH" {
+    if lb == Some(LbPolicy::RingHash) {
         ring_sizes(cluster, at)?;
     }
     let options = http_protocol_options(cluster);
