@@ -104,14 +104,13 @@ fn bad_is(kind: ResourceType, t: XdsTransport) -> BadIs {
         );
     }
     BadIs::Nacked(match kind {
-        Cluster => "Only one of max_requests_per_connection from Cluster or HttpProtocolOptions",
+        Cluster | Secret => "Failed to load trusted CA certificates",
         Endpoint => "cannot include both LEDS",
-        Listener => "Specify only one of prefix_rewrite, regex_rewrite",
-        Route | VirtualHost => "Specify only one of prefix_rewrite, regex_rewrite",
+        Listener | Route | VirtualHost => support::ENVOY_REJECTED_LUA,
         ScopedRoute => "scope key conflict found",
-        Secret => "Failed to load trusted CA certificates",
-        Runtime => "Invalid runtime entry value for conformance.rtds1",
         ExtensionConfig => "but expect",
+        // A runtime value Envoy refuses: Switchyard knows them all (a list or a null).
+        Runtime => return BadIs::Refused("Invalid runtime entry value for conformance.rtds1"),
         // Envoy 1.40 crashes on an LbEndpoint it rejects (an uncaught exception in its LEDS
         // handler): Switchyard refuses the one it knows Envoy rejects, a host that is not an
         // IP address, and no LbEndpoint that Envoy would reject is known to get past it.
@@ -191,9 +190,14 @@ fn answers(vhost: &str, domain: &str, body: &str) -> String {
     )
 }
 
-/// A route to cluster `cds-1` that Envoy refuses (two rewrites), which Switchyard does not
-/// check: what makes a route configuration or a virtual host bad.
-const TWO_REWRITES: &str = r#"{ match: { prefix: "/bad" }, route: { cluster: cds-1, prefix_rewrite: "/x", regex_rewrite: { pattern: { regex: "a" }, substitution: "b" } } }"#;
+/// A route to cluster `cds-1` whose Lua does not compile, which Envoy refuses and Switchyard
+/// does not check: what makes a route configuration or a virtual host bad.
+fn bad_route() -> String {
+    format!(
+        "{{ match: {{ prefix: \"/bad\" }}, route: {{ cluster: cds-1 }}, {} }}",
+        support::bad_lua_per_route()
+    )
+}
 
 /// A static cluster `name` to `port`, with `extra` fields.
 fn static_cluster(name: &str, port: u16, extra: &str) -> String {
@@ -270,10 +274,9 @@ fn fixture(kind: ResourceType, t: XdsTransport, stage: Stage, p: &Ports, cas: &C
             for (i, name) in &names {
                 let port = if changed(*i, stage) { p.b } else { p.a };
                 let extra = if bad(*i, stage) {
-                    // A request limit per connection set twice (on the cluster and in its
-                    // HTTP protocol options): Envoy refuses it as it builds the cluster,
-                    // which Switchyard does not check.
-                    ", max_requests_per_connection: 5, typed_extension_protocol_options: { envoy.extensions.upstreams.http.v3.HttpProtocolOptions: { \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions, common_http_protocol_options: { max_requests_per_connection: 3 }, explicit_http_config: { http_protocol_options: {} } } }"
+                    // Upstream TLS trusting a CA that is not a certificate: only BoringSSL's
+                    // parser judges it, and Envoy refuses the cluster as it builds it.
+                    ", transport_socket: { name: envoy.transport_sockets.tls, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext, common_tls_context: { validation_context: { trusted_ca: { inline_string: not a certificate } } } } }"
                 } else {
                     ""
                 };
@@ -313,13 +316,15 @@ fn fixture(kind: ResourceType, t: XdsTransport, stage: Stage, p: &Ports, cas: &C
             for (i, name) in kept("lds", stage) {
                 let body = format!("{name}-v{}", if changed(i, stage) { 2 } else { 1 });
                 let mut vhost = answers("all", "*", &body);
-                // Bad: a route asking for two path rewrites (by a header's cluster, so that
-                // no cluster needs to exist), which Envoy refuses and Switchyard does not
-                // check.
+                // Bad: a route whose Lua does not compile (to a header's cluster, so that no
+                // cluster needs to exist), which Envoy refuses and Switchyard does not check.
                 if bad(i, stage) {
                     vhost = vhost.replacen(
                         "routes: [",
-                        r#"routes: [{ match: { prefix: "/bad" }, route: { cluster_header: x-cluster, prefix_rewrite: "/x", regex_rewrite: { pattern: { regex: "a" }, substitution: "b" } } }, "#,
+                        &format!(
+                            "routes: [{{ match: {{ prefix: \"/bad\" }}, route: {{ cluster_header: x-cluster }}, {} }}, ",
+                            support::bad_lua_per_route()
+                        ),
                         1,
                     );
                 }
@@ -377,7 +382,7 @@ fn fixture(kind: ResourceType, t: XdsTransport, stage: Stage, p: &Ports, cas: &C
                 let body = format!("{name}-v{}", if changed(i, stage) { 2 } else { 1 });
                 let mut vhost = answers(&format!("vhds/{name}"), &format!("{name}.example"), &body);
                 if bad(i, stage) {
-                    vhost = vhost.replace("routes: [", &format!("routes: [{TWO_REWRITES}, "));
+                    vhost = vhost.replace("routes: [", &format!("routes: [{}, ", bad_route()));
                 }
                 out.push_str(&format!("  - {vhost}\n"));
             }
@@ -479,7 +484,7 @@ fn route_vhost(name: &str, i: usize, stage: Stage) -> String {
     let body = format!("{name}-v{}", if changed(i, stage) { 2 } else { 1 });
     let vhost = answers("all", "*", &body);
     if bad(i, stage) {
-        vhost.replace("routes: [", &format!("routes: [{TWO_REWRITES}, "))
+        vhost.replace("routes: [", &format!("routes: [{}, ", bad_route()))
     } else {
         vhost
     }

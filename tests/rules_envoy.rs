@@ -813,6 +813,583 @@ fn built() -> Vec<Case> {
     cases
 }
 
+/// A route configuration whose one route is `route` (its match and action merged over a
+/// prefix match to cluster `c`).
+fn one_route(route: Value) -> Value {
+    let mut r = json!({"match": {"prefix": "/"}});
+    if route.get("direct_response").is_none() && route.get("route").is_none() {
+        r["route"] = json!({"cluster": "c"});
+    }
+    merge(&mut r, route);
+    routes(json!({"routes": [r]}))
+}
+
+/// A route to `c` whose action has `extra` too.
+fn action(extra: Value) -> Value {
+    one_route(json!({"route": merged(json!({"cluster": "c"}), extra)}))
+}
+
+fn weighted(clusters: Value) -> Value {
+    one_route(json!({"name": "rt", "route": {"weighted_clusters": {"clusters": clusters}}}))
+}
+
+/// What Envoy refuses as it builds routes (`config::checks::routing`), and near misses.
+fn routing() -> Vec<Case> {
+    use Kind::*;
+    let header_regex = |ignore_case: bool| {
+        one_route(json!({"match": {"prefix": "/", "headers": [{"name": "x",
+            "string_match": {"safe_regex": {"regex": "a"}, "ignore_case": ignore_case}}]}}))
+    };
+    let rewrite_template = json!({"name": "m", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.path.rewrite.uri_template.v3.UriTemplateRewriteConfig",
+        "path_template_rewrite": "/a"}});
+    let match_template = json!({"name": "m", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.path.match.uri_template.v3.UriTemplateMatchConfig",
+        "path_template": "/a/{x}"}});
+    vec![
+        // Two path rewrites.
+        case(
+            "envoy",
+            Routes,
+            action(
+                json!({"prefix_rewrite": "/x", "regex_rewrite": {"pattern": {"regex": "a"}, "substitution": "b"}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Routes,
+            action(json!({"prefix_rewrite": "/x", "path_rewrite_policy": rewrite_template})),
+        ),
+        valid(
+            Routes,
+            action(json!({"regex_rewrite": {"pattern": {"regex": "a"}, "substitution": "b"}})),
+        ),
+        case(
+            "envoy",
+            Routes,
+            one_route(
+                json!({"match": {"path_match_policy": match_template.clone()},
+                "route": {"cluster": "c", "prefix_rewrite": "/b"}}),
+            ),
+        ),
+        valid(
+            Routes,
+            one_route(json!({"match": {"path_match_policy": match_template},
+                "route": {"cluster": "c", "path_rewrite_policy": rewrite_template}})),
+        ),
+        // Upgrades on a route.
+        case(
+            "envoy",
+            Routes,
+            action(
+                json!({"upgrade_configs": [{"upgrade_type": "websocket"}, {"upgrade_type": "WebSocket"}]}),
+            ),
+        ),
+        case(
+            "envoy",
+            Routes,
+            action(
+                json!({"upgrade_configs": [{"upgrade_type": "websocket", "connect_config": {}}]}),
+            ),
+        ),
+        valid(
+            Routes,
+            action(
+                json!({"upgrade_configs": [{"upgrade_type": "websocket"}, {"upgrade_type": "connect", "connect_config": {}}]}),
+            ),
+        ),
+        // Weighted clusters.
+        case(
+            "envoy",
+            Routes,
+            weighted(json!([{"name": "c", "weight": 0}])),
+        ),
+        case(
+            "envoy",
+            Routes,
+            weighted(
+                json!([{"name": "c", "weight": 4_294_967_295u64}, {"name": "c", "weight": 1}]),
+            ),
+        ),
+        case(
+            "envoy",
+            Routes,
+            weighted(json!([{"name": "c", "cluster_header": "x", "weight": 1}])),
+        ),
+        case("envoy", Routes, weighted(json!([{"weight": 1}]))),
+        case("envoy", Routes, weighted(json!([{"name": "c"}]))),
+        valid(
+            Routes,
+            weighted(json!([{"name": "c", "weight": 0}, {"cluster_header": "x", "weight": 1}])),
+        ),
+        // Mirrors.
+        case(
+            "envoy",
+            Routes,
+            action(json!({"request_mirror_policies": [{"cluster": "c", "cluster_header": "x"}]})),
+        ),
+        case(
+            "envoy",
+            Routes,
+            action(json!({"request_mirror_policies": [{}]})),
+        ),
+        valid(
+            Routes,
+            action(json!({"request_mirror_policies": [{"cluster": "c"}, {"cluster_header": "x"}]})),
+        ),
+        // A retry back-off whose longest interval is below its base, on a route or a host.
+        case(
+            "envoy",
+            Routes,
+            action(
+                json!({"retry_policy": {"retry_back_off": {"base_interval": "2s", "max_interval": "1s"}}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Routes,
+            routes(
+                json!({"retry_policy": {"retry_back_off": {"base_interval": "0.5s", "max_interval": "0.25s"}}}),
+            ),
+        ),
+        valid(
+            Routes,
+            action(
+                json!({"retry_policy": {"retry_back_off": {"base_interval": "1s", "max_interval": "1s"}}}),
+            ),
+        ),
+        // A direct response over the configuration's limit.
+        case(
+            "envoy",
+            Routes,
+            one_route(
+                json!({"direct_response": {"status": 200, "body": {"inline_string": "x".repeat(4097)}}}),
+            ),
+        ),
+        valid(
+            Routes,
+            one_route(
+                json!({"direct_response": {"status": 200, "body": {"inline_string": "x".repeat(4096)}}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Routes,
+            merged(
+                one_route(
+                    json!({"direct_response": {"status": 200, "body": {"inline_bytes": base64(b"0123456789")}}}),
+                ),
+                json!({"max_direct_response_body_size_bytes": 9}),
+            ),
+        ),
+        valid(
+            Routes,
+            merged(
+                one_route(
+                    json!({"direct_response": {"status": 200, "body": {"inline_string": "x".repeat(5000)}}}),
+                ),
+                json!({"max_direct_response_body_size_bytes": 5000}),
+            ),
+        ),
+        // A regex asked to ignore case, wherever a string matcher is.
+        case("envoy", Routes, header_regex(true)),
+        valid(Routes, header_regex(false)),
+        case(
+            "envoy",
+            Routes,
+            one_route(
+                json!({"match": {"prefix": "/", "query_parameters": [{"name": "q",
+                "string_match": {"safe_regex": {"regex": "a"}, "ignore_case": true}}]}}),
+            ),
+        ),
+        valid(
+            Routes,
+            one_route(
+                json!({"match": {"prefix": "/", "query_parameters": [{"name": "q",
+                "string_match": {"exact": "a", "ignore_case": true}}]}}),
+            ),
+        ),
+    ]
+}
+
+fn health_check(checker: Value) -> Value {
+    cluster(
+        json!({"health_checks": [merged(json!({"timeout": "1s", "interval": "5s",
+        "unhealthy_threshold": 1, "healthy_threshold": 1}), checker)]}),
+    )
+}
+
+fn http2_cluster(options: Value) -> Value {
+    protocol_cluster(
+        json!({"explicit_http_config": {"http2_protocol_options": options}}),
+        json!({}),
+    )
+}
+
+/// What Envoy refuses as it builds a cluster's parts (`config::checks::upstream`), and near
+/// misses.
+fn upstream() -> Vec<Case> {
+    use Kind::*;
+    let statuses = |list: &str, start: i64, end: i64| {
+        health_check(
+            json!({"http_health_check": {"path": "/", list: [{"start": start, "end": end}]}}),
+        )
+    };
+    let setting = |id: u64, value: u64| json!({"identifier": id, "value": value});
+    let bind = |extra: Value| {
+        cluster(
+            json!({"upstream_bind_config": merged(json!({"source_address": {
+            "address": "127.0.0.1", "port_value": 0}}), extra)}),
+        )
+    };
+    let source = |address: &str| json!({"address": {"address": address, "port_value": 0}});
+    let dns = |kind: &str| {
+        cluster(
+            json!({"type": kind, "load_assignment": {"cluster_name": "c", "endpoints": [{"lb_endpoints": [
+            {"endpoint": {"address": {"socket_address": {"address": "localhost", "port_value": 80,
+            "resolver_name": "custom"}}}}]}]}}),
+        )
+    };
+    let subset = |keys: Value, fallback: Value| {
+        cluster(
+            json!({"lb_subset_config": {"subset_selectors": [{"keys": keys,
+            "fallback_policy": "KEYS_SUBSET", "fallback_keys_subset": fallback}]}}),
+        )
+    };
+    vec![
+        // HTTP health checks' status ranges.
+        case("envoy", Cluster, statuses("expected_statuses", 300, 200)),
+        case("envoy", Cluster, statuses("expected_statuses", 200, 200)),
+        case("envoy", Cluster, statuses("expected_statuses", 99, 200)),
+        case("envoy", Cluster, statuses("expected_statuses", 200, 601)),
+        case("envoy", Cluster, statuses("retriable_statuses", 300, 200)),
+        valid(Cluster, statuses("expected_statuses", 100, 600)),
+        // Payloads in hex, and only with a method that has a body.
+        case(
+            "envoy",
+            Cluster,
+            health_check(json!({"tcp_health_check": {"send": {"text": "zz"}}})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            health_check(json!({"tcp_health_check": {"receive": [{"text": "abc"}]}})),
+        ),
+        valid(
+            Cluster,
+            health_check(
+                json!({"tcp_health_check": {"send": {"text": "AbCd01"}, "receive": [{"text": "ff"}]}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            health_check(json!({"http_health_check": {"path": "/", "send": {"text": "00"}}})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            health_check(
+                json!({"http_health_check": {"path": "/", "method": "HEAD", "send": {"text": "00"}}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            health_check(
+                json!({"http_health_check": {"path": "/", "method": "POST", "send": {"text": "0G"}}}),
+            ),
+        ),
+        valid(
+            Cluster,
+            health_check(
+                json!({"http_health_check": {"path": "/", "method": "PATCH", "send": {"text": "00"}}}),
+            ),
+        ),
+        // The outlier detector's ejection times.
+        case(
+            "envoy",
+            Cluster,
+            cluster(
+                json!({"outlier_detection": {"base_ejection_time": "10s", "max_ejection_time": "1s"}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            cluster(json!({"outlier_detection": {"max_ejection_time": "10s"}})),
+        ),
+        valid(
+            Cluster,
+            cluster(json!({"outlier_detection": {"base_ejection_time": "400s"}})),
+        ),
+        // The request limit, on the cluster and in its protocol options.
+        case(
+            "envoy",
+            Cluster,
+            protocol_cluster(
+                json!({"common_http_protocol_options": {"max_requests_per_connection": 3},
+                    "explicit_http_config": {"http_protocol_options": {}}}),
+                json!({"max_requests_per_connection": 5}),
+            ),
+        ),
+        valid(
+            Cluster,
+            protocol_cluster(
+                json!({"common_http_protocol_options": {"max_requests_per_connection": 3},
+                    "explicit_http_config": {"http_protocol_options": {}}}),
+                json!({}),
+            ),
+        ),
+        // Load balancers.
+        case(
+            "envoy",
+            Cluster,
+            cluster(json!({"lb_policy": "MAGLEV", "maglev_lb_config": {"table_size": 1000}})),
+        ),
+        valid(
+            Cluster,
+            cluster(json!({"lb_policy": "MAGLEV", "maglev_lb_config": {"table_size": 65537}})),
+        ),
+        case("envoy", Cluster, subset(json!(["a"]), json!([]))),
+        case("envoy", Cluster, subset(json!(["a"]), json!(["b"]))),
+        case(
+            "envoy",
+            Cluster,
+            subset(json!(["a", "b"]), json!(["b", "a"])),
+        ),
+        valid(Cluster, subset(json!(["a", "b"]), json!(["a"]))),
+        case(
+            "envoy",
+            Cluster,
+            cluster(json!({"lb_policy": "LOAD_BALANCING_POLICY_CONFIG"})),
+        ),
+        // HTTP/3 by ALPN with nowhere to remember it.
+        case(
+            "envoy",
+            Cluster,
+            protocol_cluster(
+                json!({"auto_config": {"http3_protocol_options": {}}}),
+                json!({}),
+            ),
+        ),
+        // HTTP/2 SETTINGS given twice, upstream and downstream.
+        case(
+            "envoy",
+            Cluster,
+            http2_cluster(
+                json!({"max_concurrent_streams": 100, "custom_settings_parameters": [setting(3, 10)]}),
+            ),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            http2_cluster(
+                json!({"custom_settings_parameters": [setting(9, 10), setting(9, 11), setting(10, 1), setting(10, 2)]}),
+            ),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            http2_cluster(json!({"custom_settings_parameters": [setting(2, 1)]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            http2_cluster(json!({"custom_settings_parameters": [setting(8, 1)]})),
+        ),
+        valid(
+            Cluster,
+            http2_cluster(
+                json!({"custom_settings_parameters": [setting(9, 10), setting(9, 10), setting(3, 10), setting(2, 0)]}),
+            ),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(hcm_chain(
+                json!({"http2_protocol_options": {"hpack_table_size": 100,
+                "initial_stream_window_size": 65536,
+                "custom_settings_parameters": [setting(1, 10), setting(4, 70000)]}}),
+            )),
+        ),
+        // Bind configs.
+        case(
+            "envoy",
+            Cluster,
+            bind(json!({"extra_source_addresses": [source("127.0.0.2")]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            bind(json!({"extra_source_addresses": [source("::1"), source("::2")]})),
+        ),
+        valid(
+            Cluster,
+            bind(json!({"extra_source_addresses": [source("::1")]})),
+        ),
+        // DNS clusters resolve with their own resolver.
+        case("envoy", Cluster, dns("STRICT_DNS")),
+        case("envoy", Cluster, dns("LOGICAL_DNS")),
+        // Drop overloads for more than one category.
+        case(
+            "envoy",
+            Cluster,
+            cluster(
+                json!({"load_assignment": {"cluster_name": "c", "policy": {"drop_overloads": [
+                {"category": "a", "drop_percentage": {"numerator": 1}},
+                {"category": "b", "drop_percentage": {"numerator": 1}}]},
+                "endpoints": [{"lb_endpoints": [endpoint(80)]}]}}),
+            ),
+        ),
+        valid(
+            Cluster,
+            cluster(
+                json!({"load_assignment": {"cluster_name": "c", "policy": {"drop_overloads": [
+                {"category": "a", "drop_percentage": {"numerator": 1}}]},
+                "endpoints": [{"lb_endpoints": [endpoint(80)]}]}}),
+            ),
+        ),
+    ]
+}
+
+/// What Envoy refuses in TLS contexts, HTTP connection managers and listeners beyond
+/// `built()`, and near misses.
+fn tls_and_listeners() -> Vec<Case> {
+    use Kind::*;
+    let cert = certificate_files();
+    let ca = certificate_files()["certificate_chain"].clone();
+    let upstream_validation = |context: Value| {
+        cluster(json!({"transport_socket": {"name": "tls", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+            "common_tls_context": {"validation_context": context}}}}))
+    };
+    let san = json!([{"san_type": "DNS", "matcher": {"exact": "a"}}]);
+    let quic = |codec: &str| {
+        listener(json!({
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000, "protocol": "UDP"}},
+            "udp_listener_config": {"quic_options": {}},
+            "filter_chains": [{"filters": [{"name": "hcm", "typed_config": hcm(json!({"codec_type": codec}))}],
+                "transport_socket": {"name": "envoy.transport_sockets.quic", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.quic.v3.QuicDownstreamTransport",
+                    "downstream_tls_context": {"common_tls_context": {"tls_certificates": [cert.clone()]}}}}}]}))
+    };
+    let xff = json!([{"name": "xff", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.http.original_ip_detection.xff.v3.XffConfig",
+        "xff_num_trusted_hops": 1}}]);
+    vec![
+        // A validation context without a trusted CA.
+        case(
+            "envoy",
+            Cluster,
+            upstream_validation(json!({"match_typed_subject_alt_names": san.clone()})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            upstream_validation(json!({"crl": {"inline_string": "x"}})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            upstream_validation(json!({"allow_expired_certificate": true})),
+        ),
+        valid(
+            Cluster,
+            upstream_validation(
+                json!({"trusted_ca": ca, "match_typed_subject_alt_names": san.clone(),
+                "allow_expired_certificate": true}),
+            ),
+        ),
+        case(
+            "envoy",
+            Listener,
+            server_tls(
+                json!({"common_tls_context": {"tls_certificates": [cert.clone()],
+                "validation_context": {"match_typed_subject_alt_names": san}}}),
+            ),
+        ),
+        // Session ticket keys and stapling on a server.
+        case(
+            "envoy",
+            Listener,
+            server_tls(
+                json!({"common_tls_context": {"tls_certificates": [cert.clone()]},
+                "session_ticket_keys": {"keys": [{"inline_bytes": base64(&[7; 10])}]}}),
+            ),
+        ),
+        valid(
+            Listener,
+            server_tls(
+                json!({"common_tls_context": {"tls_certificates": [cert.clone()]},
+                "session_ticket_keys": {"keys": [{"inline_bytes": base64(&[7; 80])}]}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Listener,
+            server_tls(
+                json!({"common_tls_context": {"tls_certificates": [cert.clone()]},
+                "ocsp_staple_policy": "MUST_STAPLE"}),
+            ),
+        ),
+        // The codec a QUIC listener takes.
+        case("envoy", Listener, quic("AUTO")),
+        case("envoy", Listener, quic("HTTP2")),
+        valid(Listener, quic("HTTP3")),
+        // Original IP detection beside the HCM's own.
+        case(
+            "envoy",
+            Listener,
+            chain_listener(hcm_chain(
+                json!({"use_remote_address": true, "original_ip_detection_extensions": xff.clone()}),
+            )),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(hcm_chain(
+                json!({"xff_num_trusted_hops": 1, "original_ip_detection_extensions": xff.clone()}),
+            )),
+        ),
+        valid(
+            Listener,
+            chain_listener(hcm_chain(json!({"original_ip_detection_extensions": xff}))),
+        ),
+        case(
+            "envoy",
+            Listener,
+            chain_listener(hcm_chain(
+                json!({"strip_any_host_port": true, "strip_matching_host_port": true}),
+            )),
+        ),
+        // A plain UDP listener with filter chains; addresses of two socket types.
+        case(
+            "envoy",
+            Listener,
+            listener(
+                json!({"address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000, "protocol": "UDP"}},
+                "udp_listener_config": {}}),
+            ),
+        ),
+        case(
+            "envoy",
+            Listener,
+            listener(
+                json!({"additional_addresses": [{"address": {"socket_address": {
+                "address": "127.0.0.1", "port_value": 10001, "protocol": "UDP"}}}]}),
+            ),
+        ),
+        valid(
+            Listener,
+            listener(
+                json!({"additional_addresses": [{"address": {"socket_address": {
+                "address": "127.0.0.1", "port_value": 10001}}}]}),
+            ),
+        ),
+    ]
+}
+
 /// Envoy's checks beyond field rules (`config::checks`): each refusal, and near misses that
 /// both accept.
 fn checks() -> Vec<Case> {
@@ -991,6 +1568,9 @@ fn checks() -> Vec<Case> {
         ),
     ];
     cases.extend(built());
+    cases.extend(routing());
+    cases.extend(upstream());
+    cases.extend(tls_and_listeners());
     // Every cipher alias is one BoringSSL has, and selects something alone.
     for alias in switchyard::config::checks::CIPHER_ALIASES {
         cases.push(valid(
@@ -1220,6 +1800,67 @@ fn regex_program_limit_set_by_a_runtime_is_envoys() {
                 assert_ne!(limit, Some(json!(200)));
             }
             _ => panic!("limit {limit:?}: ours {ours:?}, Envoy {theirs:?}"),
+        }
+    }
+}
+
+/// An RTDS runtime's values as Envoy's runtime loads a layer (the catalogue's X1): a list or
+/// a null anywhere in it is refused, in Envoy's words and with the key's dotted name; the
+/// same layer is given to Envoy as a static layer of its bootstrap.
+#[test]
+fn runtime_values_envoy_refuses_are_refused_in_its_words() {
+    let Some(envoy) = envoy_binary() else { return };
+    let layers = [
+        (
+            json!({"a": [1, 2]}),
+            Some("Invalid runtime entry value for a"),
+        ),
+        (
+            json!({"a": null}),
+            Some("Invalid runtime entry value for a"),
+        ),
+        (
+            json!({"a": {"b": {"c": [1]}}}),
+            Some("Invalid runtime entry value for a.b.c"),
+        ),
+        (
+            json!({"a": {"b": 1, "c": "x", "d": true}, "e": {"numerator": 5, "denominator": "HUNDRED"}}),
+            None,
+        ),
+    ];
+    for (layer, refused) in layers {
+        let file = json!({"runtimes": [{"name": "rt", "layer": layer.clone()}]});
+        let text = serde_json::to_string(&file).expect("json");
+        let ours =
+            switchyard::config::load_text(Path::new("runtime.json"), &text).map_err(|errors| {
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        let bootstrap = json!({"static_resources": {"clusters": [cluster(json!({}))]},
+            "layered_runtime": {"layers": [{"name": "rt", "static_layer": layer}]}});
+        let theirs = switchyard::preflight::run_envoy(
+            &envoy,
+            &bootstrap,
+            switchyard::preflight::DEFAULT_TIMEOUT,
+        )
+        .expect("Envoy runs");
+        eprintln!(
+            "{refused:?}: ours {:?}, Envoy {theirs:?}",
+            ours.as_ref().err()
+        );
+        match (refused, &ours, &theirs) {
+            (None, Ok(_), Ok(())) => {}
+            (Some(words), Err(ours), Err(theirs)) => {
+                assert!(
+                    ours.contains(&format!("Envoy would reject it with: {words}")),
+                    "{ours}"
+                );
+                assert!(theirs.contains(words), "Envoy: {theirs}");
+            }
+            _ => panic!("{refused:?}: ours {ours:?}, Envoy {theirs:?}"),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Safe changes against real processes. Pre-flight with the real Envoy 1.40: `switchyard
 //! validate --envoy` and `serve --preflight-envoy` catch what Switchyard's own checks cannot
-//! (here a route asking for two path rewrites, and a load balancer an EDS cluster cannot
-//! have), per node group. And `switchyard diff --server` against a running server.
+//! (here a route's Lua that does not compile, and a CA that is not a certificate), per node
+//! group. And `switchyard diff --server` against a running server.
 
 use switchyard_testkit as support;
 
@@ -31,22 +31,27 @@ fn write_mesh(dir: &std::path::Path) {
     write(dir, "routes.yaml", &route_to("main", "a"));
 }
 
-/// Routes `main` with a route asking for two path rewrites, which Envoy 1.40 refuses in its
-/// C++ code and Switchyard does not check: the loader alone accepts it.
-const BAD_ROUTES: &str = r#"
+/// Routes `main` whose route carries Lua that does not compile, which Envoy 1.40 refuses in
+/// its C++ code and Switchyard does not check: the loader alone accepts it.
+fn bad_routes() -> String {
+    format!(
+        r#"
 routes:
   - name: main
     virtual_hosts:
       - name: all
         domains: ["*"]
         routes:
-          - match: { prefix: "/" }
-            route: { cluster: a, prefix_rewrite: "/x", regex_rewrite: { pattern: { regex: "a" }, substitution: "b" } }
-"#;
+          - match: {{ prefix: "/" }}
+            route: {{ cluster: a }}
+            {}
+"#,
+        support::bad_lua_per_route()
+    )
+}
 
-/// Envoy's words for [`BAD_ROUTES`].
-const BAD_ROUTES_ENVOY: &str =
-    "Specify only one of prefix_rewrite, regex_rewrite or path_rewrite_policy";
+/// Envoy's words for [`bad_routes`].
+const BAD_ROUTES_ENVOY: &str = support::ENVOY_REJECTED_LUA;
 
 /// Routes `main` with a regex whose RE2 program is over Envoy's default limit: the loader
 /// counts it as RE2 does and refuses it in Envoy's words.
@@ -87,7 +92,7 @@ fn validate_envoy_reports_envoys_verdict_per_node_group() {
         "{err}"
     );
     // Two path rewrites: the loader passes it, Envoy does not.
-    write(dir.path(), "routes.yaml", BAD_ROUTES);
+    write(dir.path(), "routes.yaml", &bad_routes());
     let (code, _, err) = switchyard(&["validate", "--config", &config]);
     assert_eq!(code, Some(0), "the loader does not check this: {err}");
     let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
@@ -237,7 +242,7 @@ async fn serve_preflight_envoy_refuses_a_reload_envoy_rejects() {
         "the good config passes pre-flight and serves"
     );
 
-    write(&config, "routes.yaml", BAD_ROUTES);
+    write(&config, "routes.yaml", &bad_routes());
     let refused = eventually(Duration::from_secs(30), || async {
         config_status().await.is_some_and(|c| !c.ok)
     })
@@ -259,14 +264,11 @@ async fn serve_preflight_envoy_refuses_a_reload_envoy_rejects() {
     let (code, out) = server.status_command(&[]);
     assert_eq!(code, Some(3), "status gates on the failed load\n{out}");
 
-    // The fix (one rewrite) passes and is published.
+    // The fix (no Lua) passes and is published.
     write(
         &config,
         "routes.yaml",
-        &BAD_ROUTES.replace(
-            ", regex_rewrite: { pattern: { regex: \"a\" }, substitution: \"b\" }",
-            "",
-        ),
+        &bad_routes().replace(&support::bad_lua_per_route(), ""),
     );
     let fixed = eventually(Duration::from_secs(30), || async {
         config_status()

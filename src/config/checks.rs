@@ -41,6 +41,8 @@ pub use crate::resource::RegexProgram;
 mod builds;
 pub mod re2;
 mod refusal;
+mod routing;
+mod upstream;
 
 pub use refusal::Refusal;
 use refusal::{path_of, refuse};
@@ -140,6 +142,58 @@ fn lb_endpoint_hosts(lb: &DynamicMessage, at: &[String]) -> Result<(), Refusal> 
     Ok(())
 }
 
+/// An RTDS runtime's layer as Envoy's runtime loads it: each leaf (a nested struct's keys
+/// joined with `.`) is a number, a string or a boolean, never a list or null.
+fn runtime_layer(runtime: &DynamicMessage) -> Result<(), Refusal> {
+    let Some(layer) = super::fields::message(runtime, "layer") else {
+        return Ok(());
+    };
+    leaves(&layer, "", &["layer".to_string()])
+}
+
+fn leaves(layer: &DynamicMessage, prefix: &str, at: &[String]) -> Result<(), Refusal> {
+    let Some(Value::Map(fields)) = layer.get_field_by_name("fields").as_deref().cloned() else {
+        return Ok(());
+    };
+    let mut keys: Vec<_> = fields.into_iter().collect();
+    keys.sort_by_key(|(k, _)| format!("{k:?}"));
+    for (key, value) in keys {
+        let prefix_key = match &key {
+            prost_reflect::MapKey::String(s) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        let name = if prefix.is_empty() {
+            prefix_key.clone()
+        } else {
+            format!("{prefix}.{prefix_key}")
+        };
+        let mut here = at.to_vec();
+        here.push(format!("[{prefix_key:?}]"));
+        let Some(value) = value.as_message() else {
+            continue;
+        };
+        if let Some(inner) = super::fields::message(value, "struct_value") {
+            leaves(&inner, &name, &here)?;
+        } else if has(value, "list_value") || has(value, "null_value") || !has_kind(value) {
+            return refuse(&here, format!("Invalid runtime entry value for {name}"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a `google.protobuf.Value` holds anything (an unset kind is null to Envoy).
+fn has_kind(value: &DynamicMessage) -> bool {
+    [
+        "number_value",
+        "string_value",
+        "bool_value",
+        "struct_value",
+        "list_value",
+    ]
+    .iter()
+    .any(|f| has(value, f))
+}
+
 /// Envoy's refusal of a regex whose program is over `limit` (`re2.max_program_size.error_level`
 /// of the node's runtime; [`re2::DEFAULT_MAX_PROGRAM_SIZE`] when nothing sets it).
 pub fn judge_regex(program: &RegexProgram, limit: u64) -> Result<(), Refusal> {
@@ -164,8 +218,25 @@ fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
         "google.protobuf.Any" => return visit_any(message, w),
         "envoy.config.route.v3.RouteConfiguration" => {
             route_configuration(message, &w.at)?;
-            builds::headers(message, &w.at)?
+            builds::headers(message, &w.at)?;
+            routing::direct_responses(message, &w.at)?
         }
+        "envoy.config.route.v3.Route" => {
+            builds::headers(message, &w.at)?;
+            routing::route(message, &w.at)?
+        }
+        "envoy.config.route.v3.RetryPolicy" => routing::retry_policy(message, &w.at)?,
+        "envoy.type.matcher.v3.StringMatcher" => routing::string_matcher(message, &w.at)?,
+        "envoy.config.core.v3.HealthCheck" => upstream::health_check(message, &w.at)?,
+        "envoy.config.cluster.v3.OutlierDetection" => upstream::outlier_detection(message, &w.at)?,
+        "envoy.config.core.v3.Http2ProtocolOptions" => upstream::http2_options(message, &w.at)?,
+        "envoy.config.endpoint.v3.ClusterLoadAssignment" => {
+            upstream::drop_overloads(message, &w.at)?
+        }
+        "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext" => {
+            builds::validation_context(message, &w.at)?
+        }
+        "envoy.service.runtime.v3.Runtime" => runtime_layer(message)?,
         "envoy.type.matcher.v3.RegexMatcher" => {
             let pattern = string(message, "regex");
             w.at.push("regex".into());
@@ -196,7 +267,8 @@ fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
         "envoy.config.listener.v3.Listener" => listener(message, &w.at)?,
         "envoy.config.cluster.v3.Cluster" => {
             static_hosts(message, &w.at)?;
-            builds::cluster(message, &w.at)?
+            builds::cluster(message, &w.at)?;
+            upstream::cluster(message, &w.at)?
         }
         "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext" => {
             builds::downstream_tls(message, &w.at)?
@@ -206,7 +278,6 @@ fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
         }
         "envoy.config.listener.v3.FilterChain" => builds::filter_chain(message, &w.at)?,
         "envoy.config.route.v3.VirtualHost"
-        | "envoy.config.route.v3.Route"
         | "envoy.config.route.v3.WeightedCluster.ClusterWeight" => builds::headers(message, &w.at)?,
         "envoy.config.core.v3.SocketAddress" => socket_address(message, &w.at)?,
         "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter"
@@ -516,6 +587,41 @@ fn listener(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
             ),
         );
     }
+    let udp = |address: Option<DynamicMessage>| {
+        address
+            .and_then(|a| super::fields::message(&a, "socket_address"))
+            .and_then(|s| s.get_field_by_name("protocol")?.as_enum_number())
+            .is_some_and(|p| p == 1)
+    };
+    let datagram = udp(super::fields::message(message, "address"));
+    for (i, extra) in messages(message, "additional_addresses").iter().enumerate() {
+        if udp(super::fields::message(extra, "address")) != datagram {
+            let mut here = at.to_vec();
+            here.extend(["additional_addresses".to_string(), format!("[{i}]")]);
+            return refuse(
+                &here,
+                format!(
+                    "listener {}: has different socket type. The listener only support same \
+                     socket type for all the addresses.",
+                    string(message, "name")
+                ),
+            );
+        }
+    }
+    let chains = messages(message, "filter_chains");
+    if !connection_oriented(message) && !chains.is_empty() {
+        let mut here = at.to_vec();
+        here.push("filter_chains".into());
+        return refuse(
+            &here,
+            format!(
+                "error adding listener '{}': {} filter chain(s) specified for connection-less \
+                 UDP listener.",
+                listener_address(message),
+                chains.len()
+            ),
+        );
+    }
     chains_fit_the_listener(message, at)?;
     if has(message, "filter_chain_matcher") {
         return Ok(());
@@ -587,9 +693,6 @@ fn chains_fit_the_listener(message: &DynamicMessage, at: &[String]) -> Result<()
                 }
             }
         }
-        if quic {
-            continue;
-        }
         for (k, filter) in messages(&chain, "filters").iter().enumerate() {
             let hcm = super::fields::message(filter, "typed_config")
                 .and_then(|any| builds::payload(&any))
@@ -597,17 +700,22 @@ fn chains_fit_the_listener(message: &DynamicMessage, at: &[String]) -> Result<()
                     p.descriptor().full_name()
                         == "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
                 });
-            let http3 = hcm
-                .is_some_and(|h| builds::enum_number(&h, "codec_type") == CodecType::Http3 as i32);
-            if http3 {
-                let mut at = here.clone();
-                at.extend([
-                    "filters".to_string(),
-                    format!("[{k}]"),
-                    "typed_config".into(),
-                    "codec_type".into(),
-                ]);
+            let Some(hcm) = hcm else {
+                continue;
+            };
+            let http3 = builds::enum_number(&hcm, "codec_type") == CodecType::Http3 as i32;
+            let mut at = here.clone();
+            at.extend([
+                "filters".to_string(),
+                format!("[{k}]"),
+                "typed_config".into(),
+                "codec_type".into(),
+            ]);
+            if http3 && !quic {
                 return refuse(&at, "HTTP/3 codec configured on non-QUIC listener.".into());
+            }
+            if quic && !http3 {
+                return refuse(&at, "Non-HTTP/3 codec configured on QUIC listener.".into());
             }
         }
     }

@@ -643,9 +643,9 @@ endpoints:
 
 /// A cluster like [`eds_cluster`] that Envoy rejects although it breaks none of Envoy's field
 /// rules and none of Switchyard's checks (so Switchyard loads and serves it): an EDS cluster
-/// limiting requests per connection twice, on itself and in its HTTP protocol options
-/// ([`ENVOY_REJECTED_CLUSTER_LINES`]). Envoy 1.40: "Only one of max_requests_per_connection
-/// from Cluster or HttpProtocolOptions can be specified".
+/// whose upstream TLS trusts a CA that is not a certificate ([`ENVOY_REJECTED_CLUSTER_LINES`]),
+/// which only BoringSSL's parser judges. Envoy 1.40: "Failed to load trusted CA certificates
+/// from <inline>".
 pub fn envoy_rejected_cluster(name: &str, port: u16) -> String {
     eds_cluster(name, "1s", port).replace(
         "    type: EDS\n",
@@ -655,17 +655,33 @@ pub fn envoy_rejected_cluster(name: &str, port: u16) -> String {
 
 /// The fields that make a cluster item one Envoy rejects ([`envoy_rejected_cluster`]), at a
 /// cluster item's indentation.
-pub const ENVOY_REJECTED_CLUSTER_LINES: &str = "    max_requests_per_connection: 5
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        common_http_protocol_options: { max_requests_per_connection: 3 }
-        explicit_http_config: { http_protocol_options: {} }
+pub const ENVOY_REJECTED_CLUSTER_LINES: &str = "    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context: { validation_context: { trusted_ca: { inline_string: not a certificate } } }
 ";
 
 /// The words of Envoy's NACK of [`envoy_rejected_cluster`].
-pub const ENVOY_REJECTED_CLUSTER: &str =
-    "Only one of max_requests_per_connection from Cluster or HttpProtocolOptions";
+pub const ENVOY_REJECTED_CLUSTER: &str = "Failed to load trusted CA certificates";
+
+/// Lua that does not compile: only Envoy's Lua runtime judges it, so Switchyard lets it
+/// through, and Envoy 1.40 refuses it at load with [`ENVOY_REJECTED_LUA`].
+pub const BAD_LUA: &str = "function envoy_on_request(h) end end";
+
+/// The start of Envoy's words for [`BAD_LUA`].
+pub const ENVOY_REJECTED_LUA: &str = "script load error";
+
+/// A route's `typed_per_filter_config` (one line) whose Lua script does not compile
+/// ([`BAD_LUA`]): Envoy builds a route's Lua config, and refuses it, whether or not its
+/// listener has a Lua filter.
+pub fn bad_lua_per_route() -> String {
+    format!(
+        "typed_per_filter_config: {{ envoy.filters.http.lua: {{ \"@type\": \
+         type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute, source_code: \
+         {{ inline_string: \"{BAD_LUA}\" }} }} }}"
+    )
+}
 
 /// An HTTP listener `name` on `port` whose routes come from RDS `route`.
 pub fn rds_listener(name: &str, port: u16, route: &str) -> String {
@@ -684,9 +700,9 @@ pub fn listener_item(name: &str, port: impl std::fmt::Display, route: &str) -> S
 }
 
 /// A listener item every field rule and every check of Switchyard's passes, and Envoy 1.40
-/// refuses: its inline route asks for two path rewrites, which Switchyard does not check
-/// (docs/reference.md, "What Envoy refuses beyond its field rules"; [`ENVOY_REJECTED_LISTENER`]).
-/// For tests that need a NACK.
+/// refuses: its inline route carries Lua that does not compile ([`bad_lua_per_route`]), which
+/// only Envoy's Lua runtime judges (docs/reference.md, "What Envoy refuses beyond its field
+/// rules"; [`ENVOY_REJECTED_LISTENER`]). For tests that need a NACK.
 pub fn envoy_rejected_listener_item(
     name: &str,
     port: impl std::fmt::Display,
@@ -697,15 +713,14 @@ pub fn envoy_rejected_listener_item(
         port,
         &format!(
             "route_config: {{ name: {name}, virtual_hosts: [{{ name: all, domains: [\"*\"], routes: \
-             [{{ match: {{ prefix: \"/\" }}, route: {{ cluster: {cluster}, prefix_rewrite: \"/x\", \
-             regex_rewrite: {{ pattern: {{ regex: \"a\" }}, substitution: \"b\" }} }} }}] }}] }}"
+             [{{ match: {{ prefix: \"/\" }}, route: {{ cluster: {cluster} }}, {} }}] }}] }}",
+            bad_lua_per_route()
         ),
     )
 }
 
 /// The words of Envoy's NACK of [`envoy_rejected_listener_item`].
-pub const ENVOY_REJECTED_LISTENER: &str =
-    "Specify only one of prefix_rewrite, regex_rewrite or path_rewrite_policy";
+pub const ENVOY_REJECTED_LISTENER: &str = ENVOY_REJECTED_LUA;
 
 /// An HTTP listener item `name` on `port` whose connection manager takes its routes from
 /// `routes` (one line: `rds: ...` or `route_config: ...`).

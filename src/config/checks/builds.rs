@@ -47,6 +47,35 @@ pub(super) fn enum_number(message: &DynamicMessage, name: &str) -> i32 {
         .unwrap_or(0)
 }
 
+/// A wrapper field's value (`UInt32Value`, `UInt64Value`, ...), when set.
+pub(super) fn wrapped(message: &DynamicMessage, name: &str) -> Option<u64> {
+    let wrapper = field(message, name)?;
+    let value = wrapper.get_field_by_name("value")?;
+    value.as_u64().or_else(|| value.as_u32().map(u64::from))
+}
+
+/// A `Duration` field, in nanoseconds, when set.
+pub(super) fn nanos(message: &DynamicMessage, name: &str) -> Option<i128> {
+    let duration = field(message, name)?;
+    let seconds = duration.get_field_by_name("seconds")?.as_i64()?;
+    let nanos = duration.get_field_by_name("nanos")?.as_i32()?;
+    Some(i128::from(seconds) * 1_000_000_000 + i128::from(nanos))
+}
+
+/// A `DataSource`'s inline bytes (`inline_string` or `inline_bytes`); `None` for one read
+/// from a file or the environment, which only the proxy sees.
+pub(super) fn inline_data(source: &DynamicMessage) -> Option<Vec<u8>> {
+    if has(source, "inline_string") {
+        return Some(string(source, "inline_string").into_bytes());
+    }
+    if has(source, "inline_bytes") {
+        return source
+            .get_field_by_name("inline_bytes")
+            .and_then(|v| v.as_bytes().map(|b| b.to_vec()));
+    }
+    None
+}
+
 /// Envoy's words for a range whose address is not an IP address.
 type Words = fn(&DynamicMessage, &str) -> String;
 
@@ -109,7 +138,7 @@ pub(super) fn cidr_ranges(message: &DynamicMessage, at: &[String]) -> Result<(),
 
 /// The HTTP protocol options a cluster gives its upstreams
 /// (`envoy.extensions.upstreams.http.v3.HttpProtocolOptions`), if any.
-fn http_protocol_options(cluster: &DynamicMessage) -> Option<DynamicMessage> {
+pub(super) fn http_protocol_options(cluster: &DynamicMessage) -> Option<DynamicMessage> {
     let Some(Value::Map(options)) = cluster
         .get_field_by_name("typed_extension_protocol_options")
         .as_deref()
@@ -226,7 +255,18 @@ pub(super) fn cluster(cluster: &DynamicMessage, at: &[String]) -> Result<(), Ref
         )
     };
     if let Some(options) = &options {
-        if has(options, "auto_config") && plaintext {
+        let auto = field(options, "auto_config");
+        if auto.as_ref().is_some_and(|a| {
+            has(a, "http3_protocol_options") && !has(a, "alternate_protocols_cache_options")
+        }) {
+            return refuse(
+                &beyond(&options_at(), &["auto_config", "http3_protocol_options"]),
+                "alternate protocols cache must be configured when HTTP/3 is enabled with \
+                 auto_config"
+                    .into(),
+            );
+        }
+        if auto.is_some() && plaintext {
             return refuse(
                 &beyond(&options_at(), &["auto_config"]),
                 format!("ALPN configured for cluster {name} which has a non-ALPN transport socket"),
@@ -324,6 +364,90 @@ pub(super) fn downstream_tls(context: &DynamicMessage, at: &[String]) -> Result<
                 &["common_tls_context", "tls_certificate_sds_secret_configs"],
             ),
             "SDS and non-SDS TLS certificates may not be mixed in server contexts".into(),
+        );
+    }
+    // Session ticket keys given inline are 80 bytes each (`ServerContextConfigImpl`).
+    if let Some(keys) = field(context, "session_ticket_keys") {
+        for (i, key) in messages(&keys, "keys").iter().enumerate() {
+            if let Some(bytes) = inline_data(key).filter(|b| b.len() != 80) {
+                return refuse(
+                    &beyond(at, &["session_ticket_keys", "keys", &format!("[{i}]")]),
+                    format!(
+                        "Incorrect TLS session ticket key length. Length {}, expected length 80.",
+                        bytes.len()
+                    ),
+                );
+            }
+        }
+    }
+    // MUST_STAPLE: each (static) certificate has its OCSP response (`ServerContextImpl`).
+    const MUST_STAPLE: i32 = 2;
+    if enum_number(context, "ocsp_staple_policy") == MUST_STAPLE {
+        let certificates = common
+            .as_ref()
+            .map(|c| messages(c, "tls_certificates"))
+            .unwrap_or_default();
+        if let Some(i) = certificates.iter().position(|c| !has(c, "ocsp_staple")) {
+            return refuse(
+                &beyond(
+                    at,
+                    &["common_tls_context", "tls_certificates", &format!("[{i}]")],
+                ),
+                "Required OCSP response is missing from TLS context".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A TLS context's own validation context (`CertificateValidationContextConfigImpl`):
+/// without a trusted CA (and no custom validator), no CRL, no subject alt name matching and
+/// no accepting expired certificates. A context combined with one from SDS
+/// (`combined_validation_context`), or whose CA comes from a provider or the system, is not
+/// judged: the CA may come with the rest.
+pub(super) fn validation_context(common: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    let Some(context) = field(common, "validation_context") else {
+        return Ok(());
+    };
+    let elsewhere = [
+        "trusted_ca",
+        "custom_validator_config",
+        "ca_certificate_provider_instance",
+        "system_root_certs",
+    ];
+    if elsewhere.iter().any(|f| has(&context, f)) {
+        return Ok(());
+    }
+    let here = beyond(at, &["validation_context"]);
+    if let Some(crl) = field(&context, "crl") {
+        let path = if has(&crl, "filename") {
+            string(&crl, "filename")
+        } else {
+            "<inline>".to_string()
+        };
+        return refuse(
+            &beyond(&here, &["crl"]),
+            format!("Failed to load CRL from {path} without trusted CA"),
+        );
+    }
+    for list in ["match_typed_subject_alt_names", "match_subject_alt_names"] {
+        if !messages(&context, list).is_empty() {
+            return refuse(
+                &beyond(&here, &[list]),
+                "SAN-based verification of peer certificates without trusted CA is insecure \
+                 and not allowed"
+                    .into(),
+            );
+        }
+    }
+    let expired = context
+        .get_field_by_name("allow_expired_certificate")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    if expired {
+        return refuse(
+            &beyond(&here, &["allow_expired_certificate"]),
+            "Certificate validity period is always ignored without trusted CA".into(),
         );
     }
     Ok(())
@@ -457,6 +581,44 @@ fn terminal_last(
 /// An HTTP connection manager as Envoy builds it: its HTTP filters end with the router, and
 /// no two upgrade configs have the same name (in any case).
 pub(super) fn http_connection_manager(hcm: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    // A bool, or a `BoolValue` (`use_remote_address`).
+    let flag = |name: &str| {
+        hcm.get_field_by_name(name)
+            .and_then(|v| {
+                v.as_bool().or_else(|| {
+                    v.as_message()
+                        .and_then(|m| m.get_field_by_name("value")?.as_bool())
+                })
+            })
+            .unwrap_or(false)
+    };
+    if !messages(hcm, "original_ip_detection_extensions").is_empty() {
+        let mixed = if flag("use_remote_address") {
+            Some("use_remote_address")
+        } else if hcm
+            .get_field_by_name("xff_num_trusted_hops")
+            .and_then(|v| v.as_u32())
+            .unwrap_or(0)
+            > 0
+        {
+            Some("xff_num_trusted_hops")
+        } else {
+            None
+        };
+        if let Some(other) = mixed {
+            return refuse(
+                &beyond(at, &[other]),
+                format!("Original IP detection extensions and {other} may not be mixed"),
+            );
+        }
+    }
+    if flag("strip_any_host_port") && flag("strip_matching_host_port") {
+        return refuse(
+            &beyond(at, &["strip_matching_host_port"]),
+            "Error: Only one of `strip_matching_host_port` or `strip_any_host_port` can be set."
+                .into(),
+        );
+    }
     terminal_last(&messages(hcm, "http_filters"), at, "http_filters", "http")?;
     let mut seen = std::collections::HashSet::new();
     for (i, upgrade) in messages(hcm, "upgrade_configs").iter().enumerate() {
