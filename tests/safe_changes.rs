@@ -264,11 +264,11 @@ async fn serve_preflight_envoy_refuses_a_reload_envoy_rejects() {
     let (code, out) = server.status_command(&[]);
     assert_eq!(code, Some(3), "status gates on the failed load\n{out}");
 
-    // The fix (no Lua) passes and is published.
+    // The fix (the script mended) passes and is published.
     write(
         &config,
         "routes.yaml",
-        &bad_routes().replace(&support::bad_lua_per_route(), ""),
+        &bad_routes().replace(support::BAD_LUA, "function envoy_on_request(h) end"),
     );
     let fixed = eventually(Duration::from_secs(30), || async {
         config_status()

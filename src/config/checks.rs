@@ -20,8 +20,13 @@
 //! - a STATIC cluster's endpoint host that is not an IP address;
 //! - a server name with a partial wildcard, and the HTTP/3 codec on a listener that is not
 //!   QUIC;
-//! - what Envoy refuses as it builds clusters, server TLS contexts, HTTP connection managers,
-//!   filter chains, route headers and IP ranges (`builds`).
+//! - a plain UDP listener with filter chains, addresses of two socket types, and a codec a
+//!   QUIC listener does not take;
+//! - a list or a null in an RTDS runtime's layer;
+//! - what Envoy refuses as it builds clusters, TLS contexts, HTTP connection managers,
+//!   filter chains, route headers and IP ranges (`builds`), routes, retry policies, direct
+//!   responses and string matchers (`routing`), and a cluster's health checks, outlier
+//!   detector, load balancers, bind config, HTTP/2 options and drop overloads (`upstream`).
 //!
 //! The catalogue of Envoy's checks, caught or not and why, is docs/reference.md "What Envoy
 //! refuses beyond its field rules".

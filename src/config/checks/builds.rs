@@ -1,5 +1,6 @@
-//! What Envoy 1.40 refuses while it builds a cluster, a TLS context, an HTTP connection
-//! manager, a filter chain, a route's headers or an IP range, though every field rule holds:
+//! What Envoy 1.40 refuses while it builds a cluster, a TLS context (its certificates,
+//! validation context, session ticket keys and stapling), an HTTP connection manager, a
+//! filter chain, a route's headers or an IP range, though every field rule holds:
 //! each check is one of Envoy's exceptions or invalid-argument statuses, worded as Envoy
 //! words it (the catalogue, with where in Envoy each is decided, is docs/reference.md
 //! "What Envoy refuses beyond its field rules").

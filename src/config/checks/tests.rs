@@ -153,3 +153,75 @@ fn eds_and_leds_hosts_are_ip_addresses() {
         assert!(load(fine).is_ok(), "{fine}: {:?}", load(fine).err());
     }
 }
+
+/// What the checks beyond the route, upstream and TLS field rules leave alone on purpose
+/// (the verdict depends on something the resource does not hold), and where a refusal
+/// points: the pure side of the catalogue's rows R11, R14, T7, H9 and X1.
+#[test]
+fn checks_judge_only_what_the_resource_decides_and_point_at_the_field() {
+    let load = |text: &str| crate::config::load_text(std::path::Path::new("s.yaml"), text);
+    let refused = |text: &str| {
+        load(text)
+            .expect_err("refused")
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    // Weights a runtime may set are not summed.
+    let weighted = |prefix: &str| {
+        format!(
+            "routes:\n  - name: r\n    virtual_hosts: [{{ name: v, domains: [\"*\"], routes: [{{ match: {{ prefix: / }}, route: {{ weighted_clusters: {{ {prefix}clusters: [{{ name: c, weight: 0 }}] }} }} }}] }}]\n"
+        )
+    };
+    assert!(load(&weighted("runtime_key_prefix: w, ")).is_ok());
+    let text = refused(&weighted(""));
+    assert!(
+        text.contains("virtual_hosts[0].routes[0].route.weighted_clusters: Envoy would reject it with: Sum of weights"),
+        "{text}"
+    );
+    // A virtual host served alone (VHDS) is judged against the configuration it joins.
+    let long = "x".repeat(5000);
+    assert!(load(&format!(
+        "virtual_hosts:\n  - name: \"r/v\"\n    domains: [a.example]\n    routes: [{{ match: {{ prefix: / }}, direct_response: {{ status: 200, body: {{ inline_string: {long} }} }} }}]\n"
+    ))
+    .is_ok());
+    // A validation context combined with SDS, or with its CA from elsewhere: not judged.
+    let tls = |common: &str| {
+        format!(
+            "clusters:\n  - name: c\n    connect_timeout: 1s\n    transport_socket: {{ name: tls, typed_config: {{ \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext, common_tls_context: {{ {common} }} }} }}\n"
+        )
+    };
+    let san = "match_typed_subject_alt_names: [{ san_type: DNS, matcher: { exact: a } }]";
+    assert!(load(&tls(&format!(
+        "combined_validation_context: {{ default_validation_context: {{ {san} }}, validation_context_sds_secret_config: {{ name: ca, sds_config: {{ ads: {{}} }} }} }}"
+    )))
+    .is_ok());
+    assert!(load(&tls(&format!(
+        "validation_context: {{ {san}, system_root_certs: {{}} }}"
+    )))
+    .is_ok());
+    let text = refused(&tls(&format!("validation_context: {{ {san} }}")));
+    assert!(
+        text.contains("common_tls_context.validation_context.match_typed_subject_alt_names: Envoy would reject it with: SAN-based verification"),
+        "{text}"
+    );
+    // Every inconsistent HTTP/2 identifier is named, as Envoy names them.
+    let settings = "[{ identifier: 9, value: 1 }, { identifier: 9, value: 2 }, { identifier: 10, value: 1 }, { identifier: 10, value: 3 }, { identifier: 9, value: 1 }]";
+    let text = refused(&format!(
+        "clusters:\n  - name: c\n    connect_timeout: 1s\n    http2_protocol_options: {{ custom_settings_parameters: {settings} }}\n"
+    ));
+    assert!(text.contains("identifiers = {0x09,0x0a}"), "{text}");
+    // A runtime's leaves: numbers, strings and booleans, however deep.
+    assert!(
+        load("runtimes:\n  - name: rt\n    layer: { a: { b: { c: 1, d: x, e: false } } }\n")
+            .is_ok()
+    );
+    let text = refused("runtimes:\n  - name: rt\n    layer: { a: { b: [] } }\n");
+    assert!(
+        text.contains(
+            "layer[\"a\"][\"b\"]: Envoy would reject it with: Invalid runtime entry value for a.b"
+        ),
+        "{text}"
+    );
+}
