@@ -1748,6 +1748,30 @@ fn loader_and_envoy_agree_on_every_rule_kind() {
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 }
 
+/// The loader's verdict on a snapshot file (its errors, one per line) and Envoy's on a
+/// bootstrap.
+fn verdicts(
+    envoy: &Path,
+    name: &str,
+    file: &Value,
+    bootstrap: &Value,
+) -> (Result<(), String>, Result<(), String>) {
+    let text = serde_json::to_string(file).expect("json");
+    let ours = switchyard::config::load_text(Path::new(name), &text)
+        .map(|_| ())
+        .map_err(|errors| {
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+    let theirs =
+        switchyard::preflight::run_envoy(envoy, bootstrap, switchyard::preflight::DEFAULT_TIMEOUT)
+            .expect("Envoy runs");
+    (ours, theirs)
+}
+
 /// A runtime in the files raises (or lowers) the RE2 program limit for the nodes it reaches,
 /// as Envoy's runtime does: the loader's verdict on a regex of 124 with
 /// the limit at 200, 110 and unset is Envoy's with the same runtime as a layer.
@@ -1770,21 +1794,7 @@ fn regex_program_limit_set_by_a_runtime_is_envoys() {
             bootstrap["layered_runtime"] = json!({"layers": [{"name": "limits",
                 "static_layer": {"re2.max_program_size.error_level": limit}}]});
         }
-        let text = serde_json::to_string(&file).expect("json");
-        let ours =
-            switchyard::config::load_text(Path::new("limits.json"), &text).map_err(|errors| {
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
-        let theirs = switchyard::preflight::run_envoy(
-            &envoy,
-            &bootstrap,
-            switchyard::preflight::DEFAULT_TIMEOUT,
-        )
-        .expect("Envoy runs");
+        let (ours, theirs) = verdicts(&envoy, "limits.json", &file, &bootstrap);
         eprintln!(
             "limit {limit:?}: ours {:?}, Envoy {theirs:?}",
             ours.as_ref().err()
@@ -1830,23 +1840,9 @@ fn runtime_values_envoy_refuses_are_refused_in_its_words() {
     ];
     for (layer, refused) in layers {
         let file = json!({"runtimes": [{"name": "rt", "layer": layer.clone()}]});
-        let text = serde_json::to_string(&file).expect("json");
-        let ours =
-            switchyard::config::load_text(Path::new("runtime.json"), &text).map_err(|errors| {
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
         let bootstrap = json!({"static_resources": {"clusters": [cluster(json!({}))]},
             "layered_runtime": {"layers": [{"name": "rt", "static_layer": layer}]}});
-        let theirs = switchyard::preflight::run_envoy(
-            &envoy,
-            &bootstrap,
-            switchyard::preflight::DEFAULT_TIMEOUT,
-        )
-        .expect("Envoy runs");
+        let (ours, theirs) = verdicts(&envoy, "runtime.json", &file, &bootstrap);
         eprintln!(
             "{refused:?}: ours {:?}, Envoy {theirs:?}",
             ours.as_ref().err()
