@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
+use switchyard_etcd::{Client, EventType, GetOptions, PutOptions, WatchOptions};
 use tokio::sync::watch;
 
 use crate::admin::replicas::{summarize, ReplicaSummary, Replicas, Vanished, View};
@@ -130,7 +130,7 @@ impl Sharing {
         };
         let opened = async {
             let mut client = connect(&self.url, &self.access, ETCD_TIMEOUT).await?;
-            let lease = within(client.lease_grant(LEASE_TTL, None))
+            let lease = within(client.lease_grant(LEASE_TTL))
                 .await
                 .map_err(|e| {
                     unavailable(format!(
@@ -368,11 +368,8 @@ impl Sharing {
         client: &mut Client,
         key: &str,
         mut summary: ReplicaSummary,
-    ) -> Result<(), etcd_client::Error> {
-        let lease = client
-            .lease_grant(LEFT_FOR.as_secs() as i64, None)
-            .await?
-            .id();
+    ) -> Result<(), switchyard_etcd::Error> {
+        let lease = client.lease_grant(LEFT_FOR.as_secs() as i64).await?.id();
         summary.replica.clone_from(&self.replica);
         summary.at = crate::fleet::format_time(SystemTime::now());
         summary.left = true;
@@ -442,7 +439,7 @@ enum Change<'a> {
 }
 
 /// A watch response's events, as [`Change`]s.
-fn changes(events: &[etcd_client::Event]) -> impl Iterator<Item = Change<'_>> {
+fn changes(events: &[switchyard_etcd::Event]) -> impl Iterator<Item = Change<'_>> {
     events.iter().filter_map(|event| {
         let kv = event.kv()?;
         Some(match event.event_type() {
@@ -456,7 +453,7 @@ fn changes(events: &[etcd_client::Event]) -> impl Iterator<Item = Change<'_>> {
 /// `key` (on a lease that is not this session's `lease`), if one did: two replicas of one
 /// name (a replica restarted under its name writes on a new lease, but its predecessor is
 /// dead and writes no more).
-fn twin(events: &[etcd_client::Event], key: &str, lease: i64) -> Option<String> {
+fn twin(events: &[switchyard_etcd::Event], key: &str, lease: i64) -> Option<String> {
     events.iter().find_map(|event| {
         let kv = event.kv()?;
         if event.event_type() != EventType::Put || kv.key() != key.as_bytes() || kv.lease() == lease
@@ -571,12 +568,12 @@ fn same_but_time(a: &ReplicaSummary, b: &ReplicaSummary) -> bool {
 
 /// An etcd call, bounded by [`ETCD_TIMEOUT`].
 async fn within<T>(
-    call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, etcd_client::Error> {
+    call: impl std::future::Future<Output = Result<T, switchyard_etcd::Error>>,
+) -> Result<T, switchyard_etcd::Error> {
     tokio::time::timeout(ETCD_TIMEOUT, call)
         .await
         .unwrap_or_else(|_| {
-            Err(etcd_client::Error::InvalidArgs(format!(
+            Err(switchyard_etcd::Error::InvalidArgs(format!(
                 "no answer within {}",
                 humantime::format_duration(ETCD_TIMEOUT)
             )))
@@ -584,7 +581,7 @@ async fn within<T>(
 }
 
 /// An etcd client's error in words for people (`crate::source::etcd::words`).
-fn words(e: &etcd_client::Error) -> String {
+fn words(e: &switchyard_etcd::Error) -> String {
     crate::source::etcd::words(e)
 }
 

@@ -432,7 +432,7 @@ async fn serve_reads_one_key_per_edit_and_the_prefix_again_only_after_a_compacti
             .expect("put");
         latest = put.header().expect("a header").revision();
     }
-    client.compact(latest, None).await.expect("compact");
+    client.compact(latest).await.expect("compact");
     signal("CONT");
     // Read at the last write or past it: the replica's own summary, written beside the
     // prefix as it comes back, may move the store's revision before the read.
@@ -621,7 +621,7 @@ async fn apply_writes_a_directory_in_one_guarded_transaction() {
     assert!(out.ends_with("the last 1 shown\n"), "{out}");
     // After a compaction, history goes back to it, and no further.
     let mut client = etcd.client().await.expect("client");
-    client.compact(put_back - 1, None).await.expect("compact");
+    client.compact(put_back - 1).await.expect("compact");
     let (code, out, err) = switchyard(&["history", "--source", &url]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
@@ -663,7 +663,7 @@ async fn tls_and_a_user_reach_a_secured_etcd() {
         .put("/sy/clusters.yaml", CLUSTERS, None)
         .await
         .expect("put");
-    admin.user_add("root", "s3cret", None).await.expect("user");
+    admin.user_add("root", "s3cret").await.expect("user");
     admin.user_grant_role("root", "root").await.expect("role");
     admin.auth_enable().await.expect("auth on");
     let url = format!("etcd://{}/sy", etcd.endpoint());
@@ -1132,7 +1132,7 @@ async fn keys_under(etcd: &Etcd, prefix: &str) -> usize {
         .get(
             prefix,
             Some(
-                etcd_client::GetOptions::new()
+                switchyard_etcd::GetOptions::new()
                     .with_prefix()
                     .with_count_only(),
             ),
@@ -1880,12 +1880,12 @@ async fn an_apply_behind_another_switch_waits_within_its_one_deadline() {
     let snap = one_cluster(dir.path());
     // Another apply, staging now: its `.alive` key on a lease it keeps.
     let mut client = etcd.client().await.expect("etcd answers");
-    let lease = client.lease_grant(60, None).await.expect("a lease").id();
+    let lease = client.lease_grant(60).await.expect("a lease").id();
     client
         .put(
             "/deadline.staging/other-1/.alive",
             "",
-            Some(etcd_client::PutOptions::new().with_lease(lease)),
+            Some(switchyard_etcd::PutOptions::new().with_lease(lease)),
         )
         .await
         .expect("put");

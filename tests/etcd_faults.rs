@@ -72,7 +72,7 @@ async fn held(etcd: &EtcdCluster) -> (i64, i64) {
     let mut got = None;
     for _ in 0..50 {
         let mut client = etcd.client().await.expect("etcd answers");
-        let options = etcd_client::GetOptions::new().with_prefix();
+        let options = switchyard_etcd::GetOptions::new().with_prefix();
         if let Ok(read) = client.get("/sy/", Some(options)).await {
             got = Some(read);
             break;
@@ -269,7 +269,7 @@ async fn a_compaction_past_the_watch_reads_again_and_resends_nothing() {
             .expect("put");
         last = put.header().expect("header").revision();
     }
-    other.compact(last, None).await.expect("compact");
+    other.compact(last).await.expect("compact");
     etcd.restart(0).await;
     let reread = eventually(Duration::from_secs(40), || async {
         server.logged("etcd compacted past the watch", &[])

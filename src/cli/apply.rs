@@ -710,14 +710,14 @@ fn rolled_back(rollback: Option<i64>, now: bool) -> String {
 
 /// What an apply that landed at `revision` said of itself (its guard key's note), if one did.
 async fn applied_at(
-    client: &mut etcd_client::Client,
+    client: &mut switchyard_etcd::Client,
     url: &EtcdUrl,
     revision: i64,
 ) -> Option<etcd::ApplyNote> {
     let response = client
         .get(
             etcd::keys::guard(url),
-            Some(etcd_client::GetOptions::new().with_revision(revision)),
+            Some(switchyard_etcd::GetOptions::new().with_revision(revision)),
         )
         .await
         .ok()?;

@@ -12,7 +12,7 @@ pub mod switch;
 
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use switchyard_etcd::{Client, ConnectOptions, GetOptions};
 
 use super::{Documents, EtcdUrl, SourceError};
 use crate::config::Document;
@@ -88,7 +88,9 @@ pub async fn unchanged_between(
                 Ok(answer) => Ok(Some(answer)),
                 // etcd's OUT_OF_RANGE on a read in the past: the revision was compacted
                 // (the revisions asked for are never in the future).
-                Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::OutOfRange => {
+                Err(switchyard_etcd::Error::GRpcStatus(s))
+                    if s.code() == tonic::Code::OutOfRange =>
+                {
                     Ok(None)
                 }
                 Err(e) => Err(SourceError::Unavailable {
@@ -170,10 +172,10 @@ pub async fn connect(
         "http"
     };
     if let Some((ca, identity)) = &access.tls {
-        let mut tls = etcd_client::TlsOptions::new()
-            .ca_certificate(etcd_client::Certificate::from_pem(ca.as_bytes()));
+        let mut tls = switchyard_etcd::TlsOptions::new()
+            .ca_certificate(switchyard_etcd::Certificate::from_pem(ca.as_bytes()));
         if let Some((cert, key)) = identity {
-            tls = tls.identity(etcd_client::Identity::from_pem(
+            tls = tls.identity(switchyard_etcd::Identity::from_pem(
                 cert.as_bytes(),
                 key.as_bytes(),
             ));
@@ -198,12 +200,12 @@ pub async fn connect(
 pub const MAX_READ_BYTES: usize = 1 << 30;
 
 /// A key-value client for reading whole prefixes (see [`MAX_READ_BYTES`]).
-pub fn reader(client: &Client) -> etcd_client::KvClient {
+pub fn reader(client: &Client) -> switchyard_etcd::KvClient {
     client.kv_client().max_decoding_message_size(MAX_READ_BYTES)
 }
 
 /// A watch client for whole prefixes (a response may carry many documents).
-pub fn watcher(client: &Client) -> etcd_client::WatchClient {
+pub fn watcher(client: &Client) -> switchyard_etcd::WatchClient {
     client
         .watch_client()
         .max_decoding_message_size(MAX_READ_BYTES)
@@ -391,8 +393,8 @@ pub async fn now_and_last_write(
         .with_keys_only()
         .with_limit(1)
         .with_sort(
-            etcd_client::SortTarget::Mod,
-            etcd_client::SortOrder::Descend,
+            switchyard_etcd::SortTarget::Mod,
+            switchyard_etcd::SortOrder::Descend,
         );
     let answer = client
         .get(url.key_prefix(), Some(options))
@@ -469,8 +471,8 @@ pub enum ApplyError {
 
 /// Whether etcd's answer to a write says it was not applied (rather than that its outcome
 /// is unknown): the request was invalid (too many operations, too large) or not allowed.
-fn refused(e: &etcd_client::Error) -> Option<ApplyError> {
-    let etcd_client::Error::GRpcStatus(status) = e else {
+fn refused(e: &switchyard_etcd::Error) -> Option<ApplyError> {
+    let switchyard_etcd::Error::GRpcStatus(status) = e else {
         return None;
     };
     use tonic::Code;
@@ -588,7 +590,7 @@ async fn write_once(
     at: ReadAt,
     note: &str,
 ) -> Result<i64, ApplyError> {
-    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    use switchyard_etcd::{Compare, CompareOp, Txn, TxnOp};
     let prefix = url.key_prefix();
     let guard = keys::guard(url);
     let mut ops: Vec<TxnOp> = change
@@ -641,7 +643,7 @@ pub async fn changes(
     let prefix = url.key_prefix();
     let mut start = 1;
     'replay: loop {
-        let options = etcd_client::WatchOptions::new()
+        let options = switchyard_etcd::WatchOptions::new()
             .with_prefix()
             .with_start_revision(start);
         let mut stream = watcher(client)
@@ -683,8 +685,8 @@ pub async fn changes(
                 let Some(kv) = event.kv() else { continue };
                 if kv.key() == switch_key.as_bytes() {
                     match event.event_type() {
-                        etcd_client::EventType::Put => switches.push((kv.mod_revision(), None)),
-                        etcd_client::EventType::Delete => {
+                        switchyard_etcd::EventType::Put => switches.push((kv.mod_revision(), None)),
+                        switchyard_etcd::EventType::Delete => {
                             if let Some(open) = switches.last_mut().filter(|s| s.1.is_none()) {
                                 open.1 = Some(kv.mod_revision());
                             }
@@ -716,7 +718,7 @@ fn as_readers_saw(
 /// An etcd client's error in words for people: what happened to the call (etcd does not
 /// answer, did not answer in time, refused this replica's access, ...) and the deepest
 /// cause the library gives (`connection refused`), never the library's own dump.
-pub fn words(e: &etcd_client::Error) -> String {
+pub fn words(e: &switchyard_etcd::Error) -> String {
     use tonic::Code;
     let root = |e: &dyn std::error::Error| {
         let mut deepest = e.to_string();
@@ -728,7 +730,7 @@ pub fn words(e: &etcd_client::Error) -> String {
         deepest
     };
     match e {
-        etcd_client::Error::GRpcStatus(status) => {
+        switchyard_etcd::Error::GRpcStatus(status) => {
             let said = status.message().trim();
             let cause = std::error::Error::source(status)
                 .map(root)
@@ -748,14 +750,10 @@ pub fn words(e: &etcd_client::Error) -> String {
                 _ => format!("etcd answered: {said}"),
             }
         }
-        etcd_client::Error::TransportError(t) => {
+        switchyard_etcd::Error::TransportError(t) => {
             format!("etcd does not answer ({})", lowercase_first(&root(t)))
         }
-        etcd_client::Error::IoError(io) => format!(
-            "etcd does not answer ({})",
-            lowercase_first(&io.to_string())
-        ),
-        etcd_client::Error::InvalidArgs(text) => text.clone(),
+        switchyard_etcd::Error::InvalidArgs(text) => text.clone(),
         other => other.to_string(),
     }
 }
@@ -776,23 +774,23 @@ mod words_tests {
     /// etcd's errors read as words for people, the deepest cause kept, no library dump.
     #[test]
     fn etcd_errors_are_said_in_words() {
-        let refused = etcd_client::Error::GRpcStatus(tonic::Status::unavailable(
+        let refused = switchyard_etcd::Error::GRpcStatus(tonic::Status::unavailable(
             "error trying to connect: tcp connect error: Connection refused (os error 111)",
         ));
         assert_eq!(
             words(&refused),
             "etcd does not answer (connection refused (os error 111))"
         );
-        let late = etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded("x"));
+        let late = switchyard_etcd::Error::GRpcStatus(tonic::Status::deadline_exceeded("x"));
         assert_eq!(words(&late), "etcd did not answer in time");
-        let denied = etcd_client::Error::GRpcStatus(tonic::Status::permission_denied(
+        let denied = switchyard_etcd::Error::GRpcStatus(tonic::Status::permission_denied(
             "etcdserver: permission denied",
         ));
         assert_eq!(
             words(&denied),
             "etcd refused this access (permission denied)"
         );
-        let other = etcd_client::Error::InvalidArgs("no answer within 5s".into());
+        let other = switchyard_etcd::Error::InvalidArgs("no answer within 5s".into());
         assert_eq!(words(&other), "no answer within 5s");
     }
 }

@@ -148,28 +148,28 @@ impl Etcd {
     }
 
     /// A client, if etcd answers a read (as `root` with `password`, once auth is on).
-    pub async fn client(&self) -> Option<etcd_client::Client> {
+    pub async fn client(&self) -> Option<switchyard_etcd::Client> {
         self.client_as(None).await
     }
 
     /// A client authenticated as `user` (name, password), if etcd answers a read.
-    pub async fn client_as(&self, user: Option<(&str, &str)>) -> Option<etcd_client::Client> {
-        let mut options = etcd_client::ConnectOptions::new()
+    pub async fn client_as(&self, user: Option<(&str, &str)>) -> Option<switchyard_etcd::Client> {
+        let mut options = switchyard_etcd::ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(1))
             .with_timeout(Duration::from_secs(2));
         let mut endpoint = format!("http://{}", self.endpoint());
         if let Some((ca, cert, key)) = &self.tls {
             endpoint = format!("https://{}", self.endpoint());
             options = options.with_tls(
-                etcd_client::TlsOptions::new()
-                    .ca_certificate(etcd_client::Certificate::from_pem(ca))
-                    .identity(etcd_client::Identity::from_pem(cert, key)),
+                switchyard_etcd::TlsOptions::new()
+                    .ca_certificate(switchyard_etcd::Certificate::from_pem(ca))
+                    .identity(switchyard_etcd::Identity::from_pem(cert, key)),
             );
         }
         if let Some((name, password)) = user {
             options = options.with_user(name, password);
         }
-        let mut client = etcd_client::Client::connect([endpoint], Some(options))
+        let mut client = switchyard_etcd::Client::connect([endpoint], Some(options))
             .await
             .ok()?;
         client.get("/", None).await.ok()?;
@@ -179,12 +179,12 @@ impl Etcd {
     /// Put every `(key, value)` in one transaction; the store's revision after.
     pub async fn put_all(&self, pairs: &[(&str, &str)]) -> i64 {
         let mut client = self.client().await.expect("etcd answers");
-        let ops: Vec<etcd_client::TxnOp> = pairs
+        let ops: Vec<switchyard_etcd::TxnOp> = pairs
             .iter()
-            .map(|(k, v)| etcd_client::TxnOp::put(*k, *v, None))
+            .map(|(k, v)| switchyard_etcd::TxnOp::put(*k, *v, None))
             .collect();
         let response = client
-            .txn(etcd_client::Txn::new().and_then(ops))
+            .txn(switchyard_etcd::Txn::new().and_then(ops))
             .await
             .expect("txn");
         response.header().expect("a header").revision()
@@ -277,21 +277,23 @@ impl EtcdCluster {
     }
 
     /// A client of member `i` alone, if it answers a read.
-    pub async fn member(&self, i: usize) -> Option<etcd_client::Client> {
-        let options = etcd_client::ConnectOptions::new()
+    pub async fn member(&self, i: usize) -> Option<switchyard_etcd::Client> {
+        let options = switchyard_etcd::ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(1))
             .with_timeout(Duration::from_secs(2));
-        let mut client =
-            etcd_client::Client::connect([format!("http://{}", self.endpoint(i))], Some(options))
-                .await
-                .ok()?;
+        let mut client = switchyard_etcd::Client::connect(
+            [format!("http://{}", self.endpoint(i))],
+            Some(options),
+        )
+        .await
+        .ok()?;
         client.get("/", None).await.ok()?;
         Some(client)
     }
 
     /// A client of any running member that answers a read, within 10 s (a member may be
     /// electing a leader and refuse reads for a moment).
-    pub async fn client(&self) -> Option<etcd_client::Client> {
+    pub async fn client(&self) -> Option<switchyard_etcd::Client> {
         for _ in 0..50 {
             for i in 0..3 {
                 if self.members[i].is_some() {

@@ -370,10 +370,10 @@ impl Driver {
         known: &mut Known,
     ) -> Result<
         (
-            etcd_client::Client,
+            switchyard_etcd::Client,
             i64,
             etcd::lease::Kept,
-            etcd_client::WatchStream,
+            switchyard_etcd::WatchStream,
         ),
         SourceError,
     > {
@@ -383,7 +383,7 @@ impl Driver {
         };
         let mut client = etcd::connect(&self.url, &self.access, ETCD_TIMEOUT).await?;
         let lease = client
-            .lease_grant(LEASE_TTL, None)
+            .lease_grant(LEASE_TTL)
             .await
             .map_err(|e| {
                 unavailable(format!(
@@ -405,7 +405,7 @@ impl Driver {
         known.verdicts = held.verdicts;
         known.read_bake(held.baking);
         known.said = None;
-        let options = etcd_client::WatchOptions::new()
+        let options = switchyard_etcd::WatchOptions::new()
             .with_prefix()
             .with_start_revision(held.revision + 1);
         let stream = client
@@ -421,9 +421,9 @@ impl Driver {
     }
 
     /// A change to the rollout's keys.
-    fn saw(&self, known: &mut Known, event: &etcd_client::Event) {
+    fn saw(&self, known: &mut Known, event: &switchyard_etcd::Event) {
         let Some(kv) = event.kv() else { return };
-        let deleted = event.event_type() == etcd_client::EventType::Delete;
+        let deleted = event.event_type() == switchyard_etcd::EventType::Delete;
         if kv.key() == etcd::keys::rollout_state(&self.url).as_bytes() {
             if deleted {
                 known.shared = None;
@@ -457,7 +457,7 @@ impl Driver {
     }
 
     /// Propose the newest good load, then make the cache serve what the state says.
-    async fn settle(&self, client: &mut etcd_client::Client, known: &mut Known) {
+    async fn settle(&self, client: &mut switchyard_etcd::Client, known: &mut Known) {
         if let Some(head) = &known.pending {
             let mark = Mark {
                 revision: head.revision,
@@ -528,7 +528,7 @@ impl Driver {
     /// Write `next` over the state read; on success it is what is known.
     async fn write(
         &self,
-        client: &mut etcd_client::Client,
+        client: &mut switchyard_etcd::Client,
         known: &mut Known,
         next: FleetState,
     ) -> bool {
@@ -598,7 +598,7 @@ impl Driver {
     /// One change to the cache.
     async fn take(
         &self,
-        client: &mut etcd_client::Client,
+        client: &mut switchyard_etcd::Client,
         known: &mut Known,
         shared: &FleetState,
         step: Follow,
@@ -671,7 +671,7 @@ impl Driver {
     /// and checked to be that content.
     async fn config_of(
         &self,
-        client: &mut etcd_client::Client,
+        client: &mut switchyard_etcd::Client,
         known: &mut Known,
         shared: &FleetState,
         mark: &Mark,
@@ -705,7 +705,7 @@ impl Driver {
     /// generation, else the documents at its revision).
     async fn documents_of(
         &self,
-        client: &mut etcd_client::Client,
+        client: &mut switchyard_etcd::Client,
         known: &mut Known,
         shared: &FleetState,
         mark: &Mark,
@@ -736,7 +736,7 @@ impl Driver {
     /// Write this replica's verdict on the candidate the state names, if it changed.
     async fn report(
         &self,
-        client: &mut etcd_client::Client,
+        client: &mut switchyard_etcd::Client,
         known: &mut Known,
         lease: i64,
     ) -> Result<(), SourceError> {
@@ -783,7 +783,7 @@ impl Driver {
     }
 
     /// Take the rollout's next step if the fleet's verdicts call for one.
-    async fn decide(&self, client: &mut etcd_client::Client, known: &mut Known) {
+    async fn decide(&self, client: &mut switchyard_etcd::Client, known: &mut Known) {
         let Some(shared) = known.shared.clone() else {
             return;
         };
@@ -836,7 +836,7 @@ impl Driver {
     /// Copy the candidate's documents before a state that promotes it is written.
     async fn copy(
         &self,
-        client: &mut etcd_client::Client,
+        client: &mut switchyard_etcd::Client,
         known: &mut Known,
         shared: &FleetState,
         next: &mut FleetState,
@@ -851,7 +851,7 @@ impl Driver {
     /// An operator's promote or abort, for the fleet.
     async fn end(
         &self,
-        client: &mut etcd_client::Client,
+        client: &mut switchyard_etcd::Client,
         known: &mut Known,
         promote: bool,
     ) -> Result<String, DriverError> {
@@ -891,7 +891,7 @@ pub struct FleetStart {
 /// Read the fleet's rollout at start. A state whose promoted copy cannot be read is an error:
 /// a replica must not serve every node what was never promoted.
 pub async fn read_start(
-    client: &mut etcd_client::Client,
+    client: &mut switchyard_etcd::Client,
     url: &EtcdUrl,
 ) -> Result<FleetStart, SourceError> {
     let held = store::read(client, url).await?;

@@ -15,7 +15,9 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use switchyard_etcd::{
+    Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
 
 use crate::config::Document;
 use crate::rollout::fleetwide::{FleetState, Verdict};
@@ -108,14 +110,14 @@ pub async fn begin_bake(
         return Ok(());
     }
     let seconds = bake.as_secs() + u64::from(bake.subsec_nanos() > 0);
-    let failed = |e: etcd_client::Error| {
+    let failed = |e: switchyard_etcd::Error| {
         unavailable(
             url,
             format!("cannot begin the bake: {}", crate::source::etcd::words(&e)),
         )
     };
     let lease = client
-        .lease_grant(i64::try_from(seconds).unwrap_or(i64::MAX), None)
+        .lease_grant(i64::try_from(seconds).unwrap_or(i64::MAX))
         .await
         .map_err(failed)?
         .id();
@@ -297,7 +299,7 @@ pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Resul
         client
             .delete(
                 keys::stable(url, revision),
-                Some(etcd_client::DeleteOptions::new().with_prefix()),
+                Some(switchyard_etcd::DeleteOptions::new().with_prefix()),
             )
             .await
             .map_err(|e| {

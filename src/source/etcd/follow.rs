@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::EventType;
+use switchyard_etcd::EventType;
 use tokio::sync::watch;
 
 use crate::config::Document;
@@ -116,7 +116,7 @@ struct Applied {
 fn apply(
     held: &mut Held,
     prefix: &str,
-    response: &etcd_client::WatchResponse,
+    response: &switchyard_etcd::WatchResponse,
 ) -> Result<Applied, SourceError> {
     let mut applied = Applied::default();
     for event in response.events() {
@@ -238,7 +238,7 @@ pub async fn follow(
                 }
             }
         }
-        let options = etcd_client::WatchOptions::new()
+        let options = switchyard_etcd::WatchOptions::new()
             .with_prefix()
             .with_start_revision(held.revision + 1);
         let mut watcher = etcd::watcher(&client);
@@ -288,7 +288,7 @@ enum WatchEnd {
 
 /// The prefix read whole again, within [`ETCD_TIMEOUT`].
 async fn read_again(
-    client: &mut etcd_client::Client,
+    client: &mut switchyard_etcd::Client,
     url: &EtcdUrl,
 ) -> Result<Documents, SourceError> {
     match tokio::time::timeout(ETCD_TIMEOUT, etcd::read(client, url)).await {
@@ -313,7 +313,7 @@ impl Watch<'_> {
     /// documents held, and handed to the sink when a document changed.
     async fn follow(
         &mut self,
-        mut stream: etcd_client::WatchStream,
+        mut stream: switchyard_etcd::WatchStream,
         shutdown: &mut Shutdown,
     ) -> WatchEnd {
         let prefix = self.url.key_prefix();
@@ -406,7 +406,7 @@ async fn load(sink: &Arc<dyn Sink>, held: &mut Held) -> bool {
 
 /// What the watch gave: a burst of responses with events, or why there are none.
 enum Burst {
-    Responses(Vec<etcd_client::WatchResponse>),
+    Responses(Vec<switchyard_etcd::WatchResponse>),
     /// The watch's start was compacted away: everything must be read again.
     Compacted,
     /// The watch ended or failed.
@@ -416,7 +416,7 @@ enum Burst {
 
 /// Wait for a response with events on the watch, then for quiet ([`DEBOUNCE`], at most
 /// [`MAX_DEBOUNCE`]) as for files, keeping every response of the burst.
-async fn next_burst(stream: &mut etcd_client::WatchStream, shutdown: &mut Shutdown) -> Burst {
+async fn next_burst(stream: &mut switchyard_etcd::WatchStream, shutdown: &mut Shutdown) -> Burst {
     let mut responses = Vec::new();
     loop {
         let message = tokio::select! {

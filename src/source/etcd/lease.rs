@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use etcd_client::Client;
+use switchyard_etcd::Client;
 
 /// Why a lease can no longer be trusted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -80,12 +80,12 @@ impl Kept {
 
 /// Whether etcd refused a write on a lease because the lease is gone (etcd's `NotFound`:
 /// "requested lease not found"): the lease lapsed, whatever the renewals said yet.
-pub fn gone(e: &etcd_client::Error) -> bool {
-    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::NotFound)
+pub fn gone(e: &switchyard_etcd::Error) -> bool {
+    matches!(e, switchyard_etcd::Error::GRpcStatus(s) if s.code() == tonic::Code::NotFound)
 }
 
 /// A write on lease `what` that etcd refused, in words: a lapse said as one.
-pub fn write_failed(what: &'static str, ttl: i64, e: &etcd_client::Error) -> String {
+pub fn write_failed(what: &'static str, ttl: i64, e: &switchyard_etcd::Error) -> String {
     if gone(e) {
         Lapsed::Ended { what, ttl }.to_string()
     } else {

@@ -26,8 +26,10 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
+use switchyard_etcd::{
+    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
+};
 
 use super::{keys, refused, ApplyError, Change, ReadAt, RETRY};
 use crate::source::{EtcdUrl, SourceError};
@@ -62,7 +64,7 @@ fn unavailable(url: &EtcdUrl, message: String) -> ApplyError {
 }
 
 /// An etcd error as an apply says it: refused for sure, or unavailable.
-fn failed(url: &EtcdUrl, what: &str, e: &etcd_client::Error) -> ApplyError {
+fn failed(url: &EtcdUrl, what: &str, e: &switchyard_etcd::Error) -> ApplyError {
     refused(e)
         .unwrap_or_else(|| unavailable(url, format!("{what}: {}", crate::source::etcd::words(e))))
 }
@@ -98,7 +100,7 @@ impl Alive {
     /// A lease of [`ALIVE_TTL`] for this apply, and its keeper.
     async fn take(client: &mut Client, url: &EtcdUrl) -> Result<Alive, ApplyError> {
         let lease = client
-            .lease_grant(ALIVE_TTL, None)
+            .lease_grant(ALIVE_TTL)
             .await
             .map_err(|e| failed(url, "cannot take a lease", &e))?
             .id();
@@ -332,7 +334,7 @@ async fn drop_staging(
     client: &mut Client,
     url: &EtcdUrl,
     id: &str,
-) -> Result<(), etcd_client::Error> {
+) -> Result<(), switchyard_etcd::Error> {
     client
         .delete(
             super::keys::staging(url, id),
