@@ -105,6 +105,20 @@ impl Access {
     }
 }
 
+/// `$client.$method(request)` through `$access`: once more with a new token when etcd says
+/// the token expired.
+macro_rules! unary {
+    ($access:expr, $client:expr, $method:ident, $request:expr) => {{
+        let client = $client.clone();
+        $access
+            .call($request, |r| {
+                let mut client = client.clone();
+                async move { client.$method(r).await }
+            })
+            .await
+    }};
+}
+
 /// etcd's words for a token it no longer takes.
 fn expired(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::Unauthenticated && status.message().contains("invalid auth token")
@@ -275,17 +289,11 @@ impl Client {
 
     /// Drop the history before `revision`: a watch from an older one is then refused.
     pub async fn compact(&mut self, revision: i64) -> Result<CompactionResponse> {
-        let inner = self.kv.inner.clone();
         let request = pb::CompactionRequest {
             revision,
             physical: false,
         };
-        self.access
-            .call(request, |r| {
-                let mut inner = inner.clone();
-                async move { inner.compact(r).await }
-            })
-            .await
+        unary!(self.access, self.kv.inner, compact, request)
     }
 
     pub async fn watch(
@@ -298,81 +306,53 @@ impl Client {
 
     /// The status of the member the channel picked (its leader, its revision, ...).
     pub async fn status(&mut self) -> Result<StatusResponse> {
-        let maintenance = self.maintenance.clone();
-        self.access
-            .call(pb::StatusRequest {}, |r| {
-                let mut maintenance = maintenance.clone();
-                async move { maintenance.status(r).await }
-            })
-            .await
+        unary!(self.access, self.maintenance, status, pb::StatusRequest {})
     }
 
     /// Add user `name` with `password` (for setting up an etcd that asks for users).
     pub async fn user_add(&mut self, name: &str, password: &str) -> Result<()> {
-        let auth = self.access.auth.clone();
         let request = pb::AuthUserAddRequest {
             name: name.into(),
             password: password.into(),
             ..Default::default()
         };
-        self.access
-            .call(request, |r| {
-                let mut auth = auth.clone();
-                async move { auth.user_add(r).await }
-            })
-            .await
-            .map(drop)
+        unary!(self.access, self.access.auth, user_add, request).map(drop)
     }
 
     /// Grant `role` to user `name`.
     pub async fn user_grant_role(&mut self, name: &str, role: &str) -> Result<()> {
-        let auth = self.access.auth.clone();
         let request = pb::AuthUserGrantRoleRequest {
             user: name.into(),
             role: role.into(),
         };
-        self.access
-            .call(request, |r| {
-                let mut auth = auth.clone();
-                async move { auth.user_grant_role(r).await }
-            })
-            .await
-            .map(drop)
+        unary!(self.access, self.access.auth, user_grant_role, request).map(drop)
     }
 
     /// Turn on etcd's users: from now on, every call needs one (`root` must exist).
     pub async fn auth_enable(&mut self) -> Result<()> {
-        let auth = self.access.auth.clone();
-        self.access
-            .call(pb::AuthEnableRequest {}, |r| {
-                let mut auth = auth.clone();
-                async move { auth.auth_enable(r).await }
-            })
-            .await
-            .map(drop)
+        unary!(
+            self.access,
+            self.access.auth,
+            auth_enable,
+            pb::AuthEnableRequest {}
+        )
+        .map(drop)
     }
 
     /// A lease of `ttl` seconds.
     pub async fn lease_grant(&mut self, ttl: i64) -> Result<LeaseGrantResponse> {
-        let lease = self.lease.clone();
         let request = pb::LeaseGrantRequest { ttl, id: 0 };
-        self.access
-            .call(request, |r| {
-                let mut lease = lease.clone();
-                async move { lease.lease_grant(r).await }
-            })
-            .await
+        unary!(self.access, self.lease, lease_grant, request)
     }
 
     /// End lease `id` now, and with it every key attached to it.
     pub async fn lease_revoke(&mut self, id: i64) -> Result<LeaseRevokeResponse> {
-        let lease = self.lease.clone();
-        self.access
-            .call(pb::LeaseRevokeRequest { id }, |r| {
-                let mut lease = lease.clone();
-                async move { lease.lease_revoke(r).await }
-            })
-            .await
+        unary!(
+            self.access,
+            self.lease,
+            lease_revoke,
+            pb::LeaseRevokeRequest { id }
+        )
     }
 
     /// Renewals of lease `id`: one is sent at once, then one per
@@ -419,14 +399,8 @@ impl KvClient {
         key: impl Into<Vec<u8>>,
         options: Option<GetOptions>,
     ) -> Result<GetResponse> {
-        let inner = self.inner.clone();
         let request = options.unwrap_or_default().request(key.into());
-        self.access
-            .call(request, |r| {
-                let mut inner = inner.clone();
-                async move { inner.range(r).await }
-            })
-            .await
+        unary!(self.access, self.inner, range, request)
     }
 
     pub async fn put(
@@ -435,16 +409,10 @@ impl KvClient {
         value: impl Into<Vec<u8>>,
         options: Option<PutOptions>,
     ) -> Result<PutResponse> {
-        let inner = self.inner.clone();
         let request = options
             .unwrap_or_default()
             .request(key.into(), value.into());
-        self.access
-            .call(request, |r| {
-                let mut inner = inner.clone();
-                async move { inner.put(r).await }
-            })
-            .await
+        unary!(self.access, self.inner, put, request)
     }
 
     pub async fn delete(
@@ -452,24 +420,12 @@ impl KvClient {
         key: impl Into<Vec<u8>>,
         options: Option<DeleteOptions>,
     ) -> Result<DeleteResponse> {
-        let inner = self.inner.clone();
         let request = options.unwrap_or_default().request(key.into());
-        self.access
-            .call(request, |r| {
-                let mut inner = inner.clone();
-                async move { inner.delete_range(r).await }
-            })
-            .await
+        unary!(self.access, self.inner, delete_range, request)
     }
 
     pub async fn txn(&mut self, txn: Txn) -> Result<TxnResponse> {
-        let inner = self.inner.clone();
-        self.access
-            .call(txn.request(), |r| {
-                let mut inner = inner.clone();
-                async move { inner.txn(r).await }
-            })
-            .await
+        unary!(self.access, self.inner, txn, txn.request())
     }
 }
 

@@ -15,20 +15,26 @@ const PROTOS: &[&str] = &[
     "etcd/api/authpb/auth.proto",
 ];
 
-/// etcd-client's `proto/` directory, where Cargo unpacked the crate.
-fn protos() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+/// What `cargo args` prints, run in this crate.
+fn cargo(args: &[&str]) -> String {
     let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--format-version", "1", "--locked"])
-        .current_dir(manifest)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .expect("cargo metadata runs");
+        .expect("cargo runs");
     assert!(
         out.status.success(),
-        "cargo metadata: {}",
+        "cargo {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata");
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// etcd-client's `proto/` directory, where Cargo unpacked the crate.
+fn protos() -> PathBuf {
+    let metadata: serde_json::Value =
+        serde_json::from_str(&cargo(&["metadata", "--format-version", "1", "--locked"]))
+            .expect("metadata");
     let package = metadata["packages"]
         .as_array()
         .expect("packages")
@@ -103,27 +109,17 @@ fn the_generated_code_is_what_etcds_proto_files_make() {
 /// none (`PROTOC=/nonexistent cargo build --release --locked` succeeds on a clean target).
 #[test]
 fn nothing_the_build_compiles_runs_protoc() {
-    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "tree",
-            "--workspace",
-            "--locked",
-            "--edges",
-            "normal,build",
-            "--prefix",
-            "none",
-            "--format",
-            "{p}",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo tree runs");
-    assert!(
-        out.status.success(),
-        "cargo tree: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tree = String::from_utf8_lossy(&out.stdout);
+    let tree = cargo(&[
+        "tree",
+        "--workspace",
+        "--locked",
+        "--edges",
+        "normal,build",
+        "--prefix",
+        "none",
+        "--format",
+        "{p}",
+    ]);
     assert!(
         tree.lines().any(|l| l.starts_with("switchyard-etcd ")),
         "{tree}"
