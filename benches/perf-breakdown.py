@@ -3,6 +3,7 @@
 
     perf record -F 999 --call-graph dwarf,16384 -p PID -o push.data -- sleep 3
     perf script -i push.data -F tid,ip,sym,dso | benches/perf-breakdown.py
+    benches/perf-breakdown.py --callgrind callgrind.out.PID.1-02 ...   (instructions instead)
 
 Each sample is given to two things:
 - what ran: Rust code, libc's copies and compares, the allocator (jemalloc), or the kernel
@@ -118,7 +119,58 @@ def samples(lines):
         yield frames
 
 
+def callgrind(paths):
+    """Each function's own instructions in callgrind output files, summed by layer; and who
+    calls `memcpy` (a call's cost line follows its `calls=` line and is not the caller's
+    own)."""
+    names, own, copies = {}, Counter(), Counter()
+    for path in paths:
+        fn = cfn = None
+        call = False
+        for line in open(path):
+            m = re.match(r"(c?fn)=\((\d+)\)(?: (.*))?", line.strip())
+            if m:
+                if m.group(3):
+                    names[m.group(2)] = m.group(3)
+                if m.group(1) == "fn":
+                    fn = names.get(m.group(2))
+                else:
+                    cfn = names.get(m.group(2))
+                continue
+            if line.startswith("calls="):
+                call = True
+                continue
+            if re.match(r"^[+\-*]?\d", line) and fn:
+                parts = line.split()
+                cost = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+                if call:
+                    if cfn and "memcpy" in cfn:
+                        copies[fn] += cost
+                    call = False
+                else:
+                    own[fn] += cost
+    total = sum(own.values())
+    layers = Counter()
+    for f, cost in own.items():
+        if re.search(r"mem(move|cpy|set|cmp)", f):
+            layer = "libc copies and compares"
+        elif re.search(r"_rjem_|je_|rallocx|mallocx", f):
+            layer = "allocator"
+        else:
+            crate = crate_of(f)
+            layer = OWNERS.get(crate, "std, core and the rest" if crate in PASS or crate is None else f"other ({crate})")
+        layers[layer] += cost
+    print(f"{total:,} instructions")
+    for layer, cost in layers.most_common():
+        print(f"{100 * cost / total:6.1f}%  {cost:>12,}  {layer}")
+    print("\nmemcpy's callers:")
+    for f, cost in copies.most_common(8):
+        print(f"{cost:>12,}  {f[:120]}")
+
+
 def main():
+    if sys.argv[1:2] == ["--callgrind"]:
+        return callgrind(sys.argv[2:])
     both, whats, whoses = Counter(), Counter(), Counter()
     n = 0
     for frames in samples(sys.stdin):
