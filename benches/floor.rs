@@ -17,7 +17,8 @@
 //! (HTTP/2 framing, the tasks' wakeups, the kernel's loopback), and nothing of Switchyard's
 //! own. Run `switchyard loadgen --server-pid <its pid> --trigger "kill -HUP <its pid>"`
 //! against it, as against `switchyard serve`; docs/benchmarks.md ("The transport's floor")
-//! has the method and the figures. Bounded: it serves until killed, and a run is bounded by
+//! has the method and the figures. With `--h2` it serves the same on the h2 crate alone
+//! (hyper's HTTP/2 underneath, without hyper), each stream writing into h2 from its task. Bounded: it serves until killed, and a run is bounded by
 //! the load generator's `--max-time`.
 
 use std::collections::HashMap;
@@ -166,21 +167,64 @@ impl Body for Chunks {
     }
 }
 
+/// A request stream's DATA, chunk by chunk (`None` at its end or on an error).
+trait Requests {
+    fn next(&mut self) -> impl std::future::Future<Output = Option<Bytes>> + Send;
+}
+
+impl Requests for Incoming {
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut *self).poll_frame(cx)).await?;
+            if let Ok(data) = frame.ok()?.into_data() {
+                return Some(data);
+            }
+        }
+    }
+}
+
+impl Requests for h2::RecvStream {
+    async fn next(&mut self) -> Option<Bytes> {
+        let data = self.data().await?.ok()?;
+        // What was read is given back to the peer's window at once, as hyper does.
+        let _ = self.flow_control().release_capacity(data.len());
+        Some(data)
+    }
+}
+
+/// Where a stream's responses go; `false` once the client is gone.
+trait Responses {
+    fn send(&mut self, bytes: Bytes) -> impl std::future::Future<Output = bool> + Send;
+}
+
+/// Through hyper: to the response body's channel ([`Chunks`]).
+impl Responses for mpsc::Sender<Bytes> {
+    async fn send(&mut self, bytes: Bytes) -> bool {
+        mpsc::Sender::send(self, bytes).await.is_ok()
+    }
+}
+
+/// Straight into h2's send queue, from the stream's own task.
+impl Responses for h2::SendStream<Bytes> {
+    async fn send(&mut self, bytes: Bytes) -> bool {
+        self.send_data(bytes, false).is_ok()
+    }
+}
+
 /// One stream: read requests, answer each type once per version, and again when it changes.
 async fn stream(
-    mut body: Incoming,
+    mut body: impl Requests,
     delta: bool,
     mut current: watch::Receiver<Arc<Generation>>,
-    out: mpsc::Sender<Bytes>,
+    mut out: impl Responses,
 ) {
     let mut buffer = BytesMut::new();
     // Type URL -> the version this stream was sent.
     let mut sent: HashMap<String, String> = HashMap::new();
     loop {
         tokio::select! {
-            frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)) => {
-                let Some(Ok(frame)) = frame else { return };
-                let Ok(mut data) = frame.into_data() else { continue };
+            data = body.next() => {
+                let Some(mut data) = data else { return };
                 // Whole messages are read where they came; only a message split across
                 // frames is copied together.
                 loop {
@@ -237,7 +281,7 @@ async fn stream(
             if *version != encoded.version || again {
                 version.clone_from(&encoded.version);
                 let bytes = if delta { &encoded.delta } else { &encoded.sotw };
-                if out.send(bytes.clone()).await.is_err() {
+                if !out.send(bytes.clone()).await {
                     return;
                 }
             }
@@ -245,13 +289,40 @@ async fn stream(
     }
 }
 
+/// One connection on h2 alone: the settings `switchyard serve` gives hyper that h2 has
+/// (100 streams at most; keepalive PINGs are hyper's and are left out), each stream on a
+/// task of its own that writes its responses into h2's queue itself.
+async fn serve_h2(tcp: tokio::net::TcpStream, current: watch::Receiver<Arc<Generation>>) {
+    let Ok(mut connection) = h2::server::Builder::new()
+        .max_concurrent_streams(100)
+        .handshake::<_, Bytes>(tcp)
+        .await
+    else {
+        return;
+    };
+    while let Some(Ok((request, mut respond))) = connection.accept().await {
+        let delta = request.uri().path().contains("Delta");
+        let response = hyper::Response::builder()
+            .header("content-type", "application/grpc")
+            .body(())
+            .expect("a valid response");
+        let Ok(out) = respond.send_response(response, false) else {
+            continue;
+        };
+        tokio::spawn(stream(request.into_body(), delta, current.clone(), out));
+    }
+}
+
 fn main() -> Result<(), String> {
-    let args: Vec<String> = std::env::args()
+    let mut args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    let usage = "usage: cargo bench --bench floor -- CONFIG_DIR ADDR (a server to run a load \
-                 generator against, until killed; docs/benchmarks.md)";
+    // `--h2`: the connections on the h2 crate alone, no hyper.
+    let bare = args.iter().any(|a| a == "--h2");
+    args.retain(|a| a != "--h2");
+    let usage = "usage: cargo bench --bench floor -- [--h2] CONFIG_DIR ADDR (a server to run a \
+                 load generator against, until killed; docs/benchmarks.md)";
     let [dir, addr] = args.as_slice() else {
         if args.is_empty() {
             // A plain `cargo bench` runs every bench: this one needs its arguments.
@@ -286,6 +357,10 @@ fn main() -> Result<(), String> {
             };
             let _ = tcp.set_nodelay(true);
             let current = current.clone();
+            if bare {
+                tokio::spawn(serve_h2(tcp, current));
+                continue;
+            }
             tokio::spawn(async move {
                 let service =
                     hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
