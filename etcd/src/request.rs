@@ -154,11 +154,6 @@ impl WatchOptions {
         self.request.start_revision = revision;
         self
     }
-    /// With what each change replaced.
-    pub fn with_prev_key(mut self) -> WatchOptions {
-        self.request.prev_kv = true;
-        self
-    }
     pub(crate) fn request(self, key: Vec<u8>) -> pb::WatchRequest {
         pb::WatchRequest {
             request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
@@ -221,24 +216,6 @@ impl Compare {
             pb::compare::TargetUnion::Value(value.into()),
         )
     }
-    /// The key's version (how many writes since it was created; 0: absent) against `version`.
-    pub fn version(key: impl Into<Vec<u8>>, op: CompareOp, version: i64) -> Compare {
-        Compare::new(
-            key,
-            op,
-            pb::compare::CompareTarget::Version,
-            pb::compare::TargetUnion::Version(version),
-        )
-    }
-    /// The revision the key was created at against `revision`.
-    pub fn create_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Compare {
-        Compare::new(
-            key,
-            op,
-            pb::compare::CompareTarget::Create,
-            pb::compare::TargetUnion::CreateRevision(revision),
-        )
-    }
     /// The revision the key was last written at against `revision`.
     pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Compare {
         Compare::new(
@@ -286,13 +263,10 @@ impl TxnOp {
             options.unwrap_or_default().request(key.into()),
         ))
     }
-    pub fn txn(txn: Txn) -> TxnOp {
-        TxnOp::of(pb::request_op::Request::RequestTxn(txn.0))
-    }
 }
 
-/// A transaction: when every comparison holds, its `and_then` operations, else its `or_else`
-/// ones, all at one revision.
+/// A transaction: when every comparison holds, its `and_then` operations, all at one
+/// revision.
 #[derive(Clone, Debug, Default)]
 pub struct Txn(pb::TxnRequest);
 
@@ -306,10 +280,6 @@ impl Txn {
     }
     pub fn and_then(mut self, operations: impl Into<Vec<TxnOp>>) -> Txn {
         self.0.success = operations.into().into_iter().map(|o| o.0).collect();
-        self
-    }
-    pub fn or_else(mut self, operations: impl Into<Vec<TxnOp>>) -> Txn {
-        self.0.failure = operations.into().into_iter().map(|o| o.0).collect();
         self
     }
     pub(crate) fn request(self) -> pb::TxnRequest {

@@ -51,10 +51,6 @@ impl pb::DeleteRangeResponse {
     pub fn header(&self) -> Option<&ResponseHeader> {
         self.header.as_ref()
     }
-    /// How many keys went.
-    pub fn deleted(&self) -> i64 {
-        self.deleted
-    }
 }
 
 impl pb::TxnResponse {
@@ -85,9 +81,6 @@ impl pb::WatchResponse {
     pub fn header(&self) -> Option<&ResponseHeader> {
         self.header.as_ref()
     }
-    pub fn watch_id(&self) -> i64 {
-        self.watch_id
-    }
     /// The answer to the watch's creation.
     pub fn created(&self) -> bool {
         self.created
@@ -99,9 +92,6 @@ impl pb::WatchResponse {
     /// Set when the watch asked for a revision etcd compacted away: the oldest it has.
     pub fn compact_revision(&self) -> i64 {
         self.compact_revision
-    }
-    pub fn cancel_reason(&self) -> &str {
-        &self.cancel_reason
     }
     pub fn events(&self) -> &[Event] {
         &self.events
@@ -115,10 +105,6 @@ impl mvccpb::Event {
     /// The key as the change left it (for a delete, its key and the revision only).
     pub fn kv(&self) -> Option<&KeyValue> {
         self.kv.as_ref()
-    }
-    /// The key before the change (when the watch asked for it).
-    pub fn prev_kv(&self) -> Option<&KeyValue> {
-        self.prev_kv.as_ref()
     }
 }
 

@@ -39,6 +39,7 @@ use std::net::IpAddr;
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 use super::descriptors;
+use envoy_types::pb::envoy::config::core::v3::socket_address::Protocol;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::CodecType;
 use super::fields::{has, message as field, messages, string, strings};
 pub use crate::resource::RegexProgram;
@@ -179,24 +180,15 @@ fn leaves(layer: &DynamicMessage, prefix: &str, at: &[String]) -> Result<(), Ref
         };
         if let Some(inner) = super::fields::message(value, "struct_value") {
             leaves(&inner, &name, &here)?;
-        } else if has(value, "list_value") || has(value, "null_value") || !has_kind(value) {
+        } else if !["number_value", "string_value", "bool_value"]
+            .iter()
+            .any(|f| has(value, f))
+        {
+            // A list, a null, or no kind at all (null to Envoy).
             return refuse(&here, format!("Invalid runtime entry value for {name}"));
         }
     }
     Ok(())
-}
-
-/// Whether a `google.protobuf.Value` holds anything (an unset kind is null to Envoy).
-fn has_kind(value: &DynamicMessage) -> bool {
-    [
-        "number_value",
-        "string_value",
-        "bool_value",
-        "struct_value",
-        "list_value",
-    ]
-    .iter()
-    .any(|f| has(value, f))
 }
 
 /// Envoy's refusal of a regex whose program is over `limit` (`re2.max_program_size.error_level`
@@ -560,16 +552,18 @@ fn listener_address(message: &DynamicMessage) -> String {
 /// (TCP) listener, or a UDP one that speaks QUIC. A plain UDP listener (a UDP proxy, in its
 /// listener filters) needs no filter chain.
 fn connection_oriented(message: &DynamicMessage) -> bool {
-    let udp = super::fields::message(message, "address")
-        .and_then(|a| super::fields::message(&a, "socket_address"))
-        .and_then(|s| {
-            s.get_field_by_name("protocol")
-                .and_then(|p| p.as_enum_number())
-        })
-        .is_some_and(|p| p == 1);
+    let udp = datagram(super::fields::message(message, "address"));
     let quic = super::fields::message(message, "udp_listener_config")
         .is_some_and(|u| has(&u, "quic_options"));
     !udp || quic
+}
+
+/// Whether an `Address` is a UDP socket address.
+fn datagram(address: Option<DynamicMessage>) -> bool {
+    address
+        .and_then(|a| super::fields::message(&a, "socket_address"))
+        .and_then(|s| s.get_field_by_name("protocol")?.as_enum_number())
+        .is_some_and(|p| p == Protocol::Udp as i32)
 }
 
 /// Envoy's listener manager: a listener that accepts connections on an address has a filter
@@ -592,15 +586,9 @@ fn listener(message: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
             ),
         );
     }
-    let udp = |address: Option<DynamicMessage>| {
-        address
-            .and_then(|a| super::fields::message(&a, "socket_address"))
-            .and_then(|s| s.get_field_by_name("protocol")?.as_enum_number())
-            .is_some_and(|p| p == 1)
-    };
-    let datagram = udp(super::fields::message(message, "address"));
+    let udp = datagram(super::fields::message(message, "address"));
     for (i, extra) in messages(message, "additional_addresses").iter().enumerate() {
-        if udp(super::fields::message(extra, "address")) != datagram {
+        if datagram(super::fields::message(extra, "address")) != udp {
             let mut here = at.to_vec();
             here.extend(["additional_addresses".to_string(), format!("[{i}]")]);
             return refuse(

@@ -18,6 +18,7 @@ use super::refusal::{beyond, refuse, Refusal};
 use crate::config::descriptors;
 use crate::config::fields::{has, message as field, messages, string, strings};
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{DiscoveryType, LbPolicy};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::downstream_tls_context::OcspStaplePolicy;
 
 /// An `Any`'s payload, decoded as its type; `None` for a type the pool does not know (or a
 /// payload that does not decode: the field rules say so).
@@ -89,9 +90,7 @@ pub(super) fn cidr_ranges(message: &DynamicMessage, at: &[String]) -> Result<(),
         match message.descriptor().full_name() {
             "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.InternalAddressConfig" => {
                 (&["cidr_ranges"], |range, address| {
-                    let length = field(range, "prefix_len")
-                        .and_then(|l| l.get_field_by_name("value")?.as_u32())
-                        .unwrap_or(0);
+                    let length = wrapped(range, "prefix_len").unwrap_or(0);
                     format!(
                         "invalid ip/mask combo '{address}/{length}' (format is <ip>/<# mask bits>)"
                     )
@@ -313,8 +312,7 @@ fn ring_sizes(cluster: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
     let size = |name: &str, default: u64| {
         config
             .as_ref()
-            .and_then(|c| field(c, name))
-            .and_then(|v| v.get_field_by_name("value")?.as_u64())
+            .and_then(|c| wrapped(c, name))
             .unwrap_or(default)
     };
     let (min, max) = (
@@ -382,8 +380,7 @@ pub(super) fn downstream_tls(context: &DynamicMessage, at: &[String]) -> Result<
         }
     }
     // MUST_STAPLE: each (static) certificate has its OCSP response (`ServerContextImpl`).
-    const MUST_STAPLE: i32 = 2;
-    if enum_number(context, "ocsp_staple_policy") == MUST_STAPLE {
+    if enum_number(context, "ocsp_staple_policy") == OcspStaplePolicy::MustStaple as i32 {
         let certificates = common
             .as_ref()
             .map(|c| messages(c, "tls_certificates"))

@@ -20,6 +20,13 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::lb_subset_config::lb_s
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{DiscoveryType, LbPolicy};
 use envoy_types::pb::envoy::config::core::v3::RequestMethod;
 
+/// HTTP/2 SETTINGS identifiers (RFC 9113 section 6.5.2; RFC 8441 for CONNECT).
+const HEADER_TABLE_SIZE: u64 = 1;
+const ENABLE_PUSH: u64 = 2;
+const MAX_CONCURRENT_STREAMS: u64 = 3;
+const INITIAL_WINDOW_SIZE: u64 = 4;
+const ENABLE_CONNECT_PROTOCOL: u64 = 8;
+
 /// Envoy's outlier detector's `base_ejection_time` when unset, in nanoseconds.
 const BASE_EJECTION: i128 = 30_000_000_000;
 
@@ -321,7 +328,7 @@ pub(super) fn http2_options(options: &DynamicMessage, at: &[String]) -> Result<(
             values.insert(identifier, value);
         }
         let collides = match identifier {
-            2 if value == 1 => {
+            ENABLE_PUSH if value == 1 => {
                 return refuse(
                     &here,
                     "server push is not supported by Envoy and can not be enabled via a \
@@ -329,7 +336,7 @@ pub(super) fn http2_options(options: &DynamicMessage, at: &[String]) -> Result<(
                         .into(),
                 )
             }
-            8 => {
+            ENABLE_CONNECT_PROTOCOL => {
                 return refuse(
                     &here,
                     "the \"allow_connect\" SETTINGS parameter must only be configured through \
@@ -337,9 +344,9 @@ pub(super) fn http2_options(options: &DynamicMessage, at: &[String]) -> Result<(
                         .into(),
                 )
             }
-            1 => Some("hpack_table_size"),
-            3 => Some("max_concurrent_streams"),
-            4 => Some("initial_stream_window_size"),
+            HEADER_TABLE_SIZE => Some("hpack_table_size"),
+            MAX_CONCURRENT_STREAMS => Some("max_concurrent_streams"),
+            INITIAL_WINDOW_SIZE => Some("initial_stream_window_size"),
             _ => None,
         };
         if let Some(name) = collides.filter(|n| has(options, n)) {
