@@ -18,8 +18,10 @@
 //! own. Run `switchyard loadgen --server-pid <its pid> --trigger "kill -HUP <its pid>"`
 //! against it, as against `switchyard serve`; docs/benchmarks.md ("The transport's floor")
 //! has the method and the figures. With `--h2` it serves the same on the h2 crate alone
-//! (hyper's HTTP/2 underneath, without hyper), each stream writing into h2 from its task. Bounded: it serves until killed, and a run is bounded by
-//! the load generator's `--max-time`.
+//! (hyper's HTTP/2 underneath, without hyper), each stream writing into h2 from its task;
+//! with `--h2-one-task`, on h2 alone with each connection's streams driven on the
+//! connection's own task. Bounded: it serves until killed, and a run is bounded by the load
+//! generator's `--max-time`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -313,16 +315,66 @@ async fn serve_h2(tcp: tokio::net::TcpStream, current: watch::Receiver<Arc<Gener
     }
 }
 
+/// One connection on h2 alone with every stream driven on the connection's own task: the
+/// streams' futures are polled beside h2's connection, in one task, so a push wakes one
+/// task per connection, not one per stream and one for the connection.
+async fn serve_h2_one_task(tcp: tokio::net::TcpStream, current: watch::Receiver<Arc<Generation>>) {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let Ok(mut connection) = h2::server::Builder::new()
+        .max_concurrent_streams(100)
+        .handshake::<_, Bytes>(tcp)
+        .await
+    else {
+        return;
+    };
+    let mut streams = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            accepted = connection.accept() => {
+                let Some(Ok((request, mut respond))) = accepted else { return };
+                let delta = request.uri().path().contains("Delta");
+                let response = hyper::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .body(())
+                    .expect("a valid response");
+                let Ok(out) = respond.send_response(response, false) else {
+                    continue;
+                };
+                streams.push(stream(request.into_body(), delta, current.clone(), out));
+            }
+            Some(()) = streams.next(), if !streams.is_empty() => {}
+        }
+    }
+}
+
+/// How the floor serves its connections.
+#[derive(Clone, Copy, PartialEq)]
+enum Stack {
+    /// hyper's HTTP/2, as `switchyard serve` (one task per connection and one per stream).
+    Hyper,
+    /// h2 alone, one task per connection and one per stream (`--h2`).
+    H2,
+    /// h2 alone, the streams driven on their connection's task (`--h2-one-task`).
+    H2OneTask,
+}
+
 fn main() -> Result<(), String> {
     let mut args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    // `--h2`: the connections on the h2 crate alone, no hyper.
-    let bare = args.iter().any(|a| a == "--h2");
-    args.retain(|a| a != "--h2");
-    let usage = "usage: cargo bench --bench floor -- [--h2] CONFIG_DIR ADDR (a server to run a \
-                 load generator against, until killed; docs/benchmarks.md)";
+    // `--h2`: the connections on the h2 crate alone, no hyper; `--h2-one-task`: the same,
+    // each connection's streams on its own task.
+    let stack = if args.iter().any(|a| a == "--h2-one-task") {
+        Stack::H2OneTask
+    } else if args.iter().any(|a| a == "--h2") {
+        Stack::H2
+    } else {
+        Stack::Hyper
+    };
+    args.retain(|a| a != "--h2" && a != "--h2-one-task");
+    let usage = "usage: cargo bench --bench floor -- [--h2 | --h2-one-task] CONFIG_DIR ADDR (a \
+                 server to run a load generator against, until killed; docs/benchmarks.md)";
     let [dir, addr] = args.as_slice() else {
         if args.is_empty() {
             // A plain `cargo bench` runs every bench: this one needs its arguments.
@@ -357,9 +409,16 @@ fn main() -> Result<(), String> {
             };
             let _ = tcp.set_nodelay(true);
             let current = current.clone();
-            if bare {
-                tokio::spawn(serve_h2(tcp, current));
-                continue;
+            match stack {
+                Stack::H2 => {
+                    tokio::spawn(serve_h2(tcp, current));
+                    continue;
+                }
+                Stack::H2OneTask => {
+                    tokio::spawn(serve_h2_one_task(tcp, current));
+                    continue;
+                }
+                Stack::Hyper => {}
             }
             tokio::spawn(async move {
                 let service =

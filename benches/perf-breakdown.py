@@ -12,7 +12,8 @@ Each sample is given to two things:
 - whose it was: the innermost Rust frame's crate (h2, hyper, tonic, prost, bytes, tokio,
   Switchyard's own), walking past the standard library, libc, the allocator and the
   kernel. A copy h2 asks for is h2's; a `writev` hyper makes is hyper's.
-Generic code is named for the crate that defines it (`<h2::... as tokio::...>` is h2's); a
+Switchyard's own samples are also given to the innermost Switchyard module on their stack
+(`server::body`, `protocol::delta`, `fleet`, ...). Generic code is named for the crate that defines it (`<h2::... as tokio::...>` is h2's); a
 function inlined into another counts as the other. docs/benchmarks.md "Where a push's CPU
 goes, by layer" reads this output.
 """
@@ -104,6 +105,17 @@ def classify(frames):
     return what, whose
 
 
+def module_of(frames):
+    """The innermost Switchyard frame's module, two levels deep (`server::body`,
+    `protocol::sotw`), for a sample that is Switchyard's own."""
+    for sym, _ in frames:
+        s = sym.lstrip("<&*( ")
+        m = re.match(r"switchyard::([a-z_0-9]+)(?:::([a-z_0-9]+))?", s)
+        if m:
+            return "::".join(x for x in m.groups() if x)
+    return "(foldhash, no Switchyard frame)"
+
+
 def samples(lines):
     frames = []
     for line in lines:
@@ -171,10 +183,12 @@ def callgrind(paths):
 def main():
     if sys.argv[1:2] == ["--callgrind"]:
         return callgrind(sys.argv[2:])
-    both, whats, whoses = Counter(), Counter(), Counter()
+    both, whats, whoses, modules = Counter(), Counter(), Counter(), Counter()
     n = 0
     for frames in samples(sys.stdin):
         what, whose = classify(frames)
+        if whose == OWNERS["switchyard"]:
+            modules[module_of(frames)] += 1
         both[(whose, what)] += 1
         whats[what] += 1
         whoses[whose] += 1
@@ -191,6 +205,10 @@ def main():
     for (whose, what), v in both.most_common():
         if 100 * v / n >= 0.5:
             print(f"{100 * v / n:6.1f}%  {whose}: {what}")
+    print("\nSwitchyard's own, by its innermost module (over 0.3%; code, copies and allocations):")
+    for module, v in modules.most_common():
+        if 100 * v / n >= 0.3:
+            print(f"{100 * v / n:6.1f}%  {module}")
 
 
 if __name__ == "__main__":
