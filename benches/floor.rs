@@ -291,27 +291,43 @@ async fn stream(
     }
 }
 
-/// One connection on h2 alone: the settings `switchyard serve` gives hyper that h2 has
-/// (100 streams at most; keepalive PINGs are hyper's and are left out), each stream on a
-/// task of its own that writes its responses into h2's queue itself.
-async fn serve_h2(tcp: tokio::net::TcpStream, current: watch::Receiver<Arc<Generation>>) {
-    let Ok(mut connection) = h2::server::Builder::new()
+/// h2's server side of `tcp`, with the settings `switchyard serve` gives hyper that h2 has
+/// (100 streams at most; keepalive PINGs are hyper's and are left out).
+async fn handshake(
+    tcp: tokio::net::TcpStream,
+) -> Option<h2::server::Connection<tokio::net::TcpStream, Bytes>> {
+    h2::server::Builder::new()
         .max_concurrent_streams(100)
         .handshake::<_, Bytes>(tcp)
         .await
-    else {
+        .ok()
+}
+
+/// A stream h2 accepted, its response headers sent: the stream's work ([`stream`]), writing
+/// its responses into h2's queue itself; `None` when the client is already gone.
+fn answer(
+    request: hyper::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    current: &watch::Receiver<Arc<Generation>>,
+) -> Option<impl std::future::Future<Output = ()> + Send> {
+    let delta = request.uri().path().contains("Delta");
+    let response = hyper::Response::builder()
+        .header("content-type", "application/grpc")
+        .body(())
+        .expect("a valid response");
+    let out = respond.send_response(response, false).ok()?;
+    Some(stream(request.into_body(), delta, current.clone(), out))
+}
+
+/// One connection on h2 alone, each stream on a task of its own.
+async fn serve_h2(tcp: tokio::net::TcpStream, current: watch::Receiver<Arc<Generation>>) {
+    let Some(mut connection) = handshake(tcp).await else {
         return;
     };
-    while let Some(Ok((request, mut respond))) = connection.accept().await {
-        let delta = request.uri().path().contains("Delta");
-        let response = hyper::Response::builder()
-            .header("content-type", "application/grpc")
-            .body(())
-            .expect("a valid response");
-        let Ok(out) = respond.send_response(response, false) else {
-            continue;
-        };
-        tokio::spawn(stream(request.into_body(), delta, current.clone(), out));
+    while let Some(Ok((request, respond))) = connection.accept().await {
+        if let Some(stream) = answer(request, respond, &current) {
+            tokio::spawn(stream);
+        }
     }
 }
 
@@ -320,27 +336,17 @@ async fn serve_h2(tcp: tokio::net::TcpStream, current: watch::Receiver<Arc<Gener
 /// task per connection, not one per stream and one for the connection.
 async fn serve_h2_one_task(tcp: tokio::net::TcpStream, current: watch::Receiver<Arc<Generation>>) {
     use futures_util::stream::{FuturesUnordered, StreamExt};
-    let Ok(mut connection) = h2::server::Builder::new()
-        .max_concurrent_streams(100)
-        .handshake::<_, Bytes>(tcp)
-        .await
-    else {
+    let Some(mut connection) = handshake(tcp).await else {
         return;
     };
     let mut streams = FuturesUnordered::new();
     loop {
         tokio::select! {
             accepted = connection.accept() => {
-                let Some(Ok((request, mut respond))) = accepted else { return };
-                let delta = request.uri().path().contains("Delta");
-                let response = hyper::Response::builder()
-                    .header("content-type", "application/grpc")
-                    .body(())
-                    .expect("a valid response");
-                let Ok(out) = respond.send_response(response, false) else {
-                    continue;
-                };
-                streams.push(stream(request.into_body(), delta, current.clone(), out));
+                let Some(Ok((request, respond))) = accepted else { return };
+                if let Some(stream) = answer(request, respond, &current) {
+                    streams.push(stream);
+                }
             }
             Some(()) = streams.next(), if !streams.is_empty() => {}
         }
