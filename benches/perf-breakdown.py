@@ -13,8 +13,9 @@ Each sample is given to two things:
   Switchyard's own), walking past the standard library, libc, the allocator and the
   kernel. A copy h2 asks for is h2's; a `writev` hyper makes is hyper's.
 Switchyard's own samples are also given to the innermost Switchyard module on their stack
-(`server::body`, `protocol::delta`, `fleet`, ...). Generic code is named for the crate that defines it (`<h2::... as tokio::...>` is h2's); a
-function inlined into another counts as the other. docs/benchmarks.md "Where a push's CPU
+(`server::body`, `protocol::delta`, `fleet`, ...). Generic code is named for the crate that
+defines it (`<h2::... as tokio::...>` is h2's); a function inlined into another counts as
+the other. docs/benchmarks.md "Where a push's CPU
 goes, by layer" reads this output.
 """
 
