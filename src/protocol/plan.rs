@@ -476,6 +476,12 @@ pub trait Progress {
     /// Whether the client holds this resource at this version, as far as the server knows
     /// (sent, and not rejected).
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool;
+    /// [`Progress::holds`] of `resource`, one of `snapshot`'s (the same answer; a client
+    /// may know it without looking the name up).
+    fn holds_of(&self, kind: ResourceType, snapshot: &TypeSnapshot, resource: &Resource) -> bool {
+        let _ = snapshot;
+        self.holds(kind, &resource.name, &resource.version)
+    }
     /// Whether the client subscribes to the resource of this name.
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool;
     /// Whether the client has asked for `kind` on this stream.
@@ -1052,16 +1058,18 @@ fn step_done(before: &Snapshot, current: &Snapshot, client: &impl Progress) -> b
     }
     let clusters = current.get(Cluster);
     let endpoints = current.get(Endpoint);
+    // The changes with their resources (looked up once per pair of snapshots); a name gone
+    // has none.
     clusters
-        .changes_since(before.get(Cluster))
+        .changed_since(before.get(Cluster))
+        .now
         .iter()
-        .filter_map(|name| clusters.resources.get(name))
-        .filter(|c| client.holds(Cluster, &c.name, &c.version))
+        .flatten()
+        .filter(|c| client.holds_of(Cluster, clusters, c))
         .filter_map(|c| endpoints.resources.get(c.warms_with.as_deref()?))
         .all(|cla| {
             !client.subscribes(Endpoint, &cla.name)
-                || (client.holds(Endpoint, &cla.name, &cla.version)
-                    && leds_arrived(cla, current, client))
+                || (client.holds_of(Endpoint, endpoints, cla) && leds_arrived(cla, current, client))
         })
 }
 

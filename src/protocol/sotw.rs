@@ -434,6 +434,26 @@ impl Flavor for Sotw {
                         .is_some_and(|r| r.version == version)
             })
     }
+
+    /// Given `snapshot` itself (or one of its version: the same names at the same
+    /// versions), the client holds each of its resources that it was given and does not
+    /// owe: the name and the version need no lookup.
+    fn holds_of(&self, kind: ResourceType, snapshot: &TypeSnapshot, resource: &Resource) -> bool {
+        let st = &self.types[kind];
+        let held = match &st.given {
+            Some(g) if g.snapshot.version == snapshot.version => {
+                !st.owes(&resource.name) && g.subscription.covers(&resource.name)
+            }
+            _ => return self.holds(kind, &resource.name, &resource.version),
+        };
+        debug_assert_eq!(
+            held,
+            self.holds(kind, &resource.name, &resource.version),
+            "{kind:?} {}: the same answer as by name",
+            resource.name
+        );
+        held
+    }
 }
 
 impl Sotw {

@@ -86,6 +86,13 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
     fn poll_timeout(&self, core: &Core) -> Option<Instant>;
     /// Whether the client holds this resource at this version, as far as the server knows.
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool;
+    /// [`Flavor::holds`] of `resource`, one of `snapshot`'s: the same answer, which a
+    /// flavor may give without looking the name up when the client was given `snapshot`
+    /// itself (a make-before-break step asks it of every changed cluster on every ACK).
+    fn holds_of(&self, kind: ResourceType, snapshot: &TypeSnapshot, resource: &Resource) -> bool {
+        let _ = snapshot;
+        self.holds(kind, &resource.name, &resource.version)
+    }
     /// Whether the client subscribes to the resource of this name.
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool;
     /// What the resources of `kind` the client holds (as far as the server knows) refer to.
@@ -510,6 +517,10 @@ impl<F: Flavor> Progress for Client<'_, F> {
 
     fn holds(&self, kind: ResourceType, name: &str, version: &str) -> bool {
         self.flavor.holds(kind, name, version)
+    }
+
+    fn holds_of(&self, kind: ResourceType, snapshot: &TypeSnapshot, resource: &Resource) -> bool {
+        self.flavor.holds_of(kind, snapshot, resource)
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {
