@@ -399,9 +399,6 @@ pub enum SourceError {
     /// (`what` says how), never tried again as if etcd were away.
     #[error("{url}: {what}")]
     Corrupt { url: String, what: String },
-    /// A key under the prefix holds bytes that are not text: no document can be read there.
-    #[error("the document at key {key:?} is not UTF-8 text ({why})")]
-    NotText { key: String, why: String },
     /// The source's follower, or a load it waited for, stopped.
     #[error("the source's follower stopped: {0}")]
     Stopped(String),

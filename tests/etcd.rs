@@ -1935,3 +1935,107 @@ async fn a_switch_key_that_does_not_read_is_said_at_once_not_retried() {
         "said at once, not tried again until the deadline: {took:?}"
     );
 }
+
+/// A key under the prefix whose value is not a document (bytes that are not UTF-8 text, or
+/// more bytes than `--max-file-size`) is a load failure naming the key (exit 3), as a typo
+/// is, never an outage: etcd answers, the watch goes on (a later edit is loaded, and fails
+/// on the same key, at its own revision), and deleting or fixing the key loads at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_that_is_not_a_document_is_a_load_failure_naming_its_key_not_an_outage() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = Etcd::start(dir.path()).await;
+    etcd.put("/sy/clusters.yaml", CLUSTERS).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let server = Switchyard::start_serving(
+        &["--source", &url],
+        dir.path(),
+        (free_port(), free_port()),
+        &["--max-file-size", "1024"],
+    )
+    .await;
+    let ready = eventually(Duration::from_secs(20), || async {
+        server.status_said(&[]).0 == Some(0)
+    })
+    .await;
+    assert!(ready.is_some(), "{:?}", server.status_said(&[]));
+
+    // Waits until `status` exits 3 with the last load of `revision` failing on `key` for
+    // `why`, while etcd is said to answer and the last good generation serves.
+    let fails_on = |key: &'static str, why: &'static str, revision: i64, serving: &'static [&'static str]| {
+        let server = &server;
+        async move {
+            let failed = eventually(Duration::from_secs(20), || async {
+                let status = server.status().await;
+                let config = status.as_ref().and_then(|s| s.config.clone());
+                server.status_said(&[]).0 == Some(3)
+                    && config.is_some_and(|c| {
+                        !c.ok
+                            && c.revision == Some(revision)
+                            && c.errors.iter().any(|e| e.contains(key) && e.contains(why))
+                    })
+            })
+            .await;
+            let (code, out, err) = server.status_said(&[]);
+            assert!(failed.is_some(), "{code:?}\n{out}{err}");
+            assert!(out.contains(key) && out.contains(why), "{out}");
+            let source = server
+                .status()
+                .await
+                .and_then(|s| s.config)
+                .and_then(|c| c.source)
+                .expect("the source's health");
+            assert!(source.answering, "etcd answers: {source:?}");
+            let served: Vec<String> = served_clusters(server)
+                .await
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect();
+            assert_eq!(served, serving, "the last good generation serves");
+        }
+    };
+
+    let mut client = etcd.client().await.expect("etcd answers");
+    let written = client
+        .put("/sy/binary.yaml", vec![b'x', 0xff, 0xfe, 0x00], None)
+        .await
+        .expect("put")
+        .header()
+        .expect("header")
+        .revision();
+    fails_on("etcd:/sy/binary.yaml", "is not UTF-8 text", written, &["backend"]).await;
+    // The watch goes on: an edit elsewhere is loaded at its own revision (and fails on
+    // the same key).
+    let other = etcd
+        .put("/sy/more.yaml", "clusters:\n  - name: more\n    connect_timeout: 2s\n")
+        .await;
+    fails_on("etcd:/sy/binary.yaml", "is not UTF-8 text", other, &["backend"]).await;
+    // Deleted: the next load serves at once.
+    client.delete("/sy/binary.yaml", None).await.expect("delete");
+    let recovered = eventually(Duration::from_secs(10), || async {
+        served_clusters(&server).await.len() == 2 && server.status_said(&[]).0 == Some(0)
+    })
+    .await;
+    assert!(recovered.is_some(), "{:?}", server.status_said(&[]));
+
+    // Over --max-file-size: the same, then fixed in place.
+    let large = format!("# {}\nclusters: []\n", "x".repeat(2000));
+    let written = etcd.put("/sy/more.yaml", &large).await;
+    fails_on(
+        "etcd:/sy/more.yaml",
+        "more than the limit of 1024 (--max-file-size)",
+        written,
+        &["backend", "more"],
+    )
+    .await;
+    etcd.put("/sy/more.yaml", "clusters: []\n").await;
+    let recovered = eventually(Duration::from_secs(10), || async {
+        server.status_said(&[]).0 == Some(0)
+    })
+    .await;
+    assert!(recovered.is_some(), "{:?}", server.status_said(&[]));
+    let log = server.process.log_text();
+    assert!(
+        !log.contains("etcd does not answer"),
+        "a bad value is not an outage:\n{log}"
+    );
+}

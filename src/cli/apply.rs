@@ -185,13 +185,7 @@ fn documents_of(dir: &Path, url: &EtcdUrl) -> Result<Vec<(String, Document)>, St
         let key = format!("{}{}", url.key_prefix(), parts.join("/"));
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-        documents.push((
-            key,
-            Document {
-                name: path.display().to_string(),
-                text,
-            },
-        ));
+        documents.push((key, Document::text(path.display().to_string(), text)));
     }
     Ok(documents)
 }
@@ -332,7 +326,13 @@ pub(super) fn run_rollback(args: &RollbackArgs) -> ExitCode {
         .map(|d| {
             let key = d.name.trim_start_matches("etcd:").to_string();
             let name = format!("{}@{}", d.name, args.revision);
-            (key, Document { name, text: d.text })
+            (
+                key,
+                Document {
+                    name,
+                    content: d.content,
+                },
+            )
         })
         .collect();
     write_documents(
@@ -426,15 +426,20 @@ fn write_change(
         // What changes, by key.
         let current = by_name(&held.documents);
         let mut change = Change::default();
-        let wanted: std::collections::BTreeMap<String, &str> = local
+        let wanted: std::collections::BTreeMap<String, &Document> = local
             .iter()
-            .map(|(key, document)| (key.clone(), document.text.as_str()))
+            .map(|(key, document)| (key.clone(), document))
             .collect();
-        let changes = by_key(&current, &wanted);
+        let wanted_bytes = by_key_bytes(&wanted);
+        let changes = by_key(&current, &wanted_bytes);
         for (key, what) in &changes {
             match (*what, wanted.get(*key)) {
                 ("delete", _) | (_, None) => change.delete.push(key.to_string()),
-                (_, Some(text)) => change.put.push((key.to_string(), text.to_string())),
+                // Text: every document written loaded above.
+                (_, Some(document)) => change.put.push((
+                    key.to_string(),
+                    String::from_utf8_lossy(document.bytes()).into_owned(),
+                )),
             }
         }
         // Sorted; past 20 summarized (`--verbose` lists every one).
@@ -542,7 +547,7 @@ pub(super) fn run_export(args: &ExportArgs) -> ExitCode {
         let written = path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, &document.text));
+            .and_then(|()| std::fs::write(&path, document.bytes()));
         if let Err(e) = written {
             eprintln!("error: {}: {e}", path.display());
             return ExitCode::FAILURE;
@@ -639,24 +644,30 @@ pub(super) fn run_history(args: &HistoryArgs) -> ExitCode {
     }
 }
 
-/// Documents read from etcd by key (their names without `etcd:`), with their text.
-fn by_name(documents: &[Document]) -> std::collections::BTreeMap<String, &str> {
+/// Documents read from etcd by key (their names without `etcd:`), with their bytes (a value
+/// that is not text is a document too: one an apply replaces or deletes).
+fn by_name(documents: &[Document]) -> std::collections::BTreeMap<String, &[u8]> {
     documents
         .iter()
-        .map(|d| {
-            (
-                d.name.trim_start_matches("etcd:").to_string(),
-                d.text.as_str(),
-            )
-        })
+        .map(|d| (d.name.trim_start_matches("etcd:").to_string(), d.bytes()))
+        .collect()
+}
+
+/// Documents by key, with their bytes.
+fn by_key_bytes<'a>(
+    documents: &std::collections::BTreeMap<String, &'a Document>,
+) -> std::collections::BTreeMap<String, &'a [u8]> {
+    documents
+        .iter()
+        .map(|(key, d)| (key.clone(), d.bytes()))
         .collect()
 }
 
 /// What changes from `before` to `after`, documents by key: each key added, changed or
 /// deleted (`add`, `change`, `delete`), in key order.
 fn by_key<'a>(
-    before: &'a std::collections::BTreeMap<String, &str>,
-    after: &'a std::collections::BTreeMap<String, &str>,
+    before: &'a std::collections::BTreeMap<String, &[u8]>,
+    after: &'a std::collections::BTreeMap<String, &[u8]>,
 ) -> Vec<(&'a str, &'static str)> {
     let mut out: Vec<(&str, &str)> = after
         .iter()

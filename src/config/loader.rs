@@ -31,7 +31,7 @@ pub struct Loader {
 /// document has no stamp on disk).
 #[derive(Debug)]
 struct ParsedDocument {
-    text: String,
+    content: Content,
     under: PerFile,
     result: Result<SnapshotFile, Vec<ConfigError>>,
 }
@@ -340,12 +340,61 @@ fn assemble(
 }
 
 /// A snapshot document from a source that is not a directory (each etcd key under a prefix
-/// holds one): the name its errors give it (the key, say), and its text, in the
-/// format of a snapshot file (YAML or JSON).
+/// holds one): the name its errors give it (the key, say), and its content as the source
+/// holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Document {
     pub name: String,
-    pub text: String,
+    pub content: Content,
+}
+
+/// A document's content, as the source holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Content {
+    /// Text in the format of a snapshot file (YAML or JSON).
+    Text(String),
+    /// Bytes that are not UTF-8 text: no document can be read from them. Kept as they are:
+    /// the loader refuses them as a bad document naming it (never a failure of the source
+    /// that holds them), and a copy of the documents carries them unchanged.
+    NotText(Vec<u8>),
+}
+
+impl Document {
+    /// A document of `text`.
+    pub fn text(name: impl Into<String>, text: impl Into<String>) -> Document {
+        Document {
+            name: name.into(),
+            content: Content::Text(text.into()),
+        }
+    }
+
+    /// A document of what a source holds: text when `bytes` are UTF-8, else kept as bytes.
+    pub fn from_bytes(name: impl Into<String>, bytes: Vec<u8>) -> Document {
+        let content = match String::from_utf8(bytes) {
+            Ok(text) => Content::Text(text),
+            Err(e) => Content::NotText(e.into_bytes()),
+        };
+        Document {
+            name: name.into(),
+            content,
+        }
+    }
+
+    /// Its text, if it is text.
+    pub fn as_text(&self) -> Option<&str> {
+        match &self.content {
+            Content::Text(text) => Some(text),
+            Content::NotText(_) => None,
+        }
+    }
+
+    /// Its bytes, as the source holds them.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.content {
+            Content::Text(text) => text.as_bytes(),
+            Content::NotText(bytes) => bytes,
+        }
+    }
 }
 
 /// Load named documents as the snapshot files they would be: each parsed as a file is (its
@@ -394,7 +443,7 @@ impl Loader {
             let fresh = self
                 .documents
                 .get(&document.name)
-                .is_some_and(|kept| kept.under == under && kept.text == document.text);
+                .is_some_and(|kept| kept.under == under && kept.content == document.content);
             if fresh {
                 work.reused += 1;
             } else {
@@ -403,7 +452,7 @@ impl Loader {
                 self.documents.insert(
                     document.name.clone(),
                     ParsedDocument {
-                        text: document.text.clone(),
+                        content: document.content.clone(),
                         under,
                         result,
                     },
@@ -411,7 +460,9 @@ impl Loader {
             }
             match self.documents.get(&document.name).map(|kept| &kept.result) {
                 Some(Ok(file)) => {
-                    texts.insert(loaded.len(), document.text.as_str());
+                    if let Some(text) = document.as_text() {
+                        texts.insert(loaded.len(), text);
+                    }
                     loaded.push(file.clone());
                 }
                 Some(Err(file_errors)) => errors.extend(file_errors.iter().cloned()),
@@ -428,7 +479,7 @@ fn parse_document(
     path: PathBuf,
     options: &LoadOptions,
 ) -> Result<SnapshotFile, Vec<ConfigError>> {
-    let size = document.text.len() as u64;
+    let size = document.bytes().len() as u64;
     if size > options.max_file_bytes {
         return Err(vec![ConfigError::Read {
             path,
@@ -438,11 +489,24 @@ fn parse_document(
             ),
         }]);
     }
+    let text = match &document.content {
+        Content::Text(text) => text,
+        Content::NotText(bytes) => {
+            let why = std::str::from_utf8(bytes).err().map_or_else(
+                || "not UTF-8".to_string(),
+                |e| e.to_string(),
+            );
+            return Err(vec![ConfigError::Read {
+                path,
+                message: format!("the document is not UTF-8 text ({why}): no snapshot can be read from it; put text there, or delete the key"),
+            }]);
+        }
+    };
     let source = std::sync::Arc::new(crate::resource::SourceFile {
         path,
         modified: None,
     });
-    super::parse::load_text_naming(source, &document.text, options.envoy_rules, &mut Vec::new())
+    super::parse::load_text_naming(source, text, options.envoy_rules, &mut Vec::new())
 }
 
 /// P35: resources named for an xdstp authority this server does not answer for

@@ -48,7 +48,7 @@ use std::sync::Arc;
 use crate::resource::{Resource, ResourceType};
 pub use hash::content_hash;
 pub use keys::{MIN_TTL, TTL_KEY};
-pub use loader::{load_documents, Document, LoadWork, Loader};
+pub use loader::{load_documents, Content, Document, LoadWork, Loader};
 pub use parse::{load_text, load_text_judged, load_text_with};
 pub use secret_files::{CertificateInfo, ReadFile, FILES_KEY};
 pub use selector::{NodeMatch, Selector};

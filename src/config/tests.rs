@@ -1387,10 +1387,7 @@ fn a_regex_program_is_judged_with_the_limit_its_nodes_runtime_sets() {
 /// configuration as a load from nothing; a reused document's error stays reported.
 #[test]
 fn a_loader_parses_only_the_documents_that_changed() {
-    let doc = |name: &str, text: &str| Document {
-        name: name.into(),
-        text: text.into(),
-    };
+    let doc = |name: &str, text: &str| Document::text(name, text);
     let cluster = |name: &str, timeout: &str| {
         format!("clusters:\n  - name: {name}\n    connect_timeout: {timeout}\n")
     };
@@ -1442,6 +1439,59 @@ fn a_loader_parses_only_the_documents_that_changed() {
     assert_eq!(kept.resource_count(), 19);
 }
 
+/// A document that cannot be read as one (bytes that are not UTF-8 text, more bytes than
+/// `--max-file-size`) is a load error naming it, as a typo is, whether it came from a
+/// source's key or a file; the other documents are reused, and taking it away (or writing
+/// text there) loads again.
+#[test]
+fn a_document_that_is_not_text_or_too_large_is_a_load_error_naming_it() {
+    let good = Document::text(
+        "etcd:/sy/clusters.yaml",
+        "clusters:\n  - name: backend\n    connect_timeout: 1s\n",
+    );
+    let not_text = Document::from_bytes("etcd:/sy/bad.yaml", vec![b'a', 0xff, 0xfe, b'\n']);
+    assert_eq!(not_text.as_text(), None, "kept as bytes");
+    assert_eq!(not_text.bytes(), [b'a', 0xff, 0xfe, b'\n']);
+    let options = LoadOptions {
+        max_file_bytes: 100,
+        ..LoadOptions::default()
+    };
+    let large = Document::text("etcd:/sy/large.yaml", format!("# {}\n{{}}\n", "x".repeat(200)));
+    let mut loader = crate::config::Loader::default();
+    let (loaded, _) = loader.load_documents(&[good.clone(), not_text.clone(), large], &options);
+    let said: Vec<String> = loaded
+        .expect_err("refused")
+        .errors
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(
+        said[0].starts_with("etcd:/sy/bad.yaml: the document is not UTF-8 text (invalid utf-8 sequence of 1 bytes from index 1)"),
+        "{said:?}"
+    );
+    assert!(
+        said[1].starts_with("etcd:/sy/large.yaml: the document is 206 bytes, more than the limit of 100 (--max-file-size)"),
+        "{said:?}"
+    );
+    // Fixed: only the fixed document is parsed again.
+    let fixed = Document::text("etcd:/sy/bad.yaml", "{}\n");
+    let (loaded, work) = loader.load_documents(&[good.clone(), fixed], &options);
+    assert!(loaded.is_ok(), "{loaded:?}");
+    assert_eq!((work.parsed, work.reused), (1, 1));
+
+    // A file that is not text, the same.
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "clusters.yaml", good.as_text().expect("text"));
+    std::fs::write(dir.path().join("bad.yaml"), not_text.bytes()).expect("write");
+    let errors = errors(dir.path());
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("bad.yaml: cannot read file: not UTF-8 text"),
+        "{errors:?}"
+    );
+}
+
 /// Named documents (an etcd key each) load as the files they would be: the
 /// same resources and versions (a proxy moved between sources is sent nothing new), errors
 /// named `NAME:LINE:COLUMN`, and every check across documents as across files.
@@ -1460,10 +1510,7 @@ fn documents_load_as_the_files_they_would_be() {
     ];
     let documents: Vec<Document> = texts
         .iter()
-        .map(|(name, text)| Document {
-            name: name.to_string(),
-            text: text.to_string(),
-        })
+        .map(|(name, text)| Document::text(*name, *text))
         .collect();
     let dir = tempfile::tempdir().expect("tmp");
     for (name, text) in texts {
@@ -1499,10 +1546,7 @@ fn documents_load_as_the_files_they_would_be() {
 
     let with = |name: &str, text: &str| {
         let mut all = documents.clone();
-        all.push(Document {
-            name: name.to_string(),
-            text: text.to_string(),
-        });
+        all.push(Document::text(name, text));
         load_documents(&all, &LoadOptions::default())
             .expect_err("refused")
             .errors
@@ -1539,23 +1583,14 @@ fn documents_load_as_the_files_they_would_be() {
         "{over:?}"
     );
     let mut raised = documents.clone();
-    raised.push(Document {
-        name: "regex.yaml".into(),
-        text: regex.into(),
-    });
-    raised.push(Document {
-        name: "limits.yaml".into(),
-        text: "runtimes: [{ name: l, layer: { re2.max_program_size.error_level: 200 } }]\n".into(),
-    });
+    raised.push(Document::text("regex.yaml", regex));
+    raised.push(Document::text("limits.yaml", "runtimes: [{ name: l, layer: { re2.max_program_size.error_level: 200 } }]\n"));
     assert!(load_documents(&raised, &LoadOptions::default()).is_ok());
     // A reference no document defines, where the document says it (from its text: no file
     // of that name is read): at the route's own `cluster:`, not the route configuration's
     // first line.
     let mut dangling = documents.clone();
-    dangling.push(Document {
-        name: "dangling.yaml".into(),
-        text: "routes:\n  - name: d\n    virtual_hosts:\n      - name: a\n        domains: [\"*\"]\n        routes:\n          - match: { prefix: \"/\" }\n            route: { cluster: nope }\n".into(),
-    });
+    dangling.push(Document::text("dangling.yaml", "routes:\n  - name: d\n    virtual_hosts:\n      - name: a\n        domains: [\"*\"]\n        routes:\n          - match: { prefix: \"/\" }\n            route: { cluster: nope }\n"));
     let strict = LoadOptions {
         strict: true,
         ..LoadOptions::default()

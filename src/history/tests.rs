@@ -6,10 +6,7 @@ use crate::config::{load_documents, Document, LoadOptions};
 fn config(documents: &[(&str, &str)]) -> Config {
     let documents: Vec<Document> = documents
         .iter()
-        .map(|(name, text)| Document {
-            name: name.to_string(),
-            text: text.to_string(),
-        })
+        .map(|(name, text)| Document::text(*name, *text))
         .collect();
     load_documents(&documents, &LoadOptions::default()).expect("loads")
 }

@@ -391,10 +391,7 @@ async fn handed_to_the_fleets_rollout_a_load_is_never_published_by_the_sink() {
         LoadOptions::default(),
     );
     let documents = |text: &str| {
-        vec![crate::config::Document {
-            name: "a.yaml".into(),
-            text: text.into(),
-        }]
+        vec![crate::config::Document::text("a.yaml", text)]
     };
     let note = crate::source::etcd::ApplyNote {
         author: Some("ana".into()),

@@ -31,14 +31,10 @@ pub fn is_document(prefix: &str, key: &str) -> bool {
         && !name.split('/').any(|part| part.starts_with('.'))
 }
 
-/// A document's text: its value, which must be UTF-8.
-pub fn document_text(key: &str, value: &[u8]) -> Result<String, SourceError> {
-    std::str::from_utf8(value)
-        .map(str::to_string)
-        .map_err(|e| SourceError::NotText {
-            key: key.to_string(),
-            why: e.to_string(),
-        })
+/// The document a key under the prefix holds: its value as it is (a value that is not text
+/// is a bad document for the loader to refuse, naming the key, never a failure to read).
+pub fn document(key: &str, value: &[u8]) -> Document {
+    Document::from_bytes(document_name(key), value.to_vec())
 }
 
 /// How to reach etcd beyond its URL, as etcd's clients take it: TLS (the CA to trust, and
@@ -282,11 +278,7 @@ pub async fn read_at(
         if !is_document(&prefix, &key) {
             continue;
         }
-        let text = document_text(&key, kv.value())?;
-        documents.push(Document {
-            name: document_name(&key),
-            text,
-        });
+        documents.push(document(&key, kv.value()));
     }
     Ok(Documents {
         revision,

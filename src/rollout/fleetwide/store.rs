@@ -204,10 +204,10 @@ pub async fn copy_stable(
             .strip_prefix("etcd:")
             .and_then(|key| key.strip_prefix(prefix.as_str()))
             .unwrap_or(&document.name);
-        bytes += document.text.len() + into.len() + name.len();
+        bytes += document.bytes().len() + into.len() + name.len();
         batch.push(TxnOp::put(
             format!("{into}{name}"),
-            document.text.as_str(),
+            document.bytes().to_vec(),
             None,
         ));
         let last = i + 1 == documents.len();
@@ -253,13 +253,10 @@ pub async fn read_copy(
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key());
         let name = key.get(from.len()..).unwrap_or_default();
-        let text = std::str::from_utf8(kv.value()).map_err(|e| {
-            unavailable(url, format!("the copy at {key:?} is not UTF-8 text ({e})"))
-        })?;
-        documents.push(Document {
-            name: document_name(&format!("{}{name}", url.key_prefix())),
-            text: text.to_string(),
-        });
+        documents.push(Document::from_bytes(
+            document_name(&format!("{}{name}", url.key_prefix())),
+            kv.value().to_vec(),
+        ));
     }
     Ok(documents)
 }

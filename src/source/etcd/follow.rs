@@ -1,8 +1,11 @@
 //! Following an etcd prefix (`serve --source`) incrementally: one long-lived watch from the
 //! revision after the last one read, each event's put or delete applied to the documents
 //! held, and the documents loaded again after each burst of changes (the loader parses only
-//! the documents whose text changed). The whole prefix is read again only when the watch
-//! cannot resume: its start revision was compacted away, or an event could not be applied.
+//! the documents whose content changed). The whole prefix is read again only when the watch
+//! cannot resume (its start revision was compacted away). A value that is not a document
+//! (bytes that are not text, a document over the size limit) is held as it is and refused
+//! by the load, naming its key, as a typo is: only etcd failing to answer makes the source
+//! down.
 //! While etcd does not answer, tries wait longer each time. The barrier ([`Reached`])
 //! learns the revision applied and loaded.
 //!
@@ -69,8 +72,8 @@ struct Held {
     /// The store's revision the documents are as of.
     revision: i64,
     documents: BTreeMap<String, Document>,
-    /// The watch could not go on from `revision` (a compaction, an event that could not be
-    /// applied): the prefix is to be read whole again.
+    /// The watch could not go on from `revision` (a compaction, or the follower started
+    /// again): the prefix is to be read whole again.
     stale: bool,
     /// What the last apply among the events not loaded yet said of itself.
     note: Option<etcd::ApplyNote>,
@@ -113,11 +116,7 @@ struct Applied {
 /// Apply a watch response's events to `held` (every event of one etcd transaction comes in
 /// one response, so a transaction is applied whole). Keys that are not documents
 /// (Switchyard's own, `.`-named) move the revision only.
-fn apply(
-    held: &mut Held,
-    prefix: &str,
-    response: &switchyard_etcd::WatchResponse,
-) -> Result<Applied, SourceError> {
+fn apply(held: &mut Held, prefix: &str, response: &switchyard_etcd::WatchResponse) -> Applied {
     let mut applied = Applied::default();
     for event in response.events() {
         let Some(kv) = event.kv() else { continue };
@@ -144,19 +143,13 @@ fn apply(
                 held.documents.remove(&document_name);
             }
             EventType::Put => {
-                let text = etcd::document_text(&key, kv.value())?;
-                held.documents.insert(
-                    document_name.clone(),
-                    Document {
-                        name: document_name,
-                        text,
-                    },
-                );
+                held.documents
+                    .insert(document_name, etcd::document(&key, kv.value()));
             }
         }
         applied.changed += 1;
     }
-    Ok(applied)
+    applied
 }
 
 /// Follow an etcd prefix (`serve --source`) from `first`, the read first loaded: one watch
@@ -280,7 +273,7 @@ pub async fn follow(
 /// How one watch ended.
 enum WatchEnd {
     Shutdown,
-    /// etcd failed, or sent what could not be applied: try again after a wait.
+    /// etcd failed: try again after a wait.
     Failed(SourceError),
     /// The watch cannot resume from the revision held: read the prefix again.
     Stale,
@@ -337,17 +330,9 @@ impl Watch<'_> {
             };
             let mut applied = Applied::default();
             for response in &burst {
-                match apply(self.held, &prefix, response) {
-                    Ok(a) => {
-                        applied.changed += a.changed;
-                        applied.bytes += a.bytes;
-                    }
-                    Err(e) => {
-                        // What could not be applied is read again, after a wait.
-                        self.held.stale = true;
-                        return WatchEnd::Failed(e);
-                    }
-                }
+                let a = apply(self.held, &prefix, response);
+                applied.changed += a.changed;
+                applied.bytes += a.bytes;
             }
             if self.held.switching {
                 // Held until the switch ends, and the barrier with it: what the prefix
