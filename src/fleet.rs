@@ -85,9 +85,12 @@ struct Subscribed {
 
 impl Subscribed {
     /// How long it may go unpolled before it leaves: [`QUIET_INTERVALS`] of its cadence
-    /// (within [`POLLER_QUIET_MIN`] and [`POLLER_QUIET`]), or [`POLLER_QUIET`] heard once.
-    fn quiet_after(&self) -> Duration {
-        self.every.map_or(POLLER_QUIET, |every| {
+    /// (within [`POLLER_QUIET_MIN`] and [`POLLER_QUIET`]); heard once, of its poller's
+    /// (`poller`: the quickest of its subscriptions'), so that a name the poller asked for
+    /// once and no longer asks for leaves as soon as one it keeps polling would; of a
+    /// poller heard once on every subscription (a one-off poll), [`POLLER_QUIET`].
+    fn quiet_after(&self, poller: Option<Duration>) -> Duration {
+        self.every.or(poller).map_or(POLLER_QUIET, |every| {
             (every * QUIET_INTERVALS).clamp(POLLER_QUIET_MIN, POLLER_QUIET)
         })
     }
@@ -118,7 +121,15 @@ impl Poller {
     /// Its cadence as observed: the shortest interval of its subscriptions' (`None`: each
     /// was heard once).
     fn cadence(&self) -> Option<Duration> {
-        self.subscriptions.values().filter_map(|s| s.every).min()
+        cadence(&self.subscriptions)
+    }
+
+    /// Its polls, for its report: its cadence, and its last poll (`now`, when it polls).
+    fn polling(&self, last: SystemTime) -> Box<Polling> {
+        Box::new(Polling {
+            every: self.cadence(),
+            last,
+        })
     }
 
     /// Bring `kind`'s report up to its subscriptions (`last_change` moves only if it
@@ -139,6 +150,11 @@ impl Poller {
             }
         }
     }
+}
+
+/// The quickest cadence of `subscriptions` (`None`: each was heard once).
+fn cadence(subscriptions: &BTreeMap<(ResourceType, Vec<String>), Subscribed>) -> Option<Duration> {
+    subscriptions.values().filter_map(|s| s.every).min()
 }
 
 /// One poll, as it was answered.
@@ -295,10 +311,9 @@ pub struct StreamReport {
     /// A make-before-break plan in progress on this stream, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanReport>,
-    /// A poller's cadence as observed: the shortest interval between two polls of one of
-    /// its subscriptions (`Some(None)`: each heard once, a one-off poll). `None`: a stream.
+    /// A poller's polls (`None`: a stream). Boxed: streams are most reports.
     #[serde(skip)]
-    pub polls_every: Option<Option<Duration>>,
+    pub polls: Option<Box<Polling>>,
     /// Types this server does not serve that the proxy asked for (P33).
     #[serde(skip_serializing_if = "RareList::is_empty")]
     pub unknown_types: RareList<UnknownTypeReport>,
@@ -327,7 +342,7 @@ impl StreamReport {
             types: BTreeMap::new(),
             generation: 0,
             plan: None,
-            polls_every: None,
+            polls: None,
             unknown_types: RareList::default(),
         }
     }
@@ -341,6 +356,16 @@ impl StreamReport {
                 .values()
                 .all(|t| matches!(t.state, SyncStatus::Synced | SyncStatus::NotSent))
     }
+}
+
+/// How a node polls, as observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Polling {
+    /// Its cadence: the shortest interval between two polls of one of its subscriptions
+    /// (`None`: each heard once, a one-off poll).
+    pub every: Option<Duration>,
+    /// When it last polled.
+    pub last: SystemTime,
 }
 
 /// A make-before-break plan in progress on a stream (see `protocol::plan`).
@@ -678,7 +703,7 @@ impl Fleet {
             .get(poll.kind.short_name())
             .map(|t| t.state);
         poller.report_type(poll.kind, now);
-        poller.report.polls_every = Some(poller.cadence());
+        poller.report.polls = Some(poller.polling(now));
         // The recent generations' tallies count a poller as a stream's node: synced when
         // every type it polls took what it was answered, NACKed when one rejected it.
         let (synced, nacked) = (
@@ -714,10 +739,13 @@ impl Fleet {
         let mut pollers = self.pollers.lock().unwrap_or_else(|p| p.into_inner());
         let wall = SystemTime::now();
         pollers.retain(|_, p| {
+            let every = p.cadence();
+            let quiet_now =
+                |s: &Subscribed| now.saturating_duration_since(s.heard) >= s.quiet_after(every);
             let quiet: std::collections::BTreeSet<ResourceType> = p
                 .subscriptions
                 .iter()
-                .filter(|(_, s)| now.saturating_duration_since(s.heard) >= s.quiet_after())
+                .filter(|(_, s)| quiet_now(s))
                 .map(|((kind, _), _)| *kind)
                 .collect();
             if quiet.is_empty() {
@@ -725,12 +753,12 @@ impl Fleet {
             }
             // What it no longer polls for leaves its report (P32's names not found too),
             // within its own cadence.
-            p.subscriptions
-                .retain(|_, s| now.saturating_duration_since(s.heard) < s.quiet_after());
+            p.subscriptions.retain(|_, s| !quiet_now(s));
             for kind in quiet {
                 p.report_type(kind, wall);
             }
-            p.report.polls_every = Some(p.cadence());
+            let last = p.report.polls.as_ref().map_or(wall, |polls| polls.last);
+            p.report.polls = Some(p.polling(last));
             !p.subscriptions.is_empty()
         });
         pollers
@@ -1178,7 +1206,7 @@ mod tests {
         };
         fleet.polled(poll(""));
         assert_eq!(
-            fleet.reports()[0].polls_every,
+            fleet.reports()[0].polls.as_ref().map(|p| p.every),
             Some(None),
             "one poll: no cadence"
         );
@@ -1197,7 +1225,11 @@ mod tests {
             }
         }
         fleet.polled(poll("v1"));
-        let every = fleet.reports()[0].polls_every.flatten().expect("a cadence");
+        let every = fleet.reports()[0]
+            .polls
+            .as_ref()
+            .and_then(|p| p.every)
+            .expect("a cadence");
         assert!(
             every >= Duration::from_secs(1) && every < Duration::from_secs(2),
             "{every:?}"
@@ -1246,18 +1278,21 @@ mod tests {
         let now = route(&fleet).expect("RDS");
         assert_eq!(now.state, SyncStatus::Nacked);
         assert_eq!(now.not_found.as_slice(), ["r2"]);
-        // r1 polls on; r2's subscription goes quiet (Envoy dropped it), and leaves.
+        // r1 polls on (a cadence: at once); r2's subscription, heard once, goes quiet
+        // (Envoy dropped it), and leaves within the poller's cadence (at least
+        // POLLER_QUIET_MIN), not after POLLER_QUIET as a one-off poll would.
         rds("r1", None, &[]);
+        let later = Instant::now() + POLLER_QUIET_MIN + Duration::from_millis(100);
         {
             let mut pollers = fleet.pollers.lock().expect("not poisoned");
             let poller = pollers.values_mut().next().expect("listed");
             let r1 = (ResourceType::Route, vec!["r1".to_string()]);
-            poller.subscriptions.get_mut(&r1).expect("r1").heard += POLLER_QUIET;
+            poller.subscriptions.get_mut(&r1).expect("r1").heard = later;
         }
-        drop(fleet.pollers_at(Instant::now() + POLLER_QUIET));
+        drop(fleet.pollers_at(later));
         let now = route(&fleet).expect("RDS");
         assert_eq!(now.state, SyncStatus::Synced);
-        assert!(now.not_found.is_empty());
+        assert!(now.not_found.is_empty(), "{:?}", now.not_found);
     }
 
     #[test]

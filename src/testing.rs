@@ -75,7 +75,7 @@ pub fn stream_report(node: &str, peer: &str, stream: &str) -> crate::fleet::Stre
         types: Default::default(),
         generation: 0,
         plan: None,
-        polls_every: None,
+        polls: None,
         unknown_types: Default::default(),
     }
 }

@@ -1961,38 +1961,39 @@ async fn a_value_that_is_not_a_document_is_a_load_failure_naming_its_key_not_an_
 
     // Waits until `status` exits 3 with the last load of `revision` failing on `key` for
     // `why`, while etcd is said to answer and the last good generation serves.
-    let fails_on = |key: &'static str, why: &'static str, revision: i64, serving: &'static [&'static str]| {
-        let server = &server;
-        async move {
-            let failed = eventually(Duration::from_secs(20), || async {
-                let status = server.status().await;
-                let config = status.as_ref().and_then(|s| s.config.clone());
-                server.status_said(&[]).0 == Some(3)
-                    && config.is_some_and(|c| {
-                        !c.ok
-                            && c.revision == Some(revision)
-                            && c.errors.iter().any(|e| e.contains(key) && e.contains(why))
-                    })
-            })
-            .await;
-            let (code, out, err) = server.status_said(&[]);
-            assert!(failed.is_some(), "{code:?}\n{out}{err}");
-            assert!(out.contains(key) && out.contains(why), "{out}");
-            let source = server
-                .status()
-                .await
-                .and_then(|s| s.config)
-                .and_then(|c| c.source)
-                .expect("the source's health");
-            assert!(source.answering, "etcd answers: {source:?}");
-            let served: Vec<String> = served_clusters(server)
-                .await
-                .into_iter()
-                .map(|(name, _)| name)
-                .collect();
-            assert_eq!(served, serving, "the last good generation serves");
-        }
-    };
+    let fails_on =
+        |key: &'static str, why: &'static str, revision: i64, serving: &'static [&'static str]| {
+            let server = &server;
+            async move {
+                let failed = eventually(Duration::from_secs(20), || async {
+                    let status = server.status().await;
+                    let config = status.as_ref().and_then(|s| s.config.clone());
+                    server.status_said(&[]).0 == Some(3)
+                        && config.is_some_and(|c| {
+                            !c.ok
+                                && c.revision == Some(revision)
+                                && c.errors.iter().any(|e| e.contains(key) && e.contains(why))
+                        })
+                })
+                .await;
+                let (code, out, err) = server.status_said(&[]);
+                assert!(failed.is_some(), "{code:?}\n{out}{err}");
+                assert!(out.contains(key) && out.contains(why), "{out}");
+                let source = server
+                    .status()
+                    .await
+                    .and_then(|s| s.config)
+                    .and_then(|c| c.source)
+                    .expect("the source's health");
+                assert!(source.answering, "etcd answers: {source:?}");
+                let served: Vec<String> = served_clusters(server)
+                    .await
+                    .into_iter()
+                    .map(|(name, _)| name)
+                    .collect();
+                assert_eq!(served, serving, "the last good generation serves");
+            }
+        };
 
     let mut client = etcd.client().await.expect("etcd answers");
     let written = client
@@ -2002,15 +2003,33 @@ async fn a_value_that_is_not_a_document_is_a_load_failure_naming_its_key_not_an_
         .header()
         .expect("header")
         .revision();
-    fails_on("etcd:/sy/binary.yaml", "is not UTF-8 text", written, &["backend"]).await;
+    fails_on(
+        "etcd:/sy/binary.yaml",
+        "is not UTF-8 text",
+        written,
+        &["backend"],
+    )
+    .await;
     // The watch goes on: an edit elsewhere is loaded at its own revision (and fails on
     // the same key).
     let other = etcd
-        .put("/sy/more.yaml", "clusters:\n  - name: more\n    connect_timeout: 2s\n")
+        .put(
+            "/sy/more.yaml",
+            "clusters:\n  - name: more\n    connect_timeout: 2s\n",
+        )
         .await;
-    fails_on("etcd:/sy/binary.yaml", "is not UTF-8 text", other, &["backend"]).await;
+    fails_on(
+        "etcd:/sy/binary.yaml",
+        "is not UTF-8 text",
+        other,
+        &["backend"],
+    )
+    .await;
     // Deleted: the next load serves at once.
-    client.delete("/sy/binary.yaml", None).await.expect("delete");
+    client
+        .delete("/sy/binary.yaml", None)
+        .await
+        .expect("delete");
     let recovered = eventually(Duration::from_secs(10), || async {
         served_clusters(&server).await.len() == 2 && server.status_said(&[]).0 == Some(0)
     })

@@ -437,3 +437,132 @@ async fn p36_a_one_off_poll_holds_no_gate() {
     assert_eq!(code, Some(7), "{said}");
     assert!(said.contains("REST/rest (every 1"), "{said}");
 }
+
+/// P36: a one-off poll answered before an edit (a person with curl, a probe) holds the
+/// edit's gate a few seconds at most (`POLLER_QUIET_MIN` after the edit's generation, for
+/// a poller that polls on to show its cadence), never the minute it stays listed:
+/// `status --wait` returns once that passed. `config-dump` shows what it was answered, and
+/// says a poller cannot confirm it. A poller that keeps polling at the old version is
+/// waited for, past those seconds, until it polls at the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p36_a_one_off_poll_before_an_edit_holds_its_gate_seconds_not_a_minute() {
+    use switchyard::fleet::POLLER_QUIET_MIN;
+    let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
+    let (code, body) = poll(&server, "/v3/discovery:clusters", &request("", &[])).await;
+    assert_eq!(code, 200, "{body}");
+    let admin = server.admin_addr.to_string();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(args)
+            .args(["--admin-addr", &admin])
+            .output()
+            .expect("switchyard runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, dump, err) = cli(&["config-dump", "rest-1"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        dump.contains("CDS STALE: was answered version")
+            && dump.contains("a poller cannot confirm it took it")
+            && dump.contains("1 resource(s) it was answered:")
+            && dump.contains("- backend (version"),
+        "{dump}"
+    );
+    let edited = std::time::Instant::now();
+    server.set_file("c.yaml", &eds_cluster("backend", "2s", 8080));
+    let (code, out, err) = cli(&["status"]);
+    assert_eq!(code, Some(7), "held a moment after the edit\n{out}{err}");
+    let (code, out, err) = cli(&["status", "--wait", "--timeout", "30s"]);
+    let waited = edited.elapsed();
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        waited >= POLLER_QUIET_MIN && waited < POLLER_QUIET_MIN + Duration::from_secs(5),
+        "waited {waited:?}\n{out}{err}"
+    );
+    assert!(out.contains("REST/rest (one poll)"), "{out}");
+
+    // A poller with a cadence (every 2 s), not heard since the next edit: waited for by its
+    // cadence (listed for three of its intervals), past the seconds a one-off poll holds,
+    // until it polls and takes the new version.
+    let (_, body) = poll(&server, "/v3/discovery:clusters", &request("", &[])).await;
+    let newest: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let newest = newest["version_info"]
+        .as_str()
+        .expect("version")
+        .to_string();
+    tokio::time::sleep(Duration::from_secs(2) - REST_HOLD).await;
+    let (code, _) = poll(&server, "/v3/discovery:clusters", &request(&newest, &[])).await;
+    assert_eq!(code, 304);
+    server.set_file("c.yaml", &eds_cluster("backend", "3s", 8080));
+    tokio::time::sleep(POLLER_QUIET_MIN + Duration::from_millis(500)).await;
+    let (code, out, err) = cli(&["status"]);
+    assert_eq!(code, Some(7), "still waited for\n{out}{err}");
+    assert!(out.contains("REST/rest (every 2"), "{out}");
+    let (_, body) = poll(&server, "/v3/discovery:clusters", &request(&newest, &[])).await;
+    let answered: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let answered = answered["version_info"]
+        .as_str()
+        .expect("version")
+        .to_string();
+    poll(&server, "/v3/discovery:clusters", &request(&answered, &[])).await;
+    let (code, out, err) = cli(&["status"]);
+    assert_eq!(code, Some(0), "took it\n{out}{err}");
+}
+
+/// P32 for a poller: Envoy polls each route configuration on its own; a name it asked for
+/// once and no longer asks for (its listener moved to another route configuration) leaves
+/// `not_found` within the poller's cadence (at least `POLLER_QUIET_MIN`), not after the
+/// minute a one-off poll stays listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p32_a_name_a_poller_no_longer_asks_for_leaves_within_its_cadence() {
+    use switchyard::fleet::POLLER_QUIET_MIN;
+    let routes = "routes:\n  - name: main\n    virtual_hosts: [{ name: all, domains: [\"*\"], routes: [{ match: { prefix: \"/\" }, route: { cluster: backend } }] }]\n";
+    let server = TestServer::start(&[
+        ("c.yaml", &eds_cluster("backend", "1s", 8080)),
+        ("r.yaml", routes),
+    ])
+    .await;
+    let rds = |version: &str, name: &str| {
+        serde_json::json!({
+            "version_info": version,
+            "node": { "id": "rest-1", "cluster": "test" },
+            "resource_names": [name],
+            "type_url": switchyard::resource::ResourceType::Route.type_url(),
+        })
+        .to_string()
+    };
+    let (code, body) = poll(&server, "/v3/discovery:routes", &rds("", "main")).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, _) = poll(&server, "/v3/discovery:routes", &rds("", "gone")).await;
+    assert_eq!(code, 200);
+    let not_found = |status: &switchyard::admin::Status| {
+        status
+            .nodes
+            .iter()
+            .find(|n| n.node_id == "rest-1")
+            .map(|n| n.types["RDS"].not_found.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(not_found(&server.status().await), ["gone"]);
+    // `main` polled on every 300 ms; `gone` never again.
+    let started = std::time::Instant::now();
+    let left = loop {
+        poll(&server, "/v3/discovery:routes", &rds("", "main")).await;
+        if not_found(&server.status().await).is_empty() {
+            break Some(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let left = left.expect("`gone` left not_found");
+    assert!(
+        left < POLLER_QUIET_MIN + Duration::from_secs(3),
+        "left after {left:?}"
+    );
+}

@@ -896,6 +896,8 @@ mod tests {
                 connected_since: "t".into(),
                 plan: None,
                 polls: None,
+                last_poll: None,
+                holds_gate_until: None,
                 unknown_types: Vec::new(),
             }],
             types: [(

@@ -150,9 +150,12 @@ pub fn replica_standing(status: &Status) -> Standing {
     }
     let updating = status.nodes.iter().any(|n| {
         // A one-off poll (a person with curl, a probe) answered with what serves holds no
-        // gate: no next poll will say it took it.
+        // gate: no next poll will say it took it. One answered an older generation holds
+        // it a few seconds (`StreamStatus::holds_gate_until`), for a poller that polls on
+        // to show its cadence.
         let one_off = !n.streams.is_empty() && n.streams.iter().all(|s| s.one_off());
-        n.generation != status.generation
+        let gating = n.streams.is_empty() || n.streams.iter().any(|s| s.holds_gate_at(&status.at));
+        (n.generation != status.generation && gating)
             || (!one_off && n.types.values().any(|t| t.state == SyncStatus::Stale))
             || n.streams.iter().any(|s| s.plan.is_some())
     });

@@ -292,6 +292,15 @@ pub struct StreamStatus {
     /// one-off poll: once answered with what serves, it holds no gate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub polls: Option<Polls>,
+    /// A poller: when it last polled (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_poll: Option<String>,
+    /// A one-off poll on an older generation than the one its node gets: until when it holds
+    /// the gate (RFC 3339), [`crate::fleet::POLLER_QUIET_MIN`] after its poll or the newest
+    /// generation's publication, whichever is later; a poller that keeps polling has polled
+    /// again by then, and is waited for by its cadence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holds_gate_until: Option<String>,
     /// Types this server does not serve that the proxy asked for on this stream (P33),
     /// answered as resources that do not exist.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -328,6 +337,20 @@ impl StreamStatus {
     /// Whether it is a one-off poll: heard once, with no cadence to keep.
     pub fn one_off(&self) -> bool {
         self.polls == Some(Polls::Once)
+    }
+
+    /// Whether it holds a gate on a generation it does not have at `at` (RFC 3339): a
+    /// stream, or a poller with a cadence, does; a one-off poll only until
+    /// `holds_gate_until`.
+    pub fn holds_gate_at(&self, at: &str) -> bool {
+        if !self.one_off() {
+            return true;
+        }
+        let parse = |t: &str| humantime::parse_rfc3339(t).ok();
+        match (self.holds_gate_until.as_deref().and_then(parse), parse(at)) {
+            (Some(until), Some(at)) => at < until,
+            _ => false,
+        }
     }
 
     /// `ADS/delta`, with the plan in progress if any: `ADS/delta (updating 1/3)`,
@@ -512,10 +535,12 @@ impl Status {
                     nacked: p.nacked.map(str::to_string),
                     since: format_time(p.since),
                 }),
-                polls: r.polls_every.map(|every| match every {
+                polls: r.polls.as_ref().map(|polls| match polls.every {
                     Some(every) => Polls::EveryMs(every.as_millis() as u64),
                     None => Polls::Once,
                 }),
+                last_poll: r.polls.as_ref().map(|polls| format_time(polls.last)),
+                holds_gate_until: None,
                 unknown_types: r.unknown_types.as_slice().to_vec(),
             });
             // Over per-type services Envoy opens a stream per subscription (one per route
@@ -638,6 +663,8 @@ pub(super) fn current_status(admin: &Admin) -> Status {
         .map(|r| ((r.node_id.clone(), r.peer.clone()), Arc::clone(&r.facts)))
         .collect();
     let mut status = Status::from_reports(reports, config);
+    let wall =
+        humantime::parse_rfc3339(&status.at).unwrap_or_else(|_| std::time::SystemTime::now());
     status.tasks_down = admin.supervisor.down();
     let serving = admin.cache.serving();
     let history = admin.publisher.history();
@@ -652,6 +679,20 @@ pub(super) fn current_status(admin: &Admin) -> Status {
             node.group.clone_from(group);
         }
         if let Some(facts) = facts.get(&key) {
+            // A one-off poll holds the gate of the generation its node gets a few seconds
+            // only: past them, no next poll will say it took it.
+            let published = admin.cache.for_node(facts).published;
+            let published = wall.checked_sub(published.elapsed()).unwrap_or(wall);
+            for stream in node.streams.iter_mut().filter(|s| s.one_off()) {
+                let polled = stream
+                    .last_poll
+                    .as_deref()
+                    .and_then(|t| humantime::parse_rfc3339(t).ok())
+                    .unwrap_or(wall);
+                stream.holds_gate_until = Some(format_time(
+                    polled.max(published) + crate::fleet::POLLER_QUIET_MIN,
+                ));
+            }
             for (kind, t) in &mut node.types {
                 if t.state == SyncStatus::Nacked {
                     t.last_good = last_good(&serving, &history, facts, kind, &t.version_acked);

@@ -42,6 +42,11 @@ pub struct NodeDump {
     pub cluster: String,
     /// The generation its streams have taken.
     pub generation: u64,
+    /// The node polls (REST-JSON, `Fetch*`) instead of holding a stream: what it holds is
+    /// known only from its polls, each naming the version it has; what it was answered
+    /// last, it takes or not unseen until its next poll.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub polls: bool,
     /// By type (`CDS`, ...): what the node asked for or was sent.
     pub types: BTreeMap<String, TypeDump>,
 }
@@ -53,7 +58,8 @@ pub struct TypeDump {
     pub state: String,
     /// The version the node holds: the one it ACKed last (empty: none yet).
     pub acked: String,
-    /// A newer version sent and not ACKed yet, if any.
+    /// A newer version sent and not ACKed yet, if any (of a poller: the version its last
+    /// poll was answered with, which it has not polled at since).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<String>,
     /// The version this node is served now: its last response's (for a type subscribed
@@ -64,9 +70,11 @@ pub struct TypeDump {
     pub nack: Option<String>,
     /// What the node holds (each `name`, `version`, `resource`, as `/config_dump` gives
     /// them): the resources of `acked` when the server still keeps that version (the
-    /// served ones once it holds them; for a NACKed or updating type, the generation it
-    /// ACKed, when among the recent ones kept). For a type subscribed by name (EDS, RDS),
-    /// every resource of its group of that version: it holds those it subscribes to.
+    /// served ones once it holds them; for a NACKed type, what its stream knows it still
+    /// runs; for an updating type, the generation it ACKed, when among those kept). For a
+    /// type subscribed by name (EDS, RDS), every resource of its group of that version: it
+    /// holds those it subscribes to. Of a poller that has not polled since it was answered:
+    /// what it was answered (`in_flight`), which it may or may not have taken.
     pub resources: Vec<serde_json::Value>,
     /// Whether `resources` are what it holds (`false`: the version it holds is no longer
     /// kept here, and `resources` is empty).
@@ -233,6 +241,7 @@ fn resolve(addr: &str) -> anyhow::Result<std::net::SocketAddr> {
 pub fn node_dump(node: crate::admin::NodeStatus, dump: &serde_json::Value) -> NodeDump {
     use crate::fleet::SyncStatus;
     let served = dump["types"].as_object();
+    let polls = !node.streams.is_empty() && node.streams.iter().all(|s| s.polls.is_some());
     let mut types = BTreeMap::new();
     for (kind, t) in &node.types {
         let now = served.and_then(|s| s.get(kind));
@@ -259,7 +268,11 @@ pub fn node_dump(node: crate::admin::NodeStatus, dump: &serde_json::Value) -> No
         // generation served now; else those of the version it ACKed, if still kept.
         let on_newest = node.generation == dump["generation"].as_u64().unwrap_or(0);
         let (resources, held_known) = if t.version_acked.is_empty() {
-            (Vec::new(), true)
+            // A poller answered and not heard since: what it was answered, if served now.
+            match polls && on_newest && in_flight.is_some() {
+                true => (resources_of(now), true),
+                false => (Vec::new(), true),
+            }
         } else if t.state == SyncStatus::Synced && on_newest {
             (resources_of(now), true)
         } else {
@@ -294,6 +307,7 @@ pub fn node_dump(node: crate::admin::NodeStatus, dump: &serde_json::Value) -> No
         node: node.node_id,
         cluster: node.node_cluster,
         generation: node.generation,
+        polls,
         types,
     }
 }
@@ -323,8 +337,24 @@ pub fn dump_text(dump: &NodeDump) -> String {
             }
         }
     };
+    if dump.polls {
+        let _ = writeln!(
+            out,
+            "it polls (REST-JSON or Fetch): what it holds is what its polls say; what it was \
+             answered last it takes unseen, until it polls again at that version"
+        );
+    }
     for (kind, t) in &dump.types {
-        let holds = if t.acked.is_empty() {
+        let holds = if t.acked.is_empty() && dump.polls {
+            match &t.in_flight {
+                Some(answered) => format!(
+                    "was answered version {} (a poller cannot confirm it took it: it has not \
+                     polled again since)",
+                    printable(answered)
+                ),
+                None => "holds nothing of it yet".to_string(),
+            }
+        } else if t.acked.is_empty() {
             "holds nothing of it yet (nothing ACKed)".to_string()
         } else if t.acked == t.served {
             format!("holds version {}, what it is served", printable(&t.acked))
@@ -334,10 +364,18 @@ pub fn dump_text(dump: &NodeDump) -> String {
             format!("holds version {}", printable(&t.acked))
         };
         let _ = write!(out, "\n{kind} {}: {holds}", t.state);
-        if let Some(sent) = &t.in_flight {
+        if let Some(sent) = t
+            .in_flight
+            .as_ref()
+            .filter(|_| !(dump.polls && t.acked.is_empty()))
+        {
             let _ = write!(out, "; in flight: {}", printable(sent));
         }
         out.push('\n');
+        if t.acked.is_empty() && dump.polls && !t.resources.is_empty() {
+            let _ = writeln!(out, "  {} resource(s) it was answered:", t.resources.len());
+            resource_lines(&mut out, &t.resources);
+        }
         if !t.acked.is_empty() {
             if t.held_known {
                 let _ = writeln!(out, "  {} resource(s) it holds:", t.resources.len());
@@ -370,11 +408,19 @@ pub fn dump_text(dump: &NodeDump) -> String {
             let _ = writeln!(out, "  {} resource(s) it rejected:", r.resources.len());
             resource_lines(&mut out, &r.resources);
         } else if let Some(sent) = &t.in_flight {
-            let _ = writeln!(
-                out,
-                "  version {} sent, not ACKed yet: it holds the above until it does",
-                printable(sent)
-            );
+            let _ = match dump.polls {
+                true if t.acked.is_empty() => Ok(()),
+                true => writeln!(
+                    out,
+                    "  version {} answered, not polled at yet: it holds the above until it is",
+                    printable(sent)
+                ),
+                false => writeln!(
+                    out,
+                    "  version {} sent, not ACKed yet: it holds the above until it does",
+                    printable(sent)
+                ),
+            };
         }
     }
     out

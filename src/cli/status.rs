@@ -915,6 +915,8 @@ mod tests {
                     connected_since: "t".into(),
                     plan: None,
                     polls: None,
+                    last_poll: None,
+                    holds_gate_until: None,
                     // P33: a client's type URL and names, escaped too.
                     unknown_types: vec![crate::fleet::UnknownTypeReport {
                         type_url: format!("type.googleapis.com/{nasty}"),

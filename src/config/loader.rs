@@ -492,10 +492,9 @@ fn parse_document(
     let text = match &document.content {
         Content::Text(text) => text,
         Content::NotText(bytes) => {
-            let why = std::str::from_utf8(bytes).err().map_or_else(
-                || "not UTF-8".to_string(),
-                |e| e.to_string(),
-            );
+            let why = std::str::from_utf8(bytes)
+                .err()
+                .map_or_else(|| "not UTF-8".to_string(), |e| e.to_string());
             return Err(vec![ConfigError::Read {
                 path,
                 message: format!("the document is not UTF-8 text ({why}): no snapshot can be read from it; put text there, or delete the key"),

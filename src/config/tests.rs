@@ -1456,7 +1456,10 @@ fn a_document_that_is_not_text_or_too_large_is_a_load_error_naming_it() {
         max_file_bytes: 100,
         ..LoadOptions::default()
     };
-    let large = Document::text("etcd:/sy/large.yaml", format!("# {}\n{{}}\n", "x".repeat(200)));
+    let large = Document::text(
+        "etcd:/sy/large.yaml",
+        format!("# {}\n{{}}\n", "x".repeat(200)),
+    );
     let mut loader = crate::config::Loader::default();
     let (loaded, _) = loader.load_documents(&[good.clone(), not_text.clone(), large], &options);
     let said: Vec<String> = loaded
@@ -1584,7 +1587,10 @@ fn documents_load_as_the_files_they_would_be() {
     );
     let mut raised = documents.clone();
     raised.push(Document::text("regex.yaml", regex));
-    raised.push(Document::text("limits.yaml", "runtimes: [{ name: l, layer: { re2.max_program_size.error_level: 200 } }]\n"));
+    raised.push(Document::text(
+        "limits.yaml",
+        "runtimes: [{ name: l, layer: { re2.max_program_size.error_level: 200 } }]\n",
+    ));
     assert!(load_documents(&raised, &LoadOptions::default()).is_ok());
     // A reference no document defines, where the document says it (from its text: no file
     // of that name is read): at the route's own `cluster:`, not the route configuration's

@@ -390,9 +390,7 @@ async fn handed_to_the_fleets_rollout_a_load_is_never_published_by_the_sink() {
         Vec::new(),
         LoadOptions::default(),
     );
-    let documents = |text: &str| {
-        vec![crate::config::Document::text("a.yaml", text)]
-    };
+    let documents = |text: &str| vec![crate::config::Document::text("a.yaml", text)];
     let note = crate::source::etcd::ApplyNote {
         author: Some("ana".into()),
         message: Some("first".into()),

@@ -161,7 +161,7 @@ mod tests {
             .into(),
             generation,
             plan: None,
-            polls_every: None,
+            polls: None,
             unknown_types: Default::default(),
         }
     }

@@ -312,8 +312,9 @@ fn the_fleet_stands_where_its_worst_replica_does() {
 }
 
 /// A one-off poll (P36: a person with curl, a probe) answered with what serves holds no
-/// gate: nothing will say it took it. A poller with a cadence still does until its next
-/// poll says it took it, as a stream's unACKed response does.
+/// gate: nothing will say it took it; one answered an older generation holds it a few
+/// seconds only. A poller with a cadence still does until its next poll says it took it,
+/// as a stream's unACKed response does.
 #[test]
 fn p36_a_one_off_poll_answered_with_what_serves_holds_no_gate() {
     let poller = |polls: serde_json::Value| {
@@ -332,11 +333,27 @@ fn p36_a_one_off_poll_answered_with_what_serves_holds_no_gate() {
     let polling = poller(serde_json::json!({"every_ms": 1004}));
     assert_eq!(polling.nodes[0].streams[0].label(), "REST/rest (every 1s)");
     assert_eq!(replica_standing(&polling), Standing::Updating);
+    // Answered an older generation: it holds the gate until `holds_gate_until` (a few
+    // seconds after its poll or the newest generation, for a poller to poll again), then
+    // no more.
     let mut older = poller(serde_json::json!("once"));
     older.nodes[0].generation = 1;
+    older.at = "2026-12-07T10:00:02.000Z".into();
+    older.nodes[0].streams[0].holds_gate_until = Some("2026-12-07T10:00:03.000Z".into());
     assert_eq!(
         replica_standing(&older),
         Standing::Updating,
-        "answered with an older generation"
+        "answered with an older generation, a moment ago"
     );
+    older.at = "2026-12-07T10:00:03.000Z".into();
+    assert_eq!(
+        replica_standing(&older),
+        Standing::Done,
+        "no poll since: a one-off poll, holding nothing"
+    );
+    // A poller with a cadence on an older generation is waited for.
+    let mut behind = poller(serde_json::json!({"every_ms": 1004}));
+    behind.nodes[0].generation = 1;
+    behind.at = older.at.clone();
+    assert_eq!(replica_standing(&behind), Standing::Updating);
 }
