@@ -34,6 +34,7 @@ pub(crate) mod page;
 pub mod replicas;
 pub mod standing;
 mod status;
+pub mod summary;
 pub mod view;
 
 pub use status::status_now;
@@ -325,6 +326,10 @@ fn scraped(admin: &Admin) -> Scraped {
 }
 
 async fn metrics(State(admin): State<Admin>) -> Response {
+    // Judged now: a failure is an outage once it has lasted (`source::Health`).
+    if let Some(source) = admin.source.now() {
+        admin.telemetry.source_answering(source.answering);
+    }
     let text = crate::metrics::encode(admin.telemetry.metrics(), scraped(&admin));
     (
         [(

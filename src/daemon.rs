@@ -135,7 +135,7 @@ impl Daemon {
             Source::Etcd(prefix) => Some(read_etcd(prefix, options.rollout.is_some()).await?),
         };
         let telemetry = Telemetry::default();
-        let health = crate::source::Health::new(telemetry.clone());
+        let health = crate::source::Health::new();
         let replica = options
             .replica
             .take()
@@ -201,7 +201,6 @@ impl Daemon {
                     url: prefix.url.clone(),
                     access: prefix.access.clone(),
                     replica: replica.clone(),
-                    admin_addr: String::new(),
                 });
                 let parts = Parts {
                     cache: &cache,
@@ -312,10 +311,11 @@ impl Daemon {
                 d.driver.clone().run(Arc::clone(&d.inbox), start, stop)
             })
         });
-        let mut sharing = sharing;
-        if let (Some(sharing), Ok(addr)) = (sharing.as_mut(), listeners.admin.local_addr()) {
-            sharing.admin_addr = reachable(addr);
-        }
+        let admin_addr = listeners
+            .admin
+            .local_addr()
+            .map(reachable)
+            .unwrap_or_default();
         let replica = sharing.as_ref().map(|s| s.replica.clone());
         let (view, replicas) = replica.as_deref().map(sharing::channel).unzip();
         let routes = Admin {
@@ -333,10 +333,35 @@ impl Daemon {
             supervisor: supervisor.clone(),
             source: health,
         };
+        // This replica's summary taken from its status (`admin::summary`) and shared, and
+        // every replica's followed, as one task: each half holds only its channels.
         let shared = sharing.zip(view).map(|(sharing, view)| {
             let routes = routes.clone();
+            let (summary, summaries) = tokio::sync::watch::channel(None);
+            let (seen, seen_by) = tokio::sync::watch::channel(None);
+            let reached = match &routes.barrier {
+                Some(Barrier::Etcd { reached, .. }) => Some(reached.clone()),
+                _ => None,
+            };
             supervisor.spawn("sharing", stop.clone(), move |stop| {
-                sharing.clone().run(routes.clone(), view.clone(), stop)
+                let taking = admin::summary::summaries(
+                    routes.clone(),
+                    sharing.replica.clone(),
+                    admin_addr.clone(),
+                    seen_by.clone(),
+                    summary.clone(),
+                    stop.clone(),
+                );
+                let sharing = sharing.clone().run(
+                    summaries.clone(),
+                    reached.clone(),
+                    seen.clone(),
+                    view.clone(),
+                    stop,
+                );
+                async move {
+                    tokio::join!(taking, sharing);
+                }
             })
         });
         let admin_task = tokio::spawn(admin::serve(listeners.admin, routes, admin, stop.clone()));
@@ -460,7 +485,7 @@ impl Parts<'_> {
             let generation = publisher.publish_named(config, from);
             reloader.load_reports().loaded_as(revision, generation);
         }
-        health.say(&prefix.url.display(), None);
+        health.answering(&prefix.url.display());
         let mut driver = None;
         if let (Some(start), Some(heads)) = (start, heads) {
             let (handle, inbox) = fleet_rollout::channels();

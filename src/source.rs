@@ -346,43 +346,100 @@ pub struct SourceHealth {
 }
 
 /// Whether the source answers, and since when: said by its follower (and the daemon at its
-/// first read), read by the admin API (`/status`, `/readyz`, the page) and counted
-/// (`switchyard_source_down`). From files it is never said: `None`.
+/// first read), read by the admin API (`/status`, `/readyz`, the page, and
+/// `switchyard_source_down` when scraped). From files it is never said: `None`.
+///
+/// A failure is the source's outage only once it has lasted [`etcd::OUTAGE_AFTER`]: the
+/// follower tries again at once (a closed channel, a leader being elected, a member paused
+/// for a moment), and an etcd stall shorter than that is never said.
 #[derive(Clone, Debug, Default)]
 pub struct Health {
-    now: tokio::sync::watch::Sender<Option<SourceHealth>>,
-    telemetry: Telemetry,
+    now: std::sync::Arc<std::sync::Mutex<Option<Said>>>,
+}
+
+/// What the follower last said of its source.
+#[derive(Clone, Debug)]
+struct Said {
+    url: String,
+    /// When it began answering (after an outage said, or at the first read).
+    answering_since: std::time::SystemTime,
+    /// Failing since (both clocks), and the last failure's words.
+    failing: Option<(std::time::Instant, std::time::SystemTime, String)>,
 }
 
 impl Health {
-    pub fn new(telemetry: Telemetry) -> Health {
-        Health {
-            now: tokio::sync::watch::Sender::new(None),
-            telemetry,
+    pub fn new() -> Health {
+        Health::default()
+    }
+
+    /// The source at `url` answered.
+    pub fn answering(&self, url: &str) {
+        let mut now = self.lock();
+        let was_down = now.as_ref().is_none_or(Said::down);
+        match now.as_mut() {
+            Some(said) if !was_down => said.failing = None,
+            _ => {
+                *now = Some(Said {
+                    url: url.to_string(),
+                    answering_since: std::time::SystemTime::now(),
+                    failing: None,
+                })
+            }
         }
     }
 
-    /// The source at `url` answers (`error` `None`), or does not, and why; a change of
-    /// either is dated.
-    pub fn say(&self, url: &str, error: Option<String>) {
-        let answering = error.is_none();
-        self.telemetry.source_answering(answering);
-        self.now.send_modify(|health| {
-            if health.as_ref().is_some_and(|h| h.answering == answering) {
-                return;
-            }
-            *health = Some(SourceHealth {
-                url: url.to_string(),
-                answering,
-                since: std::time::SystemTime::now(),
-                error,
-            });
+    /// The source at `url` failed to answer (`error`): from the first failure of a series,
+    /// an outage once it has lasted [`etcd::OUTAGE_AFTER`].
+    pub fn failing(&self, url: &str, error: String) {
+        let mut now = self.lock();
+        let said = now.get_or_insert_with(|| Said {
+            url: url.to_string(),
+            answering_since: std::time::SystemTime::now(),
+            failing: None,
         });
+        match &mut said.failing {
+            Some((_, _, words)) => *words = error,
+            None => {
+                said.failing = Some((
+                    std::time::Instant::now(),
+                    std::time::SystemTime::now(),
+                    error,
+                ))
+            }
+        }
     }
 
     /// Whether it answers now, and since when (`None` from files).
     pub fn now(&self) -> Option<SourceHealth> {
-        self.now.borrow().clone()
+        let now = self.lock();
+        let said = now.as_ref()?;
+        Some(match &said.failing {
+            Some((_, since, error)) if said.down() => SourceHealth {
+                url: said.url.clone(),
+                answering: false,
+                since: *since,
+                error: Some(error.clone()),
+            },
+            _ => SourceHealth {
+                url: said.url.clone(),
+                answering: true,
+                since: said.answering_since,
+                error: None,
+            },
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Said>> {
+        self.now.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Said {
+    /// Failing for [`etcd::OUTAGE_AFTER`] or longer.
+    fn down(&self) -> bool {
+        self.failing
+            .as_ref()
+            .is_some_and(|(since, _, _)| since.elapsed() >= etcd::OUTAGE_AFTER)
     }
 }
 

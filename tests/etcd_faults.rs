@@ -290,3 +290,138 @@ async fn a_compaction_past_the_watch_reads_again_and_resends_nothing() {
     assert_eq!(code, Some(0), "{out}");
     until_served(&mut client, 2).await;
 }
+
+/// The summaries under `/sy.replicas/`: replica name -> (lease, create revision).
+async fn summary_leases(
+    etcd: &support::etcd::Etcd,
+) -> std::collections::BTreeMap<String, (i64, i64)> {
+    let mut client = etcd.client().await.expect("etcd answers");
+    let options = switchyard_etcd::GetOptions::new().with_prefix();
+    let read = client
+        .get("/sy.replicas/", Some(options))
+        .await
+        .expect("read the summaries");
+    read.kvs()
+        .iter()
+        .map(|kv| {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let name = key.trim_start_matches("/sy.replicas/").to_string();
+            (name, (kv.lease(), kv.create_revision()))
+        })
+        .collect()
+}
+
+/// An etcd stall shorter than half a summary's lease (etcd SIGSTOPped for 6 s: a leader
+/// election's length, a member paused) changes nothing: through it and after it, every one
+/// of three replicas says its source answers and its view of the others is not stale, and
+/// keeps its summary on the same lease (the same key, never written anew on another); no
+/// replica logs an outage or a lapsed lease; an apply after it is served by every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_stall_shorter_than_half_a_lease_changes_no_view_and_no_lease() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = support::etcd::Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/sy", etcd.endpoint());
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    stage(&snap, 1);
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    let mut replicas = Vec::new();
+    for name in ["a", "b", "c"] {
+        let logs = dir.path().join(name);
+        std::fs::create_dir(&logs).expect("mkdir");
+        replicas.push(
+            Switchyard::start_serving(
+                &["--source", &url],
+                &logs,
+                (free_port(), free_port()),
+                &["--replica-name", name],
+            )
+            .await,
+        );
+    }
+    let shared = eventually(Duration::from_secs(30), || async {
+        let mut all = true;
+        for r in &replicas {
+            all &= r.status_said(&[]).0 == Some(0)
+                && r.status()
+                    .await
+                    .and_then(|s| s.replicas)
+                    .is_some_and(|v| v.replicas.len() == 3);
+        }
+        all
+    })
+    .await;
+    assert!(shared.is_some(), "three replicas share one view");
+    let before = summary_leases(&etcd).await;
+    assert_eq!(before.len(), 3, "{before:?}");
+
+    // Every replica's view, sampled through the stall and for as long after it.
+    let unchanged = |status: &switchyard::admin::Status| {
+        let source = status.config.as_ref().and_then(|c| c.source.as_ref());
+        let view = status.replicas.as_ref();
+        source.is_some_and(|s| s.answering)
+            && view.is_some_and(|v| !v.stale && v.replicas.len() == 3)
+    };
+    let pid = etcd.process.pid();
+    let signal = |signal: &str| {
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}");
+    };
+    signal("-STOP");
+    let stalled = std::time::Instant::now();
+    let mut samples = 0;
+    while stalled.elapsed() < Duration::from_secs(12) {
+        if stalled.elapsed() >= Duration::from_secs(6) && samples > 0 && etcd_stopped(pid) {
+            signal("-CONT");
+        }
+        for r in &replicas {
+            let status = r.status().await.expect("the admin API answers");
+            assert!(
+                unchanged(&status),
+                "{:.1} s into the stall: {:?} {:?}",
+                stalled.elapsed().as_secs_f64(),
+                status.config.and_then(|c| c.source),
+                status
+                    .replicas
+                    .map(|v| (v.stale, v.error, v.replicas.len()))
+            );
+        }
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(!etcd_stopped(pid), "etcd was resumed");
+    assert_eq!(
+        summary_leases(&etcd).await,
+        before,
+        "every summary on the lease it had"
+    );
+    for r in &replicas {
+        let log = r.process.log_text();
+        for said in ["etcd does not answer", "lease lapsed", "view is stale"] {
+            assert!(!log.contains(said), "{said:?} in\n{log}");
+        }
+    }
+    // And the fleet goes on: an apply is served by every replica.
+    stage(&snap, 2);
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    for r in &replicas {
+        let mut client = subscriber(r).await;
+        until_served(&mut client, 2).await;
+    }
+}
+
+/// Whether process `pid` is stopped (state `T` in /proc).
+fn etcd_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+        })
+        .is_some_and(|state| state == 'T')
+}

@@ -103,6 +103,19 @@ pub struct TypeSummary {
     pub last_good: Option<super::LastGood>,
 }
 
+impl ReplicaSummary {
+    /// Whether it says the same as `other` but for when it was taken.
+    pub fn same_but_time(&self, other: &ReplicaSummary) -> bool {
+        ReplicaSummary {
+            at: String::new(),
+            ..self.clone()
+        } == ReplicaSummary {
+            at: String::new(),
+            ..other.clone()
+        }
+    }
+}
+
 impl NodeSummary {
     /// Whether it runs `generation` with every type synced.
     fn synced(&self, generation: u64) -> bool {
@@ -295,9 +308,9 @@ impl ReplicasStatus {
 #[derive(Clone, Debug, Default)]
 pub struct View {
     pub read_at: Option<SystemTime>,
-    pub error: Option<String>,
-    /// The summaries are as last read, not followed since.
-    pub stale: bool,
+    /// The summaries cannot be followed since, and why: they are as last read (stale once
+    /// that has lasted `source::etcd::OUTAGE_AFTER`).
+    pub lost: Option<Lost>,
     pub against: Option<i64>,
     pub behind: Vec<String>,
     pub source_ahead: Option<i64>,
@@ -305,11 +318,25 @@ pub struct View {
     pub vanished: Vec<Vanished>,
 }
 
+/// Since when a replica cannot follow the summaries, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lost {
+    pub since: std::time::Instant,
+    pub at: SystemTime,
+    pub error: String,
+}
+
+impl Lost {
+    /// Whether it has lasted long enough to be said: a stall shorter is not.
+    pub fn said(&self) -> bool {
+        self.since.elapsed() >= crate::source::etcd::OUTAGE_AFTER
+    }
+}
+
 impl View {
     /// Whether it says the same as `other` but for when it was read.
     pub fn same_as(&self, other: &View) -> bool {
-        self.error == other.error
-            && self.stale == other.stale
+        self.lost == other.lost
             && self.against == other.against
             && self.behind == other.behind
             && self.source_ahead == other.source_ahead
@@ -335,8 +362,12 @@ impl Replicas {
                 .read_at
                 .map(crate::fleet::format_time)
                 .unwrap_or_default(),
-            error: view.error.clone(),
-            stale: view.stale,
+            error: view
+                .lost
+                .as_ref()
+                .filter(|l| l.said())
+                .map(|l| l.error.clone()),
+            stale: view.lost.as_ref().is_some_and(Lost::said),
             against: view.against,
             behind: view.behind.clone(),
             source_ahead: view.source_ahead,

@@ -166,6 +166,21 @@ pub fn replica_standing(status: &Status) -> Standing {
     }
 }
 
+/// When the earliest hold of a one-off poll on a gate ends after `status` was taken
+/// (`StreamStatus::holds_gate_until`): where this replica stands may change then with
+/// nothing else moving.
+pub fn holds_end(status: &Status) -> Option<std::time::SystemTime> {
+    let at = humantime::parse_rfc3339(&status.at).ok()?;
+    status
+        .nodes
+        .iter()
+        .flat_map(|n| &n.streams)
+        .filter_map(|s| s.holds_gate_until.as_deref())
+        .filter_map(|t| humantime::parse_rfc3339(t).ok())
+        .filter(|end| *end > at)
+        .min()
+}
+
 /// No rollout on, and the newest loaded generation is not the one that serves: a rollout of
 /// it was aborted.
 pub fn files_differ_from_what_serves(status: &Status) -> bool {

@@ -147,6 +147,13 @@ pub async fn current_revision(client: &mut Client, url: &EtcdUrl) -> Result<i64,
 pub const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(6);
 pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long etcd may fail to answer before a replica says it is away (its source down, its
+/// view of the other replicas stale, an outage logged): what fails is tried again at once
+/// meanwhile. With the channel's ping timeout before the first failure, an etcd stall
+/// shorter than half a summary's lease (7.5 s) is never said, while a partition is said
+/// within [`KEEP_ALIVE_EVERY`], [`KEEP_ALIVE_TIMEOUT`] and this (at most 14 s).
+pub const OUTAGE_AFTER: Duration = Duration::from_secs(5);
+
 /// Connect to the members of `url` as `access` says, each try bounded by `timeout`; the
 /// channel pings etcd while a call is open ([`KEEP_ALIVE_EVERY`]).
 pub async fn connect(

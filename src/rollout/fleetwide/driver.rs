@@ -259,9 +259,13 @@ impl Driver {
             versions: BTreeMap::new(),
             stuck: None,
         };
-        let mut tries = etcd::session::Retry::new(RETRY_FIRST, RETRY_MAX);
+        let mut tries =
+            etcd::session::Retry::new(RETRY_FIRST, RETRY_MAX).saying_after(etcd::OUTAGE_AFTER);
         let mut failed: Option<SourceError> = None;
         let mut corrupt: Option<String> = None;
+        // The verdict's lease, kept across sessions while it lives: a watch that failed is
+        // opened again on it (an etcd stall changes no lease).
+        let mut leased: Option<(i64, etcd::lease::Kept)> = None;
         loop {
             if let Some(e) = failed.take() {
                 let outage = tries.failed();
@@ -284,15 +288,19 @@ impl Driver {
             }
             let session = tokio::select! {
                 _ = shutdown.wait() => return,
-                s = self.open(&mut known) => s,
+                s = self.open(&mut known, &mut leased) => s,
             };
-            let (mut client, lease, mut kept, mut stream) = match session {
+            let (mut client, mut stream) = match session {
                 Ok(s) => s,
                 Err(e) => {
                     failed = Some(e);
                     continue;
                 }
             };
+            let Some((lease, kept)) = leased.as_mut() else {
+                continue;
+            };
+            let lease = *lease;
             if tries.began() {
                 tracing::info!("The fleet's rollout is read from etcd again.");
                 corrupt = None;
@@ -326,8 +334,9 @@ impl Driver {
                     // Renewed on a task of its own, so no load or copy awaited here holds it
                     // up; lapsed, the verdict is written again on a new lease before any
                     // replica sums it.
-                    lapsed = &mut kept => {
+                    lapsed = &mut *kept => {
                         tracing::warn!(error = %lapsed, "This replica's verdict lease lapsed; the fleet's rollout is read again and the verdict written on a new lease.");
+                        leased = None;
                         break lapsed.to_string();
                     }
                     command = commands.recv() => {
@@ -340,8 +349,15 @@ impl Driver {
                         }
                     }
                     _ = tick.tick() => {
-                        if let Err(e) = self.report(&mut client, &mut known, lease).await {
-                            break e.to_string();
+                        match self.report(&mut client, &mut known, lease).await {
+                            Ok(()) => {}
+                            Err(store::VerdictNotWritten::LeaseGone(lapsed)) => {
+                                tracing::warn!(error = %lapsed, "This replica's verdict lease lapsed; the fleet's rollout is read again and the verdict written on a new lease.");
+                                leased = None;
+                                break lapsed.to_string();
+                            }
+                            // Tried again on the next tick, on the same lease.
+                            Err(e) => tracing::debug!(error = %e, "Cannot write this replica's verdict now; trying again."),
                         }
                         self.decide(&mut client, &mut known).await;
                     }
@@ -364,41 +380,46 @@ impl Driver {
         }
     }
 
-    /// Connect, take a lease, read the rollout, and watch it from the next revision.
+    /// Connect, take a lease unless one is `leased` and lives, read the rollout, and watch
+    /// it from the next revision.
     async fn open(
         &self,
         known: &mut Known,
-    ) -> Result<
-        (
-            switchyard_etcd::Client,
-            i64,
-            etcd::lease::Kept,
-            switchyard_etcd::WatchStream,
-        ),
-        SourceError,
-    > {
+        leased: &mut Option<(i64, etcd::lease::Kept)>,
+    ) -> Result<(switchyard_etcd::Client, switchyard_etcd::WatchStream), SourceError> {
         let unavailable = |message: String| SourceError::Unavailable {
             url: self.url.display(),
             message,
         };
         let mut client = etcd::connect(&self.url, &self.access, ETCD_TIMEOUT).await?;
-        let lease = client
-            .lease_grant(LEASE_TTL)
-            .await
-            .map_err(|e| {
-                unavailable(format!(
-                    "cannot take a lease: {}",
-                    crate::source::etcd::words(&e)
-                ))
-            })?
-            .id();
-        let kept = etcd::lease::Kept::spawn(
-            client.clone(),
-            lease,
-            LEASE_TTL,
-            ETCD_TIMEOUT,
-            "the verdict's lease",
-        );
+        if leased
+            .as_mut()
+            .is_some_and(|(_, kept)| kept.lapsed().is_some())
+        {
+            *leased = None;
+        }
+        if leased.is_none() {
+            let granted = tokio::time::Instant::now();
+            let lease = tokio::time::timeout(ETCD_TIMEOUT, client.lease_grant(LEASE_TTL))
+                .await
+                .map_err(|_| unavailable("cannot take a lease: no answer in time".into()))?
+                .map_err(|e| {
+                    unavailable(format!(
+                        "cannot take a lease: {}",
+                        crate::source::etcd::words(&e)
+                    ))
+                })?
+                .id();
+            let kept = etcd::lease::Kept::spawn(
+                client.clone(),
+                lease,
+                LEASE_TTL,
+                granted,
+                ETCD_TIMEOUT,
+                "the verdict's lease",
+            );
+            *leased = Some((lease, kept));
+        }
         let held = store::read(&mut client, &self.url).await?;
         known.shared = held.shared;
         known.modified = held.modified;
@@ -417,7 +438,7 @@ impl Driver {
                     crate::source::etcd::words(&e)
                 ))
             })?;
-        Ok((client, lease, kept, stream))
+        Ok((client, stream))
     }
 
     /// A change to the rollout's keys.
@@ -739,7 +760,7 @@ impl Driver {
         client: &mut switchyard_etcd::Client,
         known: &mut Known,
         lease: i64,
-    ) -> Result<(), SourceError> {
+    ) -> Result<(), store::VerdictNotWritten> {
         let mut verdict = Verdict::default();
         if let (Some(policy), Some(candidate)) = (
             self.cache.policy(),

@@ -312,6 +312,17 @@ pub async fn drop_copies(client: &mut Client, url: &EtcdUrl, keep: i64) -> Resul
     Ok(())
 }
 
+/// Why a verdict was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum VerdictNotWritten {
+    /// etcd no longer has the lease: the verdict goes on a new one.
+    #[error("cannot write a verdict: {0}")]
+    LeaseGone(crate::source::etcd::lease::Lapsed),
+    /// etcd did not take it (it may answer again in a moment).
+    #[error(transparent)]
+    Failed(#[from] SourceError),
+}
+
 /// Write this replica's verdict on its lease (of `ttl` seconds: a lapse is said as one).
 pub async fn put_verdict(
     client: &mut Client,
@@ -319,19 +330,28 @@ pub async fn put_verdict(
     replica: &str,
     verdict: &Verdict,
     (lease, ttl): (i64, i64),
-) -> Result<(), SourceError> {
+) -> Result<(), VerdictNotWritten> {
     let value = serde_json::to_string(verdict)
         .map_err(|e| unavailable(url, format!("cannot write a verdict: {e}")))?;
-    client
+    let written = client
         .put(
             format!("{}{replica}", keys::verdicts(url)),
             value,
             Some(PutOptions::new().with_lease(lease)),
         )
-        .await
-        .map_err(|e| {
-            let why = crate::source::etcd::lease::write_failed("the verdict's lease", ttl, &e);
-            unavailable(url, format!("cannot write a verdict: {why}"))
-        })?;
-    Ok(())
+        .await;
+    match written {
+        Ok(_) => Ok(()),
+        Err(e) if crate::source::etcd::lease::gone(&e) => Err(VerdictNotWritten::LeaseGone(
+            crate::source::etcd::lease::Lapsed::Ended {
+                what: "the verdict's lease",
+                ttl,
+            },
+        )),
+        Err(e) => Err(unavailable(
+            url,
+            format!("cannot write a verdict: {}", crate::source::etcd::words(&e)),
+        )
+        .into()),
+    }
 }

@@ -170,7 +170,7 @@ pub async fn follow(
     let etcd::Prefix { url, access, .. } = source;
     let mut held = match start {
         Start::Read(first) => {
-            health.say(&url.display(), None);
+            health.answering(&url.display());
             Held::of(first)
         }
         Start::Again(revision) => {
@@ -185,13 +185,17 @@ pub async fn follow(
     let prefix = url.key_prefix();
     // Whatever fails (connecting, watching, reading), the next try waits, longer each time
     // up to ETCD_RETRY_MAX: an etcd that is away is never asked in a tight loop.
-    let mut tries = etcd::session::Retry::new(ETCD_RETRY_FIRST, ETCD_RETRY_MAX);
+    // A failure is tried again at once; one that lasts etcd::OUTAGE_AFTER is an outage.
+    let mut tries = etcd::session::Retry::new(ETCD_RETRY_FIRST, ETCD_RETRY_MAX)
+        .saying_after(etcd::OUTAGE_AFTER);
     let mut failed: Option<SourceError> = None;
     loop {
         if let Some(e) = failed.take() {
+            health.failing(&url.display(), e.to_string());
             if tries.failed() {
                 tracing::warn!(error = %e, revision = held.revision, "etcd does not answer; the last good generation keeps serving, and the watch resumes from the last revision read.");
-                health.say(&url.display(), Some(e.to_string()));
+            } else if !tries.away() {
+                tracing::debug!(error = %e, revision = held.revision, "etcd failed to answer; trying again (an outage once it lasts).");
             }
             if !tries.wait(&mut shutdown, Duration::ZERO).await {
                 return;
@@ -254,8 +258,8 @@ pub async fn follow(
                 revision = held.revision,
                 "etcd answers again; watching from the last revision read."
             );
-            health.say(&url.display(), None);
         }
+        health.answering(&url.display());
         let mut following = Watch {
             held: &mut held,
             url: &url,

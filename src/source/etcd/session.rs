@@ -2,7 +2,8 @@
 //! sharing of the view each keep one: the wait before the next try, doubling from a first
 //! to a longest, started over once a session lasted (its end was not the failure the waits
 //! were for); and whether etcd is away, so that an outage is said once when it begins and
-//! once when it ends, never on every try.
+//! once when it ends, never on every try. With a grace ([`Retry::saying_after`]), failures
+//! are an outage only once they have lasted it: a stall shorter is never said.
 //!
 //! Must not: talk to etcd, or say anything itself (each holder has its own words).
 
@@ -22,6 +23,9 @@ pub struct Retry {
     wait: Duration,
     away: bool,
     began: Option<Instant>,
+    /// Since when tries fail (none began since), and how long before that is an outage.
+    failing: Option<Instant>,
+    grace: Duration,
 }
 
 impl Retry {
@@ -32,7 +36,14 @@ impl Retry {
             wait: first,
             away: false,
             began: None,
+            failing: None,
+            grace: Duration::ZERO,
         }
+    }
+
+    /// Failures are an outage once they have lasted `grace` (until then, nothing is said).
+    pub fn saying_after(self, grace: Duration) -> Retry {
+        Retry { grace, ..self }
     }
 
     /// A session began (etcd answered). `true` when etcd was away: time to say it is back.
@@ -40,16 +51,27 @@ impl Retry {
     /// answers and fails at once is not asked faster).
     pub fn began(&mut self) -> bool {
         self.began = Some(Instant::now());
+        self.failing = None;
         std::mem::replace(&mut self.away, false)
     }
 
-    /// The session ended, or could not begin. `true` when this begins an outage: time to
-    /// say so (once).
+    /// The session ended, or could not begin. `true` when this begins an outage (the tries
+    /// have failed for the grace): time to say so (once).
     pub fn failed(&mut self) -> bool {
         if self.began.take().is_some_and(|at| at.elapsed() >= LASTED) {
             self.wait = self.first;
         }
-        !std::mem::replace(&mut self.away, true)
+        let since = *self.failing.get_or_insert_with(Instant::now);
+        if self.away || since.elapsed() < self.grace {
+            return false;
+        }
+        self.away = true;
+        true
+    }
+
+    /// Whether an outage was said and has not ended.
+    pub fn away(&self) -> bool {
+        self.away
     }
 
     /// Wait before the next try, each longer up to the longest: `false` if `shutdown` came
@@ -104,5 +126,28 @@ mod tests {
         let before = Instant::now();
         assert!(retry.wait(&mut shutdown, Duration::ZERO).await);
         assert_eq!(before.elapsed(), Duration::from_millis(500));
+    }
+
+    /// With a grace, failures are said as an outage only once they have lasted it; a session
+    /// that begins before ends the series unsaid.
+    #[tokio::test(start_paused = true)]
+    async fn failures_shorter_than_the_grace_are_not_an_outage() {
+        let (_trigger, mut shutdown) = crate::shutdown::channel();
+        let mut retry = Retry::new(Duration::from_millis(500), Duration::from_secs(2))
+            .saying_after(Duration::from_secs(5));
+        for _ in 0..3 {
+            assert!(!retry.failed(), "within the grace");
+            assert!(retry.wait(&mut shutdown, Duration::ZERO).await);
+        }
+        assert!(!retry.began(), "nothing was said: nothing to end");
+        // Failing for longer than the grace: said once.
+        let mut said = 0;
+        for _ in 0..6 {
+            said += usize::from(retry.failed());
+            assert!(retry.wait(&mut shutdown, Duration::ZERO).await);
+        }
+        assert_eq!(said, 1);
+        assert!(retry.away());
+        assert!(retry.began(), "said: its end is said too");
     }
 }

@@ -99,6 +99,7 @@ struct Alive {
 impl Alive {
     /// A lease of [`ALIVE_TTL`] for this apply, and its keeper.
     async fn take(client: &mut Client, url: &EtcdUrl) -> Result<Alive, ApplyError> {
+        let granted = tokio::time::Instant::now();
         let lease = client
             .lease_grant(ALIVE_TTL)
             .await
@@ -108,6 +109,7 @@ impl Alive {
             client.clone(),
             lease,
             ALIVE_TTL,
+            granted,
             RENEW_TIMEOUT,
             "this apply's lease",
         );

@@ -1,0 +1,178 @@
+//! This replica's summary of its proxies ([`ReplicaSummary`]) as a stream of typed values for
+//! the sharing of the view (`crate::sharing`): taken again when what it is made of changed
+//! (a few typed inputs, compared by value), at the latest every [`REFRESH`] (pollers age out
+//! with nothing moving), and when a one-off poll's hold on a gate ends; at most
+//! [`TAKEN_BURST`] times at once, then once per [`TAKEN_EVERY`] while changes keep coming
+//! (a rollout in progress changes something on every ACK). Sent only when it differs from
+//! the last one sent but for when it was taken.
+//!
+//! Must not: write anywhere but its channel (the sharing writes etcd), or judge other
+//! replicas.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+
+use super::replicas::{summarize, ReplicaSummary};
+use super::Admin;
+use crate::shutdown::Shutdown;
+
+/// How often what a summary is made of is looked at (a few counters).
+const LOOK: Duration = Duration::from_millis(200);
+/// The longest a summary goes without being taken again.
+pub const REFRESH: Duration = Duration::from_secs(10);
+/// How many summaries are taken at once after a quiet time, and then how often at most.
+const TAKEN_BURST: u32 = 3;
+const TAKEN_EVERY: Duration = Duration::from_secs(1);
+
+/// What a summary is made of, in a few typed values: the same values give the same
+/// summary, but for pollers aging out and one-off polls' holds ending (both timed).
+#[derive(Clone, Debug, PartialEq)]
+struct Inputs {
+    /// Every change to a proxy's report (`Fleet::changes`).
+    reports: u64,
+    /// The last load: when, the generation serving after it, whether good, pending, and
+    /// the revision it read.
+    load: Option<(SystemTime, u64, bool, bool, Option<i64>)>,
+    stable: u64,
+    rollout: Option<(u64, crate::cache::staged::Phase)>,
+    source: Option<bool>,
+    fleet: Option<(
+        Option<crate::rollout::fleetwide::FleetState>,
+        std::collections::BTreeMap<String, crate::rollout::fleetwide::Verdict>,
+    )>,
+    tasks_down: usize,
+    /// What the sharing's follower last saw of the prefix (etcd's revision, the newest
+    /// write under it then): names the change a load holds.
+    seen: Option<(i64, i64)>,
+}
+
+impl Inputs {
+    fn of(admin: &Admin, seen: Option<(i64, i64)>) -> Inputs {
+        let load = admin
+            .reloader
+            .last_report()
+            .map(|r| (r.at, r.generation, r.ok(), r.pending, r.revision));
+        let serving = admin.cache.serving();
+        Inputs {
+            reports: admin.fleet.changes(),
+            load,
+            stable: serving.stable.number,
+            rollout: serving
+                .rollout
+                .as_ref()
+                .map(|r| (r.candidate.number, r.phase.clone())),
+            source: admin.source.now().map(|h| h.answering),
+            fleet: admin.fleet_rollout.as_ref().map(|f| {
+                let view = f.view();
+                (view.shared, view.verdicts)
+            }),
+            tasks_down: admin.supervisor.down().len(),
+            seen,
+        }
+    }
+}
+
+/// Leaky bucket: [`TAKEN_BURST`] takes at once, one more per [`TAKEN_EVERY`].
+#[derive(Debug)]
+struct Rate {
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl Rate {
+    fn new() -> Rate {
+        Rate {
+            tokens: f64::from(TAKEN_BURST),
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Whether a take is allowed now (and, if so, count it).
+    fn take(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() / TAKEN_EVERY.as_secs_f64();
+        self.tokens = (self.tokens + refill).min(f64::from(TAKEN_BURST));
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Take this replica's summary (`replica`, its admin API at `admin_addr`) from `admin`
+/// whenever what it is made of changed, and send it on `out` when it differs, until
+/// `shutdown`. `seen` is what the sharing's follower last saw of the prefix.
+pub async fn summaries(
+    admin: Admin,
+    replica: String,
+    admin_addr: String,
+    seen: watch::Receiver<Option<(i64, i64)>>,
+    out: watch::Sender<Option<ReplicaSummary>>,
+    mut shutdown: Shutdown,
+) {
+    let mut look = tokio::time::interval(LOOK);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rate = Rate::new();
+    // What the last summary was taken from, when, and when a one-off poll's hold on a gate
+    // it counted ends.
+    let mut taken: Option<(Inputs, Instant, Option<SystemTime>)> = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.wait() => return,
+            _ = look.tick() => {}
+        }
+        let inputs = Inputs::of(&admin, *seen.borrow());
+        let due = taken.as_ref().is_none_or(|(was, when, hold_ends)| {
+            *was != inputs
+                || when.elapsed() >= REFRESH
+                || hold_ends.is_some_and(|end| SystemTime::now() >= end)
+        });
+        if !due || !rate.take() {
+            continue;
+        }
+        let status = super::status_now(&admin).await;
+        let standing = super::standing::replica_standing(&status);
+        let mut summary = summarize(&status, &replica, standing.name());
+        summary.admin.clone_from(&admin_addr);
+        // The change this load holds, once the follower has seen the prefix at or after
+        // the load with nothing written under it since.
+        summary.changed = match (summary.revision, inputs.seen) {
+            (Some(read), Some((now, newest))) if now >= read && newest <= read => Some(newest),
+            _ => None,
+        };
+        taken = Some((inputs, Instant::now(), super::standing::holds_end(&status)));
+        out.send_if_modified(|last| {
+            if last
+                .as_ref()
+                .is_some_and(|said| said.same_but_time(&summary))
+            {
+                return false;
+            }
+            *last = Some(summary);
+            true
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three takes at once after a quiet time, then one per second while asked more often.
+    #[tokio::test(start_paused = true)]
+    async fn takes_are_rate_limited_after_a_burst() {
+        let mut rate = Rate::new();
+        assert!(rate.take() && rate.take() && rate.take());
+        assert!(!rate.take(), "the burst is spent");
+        let mut taken = 0;
+        for _ in 0..50 {
+            tokio::time::advance(Duration::from_millis(200)).await;
+            taken += usize::from(rate.take());
+        }
+        assert_eq!(taken, 10, "one a second over ten seconds");
+    }
+}
