@@ -39,7 +39,7 @@ pub mod view;
 
 pub use status::status_now;
 pub use status::{
-    CertificateStatus, ConfigStatus, FleetStatus, LastGood, NewStreamsStatus, NodeStatus,
+    CertificateStatus, ConfigStatus, FleetStatus, Kept, LastGood, NewStreamsStatus, NodeStatus,
     PlanStatusJson, ReplicaVerdict, RolloutStatus, ServerInfo, Settled, SourceStatus, Status,
     StreamStatus, TypeStatusJson, STATUS_SCHEMA,
 };
@@ -369,14 +369,19 @@ async fn config_dump(
         .into_iter()
         .find(|r| r.node_id == node);
     // What a connected node ACKed last, per type: its resources are given as `held` when
-    // that version is not the one served now but one of the recent generations kept.
-    let acked: std::collections::BTreeMap<&'static str, String> = report
+    // that version is not the one served now: what its stream knows it still runs (under a
+    // NACK), else those of one of the generations kept.
+    type Acked = (String, Option<Arc<crate::protocol::Runs>>);
+    let acked: std::collections::BTreeMap<&'static str, Acked> = report
         .as_ref()
         .map(|r| {
             r.types
                 .iter()
                 .filter(|(_, t)| !t.version_acked.is_empty())
-                .map(|(kind, t)| (*kind, t.version_acked.clone()))
+                .map(|(kind, t)| {
+                    let runs = t.nack.as_ref().and_then(|n| n.runs.clone());
+                    (*kind, (t.version_acked.clone(), runs))
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -393,42 +398,42 @@ async fn config_dump(
     let generation = admin.cache.for_node(&facts);
     let snapshot = generation.snapshot_for(&facts);
     let serving = admin.cache.serving();
-    let resources_json = |t: &crate::cache::TypeSnapshot| -> Vec<serde_json::Value> {
-        t.resources
-            .values()
-            .map(|r| {
-                let mut entry = serde_json::json!({
-                    "name": r.name,
-                    "version": r.version,
-                    "resource": resource_json(r, admin.show_secrets),
-                });
-                if let Some(ttl) = r.ttl {
-                    entry["ttl"] = format!("{}s", ttl.as_secs_f64()).into();
-                }
-                if !r.aliases.is_empty() {
-                    entry["aliases"] = r.aliases.clone().into();
-                }
-                entry
-            })
-            .collect()
+    let entries = |resources: &mut dyn Iterator<Item = &Arc<crate::resource::Resource>>| {
+        resource_entries(resources, admin.show_secrets)
     };
     let mut types = serde_json::Map::new();
     for kind in crate::resource::ResourceType::ALL {
         let t = snapshot.get(kind);
-        let acked = acked.get(kind.short_name()).filter(|v| **v != t.version);
-        // The generation kept whose snapshot for this node has the version it ACKed.
-        let held = acked.and_then(|acked| {
-            serving.known().find_map(|g| {
+        let acked = acked
+            .get(kind.short_name())
+            .filter(|(version, _)| *version != t.version);
+        let held = acked.and_then(|(acked, runs)| match runs {
+            // What its stream knows it still runs (under a NACK), whatever is kept, with
+            // the newest generation kept that serves it exactly, if one does.
+            Some(runs) => {
+                let generation = serving
+                    .known()
+                    .filter(|g| runs.served_by(g.snapshot_for(&facts).get(kind)))
+                    .map(|g| g.number)
+                    .max();
+                Some(serde_json::json!({
+                    "version": acked,
+                    "generation": generation,
+                    "resources": entries(&mut runs.resources.iter()),
+                }))
+            }
+            // The generation kept whose snapshot for this node has the version it ACKed.
+            None => serving.known().find_map(|g| {
                 let older = g.snapshot_for(&facts);
                 let older = older.get(kind);
                 (older.version == *acked).then(|| {
                     serde_json::json!({
                         "version": older.version,
                         "generation": g.number,
-                        "resources": resources_json(older),
+                        "resources": entries(&mut older.resources.values()),
                     })
                 })
-            })
+            }),
         });
         if t.resources.is_empty() && held.is_none() {
             continue;
@@ -436,20 +441,49 @@ async fn config_dump(
         let mut entry = serde_json::json!({
             "type_url": kind.type_url(),
             "version": t.version,
-            "resources": resources_json(t),
+            "resources": entries(&mut t.resources.values()),
         });
         if let Some(held) = held {
             entry["held"] = held;
         }
         types.insert(kind.short_name().to_string(), entry);
     }
+    let kept: std::collections::BTreeSet<u64> = serving.known().map(|g| g.number).collect();
     Json(serde_json::json!({
         "node": node,
         "cluster": cluster,
         "generation": generation.number,
+        "kept": {
+            "oldest": kept.first().copied().unwrap_or_default(),
+            "generations": kept.len(),
+        },
         "types": types,
     }))
     .into_response()
+}
+
+/// Resources as `/config_dump` lists them: name, version, the resource as proto3 JSON
+/// (redacted as `secrets` says), its TTL and aliases.
+fn resource_entries(
+    resources: &mut dyn Iterator<Item = &Arc<crate::resource::Resource>>,
+    secrets: Secrets,
+) -> Vec<serde_json::Value> {
+    resources
+        .map(|r| {
+            let mut entry = serde_json::json!({
+                "name": r.name,
+                "version": r.version,
+                "resource": resource_json(r, secrets),
+            });
+            if let Some(ttl) = r.ttl {
+                entry["ttl"] = format!("{}s", ttl.as_secs_f64()).into();
+            }
+            if !r.aliases.is_empty() {
+                entry["aliases"] = r.aliases.clone().into();
+            }
+            entry
+        })
+        .collect()
 }
 
 fn resource_json(r: &crate::resource::Resource, secrets: Secrets) -> serde_json::Value {

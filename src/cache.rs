@@ -5,7 +5,7 @@
 //! per-type versions, and waking every stream when a new generation is published. Under a
 //! rollout policy ([`Cache::with_rollouts`]) it holds two generations, the stable one and the
 //! candidate the canary nodes get ([`Serving`]), and wakes every stream when a rollout is
-//! promoted or aborted; deciding when is `rollout`'s. It also keeps the [`RECENT`]
+//! promoted or aborted; deciding when is `rollout`'s. It also keeps the recent
 //! generations before the newest, for proxies that come back on a new stream holding one
 //! (`protocol::plan` orders their update from it).
 //!
@@ -497,14 +497,17 @@ impl Generation {
 pub struct Serving {
     pub stable: Arc<Generation>,
     pub rollout: Option<Rollout>,
-    /// The generations published before the newest, newest first, at most [`RECENT`]: what
-    /// a proxy that reconnects mid-change may still hold, so that its stream can recognise
-    /// it by its versions and bring it to the newest make-before-break (`protocol::plan`).
+    /// The generations published before the newest, newest first, as many as the cache
+    /// keeps ([`Cache::keeping`]): what a proxy that reconnects mid-change may still hold,
+    /// so that its stream can recognise it by its versions and bring it to the newest
+    /// make-before-break (`protocol::plan`), and where the content a proxy that NACKs still
+    /// runs is looked for (`/status`'s `last_good`).
     pub recent: Arc<[Arc<Generation>]>,
 }
 
-/// How many generations before the newest a server keeps for reconnecting proxies.
-pub const RECENT: usize = 2;
+/// How many generations a server keeps by default (`serve --keep-generations`): the newest
+/// and the two before it.
+pub const DEFAULT_KEPT: usize = 3;
 
 impl Serving {
     /// The newest generation: the candidate during a rollout, else the stable one.
@@ -539,6 +542,8 @@ pub struct Cache {
     policy: Option<Arc<Policy>>,
     /// The last generation number given (an aborted candidate's number is not reused).
     numbered: std::sync::atomic::AtomicU64,
+    /// How many generations before the newest are kept.
+    recent: usize,
 }
 
 impl Default for Cache {
@@ -565,7 +570,21 @@ impl Cache {
             current,
             policy: None,
             numbered: std::sync::atomic::AtomicU64::new(0),
+            recent: DEFAULT_KEPT - 1,
         }
+    }
+
+    /// Keep `generations` generations (the newest and those before it; at least 1).
+    pub fn keeping(self, generations: usize) -> Cache {
+        Cache {
+            recent: generations.max(1) - 1,
+            ..self
+        }
+    }
+
+    /// How many generations it keeps (the newest and those before it).
+    pub fn kept(&self) -> usize {
+        self.recent + 1
     }
 
     /// An empty cache that rolls each new generation (after the first) out to the canaries
@@ -610,7 +629,7 @@ impl Cache {
             let recent: Arc<[Arc<Generation>]> = std::iter::once(serving.newest())
                 .chain(serving.recent.iter())
                 .filter(|g| g.number > 0)
-                .take(RECENT)
+                .take(self.recent)
                 .cloned()
                 .collect();
             *serving = Arc::new(match &self.policy {

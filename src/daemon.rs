@@ -46,6 +46,8 @@ pub struct Options {
     /// `--state-dir`: where each good (or promoted) load is kept, and served from at start
     /// when the files do not load.
     pub state_dir: Option<PathBuf>,
+    /// `--keep-generations`: how many generations the cache keeps (0: the default).
+    pub keep_generations: usize,
     /// `--preflight-envoy` and `--preflight-timeout`: the Envoy that checks each new config.
     pub preflight: Option<(PathBuf, Duration)>,
     /// `--replica-name`: this replica's name in the fleet's view and verdicts (from etcd);
@@ -145,13 +147,20 @@ impl Daemon {
             let telemetry = telemetry.clone();
             Fleet::new(move |took| telemetry.converged(took))
         });
-        let cache = Arc::new(match options.rollout.take() {
-            Some(mut policy) => {
-                policy.fleetwide = fleetwide;
-                Cache::with_rollouts(policy)
+        let keep = match options.keep_generations {
+            0 => crate::cache::DEFAULT_KEPT,
+            n => n,
+        };
+        let cache = Arc::new(
+            match options.rollout.take() {
+                Some(mut policy) => {
+                    policy.fleetwide = fleetwide;
+                    Cache::with_rollouts(policy)
+                }
+                None => Cache::new(),
             }
-            None => Cache::new(),
-        });
+            .keeping(keep),
+        );
         let paths = options.source.paths().to_vec();
         let mut publisher = Publisher::new(
             Arc::clone(&cache),

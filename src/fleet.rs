@@ -479,6 +479,9 @@ pub struct NackReport {
     /// each is written.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rejected_changes: Vec<RejectedChange>,
+    /// What the proxy still runs of the type, by content, when its stream knows it.
+    #[serde(skip)]
+    pub runs: Option<Arc<crate::protocol::Runs>>,
 }
 
 /// A resource a rejected response added or changed, and where it is written.
@@ -538,6 +541,7 @@ impl TypeReport {
                 error: nack.error.clone(),
                 rejected_version: rejected_version.clone(),
                 rejected_changes: RejectedChange::list(&nack.changed),
+                runs: nack.runs.clone(),
             })),
             _ => None,
         };
@@ -1030,6 +1034,7 @@ mod tests {
                                 ),
                                 added: true,
                             }]),
+                            runs: None,
                         }),
                     }),
                     acked_version: "v0".into(),

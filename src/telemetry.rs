@@ -596,7 +596,7 @@ impl StreamEvents {
                         kind,
                         ordered: false,
                     } => {
-                        tracing::warn!(node, r#type = %kind, recent = crate::cache::RECENT, "A proxy back on a new stream holds content this server does not keep (not in the newest generation nor the recent ones, e.g. a plan step of another replica, or older edits): it gets the newest at once, unordered.");
+                        tracing::warn!(node, r#type = %kind, "A proxy back on a new stream holds content this server does not keep (not in the generations it keeps, --keep-generations: a plan step of another replica, or older edits): it gets the newest at once, unordered.");
                         "reconnect_unordered"
                     }
                 };

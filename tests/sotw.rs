@@ -1264,3 +1264,114 @@ async fn selectors_on_metadata_and_locality_pick_each_proxys_files() {
     );
     server.shutdown().await;
 }
+
+/// One proxy subscribed to route `main` by name (RDS over ADS), synced; then `before`
+/// cluster-only changes, a route the proxy NACKs, and `after` cluster-only changes more
+/// (the bad route still in the files): what `/status` says of its RDS, and what
+/// `config-dump` shows.
+async fn nack_after_unrelated_changes(
+    keep: usize,
+    before: u32,
+    after: u32,
+) -> (switchyard::admin::TypeStatusJson, String, u64) {
+    let server = TestServer::start_daemon(
+        &[
+            ("clusters.yaml", &eds_cluster("backend", "1s", 8080)),
+            ("routes.yaml", &route_to("main", "backend")),
+        ],
+        switchyard::daemon::Options {
+            keep_generations: keep,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = server.ads("edge-1").await;
+    c.subscribe(Route, &["main"]).await;
+    let good = c.recv_type(Route).await;
+    c.ack(&good, &["main"]).await;
+    let mut seconds = 1;
+    let mut unrelated = |server: &TestServer| {
+        seconds += 1;
+        server.set_file(
+            "clusters.yaml",
+            &eds_cluster("backend", &format!("{seconds}s"), 8080),
+        );
+    };
+    for _ in 0..before {
+        unrelated(&server);
+    }
+    let last_good = server.cache.current().number;
+    // Lua that does not compile: the loader cannot see it, Envoy refuses it.
+    let bad_route = format!(
+        "{}            {}\n",
+        route_to("main", "backend"),
+        support::bad_lua_per_route()
+    );
+    server.set_file("routes.yaml", &bad_route);
+    let bad = c.recv_type(Route).await;
+    c.nack(&bad, &["main"], &good.version_info, "script load error")
+        .await;
+    for _ in 0..after {
+        unrelated(&server);
+    }
+    let rds = loop {
+        let status = server.status().await;
+        let rds = status.nodes[0].types["RDS"].clone();
+        if rds.state == switchyard::fleet::SyncStatus::Nacked {
+            break rds;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let out = support::cli(vec![
+        "config-dump".into(),
+        "edge-1".into(),
+        "--admin-addr".into(),
+        server.admin_addr.to_string(),
+    ])
+    .await;
+    let dump = String::from_utf8_lossy(&out.stdout).into_owned();
+    (rds, dump, last_good)
+}
+
+/// P5, the way back whatever came between: a route NACKed after four cluster-only changes.
+/// The route's version is that of the names it asks for (P9), never a generation's type
+/// version; what the node runs is found by content: `/status` names the generation just
+/// before the bad one as its last good, and `config-dump` shows the route it runs. With
+/// four more changes after the NACK (the bad route still there), nothing the server keeps
+/// (3 generations) serves what it runs: `/status` says how far back it keeps instead, and
+/// `config-dump` still shows the route it runs (its stream knows it); a server keeping ten
+/// generations names the last good one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p5_the_way_back_is_found_by_content_whatever_came_between() {
+    let (rds, dump, last_good) = nack_after_unrelated_changes(0, 4, 0).await;
+    assert_eq!(
+        rds.last_good.as_ref().map(|g| g.generation),
+        Some(last_good),
+        "{rds:?}"
+    );
+    assert!(rds.kept.is_none());
+    assert!(
+        dump.contains("RDS NACKED: still runs version")
+            && dump.contains("1 resource(s) it holds:")
+            && dump.contains("- main (version")
+            && dump.contains("REJECTED version"),
+        "{dump}"
+    );
+
+    let (rds, dump, last_good) = nack_after_unrelated_changes(0, 4, 4).await;
+    assert!(rds.last_good.is_none(), "{rds:?}");
+    let kept = rds.kept.expect("how far back it keeps");
+    assert_eq!(kept.generations, 3);
+    assert!(kept.oldest > last_good, "{kept:?}");
+    assert!(
+        dump.contains("1 resource(s) it holds:") && dump.contains("- main (version"),
+        "what it runs, from its stream: {dump}"
+    );
+
+    let (rds, _, last_good) = nack_after_unrelated_changes(10, 4, 4).await;
+    assert_eq!(
+        rds.last_good.as_ref().map(|g| g.generation),
+        Some(last_good),
+        "{rds:?}"
+    );
+}

@@ -379,6 +379,7 @@ fn from_summary(n: &super::replicas::NodeSummary) -> NodeStatus {
                     not_found: Vec::new(),
                     last_change: String::new(),
                     last_good: t.last_good.clone(),
+                    kept: t.kept,
                 };
                 (kind.clone(), status)
             })
@@ -776,6 +777,7 @@ fn node_row(
                     let back = crate::admin::view::going_back(
                         &n.node_id,
                         t.last_good.as_ref(),
+                        t.kept.as_ref(),
                         source_url,
                     );
                     let _ = write!(
@@ -914,6 +916,7 @@ mod tests {
                     not_found: Vec::new(),
                     last_change: "t".into(),
                     last_good: None,
+                    kept: None,
                 },
             )]
             .into(),
@@ -1341,6 +1344,7 @@ mod tests {
                         revision: Some(8),
                         version: "0123456789abcdef".into(),
                     }),
+                    kept: None,
                 },
             )]
             .into(),

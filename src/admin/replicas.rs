@@ -98,9 +98,12 @@ pub struct TypeSummary {
     pub version_acked: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Under a NACK: what the node still runs (`TypeStatusJson::last_good`).
+    /// Under a NACK: what the node still runs (`TypeStatusJson::last_good`), or how far back
+    /// its replica keeps when that is older (`TypeStatusJson::kept`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_good: Option<super::LastGood>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<super::Kept>,
 }
 
 impl ReplicaSummary {
@@ -160,6 +163,7 @@ pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSumma
                         version_acked: t.version_acked.clone(),
                         error,
                         last_good: t.last_good.clone(),
+                        kept: t.kept,
                     };
                     (kind.clone(), summary)
                 })

@@ -404,9 +404,21 @@ pub struct TypeStatusJson {
     pub not_found: Vec<String>,
     pub last_change: String,
     /// For a NACK: what the node still runs of this type, as the newest generation this
-    /// replica keeps that has the version it ACKed for it; the change to go back to.
+    /// replica keeps that serves it exactly that content (whatever changed in between);
+    /// the change to go back to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_good: Option<LastGood>,
+    /// For a NACK with no `last_good`: what it runs is older than anything kept here, the
+    /// oldest generation kept and how many (`serve --keep-generations`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<Kept>,
+}
+
+/// The generations a replica keeps: the oldest, and how many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kept {
+    pub oldest: u64,
+    pub generations: usize,
 }
 
 /// The newest generation kept whose snapshot for a node has the version it ACKed of a type:
@@ -497,6 +509,7 @@ impl From<&TypeReport> for TypeStatusJson {
             not_found: t.not_found.as_slice().to_vec(),
             last_change: format_time(t.last_change),
             last_good: None,
+            kept: None,
         }
     }
 }
@@ -662,6 +675,17 @@ pub(super) fn current_status(admin: &Admin) -> Status {
         .iter()
         .map(|r| ((r.node_id.clone(), r.peer.clone()), Arc::clone(&r.facts)))
         .collect();
+    // What each NACKing node still runs, by node id and connection, and type: its
+    // stream's account, by content.
+    let runs: BTreeMap<(String, String, &'static str), Arc<crate::protocol::Runs>> = reports
+        .iter()
+        .flat_map(|r| {
+            r.types.iter().filter_map(|(kind, t)| {
+                let runs = t.nack.as_ref()?.runs.as_ref()?;
+                Some(((r.node_id.clone(), r.peer.clone(), *kind), Arc::clone(runs)))
+            })
+        })
+        .collect();
     let mut status = Status::from_reports(reports, config);
     let wall =
         humantime::parse_rfc3339(&status.at).unwrap_or_else(|_| std::time::SystemTime::now());
@@ -695,7 +719,21 @@ pub(super) fn current_status(admin: &Admin) -> Status {
             }
             for (kind, t) in &mut node.types {
                 if t.state == SyncStatus::Nacked {
-                    t.last_good = last_good(&serving, &history, facts, kind, &t.version_acked);
+                    let runs = ResourceType::ALL
+                        .iter()
+                        .find(|k| k.short_name() == kind)
+                        .and_then(|k| runs.get(&(key.0.clone(), key.1.clone(), k.short_name())));
+                    t.last_good = last_good(
+                        &serving,
+                        &history,
+                        facts,
+                        kind,
+                        &t.version_acked,
+                        runs.map(|r| &**r),
+                    );
+                    if t.last_good.is_none() && !t.version_acked.is_empty() {
+                        t.kept = Some(kept(&serving));
+                    }
                 }
             }
         }
@@ -742,23 +780,44 @@ pub(super) fn current_status(admin: &Admin) -> Status {
     status
 }
 
+/// The generations `serving` keeps: the oldest, and how many.
+fn kept(serving: &crate::cache::Serving) -> Kept {
+    let numbers: std::collections::BTreeSet<u64> = serving.known().map(|g| g.number).collect();
+    Kept {
+        oldest: numbers.first().copied().unwrap_or_default(),
+        generations: numbers.len(),
+    }
+}
+
 /// What a node that NACKed `kind` still runs of it: the newest generation `serving` keeps
-/// whose snapshot for the node has the version it ACKed (`acked`), with its revision and
-/// content version from `history`. None when it ACKed nothing, or nothing kept has it.
+/// that serves it exactly what it runs (`runs`, its stream's account by content: the same
+/// names at the same versions, however many unrelated changes came since), or, without
+/// that account, whose snapshot for the node has the version it ACKed (`acked`); with its
+/// revision and content version from `history`. None when it ACKed nothing, or nothing kept
+/// serves it.
 fn last_good(
     serving: &crate::cache::Serving,
     history: &[crate::history::Entry],
     facts: &crate::config::selector::NodeFacts,
     kind: &str,
     acked: &str,
+    runs: Option<&crate::protocol::Runs>,
 ) -> Option<LastGood> {
     let kind = ResourceType::ALL.iter().find(|k| k.short_name() == kind)?;
     if acked.is_empty() {
         return None;
     }
+    let serves = |g: &Arc<crate::cache::Generation>| {
+        let snapshot = g.snapshot_for(facts);
+        let of_kind = snapshot.get(*kind);
+        match runs {
+            Some(runs) => runs.served_by(of_kind),
+            None => of_kind.version == acked,
+        }
+    };
     let generation = serving
         .known()
-        .filter(|g| g.snapshot_for(facts).get(*kind).version == acked)
+        .filter(|g| serves(g))
         .map(|g| g.number)
         .max()?;
     let entry = history.iter().find(|e| e.generation == generation);
@@ -814,6 +873,7 @@ mod tests {
                             error: "rds-1 is broken".into(),
                             rejected_version: "v2".into(),
                             rejected_changes: Vec::new(),
+                            runs: None,
                         })
                     }),
                     oversized_bytes: None,

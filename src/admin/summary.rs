@@ -1,10 +1,10 @@
 //! This replica's summary of its proxies ([`ReplicaSummary`]) as a stream of typed values for
 //! the sharing of the view (`crate::sharing`): taken again when what it is made of changed
 //! (a few typed inputs, compared by value), at the latest every [`REFRESH`] (pollers age out
-//! with nothing moving), and when a one-off poll's hold on a gate ends; at most
-//! [`TAKEN_BURST`] times at once, then once per [`TAKEN_EVERY`] while changes keep coming
-//! (a rollout in progress changes something on every ACK). Sent only when it differs from
-//! the last one sent but for when it was taken.
+//! with nothing moving), and when a one-off poll's hold on a gate ends; while changes keep
+//! coming (a rollout in progress changes something on every ACK), at most once per
+//! [`COST_SHARE`] times what taking the last one cost. Sent only when it differs from the
+//! last one sent but for when it was taken.
 //!
 //! Must not: write anywhere but its channel (the sharing writes etcd), or judge other
 //! replicas.
@@ -21,9 +21,11 @@ use crate::shutdown::Shutdown;
 const LOOK: Duration = Duration::from_millis(200);
 /// The longest a summary goes without being taken again.
 pub const REFRESH: Duration = Duration::from_secs(10);
-/// How many summaries are taken at once after a quiet time, and then how often at most.
-const TAKEN_BURST: u32 = 3;
-const TAKEN_EVERY: Duration = Duration::from_secs(1);
+/// A summary is taken at most once per this many times what the last one took (and per
+/// [`LOOK`]): taking one copies every proxy's report, so under constant change (a rollout on
+/// a large fleet) this keeps it to a twentieth of a core, while a small fleet's summary
+/// follows within [`LOOK`].
+const COST_SHARE: u32 = 20;
 
 /// What a summary is made of, in a few typed values: the same values give the same
 /// summary, but for pollers aging out and one-off polls' holds ending (both timed).
@@ -73,36 +75,6 @@ impl Inputs {
     }
 }
 
-/// Leaky bucket: [`TAKEN_BURST`] takes at once, one more per [`TAKEN_EVERY`].
-#[derive(Debug)]
-struct Rate {
-    tokens: f64,
-    at: tokio::time::Instant,
-}
-
-impl Rate {
-    fn new() -> Rate {
-        Rate {
-            tokens: f64::from(TAKEN_BURST),
-            at: tokio::time::Instant::now(),
-        }
-    }
-
-    /// Whether a take is allowed now (and, if so, count it).
-    fn take(&mut self) -> bool {
-        let now = tokio::time::Instant::now();
-        let refill = now.duration_since(self.at).as_secs_f64() / TAKEN_EVERY.as_secs_f64();
-        self.tokens = (self.tokens + refill).min(f64::from(TAKEN_BURST));
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// Take this replica's summary (`replica`, its admin API at `admin_addr`) from `admin`
 /// whenever what it is made of changed, and send it on `out` when it differs, until
 /// `shutdown`. `seen` is what the sharing's follower last saw of the prefix.
@@ -116,7 +88,8 @@ pub async fn summaries(
 ) {
     let mut look = tokio::time::interval(LOOK);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut rate = Rate::new();
+    // No take before this (what the last one cost, COST_SHARE times over).
+    let mut next_take = Instant::now();
     // What the last summary was taken from, when, and when a one-off poll's hold on a gate
     // it counted ends.
     let mut taken: Option<(Inputs, Instant, Option<SystemTime>)> = None;
@@ -131,9 +104,10 @@ pub async fn summaries(
                 || when.elapsed() >= REFRESH
                 || hold_ends.is_some_and(|end| SystemTime::now() >= end)
         });
-        if !due || !rate.take() {
+        if !due || Instant::now() < next_take {
             continue;
         }
+        let began = Instant::now();
         let status = super::status_now(&admin).await;
         let standing = super::standing::replica_standing(&status);
         let mut summary = summarize(&status, &replica, standing.name());
@@ -144,6 +118,7 @@ pub async fn summaries(
             (Some(read), Some((now, newest))) if now >= read && newest <= read => Some(newest),
             _ => None,
         };
+        next_take = began + began.elapsed() * COST_SHARE;
         taken = Some((inputs, Instant::now(), super::standing::holds_end(&status)));
         out.send_if_modified(|last| {
             if last
@@ -155,24 +130,5 @@ pub async fn summaries(
             *last = Some(summary);
             true
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Three takes at once after a quiet time, then one per second while asked more often.
-    #[tokio::test(start_paused = true)]
-    async fn takes_are_rate_limited_after_a_burst() {
-        let mut rate = Rate::new();
-        assert!(rate.take() && rate.take() && rate.take());
-        assert!(!rate.take(), "the burst is spent");
-        let mut taken = 0;
-        for _ in 0..50 {
-            tokio::time::advance(Duration::from_millis(200)).await;
-            taken += usize::from(rate.take());
-        }
-        assert_eq!(taken, 10, "one a second over ten seconds");
     }
 }

@@ -7,8 +7,8 @@
 //! here), or format for a terminal or HTML.
 
 use super::replicas::ReplicasStatus;
-use super::LastGood;
 use super::Status;
+use super::{Kept, LastGood};
 
 /// How a replica's row reads: the page's colour, and whether the CLI says more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,13 +218,32 @@ pub fn notes(status: &Status) -> Vec<(String, String)> {
 }
 /// Under a NACK, in the same words on the CLI and the page: what the node still runs of the
 /// type (`last_good`), and the command that writes it back when it came from etcd
-/// (`source`: the source's URL as `/status` gives it).
-pub fn going_back(node: &str, last_good: Option<&LastGood>, source: Option<&str>) -> String {
+/// (`source`: the source's URL as `/status` gives it); without it, how far back this
+/// replica keeps (`kept`) and how to keep more.
+pub fn going_back(
+    node: &str,
+    last_good: Option<&LastGood>,
+    kept: Option<&Kept>,
+    source: Option<&str>,
+) -> String {
+    let history = source
+        .filter(|s| s.starts_with("etcd://"))
+        .map(|url| format!(", and `switchyard history --source {url}` the revisions to go back to"))
+        .unwrap_or_default();
     let Some(good) = last_good else {
-        return format!(
-            "what it still runs is older than the generations this replica keeps: \
-             `switchyard config-dump {node}` shows it"
-        );
+        return match kept {
+            Some(kept) => format!(
+                "what it still runs is older than generation {}, the oldest of the {} this \
+                 replica keeps (`serve --keep-generations` keeps more): `switchyard \
+                 config-dump {node}` shows what it runs{history}",
+                kept.oldest, kept.generations
+            ),
+            None => format!(
+                "it runs nothing of this type yet (it rejected the first it was sent): \
+                 nothing to go back to; `switchyard config-dump {node}` shows what it \
+                 rejected"
+            ),
+        };
     };
     let version = short(&good.version);
     match (good.revision, source.filter(|s| s.starts_with("etcd://"))) {

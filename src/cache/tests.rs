@@ -139,7 +139,7 @@ fn unchanged_types_are_shared_with_the_generation_before() {
         1,
         "the first is kept, for reconnects"
     );
-    for _ in 0..=RECENT {
+    for _ in 0..DEFAULT_KEPT {
         cache.publish(config("e2"));
     }
     assert!(cache.serving().recent.iter().all(|g| g.group_count() == 0));

@@ -47,6 +47,10 @@ pub struct NodeDump {
     /// last, it takes or not unseen until its next poll.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub polls: bool,
+    /// The generations the server keeps: the oldest, and how many (`serve
+    /// --keep-generations`).
+    #[serde(skip)]
+    pub kept: Option<(u64, usize)>,
     /// By type (`CDS`, ...): what the node asked for or was sent.
     pub types: BTreeMap<String, TypeDump>,
 }
@@ -308,6 +312,12 @@ pub fn node_dump(node: crate::admin::NodeStatus, dump: &serde_json::Value) -> No
         cluster: node.node_cluster,
         generation: node.generation,
         polls,
+        kept: dump["kept"]["generations"].as_u64().map(|n| {
+            (
+                dump["kept"]["oldest"].as_u64().unwrap_or_default(),
+                usize::try_from(n).unwrap_or_default(),
+            )
+        }),
         types,
     }
 }
@@ -383,10 +393,15 @@ pub fn dump_text(dump: &NodeDump) -> String {
             } else {
                 let _ = writeln!(
                     out,
-                    "  its resources of version {}: no longer kept here (the server keeps the \
-                     last {} generations)",
+                    "  its resources of version {}: no longer kept here ({}; `serve \
+                     --keep-generations` keeps more)",
                     printable(&t.acked),
-                    crate::cache::RECENT + 1
+                    match dump.kept {
+                        Some((oldest, n)) => format!(
+                            "the server keeps the last {n} generations, from generation {oldest}"
+                        ),
+                        None => "older than the generations the server keeps".to_string(),
+                    }
                 );
             }
         }

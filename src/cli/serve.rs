@@ -69,6 +69,13 @@ pub struct ServeArgs {
     /// Who may ask CSDS on the xDS port (it lists every node and its resources).
     #[arg(long, value_enum, default_value_t = CsdsFrom::Loopback)]
     pub csds_from: CsdsFrom,
+    /// How many generations to keep in memory (the newest and those before it, at least 1):
+    /// a proxy that reconnects holding one of them is brought to the newest in order, and
+    /// under a NACK what it still runs is found among them (`status`'s last good revision
+    /// and its rollback command). Unchanged resources are shared between generations, so
+    /// each costs what it changed.
+    #[arg(long, value_name = "N", default_value_t = crate::cache::DEFAULT_KEPT as u64, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub keep_generations: u64,
     /// A directory where each good load is kept; when the files do not load at start, the
     /// copy kept there is served (and the error reported) instead of refusing to start.
     #[arg(long, value_name = "DIR")]
@@ -499,6 +506,8 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
         watch: true,
         rollout,
         state_dir: args.state_dir.clone(),
+        keep_generations: usize::try_from(args.keep_generations)
+            .unwrap_or(crate::cache::DEFAULT_KEPT),
         preflight: args
             .preflight_envoy
             .clone()

@@ -611,6 +611,7 @@ view: this replica's proxies only (the files are not a store replicas share; \
                     let back = crate::admin::view::going_back(
                         &n.node_id,
                         t.last_good.as_ref(),
+                        t.kept.as_ref(),
                         status.source_url(),
                     );
                     let head = format!(
@@ -766,6 +767,7 @@ fn node_problems(out: &mut String, status: &crate::admin::Status) {
                 let back = crate::admin::view::going_back(
                     &n.node_id,
                     t.last_good.as_ref(),
+                    t.kept.as_ref(),
                     status.source_url(),
                 );
                 out.push_str(&format!("  {}\n", printable(&back)));
@@ -943,6 +945,7 @@ mod tests {
                         not_found: vec!["gone".into(), nasty.into()],
                         last_change: "t".into(),
                         last_good: None,
+                        kept: None,
                     },
                 )]
                 .into(),

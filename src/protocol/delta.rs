@@ -277,6 +277,23 @@ impl TypeState {
     }
 
     /// A NACK: the client keeps what it had before the rejected response.
+    /// What the client holds, with each resource's content (`None` when it holds a name
+    /// it only claimed on reconnecting, whose content the server does not have).
+    fn runs(&self) -> Option<super::Runs> {
+        let mut resources = Vec::new();
+        for held in self.held.iter(&self.subscription) {
+            match held {
+                held::HeldRef::Sent(r) => resources.push(Arc::clone(r)),
+                held::HeldRef::Claimed { .. } => return None,
+            }
+        }
+        resources.sort_by(|a, b| a.name.cmp(&b.name));
+        Some(super::Runs {
+            resources,
+            subscription: self.subscription.clone(),
+        })
+    }
+
     fn restore(&mut self, before: Vec<Before>) {
         for b in before.into_iter().rev() {
             match b {
@@ -422,7 +439,16 @@ impl Flavor for Delta {
                         let brought = st.brought(&before);
                         st.restore(before);
                         let accepted = core.acked_version(kind).to_string();
-                        core.nack(kind, nonce, version, accepted, status.message, brought);
+                        let runs = st.runs();
+                        core.nack(
+                            kind,
+                            nonce,
+                            version,
+                            accepted,
+                            status.message,
+                            brought,
+                            runs,
+                        );
                     }
                     None => {
                         let accepted = if core.has_rejected(kind) {

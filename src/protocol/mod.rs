@@ -193,6 +193,32 @@ pub struct Nack {
     /// What the rejected response added or changed against what the client held: where the
     /// cause is.
     pub changed: Arc<[Changed]>,
+    /// What the client still runs of the type, by content, when the stream knows it.
+    pub runs: Option<Arc<Runs>>,
+}
+
+/// What a client that rejected a response still runs of its type, as the stream knows it:
+/// the resources it holds (name order), and how it subscribes, with which the same content
+/// is found in another snapshot ([`Runs::served_by`]): whatever changed in between, the
+/// newest generation that serves it exactly is the way back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runs {
+    pub resources: Vec<Arc<Resource>>,
+    pub subscription: Subscription,
+}
+
+impl Runs {
+    /// Whether `snapshot` gives a client so subscribed exactly what it runs: the same names,
+    /// at the same versions.
+    pub fn served_by(&self, snapshot: &crate::cache::TypeSnapshot) -> bool {
+        let selected = self.subscription.select(snapshot);
+        selected.resources.len() == self.resources.len()
+            && selected
+                .resources
+                .iter()
+                .zip(&self.resources)
+                .all(|(a, b)| a.name == b.name && a.version == b.version)
+    }
 }
 
 /// A resource a response added or changed against what the client held.

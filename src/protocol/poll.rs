@@ -54,6 +54,7 @@ impl PollState {
                 nack: Arc::new(Nack {
                     error: error.to_string(),
                     changed: Arc::from([]),
+                    runs: None,
                 }),
             },
             None if version_info == answer => SyncState::Acked {
@@ -71,6 +72,7 @@ impl PollState {
                         again - 1
                     ),
                     changed: Arc::from([]),
+                    runs: None,
                 }),
             },
             None => SyncState::Sent {

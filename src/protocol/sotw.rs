@@ -187,6 +187,24 @@ impl TypeState {
     }
 }
 
+impl TypeState {
+    /// What the client runs after rejecting the latest response (`in_flight`: what it had
+    /// before that response; else what it was given), if that is the version the NACK says
+    /// it runs (`accepted`, P5).
+    fn runs(&self, in_flight: bool, accepted: &str) -> Option<super::Runs> {
+        let had = if in_flight {
+            self.prev_given.as_ref()
+        } else {
+            self.given.as_ref()
+        }?;
+        let selected = had.subscription.select(&had.snapshot);
+        (selected.version == accepted).then(|| super::Runs {
+            resources: selected.resources.clone(),
+            subscription: had.subscription.clone(),
+        })
+    }
+}
+
 impl Given {
     fn new(snapshot: &Arc<TypeSnapshot>, subscription: &Subscription) -> Given {
         Given {
@@ -299,7 +317,16 @@ impl Flavor for Sotw {
                         } else {
                             Vec::new()
                         };
-                        core.nack(kind, nonce, sent_version, version, status.message, brought);
+                        let runs = st.runs(in_flight, &version);
+                        core.nack(
+                            kind,
+                            nonce,
+                            sent_version,
+                            version,
+                            status.message,
+                            brought,
+                            runs,
+                        );
                     }
                     // P4: an ACK of the latest response.
                     None => {

@@ -149,6 +149,11 @@ pub struct Core {
     /// Types whose first request said what the client holds from an earlier stream, not yet
     /// looked up ([`Stream::handle_history`]): one bit per type.
     claims: u16,
+    /// Per type NACKed since its last ACK: the version the client said it runs, and what
+    /// that is (a later NACK of the same version runs the same, whatever was sent since).
+    /// Boxed: almost no stream has any.
+    #[allow(clippy::box_collection)]
+    ran: Option<Box<Vec<(ResourceType, String, Arc<super::Runs>)>>>,
 }
 
 /// One type's sync state on a stream.
@@ -201,6 +206,7 @@ impl<F: Flavor> Stream<F> {
                 max_response_bytes: super::DEFAULT_MAX_RESPONSE_BYTES,
                 unknown: None,
                 claims: 0,
+                ran: None,
             },
             flavor: F::default(),
         }
@@ -735,6 +741,12 @@ impl Core {
     /// The client ACKed `version` of `kind` (P4), accepting `resources` (name, version) that
     /// it had rejected before, if any: what was held back for them goes out.
     pub fn ack(&mut self, kind: ResourceType, version: String, resources: Vec<(String, String)>) {
+        if let Some(ran) = &mut self.ran {
+            ran.retain(|(k, _, _)| *k != kind);
+            if ran.is_empty() {
+                self.ran = None;
+            }
+        }
         let before = self.rejected.len();
         for (name, v) in resources {
             let key = (kind, name);
@@ -773,8 +785,10 @@ impl Core {
 
     /// The client rejected the response `nonce` (`rejected` version) and still runs
     /// `accepted` (P5, P17); `resources` are what that response brought it, each with what
-    /// the client had of that name before. What refers to them is held back; the rest of a
-    /// plan in progress goes on.
+    /// the client had of that name before; `runs`, what the flavor knows it still runs of
+    /// the type (a NACK after a NACK of the same accepted version keeps what the first
+    /// said). What refers to them is held back; the rest of a plan in progress goes on.
+    #[allow(clippy::too_many_arguments)]
     pub fn nack(
         &mut self,
         kind: ResourceType,
@@ -783,7 +797,22 @@ impl Core {
         accepted: String,
         error: String,
         resources: Vec<(Arc<Resource>, Previous)>,
+        runs: Option<super::Runs>,
     ) {
+        // Rejected again: the client still runs what it ran at the first rejection.
+        let ran = self.ran.as_mut().and_then(|ran| {
+            let at = ran.iter().position(|(k, _, _)| *k == kind)?;
+            Some(ran.swap_remove(at))
+        });
+        let runs = match ran {
+            Some((_, version, runs)) if version == accepted => Some(runs),
+            _ => runs.map(Arc::new),
+        };
+        if let Some(runs) = &runs {
+            self.ran
+                .get_or_insert_with(Default::default)
+                .push((kind, accepted.clone(), Arc::clone(runs)));
+        }
         let changed = super::Changed::of(&resources);
         for (brought, previous) in resources {
             let key = (kind, brought.name.clone());
@@ -813,6 +842,7 @@ impl Core {
             nack: Arc::new(super::Nack {
                 error: error.clone(),
                 changed: Arc::clone(&changed),
+                runs,
             }),
         };
         self.events.push_back(Event::Nacked {

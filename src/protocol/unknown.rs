@@ -141,6 +141,7 @@ impl Unknowns {
                         nack: std::sync::Arc::new(super::Nack {
                             error: error.to_string(),
                             changed: std::sync::Arc::from(Vec::new()),
+                            runs: None,
                         }),
                     },
                     None => SyncState::Acked { version: sent },

@@ -151,6 +151,7 @@ mod tests {
                             error: "no".into(),
                             rejected_version: "v".into(),
                             rejected_changes: Vec::new(),
+                            runs: None,
                         })
                     }),
                     oversized_bytes: None,

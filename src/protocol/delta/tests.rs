@@ -238,6 +238,25 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
     let (changed, named) = crate::testing::rejected_changes(s.state(Cluster));
     // What the rejected response changed: `a` (its removal of `c` brought nothing).
     assert_eq!(named, [("a".into(), version(Cluster, "a", "2"), false)]);
+    // What it still runs, by content: everything as before the rejected response, `c` too
+    // (P5), found exactly in the first snapshot and not in the rejected one.
+    let SyncState::Nacked { nack, .. } = s.state(Cluster) else {
+        panic!("not NACKed: {:?}", s.state(Cluster));
+    };
+    let runs = nack.runs.clone().expect("the stream knows what it runs");
+    let held: Vec<(&str, &str)> = runs
+        .resources
+        .iter()
+        .map(|r| (r.name.as_str(), r.version.as_str()))
+        .collect();
+    let (a, b, c) = (
+        version(Cluster, "a", "1"),
+        version(Cluster, "b", "1"),
+        version(Cluster, "c", "1"),
+    );
+    assert_eq!(held, [("a", a.as_str()), ("b", b.as_str()), ("c", c.as_str())]);
+    assert!(runs.served_by(snap(ABC).get(Cluster)));
+    assert!(!runs.served_by(snap(&[(Cluster, "a", "2"), (Cluster, "b", "1")]).get(Cluster)));
     assert_eq!(
         s.state(Cluster),
         &SyncState::Nacked {
@@ -247,6 +266,7 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
             nack: Arc::new(crate::protocol::Nack {
                 error: "a is broken".into(),
                 changed: Arc::clone(&changed),
+                runs: Some(runs),
             }),
         }
     );

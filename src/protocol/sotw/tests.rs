@@ -354,6 +354,15 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
     // What the rejected response changed against what the client ran: `c`, not added.
     let bad = crate::testing::resource(Cluster, "c", "bad").version;
     assert_eq!(named, [("c".into(), bad, false)]);
+    let SyncState::Nacked { nack, .. } = s.state(Cluster) else {
+        panic!("not NACKed: {:?}", s.state(Cluster));
+    };
+    // What it still runs, by content: `c` as it was.
+    let runs = nack.runs.clone().expect("the stream knows what it runs");
+    assert_eq!(
+        runs.resources,
+        [Arc::new(crate::testing::resource(Cluster, "c", "1"))]
+    );
     assert_eq!(
         s.state(Cluster),
         &SyncState::Nacked {
@@ -363,6 +372,7 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
             nack: Arc::new(crate::protocol::Nack {
                 error: "bad cluster".into(),
                 changed: Arc::clone(&changed),
+                runs: Some(runs),
             }),
         }
     );
@@ -380,6 +390,63 @@ fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
     s.handle_snapshot(snap(&[(Cluster, "c", "fixed")]));
     let v3 = s.poll_response(Instant::now()).expect("v3 after a fix");
     assert_ne!(v3.version, v2.version);
+}
+
+/// P5, the way back: a NACK says what the client still runs by content (the resources it
+/// holds, and how it subscribes), whatever changed in between of other types or of
+/// resources it does not subscribe to: four unrelated changes, then a bad route; the
+/// snapshot just before the bad one serves exactly what it runs, the bad one does not. A
+/// NACK after another NACK of the same accepted version keeps what the first said.
+#[test]
+fn p5_a_nack_says_what_the_client_runs_whatever_changed_in_between() {
+    let mut s = SotwStream::new(Variant::Aggregated);
+    let at = |cluster: &str, route: &str| {
+        snap(&[
+            (Cluster, "c", cluster),
+            (Route, "main", route),
+            (Route, "other", cluster),
+        ])
+    };
+    s.handle_snapshot(at("1", "good"));
+    s.handle_request(req(Route, &["main"], "", "")).expect("ok");
+    let r = s.poll_response(Instant::now()).expect("RDS");
+    s.handle_request(req(Route, &["main"], &r.version, &r.nonce))
+        .expect("ack");
+    let mut last_good = at("1", "good");
+    for unrelated in ["2", "3", "4", "5"] {
+        last_good = at(unrelated, "good");
+        s.handle_snapshot(Arc::clone(&last_good));
+        assert!(s.poll_response(Instant::now()).is_none(), "nothing of RDS");
+    }
+    let bad = at("5", "bad");
+    s.handle_snapshot(Arc::clone(&bad));
+    let rejected = s.poll_response(Instant::now()).expect("the bad route");
+    s.handle_request(DiscoveryRequest {
+        resource_names: vec!["main".into()],
+        ..nack(Route, &r.version, &rejected.nonce, "bad route")
+    })
+    .expect("nack");
+    let runs = |s: &SotwStream| match s.state(Route) {
+        SyncState::Nacked { nack, .. } => nack.runs.clone().expect("known"),
+        other => panic!("not NACKed: {other:?}"),
+    };
+    let first = runs(&s);
+    assert_eq!(
+        first.resources,
+        [Arc::new(crate::testing::resource(Route, "main", "good"))]
+    );
+    assert!(first.served_by(last_good.get(Route)), "the way back");
+    assert!(first.served_by(at("1", "good").get(Route)));
+    assert!(!first.served_by(bad.get(Route)));
+    // Rejected again (another bad route): it still runs what it ran at the first NACK.
+    s.handle_snapshot(at("5", "worse"));
+    let again = s.poll_response(Instant::now()).expect("another bad route");
+    s.handle_request(DiscoveryRequest {
+        resource_names: vec!["main".into()],
+        ..nack(Route, &r.version, &again.nonce, "still bad")
+    })
+    .expect("nack");
+    assert_eq!(runs(&s), first);
 }
 
 // === P6, P7: stale nonces, superseded requests ===

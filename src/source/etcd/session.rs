@@ -77,8 +77,14 @@ impl Retry {
     /// Wait before the next try, each longer up to the longest: `false` if `shutdown` came
     /// first. `at_least` lengthens this one wait (a cause that waiting hardly mends).
     pub async fn wait(&mut self, shutdown: &mut Shutdown, at_least: Duration) -> bool {
-        let wait = self.wait.max(at_least);
+        let mut wait = self.wait.max(at_least);
         self.wait = (self.wait * 2).min(self.max);
+        // Failing within the grace: the next try comes no later than the grace's end, so an
+        // outage is said as it passes.
+        if let Some(since) = self.failing.filter(|_| !self.away && !self.grace.is_zero()) {
+            let left = (since + self.grace).saturating_duration_since(Instant::now());
+            wait = wait.min(left.max(Duration::from_millis(10)));
+        }
         tokio::select! {
             _ = shutdown.wait() => false,
             _ = tokio::time::sleep(wait) => true,
