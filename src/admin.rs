@@ -168,13 +168,14 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 
 /// Serve `router(admin)` on `listener` as `transport` says until `shutdown` completes, then
 /// let the requests in progress finish and close every connection, within the xDS server's
-/// drain time ([`DRAIN_TIMEOUT`]); past it the rest are closed.
+/// drain time ([`DRAIN_TIMEOUT`]); past it the rest are closed. An error: the port stopped
+/// accepting before shutdown (why, in words).
 pub async fn serve(
     listener: TcpListener,
     admin: Admin,
     transport: Transport,
     mut shutdown: Shutdown,
-) {
+) -> Result<(), String> {
     let telemetry = admin.telemetry.clone();
     let app = router(admin);
     let accept = Accept {
@@ -187,10 +188,10 @@ pub async fn serve(
     };
     let mut connections = incoming(listener, accept, telemetry.clone());
     let mut open = JoinSet::new();
-    loop {
+    let ended = loop {
         tokio::select! {
-            _ = shutdown.wait() => break,
-            Some(_) = open.join_next(), if !open.is_empty() => {}
+            _ = shutdown.wait() => break None,
+            joined = open.join_next(), if !open.is_empty() => crate::supervise::joined("an admin connection", joined),
             conn = connections.next() => match conn {
                 Some(Ok(conn)) => {
                     let served = connection(conn, app.clone(), transport.header_timeout, shutdown.clone());
@@ -207,14 +208,18 @@ pub async fn serve(
                     });
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "Cannot accept an admin connection."),
-                None => break,
+                None => break Some(connections.ended().await),
             },
         }
-    }
+    };
     drop(connections);
     let drained = async { while open.join_next().await.is_some() {} };
     if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("Admin connections did not close within {DRAIN_TIMEOUT:?}; closing them.");
+    }
+    match ended {
+        None => Ok(()),
+        Some(why) => Err(format!("the admin port accepts no more connections: {why}")),
     }
 }
 

@@ -79,12 +79,15 @@ pub enum RunError {
     PromotedCopyDiffers { revision: i64 },
     #[error(transparent)]
     Server(#[from] ServerError),
+    /// A task the daemon cannot do without (the xDS server, the admin server) stopped.
+    #[error("the {task} server stopped ({cause}); the process ends for its orchestrator to start it again")]
+    Ended { task: String, cause: String },
 }
 
 impl RunError {
     /// Whether the operator's input is at fault (a usage error) rather than the run.
     pub fn is_usage(&self) -> bool {
-        !matches!(self, RunError::Server(_))
+        !matches!(self, RunError::Server(_) | RunError::Ended { .. })
     }
 }
 
@@ -373,11 +376,13 @@ impl Daemon {
                 }
             })
         });
-        let admin_task = tokio::spawn(admin::serve(listeners.admin, routes, admin, stop.clone()));
-        tokio::spawn(async move {
-            shutdown.await;
-            trigger.fire();
-        });
+        // The admin server and the xDS server: the daemon cannot do without either, and ends
+        // with an error if one stops before shutdown.
+        let admin_task = supervisor.critical(
+            "admin",
+            stop.clone(),
+            admin::serve(listeners.admin, routes, admin, stop.clone()),
+        );
         // Staged rollouts on this replica, when the cache has a policy (read from what the
         // server reports of the proxies).
         let rollouts = crate::rollout::replica::drives(&cache).then(|| {
@@ -392,7 +397,17 @@ impl Daemon {
                 )
             })
         });
-        let served = server::serve(listeners.xds, cache, fleet, telemetry, serve, stop).await;
+        let xds_task = supervisor.critical("xds", stop.clone(), {
+            let served = server::serve(listeners.xds, cache, fleet, telemetry, serve, stop);
+            async move { served.await.map_err(|e| e.to_string()) }
+        });
+        // Until shutdown, or until a task the daemon cannot do without stops.
+        let failed = tokio::select! {
+            () = shutdown => None,
+            down = supervisor.failed() => Some(down),
+        };
+        trigger.fire();
+        let _ = xds_task.await;
         if let Some(follower) = follower {
             let _ = follower.await;
         }
@@ -405,11 +420,15 @@ impl Daemon {
         for task in [keeper, rollouts].into_iter().flatten() {
             task.abort();
         }
-        if let Err(e) = admin_task.await {
-            tracing::error!("admin server task: {e}");
-        }
+        let _ = admin_task.await;
         publisher.save_history();
-        Ok(served?)
+        match failed {
+            None => Ok(()),
+            Some(down) => Err(RunError::Ended {
+                task: down.task,
+                cause: down.cause,
+            }),
+        }
     }
 }
 

@@ -1,18 +1,28 @@
-//! Every long-running task of the daemon under one supervisor: the source's follower, the
-//! fleet's rollout driver, the sharing of the view, the keeper of the promoted copy and this
-//! replica's rollouts. A task that ends before shutdown, or panics, is logged with its cause
-//! (ERROR), counted (`switchyard_task_restarts_total`), said to be down (`/readyz`,
-//! `/status`'s `tasks_down`, `switchyard status`, the page) and started again after a wait
-//! that doubles from [`RESTART_FIRST`] to [`RESTART_MAX`] (a task that ran
-//! [`RESTART_RESET`] is started again at once, its failure being new).
+//! Every long-running task of the daemon under one supervisor. Two kinds:
+//! - tasks started again ([`Supervisor::spawn`]): the source's follower, the fleet's rollout
+//!   driver, the sharing of the view, the keeper of the promoted copy and this replica's
+//!   rollouts. One that ends before shutdown, or panics, is logged with its cause (ERROR),
+//!   counted (`switchyard_task_restarts_total`), said to be down (`/readyz`, `/status`'s
+//!   `tasks_down`, `switchyard status`, the page) and started again after a wait that
+//!   doubles from [`RESTART_FIRST`] to [`RESTART_MAX`] (a task that ran [`RESTART_RESET`] is
+//!   started again at once, its failure being new);
+//! - tasks the daemon cannot do without ([`Supervisor::critical`]): the xDS server with its
+//!   accept loop and the admin server with its own. One that ends before shutdown, or
+//!   panics, is logged with its cause (ERROR), said to be down for good (`/readyz` 503), and
+//!   ends the daemon with an error ([`Supervisor::failed`]), for the orchestrator to start
+//!   the process again: a replica that serves no xDS never says it is ready.
+//!
+//! Aborting a supervised task aborts what it runs. A panic anywhere under it (a connection's
+//! task too, [`joined`]) is logged with its task's name, never dropped.
 //!
 //! Each task is started by a function that makes it anew from what it shares with the rest
 //! of the daemon (its channels, the cache), so a restart loses nothing another task holds.
 //!
 //! [`fail_point`] is a test-only hook: with `SWITCHYARD_TEST_PANIC=NAME[*N][,...]` in its
-//! environment the daemon panics at each named point (a task's start by its name, `load`)
-//! the first N times it passes it (once without `*N`), as the supervision's end-to-end test
-//! needs. Never set it in production.
+//! environment the daemon panics at each named point (a task's start by its name, `load`,
+//! `xds_accept` in the xDS port's accept loop, `xds_connection` at a connection's start)
+//! the first N times it passes it (once without `*N`), as the supervision's end-to-end tests
+//! need. Never set it in production.
 //!
 //! Must not: know what a task does, or decide shutdown (`shutdown`).
 
@@ -52,6 +62,38 @@ pub struct Supervisor {
     down: Arc<Mutex<BTreeMap<&'static str, TaskDown>>>,
     stops: Arc<Mutex<BTreeMap<&'static str, u64>>>,
     telemetry: Telemetry,
+    /// The first critical task that ended before shutdown, told to the daemon.
+    failed: Arc<tokio::sync::watch::Sender<Option<TaskDown>>>,
+}
+
+/// A task's handle that aborts it when dropped: aborting the task that holds it aborts this
+/// one too.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How a task ended, in words: "it ended", "it panicked: ...", "it was cancelled".
+fn ended_words<T>(ended: Result<T, tokio::task::JoinError>) -> String {
+    match ended {
+        Ok(_) => "it ended".to_string(),
+        Err(e) if e.is_panic() => format!("it panicked: {}", panic_words(e.into_panic())),
+        Err(_) => "it was cancelled".to_string(),
+    }
+}
+
+/// Say a task of a set (`what`: "an xDS connection") that panicked, with its words: a task
+/// of a `JoinSet` is never let go without a word.
+pub fn joined(what: &'static str, ended: Option<Result<(), tokio::task::JoinError>>) {
+    if let Some(Err(e)) = ended {
+        if e.is_panic() {
+            let cause = format!("it panicked: {}", panic_words(e.into_panic()));
+            tracing::error!(task = what, cause = %cause, "A task panicked; what it served is gone, the rest goes on. Please report it with this log.");
+        }
+    }
 }
 
 impl Supervisor {
@@ -91,21 +133,16 @@ impl Supervisor {
             loop {
                 let began = Instant::now();
                 let run = make(shutdown.clone());
-                let ended = tokio::spawn(async move {
+                // Held here: aborting this task aborts the run.
+                let mut running = AbortOnDrop(tokio::spawn(async move {
                     fail_point(task);
                     run.await
-                })
-                .await;
+                }));
+                let ended = (&mut running.0).await;
                 if shutdown.fired() {
                     return;
                 }
-                let cause = match ended {
-                    Ok(()) => "it ended".to_string(),
-                    Err(e) if e.is_panic() => {
-                        format!("it panicked: {}", panic_words(e.into_panic()))
-                    }
-                    Err(_) => "it was cancelled".to_string(),
-                };
+                let cause = ended_words(ended);
                 if began.elapsed() >= RESTART_RESET {
                     wait = RESTART_FIRST;
                 }
@@ -118,6 +155,64 @@ impl Supervisor {
                 supervisor.restarted(task);
             }
         })
+    }
+
+    /// Run `run`, which the daemon cannot do without, until `shutdown`. Ending before it
+    /// (or panicking) is logged with the task's name and cause, said down for good
+    /// (`/readyz` 503), and told to the daemon ([`Supervisor::failed`]), which ends.
+    pub fn critical<Fut>(
+        &self,
+        task: &'static str,
+        shutdown: Shutdown,
+        run: Fut,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        let supervisor = self.clone();
+        tokio::spawn(async move {
+            let mut running = AbortOnDrop(tokio::spawn(async move {
+                fail_point(task);
+                run.await
+            }));
+            let ended = (&mut running.0).await;
+            if shutdown.fired() {
+                return;
+            }
+            let cause = match ended {
+                Ok(Err(why)) => format!("it ended: {why}"),
+                ended => ended_words(ended),
+            };
+            let down = TaskDown {
+                task: task.to_string(),
+                cause: cause.clone(),
+                since: crate::fleet::format_time(SystemTime::now()),
+                stops: 1,
+                restart_at: "never: the process ends".into(),
+            };
+            supervisor
+                .down
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(task, down.clone());
+            supervisor.telemetry.task_failed(task, &cause);
+            supervisor.failed.send_if_modified(|failed| {
+                failed.is_none().then(|| *failed = Some(down)).is_some()
+            });
+        })
+    }
+
+    /// The first critical task that ended before shutdown, once one has.
+    pub async fn failed(&self) -> TaskDown {
+        let mut failed = self.failed.subscribe();
+        loop {
+            if let Some(down) = failed.borrow_and_update().clone() {
+                return down;
+            }
+            if failed.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     fn stopped(&self, task: &'static str, cause: &str, wait: Duration) {
@@ -241,6 +336,99 @@ mod tests {
             starts.load(Ordering::SeqCst),
             3,
             "no restart after shutdown"
+        );
+    }
+
+    /// Sets its flag when dropped: the future holding it was dropped (aborted, or done).
+    struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Aborting a supervised task aborts what it runs, whichever kind: the run is dropped.
+    #[tokio::test]
+    async fn aborting_a_supervised_task_aborts_what_it_runs() {
+        let supervisor = Supervisor::new(Telemetry::default());
+        let (_trigger, shutdown) = crate::shutdown::channel();
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&dropped);
+        let handle = supervisor.spawn("keeper", shutdown.clone(), move |_| {
+            let guard = Dropped(Arc::clone(&flag));
+            async move {
+                let _guard = guard;
+                std::future::pending::<()>().await
+            }
+        });
+        tokio::task::yield_now().await;
+        handle.abort();
+        let aborted = tokio::time::timeout(Duration::from_secs(5), async {
+            while !dropped.load(Ordering::SeqCst) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(aborted.is_ok(), "the run is aborted with its task");
+
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let guard = Dropped(Arc::clone(&dropped));
+        let handle = supervisor.critical("xds", shutdown, async move {
+            let _guard = guard;
+            std::future::pending::<Result<(), String>>().await
+        });
+        tokio::task::yield_now().await;
+        handle.abort();
+        let aborted = tokio::time::timeout(Duration::from_secs(5), async {
+            while !dropped.load(Ordering::SeqCst) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(aborted.is_ok(), "the critical run is aborted with its task");
+    }
+
+    /// A task the daemon cannot do without that ends (or panics) before shutdown is said
+    /// down for good, with its cause, and told to the daemon; one that ends at shutdown is
+    /// not.
+    #[tokio::test]
+    async fn a_critical_task_that_ends_is_told_to_the_daemon_with_its_cause() {
+        let supervisor = Supervisor::new(Telemetry::default());
+        let (trigger, shutdown) = crate::shutdown::channel();
+        let mut waited = shutdown.clone();
+        let calm = supervisor.critical("admin", shutdown.clone(), async move {
+            waited.wait().await;
+            Ok(())
+        });
+        supervisor.critical("xds", shutdown.clone(), async {
+            Err("the xDS port accepts no more connections".to_string())
+        });
+        let failed = tokio::time::timeout(Duration::from_secs(5), supervisor.failed())
+            .await
+            .expect("told");
+        assert_eq!(failed.task, "xds");
+        assert_eq!(
+            failed.cause,
+            "it ended: the xDS port accepts no more connections"
+        );
+        assert!(supervisor.down().iter().any(|d| d.task == "xds"));
+        let panicking = Supervisor::new(Telemetry::default());
+        panicking.critical("admin", shutdown.clone(), async {
+            panic!("the accept loop broke");
+        });
+        let failed = tokio::time::timeout(Duration::from_secs(5), panicking.failed())
+            .await
+            .expect("told");
+        assert!(
+            failed.cause.contains("it panicked: the accept loop broke"),
+            "{failed:?}"
+        );
+        trigger.fire();
+        calm.await.expect("joins");
+        assert!(
+            !supervisor.down().iter().any(|d| d.task == "admin"),
+            "ending at shutdown is no failure"
         );
     }
 }

@@ -348,6 +348,17 @@ impl Telemetry {
         self.metrics.tasks_down.set(down as i64);
     }
 
+    /// A task the daemon cannot do without (the xDS server, the admin server) ended before
+    /// shutdown: the daemon ends with an error.
+    pub fn task_failed(&self, task: &'static str, cause: &str) {
+        tracing::error!(
+            task,
+            cause,
+            "A task the server cannot do without stopped; the process ends with an error (its orchestrator starts it again), /readyz says not ready meanwhile."
+        );
+        self.metrics.tasks_down.inc();
+    }
+
     /// A task that stopped was started again; `down` tasks are still down.
     pub fn task_restarted(&self, task: &'static str, down: usize) {
         tracing::info!(task, "A long-running task that stopped was started again.");

@@ -741,3 +741,103 @@ async fn e2e_a_reader_that_never_reads_is_closed_after_the_stall_timeout() {
         closed.as_secs_f64()
     );
 }
+
+/// The whole daemon under supervision (operations.md "Faults beyond a kill"): a panic in an
+/// xDS connection's task is logged with its task's name, and only that connection is gone
+/// (the next client is served); the xDS port's accept loop ending (panicking) ends the
+/// process with an error naming the task, rather than leaving a replica that serves no xDS
+/// and says it is ready. Both through the test-only `SWITCHYARD_TEST_PANIC` hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_connection_panic_is_said_and_a_server_that_stops_accepting_ends_the_process() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    snapshot(&snap, free_port(), "one");
+    let snap_arg = snap.to_str().expect("a UTF-8 path");
+    let logs = dir.path().join("connection");
+    std::fs::create_dir_all(&logs).expect("log dir");
+    let server = Switchyard::start_serving_env(
+        &["--config", snap_arg],
+        &logs,
+        (free_port(), free_port()),
+        &[],
+        &[("SWITCHYARD_TEST_PANIC", "xds_connection")],
+    )
+    .await;
+    // A first connection that sends something: its task panics, and is said.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut first = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+            .await
+            .expect("connects");
+        first
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .expect("writes");
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(10), first.read_to_end(&mut rest)).await;
+        assert!(
+            closed.is_ok(),
+            "the connection whose task panicked is closed"
+        );
+    }
+    let said = eventually(Duration::from_secs(10), || async {
+        server.log_lines().iter().any(|l| {
+            l["level"] == "ERROR"
+                && l["task"] == "an xDS connection"
+                && l["cause"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("it panicked"))
+        })
+    })
+    .await;
+    assert!(said.is_some(), "{}", server.process.log_text());
+    // The next connection is served.
+    let mut client = server.ads("edge-1").await;
+    client
+        .subscribe(switchyard::resource::ResourceType::Listener, &[])
+        .await;
+    let lds = client
+        .recv_type(switchyard::resource::ResourceType::Listener)
+        .await;
+    assert_eq!(lds.resources.len(), 1);
+    let ready = reqwest::get(format!("http://127.0.0.1:{}/readyz", server.admin_port))
+        .await
+        .expect("readyz answers");
+    assert_eq!(
+        ready.status().as_u16(),
+        200,
+        "one connection is not the server"
+    );
+
+    let logs = dir.path().join("accept");
+    std::fs::create_dir_all(&logs).expect("log dir");
+    let mut stopping = Switchyard::start_serving_env(
+        &["--config", snap_arg],
+        &logs,
+        (free_port(), free_port()),
+        &[],
+        &[("SWITCHYARD_TEST_PANIC", "xds_accept")],
+    )
+    .await;
+    // The readiness probe's connection made the accept loop panic: the process ends.
+    let started = Instant::now();
+    let code = loop {
+        if let Some(code) = stopping.process.exit_code() {
+            break Some(code);
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = stopping.process.log_text();
+    assert!(code.is_some_and(|c| c != Some(0)), "exited {code:?}\n{log}");
+    assert!(
+        log.contains("A task the server cannot do without stopped")
+            && log.contains("\"task\":\"xds\"")
+            && log.contains("the accept loop panicked"),
+        "{log}"
+    );
+}

@@ -809,9 +809,11 @@ impl Core {
             _ => runs.map(Arc::new),
         };
         if let Some(runs) = &runs {
-            self.ran
-                .get_or_insert_with(Default::default)
-                .push((kind, accepted.clone(), Arc::clone(runs)));
+            self.ran.get_or_insert_with(Default::default).push((
+                kind,
+                accepted.clone(),
+                Arc::clone(runs),
+            ));
         }
         let changed = super::Changed::of(&resources);
         for (brought, previous) in resources {

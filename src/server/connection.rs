@@ -70,6 +70,7 @@ pub async fn serve(
     mut shutdown: Shutdown,
     telemetry: crate::telemetry::Telemetry,
 ) {
+    crate::supervise::fail_point("xds_connection");
     let peer = conn.peer();
     let (aged_tx, aged_rx) = watch::channel(false);
     let mut info: ConnInfo = conn.info().clone();

@@ -84,20 +84,19 @@ pub struct Accept {
 /// complete its TLS handshake, or send anything, within the handshake time-out is closed,
 /// logged and counted as `handshake_timeout`: each waits in its own task, so a slow client
 /// holds up no other.
-pub fn incoming(
-    listener: TcpListener,
-    accept: Accept,
-    telemetry: Telemetry,
-) -> ReceiverStream<io::Result<Conn>> {
+pub fn incoming(listener: TcpListener, accept: Accept, telemetry: Telemetry) -> Incoming {
     let (tx, rx) = mpsc::channel(16);
     let permits = Arc::new(Semaphore::new(accept.max));
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let port = accept.port;
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
                 _ = tx.closed() => break,
             };
+            if accepted.is_ok() && accept.port == "xDS" {
+                crate::supervise::fail_point("xds_accept");
+            }
             match accepted {
                 Ok((tcp, peer)) => match Arc::clone(&permits).try_acquire_owned() {
                     Ok(permit) => {
@@ -154,7 +153,46 @@ pub fn incoming(
             }
         }
     });
-    ReceiverStream::new(rx)
+    Incoming {
+        connections: ReceiverStream::new(rx),
+        task,
+    }
+}
+
+/// The connections a port accepts, from its accept loop (a task of its own, aborted when
+/// this is dropped). The stream ends only if the loop did ([`Incoming::ended`] says why).
+pub struct Incoming {
+    connections: ReceiverStream<io::Result<Conn>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Incoming {
+    /// Why the accept loop ended (once the stream has): it panicked, or ended.
+    pub async fn ended(&mut self) -> String {
+        let ended = (&mut self.task).await;
+        match ended {
+            Ok(()) => "the accept loop ended".into(),
+            Err(e) if e.is_panic() => format!(
+                "the accept loop panicked: {}",
+                crate::supervise::panic_words(e.into_panic())
+            ),
+            Err(_) => "the accept loop was cancelled".into(),
+        }
+    }
+}
+
+impl tokio_stream::Stream for Incoming {
+    type Item = io::Result<Conn>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.connections).poll_next(cx)
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// The TLS handshake with `acceptor`, and the identity a client certificate proves; or,

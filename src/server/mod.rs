@@ -66,6 +66,9 @@ pub fn control_plane_id() -> String {
 pub enum ServerError {
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The port accepts no more connections: its accept loop ended (a bug).
+    #[error("the {port} port accepts no more connections: {why}")]
+    NotAccepting { port: &'static str, why: String },
 }
 
 /// What one client may take of the server; past each, that client is turned away with a
@@ -203,10 +206,10 @@ pub async fn serve(
 
     let mut connections = connections;
     let mut open = tokio::task::JoinSet::new();
-    loop {
+    let ended = loop {
         tokio::select! {
-            _ = shutdown.wait() => break,
-            Some(_) = open.join_next(), if !open.is_empty() => {}
+            _ = shutdown.wait() => break None,
+            joined = open.join_next(), if !open.is_empty() => crate::supervise::joined("an xDS connection", joined),
             conn = tokio_stream::StreamExt::next(&mut connections) => match conn {
                 Some(Ok(conn)) => {
                     open.spawn(connection::serve(
@@ -218,10 +221,10 @@ pub async fn serve(
                     ));
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "Cannot accept an xDS connection."),
-                None => break,
+                None => break Some(connections.ended().await),
             },
         }
-    }
+    };
     // Stop accepting; every stream ends and every connection sends GOAWAY (they hold the
     // same signal); requests in progress get the drain time.
     drop(connections);
@@ -230,5 +233,8 @@ pub async fn serve(
     if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("Connections did not close within {DRAIN_TIMEOUT:?}; closing them.");
     }
-    Ok(())
+    match ended {
+        None => Ok(()),
+        Some(why) => Err(ServerError::NotAccepting { port: "xDS", why }),
+    }
 }

@@ -155,6 +155,11 @@ impl Process {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Whether it has exited, and with what code (`Some(None)`: ended by a signal).
+    pub fn exit_code(&mut self) -> Option<Option<i32>> {
+        self.child.try_wait().ok().flatten().map(|s| s.code())
+    }
+
     /// Kill the process now (SIGKILL) and wait for it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -254,7 +254,10 @@ fn p17_nack_records_error_nonce_and_what_the_client_still_runs() {
         version(Cluster, "b", "1"),
         version(Cluster, "c", "1"),
     );
-    assert_eq!(held, [("a", a.as_str()), ("b", b.as_str()), ("c", c.as_str())]);
+    assert_eq!(
+        held,
+        [("a", a.as_str()), ("b", b.as_str()), ("c", c.as_str())]
+    );
     assert!(runs.served_by(snap(ABC).get(Cluster)));
     assert!(!runs.served_by(snap(&[(Cluster, "a", "2"), (Cluster, "b", "1")]).get(Cluster)));
     assert_eq!(
