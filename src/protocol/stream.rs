@@ -153,8 +153,11 @@ pub struct Core {
     /// that is (a later NACK of the same version runs the same, whatever was sent since).
     /// Boxed: almost no stream has any.
     #[allow(clippy::box_collection)]
-    ran: Option<Box<Vec<(ResourceType, String, Arc<super::Runs>)>>>,
+    ran: Option<Box<Vec<Ran>>>,
 }
+
+/// A type NACKed since its last ACK, the version the client said it runs, and what that is.
+type Ran = (ResourceType, String, Arc<super::Runs>);
 
 /// One type's sync state on a stream.
 #[derive(Debug, Default)]
