@@ -521,7 +521,7 @@ struct AdminAlone {
     addr: std::net::SocketAddr,
     reloader: std::sync::Arc<switchyard::publish::Reloader>,
     stop: switchyard::shutdown::Trigger,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Result<(), String>>,
     _dir: tempfile::TempDir,
 }
 
@@ -735,7 +735,8 @@ async fn the_admin_server_stops_with_idle_connections_open() {
     tokio::time::timeout(WAIT, alone.task)
         .await
         .expect("the admin server ends")
-        .expect("task");
+        .expect("task")
+        .expect("ended at shutdown, not on its own");
     let rest = read_to_close(&mut idle).await;
     assert!(rest.ends_with("ok\n"), "{rest}");
 }
