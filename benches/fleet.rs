@@ -244,7 +244,7 @@ fn main() {
         fresh.current().snapshot_for(&facts);
         let live_one = live_kib();
         let changed = ["2s", "3s", "4s", "5s"];
-        for g in 0..switchyard::cache::RECENT {
+        for g in 0..(switchyard::cache::DEFAULT_KEPT - 1) {
             let timeout = changed[g % changed.len()];
             let timeout = |i: usize| if i == 0 { timeout } else { "1s" };
             write_file(dir.path(), 0, timeout, |_| 8080, |_| true);
@@ -258,10 +258,10 @@ fn main() {
         println!(
             "kept generations ({} before the newest): one generation {} MiB live heap; with \
              those kept {} MiB more ({} MiB each)",
-            switchyard::cache::RECENT,
+            (switchyard::cache::DEFAULT_KEPT - 1),
             one / 1024,
             more / 1024,
-            more / 1024 / switchyard::cache::RECENT
+            more / 1024 / (switchyard::cache::DEFAULT_KEPT - 1)
         );
     }
 
