@@ -31,7 +31,7 @@ printf 'clusters:\n  - name: backend\n    connect_timeout: 1s\n' > "$work/cfg/cl
 url="etcd://$etcd/view"
 "$bin" apply "$work/cfg" --source "$url" >/dev/null
 for i in $(seq 0 $((replicas - 1))); do
-  "$bin" serve --source "$url" --xds-addr "127.0.0.1:$((18700 + i))" --admin-addr "127.0.0.1:$((19700 + i))" \
+  "$bin" serve --source "$url" --replica-name "replica-$i" --xds-addr "127.0.0.1:$((18700 + i))" --admin-addr "127.0.0.1:$((19700 + i))" \
     --log-level warn &
   pids="$pids $!"
 done
