@@ -368,6 +368,16 @@ impl XdsClient {
         self.send(r).await;
     }
 
+    /// The next response within `limit` (`None` past it); panics if the stream ends.
+    pub async fn recv_within(&mut self, limit: Duration) -> Option<DiscoveryResponse> {
+        match tokio::time::timeout(limit, self.responses.message()).await {
+            Ok(Ok(Some(r))) => Some(r),
+            Ok(Ok(None)) => panic!("stream ended"),
+            Ok(Err(status)) => panic!("stream failed: {status:?}"),
+            Err(_) => None,
+        }
+    }
+
     /// The next response; panics after [`WAIT`] or if the stream ends.
     pub async fn recv(&mut self) -> DiscoveryResponse {
         next_message(&mut self.responses).await

@@ -265,8 +265,15 @@ pub async fn follow(
             url: &url,
             sink: &sink,
             progress: &progress,
+            worked: false,
         };
-        match following.follow(stream, &mut shutdown).await {
+        let ended = following.follow(stream, &mut shutdown).await;
+        // A watch that delivered changes worked: if it fails now (its member killed, say),
+        // the next try comes after the first wait, not after the waits of earlier outages.
+        if following.worked {
+            tries.worked();
+        }
+        match ended {
             WatchEnd::Shutdown => return,
             WatchEnd::Failed(e) => failed = Some(e),
             WatchEnd::Stale => held.stale = true,
@@ -303,6 +310,8 @@ struct Watch<'a> {
     url: &'a EtcdUrl,
     sink: &'a Arc<dyn Sink>,
     progress: &'a Progress,
+    /// It delivered events.
+    worked: bool,
 }
 
 impl Watch<'_> {
@@ -332,6 +341,7 @@ impl Watch<'_> {
                 }
                 Burst::Responses(responses) => responses,
             };
+            self.worked = true;
             let mut applied = Applied::default();
             for response in &burst {
                 let a = apply(self.held, &prefix, response);

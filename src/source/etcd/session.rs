@@ -69,6 +69,12 @@ impl Retry {
         true
     }
 
+    /// The session did what it is for (a watch delivered a change): its end, however soon,
+    /// is a new failure, tried again after the first wait.
+    pub fn worked(&mut self) {
+        self.wait = self.first;
+    }
+
     /// Whether an outage was said and has not ended.
     pub fn away(&self) -> bool {
         self.away
