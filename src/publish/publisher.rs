@@ -133,9 +133,12 @@ impl Publisher {
         let stable_now = self.cache.policy().is_none() || current.number == 0;
         let mut kept = false;
         if let (Some(state), true) = (&self.state, stable_now) {
-            // Kept before it is published, from the files as they are now (checked by
-            // loading the copy); a failure here does not stop serving.
-            match state.persist(&self.paths, &self.options, None) {
+            // Kept before it is published, from the files as they are now, checked to load
+            // to what is published (its content version): an edit that landed after the
+            // load read the files is not kept as good unchecked (it loads next, through
+            // every check). A failure here does not stop serving.
+            let published = config.content_version();
+            match state.persist(&self.paths, &self.options, Some(&published)) {
                 Ok(_) => kept = true,
                 Err(e) => {
                     tracing::error!(error = %e, "Cannot keep the good snapshot in --state-dir; the previous copy stays.")

@@ -453,3 +453,48 @@ async fn handed_to_the_fleets_rollout_a_load_is_never_published_by_the_sink() {
     assert!(heads.take_config(7).is_none());
     assert!(!reloader.last_report().expect("a report").ok());
 }
+
+/// The copy kept in `--state-dir` is what was published: an edit that lands after a load
+/// read the files (mid-load) is not kept as the last good copy unchecked, since it went
+/// through no check (pre-flight, the emptied-group guard); the copy before stays, and the
+/// edit is kept once it loads and is published itself.
+#[test]
+fn the_kept_copy_is_what_was_published_not_an_edit_made_during_the_load() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    let file = config.join("a.yaml");
+    let state_dir = dir.path().join("state");
+    let cache = Arc::new(Cache::new());
+    let publisher = Publisher::new(
+        Arc::clone(&cache),
+        Telemetry::default(),
+        vec![config.clone()],
+        LoadOptions::default(),
+    )
+    .with_state(StateDir::open(&state_dir).expect("state"));
+    let kept = || {
+        let roots = StateDir::open(&state_dir)
+            .expect("state")
+            .last_good()
+            .expect("a copy");
+        std::fs::read_to_string(roots[0].join("a.yaml")).expect("copy")
+    };
+    let load = || crate::config::load(&[config.clone()], &LoadOptions::default()).expect("loads");
+    std::fs::write(&file, GOOD).expect("write");
+    publisher.publish_load(load(), Publication::default());
+    assert_eq!(kept(), GOOD);
+    // Loaded, then edited before it is published.
+    std::fs::write(&file, CHANGED).expect("write");
+    let read_before_the_edit = {
+        std::fs::write(&file, GOOD.replace("1s", "5s")).expect("write");
+        let config = load();
+        std::fs::write(&file, CHANGED).expect("write");
+        config
+    };
+    publisher.publish_load(read_before_the_edit, Publication::default());
+    assert_eq!(kept(), GOOD, "the edit is not kept: it was not what was published");
+    // Loaded and published itself: kept.
+    publisher.publish_load(load(), Publication::default());
+    assert_eq!(kept(), CHANGED);
+}
