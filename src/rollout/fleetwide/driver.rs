@@ -217,6 +217,50 @@ struct Known {
     versions: BTreeMap<u64, String>,
     /// The last failure to follow, logged once until it changes.
     stuck: Option<String>,
+    /// A generation the rollout names that this replica failed to load or publish: not tried
+    /// again until its wait is over, or ever while it names the same content, when what
+    /// failed cannot change by waiting (its documents do not load here).
+    failing: Option<Failing>,
+}
+
+/// A generation that failed to serve, and when it is tried again.
+#[derive(Debug)]
+struct Failing {
+    mark: Mark,
+    /// `None`: not by waiting (only a change of what the rollout names).
+    again_at: Option<tokio::time::Instant>,
+    wait: Duration,
+}
+
+impl Failing {
+    /// Whether `mark` is to be tried now.
+    fn allows(failing: &Option<Failing>, mark: &Mark) -> bool {
+        match failing {
+            Some(f) if f.mark == *mark => f
+                .again_at
+                .is_some_and(|at| tokio::time::Instant::now() >= at),
+            _ => true,
+        }
+    }
+
+    /// `mark` failed with `e`: the next try waits twice as long as the last (from
+    /// `RETRY_FIRST` up to `RETRY_MAX`), or never comes for this content when waiting
+    /// cannot mend it.
+    fn after(failing: Option<Failing>, mark: &Mark, e: &DriverError) -> Failing {
+        let wait = match failing {
+            Some(f) if f.mark == *mark => (f.wait * 2).min(RETRY_MAX),
+            _ => RETRY_FIRST,
+        };
+        let mends_by_waiting = !matches!(
+            e,
+            DriverError::DoesNotLoad { .. } | DriverError::NotNamed { .. }
+        );
+        Failing {
+            mark: mark.clone(),
+            again_at: mends_by_waiting.then(|| tokio::time::Instant::now() + wait),
+            wait,
+        }
+    }
 }
 
 impl Known {
@@ -258,6 +302,7 @@ impl Driver {
             said: None,
             versions: BTreeMap::new(),
             stuck: None,
+            failing: None,
         };
         let mut tries =
             etcd::session::Retry::new(RETRY_FIRST, RETRY_MAX).saying_after(etcd::OUTAGE_AFTER);
@@ -522,14 +567,35 @@ impl Driver {
         let bake_left = self.bake_left(known, &shared);
         let steps = fleetwide::follow(&local, &shared, Instant::now(), bake_left);
         for step in steps {
+            let publishing = match &step {
+                Follow::Publish(mark) => Some(mark.clone()),
+                _ => None,
+            };
+            // A generation that failed waits for its next try (or for other content).
+            if let Some(mark) = publishing.as_ref() {
+                if !Failing::allows(&known.failing, mark) {
+                    return;
+                }
+            }
             if let Err(e) = self.take(client, known, &shared, step).await {
+                if let Some(mark) = publishing.as_ref() {
+                    known.failing = Some(Failing::after(known.failing.take(), mark, &e));
+                }
                 // Said once per reason, not on every try.
                 let why = e.to_string();
                 if known.stuck.as_ref() != Some(&why) {
-                    tracing::error!(error = %e, "Cannot serve what the fleet's rollout says yet; serving what this replica has, trying again.");
+                    let again = match known.failing.as_ref().map(|f| f.again_at.map(|_| f.wait)) {
+                        Some(Some(wait)) => format!("trying again in {}", humantime::format_duration(wait)),
+                        Some(None) => "trying again once the rollout names other content".to_string(),
+                        None => "trying again".to_string(),
+                    };
+                    tracing::error!(error = %e, again = %again, "Cannot serve what the fleet's rollout says yet; serving what this replica has.");
                     known.stuck = Some(why);
                 }
                 return;
+            }
+            if publishing.is_some() {
+                known.failing = None;
             }
         }
         known.stuck = None;
@@ -959,5 +1025,47 @@ fn remember(
     memory.push((version.to_string(), Arc::clone(documents)));
     if memory.len() > 4 {
         memory.remove(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(revision: i64) -> Mark {
+        Mark {
+            revision,
+            version: format!("v{revision}"),
+        }
+    }
+
+    /// A generation that failed is tried again after a wait that doubles (etcd did not
+    /// answer), or not at all while the rollout names the same content (its documents do
+    /// not load here: waiting mends nothing); other content is tried at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_generation_waits_for_its_next_try_or_for_other_content() {
+        let away = DriverError::Source(SourceError::Unavailable {
+            url: "etcd://x/sy".into(),
+            message: "etcd does not answer".into(),
+        });
+        let mut failing = Some(Failing::after(None, &mark(5), &away));
+        assert!(!Failing::allows(&failing, &mark(5)), "not at once");
+        assert!(Failing::allows(&failing, &mark(6)), "other content at once");
+        tokio::time::advance(RETRY_FIRST).await;
+        assert!(Failing::allows(&failing, &mark(5)), "after the first wait");
+        failing = Some(Failing::after(failing, &mark(5), &away));
+        tokio::time::advance(RETRY_FIRST).await;
+        assert!(!Failing::allows(&failing, &mark(5)), "the wait doubled");
+        tokio::time::advance(RETRY_FIRST).await;
+        assert!(Failing::allows(&failing, &mark(5)));
+
+        let bad = DriverError::NotNamed { revision: 5 };
+        let failing = Some(Failing::after(failing, &mark(5), &bad));
+        tokio::time::advance(RETRY_MAX * 10).await;
+        assert!(
+            !Failing::allows(&failing, &mark(5)),
+            "never again for the same content"
+        );
+        assert!(Failing::allows(&failing, &mark(7)));
     }
 }
