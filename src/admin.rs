@@ -353,11 +353,21 @@ struct DumpQuery {
     cluster: Option<String>,
 }
 
-/// The snapshot a node gets, every type, each resource as proto3 JSON.
+/// The snapshot a node gets, every type, each resource as proto3 JSON: built on a blocking
+/// thread (every resource's JSON, for a large snapshot, is seconds of CPU work).
 async fn config_dump(
     State(admin): State<Admin>,
     axum::extract::Query(query): axum::extract::Query<DumpQuery>,
 ) -> Response {
+    match tokio::task::spawn_blocking(move || config_dump_now(&admin, query)).await {
+        Ok(response) => response,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response(),
+    }
+}
+
+/// [`config_dump`]'s answer, as of now.
+fn config_dump_now(admin: &Admin, query: DumpQuery) -> Response {
     if query.node.is_none() && query.cluster.is_none() {
         return (
             StatusCode::BAD_REQUEST,
@@ -535,11 +545,16 @@ async fn source_settle(
             .into_response();
     };
     match barrier.settle(query.revision).await {
-        Ok(position) => axum::Json(status::Settled {
-            position,
-            config: status::config_status(&admin),
-        })
-        .into_response(),
+        Ok(position) => {
+            // The last load, and whether a file changed since (a walk of the files): on a
+            // blocking thread.
+            let taking = admin.clone();
+            let config = tokio::task::spawn_blocking(move || status::config_status(&taking))
+                .await
+                .ok()
+                .flatten();
+            axum::Json(status::Settled { position, config }).into_response()
+        }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
 }

@@ -228,13 +228,17 @@ impl Daemon {
                 following.unzip()
             }
             (source, _) => {
-                let following = options.watch.then(|| {
-                    Following::files(
-                        Arc::clone(&reloader) as Arc<dyn Sink>,
-                        source.paths().to_vec(),
-                        telemetry.clone(),
-                    )
-                });
+                let following = match options.watch {
+                    true => Some(
+                        Following::files(
+                            Arc::clone(&reloader) as Arc<dyn Sink>,
+                            source.paths().to_vec(),
+                            telemetry.clone(),
+                        )
+                        .await,
+                    ),
+                    false => None,
+                };
                 let promoted_first = publisher.serve_promoted_first().is_some();
                 if let Err(failure) = reloader.reload() {
                     match publisher.serve_last_good(&failure) {

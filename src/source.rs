@@ -95,10 +95,16 @@ pub enum Following {
 }
 
 impl Following {
-    /// Follow the files from now (the watch is armed before the first load reads them, so
-    /// that a write landing during the load is loaded next).
-    pub fn files(sink: Arc<dyn Sink>, paths: Vec<PathBuf>, telemetry: Telemetry) -> Following {
-        let armed = files::Watching::arm(Arc::clone(&sink), paths.clone(), telemetry.clone());
+    /// Follow the files from now (the watch is armed, on a blocking thread, before the first
+    /// load reads them, so that a write landing during the load is loaded next).
+    pub async fn files(
+        sink: Arc<dyn Sink>,
+        paths: Vec<PathBuf>,
+        telemetry: Telemetry,
+    ) -> Following {
+        let armed =
+            files::Watching::arm_off_worker(Arc::clone(&sink), paths.clone(), telemetry.clone())
+                .await;
         Following::Files {
             sink,
             paths,
@@ -148,11 +154,12 @@ impl Following {
                     let watching = match first {
                         Some(watching) => watching,
                         None => {
-                            let watching = files::Watching::arm(
+                            let watching = files::Watching::arm_off_worker(
                                 Arc::clone(sink),
                                 paths.clone(),
                                 telemetry.clone(),
-                            );
+                            )
+                            .await;
                             // Armed before the files are read again: nothing is missed.
                             load_files(sink).await;
                             watching

@@ -402,6 +402,47 @@ async fn config_dump_shows_what_a_node_gets_as_proto3_json() {
     assert!(body.contains("?node="), "{body}");
 }
 
+/// `/config_dump` of a large snapshot builds its JSON off the runtime's threads: a
+/// `/healthz` asked while it is built is answered first. The in-process server here runs on
+/// the test's one-thread runtime, so JSON built inline would hold every request up.
+#[tokio::test]
+async fn config_dump_of_a_large_snapshot_holds_up_no_other_request() {
+    let clusters: String = (0..20_000)
+        .map(|i| format!("  - {{ name: c{i}, connect_timeout: 1s }}\n"))
+        .collect();
+    let server = TestServer::start(&[("clusters.yaml", &format!("clusters:\n{clusters}"))]).await;
+    let admin = server.admin_addr;
+    let dump = async move {
+        let asked = tokio::time::Instant::now();
+        let r = reqwest::get(format!("http://{admin}/config_dump?node=edge-1"))
+            .await
+            .expect("answers");
+        // Answered (its headers): the JSON was built.
+        let answered = tokio::time::Instant::now();
+        let text = r.text().await.expect("body");
+        assert!(
+            answered - asked > Duration::from_millis(10),
+            "built long enough to tell"
+        );
+        (answered, text.len())
+    };
+    let health = async move {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let r = reqwest::get(format!("http://{admin}/healthz"))
+            .await
+            .expect("answers");
+        assert_eq!(r.status(), 200);
+        tokio::time::Instant::now()
+    };
+    let ((dumped, bytes), healthy) = tokio::join!(dump, health);
+    assert!(bytes > 1_000_000, "a large dump: {bytes} bytes");
+    assert!(
+        healthy < dumped,
+        "/healthz waited for /config_dump's JSON ({:?} after it)",
+        healthy - dumped
+    );
+}
+
 #[tokio::test]
 async fn csds_answers_per_node_from_acks_and_nacks() {
     use envoy_types::pb::envoy::r#type::matcher::v3::NodeMatcher;

@@ -493,7 +493,11 @@ fn the_kept_copy_is_what_was_published_not_an_edit_made_during_the_load() {
         config
     };
     publisher.publish_load(read_before_the_edit, Publication::default());
-    assert_eq!(kept(), GOOD, "the edit is not kept: it was not what was published");
+    assert_eq!(
+        kept(),
+        GOOD,
+        "the edit is not kept: it was not what was published"
+    );
     // Loaded and published itself: kept.
     publisher.publish_load(load(), Publication::default());
     assert_eq!(kept(), CHANGED);

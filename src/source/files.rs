@@ -45,7 +45,8 @@ type Armed = (
 
 impl Watching {
     /// Arm the watch on `paths` now; [`Watching::run`] then has `sink` load them again
-    /// after each burst of changes.
+    /// after each burst of changes. Blocking: it walks the trees (a watch per directory)
+    /// and asks the sink what its last load read (waiting for a load in progress).
     pub fn arm(sink: Arc<dyn Sink>, paths: Vec<PathBuf>, telemetry: Telemetry) -> Watching {
         let mut watching = Watching {
             sink,
@@ -57,11 +58,56 @@ impl Watching {
         watching
     }
 
+    /// [`Watching::arm`] on a blocking thread.
+    pub async fn arm_off_worker(
+        sink: Arc<dyn Sink>,
+        paths: Vec<PathBuf>,
+        telemetry: Telemetry,
+    ) -> Watching {
+        let arming = (Arc::clone(&sink), paths.clone(), telemetry.clone());
+        match tokio::task::spawn_blocking(move || Watching::arm(arming.0, arming.1, arming.2)).await
+        {
+            Ok(watching) => watching,
+            // The runtime is shutting down: nothing armed, and nothing to watch for.
+            Err(_) => Watching {
+                sink,
+                paths,
+                telemetry,
+                armed: None,
+            },
+        }
+    }
+
+    /// Arm again, on a blocking thread (see [`Watching::arm`]): the new watch, and the
+    /// secret files' directories its last load named.
+    async fn rearm(&mut self) {
+        let sink = Arc::clone(&self.sink);
+        let paths = std::mem::take(&mut self.paths);
+        let telemetry = self.telemetry.clone();
+        let armed = self.armed.take();
+        // The old watch is dropped there too (removing its inotify watches).
+        let rearmed = tokio::task::spawn_blocking(move || {
+            drop(armed);
+            Watching::arm(sink, paths, telemetry)
+        })
+        .await;
+        if let Ok(rearmed) = rearmed {
+            *self = rearmed;
+        }
+    }
+
     /// Load again after each burst of changes (events since the watch was armed included)
     /// until `shutdown` completes.
     pub async fn run(mut self, mut shutdown: Shutdown) {
         loop {
-            let secret_dirs = self.secret_dirs();
+            // What the last load read, asked on a blocking thread (a load in progress
+            // holds it).
+            let secret_dirs = {
+                let sink = Arc::clone(&self.sink);
+                tokio::task::spawn_blocking(move || secret_dirs(&*sink))
+                    .await
+                    .unwrap_or_default()
+            };
             match &mut self.armed {
                 // A load named secret files the watch does not cover yet (the first load
                 // does, after the watch was armed): watch them too, and load again, since
@@ -84,7 +130,7 @@ impl Watching {
             }
             // Armed before the files are read, so a write that lands during the load
             // triggers another one instead of being missed.
-            self.armed = self.arm_now();
+            self.rearm().await;
             // A failed load is logged and kept by the sink; a half-written file that fails
             // to parse is loaded again on its next event; a load that panicked is reported
             // as failed.
@@ -153,16 +199,21 @@ impl Watching {
 
     /// The directories of the secret files the last load read: watched whole.
     fn secret_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs: Vec<PathBuf> = self
-            .sink
-            .files_read()
-            .iter()
-            .filter_map(|f| parent_dir(f))
-            .collect();
-        dirs.sort();
-        dirs.dedup();
-        dirs
+        secret_dirs(&*self.sink)
     }
+}
+
+/// The directories of the secret files `sink`'s last load read (blocking: a load in
+/// progress holds what it read).
+fn secret_dirs(sink: &dyn Sink) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = sink
+        .files_read()
+        .iter()
+        .filter_map(|f| parent_dir(f))
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
 }
 
 /// Wait for a change, then for quiet ([`DEBOUNCE`]): but no longer than [`MAX_DEBOUNCE`]
@@ -235,6 +286,79 @@ mod tests {
             }
             tx
         })
+    }
+
+    /// A sink whose loads are held (`gate` locked): asking what its last load read waits for
+    /// the gate, as the real sink waits for a load in progress.
+    struct Held {
+        gate: Arc<std::sync::Mutex<()>>,
+        loads: std::sync::atomic::AtomicU64,
+    }
+
+    impl Sink for Held {
+        fn files_changed(&self) -> u64 {
+            let _held = self.gate.lock().unwrap_or_else(|p| p.into_inner());
+            self.loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+        }
+        fn files_read(&self) -> Vec<PathBuf> {
+            let _held = self.gate.lock().unwrap_or_else(|p| p.into_inner());
+            Vec::new()
+        }
+        fn documents(
+            &self,
+            _: &[crate::config::Document],
+            _: i64,
+            _: Option<super::super::etcd::ApplyNote>,
+        ) {
+        }
+        fn load_stopped(&self, _: Option<i64>, _: String) {}
+    }
+
+    /// The watch never blocks the runtime's thread: with a load in progress (the sink held),
+    /// the files' watch asks what the last load read and arms itself anew on blocking
+    /// threads, so another task of a one-thread runtime goes on meanwhile.
+    #[tokio::test]
+    async fn the_watch_waits_for_a_load_in_progress_off_the_runtime() {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::write(dir.path().join("a.yaml"), "{}\n").expect("write");
+        let gate = Arc::new(std::sync::Mutex::new(()));
+        let sink = Arc::new(Held {
+            gate: Arc::clone(&gate),
+            loads: Default::default(),
+        });
+        let watching = Watching::arm_off_worker(
+            Arc::clone(&sink) as Arc<dyn Sink>,
+            vec![dir.path().to_path_buf()],
+            Telemetry::default(),
+        )
+        .await;
+        let (_trigger, shutdown) = crate::shutdown::channel();
+        // A load in progress: the gate held by another thread for a while.
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let holder = {
+            let gate = Arc::clone(&gate);
+            std::thread::spawn(move || {
+                let _held = gate.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = held_tx.send(());
+                std::thread::sleep(Duration::from_millis(1500));
+            })
+        };
+        held_rx.recv().expect("held");
+        let watch = tokio::spawn(watching.run(shutdown));
+        // On this one-thread runtime, a task that ticks: it must go on while the watch
+        // waits for the load.
+        let started = std::time::Instant::now();
+        let mut ticks = 0;
+        while started.elapsed() < Duration::from_millis(1000) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            ticks += 1;
+        }
+        assert!(
+            ticks >= 3,
+            "the runtime's thread was blocked: {ticks} ticks in 1 s"
+        );
+        holder.join().expect("joins");
+        watch.abort();
     }
 
     /// A burst of events reloads once, DEBOUNCE after its last event. On tokio's paused

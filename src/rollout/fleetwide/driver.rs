@@ -585,8 +585,12 @@ impl Driver {
                 let why = e.to_string();
                 if known.stuck.as_ref() != Some(&why) {
                     let again = match known.failing.as_ref().map(|f| f.again_at.map(|_| f.wait)) {
-                        Some(Some(wait)) => format!("trying again in {}", humantime::format_duration(wait)),
-                        Some(None) => "trying again once the rollout names other content".to_string(),
+                        Some(Some(wait)) => {
+                            format!("trying again in {}", humantime::format_duration(wait))
+                        }
+                        Some(None) => {
+                            "trying again once the rollout names other content".to_string()
+                        }
                         None => "trying again".to_string(),
                     };
                     tracing::error!(error = %e, again = %again, "Cannot serve what the fleet's rollout says yet; serving what this replica has.");
