@@ -480,7 +480,9 @@ fn the_kept_copy_is_what_was_published_not_an_edit_made_during_the_load() {
             .expect("a copy");
         std::fs::read_to_string(roots[0].join("a.yaml")).expect("copy")
     };
-    let load = || crate::config::load(&[config.clone()], &LoadOptions::default()).expect("loads");
+    let load = || {
+        crate::config::load(std::slice::from_ref(&config), &LoadOptions::default()).expect("loads")
+    };
     std::fs::write(&file, GOOD).expect("write");
     publisher.publish_load(load(), Publication::default());
     assert_eq!(kept(), GOOD);
