@@ -2064,3 +2064,131 @@ async fn a_value_that_is_not_a_document_is_a_load_failure_naming_its_key_not_an_
         "a bad value is not an outage:\n{log}"
     );
 }
+
+/// One deadline per apply, honoured by every step: etcd stalled (SIGSTOP) at a seeded
+/// random moment of a large apply (switched over in several transactions: connect, read,
+/// stage, begin, copy, end), for longer than `--source-timeout`: the apply ends within
+/// its deadline (and the tidying after it), with words saying etcd did not answer, never
+/// stalled with it. Once etcd is back, an apply finishes what was left, and the prefix
+/// holds the change whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_ends_within_its_one_deadline_wherever_etcd_stalls() {
+    let seed = support::seed_from("SWITCHYARD_FAULT_SEED");
+    let mut random = support::Seeded(seed);
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/stall", etcd.endpoint());
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    let pid = etcd.process.pid();
+    let signal = |signal: &str| {
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}");
+    };
+    const DOCUMENTS: usize = 1500;
+    let stage = |round: u32| {
+        for i in 0..DOCUMENTS {
+            support::write(
+                &snap,
+                &format!("c{i}.yaml"),
+                &format!(
+                    "clusters:\n  - name: c{i}\n    connect_timeout: {}s\n",
+                    round + 1
+                ),
+            );
+        }
+    };
+    // How long such an apply takes here, unstalled: the stalls fall within it.
+    stage(99);
+    let (code, out, err, whole) = timed_apply(&snap, &url, "20s");
+    assert_eq!(code, Some(0), "{out}{err}");
+    for round in 0..6u32 {
+        // The switch, in several transactions.
+        stage(round);
+        // Within the apply's second half: its talk with etcd comes after it checked the
+        // documents.
+        let half = u64::try_from(whole.as_millis() / 2).unwrap_or(1).max(1);
+        let delay = Duration::from_millis(half + random.draw() % half);
+        let started = std::time::Instant::now();
+        let applying = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["apply", snap.to_str().expect("utf-8"), "--source", &url])
+            .args(["--source-timeout", "2s"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("apply starts");
+        tokio::time::sleep(delay).await;
+        signal("-STOP");
+        // Bounded: an apply stalled with etcd is resumed with it after 15 s, and fails here.
+        let mut applying = applying;
+        let ended = eventually_exits(&mut applying, Duration::from_secs(15)).await;
+        let took = started.elapsed();
+        signal("-CONT");
+        let out = tokio::task::spawn_blocking(move || applying.wait_with_output())
+            .await
+            .expect("joins")
+            .expect("apply ends");
+        assert!(
+            ended,
+            "round {round}: the apply stalled with etcd past 15 s"
+        );
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!(
+            "round {round} (seed {seed}): etcd stalled {delay:?} into the apply; it ended after \
+             {took:?}, exit {:?}: {}",
+            out.status.code(),
+            said.lines().last().unwrap_or_default()
+        );
+        // 2 s, the tidying's 1 s, the process's start and end.
+        assert!(
+            took < Duration::from_secs(5),
+            "round {round}: the apply took {took:?} with --source-timeout 2s:\n{said}"
+        );
+        if !out.status.success() {
+            assert!(
+                said.contains("within --source-timeout")
+                    || said.contains("no answer")
+                    || said.contains("did not answer"),
+                "round {round}: {said}"
+            );
+        }
+        // Back: an apply finishes it (or finds it landed), and the prefix holds it whole.
+        let (code, out, err, _) = timed_apply(&snap, &url, "20s");
+        assert_eq!(code, Some(0), "round {round}: {out}{err}");
+        let mut client = etcd.client().await.expect("etcd answers");
+        let read = client
+            .get(
+                "/stall/",
+                Some(switchyard_etcd::GetOptions::new().with_prefix()),
+            )
+            .await
+            .expect("read");
+        let want = format!("connect_timeout: {}s", round + 1);
+        let whole = read
+            .kvs()
+            .iter()
+            .filter(|kv| kv.key().starts_with(b"/stall/c"))
+            .filter(|kv| String::from_utf8_lossy(kv.value()).contains(&want))
+            .count();
+        assert_eq!(whole, DOCUMENTS, "round {round}: the change is whole");
+    }
+}
+
+/// Whether `child` exits within `limit` (looked at every 50 ms).
+async fn eventually_exits(child: &mut std::process::Child, limit: Duration) -> bool {
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        if child.try_wait().ok().flatten().is_some() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}

@@ -64,7 +64,8 @@ pub struct WriteFlags {
     /// USER, else LOGNAME, else the name of the user the process runs as).
     #[arg(long, value_name = "NAME", env = "SWITCHYARD_AUTHOR")]
     pub author: Option<String>,
-    /// How long connecting, reading and writing may take, each.
+    /// How long the write may take in all: connecting, finishing an interrupted apply,
+    /// reading, staging and writing share this one deadline.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub source_timeout: Duration,
     /// As `serve --strict`.
@@ -402,8 +403,21 @@ fn write_change(
         return Err(ExitCode::FAILURE);
     };
     let outcome = rt.block_on(async {
-        let mut client = etcd::connect(&url, access, timeout).await?;
+        // One deadline for the whole apply, every step within it (--source-timeout): the
+        // connect, an interrupted apply finished, the read, the write.
         let deadline = tokio::time::Instant::now() + timeout;
+        let late = || {
+            ApplyError::Unavailable(crate::source::SourceError::Unavailable {
+                url: url.display(),
+                message: format!(
+                    "no answer within --source-timeout {}",
+                    humantime::format_duration(timeout)
+                ),
+            })
+        };
+        let mut client = tokio::time::timeout_at(deadline, etcd::connect(&url, access, timeout))
+            .await
+            .map_err(|_| late())??;
         // An apply in several transactions that was interrupted is finished first (readers
         // hold the documents before it until then).
         if !dry_run {
@@ -416,7 +430,9 @@ fn write_change(
         }
         let (held, mut at) = etcd::read_for_write(&mut client, &url, deadline).await?;
         if let Some(expected) = flags.expect_revision {
-            let last = etcd::last_write(&mut client, &url).await?;
+            let last = tokio::time::timeout_at(deadline, etcd::last_write(&mut client, &url))
+                .await
+                .map_err(|_| late())??;
             if last > expected {
                 return Err(ApplyError::Moved { expected, last });
             }
@@ -482,7 +498,6 @@ fn write_change(
             "nonce": format!("{}-{}", std::process::id(), now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())),
         })
         .to_string();
-        let deadline = tokio::time::Instant::now() + timeout;
         let landed = etcd::apply(&mut client, &url, &change, at, &note, deadline).await?;
         Ok::<_, ApplyError>(Some((at.revision, landed, author)))
     });

@@ -526,7 +526,13 @@ pub async fn apply(
     let mut failed = None;
     loop {
         if failed.is_some() {
-            match guarded_by(client, url).await {
+            let looked = tokio::time::timeout_at(deadline, guarded_by(client, url)).await;
+            match looked.unwrap_or_else(|_| {
+                Err(SourceError::Unavailable {
+                    url: url.display(),
+                    message: "no answer in time".into(),
+                })
+            }) {
                 Ok((value, revision)) if value == note.as_bytes() => return Ok(revision),
                 Ok((_, revision)) if revision != at.guard => {
                     return Err(ApplyError::Changed { read: at.revision })
@@ -743,6 +749,10 @@ pub fn words(e: &switchyard_etcd::Error) -> String {
                 Code::PermissionDenied | Code::Unauthenticated => {
                     format!("etcd refused this access ({cause})")
                 }
+                // tonic's request timeout ends a call as cancelled, "Timeout expired".
+                Code::Cancelled if said.to_lowercase().contains("timeout") => {
+                    "etcd did not answer in time".to_string()
+                }
                 Code::Cancelled => "the call to etcd was cancelled".to_string(),
                 Code::ResourceExhausted => format!("etcd refused a request this large ({cause})"),
                 _ if said.is_empty() => format!("etcd answered: {}", status.code().description()),
@@ -782,6 +792,9 @@ mod words_tests {
         );
         let late = switchyard_etcd::Error::GRpcStatus(tonic::Status::deadline_exceeded("x"));
         assert_eq!(words(&late), "etcd did not answer in time");
+        let timed_out =
+            switchyard_etcd::Error::GRpcStatus(tonic::Status::cancelled("Timeout expired"));
+        assert_eq!(words(&timed_out), "etcd did not answer in time");
         let denied = switchyard_etcd::Error::GRpcStatus(tonic::Status::permission_denied(
             "etcdserver: permission denied",
         ));

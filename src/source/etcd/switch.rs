@@ -134,27 +134,91 @@ pub async fn apply(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     );
-    let mut alive = Alive::take(client, url).await?;
-    let staged = stage(client, url, &id, change, &mut alive).await;
+    let mut alive = within(
+        deadline,
+        url,
+        "cannot take a lease",
+        Alive::take(client, url),
+    )
+    .await?;
+    let staged = within(
+        deadline,
+        url,
+        "cannot stage the documents",
+        stage(client, url, &id, change, &mut alive),
+    )
+    .await;
     let begun = match staged {
-        Ok(()) => begin(client, url, &id, change, at, note).await,
+        Ok(()) => match within(
+            deadline,
+            url,
+            "cannot begin the switch",
+            begin(client, url, &id, change, at, note),
+        )
+        .await
+        {
+            // Out of time as the switch key was written: whether it was, the key says
+            // (one more look, however late).
+            Err(late) => match tokio::time::timeout(CLEANUP, began(client, url, &id)).await {
+                Ok(Some(begun)) => Ok(begun),
+                _ => Err(late),
+            },
+            begun => begun,
+        },
         Err(e) => Err(e),
     };
     let (text, switch) = match begun {
         Ok(begun) => begun,
         Err(e) => {
-            // Nothing under the prefix changed: what was staged goes.
-            let _ = drop_staging(client, url, &id).await;
-            let _ = client.lease_revoke(alive.lease).await;
+            // Nothing under the prefix changed: what was staged goes (its lease ends anyway).
+            let _ = tokio::time::timeout(CLEANUP, async {
+                let _ = drop_staging(client, url, &id).await;
+                let _ = client.lease_revoke(alive.lease).await;
+            })
+            .await;
             return Err(e);
         }
     };
     let landed = finish(client, url, &text, &switch, &change.put, deadline).await;
-    if landed.is_ok() {
-        let _ = drop_staging(client, url, &id).await;
-    }
-    let _ = client.lease_revoke(alive.lease).await;
+    let _ = tokio::time::timeout(CLEANUP, async {
+        if landed.is_ok() {
+            let _ = drop_staging(client, url, &id).await;
+        }
+        let _ = client.lease_revoke(alive.lease).await;
+    })
+    .await;
     landed
+}
+
+/// How long the tidying after an apply may take past its deadline (dropping a staging,
+/// revoking a lease: what is left is given up by etcd within the lease, or by the next
+/// apply).
+const CLEANUP: Duration = Duration::from_secs(1);
+
+/// `step` of an apply, within its `deadline`: past it, etcd did not answer in time
+/// (`what` says what could not be done).
+async fn within<T>(
+    deadline: tokio::time::Instant,
+    url: &EtcdUrl,
+    what: &str,
+    step: impl std::future::Future<Output = Result<T, ApplyError>>,
+) -> Result<T, ApplyError> {
+    tokio::time::timeout_at(deadline, step)
+        .await
+        .unwrap_or_else(|_| {
+            Err(unavailable(
+                url,
+                format!("{what}: etcd did not answer within --source-timeout"),
+            ))
+        })
+}
+
+/// The switch this apply (`id`) began, if the switch key holds it.
+async fn began(client: &mut Client, url: &EtcdUrl, id: &str) -> Option<(String, Switch)> {
+    let got = client.get(keys::switching(url), None).await.ok()?;
+    let text = String::from_utf8_lossy(got.kvs().first()?.value()).into_owned();
+    let switch: Switch = serde_json::from_str(&text).ok()?;
+    (switch.id == id).then_some((text, switch))
 }
 
 /// Write the documents to put under the staging keys, and the `.alive` key on the lease.
@@ -290,9 +354,9 @@ async fn finish(
         Ok(revision) => Ok(revision),
         // The end landed and its answer was lost: the guard key holds this apply's note.
         Err(ApplyError::Switched) => {
-            let got = client
-                .get(keys::guard(url), None)
+            let got = tokio::time::timeout(CLEANUP, client.get(keys::guard(url), None))
                 .await
+                .map_err(|_| unavailable(url, "cannot read the guard key: no answer".into()))?
                 .map_err(|e| failed(url, "cannot read the guard key", &e))?;
             match got.kvs().first() {
                 Some(kv) if kv.value() == switch.note.as_bytes() => Ok(kv.mod_revision()),
@@ -311,7 +375,12 @@ async fn step(
     deadline: tokio::time::Instant,
 ) -> Result<i64, ApplyError> {
     loop {
-        match client.txn(txn()).await {
+        let Ok(answered) = tokio::time::timeout_at(deadline, client.txn(txn())).await else {
+            return Err(ApplyError::HalfSwitched {
+                message: "etcd did not answer within --source-timeout".into(),
+            });
+        };
+        match answered {
             Ok(answer) if answer.succeeded() => {
                 return Ok(answer.header().map_or(0, |h| h.revision()))
             }
@@ -359,7 +428,13 @@ pub async fn resume(
     // ALIVE_TTL, so a deadline past that always sees it end.
     let mut said = false;
     loop {
-        match resume_once(client, url, deadline).await {
+        let once = within(
+            deadline,
+            url,
+            "cannot look for an interrupted apply",
+            resume_once(client, url, deadline),
+        );
+        match once.await {
             Err(ApplyError::Busy) if tokio::time::Instant::now() + BUSY_POLL < deadline => {
                 if !std::mem::replace(&mut said, true) {
                     eprintln!(
