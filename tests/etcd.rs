@@ -2105,13 +2105,14 @@ async fn an_apply_ends_within_its_one_deadline_wherever_etcd_stalls() {
     stage(99);
     let (code, out, err, whole) = timed_apply(&snap, &url, "20s");
     assert_eq!(code, Some(0), "{out}{err}");
+    eprintln!("an unstalled apply of {DOCUMENTS} documents took {whole:?}");
     for round in 0..6u32 {
         // The switch, in several transactions.
         stage(round);
-        // Within the apply's second half: its talk with etcd comes after it checked the
-        // documents.
+        // From the apply's second half on (its talk with etcd comes after it checked the
+        // documents) to a little past its end: each step of its talk may meet the stall.
         let half = u64::try_from(whole.as_millis() / 2).unwrap_or(1).max(1);
-        let delay = Duration::from_millis(half + random.draw() % half);
+        let delay = Duration::from_millis(half + random.draw() % (2 * half));
         let started = std::time::Instant::now();
         let applying = Command::new(env!("CARGO_BIN_EXE_switchyard"))
             .args(["apply", snap.to_str().expect("utf-8"), "--source", &url])
