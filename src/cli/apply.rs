@@ -486,18 +486,22 @@ fn write_change(
         }
         let now = std::time::SystemTime::now();
         let author = flags.author();
-        let note = serde_json::json!({
-            "read_at": at.revision,
-            "documents": local.len(),
-            "at": humantime::format_rfc3339_seconds(now).to_string(),
-            "author": author,
-            "message": flags.message,
-            "rollback": rollback.map(|(revision, _)| revision),
-            "now": rollback.is_some_and(|(_, now)| now),
-            // Unique to this apply: a write whose answer was lost is told by it.
-            "nonce": format!("{}-{}", std::process::id(), now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())),
-        })
-        .to_string();
+        let note = etcd::ApplyNote {
+            read_at: Some(at.revision),
+            documents: Some(local.len()),
+            at: humantime::format_rfc3339_seconds(now).to_string(),
+            author: author.clone(),
+            message: flags.message.clone(),
+            rollback: rollback.map(|(revision, _)| revision),
+            now: rollback.is_some_and(|(_, now)| now),
+            nonce: format!(
+                "{}-{}",
+                std::process::id(),
+                now.duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            ),
+        }
+        .text();
         let landed = etcd::apply(&mut client, &url, &change, at, &note, deadline).await?;
         Ok::<_, ApplyError>(Some((at.revision, landed, author)))
     });

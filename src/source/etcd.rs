@@ -294,9 +294,16 @@ pub async fn read_at(
 }
 
 /// What an apply says of itself in the guard key it writes with the documents: when, who
-/// and why (`apply --author`, `--message`).
+/// and why (`apply --author`, `--message`), what it read, and a nonce. One type, written by
+/// `apply` and read by every replica, `history` and `status`; fields are only added.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApplyNote {
+    /// The revision the apply read the prefix at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_at: Option<i64>,
+    /// How many documents it wrote the prefix to hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<usize>,
     #[serde(default)]
     pub at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -309,6 +316,17 @@ pub struct ApplyNote {
     /// `rollback --now`: every node gets it at once, skipping the canaries and the bake.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub now: bool,
+    /// Unique to this apply (its process and time): a write whose answer was lost is told
+    /// by it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nonce: String,
+}
+
+impl ApplyNote {
+    /// The note as the guard key holds it (JSON).
+    pub fn text(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
 }
 
 /// What `apply` writes: documents put (new or changed), and keys deleted.
@@ -809,6 +827,30 @@ mod words_tests {
 
 #[cfg(test)]
 mod tests {
+    /// The apply note is one type: what `apply` writes reads back whole, field for field;
+    /// a note of an older apply (fewer fields) and of a newer one (more) read too.
+    #[test]
+    fn the_apply_note_written_is_the_note_read() {
+        let note = super::ApplyNote {
+            read_at: Some(41),
+            documents: Some(3),
+            at: "2026-12-07T01:00:00Z".into(),
+            author: Some("ana".into()),
+            message: Some("slower connects".into()),
+            rollback: Some(12),
+            now: true,
+            nonce: "123-456".into(),
+        };
+        let read: super::ApplyNote = serde_json::from_str(&note.text()).expect("reads");
+        assert_eq!(read, note);
+        let older: super::ApplyNote =
+            serde_json::from_str(r#"{"at":"2026-12-01T00:00:00Z","author":"bo"}"#).expect("reads");
+        assert_eq!((older.author.as_deref(), older.read_at), (Some("bo"), None));
+        let newer: super::ApplyNote =
+            serde_json::from_str(r#"{"at":"x","nonce":"n","ticket":"OPS-1"}"#).expect("reads");
+        assert_eq!(newer.nonce, "n");
+    }
+
     /// A switch's transactions are one change to readers, at its end; one not ended yet is
     /// no change; edits before and after stay as they were.
     #[test]
