@@ -40,8 +40,8 @@ pub mod view;
 pub use status::status_now;
 pub use status::{
     CertificateStatus, ConfigStatus, FleetStatus, Kept, LastGood, NewStreamsStatus, NodeStatus,
-    PlanStatusJson, ReplicaVerdict, RolloutStatus, ServerInfo, Settled, SourceStatus, Status,
-    StreamStatus, TypeStatusJson, STATUS_SCHEMA,
+    PlanStatusJson, ReplicaVerdict, RolloutState, RolloutStatus, ServerInfo, Settled, SourceStatus,
+    Status, StreamStatus, TypeStatusJson, STATUS_SCHEMA,
 };
 
 use crate::cache::Cache;

@@ -1124,7 +1124,9 @@ async fn the_page_shows_a_person_where_the_fleet_stands_in_a_real_browser() {
         .nack(&bad, &[], &first.version_info, "no thanks: bad backend")
         .await;
     status_until(&server, |s| {
-        s.rollout.as_ref().is_some_and(|r| r.state == "HALTED")
+        s.rollout
+            .as_ref()
+            .is_some_and(|r| r.state == switchyard::admin::RolloutState::Halted)
     })
     .await;
     headline(

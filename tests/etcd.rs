@@ -1689,9 +1689,10 @@ async fn a_fix_after_a_failed_load_is_judged_by_its_own_revision() {
             .await
             .and_then(|s| s.replicas)
             .is_some_and(|r| {
-                r.replicas
-                    .iter()
-                    .all(|s| s.standing == "LOAD_FAILED" && s.revision == Some(expected))
+                r.replicas.iter().all(|s| {
+                    s.standing == switchyard::admin::standing::Standing::LoadFailed
+                        && s.revision == Some(expected)
+                })
             })
     })
     .await;

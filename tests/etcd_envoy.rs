@@ -215,7 +215,7 @@ async fn e2e_two_replicas_on_etcd_one_rollout_for_the_fleet() {
         b.status()
             .await
             .and_then(|s| s.fleet)
-            .is_some_and(|f| f.state.as_deref() == Some("HALTED"))
+            .is_some_and(|f| f.state == Some(switchyard::admin::RolloutState::Halted))
     })
     .await;
     assert!(halted.is_some(), "B sees the fleet's rollout halted");

@@ -140,7 +140,7 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
     let b_status = b.status().await.expect("B's status");
     assert_eq!(
         b_status.rollout.map(|r| r.state),
-        Some("HALTED".to_string()),
+        Some(switchyard::admin::RolloutState::Halted),
         "B follows the halt its own canaries never saw"
     );
     // B shows the fleet's rollout: A's canary's NACK, and its own empty verdict.
@@ -149,7 +149,7 @@ async fn a_canary_on_one_replica_decides_for_the_edge_on_another() {
         fleet.candidate,
         Some(halted.candidate.as_ref().expect("c").mark.revision)
     );
-    assert_eq!(fleet.state.as_deref(), Some("HALTED"));
+    assert_eq!(fleet.state, Some(switchyard::admin::RolloutState::Halted));
     assert_eq!(fleet.replicas.len(), 2, "{fleet:?}");
     assert!(
         fleet.replicas.iter().any(|r| r.current

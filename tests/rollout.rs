@@ -26,8 +26,8 @@ async fn server(bake: Duration) -> TestServer {
 
 async fn until_rollout(server: &TestServer, want: Option<&str>) {
     for _ in 0..200 {
-        let state = server.status().await.rollout.map(|r| r.state);
-        if state.as_deref() == want {
+        let state = server.status().await.rollout.map(|r| r.state.name());
+        if state == want {
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;

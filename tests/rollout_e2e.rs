@@ -29,7 +29,11 @@ fn rollout(server: &Switchyard, action: &str) -> (Option<i32>, String) {
 }
 
 async fn rollout_state(server: &Switchyard) -> Option<String> {
-    server.status().await?.rollout.map(|r| r.state)
+    server
+        .status()
+        .await?
+        .rollout
+        .map(|r| r.state.name().to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

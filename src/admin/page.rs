@@ -473,12 +473,16 @@ fn config(html: &mut String, status: &Status) {
 /// A staged rollout on this replica, and the fleet's rollout kept in etcd.
 fn rollouts(html: &mut String, status: &Status) {
     if let Some(r) = &status.rollout {
-        let class = if r.state == "HALTED" { "bad" } else { "ok" };
+        let class = if r.state == crate::admin::RolloutState::Halted {
+            "bad"
+        } else {
+            "ok"
+        };
         let _ = write!(
             html,
             "<p class=\"{class}\" id=\"rollout\">Rollout {} since {}: generation {} to the canaries ({}), \
              generation {} to every other node.",
-            esc(&r.state),
+            esc(r.state.name()),
             esc(&r.since),
             r.candidate,
             esc(&r.canary),
@@ -490,7 +494,7 @@ fn rollouts(html: &mut String, status: &Status) {
         html.push_str("</p>");
     }
     if let Some(f) = &status.fleet {
-        let class = if f.state.as_deref() == Some("HALTED") {
+        let class = if f.state == Some(crate::admin::RolloutState::Halted) {
             "bad"
         } else {
             "ok"
@@ -506,7 +510,7 @@ fn rollouts(html: &mut String, status: &Status) {
             let _ = write!(
                 html,
                 "; revision {candidate} {} on the canaries",
-                esc(state)
+                esc(state.name())
             );
         }
         if let Some(reason) = &f.reason {
@@ -1191,7 +1195,7 @@ mod tests {
     fn a_rollout_shows_its_state_generations_and_why_it_halted() {
         let mut status = fleet(2);
         status.rollout = Some(crate::admin::RolloutStatus {
-            state: "HALTED".into(),
+            state: crate::admin::RolloutState::Halted,
             stable: 3,
             candidate: 4,
             canary: "id \"canary-*\"".into(),
@@ -1256,7 +1260,7 @@ mod tests {
             promoted_at: "2026-12-03T15:31:20.230Z".into(),
             promoted_by: "1 canary and the bake".into(),
             candidate: Some(16),
-            state: Some("HALTED".into()),
+            state: Some(crate::admin::RolloutState::Halted),
             reason: Some("canary <b> rejected CDS".into()),
             aborted: None,
             replicas: vec![crate::admin::ReplicaVerdict {
@@ -1317,7 +1321,7 @@ mod tests {
         let replica = |name: &str, standing: &str| ReplicaSummary {
             replica: name.into(),
             at: "2026-12-04T10:00:00.000Z".into(),
-            standing: standing.into(),
+            standing: crate::admin::standing::Standing::from_name(standing).expect("a standing"),
             generation: 1,
             revision: Some(9),
             config_ok: true,
@@ -1359,7 +1363,7 @@ mod tests {
             });
         }
         status.replicas = Some(ReplicasStatus {
-            store: "etcd".into(),
+            store: crate::admin::replicas::Store::Etcd,
             this: "a".into(),
             read_at: "2026-12-04T10:00:01.000Z".into(),
             replicas: vec![replica("a", "DONE"), left, nacking],

@@ -40,7 +40,7 @@ pub struct ReplicaSummary {
     #[serde(default)]
     pub at: String,
     /// Where this replica stands on its own (`DONE`, `UPDATING`, `NACKED`, ...).
-    pub standing: String,
+    pub standing: super::standing::Standing,
     /// The generation serving every node (during a rollout, every node but the canaries),
     /// the etcd revision of the replica's last load, and what the serving generation serves
     /// (`Config::content_version`, equal on replicas that serve the same documents).
@@ -136,7 +136,11 @@ impl NodeSummary {
 
 /// This replica's summary of `status` (its own, without the other replicas), where it
 /// stands on its own being `standing` (`admin::standing::replica_standing`'s name).
-pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSummary {
+pub fn summarize(
+    status: &Status,
+    replica: &str,
+    standing: super::standing::Standing,
+) -> ReplicaSummary {
     let serving = status
         .history
         .iter()
@@ -189,7 +193,7 @@ pub fn summarize(status: &Status, replica: &str, standing: &str) -> ReplicaSumma
         replica: replica.to_string(),
         admin: String::new(),
         at: status.at.clone(),
-        standing: standing.to_string(),
+        standing,
         generation: status.generation,
         revision: status.config.as_ref().and_then(|c| c.revision),
         changed: None,
@@ -218,12 +222,26 @@ pub fn version_of(status: &Status, generation: u64) -> String {
         .unwrap_or_default()
 }
 
+/// Where the replicas share their summaries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Store {
+    /// Every replica's summary, shared through etcd.
+    Etcd,
+    /// From files there is no shared store: this view is this replica's alone.
+    #[default]
+    None,
+    /// A store a newer server names, which this one does not know: taken as shared.
+    #[serde(other)]
+    Unknown,
+}
+
 /// What `/status` says of the replicas behind the view.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicasStatus {
     /// `etcd`: every replica's summary, shared through etcd. `none`: from files there is
     /// no shared store, and this view is this replica's alone.
-    pub store: String,
+    pub store: Store,
     /// This replica's name among the summaries.
     #[serde(default)]
     pub this: String,
@@ -284,14 +302,14 @@ impl ReplicasStatus {
     /// The view from files: this replica's alone.
     pub fn unshared() -> ReplicasStatus {
         ReplicasStatus {
-            store: "none".into(),
+            store: Store::None,
             ..ReplicasStatus::default()
         }
     }
 
     /// Whether the summaries come from a store every replica shares.
     pub fn shared(&self) -> bool {
-        self.store != "none"
+        self.store != Store::None
     }
 
     /// How many replicas share the view, and how many left it (stopped, still listed).
@@ -360,7 +378,7 @@ impl Replicas {
     pub fn status(&self) -> ReplicasStatus {
         let view = self.view.borrow();
         ReplicasStatus {
-            store: "etcd".into(),
+            store: Store::Etcd,
             this: self.this.clone(),
             read_at: view
                 .read_at

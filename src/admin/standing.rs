@@ -11,10 +11,14 @@ use super::Status;
 use crate::fleet::SyncStatus;
 
 /// Where the fleet stands, for a deploy to wait on (`switchyard status`'s exit code) and a
-/// person to read (the page's headline).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// person to read (the page's headline). In a replica's summary by its name
+/// (`SCREAMING_SNAKE_CASE`); a name this release does not know (a newer replica's) reads as
+/// [`Standing::Unknown`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Standing {
     /// Every connected node runs the newest loaded generation, and no rollout is on.
+    #[default]
     Done,
     LoadFailed,
     /// A long-running task of a replica stopped (ended or panicked) and waits to be started
@@ -29,6 +33,10 @@ pub enum Standing {
     /// The other replicas cannot be seen: this replica cannot follow their summaries in
     /// etcd, so what it shows of them may be stale (an etcd source only).
     ReplicaUnseen,
+    /// What another replica said it stands at, in a word this release does not know (a
+    /// newer replica's): judged as a replica still updating, never as done.
+    #[serde(other)]
+    Unknown,
 }
 
 impl Standing {
@@ -58,6 +66,9 @@ impl Standing {
             Standing::ReplicaUnseen => {
                 "the other replicas cannot be seen: this replica cannot follow their summaries in etcd"
             }
+            Standing::Unknown => {
+                "a replica stands where this release cannot tell (a newer release's word)"
+            }
         }
     }
 
@@ -73,6 +84,7 @@ impl Standing {
             Standing::RollingOut => "ROLLING_OUT",
             Standing::Updating => "UPDATING",
             Standing::ReplicaUnseen => "REPLICA_UNSEEN",
+            Standing::Unknown => "UNKNOWN",
         }
     }
 
@@ -124,8 +136,9 @@ pub fn replica_standing(status: &Status) -> Standing {
         return Standing::SourceDown;
     }
     let fleet = status.fleet.as_ref();
-    if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED")
-        || fleet.is_some_and(|f| f.state.as_deref() == Some("HALTED"))
+    use super::RolloutState::Halted;
+    if status.rollout.as_ref().is_some_and(|r| r.state == Halted)
+        || fleet.is_some_and(|f| f.state == Some(Halted))
     {
         return Standing::RolloutStopped;
     }
@@ -206,7 +219,7 @@ impl Standing {
     pub fn severity(self) -> Severity {
         match self {
             Standing::Done => Severity::Good,
-            Standing::RollingOut | Standing::Updating => Severity::Wait,
+            Standing::RollingOut | Standing::Updating | Standing::Unknown => Severity::Wait,
             Standing::ReplicaUnseen
             | Standing::TaskDown
             | Standing::LoadFailed
@@ -251,6 +264,9 @@ impl Standing {
             Standing::ReplicaUnseen => {
                 "check this replica's access to etcd (the reason is under Replicas); ask \
                  another replica's `switchyard status` meanwhile"
+            }
+            Standing::Unknown => {
+                "ask that replica: its own `switchyard status` says where it stands"
             }
         }
     }
@@ -315,7 +331,11 @@ pub fn fleet_standing(status: &Status) -> (Standing, Vec<Lagging>) {
     // only those whose own load read this revision or a newer one are known to have it.
     let stale = loaded.is_some() && replicas.against < loaded;
     for other in replicas.others() {
-        let standing = Standing::from_name(&other.standing).unwrap_or(Standing::Updating);
+        // A word this release does not know: not done, so still updating.
+        let standing = match other.standing {
+            Standing::Unknown => Standing::Updating,
+            standing => standing,
+        };
         let behind = replicas.behind.contains(&other.replica) || (stale && other.revision < loaded);
         // What a replica that has not loaded the newest documents says is about older
         // ones: only a source away from it counts as it is.

@@ -68,6 +68,57 @@ pub struct Status {
 /// How many generations `/status` lists.
 pub const HISTORY_SHOWN: usize = 10;
 
+/// Where a staged rollout is, as `/status` says it: `CANARY`, `BAKING`, `HALTED`; a state a
+/// newer server says that this one does not know reads as `Unknown` (and is never judged
+/// halted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RolloutState {
+    Canary,
+    Baking,
+    Halted,
+    #[serde(other)]
+    Unknown,
+}
+
+impl RolloutState {
+    pub fn name(self) -> &'static str {
+        match self {
+            RolloutState::Canary => "CANARY",
+            RolloutState::Baking => "BAKING",
+            RolloutState::Halted => "HALTED",
+            RolloutState::Unknown => "UNKNOWN",
+        }
+    }
+}
+
+impl std::fmt::Display for RolloutState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl From<&crate::rollout::Phase> for RolloutState {
+    fn from(phase: &crate::rollout::Phase) -> RolloutState {
+        match phase {
+            crate::rollout::Phase::Canary => RolloutState::Canary,
+            crate::rollout::Phase::Baking { .. } => RolloutState::Baking,
+            crate::rollout::Phase::Halted { .. } => RolloutState::Halted,
+        }
+    }
+}
+
+impl From<&crate::rollout::fleetwide::FleetPhase> for RolloutState {
+    fn from(phase: &crate::rollout::fleetwide::FleetPhase) -> RolloutState {
+        use crate::rollout::fleetwide::FleetPhase;
+        match phase {
+            FleetPhase::Canary => RolloutState::Canary,
+            FleetPhase::Baking { .. } => RolloutState::Baking,
+            FleetPhase::Halted { .. } => RolloutState::Halted,
+        }
+    }
+}
+
 /// The fleet's rollout kept in etcd, for `/status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FleetStatus {
@@ -85,7 +136,7 @@ pub struct FleetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidate: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<RolloutState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The last revision an operator aborted (not proposed again).
@@ -120,14 +171,7 @@ impl FleetStatus {
             promoted_at: shared.map(|s| at(s.promoted_ms)).unwrap_or_default(),
             promoted_by: shared.map(|s| s.promoted_by.clone()).unwrap_or_default(),
             candidate: candidate.map(|c| c.mark.revision),
-            state: candidate.map(|c| {
-                match c.phase {
-                    FleetPhase::Canary => "CANARY",
-                    FleetPhase::Baking { .. } => "BAKING",
-                    FleetPhase::Halted { .. } => "HALTED",
-                }
-                .to_string()
-            }),
+            state: candidate.map(|c| RolloutState::from(&c.phase)),
             reason: candidate.and_then(|c| match &c.phase {
                 FleetPhase::Halted { reason } => Some(reason.clone()),
                 _ => None,
@@ -155,7 +199,7 @@ impl FleetStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RolloutStatus {
     /// `CANARY`, `BAKING` or `HALTED`.
-    pub state: String,
+    pub state: RolloutState,
     /// The generation every node that is not a canary gets.
     pub stable: u64,
     /// The generation being rolled out (the canaries have it).
@@ -175,7 +219,7 @@ impl RolloutStatus {
         since: std::time::SystemTime,
     ) -> Self {
         RolloutStatus {
-            state: phase.name().into(),
+            state: RolloutState::from(phase),
             stable,
             candidate,
             canary: policy.canary_text.clone(),

@@ -110,7 +110,7 @@ pub async fn summaries(
         let began = Instant::now();
         let status = super::status_now(&admin).await;
         let standing = super::standing::replica_standing(&status);
-        let mut summary = summarize(&status, &replica, standing.name());
+        let mut summary = summarize(&status, &replica, standing);
         summary.admin.clone_from(&admin_addr);
         // The change this load holds, once the follower has seen the prefix at or after
         // the load with nothing written under it since.

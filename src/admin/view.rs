@@ -86,7 +86,7 @@ impl ReplicaRow {
 
 /// Every replica's row: those sharing the view (by name), then those that vanished.
 pub fn rows(replicas: &ReplicasStatus) -> Vec<ReplicaRow> {
-    use crate::admin::standing::{Severity, Standing};
+    use crate::admin::standing::Severity;
     let dash = || "-".to_string();
     let mut rows: Vec<ReplicaRow> = replicas
         .replicas
@@ -97,12 +97,12 @@ pub fn rows(replicas: &ReplicasStatus) -> Vec<ReplicaRow> {
             let (standing, tone) = if r.left {
                 ("LEFT".to_string(), Tone::Good)
             } else {
-                let tone = match Standing::from_name(&r.standing).map(Standing::severity) {
-                    Some(Severity::Good) => Tone::Good,
-                    Some(Severity::Wait) => Tone::Wait,
-                    _ => Tone::Act,
+                let tone = match r.standing.severity() {
+                    Severity::Good => Tone::Good,
+                    Severity::Wait => Tone::Wait,
+                    Severity::Act => Tone::Act,
                 };
-                (r.standing.clone(), tone)
+                (r.standing.name().to_string(), tone)
             };
             // This replica's own row is its own word; the others' are as last read.
             let (standing, tone) = if replicas.stale && !this && !r.left {

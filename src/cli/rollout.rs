@@ -70,7 +70,11 @@ pub(super) fn run(args: &RolloutArgs) -> ExitCode {
                 ),
             }
             // Halted: the candidate will not reach every node without someone acting.
-            if status.rollout.as_ref().is_some_and(|r| r.state == "HALTED") {
+            if status
+                .rollout
+                .as_ref()
+                .is_some_and(|r| r.state == crate::admin::RolloutState::Halted)
+            {
                 return ExitCode::from(super::status::EXIT_ROLLOUT_STOPPED);
             }
             return ExitCode::SUCCESS;

@@ -91,7 +91,7 @@ impl Standing {
             Standing::RolloutStopped => EXIT_ROLLOUT_STOPPED,
             Standing::Nacked => EXIT_NACKED,
             Standing::RollingOut => EXIT_ROLLING_OUT,
-            Standing::Updating => EXIT_UPDATING,
+            Standing::Updating | Standing::Unknown => EXIT_UPDATING,
             Standing::ReplicaUnseen => EXIT_REPLICA_UNSEEN,
         }
     }
@@ -1087,7 +1087,7 @@ mod tests {
         halted.fleet = Some(crate::admin::FleetStatus {
             promoted: Some(3),
             candidate: Some(5),
-            state: Some("HALTED".into()),
+            state: Some(crate::admin::RolloutState::Halted),
             ..Default::default()
         });
         if let Some(c) = halted.config.as_mut() {
@@ -1121,7 +1121,7 @@ mod tests {
         use crate::admin::replicas::{ReplicasStatus, Vanished};
         let vanished = |mut status: crate::admin::Status| {
             status.replicas = Some(ReplicasStatus {
-                store: "etcd".into(),
+                store: crate::admin::replicas::Store::Etcd,
                 this: "a".into(),
                 vanished: vec![Vanished {
                     replica: "b".into(),
@@ -1144,7 +1144,7 @@ mod tests {
         );
         let with_vanished = |mut status: crate::admin::Status| {
             status.replicas = Some(ReplicasStatus {
-                store: "etcd".into(),
+                store: crate::admin::replicas::Store::Etcd,
                 this: "a".into(),
                 read_at: "2026-12-04T10:00:00.000Z".into(),
                 error: Some("etcd does not answer (connection refused)".into()),
@@ -1222,7 +1222,7 @@ mod tests {
         let replica = |name: &str, left: bool| ReplicaSummary {
             replica: name.into(),
             at: "2026-12-04T10:00:00.000Z".into(),
-            standing: "DONE".into(),
+            standing: Standing::Done,
             generation: 2,
             config_ok: true,
             proxies: 3,
@@ -1231,7 +1231,7 @@ mod tests {
             ..ReplicaSummary::default()
         };
         status.replicas = Some(ReplicasStatus {
-            store: "etcd".into(),
+            store: crate::admin::replicas::Store::Etcd,
             this: "a".into(),
             read_at: "2026-12-04T10:00:01.000Z".into(),
             replicas: vec![replica("a", false), replica("b", true)],

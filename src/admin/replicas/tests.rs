@@ -3,7 +3,7 @@ use crate::admin::standing::{fleet_standing, replica_standing, Standing};
 use crate::admin::view::{notes, rows, Tone};
 
 fn summarize(status: &Status, replica: &str) -> ReplicaSummary {
-    super::summarize(status, replica, replica_standing(status).name())
+    super::summarize(status, replica, replica_standing(status))
 }
 
 /// A replica's `/status`: nodes `(id, generation, CDS state)`, serving generation 2 read
@@ -40,7 +40,7 @@ fn seen_from_a(mut status: Status, others: Vec<ReplicaSummary>) -> Status {
     let mut replicas = vec![summarize(&status, "a")];
     replicas.extend(others);
     status.replicas = Some(ReplicasStatus {
-        store: "etcd".into(),
+        store: crate::admin::replicas::Store::Etcd,
         this: "a".into(),
         read_at: "2026-12-04T10:00:00.000Z".into(),
         error: None,
@@ -76,7 +76,7 @@ fn a_summary_counts_every_proxy_and_lists_those_with_a_problem_first() {
         Some("cluster a: bad")
     );
     assert_eq!((s.revision, s.version.as_str()), (Some(7), "v7"));
-    assert_eq!(s.standing, "NACKED");
+    assert_eq!(s.standing, Standing::Nacked);
     assert_eq!(s.at, "2026-12-04T10:00:00.000Z");
 }
 
@@ -149,7 +149,7 @@ fn a_replica_that_has_not_loaded_the_newest_documents_is_still_updating() {
         "a NACK of older documents"
     );
     let mut failed = b("SYNCED");
-    failed.standing = "LOAD_FAILED".into();
+    failed.standing = Standing::LoadFailed;
     failed.errors = vec!["the old error".into()];
     assert_eq!(
         fleet_standing(&behind(seen_from_a(a(), vec![failed.clone()]))).0,
@@ -170,7 +170,7 @@ fn a_replica_that_has_not_loaded_the_newest_documents_is_still_updating() {
         lagging[0].why
     );
     let mut away = b("SYNCED");
-    away.standing = "SOURCE_DOWN".into();
+    away.standing = Standing::SourceDown;
     assert_eq!(
         fleet_standing(&behind(seen_from_a(a(), vec![away]))).0,
         Standing::SourceDown,
@@ -251,7 +251,7 @@ fn clocks_do_not_judge_a_replica_and_a_vanished_one_holds_no_gate() {
     );
     let mut left = b.clone();
     left.left = true;
-    left.standing = "NACKED".into();
+    left.standing = Standing::Nacked;
     assert_eq!(
         fleet_standing(&seen_from_a(status(&[], 7, "v7"), vec![left])).0,
         Standing::Done,
@@ -356,4 +356,32 @@ fn p36_a_one_off_poll_answered_with_what_serves_holds_no_gate() {
     behind.nodes[0].generation = 1;
     behind.at = older.at.clone();
     assert_eq!(replica_standing(&behind), Standing::Updating);
+}
+
+/// States travel typed: what a newer replica says in words this release does not know (a
+/// standing, a rollout state, a store) reads as `Unknown` rather than failing, and is
+/// judged as updating (never done, never halted).
+#[test]
+fn words_of_a_newer_release_read_as_unknown_and_are_judged_updating() {
+    let mut newer = summarize(&status(&[], 7, "v7"), "b");
+    newer.revision = Some(7);
+    let mut json = serde_json::to_value(&newer).expect("json");
+    json["standing"] = "DEGRADED_SOMEHOW".into();
+    let read: ReplicaSummary = serde_json::from_value(json).expect("reads");
+    assert_eq!(read.standing, Standing::Unknown);
+    let (standing, lagging) = fleet_standing(&seen_from_a(status(&[], 7, "v7"), vec![read]));
+    assert_eq!(standing, Standing::Updating, "{lagging:?}");
+    let state: crate::admin::RolloutState =
+        serde_json::from_value("PAUSED_BY_A_NEWER_RELEASE".into()).expect("reads");
+    assert_eq!(state, crate::admin::RolloutState::Unknown);
+    let store: crate::admin::replicas::Store =
+        serde_json::from_value("consul".into()).expect("reads");
+    assert_eq!(store, crate::admin::replicas::Store::Unknown);
+    // And what this release says reads back as it was.
+    for s in Standing::ALL {
+        let back: Standing =
+            serde_json::from_value(serde_json::to_value(s).expect("json")).expect("reads");
+        assert_eq!(back, s);
+        assert_eq!(serde_json::to_value(s).expect("json"), s.name());
+    }
 }
