@@ -62,13 +62,32 @@ impl LoadReport {
 /// The last load's report, written by the sink as each load ends, and by whoever serves a
 /// load later (the fleet's rollout) or serves something else instead (the copy in
 /// `--state-dir` at start); watched by whoever waits for a load.
+///
+/// A load that publishes holds [`Reports::publishing`] from its publication to its report,
+/// and whoever reads the report with what serves does so under [`Reports::consistent`]: no
+/// reader sees a new generation serving beside the report of the load before it.
 #[derive(Clone, Debug, Default)]
-pub struct Reports(Arc<watch::Sender<Option<LoadReport>>>);
+pub struct Reports(
+    Arc<watch::Sender<Option<LoadReport>>>,
+    Arc<std::sync::RwLock<()>>,
+);
 
 impl Reports {
     /// The outcome of the latest load, if any.
     pub fn last(&self) -> Option<LoadReport> {
         self.0.borrow().clone()
+    }
+
+    /// Held by a load from its publication to its report.
+    pub fn publishing(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.1.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `read` the last report with what it goes with (what serves), as one: no publication
+    /// is between its publish and its report meanwhile.
+    pub fn consistent<T>(&self, read: impl FnOnce(Option<LoadReport>) -> T) -> T {
+        let _reading = self.1.read().unwrap_or_else(|p| p.into_inner());
+        read(self.last())
     }
 
     /// Each load's report as it is made (to wait for one without polling).

@@ -1147,3 +1147,65 @@ async fn the_page_shows_a_person_where_the_fleet_stands_in_a_real_browser() {
     );
     browser.close().await;
 }
+
+/// `/status` is one consistent read: a load's report and what serves are read as one, so a
+/// fix right after a failed load never shows the fix's generation serving beside the failed
+/// load's report, nor a proxy on a generation the report does not know. Failed loads and
+/// fixes alternate (with `--state-dir`, whose copy lengthens each publication) while
+/// `/status` is read as fast as it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_never_reads_a_new_generation_beside_the_report_before_it() {
+    let state = tempfile::tempdir().expect("tmp");
+    let server = TestServer::start_daemon(
+        &[("clusters.yaml", &eds_cluster("backend", "1s", 8080))],
+        switchyard::daemon::Options {
+            state_dir: Some(state.path().to_path_buf()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = server.ads("edge-1").await;
+    client.subscribe(Cluster, &[]).await;
+    let acking = client.ack_everything();
+    let admin = server.admin_addr;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let done = std::sync::Arc::clone(&done);
+        tokio::spawn(async move {
+            let mut read = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let text = reqwest::get(format!("http://{admin}/status"))
+                    .await
+                    .expect("answers")
+                    .text()
+                    .await
+                    .expect("a body");
+                let status: Status = serde_json::from_str(&text).expect("a status");
+                read += 1;
+                let config = status.config.as_ref().expect("a load");
+                assert_eq!(
+                    config.generation, status.generation,
+                    "the report's generation is what serves: {config:?}"
+                );
+                for n in &status.nodes {
+                    assert!(n.generation <= status.generation, "{n:?}");
+                }
+            }
+            read
+        })
+    };
+    for i in 0..40 {
+        server.set_bad_file(
+            "clusters.yaml",
+            "clusters: [{ name: backend, conect_timeout: 1s }]\n",
+        );
+        server.set_file(
+            "clusters.yaml",
+            &eds_cluster("backend", &format!("{}s", i + 2), 8080),
+        );
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let read = reader.await.expect("every status read was consistent");
+    assert!(read > 10, "read {read} times");
+    acking.abort();
+}

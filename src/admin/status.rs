@@ -656,7 +656,12 @@ pub struct Settled {
 
 /// The last load, and whether the source answers.
 pub(super) fn config_status(admin: &Admin) -> Option<ConfigStatus> {
-    admin.reloader.last_report().map(|r| ConfigStatus {
+    config_of(admin, admin.reloader.last_report())
+}
+
+/// `report`, the last load's, with whether the source answers.
+fn config_of(admin: &Admin, report: Option<crate::publish::LoadReport>) -> Option<ConfigStatus> {
+    report.map(|r| ConfigStatus {
         ok: r.ok(),
         at: format_time(r.at),
         generation: r.generation,
@@ -690,11 +695,17 @@ pub async fn status_now(admin: &Admin) -> Status {
     }
 }
 
-/// `/status` as of now.
+/// `/status` as of now: the last load's report, what serves and the proxies' reports read
+/// as one (no publication between them: no proxy on a generation the report does not know).
 pub(super) fn current_status(admin: &Admin) -> Status {
-    let config = config_status(admin);
-    let reports = admin.fleet.reports();
-    let newest = admin.cache.current();
+    let (config, serving, reports) = admin.reloader.load_reports().consistent(|report| {
+        (
+            config_of(admin, report),
+            admin.cache.serving(),
+            admin.fleet.reports(),
+        )
+    });
+    let newest = Arc::clone(serving.newest());
     // Each proxy's node group, by node id and connection: the files with a `nodes:`
     // selector that match it (those for every node are every group's, and not named).
     let selective: Vec<_> = newest
@@ -734,7 +745,6 @@ pub(super) fn current_status(admin: &Admin) -> Status {
     let wall =
         humantime::parse_rfc3339(&status.at).unwrap_or_else(|_| std::time::SystemTime::now());
     status.tasks_down = admin.supervisor.down();
-    let serving = admin.cache.serving();
     let history = admin.publisher.history();
     for node in &mut status.nodes {
         let peer = node
@@ -749,7 +759,7 @@ pub(super) fn current_status(admin: &Admin) -> Status {
         if let Some(facts) = facts.get(&key) {
             // A one-off poll holds the gate of the generation its node gets a few seconds
             // only: past them, no next poll will say it took it.
-            let published = admin.cache.for_node(facts).published;
+            let published = serving.for_node(facts).published;
             let published = wall.checked_sub(published.elapsed()).unwrap_or(wall);
             for stream in node.streams.iter_mut().filter(|s| s.one_off()) {
                 let polled = stream

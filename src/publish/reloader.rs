@@ -237,6 +237,8 @@ impl Reloader {
                 heads.put(head, from.note);
             }
             (Handover::Publish(publisher), _) => {
+                // Published and reported as one, for whoever reads both (`/status`).
+                let _publishing = self.reports.publishing();
                 report.generation = publisher.publish_load(config, from);
                 self.reports.store(report);
             }
