@@ -39,13 +39,13 @@ pub use client::{
     TlsOptions, WatchClient, WatchStream,
 };
 pub use request::{
-    Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     WatchOptions,
 };
 pub use response::{
     CompactionResponse, DeleteResponse, Event, EventType, GetResponse, KeyValue,
     LeaseGrantResponse, LeaseKeepAliveResponse, LeaseRevokeResponse, PutResponse, ResponseHeader,
-    SortOrder, SortTarget, StatusResponse, TxnResponse, WatchResponse,
+    StatusResponse, TxnOpResponse, TxnResponse, WatchResponse,
 };
 
 /// What a call to etcd can end with.

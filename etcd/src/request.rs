@@ -2,9 +2,10 @@
 //! every key under a prefix, and transactions of comparisons and operations.
 
 use crate::pb::etcdserverpb as pb;
-use crate::response::{
-    DeleteResponse, GetResponse, PutResponse, SortOrder, SortTarget, TxnResponse,
-};
+
+/// What a range read is sorted by, and in which order (etcd's `RangeRequest` enums).
+pub type SortTarget = pb::range_request::SortTarget;
+pub type SortOrder = pb::range_request::SortOrder;
 
 /// The end of the range of every key that starts with `key` (etcd's `range_end`): `key`
 /// with its last byte below 0xff raised by one and what follows cut; every key for an empty
@@ -285,15 +286,6 @@ impl Txn {
     pub(crate) fn request(self) -> pb::TxnRequest {
         self.0
     }
-}
-
-/// The answer to one operation of a transaction.
-#[derive(Clone, Debug)]
-pub enum TxnOpResponse {
-    Get(GetResponse),
-    Put(PutResponse),
-    Delete(DeleteResponse),
-    Txn(TxnResponse),
 }
 
 #[cfg(test)]

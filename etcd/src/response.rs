@@ -1,7 +1,6 @@
 //! etcd's answers, as generated, with accessors by name.
 
 use crate::pb::{etcdserverpb as pb, mvccpb};
-use crate::request::TxnOpResponse;
 
 pub type ResponseHeader = pb::ResponseHeader;
 pub type GetResponse = pb::RangeResponse;
@@ -17,8 +16,15 @@ pub type CompactionResponse = pb::CompactionResponse;
 pub type KeyValue = mvccpb::KeyValue;
 pub type Event = mvccpb::Event;
 pub type EventType = mvccpb::event::EventType;
-pub type SortTarget = pb::range_request::SortTarget;
-pub type SortOrder = pb::range_request::SortOrder;
+
+/// The answer to one operation of a transaction.
+#[derive(Clone, Debug)]
+pub enum TxnOpResponse {
+    Get(GetResponse),
+    Put(PutResponse),
+    Delete(DeleteResponse),
+    Txn(TxnResponse),
+}
 
 impl pb::ResponseHeader {
     /// The store's revision when the request was applied.

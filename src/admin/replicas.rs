@@ -40,7 +40,7 @@ pub struct ReplicaSummary {
     #[serde(default)]
     pub at: String,
     /// Where this replica stands on its own (`DONE`, `UPDATING`, `NACKED`, ...).
-    pub standing: super::standing::Standing,
+    pub standing: super::standing::meaning::Standing,
     /// The generation serving every node (during a rollout, every node but the canaries),
     /// the etcd revision of the replica's last load, and what the serving generation serves
     /// (`Config::content_version`, equal on replicas that serve the same documents).
@@ -139,7 +139,7 @@ impl NodeSummary {
 pub fn summarize(
     status: &Status,
     replica: &str,
-    standing: super::standing::Standing,
+    standing: super::standing::meaning::Standing,
 ) -> ReplicaSummary {
     let serving = status
         .history
