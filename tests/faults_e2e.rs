@@ -841,3 +841,183 @@ async fn e2e_a_connection_panic_is_said_and_a_server_that_stops_accepting_ends_t
         "{log}"
     );
 }
+
+/// Where `status` (of `server`) says to go back: the `switchyard rollback ...` command it
+/// prints under a NACK.
+fn rollback_command(status: &str) -> Option<Vec<String>> {
+    let start = status.find("`switchyard rollback ")? + 1;
+    let end = start + status[start..].find('`')?;
+    Some(
+        status[start..end]
+            .split_whitespace()
+            .skip(1)
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// The runtime's edges, as on-call meets them, on two replicas of one etcd prefix with a
+/// real Envoy on one (operations.md "Faults beyond a kill"):
+/// - a value that is not text put under the prefix is a failed load naming its key on every
+///   replica (exit 3), never an outage; the Envoy keeps serving; deleted, both are done;
+/// - a route the Envoy NACKs after four unrelated applies: `status` names the last good
+///   revision (the fourth apply's) and the rollback command, `config-dump` shows the route
+///   the Envoy runs; the command run as printed exits 0 and the Envoy serves the way back;
+/// - one `curl` of the REST endpoint on the other replica before a deploy: `apply --wait`
+///   returns as soon as the Envoy holds the change, not a minute later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_non_text_key_a_nack_after_unrelated_applies_and_a_curl_before_a_deploy() {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let etcd = Etcd::start(dir.path()).await;
+    let url = format!("etcd://{}/fleet", etcd.endpoint());
+    let listener = free_port();
+    let snap = dir.path().join("snap");
+    std::fs::create_dir(&snap).expect("mkdir");
+    snapshot(&snap, listener, "one");
+    let spare = |seconds: u32| {
+        format!("clusters:\n  - name: spare\n    connect_timeout: {seconds}s\n    type: STATIC\n")
+    };
+    write(&snap, "spare.yaml", &spare(1));
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    let a = replica(&url, dir.path(), "a").await;
+    let b = replica(&url, dir.path(), "b").await;
+    let a_addr = format!("127.0.0.1:{}", a.admin_port);
+    let envoy_dir = dir.path().join("envoy");
+    std::fs::create_dir(&envoy_dir).expect("mkdir");
+    let _envoy = Envoy::start(&envoy_bin, a.port, "edge-1", &envoy_dir).await;
+    let answers = |want: &'static str| async move {
+        eventually(Duration::from_secs(20), || async {
+            http_get(listener).await.as_deref() == Some(want)
+        })
+        .await
+    };
+    assert!(answers("one").await.is_some(), "the Envoy serves");
+    every_replica_done(&[&a, &b], "at start").await;
+
+    // A value that is not text: a failed load naming the key, on every replica.
+    let mut client = etcd.client().await.expect("etcd answers");
+    client
+        .put("/fleet/binary.yaml", vec![0xff, 0xfe, b'x'], None)
+        .await
+        .expect("put");
+    for r in [&a, &b] {
+        let (failed, said) = status_until(r, 3, Duration::from_secs(20)).await;
+        assert!(
+            failed && said.contains("etcd:/fleet/binary.yaml") && said.contains("not UTF-8 text"),
+            "{said}"
+        );
+        assert!(!said.contains("does NOT answer"), "{said}");
+    }
+    assert_eq!(http_get(listener).await.as_deref(), Some("one"));
+    client
+        .delete("/fleet/binary.yaml", None)
+        .await
+        .expect("delete");
+    every_replica_done(&[&a, &b], "the key deleted").await;
+
+    // Four applies that change nothing the route's configuration holds, waited for.
+    let mut last_good = 0;
+    for seconds in 2..=5 {
+        write(&snap, "spare.yaml", &spare(seconds));
+        let (code, out) = said(&[
+            "apply",
+            snap.to_str().expect("utf-8"),
+            "--source",
+            &url,
+            "--wait",
+            "--wait-timeout",
+            "60s",
+            "--admin-addr",
+            &a_addr,
+        ]);
+        assert_eq!(code, Some(0), "{out}");
+        last_good = support::run::applied_revision(&out);
+    }
+    // Then a route whose Lua does not compile: the Envoy NACKs it.
+    write(
+        &snap,
+        "routes.yaml",
+        &format!(
+            "{}            {}\n",
+            routes("one"),
+            support::bad_lua_per_route()
+        ),
+    );
+    let (code, out) = apply(&snap, &url);
+    assert_eq!(code, Some(0), "{out}");
+    let (nacked, status) = status_until(&a, 2, Duration::from_secs(20)).await;
+    assert!(nacked, "{status}");
+    assert!(
+        status.contains(&format!("last good: revision {last_good} ")),
+        "the fourth apply's revision, which the Envoy still runs:\n{status}"
+    );
+    let (code, dump) = said(&["config-dump", "edge-1", "--admin-addr", &a_addr]);
+    assert_eq!(code, Some(0), "{dump}");
+    assert!(
+        dump.contains("RDS NACKED: still runs version")
+            && dump.contains("1 resource(s) it holds:")
+            && dump.contains("- main (version"),
+        "{dump}"
+    );
+    // The way back, run as printed.
+    let mut back = rollback_command(&status).unwrap_or_else(|| panic!("no command in {status}"));
+    back.extend(["--wait", "--wait-timeout", "60s", "--admin-addr", &a_addr].map(str::to_string));
+    let args: Vec<&str> = back.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let (code, out) = said(&args);
+    assert_eq!(code, Some(0), "{out}");
+    let rolled_back = started.elapsed();
+    assert!(answers("one").await.is_some());
+    every_replica_done(&[&a, &b], "rolled back").await;
+
+    // One curl of the REST endpoint on B, then a deploy waited for through A.
+    let poll = serde_json::json!({
+        "node": { "id": "curl-1", "cluster": "ops" },
+        "type_url": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    });
+    let answered = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{}/v3/discovery:clusters", b.port))
+        .body(poll.to_string())
+        .send()
+        .await
+        .expect("the REST endpoint answers");
+    assert_eq!(answered.status().as_u16(), 200);
+    let (code, said_now) = b.status_command(&[]);
+    assert_eq!(
+        code,
+        Some(0),
+        "a one-off poll of what serves holds nothing:\n{said_now}"
+    );
+    assert!(said_now.contains("REST/rest (one poll)"), "{said_now}");
+    // A person reads what the curl said, then deploys: a few seconds later.
+    tokio::time::sleep(switchyard::fleet::POLLER_QUIET_MIN).await;
+    snapshot(&snap, listener, "two");
+    let started = Instant::now();
+    let (code, out) = said(&[
+        "apply",
+        snap.to_str().expect("utf-8"),
+        "--source",
+        &url,
+        "--wait",
+        "--wait-timeout",
+        "60s",
+        "--admin-addr",
+        &a_addr,
+    ]);
+    let deployed = started.elapsed();
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(http_get(listener).await.as_deref(), Some("two"));
+    assert!(
+        deployed < Duration::from_secs(3),
+        "a curl held the deploy {deployed:?}:\n{out}"
+    );
+    println!(
+        "the edges with a real Envoy: rollback --wait as printed took {:.1} s; apply --wait after a curl took {:.1} s",
+        rolled_back.as_secs_f64(),
+        deployed.as_secs_f64()
+    );
+}

@@ -439,9 +439,9 @@ async fn p36_a_one_off_poll_holds_no_gate() {
 }
 
 /// P36: a one-off poll answered before an edit (a person with curl, a probe) holds the
-/// edit's gate a few seconds at most (`POLLER_QUIET_MIN` after the edit's generation, for
-/// a poller that polls on to show its cadence), never the minute it stays listed:
-/// `status --wait` returns once that passed. `config-dump` shows what it was answered, and
+/// edit's gate a few seconds at most (`POLLER_QUIET_MIN` after the poll, for a poller that
+/// polls on to show its cadence), never the minute it stays listed: `status --wait` returns
+/// once that passed, and at once for a poll older than that. `config-dump` shows what it was answered, and
 /// says a poller cannot confirm it. A poller that keeps polling at the old version is
 /// waited for, past those seconds, until it polls at the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -450,6 +450,7 @@ async fn p36_a_one_off_poll_before_an_edit_holds_its_gate_seconds_not_a_minute()
     let server = TestServer::start(&[("c.yaml", &eds_cluster("backend", "1s", 8080))]).await;
     let (code, body) = poll(&server, "/v3/discovery:clusters", &request("", &[])).await;
     assert_eq!(code, 200, "{body}");
+    let polled = std::time::Instant::now();
     let admin = server.admin_addr.to_string();
     let cli = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
@@ -472,16 +473,25 @@ async fn p36_a_one_off_poll_before_an_edit_holds_its_gate_seconds_not_a_minute()
             && dump.contains("- backend (version"),
         "{dump}"
     );
-    let edited = std::time::Instant::now();
     server.set_file("c.yaml", &eds_cluster("backend", "2s", 8080));
     let (code, out, err) = cli(&["status"]);
-    assert_eq!(code, Some(7), "held a moment after the edit\n{out}{err}");
+    assert_eq!(code, Some(7), "held a moment after the poll\n{out}{err}");
     let (code, out, err) = cli(&["status", "--wait", "--timeout", "30s"]);
-    let waited = edited.elapsed();
+    let waited = polled.elapsed();
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
         waited >= POLLER_QUIET_MIN && waited < POLLER_QUIET_MIN + Duration::from_secs(5),
-        "waited {waited:?}\n{out}{err}"
+        "held until {waited:?} after the poll\n{out}{err}"
+    );
+    // An edit a poll older than those seconds: it holds nothing of it.
+    server.set_file("c.yaml", &eds_cluster("backend", "4s", 8080));
+    let started = std::time::Instant::now();
+    let (code, out, err) = cli(&["status", "--wait", "--timeout", "30s"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        started.elapsed() < POLLER_QUIET_MIN,
+        "an old one-off poll held the edit {:?}",
+        started.elapsed()
     );
     assert!(out.contains("REST/rest (one poll)"), "{out}");
 

@@ -339,10 +339,9 @@ pub struct StreamStatus {
     /// A poller: when it last polled (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_poll: Option<String>,
-    /// A one-off poll on an older generation than the one its node gets: until when it holds
-    /// the gate (RFC 3339), [`crate::fleet::POLLER_QUIET_MIN`] after its poll or the newest
-    /// generation's publication, whichever is later; a poller that keeps polling has polled
-    /// again by then, and is waited for by its cadence.
+    /// A one-off poll: until when it holds the gate of a generation it does not have (RFC
+    /// 3339), [`crate::fleet::POLLER_QUIET_MIN`] after its poll; a poller that keeps polling
+    /// has polled again by then, and is waited for by its cadence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holds_gate_until: Option<String>,
     /// Types this server does not serve that the proxy asked for on this stream (P33),
@@ -756,21 +755,18 @@ pub(super) fn current_status(admin: &Admin) -> Status {
         if let Some(group) = groups.get(&key) {
             node.group.clone_from(group);
         }
+        // A one-off poll holds a gate a few seconds after its poll only: a poller that polls
+        // on has polled again by then and is waited for by its cadence; past them, no next
+        // poll will say it took anything.
+        for stream in node.streams.iter_mut().filter(|s| s.one_off()) {
+            let polled = stream
+                .last_poll
+                .as_deref()
+                .and_then(|t| humantime::parse_rfc3339(t).ok())
+                .unwrap_or(wall);
+            stream.holds_gate_until = Some(format_time(polled + crate::fleet::POLLER_QUIET_MIN));
+        }
         if let Some(facts) = facts.get(&key) {
-            // A one-off poll holds the gate of the generation its node gets a few seconds
-            // only: past them, no next poll will say it took it.
-            let published = serving.for_node(facts).published;
-            let published = wall.checked_sub(published.elapsed()).unwrap_or(wall);
-            for stream in node.streams.iter_mut().filter(|s| s.one_off()) {
-                let polled = stream
-                    .last_poll
-                    .as_deref()
-                    .and_then(|t| humantime::parse_rfc3339(t).ok())
-                    .unwrap_or(wall);
-                stream.holds_gate_until = Some(format_time(
-                    polled.max(published) + crate::fleet::POLLER_QUIET_MIN,
-                ));
-            }
             for (kind, t) in &mut node.types {
                 if t.state == SyncStatus::Nacked {
                     let runs = ResourceType::ALL
