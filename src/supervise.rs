@@ -362,15 +362,10 @@ mod tests {
                 std::future::pending::<()>().await
             }
         });
-        tokio::task::yield_now().await;
-        handle.abort();
-        let aborted = tokio::time::timeout(Duration::from_secs(5), async {
-            while !dropped.load(Ordering::SeqCst) {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await;
-        assert!(aborted.is_ok(), "the run is aborted with its task");
+        assert!(
+            aborts_its_run(handle, &dropped).await,
+            "the run is aborted with its task"
+        );
 
         let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let guard = Dropped(Arc::clone(&dropped));
@@ -378,15 +373,27 @@ mod tests {
             let _guard = guard;
             std::future::pending::<Result<(), String>>().await
         });
+        assert!(
+            aborts_its_run(handle, &dropped).await,
+            "the critical run is aborted with its task"
+        );
+    }
+
+    /// Abort `task` once it runs: whether its run (which sets `dropped` when dropped) is
+    /// dropped within 5 s.
+    async fn aborts_its_run(
+        task: tokio::task::JoinHandle<()>,
+        dropped: &std::sync::atomic::AtomicBool,
+    ) -> bool {
         tokio::task::yield_now().await;
-        handle.abort();
-        let aborted = tokio::time::timeout(Duration::from_secs(5), async {
+        task.abort();
+        tokio::time::timeout(Duration::from_secs(5), async {
             while !dropped.load(Ordering::SeqCst) {
                 tokio::task::yield_now().await;
             }
         })
-        .await;
-        assert!(aborted.is_ok(), "the critical run is aborted with its task");
+        .await
+        .is_ok()
     }
 
     /// A task the daemon cannot do without that ends (or panics) before shutdown is said

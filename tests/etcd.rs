@@ -2082,13 +2082,7 @@ async fn an_apply_ends_within_its_one_deadline_wherever_etcd_stalls() {
     let snap = dir.path().join("snap");
     std::fs::create_dir(&snap).expect("mkdir");
     let pid = etcd.process.pid();
-    let signal = |signal: &str| {
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {signal} {pid}");
-    };
+    let signal = |signal: &str| support::run::signal(pid, signal);
     const DOCUMENTS: usize = 1500;
     let stage = |round: u32| {
         for i in 0..DOCUMENTS {

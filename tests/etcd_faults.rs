@@ -372,13 +372,7 @@ async fn an_etcd_stall_shorter_than_half_a_lease_changes_no_view_and_no_lease() 
             && view.is_some_and(|v| !v.stale && v.replicas.len() == 3)
     };
     let pid = etcd.process.pid();
-    let signal = |signal: &str| {
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {signal} {pid}");
-    };
+    let signal = |signal: &str| support::run::signal(pid, signal);
     // Two stalls of 7 s, 3 s apart, then 6 s more: each renewal, watch and check of every
     // replica meets one (a renewal every 5 s, the channel's ping every 6 s).
     let began = std::time::Instant::now();
@@ -388,7 +382,7 @@ async fn an_etcd_stall_shorter_than_half_a_lease_changes_no_view_and_no_lease() 
             .any(|(from, to)| at >= Duration::from_secs(*from) && at < Duration::from_secs(*to))
     };
     while began.elapsed() < Duration::from_secs(23) {
-        match (stalled(began.elapsed()), etcd_stopped(pid)) {
+        match (stalled(began.elapsed()), support::run::stopped(pid)) {
             (true, false) => signal("-STOP"),
             (false, true) => signal("-CONT"),
             _ => {}
@@ -407,7 +401,7 @@ async fn an_etcd_stall_shorter_than_half_a_lease_changes_no_view_and_no_lease() 
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert!(!etcd_stopped(pid), "etcd was resumed");
+    assert!(!support::run::stopped(pid), "etcd was resumed");
     assert_eq!(
         summary_leases(&etcd).await,
         before,
@@ -429,13 +423,3 @@ async fn an_etcd_stall_shorter_than_half_a_lease_changes_no_view_and_no_lease() 
     }
 }
 
-/// Whether process `pid` is stopped (state `T` in /proc).
-fn etcd_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next())
-        })
-        .is_some_and(|state| state == 'T')
-}

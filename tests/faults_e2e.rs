@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use support::envoy::{envoy_binary, eventually, free_port, http_get, Envoy, Switchyard};
 use support::etcd::Etcd;
 use support::netns::Netns;
-use support::run::said;
+use support::run::{said, signal};
 use support::{rds_listener, write};
 
 /// What the route answers: a direct response, so the proxy needs no upstream.
@@ -381,14 +381,6 @@ async fn status_until(server: &Switchyard, code: i32, limit: Duration) -> (bool,
     })
     .await;
     (reached.is_some(), said)
-}
-
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill {signal} {pid}");
 }
 
 /// A pause past the lease (operations.md "Faults beyond a kill"): replica `paused` stopped

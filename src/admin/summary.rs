@@ -44,9 +44,18 @@ struct Inputs {
         std::collections::BTreeMap<String, crate::rollout::fleetwide::Verdict>,
     )>,
     tasks_down: usize,
-    /// What the sharing's follower last saw of the prefix (etcd's revision, the newest
-    /// write under it then): names the change a load holds.
-    seen: Option<(i64, i64)>,
+    /// The change the last load holds ([`changed`]).
+    changed: Option<i64>,
+}
+
+/// The change a load of `revision` holds: the newest write under the prefix, once the
+/// sharing's follower has seen the prefix (`seen`: etcd's revision, the newest write then)
+/// at or after the load with nothing written under it since.
+fn changed(revision: Option<i64>, seen: Option<(i64, i64)>) -> Option<i64> {
+    match (revision, seen) {
+        (Some(read), Some((now, newest))) if now >= read && newest <= read => Some(newest),
+        _ => None,
+    }
 }
 
 impl Inputs {
@@ -58,7 +67,6 @@ impl Inputs {
         let serving = admin.cache.serving();
         Inputs {
             reports: admin.fleet.changes(),
-            load,
             stable: serving.stable.number,
             rollout: serving
                 .rollout
@@ -70,7 +78,8 @@ impl Inputs {
                 (view.shared, view.verdicts)
             }),
             tasks_down: admin.supervisor.down().len(),
-            seen,
+            changed: changed(load.and_then(|l| l.4), seen),
+            load,
         }
     }
 }
@@ -112,12 +121,7 @@ pub async fn summaries(
         let standing = super::standing::replica_standing(&status);
         let mut summary = summarize(&status, &replica, standing);
         summary.admin.clone_from(&admin_addr);
-        // The change this load holds, once the follower has seen the prefix at or after
-        // the load with nothing written under it since.
-        summary.changed = match (summary.revision, inputs.seen) {
-            (Some(read), Some((now, newest))) if now >= read && newest <= read => Some(newest),
-            _ => None,
-        };
+        summary.changed = changed(summary.revision, *seen.borrow());
         next_take = began + began.elapsed() * COST_SHARE;
         taken = Some((inputs, Instant::now(), super::standing::holds_end(&status)));
         out.send_if_modified(|last| {

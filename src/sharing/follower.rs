@@ -165,8 +165,15 @@ impl Following<'_> {
                         self.revision = None;
                         return Some(self.sharing.unavailable("the watch on the summaries was cancelled (etcd compacted past it): they are read again".into()));
                     }
-                    if let Some(header) = response.header() {
-                        self.revision = Some(header.revision().max(self.revision.unwrap_or(0)));
+                    // The revision held is that of the last event applied: a watch resumed
+                    // after a failure goes on from the one after it.
+                    let last = response
+                        .events()
+                        .iter()
+                        .filter_map(|e| e.kv().map(|kv| kv.mod_revision()))
+                        .max();
+                    if let Some(last) = last {
+                        self.revision = Some(last.max(self.revision.unwrap_or(0)));
                     }
                     self.twin(response.events(), &session.mine);
                     apply_events(&mut self.held, changes(response.events()), &prefix);

@@ -37,3 +37,23 @@ pub fn applied_revision(said: &str) -> i64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no \"applied at revision N\" in: {said}"))
 }
+
+/// Send `signal` (`-STOP`, `-CONT`, ...) to process `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// Whether process `pid` is stopped (state `T` in /proc).
+pub fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+        })
+        .is_some_and(|state| state == 'T')
+}
