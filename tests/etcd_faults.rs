@@ -422,4 +422,3 @@ async fn an_etcd_stall_shorter_than_half_a_lease_changes_no_view_and_no_lease() 
         until_served(&mut client, 2).await;
     }
 }
-

@@ -189,11 +189,17 @@ pub async fn follow(
     let mut tries = etcd::session::Retry::new(ETCD_RETRY_FIRST, ETCD_RETRY_MAX)
         .saying_after(etcd::OUTAGE_AFTER);
     let mut failed: Option<SourceError> = None;
+    // The last failure's words, for the outage said while a try is under way.
+    let mut last_failure = String::new();
+    let say = |error: &str, revision: i64| {
+        tracing::warn!(error, revision, "etcd does not answer; the last good generation keeps serving, and the watch resumes from the last revision read.");
+    };
     loop {
         if let Some(e) = failed.take() {
             health.failing(&url.display(), e.to_string());
+            last_failure = e.to_string();
             if tries.failed() {
-                tracing::warn!(error = %e, revision = held.revision, "etcd does not answer; the last good generation keeps serving, and the watch resumes from the last revision read.");
+                say(&last_failure, held.revision);
             } else if !tries.away() {
                 tracing::debug!(error = %e, revision = held.revision, "etcd failed to answer; trying again (an outage once it lasts).");
             }
@@ -201,9 +207,14 @@ pub async fn follow(
                 return;
             }
         }
-        let connected = tokio::select! {
-            _ = shutdown.wait() => return,
-            c = etcd::connect(&url, &access, ETCD_TIMEOUT) => c,
+        let revision = held.revision;
+        let connect = etcd::connect(&url, &access, ETCD_TIMEOUT);
+        let Some(connected) = meanwhile(connect, &mut shutdown, &mut tries, || {
+            say(&last_failure, revision)
+        })
+        .await
+        else {
+            return;
         };
         let mut client = match connected {
             Ok(client) => client,
@@ -213,9 +224,13 @@ pub async fn follow(
             }
         };
         if held.stale {
-            let read = tokio::select! {
-                _ = shutdown.wait() => return,
-                read = read_again(&mut client, &url) => read,
+            let reading = read_again(&mut client, &url);
+            let Some(read) = meanwhile(reading, &mut shutdown, &mut tries, || {
+                say(&last_failure, revision)
+            })
+            .await
+            else {
+                return;
             };
             match read {
                 Ok(read) => {
@@ -239,9 +254,14 @@ pub async fn follow(
             .with_prefix()
             .with_start_revision(held.revision + 1);
         let mut watcher = etcd::watcher(&client);
-        let watched = tokio::select! {
-            _ = shutdown.wait() => return,
-            w = watcher.watch(prefix.as_str(), Some(options)) => w,
+        let watching = watcher.watch(prefix.as_str(), Some(options));
+        let revision = held.revision;
+        let Some(watched) = meanwhile(watching, &mut shutdown, &mut tries, || {
+            say(&last_failure, revision)
+        })
+        .await
+        else {
+            return;
         };
         let stream = match watched {
             Ok(stream) => stream,
@@ -277,6 +297,36 @@ pub async fn follow(
             WatchEnd::Shutdown => return,
             WatchEnd::Failed(e) => failed = Some(e),
             WatchEnd::Stale => held.stale = true,
+        }
+    }
+}
+
+/// `work` until it is done (`None`: shutdown came first); meanwhile, once the failures
+/// before it have lasted the grace, the outage is said (`say`, once), as the source's
+/// health says it (a try under way can take seconds: a connect in a partition).
+async fn meanwhile<T>(
+    work: impl std::future::Future<Output = T>,
+    shutdown: &mut Shutdown,
+    tries: &mut etcd::session::Retry,
+    say: impl Fn(),
+) -> Option<T> {
+    tokio::pin!(work);
+    loop {
+        let due = tries.say_by();
+        let said = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.wait() => return None,
+            done = &mut work => return Some(done),
+            () = said => {
+                if tries.overdue() {
+                    say();
+                }
+            }
         }
     }
 }

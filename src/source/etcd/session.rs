@@ -80,6 +80,25 @@ impl Retry {
         self.away
     }
 
+    /// When the failures so far become an outage, if they have not been said to be one.
+    pub fn say_by(&self) -> Option<Instant> {
+        self.failing
+            .filter(|_| !self.away)
+            .map(|since| since + self.grace)
+    }
+
+    /// `true` (once) when the failures so far have lasted the grace, with nothing since:
+    /// time to say the outage, while the next try is still under way.
+    pub fn overdue(&mut self) -> bool {
+        match self.say_by() {
+            Some(at) if Instant::now() >= at => {
+                self.away = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Wait before the next try, each longer up to the longest: `false` if `shutdown` came
     /// first. `at_least` lengthens this one wait (a cause that waiting hardly mends).
     pub async fn wait(&mut self, shutdown: &mut Shutdown, at_least: Duration) -> bool {
@@ -161,5 +180,13 @@ mod tests {
         assert_eq!(said, 1);
         assert!(retry.away());
         assert!(retry.began(), "said: its end is said too");
+        // A try under way when the grace ends: the outage is due then, said once.
+        assert!(!retry.failed());
+        let due = retry.say_by().expect("failing");
+        assert!(!retry.overdue(), "not yet");
+        tokio::time::sleep_until(due).await;
+        assert!(retry.overdue() && !retry.overdue(), "once");
+        assert!(!retry.failed(), "said already");
+        assert_eq!(retry.say_by(), None);
     }
 }
