@@ -28,7 +28,10 @@ pub const REFRESH: Duration = Duration::from_secs(10);
 const COST_SHARE: u32 = 20;
 
 /// What a summary is made of, in a few typed values: the same values give the same
-/// summary, but for pollers aging out and one-off polls' holds ending (both timed).
+/// summary, but for pollers aging out and one-off polls' holds ending (both timed), and the
+/// change a load holds (`ReplicaSummary::changed`, known once the follower's next check
+/// has seen the prefix: taken with the next summary, not written on its own, which would
+/// be half as many writes again under steady changes).
 #[derive(Clone, Debug, PartialEq)]
 struct Inputs {
     /// Every change to a proxy's report (`Fleet::changes`).
@@ -44,8 +47,6 @@ struct Inputs {
         std::collections::BTreeMap<String, crate::rollout::fleetwide::Verdict>,
     )>,
     tasks_down: usize,
-    /// The change the last load holds ([`changed`]).
-    changed: Option<i64>,
 }
 
 /// The change a load of `revision` holds: the newest write under the prefix, once the
@@ -59,7 +60,7 @@ fn changed(revision: Option<i64>, seen: Option<(i64, i64)>) -> Option<i64> {
 }
 
 impl Inputs {
-    fn of(admin: &Admin, seen: Option<(i64, i64)>) -> Inputs {
+    fn of(admin: &Admin) -> Inputs {
         let load = admin
             .reloader
             .last_report()
@@ -78,7 +79,6 @@ impl Inputs {
                 (view.shared, view.verdicts)
             }),
             tasks_down: admin.supervisor.down().len(),
-            changed: changed(load.and_then(|l| l.4), seen),
             load,
         }
     }
@@ -107,7 +107,7 @@ pub async fn summaries(
             _ = shutdown.wait() => return,
             _ = look.tick() => {}
         }
-        let inputs = Inputs::of(&admin, *seen.borrow());
+        let inputs = Inputs::of(&admin);
         let due = taken.as_ref().is_none_or(|(was, when, hold_ends)| {
             *was != inputs
                 || when.elapsed() >= REFRESH
