@@ -70,6 +70,17 @@ pub struct Supervisor {
 /// one too.
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
+impl<T: Send + 'static> AbortOnDrop<T> {
+    /// `run` as supervised task `task`, on a task of its own (its panic is its handle's
+    /// error), past the test-only fail point of its name.
+    fn spawn(task: &'static str, run: impl Future<Output = T> + Send + 'static) -> Self {
+        AbortOnDrop(tokio::spawn(async move {
+            fail_point(task);
+            run.await
+        }))
+    }
+}
+
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
@@ -134,10 +145,7 @@ impl Supervisor {
                 let began = Instant::now();
                 let run = make(shutdown.clone());
                 // Held here: aborting this task aborts the run.
-                let mut running = AbortOnDrop(tokio::spawn(async move {
-                    fail_point(task);
-                    run.await
-                }));
+                let mut running = AbortOnDrop::spawn(task, run);
                 let ended = (&mut running.0).await;
                 if shutdown.fired() {
                     return;
@@ -171,10 +179,7 @@ impl Supervisor {
     {
         let supervisor = self.clone();
         tokio::spawn(async move {
-            let mut running = AbortOnDrop(tokio::spawn(async move {
-                fail_point(task);
-                run.await
-            }));
+            let mut running = AbortOnDrop::spawn(task, run);
             let ended = (&mut running.0).await;
             if shutdown.fired() {
                 return;

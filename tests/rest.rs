@@ -453,19 +453,12 @@ async fn p36_a_one_off_poll_before_an_edit_holds_its_gate_seconds_not_a_minute()
     let polled = std::time::Instant::now();
     let admin = server.admin_addr.to_string();
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-            .args(args)
-            .args(["--admin-addr", &admin])
-            .output()
-            .expect("switchyard runs");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let mut asked = args.to_vec();
+        asked.extend(["--admin-addr", &admin]);
+        support::run::said(&asked)
     };
-    let (code, dump, err) = cli(&["config-dump", "rest-1"]);
-    assert_eq!(code, Some(0), "{err}");
+    let (code, dump) = cli(&["config-dump", "rest-1"]);
+    assert_eq!(code, Some(0), "{dump}");
     assert!(
         dump.contains("CDS STALE: was answered version")
             && dump.contains("a poller cannot confirm it took it")
@@ -474,20 +467,20 @@ async fn p36_a_one_off_poll_before_an_edit_holds_its_gate_seconds_not_a_minute()
         "{dump}"
     );
     server.set_file("c.yaml", &eds_cluster("backend", "2s", 8080));
-    let (code, out, err) = cli(&["status"]);
-    assert_eq!(code, Some(7), "held a moment after the poll\n{out}{err}");
-    let (code, out, err) = cli(&["status", "--wait", "--timeout", "30s"]);
+    let (code, out) = cli(&["status"]);
+    assert_eq!(code, Some(7), "held a moment after the poll\n{out}");
+    let (code, out) = cli(&["status", "--wait", "--timeout", "30s"]);
     let waited = polled.elapsed();
-    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(code, Some(0), "{out}");
     assert!(
         waited >= POLLER_QUIET_MIN && waited < POLLER_QUIET_MIN + Duration::from_secs(5),
-        "held until {waited:?} after the poll\n{out}{err}"
+        "held until {waited:?} after the poll\n{out}"
     );
     // An edit a poll older than those seconds: it holds nothing of it.
     server.set_file("c.yaml", &eds_cluster("backend", "4s", 8080));
     let started = std::time::Instant::now();
-    let (code, out, err) = cli(&["status", "--wait", "--timeout", "30s"]);
-    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out) = cli(&["status", "--wait", "--timeout", "30s"]);
+    assert_eq!(code, Some(0), "{out}");
     assert!(
         started.elapsed() < POLLER_QUIET_MIN,
         "an old one-off poll held the edit {:?}",
@@ -509,8 +502,8 @@ async fn p36_a_one_off_poll_before_an_edit_holds_its_gate_seconds_not_a_minute()
     assert_eq!(code, 304);
     server.set_file("c.yaml", &eds_cluster("backend", "3s", 8080));
     tokio::time::sleep(POLLER_QUIET_MIN + Duration::from_millis(500)).await;
-    let (code, out, err) = cli(&["status"]);
-    assert_eq!(code, Some(7), "still waited for\n{out}{err}");
+    let (code, out) = cli(&["status"]);
+    assert_eq!(code, Some(7), "still waited for\n{out}");
     assert!(out.contains("REST/rest (every 2"), "{out}");
     let (_, body) = poll(&server, "/v3/discovery:clusters", &request(&newest, &[])).await;
     let answered: serde_json::Value = serde_json::from_str(&body).expect("JSON");
@@ -519,8 +512,8 @@ async fn p36_a_one_off_poll_before_an_edit_holds_its_gate_seconds_not_a_minute()
         .expect("version")
         .to_string();
     poll(&server, "/v3/discovery:clusters", &request(&answered, &[])).await;
-    let (code, out, err) = cli(&["status"]);
-    assert_eq!(code, Some(0), "took it\n{out}{err}");
+    let (code, out) = cli(&["status"]);
+    assert_eq!(code, Some(0), "took it\n{out}");
 }
 
 /// P32 for a poller: Envoy polls each route configuration on its own; a name it asked for
