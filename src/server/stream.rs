@@ -351,7 +351,10 @@ fn run<M: Machine>(
                     // A request that does not decode (or a broken transport): tell the client
                     // why, if it is still there, and end this stream only.
                     Err(status) => {
-                        let reason = format!("bad request: {}", status.message());
+                        let reason = match went_away(&status) {
+                            true => format!("the client went away (its connection ended: {})", status.message()),
+                            false => format!("bad request: {}", status.message()),
+                        };
                         end = Some(Box::new(status));
                         break reason;
                     }
@@ -589,4 +592,19 @@ fn attach<M: Machine>(machine: &mut Stream<M>, generation: &Generation, facts: &
     if machine.node().is_some() {
         machine.handle_snapshot(generation.snapshot_for(facts));
     }
+}
+
+/// Whether a stream's error is its connection ending (the proxy went away, or its
+/// connection broke) rather than a request that does not decode: the transport's error
+/// (hyper's, or HTTP/2's words) behind the status.
+fn went_away(status: &tonic::Status) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = cause {
+        if e.downcast_ref::<hyper::Error>().is_some() {
+            return true;
+        }
+        cause = e.source();
+    }
+    status.message().starts_with("h2 protocol error")
+        || status.message().contains("error reading a body from connection")
 }

@@ -134,6 +134,7 @@ impl Watching {
             // A failed load is logged and kept by the sink; a half-written file that fails
             // to parse is loaded again on its next event; a load that panicked is reported
             // as failed.
+            tracing::debug!("Loading the config files.");
             super::load_files(&self.sink).await;
         }
     }
@@ -223,6 +224,7 @@ async fn next_burst(events: &mut mpsc::UnboundedReceiver<()>) -> bool {
     if events.recv().await.is_none() {
         return false;
     }
+    tracing::debug!("A change to the config files was seen; loading them once they are quiet.");
     let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
     loop {
         tokio::select! {

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::config::Document;
 use crate::shutdown::Shutdown;
-use crate::source::{etcd, Documents, EtcdUrl, Sink, SourceError, DEBOUNCE, MAX_DEBOUNCE};
+use crate::source::{etcd, Documents, EtcdUrl, Sink, SourceError};
 
 /// How long one connect or read of etcd may take.
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -415,7 +415,7 @@ impl Watch<'_> {
                     revision = self.held.revision,
                     documents = applied.changed,
                     bytes = applied.bytes,
-                    "etcd: documents changed."
+                    "etcd: documents changed; loading them."
                 );
                 if !load(self.sink, self.held).await {
                     // Not loaded (the load panicked, reported as failed): the barrier does
@@ -463,8 +463,10 @@ enum Burst {
     Shutdown,
 }
 
-/// Wait for a response with events on the watch, then for quiet ([`DEBOUNCE`], at most
-/// [`MAX_DEBOUNCE`]) as for files, keeping every response of the burst.
+/// Wait for a response with events on the watch, then take every response already
+/// arrived, and no more: an etcd transaction comes whole in one response (a switch's
+/// several, held by `Held::switching` until it ends), so there is nothing to wait for, and
+/// what arrives while the burst loads makes the next burst, loaded right after.
 async fn next_burst(stream: &mut switchyard_etcd::WatchStream, shutdown: &mut Shutdown) -> Burst {
     let mut responses = Vec::new();
     loop {
@@ -482,27 +484,27 @@ async fn next_burst(stream: &mut switchyard_etcd::WatchStream, shutdown: &mut Sh
             return Burst::Ended;
         }
         if !response.events().is_empty() {
+            tracing::debug!(
+                revision = response.header().map_or(0, |h| h.revision()),
+                events = response.events().len(),
+                "etcd: a change arrived on the watch."
+            );
             responses.push(response);
             break;
         }
     }
-    let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
-    loop {
-        tokio::select! {
-            _ = shutdown.wait() => return Burst::Shutdown,
-            more = stream.message() => match more {
-                Ok(Some(response)) if response.compact_revision() > 0 => return Burst::Compacted,
-                Ok(Some(response)) if response.canceled() => break,
-                Ok(Some(response)) => {
-                    if !response.events().is_empty() {
-                        responses.push(response);
-                    }
+    // What has arrived already (polled once each, never waited for).
+    while let Ok(more) = tokio::time::timeout(Duration::ZERO, stream.message()).await {
+        match more {
+            Ok(Some(response)) if response.compact_revision() > 0 => return Burst::Compacted,
+            Ok(Some(response)) if response.canceled() => break,
+            Ok(Some(response)) => {
+                if !response.events().is_empty() {
+                    responses.push(response);
                 }
-                // What arrived is applied; the end is seen on the next wait.
-                Ok(None) | Err(_) => break,
-            },
-            _ = tokio::time::sleep(DEBOUNCE) => break,
-            _ = tokio::time::sleep_until(at_most) => break,
+            }
+            // What arrived is applied; the end is seen on the next wait.
+            Ok(None) | Err(_) => break,
         }
     }
     Burst::Responses(responses)
