@@ -606,5 +606,7 @@ fn went_away(status: &tonic::Status) -> bool {
         cause = e.source();
     }
     status.message().starts_with("h2 protocol error")
-        || status.message().contains("error reading a body from connection")
+        || status
+            .message()
+            .contains("error reading a body from connection")
 }
