@@ -32,7 +32,7 @@ use tonic::Status;
 
 mod requests;
 
-pub use requests::Requests;
+pub use requests::{Requests, Unread};
 
 /// gRPC's message prefix: a compressed flag and a 32-bit length.
 pub const PREFIX: usize = 5;

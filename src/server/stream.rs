@@ -12,7 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use super::admission::{Admit, Bucket};
-use super::body::{self, Outgoing, Requests};
+use super::body::{self, Outgoing, Requests, Unread};
 use super::incoming::ConnInfo;
 use super::peers::{PeerHandle, Peers};
 use super::status;
@@ -348,14 +348,17 @@ fn run<M: Machine>(
                         }
                     }
                     Ok(None) => break "closed by the client".into(),
-                    // A request that does not decode (or a broken transport): tell the client
-                    // why, if it is still there, and end this stream only.
-                    Err(status) => {
-                        let reason = match went_away(&status) {
-                            true => format!("the client went away (its connection ended: {})", status.message()),
-                            false => format!("bad request: {}", status.message()),
+                    // A request that does not decode: tell the client why and end this
+                    // stream only. A transport that broke: the client went away.
+                    Err(unread) => {
+                        let reason = match &unread {
+                            Unread::Bad(status) => format!("bad request: {}", status.message()),
+                            Unread::Gone(status) => format!(
+                                "the client went away (its connection ended: {})",
+                                status.message()
+                            ),
                         };
-                        end = Some(Box::new(status));
+                        end = Some(Box::new(unread.into_status()));
                         break reason;
                     }
                 },
@@ -592,21 +595,4 @@ fn attach<M: Machine>(machine: &mut Stream<M>, generation: &Generation, facts: &
     if machine.node().is_some() {
         machine.handle_snapshot(generation.snapshot_for(facts));
     }
-}
-
-/// Whether a stream's error is its connection ending (the proxy went away, or its
-/// connection broke) rather than a request that does not decode: the transport's error
-/// (hyper's, or HTTP/2's words) behind the status.
-fn went_away(status: &tonic::Status) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(e) = cause {
-        if e.downcast_ref::<hyper::Error>().is_some() {
-            return true;
-        }
-        cause = e.source();
-    }
-    status.message().starts_with("h2 protocol error")
-        || status
-            .message()
-            .contains("error reading a body from connection")
 }

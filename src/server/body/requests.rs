@@ -50,6 +50,27 @@ struct Names {
     repeat: bool,
 }
 
+/// Why reading a stream's requests failed: the status the stream ends with, and whose
+/// doing it was.
+#[derive(Debug)]
+pub enum Unread {
+    /// A request that is not one (framed wrong, too long, not protobuf): the client is
+    /// told why.
+    Bad(Status),
+    /// The transport under the stream failed (the client went away, or its connection
+    /// broke): there is no one to tell.
+    Gone(Status),
+}
+
+impl Unread {
+    /// The status the stream ends with.
+    pub fn into_status(self) -> Status {
+        match self {
+            Unread::Bad(status) | Unread::Gone(status) => status,
+        }
+    }
+}
+
 /// The names taken in last by way of one type URL.
 struct Taken {
     type_url: Box<[u8]>,
@@ -138,15 +159,17 @@ impl<T: prost::Message + Default> Requests<T> {
     }
 
     /// The next request; `None` once the client has closed its side (or cancelled).
-    pub async fn message(&mut self) -> Result<Option<T>, Status> {
+    pub async fn message(&mut self) -> Result<Option<T>, Unread> {
         loop {
-            if let Some(message) = self.take()? {
+            if let Some(message) = self.take().map_err(Unread::Bad)? {
                 return Ok(Some(message));
             }
             if self.ended {
                 return match self.buffered == 0 {
                     true => Ok(None),
-                    false => Err(Status::internal("Unexpected EOF decoding stream.")),
+                    false => Err(Unread::Bad(Status::internal(
+                        "Unexpected EOF decoding stream.",
+                    ))),
                 };
             }
             match std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await {
@@ -165,7 +188,7 @@ impl<T: prost::Message + Default> Requests<T> {
                     self.chunks.clear();
                     self.buffered = 0;
                 }
-                Some(Err(status)) => return Err(status),
+                Some(Err(status)) => return Err(Unread::Gone(status)),
             }
         }
     }
@@ -644,31 +667,37 @@ mod tests {
         assert_eq!(r.message().await.expect("ends"), None);
     }
 
+    /// The code of a request the client is told is bad (not a transport that failed).
+    fn bad(unread: Result<Option<Any>, Unread>) -> tonic::Code {
+        match unread {
+            Err(Unread::Bad(status)) => status.code(),
+            other => panic!("not a bad request: {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn bad_request_streams_end_with_the_status_tonic_gives() {
         let a = frame(&message("0123456789"), 1024).expect("framed");
         let over = requests(vec![data(&a)], 8).message().await;
-        assert_eq!(over.expect_err("too long").code(), tonic::Code::OutOfRange);
+        assert_eq!(bad(over), tonic::Code::OutOfRange, "too long");
         let mut compressed = a.to_vec();
         compressed[0] = 1;
         let refused = requests(vec![data(&compressed)], 1024).message().await;
-        assert_eq!(
-            refused.expect_err("compressed").code(),
-            tonic::Code::Internal
-        );
+        assert_eq!(bad(refused), tonic::Code::Internal, "compressed");
         let cut = requests(vec![data(&a[..7])], 1024).message().await;
-        assert_eq!(cut.expect_err("ends within").code(), tonic::Code::Internal);
+        assert_eq!(bad(cut), tonic::Code::Internal, "ends within");
         let junk = requests(vec![data(&[0, 0, 0, 0, 2, 0xff, 0xff])], 1024)
             .message()
             .await;
-        assert_eq!(
-            junk.expect_err("not protobuf").code(),
-            tonic::Code::Internal
-        );
+        assert_eq!(bad(junk), tonic::Code::Internal, "not protobuf");
+        // A transport that broke under the stream: the client went away, not a bad request.
         let reset = requests(vec![data(&a[..7]), Err(Status::unavailable("reset"))], 1024)
             .message()
             .await;
-        assert_eq!(reset.expect_err("broken").code(), tonic::Code::Unavailable);
+        match reset {
+            Err(Unread::Gone(status)) => assert_eq!(status.code(), tonic::Code::Unavailable),
+            other => panic!("not gone: {other:?}"),
+        }
         // A client that goes away (cancelled) has ended its stream.
         let gone = requests(vec![data(&a[..7]), Err(Status::cancelled("gone"))], 1024)
             .message()
