@@ -53,6 +53,8 @@ pub struct Options {
     /// `--replica-name`: this replica's name in the fleet's view and verdicts (from etcd);
     /// by default its host name.
     pub replica: Option<String>,
+    /// `--file-quiet-time`: how long the files must be quiet before a change loads.
+    pub file_quiet: crate::source::files::QuietTime,
 }
 
 /// The two ports, bound by the caller.
@@ -234,6 +236,7 @@ impl Daemon {
                             Arc::clone(&reloader) as Arc<dyn Sink>,
                             source.paths().to_vec(),
                             telemetry.clone(),
+                            options.file_quiet,
                         )
                         .await,
                     ),

@@ -1,5 +1,5 @@
 //! Where snapshot documents come from, and how they are followed. Two kinds:
-//! - the `--config` files ([`files`]): watched with notify, debounced, and loaded again by
+//! - the `--config` files ([`files`]): watched with notify, gathered, and loaded again by
 //!   the sink (the position is the generation the load publishes);
 //! - an etcd prefix ([`etcd`]), `--source etcd://HOST:PORT[,HOST:PORT...]/PREFIX`: each key
 //!   under `PREFIX/` holds one snapshot document in the files' format, named by its key;
@@ -17,7 +17,6 @@ pub mod files;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::config::Document;
 use crate::shutdown::Shutdown;
@@ -80,6 +79,7 @@ pub enum Following {
         sink: Arc<dyn Sink>,
         paths: Vec<PathBuf>,
         telemetry: Telemetry,
+        quiet: files::QuietTime,
         /// The watch armed before the first load, for the first run.
         armed: std::sync::Mutex<Option<files::Watching>>,
     },
@@ -101,14 +101,20 @@ impl Following {
         sink: Arc<dyn Sink>,
         paths: Vec<PathBuf>,
         telemetry: Telemetry,
+        quiet: files::QuietTime,
     ) -> Following {
-        let armed =
-            files::Watching::arm_off_worker(Arc::clone(&sink), paths.clone(), telemetry.clone())
-                .await;
+        let armed = files::Watching::arm_off_worker(
+            Arc::clone(&sink),
+            paths.clone(),
+            telemetry.clone(),
+            quiet,
+        )
+        .await;
         Following::Files {
             sink,
             paths,
             telemetry,
+            quiet,
             armed: std::sync::Mutex::new(Some(armed)),
         }
     }
@@ -148,6 +154,7 @@ impl Following {
                     sink,
                     paths,
                     telemetry,
+                    quiet,
                     armed,
                 } => {
                     let first = armed.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -158,6 +165,7 @@ impl Following {
                                 Arc::clone(sink),
                                 paths.clone(),
                                 telemetry.clone(),
+                                *quiet,
                             )
                             .await;
                             // Armed before the files are read again: nothing is missed.
@@ -316,11 +324,6 @@ impl Barrier {
         }
     }
 }
-
-/// Quiet time after the last change (a file event, an etcd event) before loading again.
-pub const DEBOUNCE: Duration = Duration::from_millis(100);
-/// The longest a load waits for quiet after the first change of a burst.
-pub const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// Where a source hands what it read: loading, checking and publishing are the sink's.
 /// Called on blocking threads (a load is CPU work).

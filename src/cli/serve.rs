@@ -45,6 +45,13 @@ pub struct ServeArgs {
     /// goes out anyway (and the time-out is logged and counted), e.g. `5s`, `1500ms`.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_step_timeout)]
     pub ordering_timeout: Duration,
+    /// Files only: how long the files must see no event before a change loads, so that an
+    /// edit of several files that is not atomic (`git checkout`, files renamed one after
+    /// another) loads whole. A file being written is waited for until it is closed, whatever
+    /// this is; etcd has no quiet time (a transaction arrives whole). `0s` loads at the first
+    /// event. From 0 to 1 s.
+    #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = parse_quiet_time)]
+    pub file_quiet_time: Duration,
     /// Let a reload leave connected proxies without any listener or any cluster where they
     /// have some (refused by default: the usual cause is a broken deploy of the files).
     #[arg(long)]
@@ -398,6 +405,10 @@ fn parse_header_timeout(text: &str) -> Result<Duration, String> {
     parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(600))
 }
 
+fn parse_quiet_time(text: &str) -> Result<Duration, String> {
+    parse_duration_in(text, Duration::ZERO, Duration::from_secs(1))
+}
+
 /// A step time-out: a duration such as `5s`, from 100 ms to 10 minutes.
 fn parse_step_timeout(text: &str) -> Result<Duration, String> {
     parse_duration_in(text, Duration::from_millis(100), Duration::from_secs(600))
@@ -513,6 +524,7 @@ async fn run_server(args: ServeArgs) -> Result<(), Failure> {
             .clone()
             .map(|envoy| (envoy, args.preflight_timeout)),
         replica: args.replica_name.clone(),
+        file_quiet: crate::source::files::QuietTime(args.file_quiet_time),
     };
     // Read and load before binding: a source that does not answer, or a config that cannot
     // load at start, is a usage error, unless the state directory keeps a good copy to serve

@@ -58,6 +58,7 @@ fn watching(reloader: &Arc<Reloader>) -> Watching {
         Arc::clone(reloader) as Arc<dyn crate::source::Sink>,
         reloader.loading.paths.clone(),
         reloader.telemetry.clone(),
+        Default::default(),
     )
 }
 

@@ -1,5 +1,13 @@
-//! The files source (`--config` paths): watching them (notify), debouncing bursts of events,
-//! and telling the sink to load again after each burst.
+//! The files source (`--config` paths): watching them (notify), gathering each change's
+//! events, and telling the sink to load again after each change.
+//!
+//! A change is loaded once no file is being written and the files have been quiet for
+//! `--file-quiet-time` (5 ms by default; [`next_change`] has the rule). A file written in place
+//! (created, then written, then closed) is waited for until its close, however long that
+//! takes up to [`MAX_WAIT`]: a file is never read half-written. The quiet time is for
+//! edits of several files that are not atomic (`git checkout`, a script renaming files one
+//! after another, `tar`): it lets the next file's first event come before the load starts.
+//! Events that arrive during a load make exactly one more load after it.
 //!
 //! Editors and Kubernetes replace files rather than write them in place (rename-over,
 //! symlink swaps, a whole directory renamed over another), which kills inotify watches on
@@ -10,20 +18,40 @@
 //! Must not: read or parse files (the sink's loader does, parsing only what changed), or
 //! publish anything.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode};
+use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RenameMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use super::{Sink, DEBOUNCE, MAX_DEBOUNCE};
+use super::Sink;
 use crate::shutdown::Shutdown;
 use crate::telemetry::Telemetry;
 
 /// How long to wait before watching again when nothing could be watched.
 const RETRY: Duration = Duration::from_secs(1);
+
+/// `--file-quiet-time`: how long the files must see no event before a change is loaded
+/// (by default [`QUIET`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuietTime(pub Duration);
+
+impl Default for QuietTime {
+    fn default() -> QuietTime {
+        QuietTime(QUIET)
+    }
+}
+
+/// The default quiet time.
+pub const QUIET: Duration = Duration::from_millis(5);
+/// The longest a change waits from its first event, for quiet or for a file being written to
+/// be closed: files rewritten without a pause (a tool writing many times a second) are still
+/// loaded within this, and a file held open longer is read as it is then (if it does not
+/// parse, its close loads it again).
+pub const MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// A watch on the config paths, armed and collecting change events. Armed before the first
 /// load, a write that lands while the files are read (a large config takes seconds) is
@@ -32,6 +60,7 @@ pub struct Watching {
     sink: Arc<dyn Sink>,
     paths: Vec<PathBuf>,
     telemetry: Telemetry,
+    quiet: QuietTime,
     armed: Option<Armed>,
 }
 
@@ -39,19 +68,36 @@ pub struct Watching {
 /// watches (`switchyard_files`, known from the loads so far).
 type Armed = (
     notify::RecommendedWatcher,
-    mpsc::UnboundedReceiver<()>,
+    mpsc::UnboundedReceiver<Seen>,
     Vec<PathBuf>,
 );
+
+/// What one file event says of the writes in progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seen {
+    /// A regular file was created or written in place: it is whole at its close.
+    Writing(PathBuf),
+    /// A file was closed after writing, renamed away or removed: no longer being written.
+    Closed(PathBuf),
+    /// Anything else: a rename into place, a symlink or a directory made, a lost event.
+    Changed,
+}
 
 impl Watching {
     /// Arm the watch on `paths` now; [`Watching::run`] then has `sink` load them again
     /// after each burst of changes. Blocking: it walks the trees (a watch per directory)
     /// and asks the sink what its last load read (waiting for a load in progress).
-    pub fn arm(sink: Arc<dyn Sink>, paths: Vec<PathBuf>, telemetry: Telemetry) -> Watching {
+    pub fn arm(
+        sink: Arc<dyn Sink>,
+        paths: Vec<PathBuf>,
+        telemetry: Telemetry,
+        quiet: QuietTime,
+    ) -> Watching {
         let mut watching = Watching {
             sink,
             paths,
             telemetry,
+            quiet,
             armed: None,
         };
         watching.armed = watching.arm_now();
@@ -63,16 +109,20 @@ impl Watching {
         sink: Arc<dyn Sink>,
         paths: Vec<PathBuf>,
         telemetry: Telemetry,
+        quiet: QuietTime,
     ) -> Watching {
         let arming = (Arc::clone(&sink), paths.clone(), telemetry.clone());
-        match tokio::task::spawn_blocking(move || Watching::arm(arming.0, arming.1, arming.2)).await
-        {
+        let armed =
+            tokio::task::spawn_blocking(move || Watching::arm(arming.0, arming.1, arming.2, quiet))
+                .await;
+        match armed {
             Ok(watching) => watching,
             // The runtime is shutting down: nothing armed, and nothing to watch for.
             Err(_) => Watching {
                 sink,
                 paths,
                 telemetry,
+                quiet,
                 armed: None,
             },
         }
@@ -85,10 +135,11 @@ impl Watching {
         let paths = std::mem::take(&mut self.paths);
         let telemetry = self.telemetry.clone();
         let armed = self.armed.take();
+        let quiet = self.quiet;
         // The old watch is dropped there too (removing its inotify watches).
         let rearmed = tokio::task::spawn_blocking(move || {
             drop(armed);
-            Watching::arm(sink, paths, telemetry)
+            Watching::arm(sink, paths, telemetry, quiet)
         })
         .await;
         if let Ok(rearmed) = rearmed {
@@ -96,8 +147,8 @@ impl Watching {
         }
     }
 
-    /// Load again after each burst of changes (events since the watch was armed included)
-    /// until `shutdown` completes.
+    /// Load again after each change (events since the watch was armed included) until
+    /// `shutdown` completes.
     pub async fn run(mut self, mut shutdown: Shutdown) {
         loop {
             // What the last load read, asked on a blocking thread (a load in progress
@@ -116,7 +167,7 @@ impl Watching {
                 Some((_watcher, rx, _)) => {
                     tokio::select! {
                         _ = shutdown.wait() => return,
-                        burst = next_burst(rx) => if !burst { return },
+                        change = next_change(rx, self.quiet.0) => if !change { return },
                     }
                 }
                 None => {
@@ -148,16 +199,21 @@ impl Watching {
         let in_secret_dirs = secret_dirs.clone();
         let telemetry = self.telemetry.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            let wanted = match &event {
+            let seen = match &event {
                 Ok(e) => {
-                    is_change(&e.kind)
+                    if is_change(&e.kind)
                         && (touches(&relevant, &e.paths) || within(&in_secret_dirs, &e.paths))
+                    {
+                        Some(seen(e))
+                    } else {
+                        None
+                    }
                 }
-                Err(_) => true, // e.g. a queue overflow: reload to be sure
+                Err(_) => Some(Seen::Changed), // e.g. a queue overflow: reload to be sure
             };
-            if wanted {
+            if let Some(seen) = seen {
                 telemetry.file_event();
-                let _ = tx.send(());
+                let _ = tx.send(seen);
             }
         });
         match watcher {
@@ -217,21 +273,95 @@ fn secret_dirs(sink: &dyn Sink) -> Vec<PathBuf> {
     dirs
 }
 
-/// Wait for a change, then for quiet ([`DEBOUNCE`]): but no longer than [`MAX_DEBOUNCE`]
-/// from the first change, so files edited without pause (a deploy tool writing many times a
-/// second) still reload. `false` once the events end (the watcher is gone).
-async fn next_burst(events: &mut mpsc::UnboundedReceiver<()>) -> bool {
-    if events.recv().await.is_none() {
+/// Wait for a change, then until no file is being written and no event came for `quiet`:
+/// `true` then, `false` once the events end (the watcher is gone).
+///
+/// Bounded: neither the quiet nor a file being written is waited for past [`MAX_WAIT`] from
+/// the change's first event, so files rewritten without a pause still load. Events already
+/// arrived when it returns are part of this change.
+async fn next_change(events: &mut mpsc::UnboundedReceiver<Seen>, quiet: Duration) -> bool {
+    let Some(first) = events.recv().await else {
         return false;
-    }
-    tracing::debug!("A change to the config files was seen; loading them once they are quiet.");
-    let at_most = tokio::time::Instant::now() + MAX_DEBOUNCE;
+    };
+    tracing::debug!(event = ?first, "A change to the config files was seen.");
+    let start = tokio::time::Instant::now();
+    let mut writing = HashSet::new();
+    note(&mut writing, first);
+    let mut quiet_at = start + quiet;
     loop {
-        tokio::select! {
-            got = events.recv() => if got.is_none() { return false },
-            _ = tokio::time::sleep(DEBOUNCE) => return true,
-            _ = tokio::time::sleep_until(at_most) => return true,
+        // What has arrived already belongs to this change.
+        loop {
+            match events.try_recv() {
+                Ok(seen) => {
+                    note(&mut writing, seen);
+                    quiet_at = tokio::time::Instant::now() + quiet;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
+            }
         }
+        let now = tokio::time::Instant::now();
+        let bound = start + MAX_WAIT;
+        if now >= bound {
+            if !writing.is_empty() {
+                tracing::debug!(files = ?writing, "Loading the config files while some are still open for writing, past the wait's bound.");
+            }
+            return true;
+        }
+        let until = match writing.is_empty() {
+            true if now >= quiet_at => return true,
+            true => quiet_at.min(bound),
+            false => bound,
+        };
+        tokio::select! {
+            got = events.recv() => match got {
+                Some(seen) => {
+                    note(&mut writing, seen);
+                    quiet_at = tokio::time::Instant::now() + quiet;
+                }
+                None => return false,
+            },
+            _ = tokio::time::sleep_until(until) => {}
+        }
+    }
+}
+
+/// Keep track of the files being written.
+fn note(writing: &mut HashSet<PathBuf>, seen: Seen) {
+    match seen {
+        Seen::Writing(path) => {
+            writing.insert(path);
+        }
+        Seen::Closed(path) => {
+            writing.remove(&path);
+        }
+        Seen::Changed => {}
+    }
+}
+
+/// What an event says of the writes in progress. A created entry counts as being written
+/// only when it is an empty regular file (inotify says "created" of a symlink or a hard link
+/// too, which no close follows). Only inotify (Linux) tells of closes: elsewhere every event
+/// is [`Seen::Changed`], and the quiet time alone gathers a change.
+fn seen(event: &notify::Event) -> Seen {
+    if !cfg!(target_os = "linux") {
+        return Seen::Changed;
+    }
+    let path = event.paths.first().cloned();
+    match (&event.kind, path) {
+        (EventKind::Create(CreateKind::File | CreateKind::Any), Some(path)) => {
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.file_type().is_file() && meta.len() == 0 => Seen::Writing(path),
+                _ => Seen::Changed,
+            }
+        }
+        (EventKind::Modify(ModifyKind::Data(_)), Some(path)) => Seen::Writing(path),
+        (EventKind::Access(AccessKind::Close(AccessMode::Write)), Some(path)) => Seen::Closed(path),
+        (EventKind::Remove(_), Some(path)) => Seen::Closed(path),
+        (EventKind::Modify(ModifyKind::Name(RenameMode::From | RenameMode::Both)), Some(path)) => {
+            Seen::Closed(path)
+        }
+        _ => Seen::Changed,
     }
 }
 
@@ -275,19 +405,39 @@ fn touches(paths: &[PathBuf], event_paths: &[PathBuf]) -> bool {
 mod tests {
     use super::*;
 
-    /// Send an event into `tx` every `every`, `count` times (on tokio's clock).
+    /// Send `seen` into `tx` every `every`, `count` times (on tokio's clock).
     fn events_every(
-        tx: mpsc::UnboundedSender<()>,
+        tx: mpsc::UnboundedSender<Seen>,
+        seen: Seen,
         every: Duration,
         count: u32,
-    ) -> tokio::task::JoinHandle<mpsc::UnboundedSender<()>> {
+    ) -> tokio::task::JoinHandle<mpsc::UnboundedSender<Seen>> {
         tokio::spawn(async move {
             for _ in 0..count {
-                let _ = tx.send(());
+                let _ = tx.send(seen.clone());
                 tokio::time::sleep(every).await;
             }
             tx
         })
+    }
+
+    /// Send each event at its time after now (on tokio's clock).
+    fn events_at(
+        tx: mpsc::UnboundedSender<Seen>,
+        events: Vec<(u64, Seen)>,
+    ) -> tokio::task::JoinHandle<mpsc::UnboundedSender<Seen>> {
+        let start = tokio::time::Instant::now();
+        tokio::spawn(async move {
+            for (at, seen) in events {
+                tokio::time::sleep_until(start + Duration::from_millis(at)).await;
+                let _ = tx.send(seen);
+            }
+            tx
+        })
+    }
+
+    fn file(name: &str) -> PathBuf {
+        PathBuf::from("/config").join(name)
     }
 
     /// A sink whose loads are held (`gate` locked): asking what its last load read waits for
@@ -332,6 +482,7 @@ mod tests {
             Arc::clone(&sink) as Arc<dyn Sink>,
             vec![dir.path().to_path_buf()],
             Telemetry::default(),
+            QuietTime::default(),
         )
         .await;
         let (_trigger, shutdown) = crate::shutdown::channel();
@@ -363,39 +514,121 @@ mod tests {
         watch.abort();
     }
 
-    /// A burst of events reloads once, DEBOUNCE after its last event. On tokio's paused
-    /// clock: the times are exact, and nothing waits in real time.
+    /// Renames into place (what editors, rsync and a ConfigMap's symlink swap do) 1 ms
+    /// apart load once, the quiet time after the last. On tokio's paused clock: the times
+    /// are exact, and nothing waits in real time.
     #[tokio::test(start_paused = true)]
-    async fn a_burst_reloads_once_after_quiet() {
+    async fn a_change_loads_once_after_its_quiet_time() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let start = tokio::time::Instant::now();
-        // Events at 0, 30, 60 and 90 ms, then quiet.
-        let sender = events_every(tx, Duration::from_millis(30), 4);
-        assert!(next_burst(&mut rx).await);
-        assert_eq!(start.elapsed(), Duration::from_millis(90) + DEBOUNCE);
-        assert!(rx.is_empty(), "the whole burst was taken in");
-        // The watcher gone (its sender dropped): no more bursts.
+        // Events at 0, 1, 2 and 3 ms, then quiet.
+        let sender = events_every(tx, Seen::Changed, Duration::from_millis(1), 4);
+        assert!(next_change(&mut rx, QUIET).await);
+        assert_eq!(start.elapsed(), Duration::from_millis(3) + QUIET);
+        assert!(rx.is_empty(), "the whole change was taken in");
+        // The watcher gone (its sender dropped): no more changes.
         drop(sender.await.expect("sender"));
-        assert!(!next_burst(&mut rx).await);
+        assert!(!next_change(&mut rx, QUIET).await);
     }
 
-    /// Files edited without a pause (an event every 30 ms, never DEBOUNCE of quiet) still
-    /// reload, MAX_DEBOUNCE after the first event of each burst, while the edits go on.
+    /// With no quiet time, a rename loads at its event, and what had arrived with it is
+    /// part of the same change.
     #[tokio::test(start_paused = true)]
-    async fn edits_without_a_pause_still_reload() {
+    async fn no_quiet_time_loads_at_the_first_event() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tx.send(Seen::Changed).expect("send");
+        tx.send(Seen::Changed).expect("send");
+        let start = tokio::time::Instant::now();
+        assert!(next_change(&mut rx, Duration::ZERO).await);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert!(rx.is_empty(), "what had arrived was taken in");
+    }
+
+    /// A file written in place is not read before its close, however long the writer
+    /// pauses between writes (here 40 ms, eight times the quiet time), with or without a
+    /// quiet time; then the quiet time after the close.
+    #[tokio::test(start_paused = true)]
+    async fn a_file_being_written_is_waited_for_until_its_close() {
+        for quiet in [QUIET, Duration::ZERO] {
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let start = tokio::time::Instant::now();
+            let a = file("a.yaml");
+            let sender = events_at(
+                tx,
+                vec![
+                    (0, Seen::Writing(a.clone())),  // created
+                    (40, Seen::Writing(a.clone())), // a first write
+                    (80, Seen::Writing(a.clone())), // a second one
+                    (120, Seen::Closed(a.clone())),
+                ],
+            );
+            assert!(next_change(&mut rx, quiet).await);
+            assert_eq!(
+                start.elapsed(),
+                Duration::from_millis(120) + quiet,
+                "quiet time {quiet:?}"
+            );
+            drop(sender.await.expect("sender"));
+        }
+    }
+
+    /// Two files written one after the other (`git checkout`): the second's first event
+    /// comes within the quiet time of the first's close, so the change holds both.
+    #[tokio::test(start_paused = true)]
+    async fn files_written_one_after_another_are_one_change() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let start = tokio::time::Instant::now();
-        // 100 events, at 0, 30, ..., 2970 ms.
-        let sender = events_every(tx, Duration::from_millis(30), 100);
+        let (a, b) = (file("a.yaml"), file("b.yaml"));
+        let sender = events_at(
+            tx,
+            vec![
+                (0, Seen::Closed(a.clone())), // a removed
+                (1, Seen::Writing(a.clone())),
+                (2, Seen::Closed(a)),
+                (4, Seen::Writing(b.clone())), // 2 ms after a's close
+                (30, Seen::Closed(b)),
+            ],
+        );
+        assert!(next_change(&mut rx, QUIET).await);
+        assert_eq!(start.elapsed(), Duration::from_millis(30) + QUIET);
+        assert!(rx.is_empty());
+        drop(sender.await.expect("sender"));
+    }
+
+    /// Files edited without a pause (an event every 2 ms, never the quiet time) still load,
+    /// MAX_WAIT after the first event of each change, while the edits go on: the quiet time
+    /// does not restart without end.
+    #[tokio::test(start_paused = true)]
+    async fn edits_without_a_pause_still_load() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let start = tokio::time::Instant::now();
+        // 1,500 events, at 0, 2, ..., 2998 ms.
+        let sender = events_every(tx, Seen::Changed, Duration::from_millis(2), 1500);
         let mut ends = Vec::new();
         for _ in 0..3 {
-            assert!(next_burst(&mut rx).await);
+            assert!(next_change(&mut rx, QUIET).await);
             ends.push(start.elapsed().as_millis());
         }
-        // Bursts from 0, 1020 (the first event after 1000) and 2040 ms, each ended by
-        // MAX_DEBOUNCE: the third too, since 2970 + DEBOUNCE comes later than 3040.
-        assert_eq!(ends, [1000, 2020, 3040]);
+        // Changes from 0, 1000 and 2000 ms (an event at each), each ended by MAX_WAIT; the
+        // third took the last event, at 2998 ms.
+        assert_eq!(MAX_WAIT, Duration::from_secs(1));
+        assert_eq!(ends, [1000, 2000, 3000]);
         drop(sender.await.expect("sender"));
-        assert!(!next_burst(&mut rx).await, "no reload once the edits stop");
+        assert!(rx.is_empty());
+        assert!(
+            !next_change(&mut rx, QUIET).await,
+            "no load once the edits stop"
+        );
+    }
+
+    /// A file held open for writing is read at MAX_WAIT after the change's first event (if it
+    /// does not parse yet, its close loads it again).
+    #[tokio::test(start_paused = true)]
+    async fn a_file_held_open_is_read_at_the_bound() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let start = tokio::time::Instant::now();
+        tx.send(Seen::Writing(file("held.yaml"))).expect("send");
+        assert!(next_change(&mut rx, QUIET).await);
+        assert_eq!(start.elapsed(), MAX_WAIT);
     }
 }
