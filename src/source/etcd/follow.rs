@@ -493,8 +493,9 @@ async fn next_burst(stream: &mut switchyard_etcd::WatchStream, shutdown: &mut Sh
             break;
         }
     }
-    // What has arrived already (polled once each, never waited for).
-    while let Ok(more) = tokio::time::timeout(Duration::ZERO, stream.message()).await {
+    // What has arrived already (polled once each, never waited for: no timer either, which
+    // would wait for the timer's next tick).
+    while let Some(more) = futures_util::FutureExt::now_or_never(stream.message()) {
         match more {
             Ok(Some(response)) if response.compact_revision() > 0 => return Burst::Compacted,
             Ok(Some(response)) if response.canceled() => break,
