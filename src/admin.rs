@@ -36,6 +36,7 @@ pub mod standing;
 mod status;
 pub mod summary;
 pub mod view;
+pub mod wait;
 
 pub use status::status_now;
 pub use status::{
@@ -514,8 +515,38 @@ async fn index(
     axum::response::Html(page::render(&status_now(&admin).await, &query))
 }
 
-async fn status(State(admin): State<Admin>) -> Json<Status> {
-    Json(status_now(&admin).await)
+/// `?after=TOKEN&wait=DURATION` of `GET /status`: a long poll (`wait`).
+#[derive(Debug, serde::Deserialize)]
+struct StatusQuery {
+    after: Option<String>,
+    wait: Option<String>,
+}
+
+/// `GET /status`: where every proxy stands. With `?after=TOKEN`, held until it differs
+/// from the status answered with that token (`x-switchyard-status`), or for `wait` (1 s by
+/// default, at most 10 s): [`wait`].
+async fn status(
+    State(admin): State<Admin>,
+    axum::extract::Query(query): axum::extract::Query<StatusQuery>,
+) -> Response {
+    if let Some(after) = &query.after {
+        let hold = match query.wait.as_deref().map(humantime::parse_duration) {
+            None => Duration::from_secs(1),
+            Some(Ok(hold)) => hold,
+            Some(Err(e)) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    format!("wait: expected a duration such as 1s or 500ms: {e}\n"),
+                )
+                    .into_response()
+            }
+        };
+        wait::until_changed(&admin, after, hold).await;
+    }
+    // Taken before the status: a change while it is made gives the next poll another token.
+    let token = summary::status_token(&admin);
+    let status = status_now(&admin).await;
+    ([("x-switchyard-status", token)], Json(status)).into_response()
 }
 
 /// `POST /rollout/promote`: every node gets the candidate now.

@@ -12,7 +12,7 @@
 //! (`telemetry`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -48,6 +48,31 @@ pub struct Fleet {
     /// Bumped by every change to a report (a stream opened, updated or closed, a poll): a
     /// reader that saw the same count saw the same reports, but for pollers aging out.
     changes: AtomicU64,
+    /// Woken at each change while someone waits for one ([`Fleet::next_change`]): an
+    /// `admin` long poll of `/status`.
+    changed: tokio::sync::Notify,
+    /// How many wait for a change: with none, a change wakes nobody (no lock taken).
+    waiting: AtomicUsize,
+}
+
+/// A wait for the next change to the reports, armed: a change after [`Fleet::next_change`]
+/// returned it completes [`NextChange::wait`].
+pub struct NextChange<'a> {
+    fleet: &'a Fleet,
+    notified: std::pin::Pin<Box<tokio::sync::futures::Notified<'a>>>,
+}
+
+impl NextChange<'_> {
+    /// Until a change after this wait was armed.
+    pub async fn wait(mut self) {
+        self.notified.as_mut().await;
+    }
+}
+
+impl Drop for NextChange<'_> {
+    fn drop(&mut self) {
+        self.fleet.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The longest a subscription of a node that polls (REST-JSON, `Fetch*`) stays listed after
@@ -592,7 +617,7 @@ impl Fleet {
     /// Register a stream; it stays listed until the returned handle is dropped.
     pub fn open(self: &Arc<Self>, report: StreamReport) -> StreamHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.bump();
         let report = Arc::new(Mutex::new(report));
         self.lock().insert(id, Arc::clone(&report));
         StreamHandle {
@@ -606,7 +631,27 @@ impl Fleet {
     /// How many changes the reports have had (see `changes`): to tell, without copying
     /// them, whether they may differ from the last look.
     pub fn changes(&self) -> u64 {
-        self.changes.load(Ordering::Relaxed)
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// Arm a wait for the next change: one made after this returns (and after
+    /// [`Fleet::changes`] read after it) wakes it.
+    pub fn next_change(&self) -> NextChange<'_> {
+        // Counted before the wait is made: a change that reads no one waiting came before
+        // this count, so `changes()` read after it sees that change.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        NextChange {
+            fleet: self,
+            notified: Box::pin(self.changed.notified()),
+        }
+    }
+
+    /// One more change to the reports; wakes whoever waits for one.
+    fn bump(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.changed.notify_waiters();
+        }
     }
 
     /// Every open stream's report, in the order they opened, then every poller's (by node
@@ -658,7 +703,7 @@ impl Fleet {
     /// Returns the state the poll leaves the type in when the state changed, with the NACK's
     /// words if it is one.
     pub fn polled(&self, poll: Poll<'_>) -> Option<(SyncStatus, Option<String>)> {
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.bump();
         let now = SystemTime::now();
         let mut pollers = self.pollers();
         let key = (poll.node.id.clone(), poll.api);
@@ -861,7 +906,7 @@ impl StreamHandle {
     ) {
         let now = SystemTime::now();
         let plan = plan.map(|p| PlanReport::new(&p, (Instant::now(), now)));
-        self.fleet.changes.fetch_add(1, Ordering::Relaxed);
+        self.fleet.bump();
         let mut report = lock(&self.report);
         report.generation = generation;
         // `since` is placed on the wall clock anew each time: keep the first placing while
@@ -920,7 +965,7 @@ impl StreamHandle {
 impl Drop for StreamHandle {
     fn drop(&mut self) {
         self.fleet.lock().remove(&self.id);
-        self.fleet.changes.fetch_add(1, Ordering::Relaxed);
+        self.fleet.bump();
         // The stream that held convergence back may be the one leaving.
         self.fleet.track_convergence(self.id, None);
     }

@@ -1209,3 +1209,83 @@ async fn status_never_reads_a_new_generation_beside_the_report_before_it() {
     assert!(read > 10, "read {read} times");
     acking.abort();
 }
+
+/// `GET path` on the admin server: status code, `x-switchyard-status` token, body.
+async fn get_with_token(admin: std::net::SocketAddr, path: String) -> (u16, String, String) {
+    let r = reqwest::get(format!("http://{admin}{path}"))
+        .await
+        .expect("admin answers");
+    let code = r.status().as_u16();
+    let token = r
+        .headers()
+        .get("x-switchyard-status")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    (code, token, r.text().await.expect("body"))
+}
+
+/// The long poll of `/status` (`?after=TOKEN&wait=DURATION`, what `status --wait` follows
+/// the fleet with): held for its wait while nothing changes; answered as soon as a proxy's
+/// report changes (it connects, it ACKs) or a load publishes, with another token, well
+/// before a wait of 10 s.
+#[tokio::test]
+async fn a_long_poll_of_status_answers_at_the_next_change() {
+    let server = server().await;
+    let admin = server.admin_addr;
+    let (code, token, _) = get_with_token(admin, "/status".into()).await;
+    assert_eq!(code, 200);
+    assert!(!token.is_empty(), "/status names what it was made of");
+
+    // Nothing changes: held for the wait, and the same token.
+    let started = std::time::Instant::now();
+    let (code, same, _) = get_with_token(admin, format!("/status?after={token}&wait=300ms")).await;
+    assert_eq!((code, &same), (200, &token));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    // A proxy connects and ACKs: the poll held meanwhile answers then.
+    let poll = tokio::spawn(get_with_token(
+        admin,
+        format!("/status?after={token}&wait=10s"),
+    ));
+    let mut c = server.ads("edge-1").await;
+    c.subscribe(Cluster, &[]).await;
+    let first = c.recv_type(Cluster).await;
+    c.ack(&first, &[]).await;
+    let (code, changed, body) = tokio::time::timeout(Duration::from_secs(5), poll)
+        .await
+        .expect("answered at the change, not after its 10 s wait")
+        .expect("joins");
+    assert_eq!(code, 200);
+    assert_ne!(changed, token);
+    assert!(body.contains("edge-1"), "{body}");
+
+    // Until the ACK is in the status, each poll answers at the next change; then a load
+    // that publishes answers one.
+    let mut token = changed;
+    loop {
+        let status: Status =
+            serde_json::from_str(&get_with_token(admin, "/status".into()).await.2).expect("json");
+        if state(&status, "edge-1", "CDS").as_deref() == Some("SYNCED") {
+            token = get_with_token(admin, "/status".into()).await.1;
+            break;
+        }
+        let (_, next, _) = get_with_token(admin, format!("/status?after={token}&wait=10s")).await;
+        token = next;
+    }
+    let poll = tokio::spawn(get_with_token(
+        admin,
+        format!("/status?after={token}&wait=10s"),
+    ));
+    server.set_file("clusters.yaml", &eds_cluster("backend", "2s", 8080));
+    let (_, published, _) = tokio::time::timeout(Duration::from_secs(5), poll)
+        .await
+        .expect("answered at the publication, not after its 10 s wait")
+        .expect("joins");
+    assert_ne!(published, token);
+
+    // A wait that is not a duration is refused, saying so.
+    let (code, _, body) = get_with_token(admin, format!("/status?after={token}&wait=soon")).await;
+    assert_eq!(code, 400);
+    assert!(body.contains("wait: expected a duration"), "{body}");
+}

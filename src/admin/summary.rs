@@ -1,10 +1,12 @@
 //! This replica's summary of its proxies ([`ReplicaSummary`]) as a stream of typed values for
 //! the sharing of the view (`crate::sharing`): taken again when what it is made of changed
-//! (a few typed inputs, compared by value), at the latest every [`REFRESH`] (pollers age out
-//! with nothing moving), and when a one-off poll's hold on a gate ends; while changes keep
-//! coming (a rollout in progress changes something on every ACK), at most once per
-//! [`COST_SHARE`] times what taking the last one cost. Sent only when it differs from the
-//! last one sent but for when it was taken.
+//! (a few typed inputs, compared by value; woken at once by a proxy's report, a
+//! publication or a load, see [`LOOK`] for the rest), at the latest every [`REFRESH`]
+//! (pollers age out with nothing moving), and when a one-off poll's hold on a gate ends;
+//! while changes keep coming (a rollout in progress changes something on every ACK), at
+//! most once per [`COST_SHARE`] times what taking the last one cost, and per
+//! [`MIN_SPACING`]. Sent only when it differs from the last one sent but for when it was
+//! taken.
 //!
 //! Must not: write anywhere but its channel (the sharing writes etcd), or judge other
 //! replicas.
@@ -17,14 +19,20 @@ use super::replicas::{summarize, ReplicaSummary};
 use super::Admin;
 use crate::shutdown::Shutdown;
 
-/// How often what a summary is made of is looked at (a few counters).
+/// How often what a summary is made of is looked at when nothing woke the task: what has
+/// no signal of its change (whether the source answers, the fleet's rollout, tasks down).
+/// A proxy's report, a publication, a load and the follower's look at the prefix wake it
+/// at once.
 const LOOK: Duration = Duration::from_millis(200);
+/// The least time between two takes: under constant change (every ACK of a rollout
+/// changes a report), a summary is written at most this often.
+const MIN_SPACING: Duration = Duration::from_millis(25);
 /// The longest a summary goes without being taken again.
 pub const REFRESH: Duration = Duration::from_secs(10);
 /// A summary is taken at most once per this many times what the last one took (and per
-/// [`LOOK`]): taking one copies every proxy's report, so under constant change (a rollout on
-/// a large fleet) this keeps it to a twentieth of a core, while a small fleet's summary
-/// follows within [`LOOK`].
+/// [`MIN_SPACING`]): taking one copies every proxy's report, so under constant change (a
+/// rollout on a large fleet) this keeps it to a twentieth of a core, while a small fleet's
+/// summary follows a change at once.
 const COST_SHARE: u32 = 20;
 
 /// What a summary is made of, in a few typed values: the same values give the same
@@ -84,6 +92,26 @@ impl Inputs {
     }
 }
 
+/// A token of what `/status` is made of on this replica: the same token, the same status
+/// but for what time changes (pollers aging out, holds ending); `super::wait` answers a
+/// long poll when it differs. The inputs above, and the other replicas' summaries as read.
+pub(super) fn status_token(admin: &Admin) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    format!("{:?}", Inputs::of(admin)).hash(&mut hasher);
+    if let Some(replicas) = &admin.replicas {
+        let view = replicas.view.borrow();
+        format!(
+            "{:?}{:?}{:?}",
+            view.read_at,
+            view.summaries,
+            view.lost.is_some()
+        )
+        .hash(&mut hasher);
+    }
+    format!("{:016x}", hasher.finish())
+}
+
 /// Take this replica's summary (`replica`, its admin API at `admin_addr`) from `admin`
 /// whenever what it is made of changed, and send it on `out` when it differs, until
 /// `shutdown`. `seen` is what the sharing's follower last saw of the prefix.
@@ -97,15 +125,22 @@ pub async fn summaries(
 ) {
     let mut look = tokio::time::interval(LOOK);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // No take before this (what the last one cost, COST_SHARE times over).
+    let mut serving = admin.cache.subscribe();
+    let mut reports = admin.reloader.reports();
+    // `None` once its sender is gone (the sharing stopped): nothing more to wake on there.
+    let mut seen = Some(seen);
+    // No take before this (what the last one cost, COST_SHARE times over, and MIN_SPACING).
     let mut next_take = Instant::now();
     // What the last summary was taken from, when, and when a one-off poll's hold on a gate
     // it counted ends.
     let mut taken: Option<(Inputs, Instant, Option<SystemTime>)> = None;
     loop {
-        tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = look.tick() => {}
+        // Armed before the inputs are read: a change after the read wakes the wait below.
+        let next = admin.fleet.next_change();
+        serving.borrow_and_update();
+        reports.borrow_and_update();
+        if let Some(seen) = &mut seen {
+            seen.borrow_and_update();
         }
         let inputs = Inputs::of(&admin);
         let due = taken.as_ref().is_none_or(|(was, when, hold_ends)| {
@@ -113,26 +148,53 @@ pub async fn summaries(
                 || when.elapsed() >= REFRESH
                 || hold_ends.is_some_and(|end| SystemTime::now() >= end)
         });
-        if !due || Instant::now() < next_take {
+        if due && Instant::now() >= next_take {
+            let began = Instant::now();
+            let status = super::status_now(&admin).await;
+            let standing = super::standing::replica_standing(&status);
+            let mut summary = summarize(&status, &replica, standing);
+            summary.admin.clone_from(&admin_addr);
+            let seen_now = seen.as_ref().and_then(|s| *s.borrow());
+            summary.changed = changed(summary.revision, seen_now);
+            next_take = began + (began.elapsed() * COST_SHARE).max(MIN_SPACING);
+            taken = Some((inputs, Instant::now(), super::standing::holds_end(&status)));
+            out.send_if_modified(|last| {
+                if last
+                    .as_ref()
+                    .is_some_and(|said| said.same_but_time(&summary))
+                {
+                    return false;
+                }
+                *last = Some(summary);
+                true
+            });
             continue;
         }
-        let began = Instant::now();
-        let status = super::status_now(&admin).await;
-        let standing = super::standing::replica_standing(&status);
-        let mut summary = summarize(&status, &replica, standing);
-        summary.admin.clone_from(&admin_addr);
-        summary.changed = changed(summary.revision, *seen.borrow());
-        next_take = began + began.elapsed() * COST_SHARE;
-        taken = Some((inputs, Instant::now(), super::standing::holds_end(&status)));
-        out.send_if_modified(|last| {
-            if last
-                .as_ref()
-                .is_some_and(|said| said.same_but_time(&summary))
-            {
-                return false;
+        if due {
+            // Too soon after the last take: at `next_take`, whatever comes meanwhile.
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                _ = tokio::time::sleep_until(next_take.into()) => {}
             }
-            *last = Some(summary);
-            true
-        });
+            continue;
+        }
+        let seen_changed = async {
+            match &mut seen {
+                Some(s) => {
+                    if s.changed().await.is_err() {
+                        seen = None;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.wait() => return,
+            _ = next.wait() => {}
+            _ = serving.changed() => {}
+            _ = reports.changed() => {}
+            _ = seen_changed => {}
+            _ = look.tick() => {}
+        }
     }
 }

@@ -84,6 +84,22 @@ pub(super) async fn admin_call(
     method: reqwest::Method,
     path: &str,
 ) -> anyhow::Result<(reqwest::StatusCode, String, String)> {
+    let (code, _, body, url) = admin_exchange(target, token, method, path).await?;
+    Ok((code, body, url))
+}
+
+/// One request to the admin API: its status code, headers, body and URL.
+async fn admin_exchange(
+    target: &AdminTarget,
+    token: Option<&str>,
+    method: reqwest::Method,
+    path: &str,
+) -> anyhow::Result<(
+    reqwest::StatusCode,
+    reqwest::header::HeaderMap,
+    String,
+    String,
+)> {
     let mut client = reqwest::Client::builder().timeout(ADMIN_TIMEOUT);
     let url = match (&target.ca, &target.server_name) {
         (None, _) => format!("http://{}{path}", target.addr),
@@ -124,19 +140,42 @@ pub(super) async fn admin_call(
         anyhow::anyhow!("cannot reach the admin API at {url}: {why}{hint}")
     })?;
     let code = response.status();
+    let headers = response.headers().clone();
     let body = response.text().await?;
-    Ok((code, body, url))
+    Ok((code, headers, body, url))
 }
 
 pub(super) async fn fetch_status(
     target: &AdminTarget,
     token: Option<&str>,
 ) -> anyhow::Result<(crate::admin::Status, String)> {
-    let (code, body, url) = admin_call(target, token, reqwest::Method::GET, "/status").await?;
+    let (status, body, _) = fetch_status_after(target, token, None).await?;
+    Ok((status, body))
+}
+
+/// `/status`, and the token of what it was made of (`x-switchyard-status`; a server
+/// without the long poll sends none). With `after` (a token and how long to wait): held by
+/// the server until the status differs from that token's, or the wait ends.
+pub(super) async fn fetch_status_after(
+    target: &AdminTarget,
+    token: Option<&str>,
+    after: Option<(&str, std::time::Duration)>,
+) -> anyhow::Result<(crate::admin::Status, String, Option<String>)> {
+    let path = match after {
+        Some((after, wait)) => format!("/status?after={after}&wait={}ms", wait.as_millis()),
+        None => "/status".to_string(),
+    };
+    let (code, headers, body, url) =
+        admin_exchange(target, token, reqwest::Method::GET, &path).await?;
     if !code.is_success() {
         anyhow::bail!("{url} answered {code}: {}", body.trim());
     }
     let status = serde_json::from_str(&body)
         .map_err(|e| anyhow::anyhow!("{url} did not answer with a Switchyard status: {e}"))?;
-    Ok((status, body))
+    let changes = headers
+        .get("x-switchyard-status")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.chars().all(|c| c.is_ascii_alphanumeric()))
+        .map(str::to_string);
+    Ok((status, body, changes))
 }

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::admin_api::{admin_call, admin_target, fetch_status, AdminTarget};
+use super::admin_api::{admin_call, admin_target, fetch_status_after, AdminTarget};
 use super::flags::AdminArgs;
 use super::runtime;
 
@@ -185,10 +185,24 @@ pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> Ex
         Output::Table => print!("{}", status_table(status)),
     };
     let mut said = None;
+    // The token of the status last answered: the next ask is held by the server until the
+    // status differs (a long poll), instead of asked again after POLL.
+    let mut after: Option<String> = None;
     let (status, body, verdict) = loop {
-        let fetched = runtime.block_on(fetch_status(&target, token.as_deref()));
+        let hold = timeout
+            .saturating_sub(started.elapsed())
+            .min(LONG_POLL)
+            .max(std::time::Duration::from_millis(1));
+        let fetched = runtime.block_on(fetch_status_after(
+            &target,
+            token.as_deref(),
+            after.as_deref().map(|a| (a, hold)),
+        ));
         let (status, body) = match fetched {
-            Ok(found) => found,
+            Ok((status, body, token)) => {
+                after = token;
+                (status, body)
+            }
             Err(e) if written.is_some() && unwatchable(&e).is_some() => {
                 return ExitCode::from(EXIT_UNWATCHABLE);
             }
@@ -197,6 +211,7 @@ pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> Ex
                 if said.is_none() {
                     eprintln!("waiting: {e:#}");
                 }
+                after = None;
                 std::thread::sleep(POLL);
                 continue;
             }
@@ -238,7 +253,10 @@ pub(super) fn watch(admin: &AdminArgs, output: Output, wait: Option<Wait>) -> Ex
             );
             said = Some((verdict, on));
         }
-        std::thread::sleep(POLL);
+        if after.is_none() {
+            // A server without the long poll: ask again after POLL.
+            std::thread::sleep(POLL);
+        }
     };
     print(&status, &body);
     if verdict != Standing::Done {
@@ -395,6 +413,8 @@ async fn settle(
 
 /// How often `--wait` asks.
 const POLL: std::time::Duration = std::time::Duration::from_millis(500);
+/// The longest one long poll of `/status` is held (the server answers at each change).
+const LONG_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The rollout part of a status, for people.
 pub fn rollout_text(status: &crate::admin::Status) -> String {
