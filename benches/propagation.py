@@ -4,7 +4,7 @@
     benches/propagation.py SWITCHYARD [--envoy PATH] [--etcd PATH] [--edits N]
                            [--sources files,etcd] [--transports sotw,delta]
                            [--loads idle,300] [--changes move,route,cluster]
-                           [--control] [--json OUT]
+                           [--control] [--churn MS] [--serve-args FLAGS] [--json OUT]
 
 The method of a public benchmark of Envoy control planes (gateway-api-bench, part 2: route
 propagation and route changes), from the file or the etcd key instead of a Kubernetes
@@ -30,7 +30,8 @@ counting every failed request too.
 For each variant it prints p50/p90/p99/max of edit-to-answer (ms), the failed requests, and
 the timeline split from Switchyard's own debug log (JSON lines), medians: edit -> change
 seen (the file or watch event), -> load start, -> generation published, -> first response
-written, -> last ACK of the change. `--control` adds the negative control: the cluster
+written, -> last ACK of the change. `--churn 50` rewrites another file (renamed over) every 50 ms meanwhile, from
+files. `--control` adds the negative control: the cluster
 variant with `serve --ordering off`, which must show failures (it proves the probe sees
 them). docs/benchmarks.md ("Edit to Envoy answering") has figures and the command.
 """
@@ -407,6 +408,19 @@ def load_loop(port, stop, ok, failed, per_second):
             time.sleep(pause)
 
 
+def churn_loop(directory, every, stop):
+    """Rewrite another file (renamed over) every `every` seconds: a tool writing without a
+    pause beside the edits measured."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+        tmp = os.path.join(directory, ".other.yaml.tmp")
+        with open(tmp, "w") as f:
+            f.write(f"clusters: [{{name: other, connect_timeout: {n % 50 + 1}s}}]\n")
+        os.rename(tmp, os.path.join(directory, "other.yaml"))
+        time.sleep(every)
+
+
 def watch_change(probe, path, answered, at):
     """Probe `path` every PROBE_EVERY from now until `answered(status, body)`, then AFTER
     more: (seconds from `at` to the first new answer, or None; failed requests)."""
@@ -508,6 +522,7 @@ def run_variant(args, source_kind, transport, load, change, ordering):
     root = tempfile.mkdtemp(prefix="propagation-")
     procs = []
     etcd = None
+    ended = False
     try:
         upstreams = {"blue": free_port(), "green": free_port(), "fresh": free_port()}
         up_boot = os.path.join(root, "upstreams.json")
@@ -542,6 +557,7 @@ def run_variant(args, source_kind, transport, load, change, ordering):
             "json",
             "--ordering",
             ordering,
+            *args.serve_args.split(),
         ]
         procs.append(subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=open(log_path, "w")))
         if not wait_port(xds, time.time() + 20):
@@ -570,6 +586,12 @@ def run_variant(args, source_kind, transport, load, change, ordering):
             loader = multiprocessing.Process(target=load_loop, args=(listen, stop, ok, failed_load, load))
             loader.start()
             time.sleep(0.5)
+
+        churn = None
+        if args.churn and source_kind == "files":
+            churn = multiprocessing.Process(target=churn_loop, args=(source.dir, args.churn / 1000, stop))
+            churn.start()
+            time.sleep(0.2)
 
         latencies, failed, edits, missed = [], 0, [], 0
         for k in range(1, args.edits + 1):
@@ -614,8 +636,11 @@ def run_variant(args, source_kind, transport, load, change, ordering):
         stop.set()
         if loader:
             loader.join(5)
+        if churn:
+            churn.join(5)
         windows = list(zip(edits, edits[1:] + [time.time()]))
         split = timeline(log_events(log_path), windows)
+        ended = True
         return {
             "source": source_kind,
             "transport": transport,
@@ -643,7 +668,7 @@ def run_variant(args, source_kind, transport, load, change, ordering):
                 p.kill()
         if etcd:
             etcd.stop()
-        if args.keep:
+        if args.keep or not ended:
             print(f"  (kept {root})", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
@@ -664,6 +689,8 @@ def main():
     ap.add_argument("--loads", default="idle,300")
     ap.add_argument("--changes", default="move,route,cluster")
     ap.add_argument("--control", action="store_true")
+    ap.add_argument("--churn", type=int, metavar="MS", help="files: rewrite another file every MS ms meanwhile")
+    ap.add_argument("--serve-args", default="", help="more flags for `switchyard serve`")
     ap.add_argument("--json")
     ap.add_argument("--keep", action="store_true", help="keep each run's directory (logs)")
     args = ap.parse_args()
