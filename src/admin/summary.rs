@@ -11,9 +11,10 @@
 //! Must not: write anywhere but its channel (the sharing writes etcd), or judge other
 //! replicas.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::replicas::{summarize, ReplicaSummary};
 use super::Admin;
@@ -174,7 +175,7 @@ pub async fn summaries(
             // Too soon after the last take: at `next_take`, whatever comes meanwhile.
             tokio::select! {
                 _ = shutdown.wait() => return,
-                _ = tokio::time::sleep_until(next_take.into()) => {}
+                _ = tokio::time::sleep_until(next_take) => {}
             }
             continue;
         }
@@ -196,5 +197,67 @@ pub async fn summaries(
             _ = seen_changed => {}
             _ = look.tick() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A publication wakes the summaries: the new one is taken as soon as MIN_SPACING since
+    /// the last take allows, not at the next LOOK. On tokio's paused clock: the times are
+    /// exact.
+    #[tokio::test(start_paused = true)]
+    async fn a_publication_is_summarized_without_waiting_for_the_next_look() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, "clusters: [{name: a, connect_timeout: 1s}]\n").expect("write");
+        let cache = Arc::new(crate::cache::Cache::new());
+        let telemetry = crate::telemetry::Telemetry::default();
+        let reloader = Arc::new(crate::publish::Reloader::new(
+            vec![dir.path().to_path_buf()],
+            crate::config::LoadOptions::default(),
+            Arc::clone(&cache),
+            telemetry.clone(),
+        ));
+        reloader.reload().expect("loads");
+        let admin = Admin {
+            fleet: Arc::new(crate::fleet::Fleet::default()),
+            cache,
+            publisher: Arc::clone(reloader.publisher().expect("publishes itself")),
+            reloader: Arc::clone(&reloader),
+            telemetry,
+            show_secrets: Default::default(),
+            token: None,
+            new_streams: None,
+            fleet_rollout: None,
+            barrier: None,
+            replicas: None,
+            supervisor: Default::default(),
+            source: Default::default(),
+        };
+        let (out, mut taken) = watch::channel(None);
+        let (_seen, seen) = watch::channel(None);
+        let (_stop, shutdown) = crate::shutdown::channel();
+        let task = tokio::spawn(summaries(
+            admin,
+            "r".into(),
+            "127.0.0.1:1".into(),
+            seen,
+            out,
+            shutdown,
+        ));
+        let generation = |n: u64| {
+            move |s: &Option<ReplicaSummary>| s.as_ref().is_some_and(|s| s.generation == n)
+        };
+        taken.wait_for(generation(1)).await.expect("first summary");
+        let start = tokio::time::Instant::now();
+        std::fs::write(&file, "clusters: [{name: a, connect_timeout: 2s}]\n").expect("write");
+        reloader.reload().expect("loads");
+        taken.wait_for(generation(2)).await.expect("second summary");
+        assert_eq!(start.elapsed(), MIN_SPACING);
+        assert!(MIN_SPACING < LOOK);
+        task.abort();
     }
 }
