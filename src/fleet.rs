@@ -55,6 +55,16 @@ pub struct Fleet {
     waiting: AtomicUsize,
 }
 
+/// Counts a change to the reports when dropped: at the end of what makes it, whatever way
+/// that ends.
+struct BumpAfter<'a>(&'a Fleet);
+
+impl Drop for BumpAfter<'_> {
+    fn drop(&mut self) {
+        self.0.bump();
+    }
+}
+
 /// A wait for the next change to the reports, armed: a change after [`Fleet::next_change`]
 /// returned it completes [`NextChange::wait`].
 pub struct NextChange<'a> {
@@ -617,9 +627,9 @@ impl Fleet {
     /// Register a stream; it stays listed until the returned handle is dropped.
     pub fn open(self: &Arc<Self>, report: StreamReport) -> StreamHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.bump();
         let report = Arc::new(Mutex::new(report));
         self.lock().insert(id, Arc::clone(&report));
+        self.bump();
         StreamHandle {
             fleet: Arc::clone(self),
             id,
@@ -646,7 +656,8 @@ impl Fleet {
         }
     }
 
-    /// One more change to the reports; wakes whoever waits for one.
+    /// One more change to the reports, made: wakes whoever waits for one. Counted after the
+    /// change, never before, so that whoever reads the new count reads the change too.
     fn bump(&self) {
         self.changes.fetch_add(1, Ordering::SeqCst);
         if self.waiting.load(Ordering::SeqCst) > 0 {
@@ -703,7 +714,7 @@ impl Fleet {
     /// Returns the state the poll leaves the type in when the state changed, with the NACK's
     /// words if it is one.
     pub fn polled(&self, poll: Poll<'_>) -> Option<(SyncStatus, Option<String>)> {
-        self.bump();
+        let _bump = BumpAfter(self);
         let now = SystemTime::now();
         let mut pollers = self.pollers();
         let key = (poll.node.id.clone(), poll.api);
@@ -906,7 +917,7 @@ impl StreamHandle {
     ) {
         let now = SystemTime::now();
         let plan = plan.map(|p| PlanReport::new(&p, (Instant::now(), now)));
-        self.fleet.bump();
+        let _bump = BumpAfter(&self.fleet);
         let mut report = lock(&self.report);
         report.generation = generation;
         // `since` is placed on the wall clock anew each time: keep the first placing while
