@@ -220,6 +220,27 @@ pub(crate) async fn load_files(sink: &Arc<dyn Sink>) -> Option<u64> {
     }
 }
 
+/// [`load_files`] for the files' watch: not published when `moved()` says the files changed
+/// again since the read began ([`Sink::files_changed_unless`]). Whether it was published.
+pub(crate) async fn load_files_unless(
+    sink: &Arc<dyn Sink>,
+    moved: Arc<dyn Fn() -> bool + Send + Sync>,
+) -> bool {
+    let loading = Arc::clone(sink);
+    let loaded = tokio::task::spawn_blocking(move || {
+        crate::supervise::fail_point("load");
+        loading.files_changed_unless(&*moved)
+    })
+    .await;
+    match loaded {
+        Ok(read) => read.is_some(),
+        Err(e) => {
+            sink.load_stopped(None, stopped_words(e));
+            true
+        }
+    }
+}
+
 /// Why a load on a blocking thread did not finish, in words.
 pub(crate) fn stopped_words(e: tokio::task::JoinError) -> String {
     if e.is_panic() {
@@ -331,6 +352,15 @@ pub trait Sink: Send + Sync + 'static {
     /// The files under the watched paths changed: load them again. The number of this
     /// read of the files (a [`Position::Read`]).
     fn files_changed(&self) -> u64;
+    /// As [`Sink::files_changed`], for the files' watch: `moved()`, asked once the files are
+    /// read, says whether they changed again since the read began. Such a load is not
+    /// published (it may hold half of an edit that began meanwhile, whose events load the
+    /// files again): `None` then, else the read's number. A sink that cannot tell loads as
+    /// [`Sink::files_changed`] does.
+    fn files_changed_unless(&self, moved: &dyn Fn() -> bool) -> Option<u64> {
+        let _ = moved;
+        Some(self.files_changed())
+    }
     /// The files beyond the watched paths that the last load read (secret files named by
     /// `switchyard_files`), whose changes count too.
     fn files_read(&self) -> Vec<PathBuf>;

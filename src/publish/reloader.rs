@@ -153,16 +153,24 @@ impl Reloader {
     /// Load now (parsing only the files that changed); publish when good and different
     /// from what is serving. Logs one line.
     pub fn reload(&self) -> Result<(), LoadFailure> {
-        self.read_files().1
+        self.read_files(None).1.map(|_| ())
     }
 
     /// Read the files and publish what loads (one read at a time): the read's number, and
-    /// whether it loaded.
-    fn read_files(&self) -> (u64, Result<(), LoadFailure>) {
+    /// whether it loaded, and was published. Not published, nor reported, when `moved()`
+    /// says the files changed again since the read began (the watch's next load follows).
+    fn read_files(&self, moved: Option<&dyn Fn() -> bool>) -> (u64, Result<bool, LoadFailure>) {
         let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
         *reads += 1;
         let began = SystemTime::now();
         let (loaded, work) = self.loading.files();
+        if moved.is_some_and(|moved| moved()) {
+            tracing::debug!(
+                "The config files changed while they were read: this load is not published (it \
+                 may hold half of an edit); the change loads them again."
+            );
+            return (*reads, Ok(false));
+        }
         let result = self.checked(loaded, None).map(|config| {
             self.hand_over(
                 config,
@@ -171,7 +179,8 @@ impl Reloader {
                     ..Publication::default()
                 },
                 None,
-            )
+            );
+            true
         });
         self.reports.read_of_files(*reads, began);
         (*reads, result)
@@ -326,7 +335,14 @@ impl Reloader {
 /// The sink of both sources: files load again, documents are loaded as read.
 impl crate::source::Sink for Reloader {
     fn files_changed(&self) -> u64 {
-        self.read_files().0
+        self.read_files(None).0
+    }
+
+    fn files_changed_unless(&self, moved: &dyn Fn() -> bool) -> Option<u64> {
+        let (read, result) = self.read_files(Some(moved));
+        result
+            .ok()
+            .map_or(Some(read), |published| published.then_some(read))
     }
 
     fn files_read(&self) -> Vec<PathBuf> {

@@ -222,6 +222,31 @@ async fn an_edit_during_the_first_load_is_loaded_once_the_watch_runs() {
     task.await.expect("watch task ends on shutdown");
 }
 
+/// A load of the files for the watch is not published when the files moved while they were
+/// read (an edit may have begun meanwhile, and be read in half), and not reported either:
+/// the last report stays the last published read.
+#[test]
+fn a_load_during_which_the_files_moved_is_not_published() {
+    use crate::source::Sink;
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("a.yaml"), GOOD).expect("write");
+    let (cache, reloader, _) = reloader_over(dir.path().to_path_buf());
+    assert_eq!(reloader.files_changed_unless(&|| false), Some(1));
+    assert_eq!(cache.current().number, 1);
+    std::fs::write(dir.path().join("a.yaml"), CHANGED).expect("write");
+    assert_eq!(reloader.files_changed_unless(&|| true), None);
+    assert_eq!(cache.current().number, 1, "not published");
+    let report = reloader.last_report().expect("report");
+    assert_eq!(
+        report.read,
+        Some(1),
+        "the last report is the published read's"
+    );
+    assert_eq!(reloader.files_changed_unless(&|| false), Some(3));
+    assert_eq!(cache.current().number, 2);
+    assert_eq!(timeout_for(&cache, "edge-1"), "2s");
+}
+
 #[test]
 fn a_reload_that_changes_nothing_publishes_nothing() {
     let dir = tempfile::tempdir().expect("tmp");

@@ -7,7 +7,9 @@
 //! takes up to [`MAX_WAIT`]: a file is never read half-written. The quiet time is for
 //! edits of several files that are not atomic (`git checkout`, a script renaming files one
 //! after another, `tar`): it lets the next file's first event come before the load starts.
-//! Events that arrive during a load make exactly one more load after it.
+//! Events that arrive during a load make exactly one more load after it, and the load they
+//! arrived during is not published (an edit that began meanwhile may be read in half); after
+//! one load held back so, the next is published whatever arrives during it.
 //!
 //! Editors and Kubernetes replace files rather than write them in place (rename-over,
 //! symlink swaps, a whole directory renamed over another), which kills inotify watches on
@@ -20,6 +22,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +64,9 @@ pub struct Watching {
     paths: Vec<PathBuf>,
     telemetry: Telemetry,
     quiet: QuietTime,
+    /// Every change event seen, by any watcher of this watch: a load during which it moved
+    /// is not published.
+    events: Arc<AtomicU64>,
     armed: Option<Armed>,
 }
 
@@ -93,11 +99,23 @@ impl Watching {
         telemetry: Telemetry,
         quiet: QuietTime,
     ) -> Watching {
+        Watching::arm_counting(sink, paths, telemetry, quiet, Arc::default())
+    }
+
+    /// [`Watching::arm`], counting events in `events`.
+    fn arm_counting(
+        sink: Arc<dyn Sink>,
+        paths: Vec<PathBuf>,
+        telemetry: Telemetry,
+        quiet: QuietTime,
+        events: Arc<AtomicU64>,
+    ) -> Watching {
         let mut watching = Watching {
             sink,
             paths,
             telemetry,
             quiet,
+            events,
             armed: None,
         };
         watching.armed = watching.arm_now();
@@ -123,6 +141,7 @@ impl Watching {
                 paths,
                 telemetry,
                 quiet,
+                events: Arc::default(),
                 armed: None,
             },
         }
@@ -136,10 +155,11 @@ impl Watching {
         let telemetry = self.telemetry.clone();
         let armed = self.armed.take();
         let quiet = self.quiet;
+        let events = Arc::clone(&self.events);
         // The old watch is dropped there too (removing its inotify watches).
         let rearmed = tokio::task::spawn_blocking(move || {
             drop(armed);
-            Watching::arm(sink, paths, telemetry, quiet)
+            Watching::arm_counting(sink, paths, telemetry, quiet, events)
         })
         .await;
         if let Ok(rearmed) = rearmed {
@@ -150,6 +170,10 @@ impl Watching {
     /// Load again after each change (events since the watch was armed included) until
     /// `shutdown` completes.
     pub async fn run(mut self, mut shutdown: Shutdown) {
+        // Whether the last load was not published (the files moved while it read them): the
+        // next one is, whatever comes during it, so that files rewritten without a pause
+        // are still served.
+        let mut held_back = false;
         loop {
             // What the last load read, asked on a blocking thread (a load in progress
             // holds it).
@@ -182,11 +206,18 @@ impl Watching {
             // Armed before the files are read, so a write that lands during the load
             // triggers another one instead of being missed.
             self.rearm().await;
+            // An edit that begins while the files are read may be read in half: such a
+            // load is not published, and the edit's events load the files again.
+            let at_start = self.events.load(Ordering::SeqCst);
+            let events = Arc::clone(&self.events);
+            let publish_anyway = held_back;
+            let moved: Arc<dyn Fn() -> bool + Send + Sync> =
+                Arc::new(move || !publish_anyway && events.load(Ordering::SeqCst) != at_start);
             // A failed load is logged and kept by the sink; a half-written file that fails
             // to parse is loaded again on its next event; a load that panicked is reported
             // as failed.
             tracing::debug!("Loading the config files.");
-            super::load_files(&self.sink).await;
+            held_back = !super::load_files_unless(&self.sink, moved).await;
         }
     }
 
@@ -198,6 +229,7 @@ impl Watching {
         let secret_dirs = self.secret_dirs();
         let in_secret_dirs = secret_dirs.clone();
         let telemetry = self.telemetry.clone();
+        let events = Arc::clone(&self.events);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let seen = match &event {
                 Ok(e) => {
@@ -212,6 +244,7 @@ impl Watching {
                 Err(_) => Some(Seen::Changed), // e.g. a queue overflow: reload to be sure
             };
             if let Some(seen) = seen {
+                events.fetch_add(1, Ordering::SeqCst);
                 telemetry.file_event();
                 let _ = tx.send(seen);
             }
@@ -511,6 +544,83 @@ mod tests {
             "the runtime's thread was blocked: {ticks} ticks in 1 s"
         );
         holder.join().expect("joins");
+        watch.abort();
+    }
+
+    /// A sink whose first load writes a file under the watch while it "reads" (an edit
+    /// that begins during a load), and records what `moved()` said after each load.
+    struct EditedDuringLoad {
+        file: PathBuf,
+        moved: std::sync::Mutex<Vec<bool>>,
+    }
+
+    impl Sink for EditedDuringLoad {
+        fn files_changed(&self) -> u64 {
+            unreachable!("the watch loads with files_changed_unless")
+        }
+        fn files_changed_unless(&self, moved: &dyn Fn() -> bool) -> Option<u64> {
+            let mut said = self.moved.lock().unwrap_or_else(|p| p.into_inner());
+            if said.is_empty() {
+                std::fs::write(&self.file, "clusters: []\n").expect("write");
+                // Until the watcher has seen the write (bounded).
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                while !moved() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            said.push(moved());
+            let published = !said.last().copied().unwrap_or(false);
+            published.then_some(said.len() as u64)
+        }
+        fn files_read(&self) -> Vec<PathBuf> {
+            Vec::new()
+        }
+        fn documents(
+            &self,
+            _: &[crate::config::Document],
+            _: i64,
+            _: Option<super::super::etcd::ApplyNote>,
+        ) {
+        }
+        fn load_stopped(&self, _: Option<i64>, _: String) {}
+    }
+
+    /// An edit that begins while the files are read: that load is told the files moved
+    /// (and is not published), and the edit's own events load them again, told nothing
+    /// moved.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_load_during_which_the_files_moved_is_told_so_and_loaded_again() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, "{}\n").expect("write");
+        let sink = Arc::new(EditedDuringLoad {
+            file: file.clone(),
+            moved: Default::default(),
+        });
+        let watching = Watching::arm_off_worker(
+            Arc::clone(&sink) as Arc<dyn Sink>,
+            vec![dir.path().to_path_buf()],
+            Telemetry::default(),
+            QuietTime::default(),
+        )
+        .await;
+        let (_trigger, shutdown) = crate::shutdown::channel();
+        let watch = tokio::spawn(watching.run(shutdown));
+        // The first change: an edit before any load.
+        std::fs::write(&file, "clusters: [{name: a, connect_timeout: 1s}]\n").expect("write");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let said = sink.moved.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if said.len() >= 2 {
+                assert_eq!(said[..2], [true, false], "{said:?}");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the edit made during the load was never loaded again: {said:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         watch.abort();
     }
 
