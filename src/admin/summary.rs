@@ -22,8 +22,7 @@ use crate::shutdown::Shutdown;
 
 /// How often what a summary is made of is looked at when nothing woke the task: what has
 /// no signal of its change (whether the source answers, the fleet's rollout, tasks down).
-/// A proxy's report, a publication, a load and the follower's look at the prefix wake it
-/// at once.
+/// A proxy's report, a publication and a load wake it at once.
 const LOOK: Duration = Duration::from_millis(200);
 /// The least time between two takes: under constant change (every ACK of a rollout
 /// changes a report), a summary is written at most this often.
@@ -128,8 +127,6 @@ pub async fn summaries(
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut serving = admin.cache.subscribe();
     let mut reports = admin.reloader.reports();
-    // `None` once its sender is gone (the sharing stopped): nothing more to wake on there.
-    let mut seen = Some(seen);
     // No take before this (what the last one cost, COST_SHARE times over, and MIN_SPACING).
     let mut next_take = Instant::now();
     // What the last summary was taken from, when, and when a one-off poll's hold on a gate
@@ -140,9 +137,6 @@ pub async fn summaries(
         let next = admin.fleet.next_change();
         serving.borrow_and_update();
         reports.borrow_and_update();
-        if let Some(seen) = &mut seen {
-            seen.borrow_and_update();
-        }
         let inputs = Inputs::of(&admin);
         let due = taken.as_ref().is_none_or(|(was, when, hold_ends)| {
             *was != inputs
@@ -155,8 +149,7 @@ pub async fn summaries(
             let standing = super::standing::replica_standing(&status);
             let mut summary = summarize(&status, &replica, standing);
             summary.admin.clone_from(&admin_addr);
-            let seen_now = seen.as_ref().and_then(|s| *s.borrow());
-            summary.changed = changed(summary.revision, seen_now);
+            summary.changed = changed(summary.revision, *seen.borrow());
             next_take = began + (began.elapsed() * COST_SHARE).max(MIN_SPACING);
             taken = Some((inputs, Instant::now(), super::standing::holds_end(&status)));
             out.send_if_modified(|last| {
@@ -179,22 +172,14 @@ pub async fn summaries(
             }
             continue;
         }
-        let seen_changed = async {
-            match &mut seen {
-                Some(s) => {
-                    if s.changed().await.is_err() {
-                        seen = None;
-                    }
-                }
-                None => std::future::pending().await,
-            }
-        };
+        // What the follower saw of the prefix (`seen`) wakes nothing: it is taken with the
+        // next summary (see `Inputs`). A closed channel (the publisher or the reloader gone)
+        // wakes nothing either: what is left comes at the next look.
         tokio::select! {
             _ = shutdown.wait() => return,
             _ = next.wait() => {}
-            _ = serving.changed() => {}
-            _ = reports.changed() => {}
-            _ = seen_changed => {}
+            Ok(()) = serving.changed() => {}
+            Ok(()) = reports.changed() => {}
             _ = look.tick() => {}
         }
     }
