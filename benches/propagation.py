@@ -518,6 +518,18 @@ def percentile(values, p):
 # ---- one variant ----
 
 
+def new_path(upstream):
+    """How a new path's answers read: 404 (no route yet) is the old state, `upstream`'s
+    answer the new one, anything else a failure."""
+
+    def answered(status, body):
+        if status == 200 and body == upstream:
+            return "new"
+        return "old" if status == 404 else "failed"
+
+    return answered
+
+
 def run_variant(args, source_kind, transport, load, change, ordering):
     root = tempfile.mkdtemp(prefix="propagation-")
     procs = []
@@ -607,21 +619,10 @@ def run_variant(args, source_kind, transport, load, change, ordering):
 
             elif change == "route":
                 state.routes.append(k)
-                path = f"/r{k}"
-
-                def answered(status, body):
-                    if status == 200 and body == "blue":
-                        return "new"
-                    return "old" if status == 404 else "failed"
-
+                path, answered = f"/r{k}", new_path("blue")
             else:
                 state.fresh.append(k)
-                path = f"/c{k}"
-
-                def answered(status, body):
-                    if status == 200 and body == "fresh":
-                        return "new"
-                    return "old" if status == 404 else "failed"
+                path, answered = f"/c{k}", new_path("fresh")
 
             text = state.document()
             at = source.write(text)

@@ -6,21 +6,9 @@ use switchyard_testkit as support;
 use std::time::Duration;
 
 use support::*;
-use switchyard::daemon::{Daemon, Listeners, Options, RunError};
+use switchyard::daemon::{Daemon, Options, RunError};
 use switchyard::resource::ResourceType::Cluster;
 use tonic::transport::Channel;
-
-async fn listeners() -> Listeners {
-    let bind = || async {
-        tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind")
-    };
-    Listeners {
-        xds: bind().await,
-        admin: bind().await,
-    }
-}
 
 /// `run` loads the files, serves xDS and the admin API, and returns once shutdown comes.
 #[tokio::test]

@@ -17,9 +17,9 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use support::{seed_from, Seeded};
+use support::{listeners, seed_from, Seeded};
 use switchyard::config::selector::NodeFacts;
-use switchyard::daemon::{Daemon, Listeners, Options};
+use switchyard::daemon::{Daemon, Options};
 use switchyard::resource::ResourceType::Cluster;
 use switchyard::source::files::QuietTime;
 
@@ -120,38 +120,27 @@ fn swap(dir: &Path, k: u32) {
     }
 }
 
+/// The cluster names a node gets from `generation`.
+fn cluster_names(generation: &switchyard::cache::Generation) -> BTreeSet<String> {
+    generation
+        .snapshot_for(&NodeFacts::new("edge-1", ""))
+        .get(Cluster)
+        .resources
+        .keys()
+        .cloned()
+        .collect()
+}
+
 /// The cluster names of every generation the daemon keeps, by number.
 fn generations(daemon_cache: &switchyard::cache::Cache) -> Vec<(u64, BTreeSet<String>)> {
     let serving = daemon_cache.serving();
-    let node = NodeFacts::new("edge-1", "");
     let mut all: Vec<(u64, BTreeSet<String>)> = serving
         .known()
-        .map(|g| {
-            let names = g
-                .snapshot_for(&node)
-                .get(Cluster)
-                .resources
-                .keys()
-                .cloned()
-                .collect();
-            (g.number, names)
-        })
+        .map(|g| (g.number, cluster_names(g)))
         .collect();
     all.sort_by_key(|(n, _)| *n);
     all.dedup_by_key(|(n, _)| *n);
     all
-}
-
-async fn listeners() -> Listeners {
-    let bind = || async {
-        tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind")
-    };
-    Listeners {
-        xds: bind().await,
-        admin: bind().await,
-    }
 }
 
 /// Run `edits` edits made by `make` against a daemon watching `dir`, each waited for (its
@@ -187,18 +176,7 @@ async fn edits_are_served_whole(
         make = back;
         done.push(how.clone());
         let want = whole(k);
-        let node = NodeFacts::new("edge-1", "");
-        let served = serving.wait_for(|s| {
-            let names: BTreeSet<String> = s
-                .newest()
-                .snapshot_for(&node)
-                .get(Cluster)
-                .resources
-                .keys()
-                .cloned()
-                .collect();
-            names == want
-        });
+        let served = serving.wait_for(|s| cluster_names(s.newest()) == want);
         assert!(
             tokio::time::timeout(Duration::from_secs(10), served)
                 .await

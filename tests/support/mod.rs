@@ -102,15 +102,7 @@ impl TestServer {
         })
         .await
         .expect("the initial config loads");
-        let bind = || async {
-            tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind")
-        };
-        let listeners = Listeners {
-            xds: bind().await,
-            admin: bind().await,
-        };
+        let listeners = listeners().await;
         let addr = listeners.xds.local_addr().expect("addr");
         let admin_addr = listeners.admin.local_addr().expect("admin addr");
         let (cache, reloader) = (Arc::clone(&daemon.cache), Arc::clone(&daemon.reloader));
@@ -250,6 +242,19 @@ pub fn write_mesh(dir: &Path, upstream_port: u16, listener_port: u16) {
         &rds_listener("http", listener_port, "main"),
     );
     write(dir, "routes.yaml", &route_to("main", "a"));
+}
+
+/// The daemon's two listeners, each on a free port of 127.0.0.1.
+pub async fn listeners() -> Listeners {
+    let bind = || async {
+        tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind")
+    };
+    Listeners {
+        xds: bind().await,
+        admin: bind().await,
+    }
 }
 
 /// `switchyard ARGS` as a process, off the test's runtime (which goes on serving).
