@@ -144,6 +144,8 @@ pub async fn summaries(
                 || hold_ends.is_some_and(|end| SystemTime::now() >= end)
         });
         if due && Instant::now() >= next_take {
+            // A change during the take is seen by the next loop's look at the inputs.
+            drop(next);
             let began = Instant::now();
             let status = super::status_now(&admin).await;
             let standing = super::standing::replica_standing(&status);
@@ -165,7 +167,9 @@ pub async fn summaries(
             continue;
         }
         if due {
-            // Too soon after the last take: at `next_take`, whatever comes meanwhile.
+            // Too soon after the last take: at `next_take`, whatever comes meanwhile (so no
+            // change need wake this task meanwhile).
+            drop(next);
             tokio::select! {
                 _ = shutdown.wait() => return,
                 _ = tokio::time::sleep_until(next_take) => {}
