@@ -1277,7 +1277,78 @@ fn tls_and_listeners() -> Vec<Case> {
     let xff = json!([{"name": "xff", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.http.original_ip_detection.xff.v3.XffConfig",
         "xff_num_trusted_hops": 1}}]);
+    let pinned = |pins: Value| upstream_validation(merged(json!({"trusted_ca": ca}), pins));
+    let hex: String = (0u8..32).map(|b| format!("{b:02x}")).collect();
+    let fingerprint: String = (0u8..32)
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let spki = base64(&[7u8; 32]);
     vec![
+        // Certificate pins that pass the field rules' lengths but are not 32 bytes as Envoy
+        // decodes them (`DefaultCertValidator`), and near misses.
+        valid(
+            Cluster,
+            pinned(json!({"verify_certificate_hash": [hex.clone()]})),
+        ),
+        valid(
+            Cluster,
+            pinned(json!({"verify_certificate_hash": [fingerprint.clone()]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            pinned(json!({"verify_certificate_hash": [format!("+a{}", &hex[2..])]})),
+        ),
+        // Envoy reads each pair of characters as a number, white space before it allowed.
+        valid(
+            Cluster,
+            pinned(json!({"verify_certificate_hash": [format!(" a{}", &hex[2..])]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            pinned(json!({"verify_certificate_hash": [format!("a {}", &hex[2..])]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            pinned(json!({"verify_certificate_hash": [format!("  {}", &hex[2..])]})),
+        ),
+        valid(
+            Cluster,
+            pinned(json!({"verify_certificate_spki": [spki.clone()]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            pinned(json!({"verify_certificate_hash": [format!("g{}", &hex[1..])]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            pinned(json!({"verify_certificate_hash": [format!("{hex}0")]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            pinned(json!({"verify_certificate_hash": [fingerprint.replace(':', "-")]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            pinned(json!({"verify_certificate_spki": ["a".repeat(44)]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            pinned(json!({"verify_certificate_spki": [format!("{}==", &"A".repeat(42))]})),
+        ),
+        case(
+            "envoy",
+            Cluster,
+            pinned(json!({"verify_certificate_spki": [format!("{}B=", &spki[..42])]})),
+        ),
         // A validation context without a trusted CA.
         case(
             "envoy",

@@ -8,7 +8,8 @@
 //! - a regex (`RegexMatcher.regex`) that RE2 refuses, judged by RE2's own parser as Envoy 1.40
 //!   runs it (`re2`), whose program size is counted as RE2 counts it and judged per node
 //!   group (`super::regex_programs`), against the limit the node's runtime sets;
-//! - TLS parameters naming ECDH curves or cipher suites BoringSSL does not have;
+//! - TLS parameters naming ECDH curves or cipher suites BoringSSL does not have, and
+//!   certificate pins that are not 32 bytes as Envoy decodes them (`builds::pins`);
 //! - a listener with two filter chains whose `filter_chain_match` is the same, or one that
 //!   accepts connections with no filter chain at all;
 //! - `ipv4_compat` on an address other than `::` or an IPv4-mapped IPv6 address;
@@ -260,6 +261,9 @@ fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
         }
         "envoy.extensions.transport_sockets.tls.v3.TlsParameters" => {
             tls_parameters(message, &w.at)?
+        }
+        "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext" => {
+            builds::pins(message, &w.at)?
         }
         "envoy.config.listener.v3.Listener" => listener(message, &w.at)?,
         "envoy.config.cluster.v3.Cluster" => {
