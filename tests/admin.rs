@@ -782,13 +782,10 @@ async fn the_admin_server_stops_with_idle_connections_open() {
     assert!(rest.ends_with("ok\n"), "{rest}");
 }
 
-const TLS_SECRET: &str = r#"
-secrets:
-  - name: cert
-    tls_certificate:
-      certificate_chain: { inline_string: "CHAIN-PEM" }
-      private_key: { inline_string: "KEY-PEM" }
-"#;
+/// A TLS secret, its chain marked `CHAIN-PEM` and its key `KEY-PEM`.
+fn tls_secret() -> String {
+    format!("secrets:\n{}", support::certs::marked_tls_secret("cert"))
+}
 
 /// What each door gives of a TLS secret: (SDS over ADS, REST poll, CSDS, /config_dump,
 /// FetchSecrets).
@@ -851,7 +848,7 @@ async fn secret_everywhere(server: &TestServer) -> [String; 5] {
 
 #[tokio::test]
 async fn private_keys_go_nowhere_by_default_but_certificate_chains_do() {
-    let server = TestServer::start(&[("secrets.yaml", TLS_SECRET)]).await;
+    let server = TestServer::start(&[("secrets.yaml", &tls_secret())]).await;
     let doors = secret_everywhere(&server).await;
     for (door, text) in ["SDS", "REST", "CSDS", "/config_dump", "Fetch"]
         .iter()
@@ -902,7 +899,7 @@ secrets:
 #[tokio::test]
 async fn the_flags_serve_and_show_private_keys() {
     let server = TestServer::start_with(
-        &[("secrets.yaml", TLS_SECRET)],
+        &[("secrets.yaml", &tls_secret())],
         switchyard::server::ServeOptions {
             secrets: switchyard::resource::Secrets::Serve,
             show_secrets: switchyard::resource::Secrets::Serve,

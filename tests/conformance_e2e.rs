@@ -100,11 +100,11 @@ enum BadIs {
 fn bad_is(kind: ResourceType, t: XdsTransport) -> BadIs {
     if (kind, t) == (Secret, XdsTransport::Rest) {
         return BadIs::Unseen(
-            "REST config for /v3/discovery:secrets rejected: Failed to load trusted CA certificates",
+            "REST config for /v3/discovery:secrets rejected: Invalid path: /nonexistent/switchyard-test/ca.pem",
         );
     }
     BadIs::Nacked(match kind {
-        Cluster | Secret => "Failed to load trusted CA certificates",
+        Cluster | Secret => support::ENVOY_REJECTED_CLUSTER,
         Endpoint => "cannot include both LEDS",
         Listener | Route | VirtualHost => support::ENVOY_REJECTED_LUA,
         ScopedRoute => "scope key conflict found",
@@ -274,9 +274,9 @@ fn fixture(kind: ResourceType, t: XdsTransport, stage: Stage, p: &Ports, cas: &C
             for (i, name) in &names {
                 let port = if changed(*i, stage) { p.b } else { p.a };
                 let extra = if bad(*i, stage) {
-                    // Upstream TLS trusting a CA that is not a certificate: only BoringSSL's
-                    // parser judges it, and Envoy refuses the cluster as it builds it.
-                    ", transport_socket: { name: envoy.transport_sockets.tls, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext, common_tls_context: { validation_context: { trusted_ca: { inline_string: not a certificate } } } } }"
+                    // Upstream TLS trusting a CA in a file the proxy's host does not have: only
+                    // the proxy can know, and Envoy refuses the cluster as it builds it.
+                    ", transport_socket: { name: envoy.transport_sockets.tls, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext, common_tls_context: { validation_context: { trusted_ca: { filename: /nonexistent/switchyard-test/ca.pem } } } } }"
                 } else {
                     ""
                 };
@@ -391,16 +391,19 @@ fn fixture(kind: ResourceType, t: XdsTransport, stage: Stage, p: &Ports, cas: &C
             let names = kept("sds", stage);
             out.push_str("secrets:\n");
             for (i, name) in &defined(&names, stage) {
-                let pem = if bad(*i, stage) {
-                    "not a certificate".to_string()
-                } else if changed(*i, stage) {
-                    cas.pem[3].clone()
+                // A bad one trusts a CA in a file the proxy's host does not have.
+                let source = if bad(*i, stage) {
+                    format!("{{ filename: {} }}", support::MISSING_CA)
                 } else {
-                    cas.pem[i - 1].clone()
+                    let pem = if changed(*i, stage) {
+                        cas.pem[3].clone()
+                    } else {
+                        cas.pem[i - 1].clone()
+                    };
+                    format!("{{ inline_string: {} }}", serde_json::Value::from(pem))
                 };
                 out.push_str(&format!(
-                    "  - {{ name: {name}, validation_context: {{ trusted_ca: {{ inline_string: {} }} }} }}\n",
-                    serde_json::Value::from(pem)
+                    "  - {{ name: {name}, validation_context: {{ trusted_ca: {source} }} }}\n"
                 ));
             }
             out.push_str("clusters:\n");

@@ -1,6 +1,6 @@
 //! Safe changes against real processes. Pre-flight with the real Envoy 1.40: `switchyard
 //! validate --envoy` and `serve --preflight-envoy` catch what Switchyard's own checks cannot
-//! (here a route's Lua that does not compile, and a CA that is not a certificate), per node
+//! (here a route's Lua that does not compile, and a CA in a file the proxy's host does not have), per node
 //! group. And `switchyard diff --server` against a running server.
 
 use switchyard_testkit as support;
@@ -287,9 +287,15 @@ async fn diff_against_a_running_server() {
     let config = dir.path().join("config");
     std::fs::create_dir(&config).expect("mkdir");
     write_mesh(&config);
-    let secret = |key: &str| {
+    // A certificate and its key (the loader judges the bytes as Envoy does); the key's text
+    // changes only before its PEM block (which Envoy skips): a change in a sensitive field.
+    let leaf = support::certs::Ca::new("ca").leaf(&["a"], &[]);
+    let secret = |marker: &str| {
+        let json = |pem: &str| serde_json::to_string(pem).expect("json");
         format!(
-            "secrets:\n  - name: tls\n    tls_certificate:\n      certificate_chain: {{ inline_string: cert }}\n      private_key: {{ inline_string: {key} }}\n"
+            "secrets:\n  - name: tls\n    tls_certificate:\n      certificate_chain: {{ inline_string: {} }}\n      private_key: {{ inline_string: {} }}\n",
+            json(&leaf.cert),
+            json(&format!("{marker}\n{}", leaf.key))
         )
     };
     write(&config, "secret.yaml", &secret("SERVED-KEY"));
@@ -364,7 +370,10 @@ fn validate_envoy_leaves_a_secret_no_file_defines_to_sds() {
     write(
         dir.path(),
         "secret.yaml",
-        "secrets:\n  - name: bundle\n    validation_context: { trusted_ca: { inline_string: not a certificate } }\n",
+        &format!(
+            "secrets:\n  - name: bundle\n    validation_context: {{ trusted_ca: {{ filename: {} }} }}\n",
+            support::MISSING_CA
+        ),
     );
     let (code, _, err) = switchyard(&["validate", "--config", &config, "--envoy", &envoy]);
     assert_eq!(code, Some(1), "{err}");

@@ -16,14 +16,13 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-const SECRET: &str = r#"
-clusters: [{ name: c, connect_timeout: 1s }]
-secrets:
-  - name: cert
-    tls_certificate:
-      certificate_chain: { inline_string: "CHAIN-PEM" }
-      private_key: { inline_string: "KEY-PEM" }
-"#;
+/// A cluster, and a TLS secret whose key is marked `KEY-PEM`.
+fn secret_file() -> String {
+    format!(
+        "clusters: [{{ name: c, connect_timeout: 1s }}]\nsecrets:\n{}",
+        support::certs::marked_tls_secret("cert")
+    )
+}
 
 /// The server: TLS with `server` (files in `dir`), mutual TLS with `clients`, nodes bound
 /// to `spiffe://test/{id}`.
@@ -37,7 +36,7 @@ async fn server(dir: &std::path::Path, server: &Leaf, clients: &Ca) -> TestServe
     std::fs::write(&files.key, &server.key).expect("write");
     std::fs::write(dir.join("clients.pem"), &clients.pem).expect("write");
     TestServer::start_with(
-        &[("mesh.yaml", SECRET)],
+        &[("mesh.yaml", &secret_file())],
         ServeOptions {
             tls: Some(Tls::xds(&files).expect("TLS sets up")),
             identity: Some(Arc::new(
@@ -196,7 +195,7 @@ async fn the_server_certificate_is_reloaded_and_open_streams_go_on() {
     // The stream opened before the rotation still gets updates.
     server.set_file(
         "mesh.yaml",
-        &SECRET.replace("connect_timeout: 1s", "connect_timeout: 2s"),
+        &secret_file().replace("connect_timeout: 1s", "connect_timeout: 2s"),
     );
     assert_eq!(names(&open.recv_type(Cluster).await), ["c"]);
     server.shutdown().await;
@@ -238,7 +237,7 @@ async fn the_client_ca_is_reloaded_and_open_streams_go_on() {
 
     server.set_file(
         "mesh.yaml",
-        &SECRET.replace("connect_timeout: 1s", "connect_timeout: 2s"),
+        &secret_file().replace("connect_timeout: 1s", "connect_timeout: 2s"),
     );
     assert_eq!(names(&open.recv_type(Cluster).await), ["c"]);
     server.shutdown().await;

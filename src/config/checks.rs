@@ -10,6 +10,9 @@
 //!   group (`super::regex_programs`), against the limit the node's runtime sets;
 //! - TLS parameters naming ECDH curves or cipher suites BoringSSL does not have, and
 //!   certificate pins that are not 32 bytes as Envoy decodes them (`builds::pins`);
+//! - a TLS context's bytes given inline (in the context or in a secret) that BoringSSL does
+//!   not load: a certificate chain, its private key, a server certificate without a name, a
+//!   trusted CA bundle, a CRL (`tls_bytes`, framed as BoringSSL frames PEM: `pem`);
 //! - a listener with two filter chains whose `filter_chain_match` is the same, or one that
 //!   accepts connections with no filter chain at all;
 //! - `ipv4_compat` on an address other than `::` or an IPv4-mapped IPv6 address;
@@ -46,9 +49,11 @@ use super::fields::{has, message as field, messages, string, strings};
 pub use crate::resource::RegexProgram;
 
 mod builds;
+mod pem;
 pub mod re2;
 mod refusal;
 mod routing;
+pub mod tls_bytes;
 mod upstream;
 
 pub use refusal::Refusal;
@@ -263,7 +268,11 @@ fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
             tls_parameters(message, &w.at)?
         }
         "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext" => {
+            tls_bytes::validation_context(message, &w.at)?;
             builds::pins(message, &w.at)?
+        }
+        "envoy.extensions.transport_sockets.tls.v3.TlsCertificate" => {
+            tls_bytes::tls_certificate(message, &w.at)?
         }
         "envoy.config.listener.v3.Listener" => listener(message, &w.at)?,
         "envoy.config.cluster.v3.Cluster" => {

@@ -1,25 +1,19 @@
 //! Secrets whose certificates and keys are PEM files on Switchyard's own host
-//! (`switchyard_files:` beside a secret's fields): the files read, checked (PEM that parses,
-//! a key that matches its certificate, a CRL that parses), and written into the secret
-//! inline, so the proxy gets their contents. Envoy's own `filename` is a path on the proxy's
+//! (`switchyard_files:` beside a secret's fields): the files read, judged as Envoy would
+//! judge them (`config::checks::tls_bytes`: a chain, a key that matches it, a CA bundle, a
+//! CRL), and written into the secret inline, so the proxy gets their contents. Envoy's own `filename` is a path on the proxy's
 //! host and is left as written.
 //!
-//! Owns: reading those files, the checks, each certificate's expiry and serial, and the
+//! Owns: reading those files, each certificate's expiry and serial, and the
 //! digests the loader compares to see a file change. Must not: watch files (`source::files`) or log
 //! what a file holds (errors name the file and the problem, never the bytes).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use serde_yaml::{Mapping, Value};
-use tokio_rustls::rustls::crypto::ring::default_provider;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{
-    CertificateDer, CertificateRevocationListDer, PrivateKeyDer,
-};
-use tokio_rustls::rustls::sign::CertifiedKey;
-
+use super::checks::tls_bytes;
 use super::hash::content_hash;
+use serde_yaml::{Mapping, Value};
 
 /// The key beside a secret's fields naming files on Switchyard's host.
 pub const FILES_KEY: &str = "switchyard_files";
@@ -105,54 +99,71 @@ pub(super) fn fill(
     let paths = named_files(&files, named)?;
 
     let mut filled = Filled::default();
-    let mut chain = None;
-    let mut key = None;
+    let password = password(mapping);
+    let mut chain: Option<Vec<u8>> = None;
+    let mut key: Option<(Vec<u8>, &PathBuf)> = None;
     for (name, parent, field, path) in &paths {
         let bytes = read(path).map_err(|m| (at(name), m))?;
-        let bad = |message: String| (at(name), format!("{}: {message}", path.display()));
+        let source = path.display().to_string();
+        // Judged as Envoy would judge the same bytes in a file of its own, in its words
+        // (which name the file): `config::checks::tls_bytes`, as for the secret's inline bytes.
+        let judged = match *name {
+            "certificate_chain" => tls_bytes::judge_chain(&bytes, &source),
+            "trusted_ca" => tls_bytes::judge_trusted_ca(&bytes, &source),
+            "crl" => tls_bytes::judge_crl(&bytes, &source),
+            _ => Ok(()),
+        };
+        judged.map_err(|words| (at(name), words))?;
         match *name {
             "certificate_chain" | "trusted_ca" => {
-                let certs = certificates(&bytes).map_err(bad)?;
-                let info = earliest_end(secret, name, path, &certs).map_err(bad)?;
-                if let Some(message) = expiry_warning(&info, now) {
-                    filled
-                        .warnings
-                        .push((at(name), format!("{}: {message}", path.display())));
+                let certs = tls_bytes::certificates(&bytes);
+                if let Some(info) = earliest_end(secret, name, path, &certs) {
+                    if let Some(message) = expiry_warning(&info, now) {
+                        filled
+                            .warnings
+                            .push((at(name), format!("{}: {message}", path.display())));
+                    }
+                    filled.certificates.push(info);
                 }
-                filled.certificates.push(info);
                 if *name == "certificate_chain" {
-                    chain = Some(certs);
+                    chain = Some(bytes.clone());
                 }
             }
-            "private_key" => key = Some(private_key(&bytes).map_err(bad)?),
-            _ => {
-                crl(&bytes).map_err(bad)?;
-            }
+            "private_key" => key = Some((bytes.clone(), path)),
+            _ => {}
         }
-        let text =
-            String::from_utf8(bytes.clone()).map_err(|_| bad("not PEM text (not UTF-8)".into()))?;
+        let text = String::from_utf8(bytes.clone()).map_err(|_| {
+            (
+                at(name),
+                format!("{}: not PEM text (not UTF-8)", path.display()),
+            )
+        })?;
         put(mapping, parent, field, text).map_err(|m| (at(name), m))?;
         filled.read.push(ReadFile {
             path: path.clone(),
             digest: content_hash([bytes.as_slice()]),
         });
     }
-    if let (Some(chain), Some(key)) = (chain, key) {
-        if let Err(message) = matching(chain, key) {
-            let path = paths
-                .iter()
-                .find(|(name, ..)| *name == "private_key")
-                .map(|p| p.3.display().to_string())
-                .unwrap_or_default();
-            let cert = paths
-                .iter()
-                .find(|(name, ..)| *name == "certificate_chain")
-                .map(|p| p.3.display().to_string())
-                .unwrap_or_default();
-            return Err((at("private_key"), format!("{path}: {message} in {cert}")));
-        }
+    if let (Some(chain), Some((key, key_path))) = (chain, key) {
+        let source = key_path.display().to_string();
+        tls_bytes::judge_key(&chain, &key, password.as_deref(), &source)
+            .map_err(|words| (at("private_key"), words))?;
     }
     Ok(Some(filled))
+}
+
+/// The secret's own password for its key, when it is written inline (`tls_certificate.
+/// password.inline_string`, in either spelling).
+fn password(secret: &Mapping) -> Option<Vec<u8>> {
+    let get = |m: &Mapping, key: &str| {
+        m.get(key)
+            .or_else(|| m.get(camel_case(key).as_str()))
+            .cloned()
+    };
+    let certificate = get(secret, "tls_certificate")?;
+    let password = get(certificate.as_mapping()?, "password")?;
+    let text = get(password.as_mapping()?, "inline_string")?;
+    text.as_str().map(|t| t.as_bytes().to_vec())
 }
 
 /// A file `switchyard_files` names: its key, the secret's message and field it goes to, and
@@ -283,71 +294,19 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
 }
 
-fn certificates(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_slice_iter(bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not PEM certificates (half-written?): {e}"))?;
-    if certs.is_empty() {
-        return Err("holds no PEM certificate".into());
-    }
-    Ok(certs)
-}
-
-fn private_key(bytes: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
-    if bytes
-        .windows(b"ENCRYPTED PRIVATE KEY".len())
-        .any(|w| w == b"ENCRYPTED PRIVATE KEY")
-    {
-        return Err(
-            "an encrypted private key: Switchyard sends keys to proxies in the clear over \
-             the (TLS) xDS stream, so it needs the key decrypted"
-                .into(),
-        );
-    }
-    PrivateKeyDer::from_pem_slice(bytes)
-        .map_err(|e| format!("no usable PEM private key (half-written?): {e}"))
-}
-
-fn crl(bytes: &[u8]) -> Result<(), String> {
-    let crls = CertificateRevocationListDer::pem_slice_iter(bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not a PEM CRL (half-written?): {e}"))?;
-    if crls.is_empty() {
-        return Err("holds no PEM CRL".into());
-    }
-    for crl in &crls {
-        x509_parser::parse_x509_crl(crl.as_ref())
-            .map_err(|e| format!("a CRL that does not parse: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Whether the key is the certificate's: `Err` with why not.
-fn matching(
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-) -> Result<(), String> {
-    CertifiedKey::from_der(chain, key, &default_provider())
-        .map(|_| ())
-        .map_err(|e| match e {
-            tokio_rustls::rustls::Error::InconsistentKeys(_) => {
-                "the private key does not match the certificate".to_string()
-            }
-            other => format!("the private key cannot be used with the certificate ({other})"),
-        })
-}
-
-/// The certificate of `certs` that ends first.
+/// The certificate of `certs` that ends first (the leaf of a chain, or the CA of a bundle
+/// that expires first); `None` when none parses here (Envoy's own verdict is judged apart).
 fn earliest_end(
     secret: &str,
     role: &'static str,
     path: &Path,
-    certs: &[CertificateDer<'static>],
-) -> Result<CertificateInfo, String> {
+    certs: &[Vec<u8>],
+) -> Option<CertificateInfo> {
     let mut earliest: Option<CertificateInfo> = None;
-    for (index, der) in certs.iter().enumerate() {
-        let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
-            .map_err(|e| format!("certificate {} does not parse: {e}", index + 1))?;
+    for der in certs {
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+            continue;
+        };
         let info = CertificateInfo {
             secret: secret.to_string(),
             role,
@@ -363,7 +322,7 @@ fn earliest_end(
             earliest = Some(info);
         }
     }
-    earliest.ok_or_else(|| "holds no PEM certificate".to_string())
+    earliest
 }
 
 /// A serial number as `openssl x509 -serial` prints it: hexadecimal, upper case, without

@@ -66,3 +66,19 @@ impl Leaf {
         std::fs::write(dir.join(format!("{name}.key")), &self.key).expect("write");
     }
 }
+
+/// A snapshot file's `secrets:` item named `name`: a real certificate and its key (the
+/// loader judges the bytes as Envoy does), each with a marker line before its PEM block
+/// (`CHAIN-PEM`, `KEY-PEM`; text before a block is skipped by Envoy and the loader alike), so
+/// a test can tell where each went. At a `secrets:` list's indentation.
+pub fn marked_tls_secret(name: &str) -> String {
+    let leaf = Ca::new("ca").leaf(&["localhost"], &[]);
+    let json = |marker: &str, pem: &str| {
+        serde_json::to_string(&format!("{marker}\n{pem}")).expect("json")
+    };
+    format!(
+        "  - name: {name}\n    tls_certificate:\n      certificate_chain: {{ inline_string: {} }}\n      private_key: {{ inline_string: {} }}\n",
+        json("CHAIN-PEM", &leaf.cert),
+        json("KEY-PEM", &leaf.key)
+    )
+}

@@ -658,9 +658,9 @@ endpoints:
 
 /// A cluster like [`eds_cluster`] that Envoy rejects although it breaks none of Envoy's field
 /// rules and none of Switchyard's checks (so Switchyard loads and serves it): an EDS cluster
-/// whose upstream TLS trusts a CA that is not a certificate ([`ENVOY_REJECTED_CLUSTER_LINES`]),
-/// which only BoringSSL's parser judges. Envoy 1.40: "Failed to load trusted CA certificates
-/// from <inline>".
+/// whose upstream TLS trusts a CA in a file the proxy's host does not have
+/// ([`ENVOY_REJECTED_CLUSTER_LINES`]): only the proxy can know. Envoy 1.40: "Invalid path:
+/// /nonexistent/switchyard-test/ca.pem".
 pub fn envoy_rejected_cluster(name: &str, port: u16) -> String {
     eds_cluster(name, "1s", port).replace(
         "    type: EDS\n",
@@ -674,11 +674,15 @@ pub const ENVOY_REJECTED_CLUSTER_LINES: &str = "    transport_socket:
       name: envoy.transport_sockets.tls
       typed_config:
         \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-        common_tls_context: { validation_context: { trusted_ca: { inline_string: not a certificate } } }
+        common_tls_context: { validation_context: { trusted_ca: { filename: /nonexistent/switchyard-test/ca.pem } } }
 ";
 
 /// The words of Envoy's NACK of [`envoy_rejected_cluster`].
-pub const ENVOY_REJECTED_CLUSTER: &str = "Failed to load trusted CA certificates";
+pub const ENVOY_REJECTED_CLUSTER: &str = "Invalid path: /nonexistent/switchyard-test/ca.pem";
+
+/// A CA file no proxy's host has: what [`envoy_rejected_cluster`] and the other fixtures
+/// Envoy alone refuses trust.
+pub const MISSING_CA: &str = "/nonexistent/switchyard-test/ca.pem";
 
 /// Lua that does not compile: only Envoy's Lua runtime judges it, so Switchyard lets it
 /// through, and Envoy 1.40 refuses it at load with [`ENVOY_REJECTED_LUA`].

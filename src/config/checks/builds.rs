@@ -365,6 +365,18 @@ pub(super) fn downstream_tls(context: &DynamicMessage, at: &[String]) -> Result<
             "SDS and non-SDS TLS certificates may not be mixed in server contexts".into(),
         );
     }
+    // Each certificate given inline loads, and names the server (`ServerContextImpl`).
+    if let Some(common) = common.as_ref() {
+        for (i, certificate) in messages(common, "tls_certificates").iter().enumerate() {
+            super::tls_bytes::server_certificate(
+                certificate,
+                &beyond(
+                    at,
+                    &["common_tls_context", "tls_certificates", &format!("[{i}]")],
+                ),
+            )?;
+        }
+    }
     // Session ticket keys given inline are 80 bytes each (`ServerContextConfigImpl`).
     if let Some(keys) = field(context, "session_ticket_keys") {
         for (i, key) in messages(&keys, "keys").iter().enumerate() {
