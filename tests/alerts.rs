@@ -195,7 +195,7 @@ async fn a_live_prometheus_fires_the_nack_alert_and_every_panel_has_data() {
     assert!(scraping.is_some(), "Prometheus never scraped Switchyard");
 
     // A second listener passes every field rule and check of Switchyard's; Envoy NACKs it
-    // (its route's Lua does not compile), and the rollout to the canaries halts.
+    // (its route's Lua fails when run), and the rollout to the canaries halts.
     write(
         &config,
         "listener.yaml",

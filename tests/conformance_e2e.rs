@@ -100,11 +100,13 @@ enum BadIs {
 fn bad_is(kind: ResourceType, t: XdsTransport) -> BadIs {
     if (kind, t) == (Secret, XdsTransport::Rest) {
         return BadIs::Unseen(
-            "REST config for /v3/discovery:secrets rejected: Invalid path: /nonexistent/switchyard-test/ca.pem",
+            "REST config for /v3/discovery:secrets rejected: unable to add filesystem watch for file /nonexistent/switchyard-test/",
         );
     }
     BadIs::Nacked(match kind {
-        Cluster | Secret => support::ENVOY_REJECTED_CLUSTER,
+        Cluster => support::ENVOY_REJECTED_CLUSTER,
+        // An SDS secret's files are watched: Envoy refuses the watch first.
+        Secret => "unable to add filesystem watch for file /nonexistent/switchyard-test/",
         Endpoint => "cannot include both LEDS",
         Listener | Route | VirtualHost => support::ENVOY_REJECTED_LUA,
         ScopedRoute => "scope key conflict found",
@@ -190,7 +192,7 @@ fn answers(vhost: &str, domain: &str, body: &str) -> String {
     )
 }
 
-/// A route to cluster `cds-1` whose Lua does not compile, which Envoy refuses and Switchyard
+/// A route to cluster `cds-1` whose Lua fails when run, which Envoy refuses and Switchyard
 /// does not check: what makes a route configuration or a virtual host bad.
 fn bad_route() -> String {
     format!(
@@ -316,7 +318,7 @@ fn fixture(kind: ResourceType, t: XdsTransport, stage: Stage, p: &Ports, cas: &C
             for (i, name) in kept("lds", stage) {
                 let body = format!("{name}-v{}", if changed(i, stage) { 2 } else { 1 });
                 let mut vhost = answers("all", "*", &body);
-                // Bad: a route whose Lua does not compile (to a header's cluster, so that no
+                // Bad: a route whose Lua fails when run (to a header's cluster, so that no
                 // cluster needs to exist), which Envoy refuses and Switchyard does not check.
                 if bad(i, stage) {
                     vhost = vhost.replacen(

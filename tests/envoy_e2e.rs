@@ -394,7 +394,7 @@ async fn e2e_p5_p17_rejected_cluster_is_nacked_recorded_and_envoy_keeps_the_old_
 }
 
 /// A second listener passes every field rule and every check of Switchyard's, and Envoy
-/// NACKs it (its route's Lua does not compile): the NACK names it where it is
+/// NACKs it (its route's Lua fails when run): the NACK names it where it is
 /// written, with when its file changed, in `/status`, `switchyard status` and the log.
 async fn e2e_p5_a_nack_names_the_file_and_resource_it_rejected(api: Api) {
     let node = api.node("e2e-nack-trace");

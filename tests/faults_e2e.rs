@@ -935,7 +935,7 @@ async fn e2e_a_non_text_key_a_nack_after_unrelated_applies_and_a_curl_before_a_d
         assert_eq!(code, Some(0), "{out}");
         last_good = support::run::applied_revision(&out);
     }
-    // Then a route whose Lua does not compile: the Envoy NACKs it.
+    // Then a route whose Lua fails when run: the Envoy NACKs it.
     write(
         &snap,
         "routes.yaml",

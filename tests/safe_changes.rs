@@ -1,6 +1,6 @@
 //! Safe changes against real processes. Pre-flight with the real Envoy 1.40: `switchyard
 //! validate --envoy` and `serve --preflight-envoy` catch what Switchyard's own checks cannot
-//! (here a route's Lua that does not compile, and a CA in a file the proxy's host does not have), per node
+//! (here a route's Lua that fails when run, and a CA in a file the proxy's host does not have), per node
 //! group. And `switchyard diff --server` against a running server.
 
 use switchyard_testkit as support;
@@ -31,7 +31,7 @@ fn write_mesh(dir: &std::path::Path) {
     write(dir, "routes.yaml", &route_to("main", "a"));
 }
 
-/// Routes `main` whose route carries Lua that does not compile, which Envoy 1.40 refuses in
+/// Routes `main` whose route carries Lua that fails when run, which Envoy 1.40 refuses in
 /// its C++ code and Switchyard does not check: the loader alone accepts it.
 fn bad_routes() -> String {
     format!(

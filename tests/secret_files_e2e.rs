@@ -181,7 +181,7 @@ async fn e2e_certificate_files_rotate_under_traffic_without_a_failed_request() {
             .status()
             .await
             .and_then(|s| s.config)
-            .is_some_and(|c| !c.ok && c.errors.iter().any(|e| e.contains("does not match")))
+            .is_some_and(|c| !c.ok && c.errors.iter().any(|e| e.contains("KEY_VALUES_MISMATCH")))
     })
     .await;
     assert!(refused.is_some(), "the half-rotated pair is not refused");

@@ -1301,7 +1301,7 @@ async fn nack_after_unrelated_changes(
         unrelated(&server);
     }
     let last_good = server.cache.current().number;
-    // Lua that does not compile: the loader cannot see it, Envoy refuses it.
+    // Lua that fails when run: the loader cannot see it, Envoy refuses it.
     let bad_route = format!(
         "{}            {}\n",
         route_to("main", "backend"),

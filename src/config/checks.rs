@@ -12,7 +12,11 @@
 //!   certificate pins that are not 32 bytes as Envoy decodes them (`builds::pins`);
 //! - a TLS context's bytes given inline (in the context or in a secret) that BoringSSL does
 //!   not load: a certificate chain, its private key, a server certificate without a name, a
-//!   trusted CA bundle, a CRL (`tls_bytes`, framed as BoringSSL frames PEM: `pem`);
+//!   trusted CA bundle, a CRL, a server certificate's OCSP staple (`tls_bytes`, framed as
+//!   BoringSSL frames PEM: `pem`; the staple read as Envoy reads it: `ocsp`);
+//! - a `jwt_authn` provider's inline JWKS that Envoy's JWKS reader refuses (`jwks`), and a
+//!   basic-auth filter's inline htpasswd users that its reader refuses (`basic_auth`);
+//! - an inline Lua script LuaJIT does not compile (`lua`);
 //! - a listener with two filter chains whose `filter_chain_match` is the same, or one that
 //!   accepts connections with no filter chain at all;
 //! - `ipv4_compat` on an address other than `::` or an IPv4-mapped IPv6 address;
@@ -48,7 +52,11 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use super::fields::{has, message as field, messages, string, strings};
 pub use crate::resource::RegexProgram;
 
+mod basic_auth;
 mod builds;
+mod jwks;
+mod lua;
+mod ocsp;
 mod pem;
 pub mod re2;
 mod refusal;
@@ -270,6 +278,17 @@ fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
         "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext" => {
             tls_bytes::validation_context(message, &w.at)?;
             builds::pins(message, &w.at)?
+        }
+        "envoy.extensions.filters.http.basic_auth.v3.BasicAuth" => {
+            basic_auth::users(message, &w.at, false)?
+        }
+        "envoy.extensions.filters.http.basic_auth.v3.BasicAuthPerRoute" => {
+            basic_auth::users(message, &w.at, true)?
+        }
+        "envoy.extensions.filters.http.lua.v3.Lua" => lua::filter(message, &w.at)?,
+        "envoy.extensions.filters.http.lua.v3.LuaPerRoute" => lua::per_route(message, &w.at)?,
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication" => {
+            jwks::jwt_authentication(message, &w.at)?
         }
         "envoy.extensions.transport_sockets.tls.v3.TlsCertificate" => {
             tls_bytes::tls_certificate(message, &w.at)?

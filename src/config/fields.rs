@@ -54,3 +54,17 @@ pub fn string(message: &DynamicMessage, field: &str) -> String {
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
 }
+
+/// A `DataSource`'s inline bytes (`inline_string` or `inline_bytes`); `None` for one read
+/// from a file or the environment, which only the proxy sees.
+pub fn inline_data(source: &DynamicMessage) -> Option<Vec<u8>> {
+    if has(source, "inline_string") {
+        return Some(string(source, "inline_string").into_bytes());
+    }
+    if has(source, "inline_bytes") {
+        return source
+            .get_field_by_name("inline_bytes")
+            .and_then(|v| v.as_bytes().map(|b| b.to_vec()));
+    }
+    None
+}

@@ -73,9 +73,8 @@ impl Leaf {
 /// a test can tell where each went. At a `secrets:` list's indentation.
 pub fn marked_tls_secret(name: &str) -> String {
     let leaf = Ca::new("ca").leaf(&["localhost"], &[]);
-    let json = |marker: &str, pem: &str| {
-        serde_json::to_string(&format!("{marker}\n{pem}")).expect("json")
-    };
+    let json =
+        |marker: &str, pem: &str| serde_json::to_string(&format!("{marker}\n{pem}")).expect("json");
     format!(
         "  - name: {name}\n    tls_certificate:\n      certificate_chain: {{ inline_string: {} }}\n      private_key: {{ inline_string: {} }}\n",
         json("CHAIN-PEM", &leaf.cert),

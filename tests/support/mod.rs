@@ -684,14 +684,15 @@ pub const ENVOY_REJECTED_CLUSTER: &str = "Invalid path: /nonexistent/switchyard-
 /// Envoy alone refuses trust.
 pub const MISSING_CA: &str = "/nonexistent/switchyard-test/ca.pem";
 
-/// Lua that does not compile: only Envoy's Lua runtime judges it, so Switchyard lets it
-/// through, and Envoy 1.40 refuses it at load with [`ENVOY_REJECTED_LUA`].
-pub const BAD_LUA: &str = "function envoy_on_request(h) end end";
+/// Lua that compiles and fails when run: Envoy runs a script as it loads it, Switchyard only
+/// compiles it (never runs the operator's code), so Switchyard lets it through, and Envoy
+/// 1.40 refuses it at load with [`ENVOY_REJECTED_LUA`].
+pub const BAD_LUA: &str = "error('refused when run')";
 
 /// The start of Envoy's words for [`BAD_LUA`].
 pub const ENVOY_REJECTED_LUA: &str = "script load error";
 
-/// A route's `typed_per_filter_config` (one line) whose Lua script does not compile
+/// A route's `typed_per_filter_config` (one line) whose Lua script fails when run
 /// ([`BAD_LUA`]): Envoy builds a route's Lua config, and refuses it, whether or not its
 /// listener has a Lua filter.
 pub fn bad_lua_per_route() -> String {
@@ -719,7 +720,7 @@ pub fn listener_item(name: &str, port: impl std::fmt::Display, route: &str) -> S
 }
 
 /// A listener item every field rule and every check of Switchyard's passes, and Envoy 1.40
-/// refuses: its inline route carries Lua that does not compile ([`bad_lua_per_route`]), which
+/// refuses: its inline route carries Lua that fails when run ([`bad_lua_per_route`]), which
 /// only Envoy's Lua runtime judges (docs/reference.md, "What Envoy refuses beyond its field
 /// rules"; [`ENVOY_REJECTED_LISTENER`]). For tests that need a NACK.
 pub fn envoy_rejected_listener_item(

@@ -64,19 +64,7 @@ pub(super) fn nanos(message: &DynamicMessage, name: &str) -> Option<i128> {
     Some(i128::from(seconds) * 1_000_000_000 + i128::from(nanos))
 }
 
-/// A `DataSource`'s inline bytes (`inline_string` or `inline_bytes`); `None` for one read
-/// from a file or the environment, which only the proxy sees.
-pub(super) fn inline_data(source: &DynamicMessage) -> Option<Vec<u8>> {
-    if has(source, "inline_string") {
-        return Some(string(source, "inline_string").into_bytes());
-    }
-    if has(source, "inline_bytes") {
-        return source
-            .get_field_by_name("inline_bytes")
-            .and_then(|v| v.as_bytes().map(|b| b.to_vec()));
-    }
-    None
-}
+pub(super) use crate::config::fields::inline_data;
 
 /// Envoy's words for a range whose address is not an IP address.
 type Words = fn(&DynamicMessage, &str) -> String;

@@ -14,10 +14,9 @@ use x509_parser::certificate::X509CertificateParser;
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 use x509_parser::public_key::PublicKey as Parsed;
 
-use super::builds::inline_data;
 use super::pem::{encrypted, Block, PemError, Reader, Wanted};
 use super::refusal::{beyond, refuse, Refusal};
-use crate::config::fields::{has, message as field};
+use crate::config::fields::{has, inline_data, message as field};
 
 /// Where Envoy says inline bytes come from.
 const INLINE: &str = "<inline>";
@@ -71,6 +70,10 @@ struct Leaf {
     key: Key,
     /// A subject CN, or a DNS, URI or IP SAN; `None` when the extensions do not parse here.
     named: Option<bool>,
+    /// Its serial number, as its DER integer's contents.
+    serial: Vec<u8>,
+    /// The TLS feature extension says it must be stapled (`status_request` alone).
+    must_staple: bool,
 }
 
 /// A certificate's DER as BoringSSL's `d2i_X509` takes it (extensions not looked into: a
@@ -147,9 +150,16 @@ fn leaf(cert: &X509Certificate<'_>) -> Option<Leaf> {
         ED25519 => Key::Ed25519(spki.subject_public_key.data.to_vec()),
         _ => return None,
     };
+    // id-pe-tlsfeature holding exactly SEQUENCE { INTEGER 5 }, as Envoy compares it.
+    let must_staple = cert
+        .extensions()
+        .iter()
+        .any(|e| e.oid.to_id_string() == "1.3.6.1.5.5.7.1.24" && e.value == [0x30, 3, 2, 1, 5]);
     Some(Leaf {
         key,
         named: names(cert.as_ref()),
+        serial: cert.raw_serial().to_vec(),
+        must_staple,
     })
 }
 
@@ -469,7 +479,28 @@ pub(super) fn server_certificate(
             "Invalid TLS context has neither subject CN nor SAN names".into(),
         );
     }
-    Ok(())
+    // Its OCSP staple: one response, successful, for this certificate; required when the
+    // certificate says it must be stapled.
+    let staple = field(certificate, "ocsp_staple");
+    if staple.as_ref().is_some_and(|s| has(s, "inline_string")) {
+        return refuse(
+            &beyond(at, &["ocsp_staple"]),
+            "OCSP staple cannot be provided via inline_string".into(),
+        );
+    }
+    match staple.as_ref().map(inline_data) {
+        // In a file on the proxy's host: not judged.
+        Some(None) => Ok(()),
+        Some(Some(bytes)) if !bytes.is_empty() => match super::ocsp::judge(&bytes, &leaf.serial) {
+            Ok(()) => Ok(()),
+            Err(words) => refuse(&beyond(at, &["ocsp_staple"]), words.into()),
+        },
+        _ if leaf.must_staple => refuse(
+            &beyond(at, &["ocsp_staple"]),
+            "OCSP response is required for must-staple certificate".into(),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// What `PEM_X509_INFO_read_bio` makes of a CA bundle or a CRL: every block it knows
