@@ -86,6 +86,8 @@ enum Case {
     /// A secret, used by a cluster (a client certificate, or a validation context) whose
     /// context names it.
     Secret(Value),
+    /// A secret, used by a listener serving TLS with this `DownstreamTlsContext`.
+    ServerSecret(Value, Value),
     /// A listener with this HTTP filter before its router.
     Filter(Value),
     /// A listener whose route has this `typed_per_filter_config`.
@@ -174,6 +176,13 @@ fn documents(case: &Case) -> (Value, Value) {
             (
                 json!({"listeners": [l.clone()]}),
                 json!({"static_resources": {"listeners": [l]}}),
+            )
+        }
+        Case::ServerSecret(secret, context) => {
+            let l = listener(context.clone());
+            (
+                json!({"secrets": [secret.clone()], "listeners": [l.clone()]}),
+                json!({"static_resources": {"secrets": [secret.clone()], "listeners": [l]}}),
             )
         }
         Case::PerRoute(config) => {
@@ -750,6 +759,25 @@ fn cases(pki: &Pki) -> Vec<Judged> {
         true,
     );
 
+    // Session ticket keys in a secret (80 bytes each), used by a server context.
+    let tickets = |keys: Value| {
+        Case::ServerSecret(
+            json!({"name": "tickets", "session_ticket_keys": {"keys": keys}}),
+            json!({"common_tls_context": {"tls_certificates": [pair(&leaf, &key)]},
+                "session_ticket_keys_sds_secret_config": {"name": "tickets"}}),
+        )
+    };
+    add(
+        "a secret: session ticket keys of 80 bytes (taken)",
+        tickets(json!([inline(&"k".repeat(80))])),
+        false,
+    );
+    add(
+        "a secret: a session ticket key of 79 bytes",
+        tickets(json!([inline(&"k".repeat(80)), inline(&"k".repeat(79))])),
+        true,
+    );
+
     // And in files on Switchyard's host: Envoy reads the same files as its own.
     std::fs::write(pki.dir.join("text.crl"), "no CRL here\n").expect("crl");
     let files = |body: Value| Case::Secret(json!({"name": "f", "switchyard_files": body}));
@@ -787,6 +815,7 @@ fn cases(pki: &Pki) -> Vec<Judged> {
     );
     let _ = pki.bytes("ca.crl");
     out.extend(ocsp_cases(pki));
+    out.extend(pkcs12_cases(pki));
     out.extend(jwks_cases());
     out.extend(htpasswd_cases());
     out.extend(lua_cases());
@@ -909,6 +938,62 @@ fn ocsp_cases(pki: &Pki) -> Vec<Judged> {
             )),
             true,
         ),
+    ]
+}
+
+/// PKCS#12 bundles ("Failed to load pkcs12 from <inline>").
+fn pkcs12_cases(pki: &Pki) -> Vec<Judged> {
+    let bundle = |name: &str, password: &str, extra: &[&str]| {
+        let out = format!("{name}.p12");
+        let pass = format!("pass:{password}");
+        let mut args = vec![
+            "pkcs12", "-export", "-in", "leaf.pem", "-inkey", "leaf.key", "-passout", &pass,
+            "-out", &out,
+        ];
+        args.extend(extra);
+        pki.openssl(&args);
+        let b64 = format!("{name}.p12.b64");
+        pki.openssl(&["base64", "-A", "-in", &out, "-out", &b64]);
+        pki.read(&b64)
+    };
+    let sha256 = bundle("sha256", "pw", &[]);
+    let sha1 = bundle("sha1", "pw", &["-macalg", "sha1"]);
+    let open = bundle("open", "", &[]);
+    let given = |b64: &str, password: Option<&str>| {
+        let mut certificate = json!({"pkcs12": {"inline_bytes": b64}});
+        if let Some(password) = password {
+            certificate["password"] = inline(password);
+        }
+        server(certificate)
+    };
+    vec![
+        judged(
+            "pkcs12: its password (taken)",
+            given(&sha256, Some("pw")),
+            false,
+        ),
+        judged(
+            "pkcs12: a wrong password",
+            given(&sha256, Some("nope")),
+            true,
+        ),
+        judged("pkcs12: no password", given(&sha256, None), true),
+        judged(
+            "pkcs12: a SHA-1 MAC, its password (taken)",
+            given(&sha1, Some("pw")),
+            false,
+        ),
+        judged(
+            "pkcs12: a SHA-1 MAC, a wrong password",
+            given(&sha1, Some("nope")),
+            true,
+        ),
+        judged(
+            "pkcs12: an empty password, none given (taken)",
+            given(&open, None),
+            false,
+        ),
+        judged("pkcs12: not a bundle", given("aGVsbG8=", Some("pw")), true),
     ]
 }
 

@@ -54,10 +54,12 @@ pub use crate::resource::RegexProgram;
 
 mod basic_auth;
 mod builds;
+mod der;
 mod jwks;
 mod lua;
 mod ocsp;
 mod pem;
+mod pkcs12;
 pub mod re2;
 mod refusal;
 mod routing;
@@ -289,6 +291,9 @@ fn visit(message: &DynamicMessage, w: &mut Walk) -> Result<(), Refusal> {
         "envoy.extensions.filters.http.lua.v3.LuaPerRoute" => lua::per_route(message, &w.at)?,
         "envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication" => {
             jwks::jwt_authentication(message, &w.at)?
+        }
+        "envoy.extensions.transport_sockets.tls.v3.TlsSessionTicketKeys" => {
+            builds::session_ticket_keys(message, &w.at)?
         }
         "envoy.extensions.transport_sockets.tls.v3.TlsCertificate" => {
             tls_bytes::tls_certificate(message, &w.at)?

@@ -353,6 +353,10 @@ pub(super) fn downstream_tls(context: &DynamicMessage, at: &[String]) -> Result<
             "SDS and non-SDS TLS certificates may not be mixed in server contexts".into(),
         );
     }
+    // Session ticket keys, before the certificates load (`ServerContextConfigImpl`).
+    if let Some(keys) = field(context, "session_ticket_keys") {
+        session_ticket_keys(&keys, &beyond(at, &["session_ticket_keys"]))?;
+    }
     // Each certificate given inline loads, and names the server (`ServerContextImpl`).
     if let Some(common) = common.as_ref() {
         for (i, certificate) in messages(common, "tls_certificates").iter().enumerate() {
@@ -363,20 +367,6 @@ pub(super) fn downstream_tls(context: &DynamicMessage, at: &[String]) -> Result<
                     &["common_tls_context", "tls_certificates", &format!("[{i}]")],
                 ),
             )?;
-        }
-    }
-    // Session ticket keys given inline are 80 bytes each (`ServerContextConfigImpl`).
-    if let Some(keys) = field(context, "session_ticket_keys") {
-        for (i, key) in messages(&keys, "keys").iter().enumerate() {
-            if let Some(bytes) = inline_data(key).filter(|b| b.len() != 80) {
-                return refuse(
-                    &beyond(at, &["session_ticket_keys", "keys", &format!("[{i}]")]),
-                    format!(
-                        "Incorrect TLS session ticket key length. Length {}, expected length 80.",
-                        bytes.len()
-                    ),
-                );
-            }
         }
     }
     // MUST_STAPLE: each (static) certificate has its OCSP response (`ServerContextImpl`).
@@ -392,6 +382,23 @@ pub(super) fn downstream_tls(context: &DynamicMessage, at: &[String]) -> Result<
                     &["common_tls_context", "tls_certificates", &format!("[{i}]")],
                 ),
                 "Required OCSP response is missing from TLS context".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Session ticket keys given inline are 80 bytes each (`ServerContextConfigImpl`), in a
+/// server's context or in a `secrets:` resource alike.
+pub(super) fn session_ticket_keys(keys: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    for (i, key) in messages(keys, "keys").iter().enumerate() {
+        if let Some(bytes) = inline_data(key).filter(|b| b.len() != 80) {
+            return refuse(
+                &beyond(at, &["keys", &format!("[{i}]")]),
+                format!(
+                    "Incorrect TLS session ticket key length. Length {}, expected length 80.",
+                    bytes.len()
+                ),
             );
         }
     }

@@ -6,69 +6,9 @@
 //! Owns: that verdict, in Envoy's words. Must not: judge what Envoy does not (the
 //! signature, the responder, the times: a response produced in the future only warns).
 
-/// A DER reader over a slice (`CBS`): definite, minimal lengths; single-byte tags.
-struct Der<'a>(&'a [u8]);
-
-const SEQUENCE: u8 = 0x30;
-const INTEGER: u8 = 0x02;
-const ENUMERATED: u8 = 0x0a;
-const OCTET_STRING: u8 = 0x04;
-const OID: u8 = 0x06;
-const GENERALIZED_TIME: u8 = 0x18;
-const CONTEXT: u8 = 0x80;
-const CONSTRUCTED: u8 = 0x20;
-
-impl<'a> Der<'a> {
-    /// The next element's tag and contents (`CBS_get_any_asn1`).
-    fn any(&mut self) -> Option<(u8, &'a [u8])> {
-        let (&tag, rest) = self.0.split_first()?;
-        if tag & 0x1f == 0x1f {
-            return None;
-        }
-        let (&first, rest) = rest.split_first()?;
-        let (len, rest) = if first < 0x80 {
-            (usize::from(first), rest)
-        } else {
-            let count = usize::from(first & 0x7f);
-            if count == 0 || count > 4 || rest.len() < count {
-                return None;
-            }
-            let (bytes, rest) = rest.split_at(count);
-            let len = bytes.iter().fold(0usize, |n, &b| n << 8 | usize::from(b));
-            // Minimal: no leading zero, and not what the short form holds.
-            if bytes[0] == 0 || len < 0x80 {
-                return None;
-            }
-            (len, rest)
-        };
-        if rest.len() < len {
-            return None;
-        }
-        let (contents, rest) = rest.split_at(len);
-        self.0 = rest;
-        Some((tag, contents))
-    }
-
-    /// The next element, which must have `tag` (`CBS_get_asn1`).
-    fn get(&mut self, tag: u8) -> Option<&'a [u8]> {
-        if self.0.first() != Some(&tag) {
-            return None;
-        }
-        match self.any()? {
-            (t, contents) if t == tag => Some(contents),
-            _ => None,
-        }
-    }
-
-    /// The next element if it has `tag`; `Err` if it does and is malformed
-    /// (`CBS_get_optional_asn1`).
-    fn optional(&mut self, tag: u8) -> Result<Option<&'a [u8]>, ()> {
-        if self.0.first() != Some(&tag) {
-            return Ok(None);
-        }
-        self.get(tag).map(Some).ok_or(())
-    }
-}
+use super::der::{
+    Der, CONSTRUCTED, CONTEXT, ENUMERATED, GENERALIZED_TIME, INTEGER, OCTET_STRING, OID, SEQUENCE,
+};
 
 /// Envoy's words for an OCSP staple that is not the response for `serial` (the
 /// certificate's serial number as its DER integer's contents), or `Ok`.

@@ -435,6 +435,21 @@ pub(super) fn tls_certificate(certificate: &DynamicMessage, at: &[String]) -> Re
 /// The chain's first certificate once its chain and key are judged, when they are inline.
 fn judged_chain(certificate: &DynamicMessage, at: &[String]) -> Result<Option<Leaf>, Refusal> {
     if has(certificate, "pkcs12") {
+        // A bundle, read as far as BoringSSL decides without decrypting it.
+        let bundle = inline(certificate, "pkcs12");
+        let password = match field(certificate, "password") {
+            Some(source) => inline_data(&source),
+            None => Some(Vec::new()),
+        };
+        if let (Some(bundle), Some(password)) = (bundle, password) {
+            if super::pkcs12::judge(&bundle, &password).is_err() {
+                return refuse(
+                    &beyond(at, &["pkcs12"]),
+                    format!("Failed to load pkcs12 from {INLINE}"),
+                )
+                .map(|_| None);
+            }
+        }
         return Ok(None);
     }
     let Some(bytes) = inline(certificate, "certificate_chain") else {
