@@ -1,13 +1,15 @@
 //! What Envoy 1.40 makes of a TLS context's bytes given inline (in a listener's or a
 //! cluster's context, or in a `secrets:` resource, where `switchyard_files` put a file's
 //! too): a certificate chain (`TlsContext::loadCertificateChain`), its private key
-//! (`TlsContext::loadPrivateKey`), a server certificate's names (`ServerContextImpl`), a
-//! trusted CA bundle and a CRL (`DefaultCertValidator`). Each is framed as BoringSSL frames
-//! PEM (`pem`), and refused in Envoy's words.
+//! (`TlsContext::loadPrivateKey`), a PKCS#12 bundle (`pkcs12`), a server certificate's names
+//! and OCSP staple (`ServerContextImpl`; the staple read by `ocsp`), a trusted CA bundle and
+//! a CRL (`DefaultCertValidator`). Each is framed as BoringSSL frames PEM (`pem`), and
+//! refused in Envoy's words. `secret_files` judges files with the same functions.
 //!
-//! Owns: those verdicts. Must not: guess. What Envoy decides with something not here (a key
-//! whose public half is not written beside it, an old-style encrypted key, a PKCS#12 bundle,
-//! bytes in a file on the proxy's host) is not judged.
+//! Owns: those verdicts. Must not: guess. What Envoy decides with something not here (an EC
+//! key whose public point is not written beside it, an old-style encrypted key given its
+//! password, what a PKCS#12 bundle's encrypted contents hold, bytes in a file on the proxy's
+//! host) is not judged.
 
 use prost_reflect::DynamicMessage;
 use x509_parser::certificate::X509CertificateParser;
