@@ -356,6 +356,20 @@ fn cases(pki: &Pki) -> Vec<Judged> {
         "-out",
         "p256.nopub",
     ]);
+    pki.self_signed(
+        "p256b",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        "/CN=b",
+        &[],
+    );
+    pki.openssl(&[
+        "ec",
+        "-in",
+        "p256b.key",
+        "-no_public",
+        "-out",
+        "p256b.nopub",
+    ]);
     // A CRL the CA signs.
     std::fs::write(pki.dir.join("index.txt"), "").expect("index");
     std::fs::write(pki.dir.join("crlnumber"), "01\n").expect("crlnumber");
@@ -670,6 +684,11 @@ fn cases(pki: &Pki) -> Vec<Judged> {
         "a key: P-256 without its public half (taken)",
         server(pair(&pki.read("prime256v1.pem"), &pki.read("p256.nopub"))),
         false,
+    );
+    add(
+        "a key: another P-256 key without its public half",
+        server(pair(&pki.read("prime256v1.pem"), &pki.read("p256b.nopub"))),
+        true,
     );
     add(
         "a key: another Ed25519 key",

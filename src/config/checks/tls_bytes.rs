@@ -6,10 +6,9 @@
 //! a CRL (`DefaultCertValidator`). Each is framed as BoringSSL frames PEM (`pem`), and
 //! refused in Envoy's words. `secret_files` judges files with the same functions.
 //!
-//! Owns: those verdicts. Must not: guess. What Envoy decides with something not here (an EC
-//! key whose public point is not written beside it, an old-style encrypted key given its
-//! password, what a PKCS#12 bundle's encrypted contents hold, bytes in a file on the proxy's
-//! host) is not judged.
+//! Owns: those verdicts. Must not: guess. What Envoy decides with something not here (an
+//! old-style encrypted key given its password, what a PKCS#12 bundle's encrypted contents
+//! hold, bytes in a file on the proxy's host) is not judged.
 
 use prost_reflect::DynamicMessage;
 use x509_parser::certificate::X509CertificateParser;
@@ -324,10 +323,39 @@ fn sec1(data: &[u8], outer: Option<Curve>) -> Result<Key, ()> {
         .map(|oid| Curve::from_oid(&oid.to_string()).ok_or(()))
         .transpose()?;
     let curve = inner.or(outer).ok_or(())?;
-    Ok(Key::Ec {
-        curve,
-        point: key.public_key.map(<[u8]>::to_vec),
-    })
+    // A key that does not write its public point has it computed, as BoringSSL computes it.
+    let point = match key.public_key {
+        Some(point) => Some(point.to_vec()),
+        None => public_point(curve, key.private_key),
+    };
+    Ok(Key::Ec { curve, point })
+}
+
+/// The uncompressed public point of an EC private scalar; `None` for a scalar that is not
+/// one of the curve's (not judged here).
+fn public_point(curve: Curve, scalar: &[u8]) -> Option<Vec<u8>> {
+    use p256::elliptic_curve::sec1::ToEncodedPoint;
+    let point = match curve {
+        Curve::P256 => p256::SecretKey::from_slice(scalar)
+            .ok()?
+            .public_key()
+            .to_encoded_point(false)
+            .as_bytes()
+            .to_vec(),
+        Curve::P384 => p384::SecretKey::from_slice(scalar)
+            .ok()?
+            .public_key()
+            .to_encoded_point(false)
+            .as_bytes()
+            .to_vec(),
+        Curve::P521 => p521::SecretKey::from_slice(scalar)
+            .ok()?
+            .public_key()
+            .to_encoded_point(false)
+            .as_bytes()
+            .to_vec(),
+    };
+    Some(point)
 }
 
 /// `SSL_CTX_use_PrivateKey`'s check of the key against the certificate's.
