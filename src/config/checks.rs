@@ -57,6 +57,7 @@ mod builds;
 mod der;
 mod jwks;
 mod lua;
+mod memo;
 mod ocsp;
 mod pem;
 mod pkcs12;

@@ -13,6 +13,7 @@
 use prost_reflect::{DynamicMessage, Value as Field};
 use serde_json::{Map, Value};
 
+use super::memo::Memo;
 use super::pem::{Reader, Wanted};
 use super::refusal::{beyond, refuse, Refusal};
 use crate::config::fields::{inline_data, message as field};
@@ -55,6 +56,12 @@ pub(super) fn jwt_authentication(config: &DynamicMessage, at: &[String]) -> Resu
 
 /// `Jwks::createFrom(text, JWKS)`'s status, as `getStatusString` words it.
 pub fn judge(text: &str) -> Result<(), &'static str> {
+    // The same JWKS on every listener: judged once (`memo`).
+    static JUDGED: Memo<Result<(), &'static str>> = Memo::new();
+    JUDGED.get(&[text.as_bytes()], || judge_now(text))
+}
+
+fn judge_now(text: &str) -> Result<(), &'static str> {
     let Ok(Value::Object(jwks)) = serde_json::from_str::<Value>(text) else {
         return Err("Jwks is an invalid JSON");
     };

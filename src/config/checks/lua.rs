@@ -8,6 +8,7 @@
 
 use prost_reflect::DynamicMessage;
 
+use super::memo::Memo;
 use super::refusal::{beyond, refuse, Refusal};
 use crate::config::fields::{has, inline_data, message as field, string};
 
@@ -63,6 +64,12 @@ fn compiled(source: &[u8], at: &[String]) -> Result<(), Refusal> {
 /// own chunk name, so errors read `[string "..."]:LINE: ...`): `Err` with LuaJIT's message.
 /// A script with a NUL byte in it (which `luaL_loadstring` stops at) is not judged.
 pub fn compile(source: &[u8]) -> Result<(), String> {
+    // A script is often the same on every route: compiled once (`memo`).
+    static COMPILED: Memo<Result<(), String>> = Memo::new();
+    COMPILED.get(&[source], || compile_now(source))
+}
+
+fn compile_now(source: &[u8]) -> Result<(), String> {
     if source.contains(&0) {
         return Ok(());
     }

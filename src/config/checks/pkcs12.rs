@@ -12,6 +12,7 @@ use hmac::{Hmac, Mac};
 use sha2::Digest;
 
 use super::der::{Der, CONSTRUCTED, CONTEXT, INTEGER, OCTET_STRING, OID, SEQUENCE};
+use super::memo::Memo;
 
 /// id-data, 1.2.840.113549.1.7.1.
 const DATA: [u8; 9] = [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x07, 0x01];
@@ -25,6 +26,12 @@ const MAX_ITERATIONS: u64 = 1 << 20;
 
 /// Whether BoringSSL refuses the bundle before decrypting it: `Err` when it does.
 pub fn judge(der: &[u8], password: &[u8]) -> Result<(), ()> {
+    // Its MAC key takes thousands of digests: judged once per bundle and password (`memo`).
+    static JUDGED: Memo<Result<(), ()>> = Memo::new();
+    JUDGED.get(&[der, password], || judge_now(der, password))
+}
+
+fn judge_now(der: &[u8], password: &[u8]) -> Result<(), ()> {
     if der.first() != Some(&SEQUENCE) {
         return Err(());
     }

@@ -15,6 +15,7 @@ use x509_parser::certificate::X509CertificateParser;
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 use x509_parser::public_key::PublicKey as Parsed;
 
+use super::memo::Memo;
 use super::pem::{encrypted, Block, PemError, Reader, Wanted};
 use super::refusal::{beyond, refuse, Refusal};
 use crate::config::fields::{has, inline_data, message as field};
@@ -552,6 +553,12 @@ pub(super) fn server_certificate(
 /// decoded (certificates, CRLs and traditional private keys; others skipped); `Err` if one
 /// does not frame or decode. The count is of certificates.
 fn info_blocks(bytes: &[u8]) -> Result<usize, ()> {
+    // A bundle is often the same in every cluster: judged once (`memo`).
+    static INFO: Memo<Result<usize, ()>> = Memo::new();
+    INFO.get(&[bytes], || read_info_blocks(bytes))
+}
+
+fn read_info_blocks(bytes: &[u8]) -> Result<usize, ()> {
     let mut reader = Reader::new(bytes);
     let mut certificates = 0;
     loop {
