@@ -17,6 +17,7 @@
 //! - a `jwt_authn` provider's inline JWKS that Envoy's JWKS reader refuses (`jwks`), and a
 //!   basic-auth filter's inline htpasswd users that its reader refuses (`basic_auth`);
 //! - an inline Lua script LuaJIT does not compile (`lua`);
+//! - verdicts on bytes that recur across resources, remembered (`memo`);
 //! - a listener with two filter chains whose `filter_chain_match` is the same, or one that
 //!   accepts connections with no filter chain at all;
 //! - `ipv4_compat` on an address other than `::` or an IPv4-mapped IPv6 address;
