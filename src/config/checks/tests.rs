@@ -225,3 +225,70 @@ fn checks_judge_only_what_the_resource_decides_and_point_at_the_field() {
         "{text}"
     );
 }
+
+/// No bytes make a reader of a resource's bytes panic or hang: random bytes, and PEM, DER,
+/// JSON and htpasswd shapes with random contents, through every judge (proptest prints the
+/// seed of a failure and replays it).
+mod bytes_never_panic {
+    use super::super::{basic_auth, jwks, lua, ocsp, pkcs12, tls_bytes};
+    use proptest::prelude::*;
+
+    fn pem(label: &str, body: &[u8]) -> Vec<u8> {
+        let mut out = format!("-----BEGIN {label}-----\n").into_bytes();
+        out.extend_from_slice(body);
+        out.extend_from_slice(format!("\n-----END {label}-----\n").as_bytes());
+        out
+    }
+
+    fn judge_all(bytes: &[u8]) {
+        let _ = tls_bytes::judge_chain(bytes, "<inline>");
+        let _ = tls_bytes::judge_key(bytes, bytes, Some(b"pw"), "<inline>");
+        let _ = tls_bytes::judge_key(bytes, bytes, None, "<inline>");
+        let _ = tls_bytes::judge_trusted_ca(bytes, "<inline>");
+        let _ = tls_bytes::judge_crl(bytes, "<inline>");
+        let _ = tls_bytes::certificates(bytes);
+        let _ = ocsp::judge(bytes, &[1]);
+        let _ = pkcs12::judge(bytes, b"");
+        let text = String::from_utf8_lossy(bytes);
+        let _ = jwks::judge(&text);
+        let _ = basic_auth::htpasswd(&text);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            judge_all(&bytes);
+        }
+
+        #[test]
+        fn pem_blocks_of_random_base64(
+            label in prop::sample::select(vec![
+                "CERTIFICATE", "TRUSTED CERTIFICATE", "PRIVATE KEY", "RSA PRIVATE KEY",
+                "EC PRIVATE KEY", "ENCRYPTED PRIVATE KEY", "X509 CRL",
+            ]),
+            body in "[A-Za-z0-9+/= \n]{0,400}",
+        ) {
+            judge_all(&pem(label, body.as_bytes()));
+        }
+
+        #[test]
+        fn der_shaped_bytes(tag in any::<u8>(), len in 0u8..200, rest in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let mut bytes = vec![0x30, 0x82, 0x01, len, tag];
+            bytes.extend(rest);
+            judge_all(&bytes);
+        }
+
+        #[test]
+        fn json_shaped_keys(kty in "(RSA|EC|oct|OKP|x)", field in "[a-z]{1,3}", value in "[A-Za-z0-9_+/=-]{0,90}") {
+            let text = format!(r#"{{"keys":[{{"kty":"{kty}","{field}":"{value}","n":"{value}","e":"{value}","x":"{value}","y":"{value}","crv":"P-256","k":"{value}"}}]}}"#);
+            judge_all(text.as_bytes());
+        }
+
+        #[test]
+        fn lua_of_random_text(source in "[ -~\n]{0,200}") {
+            let _ = lua::compile(source.as_bytes());
+        }
+    }
+}
