@@ -1139,6 +1139,13 @@ fn jwks_cases() -> Vec<Judged> {
             true,
         ),
         judged(
+            "jwks: an even RSA modulus",
+            jwt(&key(
+                json!({"kty": "RSA", "n": "AQAB".repeat(64) + "AQAC", "e": "AQAB"}),
+            )),
+            true,
+        ),
+        judged(
             "jwks: an RSA exponent of 5",
             jwt(&key(json!({"kty": "RSA", "n": n, "e": "BQ"}))),
             true,

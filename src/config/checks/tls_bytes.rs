@@ -119,7 +119,9 @@ fn chain(bytes: &[u8], source: &str) -> Result<Leaf, String> {
         }
     }
     if let Key::Rsa { n, .. } = &leaf.key {
-        let bits = n.len() * 8 - n.first().map_or(8, |b| b.leading_zeros() as usize);
+        // `n` has no leading zero byte; an empty one (a modulus of 0) has no bits.
+        let bits =
+            (n.len() * 8).saturating_sub(n.first().map_or(0, |b| b.leading_zeros() as usize));
         if bits < 2048 {
             return Err(format!(
                 "{}, only RSA certificates with 2048-bit or larger keys are supported",
