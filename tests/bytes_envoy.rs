@@ -234,12 +234,19 @@ fn documents(case: &Case) -> (Value, Value) {
 }
 
 /// The loader's verdict: `None` if the file loads, else its error.
+/// Through the whole loader, as `serve` and `validate` load a directory: one file's checks,
+/// and those across files (a secret judged by the listener that serves it).
 fn load(file: &Value, dir: &Path) -> Option<String> {
+    let config = dir.join("config");
+    let _ = std::fs::remove_dir_all(&config);
+    std::fs::create_dir(&config).expect("mkdir");
     let text = serde_json::to_string(file).expect("json");
-    switchyard::config::load_text(&dir.join("snapshot.json"), &text)
+    std::fs::write(config.join("snapshot.json"), text).expect("write");
+    switchyard::config::load(&[config], &switchyard::config::LoadOptions::default())
         .err()
-        .map(|errors| {
-            errors
+        .map(|failure| {
+            failure
+                .errors
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
@@ -797,6 +804,29 @@ fn cases(pki: &Pki) -> Vec<Judged> {
         true,
     );
 
+    // A secret's certificate is judged as a server's where a listener serves it.
+    let served = |certificate: Value| {
+        Case::ServerSecret(
+            json!({"name": "server", "tls_certificate": certificate}),
+            json!({"common_tls_context": {"tls_certificate_sds_secret_configs": [{"name": "server"}]}}),
+        )
+    };
+    add(
+        "a secret served by a listener: no CN, no SAN",
+        served(self_pair("nocn")),
+        true,
+    );
+    add(
+        "a secret served by a listener: a DNS SAN (taken)",
+        served(self_pair("dnssan")),
+        false,
+    );
+    add(
+        "a secret used by a cluster: no CN, no SAN (taken)",
+        Case::Secret(secret("s", json!({"tls_certificate": self_pair("nocn")}))),
+        false,
+    );
+
     // And in files on Switchyard's host: Envoy reads the same files as its own.
     std::fs::write(pki.dir.join("text.crl"), "no CRL here\n").expect("crl");
     let files = |body: Value| Case::Secret(json!({"name": "f", "switchyard_files": body}));
@@ -947,6 +977,17 @@ fn ocsp_cases(pki: &Pki) -> Vec<Judged> {
         judged(
             "ocsp: given as inline_string",
             stapled(pki, inline("hello")),
+            true,
+        ),
+        judged(
+            "ocsp: another certificate's, in a secret a listener serves",
+            Case::ServerSecret(
+                json!({"name": "server", "tls_certificate": merged(
+                    pair(&pki.read("leaf.pem"), &pki.read("leaf.key")),
+                    json!({"ocsp_staple": bytes(&other)}),
+                )}),
+                json!({"common_tls_context": {"tls_certificate_sds_secret_configs": [{"name": "server"}]}}),
+            ),
             true,
         ),
         judged(

@@ -209,6 +209,52 @@ fn leaves(layer: &DynamicMessage, prefix: &str, at: &[String]) -> Result<(), Ref
     Ok(())
 }
 
+/// The names of the secrets a listener serves as its server certificates (each
+/// `DownstreamTlsContext`'s `tls_certificate_sds_secret_configs`, at any depth), but for
+/// contexts whose certificates a handshaker, a provider or a selector brings.
+pub fn server_secret_names(listener: &DynamicMessage) -> Vec<String> {
+    fn walk(message: &DynamicMessage, out: &mut Vec<String>) {
+        match message.descriptor().full_name() {
+            "google.protobuf.Any" => {
+                if let Some(payload) = builds::payload(message) {
+                    walk(&payload, out);
+                }
+                return;
+            }
+            "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext" => {
+                out.extend(tls_bytes::served_secrets(message));
+            }
+            _ => {}
+        }
+        for (_, value) in message.fields() {
+            walk_value(value, out);
+        }
+    }
+    fn walk_value(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Message(m) => walk(m, out),
+            Value::List(items) => items.iter().for_each(|v| walk_value(v, out)),
+            Value::Map(entries) => entries.values().for_each(|v| walk_value(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(listener, &mut out);
+    out
+}
+
+/// What Envoy refuses in a secret served as a server's certificate: its certificate names
+/// no server, or its OCSP staple is not the certificate's (or missing where the certificate
+/// must be stapled). The path is from the secret.
+pub fn judge_server_secret(secret: &DynamicMessage) -> Result<(), Refusal> {
+    match field(secret, "tls_certificate") {
+        Some(certificate) => {
+            tls_bytes::server_certificate(&certificate, &["tls_certificate".to_string()])
+        }
+        None => Ok(()),
+    }
+}
+
 /// Envoy's refusal of a regex whose program is over `limit` (`re2.max_program_size.error_level`
 /// of the node's runtime; [`re2::DEFAULT_MAX_PROGRAM_SIZE`] when nothing sets it).
 pub fn judge_regex(program: &RegexProgram, limit: u64) -> Result<(), Refusal> {

@@ -302,6 +302,9 @@ fn assemble(
         texts,
         options.re2_max_program_size,
     ));
+    if options.envoy_rules {
+        errors.extend(super::server_secrets::judge(&loaded, texts));
+    }
     errors.extend(foreign_authorities(&loaded, &options.authorities));
 
     // References are checked only across a complete set of files: with a file missing, its

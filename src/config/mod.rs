@@ -15,7 +15,9 @@
 //! `keys` reads what files add to Envoy's fields (TTLs, VHDS aliases), `secret_files` the
 //! PEM files a secret names on this host, `redact` which fields are secret (read from the
 //! descriptors) and each resource's forms without them, `hash` gives versions, `loader`
-//! keeps results between loads and checks across files (`references`, duplicates). This
+//! keeps results between loads and checks across files (`references`, duplicates, RE2
+//! programs per node group in `regex_programs`, the secrets listeners serve judged as server
+//! certificates in `server_secrets`). This
 //! module holds the types they share.
 //!
 //! Must not: serve, or cache per node; swapping configs is the cache's job, watching files
@@ -37,6 +39,7 @@ pub mod rules;
 pub mod secret_files;
 pub mod selector;
 mod sensitive;
+mod server_secrets;
 mod suggest;
 mod walk;
 pub mod yaml;

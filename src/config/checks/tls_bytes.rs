@@ -512,6 +512,27 @@ fn judged_chain(certificate: &DynamicMessage, at: &[String]) -> Result<Option<Le
     Ok(Some(leaf))
 }
 
+/// The secrets a server's context takes its certificates from, unless a handshaker, a
+/// provider or a selector brings them.
+pub(super) fn served_secrets(context: &DynamicMessage) -> Vec<String> {
+    let Some(common) = field(context, "common_tls_context") else {
+        return Vec::new();
+    };
+    let provided = [
+        "custom_handshaker",
+        "tls_certificate_provider_instance",
+        "custom_tls_certificate_selector",
+    ];
+    if provided.iter().any(|f| has(&common, f)) {
+        return Vec::new();
+    }
+    crate::config::fields::messages(&common, "tls_certificate_sds_secret_configs")
+        .iter()
+        .map(|config| crate::config::fields::string(config, "name"))
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
 /// A server's certificate, given inline, names it by a subject CN or a DNS, URI or IP SAN
 /// (`ServerContextImpl`), once its chain and key are judged.
 pub(super) fn server_certificate(
