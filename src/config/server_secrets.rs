@@ -10,6 +10,7 @@
 //! served.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 use prost_reflect::DynamicMessage;
 
@@ -19,16 +20,30 @@ use crate::resource::ResourceType;
 
 /// Each secret a listener serves that Envoy would refuse as a server certificate, as an
 /// error naming where it is written. `texts`: the files' texts where the caller has them.
+///
+/// Every load runs this over every file, so it decodes only what can matter: the listeners
+/// that name a secret the files define (each once per content version), and the secrets they
+/// serve.
 pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec<ConfigError> {
     let decode = |r: &crate::resource::Resource| {
         DynamicMessage::decode(descriptors::message(r.kind), r.body.clone()).ok()
     };
-    let served: HashSet<String> = files
-        .iter()
-        .flat_map(|f| &f.resources)
+    let resources = || files.iter().flat_map(|f| &f.resources);
+    let secrets: HashSet<&str> = resources()
+        .filter(|r| r.kind == ResourceType::Secret)
+        .map(|r| r.name.as_str())
+        .collect();
+    if secrets.is_empty() {
+        return Vec::new();
+    }
+    let served: HashSet<String> = resources()
         .filter(|r| r.kind == ResourceType::Listener)
-        .filter_map(|r| decode(r))
-        .flat_map(|listener| checks::server_secret_names(&listener))
+        .filter(|r| {
+            r.references.iter().any(|(kind, name)| {
+                *kind == ResourceType::Secret && secrets.contains(name.as_str())
+            })
+        })
+        .flat_map(|r| served_by(r, || decode(r)))
         .collect();
     if served.is_empty() {
         return Vec::new();
@@ -40,8 +55,7 @@ pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec
             if r.kind != ResourceType::Secret || !served.contains(&r.name) {
                 continue;
             }
-            let Some(secret) = decode(r) else { continue };
-            let Err(refusal) = checks::judge_server_secret(&secret) else {
+            let Some(refusal) = refused(r, || decode(r)) else {
                 continue;
             };
             let index = r.origin().map_or(0, |(_, index)| index);
@@ -62,4 +76,61 @@ pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec
         }
     }
     errors
+}
+
+/// The secrets a listener serves as its certificates, read once per listener version.
+fn served_by(
+    listener: &crate::resource::Resource,
+    decode: impl FnOnce() -> Option<DynamicMessage>,
+) -> Vec<String> {
+    static READ: Mutex<Option<HashMap<String, Vec<String>>>> = Mutex::new(None);
+    let lock = || {
+        READ.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if let Some(known) = lock()
+        .as_ref()
+        .and_then(|t| t.get(&listener.version).cloned())
+    {
+        return known;
+    }
+    let names = decode()
+        .map(|message| checks::server_secret_names(&message))
+        .unwrap_or_default();
+    let mut table = lock();
+    let table = table.get_or_insert_with(HashMap::new);
+    // A bound on what is kept: emptied when full, read again after.
+    if table.len() >= 16_384 {
+        table.clear();
+    }
+    table.insert(listener.version.clone(), names.clone());
+    names
+}
+
+/// Envoy's refusal of a secret served as a server's certificate, judged once per secret
+/// version.
+fn refused(
+    secret: &crate::resource::Resource,
+    decode: impl FnOnce() -> Option<DynamicMessage>,
+) -> Option<checks::Refusal> {
+    static JUDGED: Mutex<Option<HashMap<String, Option<checks::Refusal>>>> = Mutex::new(None);
+    let lock = || {
+        JUDGED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if let Some(known) = lock()
+        .as_ref()
+        .and_then(|t| t.get(&secret.version).cloned())
+    {
+        return known;
+    }
+    let refusal = decode().and_then(|message| checks::judge_server_secret(&message).err());
+    let mut table = lock();
+    let table = table.get_or_insert_with(HashMap::new);
+    if table.len() >= 16_384 {
+        table.clear();
+    }
+    table.insert(secret.version.clone(), refusal.clone());
+    refusal
 }
