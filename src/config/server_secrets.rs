@@ -36,15 +36,20 @@ pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec
     if secrets.is_empty() {
         return Vec::new();
     }
-    let served: HashSet<String> = resources()
+    // Each served secret, and the first listener (in file order) that serves it.
+    let mut served: HashMap<String, &str> = HashMap::new();
+    let listeners = resources()
         .filter(|r| r.kind == ResourceType::Listener)
         .filter(|r| {
             r.references.iter().any(|(kind, name)| {
                 *kind == ResourceType::Secret && secrets.contains(name.as_str())
             })
-        })
-        .flat_map(|r| served_by(r, || decode(r)))
-        .collect();
+        });
+    for listener in listeners {
+        for name in served_by(listener, || decode(listener)) {
+            served.entry(name).or_insert(listener.name.as_str());
+        }
+    }
     if served.is_empty() {
         return Vec::new();
     }
@@ -52,9 +57,12 @@ pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec
     for (i, file) in files.iter().enumerate() {
         let mut positions = None;
         for r in &file.resources {
-            if r.kind != ResourceType::Secret || !served.contains(&r.name) {
+            if r.kind != ResourceType::Secret {
                 continue;
             }
+            let Some(listener) = served.get(&r.name) else {
+                continue;
+            };
             let Some(refusal) = refused(r, || decode(r)) else {
                 continue;
             };
@@ -70,7 +78,7 @@ pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec
                 path: file.path.clone(),
                 resource: format!("{item} {:?}", r.name),
                 field: refusal.path.clone(),
-                message: format!("served by a listener as its certificate: {refusal}"),
+                message: format!("served by listener {listener:?} as its certificate: {refusal}"),
                 at: super::yaml::position_of(positions, &format!("{item}.{}", refusal.path)),
             });
         }
