@@ -58,7 +58,7 @@ mod builds;
 mod der;
 mod jwks;
 mod lua;
-mod memo;
+pub(super) mod memo;
 mod ocsp;
 mod pem;
 mod pkcs12;

@@ -80,11 +80,8 @@ pub(super) fn judge(
             };
             let index = r.origin().map_or(0, |(_, index)| index);
             let item = format!("{}[{index}]", r.kind.file_key());
-            let positions = positions.get_or_insert_with(|| match texts.get(&i) {
-                Some(text) => super::yaml::positions(text),
-                None => std::fs::read_to_string(&file.path)
-                    .map(|text| super::yaml::positions(&text))
-                    .unwrap_or_default(),
+            let positions = positions.get_or_insert_with(|| {
+                super::yaml::positions_of_file(texts.get(&i).copied(), &file.path)
             });
             let raised = if applicable.is_empty() && default == re2::DEFAULT_MAX_PROGRAM_SIZE {
                 format!(

@@ -10,11 +10,10 @@
 //! served.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 
 use prost_reflect::DynamicMessage;
 
-use super::checks;
+use super::checks::{self, memo::Memo};
 use super::{descriptors, ConfigError, SnapshotFile};
 use crate::resource::ResourceType;
 
@@ -68,11 +67,8 @@ pub(super) fn judge(files: &[SnapshotFile], texts: &HashMap<usize, &str>) -> Vec
             };
             let index = r.origin().map_or(0, |(_, index)| index);
             let item = format!("{}[{index}]", r.kind.file_key());
-            let positions = positions.get_or_insert_with(|| match texts.get(&i) {
-                Some(text) => super::yaml::positions(text),
-                None => std::fs::read_to_string(&file.path)
-                    .map(|text| super::yaml::positions(&text))
-                    .unwrap_or_default(),
+            let positions = positions.get_or_insert_with(|| {
+                super::yaml::positions_of_file(texts.get(&i).copied(), &file.path)
             });
             errors.push(ConfigError::Resource {
                 path: file.path.clone(),
@@ -91,28 +87,12 @@ fn served_by(
     listener: &crate::resource::Resource,
     decode: impl FnOnce() -> Option<DynamicMessage>,
 ) -> Vec<String> {
-    static READ: Mutex<Option<HashMap<String, Vec<String>>>> = Mutex::new(None);
-    let lock = || {
-        READ.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    };
-    if let Some(known) = lock()
-        .as_ref()
-        .and_then(|t| t.get(&listener.version).cloned())
-    {
-        return known;
-    }
-    let names = decode()
-        .map(|message| checks::server_secret_names(&message))
-        .unwrap_or_default();
-    let mut table = lock();
-    let table = table.get_or_insert_with(HashMap::new);
-    // A bound on what is kept: emptied when full, read again after.
-    if table.len() >= 16_384 {
-        table.clear();
-    }
-    table.insert(listener.version.clone(), names.clone());
-    names
+    static READ: Memo<Vec<String>> = Memo::new();
+    READ.get(&[listener.version.as_bytes()], || {
+        decode()
+            .map(|message| checks::server_secret_names(&message))
+            .unwrap_or_default()
+    })
 }
 
 /// Envoy's refusal of a secret served as a server's certificate, judged once per secret
@@ -121,24 +101,8 @@ fn refused(
     secret: &crate::resource::Resource,
     decode: impl FnOnce() -> Option<DynamicMessage>,
 ) -> Option<checks::Refusal> {
-    static JUDGED: Mutex<Option<HashMap<String, Option<checks::Refusal>>>> = Mutex::new(None);
-    let lock = || {
-        JUDGED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    };
-    if let Some(known) = lock()
-        .as_ref()
-        .and_then(|t| t.get(&secret.version).cloned())
-    {
-        return known;
-    }
-    let refusal = decode().and_then(|message| checks::judge_server_secret(&message).err());
-    let mut table = lock();
-    let table = table.get_or_insert_with(HashMap::new);
-    if table.len() >= 16_384 {
-        table.clear();
-    }
-    table.insert(secret.version.clone(), refusal.clone());
-    refusal
+    static JUDGED: Memo<Option<checks::Refusal>> = Memo::new();
+    JUDGED.get(&[secret.version.as_bytes()], || {
+        decode().and_then(|message| checks::judge_server_secret(&message).err())
+    })
 }

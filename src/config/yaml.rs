@@ -91,6 +91,17 @@ pub fn position_of(positions: &Positions, path: &str) -> Option<(usize, usize)> 
 
 /// Where each node of `text` starts (see [`Positions`]); what does not parse has none. Only
 /// asked for when a file has something to report, so a good load never builds it.
+/// [`positions`] of a file: its text where the caller holds it, else read again (nothing
+/// where it cannot be read: an error is then placed at no line).
+pub fn positions_of_file(text: Option<&str>, path: &std::path::Path) -> Positions {
+    match text {
+        Some(text) => positions(text),
+        None => std::fs::read_to_string(path)
+            .map(|text| positions(&text))
+            .unwrap_or_default(),
+    }
+}
+
 pub fn positions(text: &str) -> Positions {
     let mut builder = Builder {
         track: true,

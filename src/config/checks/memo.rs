@@ -1,4 +1,5 @@
-//! Verdicts on bytes that recur, remembered: the same CA bundle inline in every cluster, the
+//! Verdicts on bytes that recur, remembered (here, and in `config::server_secrets` by a
+//! resource's version): the same CA bundle inline in every cluster, the
 //! same Lua script on every route, the same PKCS#12 bundle or JWKS on every listener are
 //! judged once per process, not once per resource and load (a 220 KB CA bundle costs about
 //! 2 ms to judge).
@@ -17,7 +18,7 @@ use foldhash::quality::FixedState;
 const CAPACITY: usize = 1024;
 
 /// One kind of verdict's table.
-pub(super) struct Memo<T> {
+pub(in crate::config) struct Memo<T> {
     table: Mutex<Option<HashMap<u128, T>>>,
 }
 
