@@ -4,7 +4,8 @@
 //! framed as BoringSSL frames PEM: `config::checks::pem`), inline in a listener's or a
 //! cluster's context, in a `secrets:` resource, and in files on Switchyard's host
 //! (`switchyard_files`); a `jwt_authn` provider's JWKS (`config::checks::jwks`); a basic-auth
-//! filter's htpasswd users (`config::checks::basic_auth`). Each case varies one property,
+//! filter's htpasswd users (`config::checks::basic_auth`); Lua (`config::checks::lua`); a
+//! route's URI templates (`config::checks::uri_template`). Each case varies one property,
 //! with near misses; it goes through Switchyard's loader and through `envoy --mode
 //! validate`, and the verdicts must agree, Envoy's error containing the loader's words.
 //!
@@ -92,6 +93,8 @@ enum Case {
     Filter(Value),
     /// A listener whose route has this `typed_per_filter_config`.
     PerRoute(Value),
+    /// A listener whose one route is this (beside a cluster `c` it may route to).
+    Route(Value),
 }
 
 struct Judged {
@@ -192,6 +195,16 @@ fn documents(case: &Case) -> (Value, Value) {
             (
                 json!({"listeners": [l.clone()]}),
                 json!({"static_resources": {"listeners": [l]}}),
+            )
+        }
+        Case::Route(route) => {
+            let mut l = plain_listener(json!([]));
+            l["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"]
+                [0]["routes"][0] = route.clone();
+            let c = json!({"name": "c", "connect_timeout": "1s"});
+            (
+                json!({"listeners": [l.clone()], "clusters": [c.clone()]}),
+                json!({"static_resources": {"listeners": [l], "clusters": [c]}}),
             )
         }
         Case::Filter(filter) => {
@@ -868,6 +881,7 @@ fn cases(pki: &Pki) -> Vec<Judged> {
     out.extend(jwks_cases());
     out.extend(htpasswd_cases());
     out.extend(lua_cases());
+    out.extend(uri_template_cases());
     out
 }
 
@@ -1278,6 +1292,126 @@ fn jwks_cases() -> Vec<Judged> {
             true,
         ),
     ]
+}
+
+/// A route matched by the URI template `matching`, rewriting the path with `rewrite` when
+/// given (or matched by prefix, when `matching` is `None`).
+fn templated(matching: Option<&str>, rewrite: Option<&str>) -> Case {
+    let mut route = json!({"match": {"prefix": "/"}, "route": {"cluster": "c"}});
+    if let Some(template) = matching {
+        route["match"] = json!({"path_match_policy": {"name": "m", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.path.match.uri_template.v3.UriTemplateMatchConfig",
+            "path_template": template}}});
+    }
+    if let Some(template) = rewrite {
+        route["route"]["path_rewrite_policy"] = json!({"name": "r", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.path.rewrite.uri_template.v3.UriTemplateRewriteConfig",
+            "path_template_rewrite": template}});
+    }
+    Case::Route(route)
+}
+
+/// URI templates ("path_match_policy.path_template ... is invalid: ...",
+/// "path_rewrite_policy.path_template_rewrite ... is invalid", the two together).
+fn uri_template_cases() -> Vec<Judged> {
+    let taken = [
+        "/a/{x}",
+        "/a/{x}/",
+        "/",
+        "/a/{x}.txt/b",
+        "/a/p{x}s",
+        "/a/{x=*}.t/{y}",
+        "/a/p{x=**}.t/c",
+        "/a/{x=a/*}.txt",
+        "/a/{x=*/**}",
+        "/a/**.txt",
+        "/a/*b",
+        "/a/***",
+        "/a/b*c",
+        "/a/b=c:@!$&'()+,;~%",
+        "/{a}/{b}/{c}/{d}/{e}",
+        "/a/{abcdefghijklmnop}",
+    ];
+    let refused = [
+        "a/b",
+        "/a/b c",
+        "/a/\u{e9}",
+        "/a//b",
+        "/a/b?c",
+        "/a/p}x",
+        "/a/p{x",
+        "/a/p{x/b}",
+        "/a/{x",
+        "/a/{x/b}",
+        "/a/{x/b",
+        "/a/p}{x",
+        "/a/p^{1}",
+        "/a/p{1}s^",
+        "/a/{x}{y}",
+        "/a/{{x}}",
+        "/a/p{q{x}",
+        "/a/{}",
+        "/a/{x=}",
+        "/a/{x=***}",
+        "/a/{x=*a}",
+        "/a/{x=a/}",
+        "/a/{x=/a}",
+        "/a/*{x}",
+        "/a/*.txt/b",
+        "/a/{x}/{x}",
+        "/{a}/{b}/{c}/{d}/{e}/{f}",
+        "/a/p{abcdefghijklmnopq}s",
+        "/a/**/{x}.t",
+        "/a/**/*",
+        "/a/{x=**}.t/*",
+        "/a/{x=**/*}",
+    ];
+    let mut out: Vec<Judged> = taken
+        .iter()
+        .map(|t| {
+            judged(
+                &format!("uri template: {t} (taken)"),
+                templated(Some(t), None),
+                false,
+            )
+        })
+        .chain(refused.iter().map(|t| {
+            let t = t.replace("\\u{e9}", "\u{e9}");
+            judged(
+                &format!("uri template: {t}"),
+                templated(Some(&t), None),
+                true,
+            )
+        }))
+        .collect();
+    let rewrites = [
+        ("/a/{x}", "/{x}.txt", false),
+        ("/a/{x}/p{y}s", "/{y}/{x}{x}", false),
+        ("/a/{x}", "/", false),
+        ("/a/{x}", "/a*", false),
+        ("/a/{x}", "a", true),
+        ("/a/{x}", "/a//b", true),
+        ("/a/{x}", "/{x", true),
+        ("/a/{x}", "/{1}", true),
+        ("/a/{x}", "/a^", true),
+        ("/a/{x}", "/{x=*}", true),
+        ("/a/{x}", "/{y}", true),
+        ("/a/{x=b/*}", "/{x}/{b}", true),
+        ("/a/{x", "a", true),
+    ];
+    for (matching, rewrite, refused) in rewrites {
+        out.push(judged(
+            &format!("uri template: {matching} rewritten as {rewrite}"),
+            templated(Some(matching), Some(rewrite)),
+            refused,
+        ));
+    }
+    out.push(judged(
+        "uri template: a rewrite without a template match",
+        templated(None, Some("/a")),
+        true,
+    ));
+    out
 }
 
 /// A basic-auth filter with these users.

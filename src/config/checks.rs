@@ -17,6 +17,9 @@
 //! - a `jwt_authn` provider's inline JWKS that Envoy's JWKS reader refuses (`jwks`), and a
 //!   basic-auth filter's inline htpasswd users that its reader refuses (`basic_auth`);
 //! - an inline Lua script LuaJIT does not compile (`lua`);
+//! - a route's URI templates (its path matcher's and path rewriter's) that Envoy's template
+//!   parser refuses, or a rewrite using a variable its match does not capture
+//!   (`uri_template`);
 //! - verdicts on bytes that recur across resources, remembered (`memo`);
 //! - a listener with two filter chains whose `filter_chain_match` is the same, or one that
 //!   accepts connections with no filter chain at all;
@@ -67,6 +70,7 @@ mod refusal;
 mod routing;
 pub mod tls_bytes;
 mod upstream;
+mod uri_template;
 
 pub use refusal::Refusal;
 use refusal::{path_of, refuse};

@@ -21,6 +21,7 @@ const DIRECT_RESPONSE_BODY_LIMIT: u64 = 4096;
 /// config only on CONNECT, weighted clusters that name one cluster each and weigh something,
 /// and mirrors that name one cluster each.
 pub(super) fn route(route: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    super::uri_template::route(route, at)?;
     let Some(action) = field(route, "route") else {
         return Ok(());
     };

@@ -227,10 +227,10 @@ fn checks_judge_only_what_the_resource_decides_and_point_at_the_field() {
 }
 
 /// No bytes make a reader of a resource's bytes panic or hang: random bytes, and PEM, DER,
-/// JSON and htpasswd shapes with random contents, through every judge (proptest prints the
+/// JSON, htpasswd and URI template shapes with random contents, through every judge (proptest prints the
 /// seed of a failure and replays it).
 mod bytes_never_panic {
-    use super::super::{basic_auth, jwks, lua, ocsp, pkcs12, tls_bytes};
+    use super::super::{basic_auth, jwks, lua, ocsp, pkcs12, tls_bytes, uri_template};
     use proptest::prelude::*;
 
     fn pem(label: &str, body: &[u8]) -> Vec<u8> {
@@ -252,6 +252,8 @@ mod bytes_never_panic {
         let text = String::from_utf8_lossy(bytes);
         let _ = jwks::judge(&text);
         let _ = basic_auth::htpasswd(&text);
+        let _ = uri_template::match_template(&text);
+        let _ = uri_template::rewrite_template(&text);
     }
 
     proptest! {
@@ -284,6 +286,12 @@ mod bytes_never_panic {
         fn json_shaped_keys(kty in "(RSA|EC|oct|OKP|x)", field in "[a-z]{1,3}", value in "[A-Za-z0-9_+/=-]{0,90}") {
             let text = format!(r#"{{"keys":[{{"kty":"{kty}","{field}":"{value}","n":"{value}","e":"{value}","x":"{value}","y":"{value}","crv":"P-256","k":"{value}"}}]}}"#);
             judge_all(text.as_bytes());
+        }
+
+        #[test]
+        fn uri_templates_of_template_characters(template in "/?[a-z{}=*/.^\u{e9}]{0,40}") {
+            let _ = uri_template::match_template(&template);
+            let _ = uri_template::rewrite_template(&template);
         }
 
         #[test]
