@@ -404,6 +404,14 @@ impl Daemon {
                 )
             })
         });
+        // The count of the streams opened and closed without an INFO line each, logged at
+        // the end of each period (`telemetry::STREAM_LOG_PERIOD`).
+        let stream_lines = {
+            let telemetry = telemetry.clone();
+            supervisor.spawn("stream_lines", stop.clone(), move |stop| {
+                telemetry.clone().stream_line_counts(stop)
+            })
+        };
         let xds_task = supervisor.critical("xds", stop.clone(), {
             let served = server::serve(listeners.xds, cache, fleet, telemetry, serve, stop);
             async move { served.await.map_err(|e| e.to_string()) }
@@ -424,6 +432,7 @@ impl Daemon {
         if let Some(shared) = shared {
             let _ = shared.await;
         }
+        let _ = stream_lines.await;
         for task in [keeper, rollouts].into_iter().flatten() {
             task.abort();
         }

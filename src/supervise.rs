@@ -1,7 +1,7 @@
 //! Every long-running task of the daemon under one supervisor. Two kinds:
 //! - tasks started again ([`Supervisor::spawn`]): the source's follower, the fleet's rollout
-//!   driver, the sharing of the view, the keeper of the promoted copy and this replica's
-//!   rollouts. One that ends before shutdown, or panics, is logged with its cause (ERROR),
+//!   driver, the sharing of the view, the keeper of the promoted copy, this replica's
+//!   rollouts and the count of stream log lines (`telemetry::STREAM_LOG_PERIOD`). One that ends before shutdown, or panics, is logged with its cause (ERROR),
 //!   counted (`switchyard_task_restarts_total`), said to be down (`/readyz`, `/status`'s
 //!   `tasks_down`, `switchyard status`, the page) and started again after a wait that
 //!   doubles from [`RESTART_FIRST`] to [`RESTART_MAX`] (a task that ran [`RESTART_RESET`] is

@@ -8,7 +8,7 @@
 //! anything (the protocol and the server do), or read the fleet or the cache (scrape-time
 //! values are the admin server's to collect).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -24,6 +24,66 @@ use crate::resource::ResourceType;
 #[derive(Clone, Debug, Default)]
 pub struct Telemetry {
     metrics: Arc<Metrics>,
+    /// Which streams opened and closed get an INFO line of their own (shared by every
+    /// clone).
+    stream_lines: Arc<Mutex<StreamLines>>,
+}
+
+/// How long a period of stream lines lasts: in each, the first [`STREAM_LINES`] streams
+/// opened or closed get an INFO line each, the rest a DEBUG line each and, at the period's
+/// end, one INFO line that counts them. A storm of 10,000 proxies connecting logs a few
+/// lines at INFO, not 10,000 (a line per stream was a twentieth of a sync's CPU).
+pub const STREAM_LOG_PERIOD: Duration = Duration::from_secs(10);
+/// INFO lines for streams opened or closed per [`STREAM_LOG_PERIOD`].
+pub const STREAM_LINES: u32 = 20;
+
+/// The current period of stream lines.
+#[derive(Debug, Default)]
+struct StreamLines {
+    /// When the period began (`None`: no stream opened or closed yet).
+    began: Option<Instant>,
+    /// INFO lines given this period.
+    lines: u32,
+    /// Streams opened and closed this period with a DEBUG line only.
+    opened: u64,
+    closed: u64,
+}
+
+impl StreamLines {
+    /// Whether the stream event at `now` gets an INFO line; the period's count is logged
+    /// first when a new one begins.
+    fn take_line(&mut self, now: Instant) -> bool {
+        if self
+            .began
+            .is_none_or(|began| now.saturating_duration_since(began) >= STREAM_LOG_PERIOD)
+        {
+            self.end_period();
+            self.began = Some(now);
+        }
+        if self.lines < STREAM_LINES {
+            self.lines += 1;
+            return true;
+        }
+        false
+    }
+
+    /// Log how many streams this period had no INFO line, if any, and start counting anew.
+    fn end_period(&mut self) {
+        let (opened, closed) = (
+            std::mem::take(&mut self.opened),
+            std::mem::take(&mut self.closed),
+        );
+        self.lines = 0;
+        self.began = None;
+        if opened + closed > 0 {
+            tracing::info!(
+                opened,
+                closed,
+                period = ?STREAM_LOG_PERIOD,
+                "xDS streams opened and closed without a line each at INFO (past the first {STREAM_LINES} of the period; each has one at DEBUG)."
+            );
+        }
+    }
 }
 
 /// A limit that turned a connection, a stream or a request away.
@@ -118,7 +178,11 @@ impl Telemetry {
         variant: Variant,
         protocol: &'static str,
     ) -> OpenStream {
-        tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, features = ?node.client_features, "xDS stream opened.");
+        if self.stream_line(true) {
+            tracing::info!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, features = ?node.client_features, "xDS stream opened.");
+        } else {
+            tracing::debug!(node = %node.id, node_cluster = %node.cluster, %peer, stream = %variant, protocol, features = ?node.client_features, "xDS stream opened.");
+        }
         let labels = StreamLabels {
             protocol,
             stream: match variant {
@@ -144,7 +208,47 @@ impl Telemetry {
         reason: &str,
     ) {
         drop(opened);
-        tracing::info!(node, %peer, stream = %variant, protocol, %reason, "xDS stream closed.");
+        if self.stream_line(false) {
+            tracing::info!(node, %peer, stream = %variant, protocol, %reason, "xDS stream closed.");
+        } else {
+            tracing::debug!(node, %peer, stream = %variant, protocol, %reason, "xDS stream closed.");
+        }
+    }
+
+    /// Whether a stream opened (`opened`) or closed gets its INFO line; if not, it is
+    /// counted for the period's line ([`STREAM_LOG_PERIOD`]).
+    fn stream_line(&self, opened: bool) -> bool {
+        let mut lines = self.stream_lines.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.take_line(Instant::now()) {
+            return true;
+        }
+        if opened {
+            lines.opened += 1;
+        } else {
+            lines.closed += 1;
+        }
+        false
+    }
+
+    /// Log the count of the period's streams without an INFO line once the period is over,
+    /// every [`STREAM_LOG_PERIOD`], until `stop`: a storm's count is logged when it ends,
+    /// not at the next stream.
+    pub async fn stream_line_counts(self, mut stop: crate::shutdown::Shutdown) {
+        let mut tick = tokio::time::interval(STREAM_LOG_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.wait() => return,
+            }
+            let mut lines = self.stream_lines.lock().unwrap_or_else(|p| p.into_inner());
+            if lines
+                .began
+                .is_some_and(|began| began.elapsed() >= STREAM_LOG_PERIOD)
+            {
+                lines.end_period();
+            }
+        }
     }
 
     /// A client's certificate is not bound to the node it claims (`what`: `stream`, `REST
@@ -840,5 +944,24 @@ mod tests {
         );
         assert_eq!(value(&text, "switchyard_config_last_load_ok"), Some(0.0));
         assert!(value(&text, "switchyard_config_last_load_timestamp_seconds") > Some(1.7e9));
+    }
+
+    /// A storm of streams gets the period's first lines at INFO and the rest counted; the
+    /// next period starts counting anew.
+    #[test]
+    fn streams_past_the_periods_first_lines_are_counted_not_logged_each() {
+        let mut lines = StreamLines::default();
+        let start = Instant::now();
+        let given: Vec<bool> = (0..STREAM_LINES + 5)
+            .map(|_| lines.take_line(start))
+            .collect();
+        assert!(given[..STREAM_LINES as usize].iter().all(|g| *g));
+        assert!(given[STREAM_LINES as usize..].iter().all(|g| !*g));
+        lines.opened = 5;
+        // Still the same period a moment before its end.
+        assert!(!lines.take_line(start + STREAM_LOG_PERIOD - Duration::from_millis(1)));
+        // The next period: its count logged (and gone), lines given again.
+        assert!(lines.take_line(start + STREAM_LOG_PERIOD));
+        assert_eq!((lines.opened, lines.closed, lines.lines), (0, 0, 1));
     }
 }
