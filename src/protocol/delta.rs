@@ -623,6 +623,16 @@ impl Flavor for Delta {
             .get(&st.subscription, name)
             .is_some_and(|h| h.version() == version)
     }
+
+    /// In the given form (what the subscription covers of one snapshot, kept only while the
+    /// subscription does not change), of `snapshot`'s version: each resource of it that the
+    /// client subscribes to is held.
+    fn holds_all(&self, kind: ResourceType, snapshot: &TypeSnapshot) -> bool {
+        self.types[kind]
+            .held
+            .given()
+            .is_some_and(|given| given.version == snapshot.version)
+    }
 }
 
 impl Delta {

@@ -481,6 +481,16 @@ impl Flavor for Sotw {
         );
         held
     }
+
+    /// Given `snapshot` itself (or one of its version) for the subscription it has now, and
+    /// owing nothing, the client holds each resource of it that it subscribes to.
+    fn holds_all(&self, kind: ResourceType, snapshot: &TypeSnapshot) -> bool {
+        let st = &self.types[kind];
+        st.owed.is_none()
+            && st.given.as_ref().is_some_and(|g| {
+                g.snapshot.version == snapshot.version && g.subscription.same(&st.subscription)
+            })
+    }
 }
 
 impl Sotw {

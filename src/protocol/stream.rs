@@ -93,6 +93,14 @@ pub trait Flavor: Default + std::fmt::Debug + Send + 'static {
         let _ = snapshot;
         self.holds(kind, &resource.name, &resource.version)
     }
+    /// Whether the client holds every resource of `snapshot` it subscribes to, at the
+    /// snapshot's version, known without a look at any name: it was given `snapshot` itself
+    /// (or one of its version) for the subscription it has now, and owes nothing of it.
+    /// `false` when that is not known so (then ask [`Flavor::holds_of`] name by name).
+    fn holds_all(&self, kind: ResourceType, snapshot: &TypeSnapshot) -> bool {
+        let _ = (kind, snapshot);
+        false
+    }
     /// Whether the client subscribes to the resource of this name.
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool;
     /// What the resources of `kind` the client holds (as far as the server knows) refer to.
@@ -530,6 +538,10 @@ impl<F: Flavor> Progress for Client<'_, F> {
 
     fn holds_of(&self, kind: ResourceType, snapshot: &TypeSnapshot, resource: &Resource) -> bool {
         self.flavor.holds_of(kind, snapshot, resource)
+    }
+
+    fn holds_all(&self, kind: ResourceType, snapshot: &TypeSnapshot) -> bool {
+        self.flavor.holds_all(kind, snapshot)
     }
 
     fn subscribes(&self, kind: ResourceType, name: &str) -> bool {

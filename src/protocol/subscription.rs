@@ -28,6 +28,15 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// Whether `other` is this very subscription (the same name set, shared, and the same
+    /// wildcard), told without comparing names: `false` may still be an equal one.
+    pub fn same(&self, other: &Subscription) -> bool {
+        self.wildcard == other.wildcard
+            && self.named == other.named
+            && (Arc::ptr_eq(&self.names, &other.names)
+                || (self.names.is_empty() && other.names.is_empty()))
+    }
+
     /// Apply a State-of-the-World request's `resource_names`, which replace the set (P7).
     /// P15/P16: `[]` before any name means wildcard (legacy); `[*, A]` is wildcard plus A;
     /// `[A]` is A alone; `[]` after names means nothing.

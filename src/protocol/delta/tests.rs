@@ -1517,3 +1517,26 @@ fn what_to_send_settles_to_one_entry_per_name_the_strongest_reason_kept() {
         .collect();
     assert_eq!(settled, [("a", Send), ("b", Heartbeat), ("c", Heartbeat)]);
 }
+
+/// P30: as SotW's, a delta client holding the step's endpoints in the given form (exactly
+/// what it subscribes to of one snapshot) holds each one it subscribes to, known from the
+/// version (`Flavor::holds_all`); a changed subscription leaves the given form.
+#[test]
+fn p30_a_client_holding_the_steps_endpoints_given_whole_holds_them_all() {
+    use crate::protocol::stream::Flavor;
+    let mut s = ads();
+    let first = snap(&[(Cluster, "a", "1"), (Endpoint, "a", "1")]);
+    s.handle_snapshot(Arc::clone(&first));
+    s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+    s.handle_request(req(Endpoint, &["a"], &[], ""))
+        .expect("ok");
+    for r in drain(&mut s, Instant::now()) {
+        ack(&mut s, &r);
+    }
+    assert!(s.flavor().holds_all(Endpoint, first.get(Endpoint)));
+    let second = snap(&[(Cluster, "a", "1"), (Endpoint, "a", "2")]);
+    assert!(!s.flavor().holds_all(Endpoint, second.get(Endpoint)));
+    s.handle_request(req(Endpoint, &["b"], &[], ""))
+        .expect("ok");
+    assert!(!s.flavor().holds_all(Endpoint, first.get(Endpoint)));
+}

@@ -1830,3 +1830,37 @@ fn p9_p10_a_listener_dropped_and_named_again_before_an_answer_goes_again() {
     let again = s.poll_response(Instant::now()).expect("a goes again");
     assert_eq!(names(&again), ["a", "b"]);
 }
+
+/// P30: a make-before-break step is known done from the type's version, once per step: a
+/// client given the step's endpoints for the names it asks for now holds every one it asks
+/// for (`Flavor::holds_all`); a changed subscription, or a newer snapshot, is asked name by
+/// name again.
+#[test]
+fn p30_a_client_given_the_steps_endpoints_for_its_names_holds_them_all() {
+    use crate::protocol::stream::Flavor;
+    let mut s = SotwStream::new(Variant::Aggregated);
+    let first = snap(&[(Cluster, "c", "1"), (Endpoint, "c", "e")]);
+    s.handle_snapshot(Arc::clone(&first));
+    s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+    s.handle_request(req(Endpoint, &["c"], "", "")).expect("ok");
+    assert!(!s.flavor().holds_all(Endpoint, first.get(Endpoint)));
+    for r in drain(&mut s) {
+        let names: &[&str] = if r.kind == Cluster { &[] } else { &["c"] };
+        s.handle_request(req(r.kind, names, &r.version, &r.nonce))
+            .expect("ack");
+    }
+    assert!(s.flavor().holds_all(Endpoint, first.get(Endpoint)));
+    assert!(
+        s.flavor().holds_all(Cluster, first.get(Cluster)),
+        "a wildcard too"
+    );
+    // Another version of the type: not known so.
+    let second = snap(&[(Cluster, "c", "1"), (Endpoint, "c", "f")]);
+    assert!(!s.flavor().holds_all(Endpoint, second.get(Endpoint)));
+    // Asking for a name more: what it holds is asked name by name until it is sent.
+    let r = s.poll_response(Instant::now());
+    assert!(r.is_none());
+    s.handle_request(req(Endpoint, &["c", "d"], "", ""))
+        .expect("ok");
+    assert!(!s.flavor().holds_all(Endpoint, first.get(Endpoint)));
+}
