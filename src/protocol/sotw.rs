@@ -218,17 +218,23 @@ impl Given {
     fn lacks<'a>(
         &self,
         selected: impl IntoIterator<Item = &'a Arc<Resource>>,
-        also: impl Fn(&str) -> bool,
+        mut also: impl FnMut(&str) -> bool,
     ) -> Vec<&'a Arc<Resource>> {
         let before = self.subscription.select(&self.snapshot);
         let mut before = before.resources.iter().peekable();
         selected
             .into_iter()
             .filter(|r| {
-                while before.next_if(|b| b.name < r.name).is_some() {}
-                let has = before
-                    .peek()
-                    .is_some_and(|b| b.name == r.name && b.version == r.version);
+                // The same resource (an unchanged one is shared between snapshots) is had
+                // without a compare of its name or version.
+                let has = if before.next_if(|b| Arc::ptr_eq(b, r)).is_some() {
+                    true
+                } else {
+                    while before.next_if(|b| b.name < r.name).is_some() {}
+                    before
+                        .peek()
+                        .is_some_and(|b| b.name == r.name && b.version == r.version)
+                };
                 !has || also(&r.name)
             })
             .collect()
@@ -712,8 +718,15 @@ impl Sotw {
                     let before = given.subscription.select(&given.snapshot);
                     selection.lacking_since(&before)
                 } else {
+                    // The names come in order: the ClusterLoadAssignments to send again are
+                    // walked beside them, not searched for each.
+                    let mut rewarm_left = rewarm_names.iter().peekable();
+                    let mut rewarmed_next = |n: &str| {
+                        while rewarm_left.next_if(|r| **r < n).is_some() {}
+                        rewarm_left.peek().is_some_and(|r| **r == n)
+                    };
                     given.lacks(selected, |n| {
-                        rewarmed(n)
+                        rewarmed_next(n)
                             || st.owes(n)
                             || (refresh
                                 && current.resources.get(n).is_some_and(|r| r.ttl.is_some()))
