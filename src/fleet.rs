@@ -35,6 +35,10 @@ pub struct Fleet {
     /// The generation whose convergence is being timed. Locked after `streams`, never
     /// before; never while a report is locked.
     converging: Mutex<Option<Converging>>,
+    /// Moved each time a generation's convergence starts being timed (written under
+    /// `converging`'s lock): a stream whose decision is unchanged since it last told the
+    /// timing, of this same start, need not tell it again.
+    converging_epoch: AtomicU64,
     /// Where convergence is reported (the daemon gives telemetry's; the fleet does not
     /// count or log anything itself).
     on_converged: OnConverged,
@@ -567,7 +571,28 @@ impl RejectedChange {
 
 impl TypeReport {
     fn new(status: &TypeStatus<'_>, now: SystemTime) -> TypeReport {
-        let nack = match &*status.state {
+        let mut report = TypeReport {
+            state: SyncStatus::NotSent,
+            version_sent: String::new(),
+            version_acked: String::new(),
+            nonce: String::new(),
+            nack: None,
+            oversized_bytes: None,
+            not_found: RareList::default(),
+            last_change: now,
+        };
+        report.refresh(status, now);
+        report
+    }
+
+    /// Say what `status` says, changed at `now`: in place, the strings' room kept (a stream
+    /// changes a type's report twice a push, its version and nonce each time).
+    fn refresh(&mut self, status: &TypeStatus<'_>, now: SystemTime) {
+        let set = |into: &mut String, from: &str| {
+            into.clear();
+            into.push_str(from);
+        };
+        self.nack = match &*status.state {
             SyncState::Nacked {
                 nack,
                 rejected_version,
@@ -580,16 +605,18 @@ impl TypeReport {
             })),
             _ => None,
         };
-        TypeReport {
-            state: SyncStatus::from(&*status.state),
-            version_sent: status.state.sent_version().unwrap_or_default().to_string(),
-            version_acked: status.acked_version.to_string(),
-            nonce: status.state.nonce().unwrap_or_default().to_string(),
-            nack,
-            oversized_bytes: status.oversized.and_then(|n| u32::try_from(n).ok()),
-            not_found: RareList::new(status.not_found.clone()),
-            last_change: now,
+        self.state = SyncStatus::from(&*status.state);
+        set(
+            &mut self.version_sent,
+            status.state.sent_version().unwrap_or_default(),
+        );
+        set(&mut self.version_acked, &status.acked_version);
+        set(&mut self.nonce, status.state.nonce().unwrap_or_default());
+        self.oversized_bytes = status.oversized.and_then(|n| u32::try_from(n).ok());
+        if self.not_found.as_slice() != status.not_found.as_slice() {
+            self.not_found = RareList::new(status.not_found.clone());
         }
+        self.last_change = now;
     }
 
     /// Whether this report already says what `status` says (apart from when it changed),
@@ -634,7 +661,7 @@ impl Fleet {
             fleet: Arc::clone(self),
             id,
             report,
-            tallied: Mutex::new((0, false, false)),
+            seen: Seen::default(),
         }
     }
 
@@ -853,6 +880,7 @@ impl Fleet {
         let streams = self.lock();
         let mut converging = self.converging.lock().unwrap_or_else(|p| p.into_inner());
         if converging.as_ref().is_none_or(|c| c.number < number) {
+            self.converging_epoch.fetch_add(1, Ordering::SeqCst);
             *converging = Some(Converging {
                 number,
                 published,
@@ -895,8 +923,27 @@ pub struct StreamHandle {
     fleet: Arc<Fleet>,
     id: u64,
     report: Arc<Mutex<StreamReport>>,
+    /// What the report says as of the last update, told without its lock or a look at it.
+    seen: Seen,
+}
+
+/// What a stream's report says, and what the fleet was last told of it: an update that
+/// changes none of it costs a few compares of integers (streams update after every input,
+/// 10,000 of them twice a push), and one that changes a type rebuilds that type alone.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Whether the report has been updated at all.
+    updated: bool,
+    generation: u64,
+    /// Each type's revision as reported (`TypeStatus::revision`), by `ResourceType::index`.
+    revisions: [Option<u32>; ResourceType::ALL.len()],
+    plan: Option<PlanStatus>,
+    unknown: Vec<crate::protocol::UnknownStatus>,
     /// What the fleet's tallies last counted of this stream: generation, synced, NACKed.
-    tallied: Mutex<(u64, bool, bool)>,
+    tallied: (u64, bool, bool),
+    /// What the convergence timing was last told: its start (`Fleet::converging_epoch`) and
+    /// the generation decided on, and whether synced.
+    tracked: Option<(u64, (u64, bool))>,
 }
 
 /// A stream's report, locked (a poisoned lock only means a panic mid-update; the report is
@@ -907,35 +954,81 @@ fn lock(report: &Mutex<StreamReport>) -> std::sync::MutexGuard<'_, StreamReport>
 
 impl StreamHandle {
     /// Bring the stream's types up to date, as decided on `generation`; `last_change` moves
-    /// only for types whose report changed.
+    /// only for types whose report changed. A type whose revision is the one reported is
+    /// not looked at; an update that changes nothing takes no lock but, when a new
+    /// generation's convergence began meanwhile, the timing's.
     pub fn update<'a>(
-        &self,
+        &mut self,
         generation: u64,
         statuses: impl IntoIterator<Item = (ResourceType, TypeStatus<'a>)>,
         plan: Option<PlanStatus>,
         unknown: Vec<crate::protocol::UnknownStatus>,
     ) {
+        let mut changed: [Option<TypeStatus<'a>>; ResourceType::ALL.len()] = Default::default();
+        let mut any_changed = false;
+        // In debug builds, what is not looked at is held to what the report says.
+        let mut unchanged: Vec<(ResourceType, TypeStatus<'a>)> = Vec::new();
+        for (kind, status) in statuses {
+            if self.seen.revisions[kind.index()] == Some(status.revision) {
+                if cfg!(debug_assertions) {
+                    unchanged.push((kind, status));
+                }
+                continue;
+            }
+            self.seen.revisions[kind.index()] = Some(status.revision);
+            changed[kind.index()] = Some(status);
+            any_changed = true;
+        }
+        let plan_changed = plan != self.seen.plan;
+        let unknown_changed = unknown != self.seen.unknown;
+        if !unchanged.is_empty() {
+            let report = lock(&self.report);
+            for (kind, status) in &unchanged {
+                debug_assert!(
+                    report
+                        .types
+                        .get(kind.short_name())
+                        .is_some_and(|t| t.matches(status)),
+                    "{kind:?}: the revision reported says what the status says"
+                );
+            }
+        }
+        if self.seen.updated
+            && generation == self.seen.generation
+            && !any_changed
+            && !plan_changed
+            && !unknown_changed
+        {
+            if let Some((_, decided)) = self.seen.tracked {
+                track(&self.fleet, self.id, &mut self.seen.tracked, decided);
+            }
+            return;
+        }
+        self.seen.updated = true;
+        self.seen.generation = generation;
+        if plan_changed {
+            self.seen.plan.clone_from(&plan);
+        }
+        if unknown_changed {
+            self.seen.unknown.clone_from(&unknown);
+        }
         let now = SystemTime::now();
-        let plan = plan.map(|p| PlanReport::new(&p, (Instant::now(), now)));
         let _bump = BumpAfter(&self.fleet);
         let mut report = lock(&self.report);
         report.generation = generation;
-        // `since` is placed on the wall clock anew each time: keep the first placing while
-        // the plan is the same one.
-        report.plan = match (report.plan.take(), plan) {
-            (Some(old), Some(new)) if old.began == new.began => Some(PlanReport {
-                since: old.since,
-                ..new
-            }),
-            (_, new) => new,
-        };
-        let reported = report.unknown_types.as_slice();
-        if reported.len() != unknown.len()
-            || reported
-                .iter()
-                .zip(&unknown)
-                .any(|(r, u)| r.names != u.names || r.state != SyncStatus::from(&u.state))
-        {
+        if plan_changed {
+            let plan = plan.map(|p| PlanReport::new(&p, (Instant::now(), now)));
+            // `since` is placed on the wall clock anew each time: keep the first placing
+            // while the plan is the same one.
+            report.plan = match (report.plan.take(), plan) {
+                (Some(old), Some(new)) if old.began == new.began => Some(PlanReport {
+                    since: old.since,
+                    ..new
+                }),
+                (_, new) => new,
+            };
+        }
+        if unknown_changed {
             report.unknown_types = RareList::new(
                 unknown
                     .into_iter()
@@ -947,10 +1040,14 @@ impl StreamHandle {
                     .collect(),
             );
         }
-        for (kind, status) in statuses {
+        for (kind, status) in ResourceType::ALL
+            .iter()
+            .zip(changed)
+            .filter_map(|(kind, status)| Some((*kind, status?)))
+        {
             match report.types.get_mut(kind.short_name()) {
                 Some(old) if old.matches(&status) => {}
-                Some(old) => **old = TypeReport::new(&status, now),
+                Some(old) => old.refresh(&status, now),
                 None => {
                     report
                         .types
@@ -960,17 +1057,27 @@ impl StreamHandle {
         }
         let decided = (report.generation, report.synced());
         let nacked = report.types.values().any(|t| t.state == SyncStatus::Nacked);
-        let now = (decided.0, decided.1, nacked);
-        let mut tallied = self.tallied.lock().unwrap_or_else(|p| p.into_inner());
-        let node = (*tallied != now && (now.1 || now.2)).then(|| report.node_id.clone());
-        *tallied = now;
-        drop(tallied);
+        let tally = (decided.0, decided.1, nacked);
+        let node =
+            (self.seen.tallied != tally && (tally.1 || tally.2)).then(|| report.node_id.clone());
+        self.seen.tallied = tally;
         drop(report);
         if let Some(node) = node {
-            self.fleet.count(&node, now.0, now.1, now.2);
+            self.fleet.count(&node, tally.0, tally.1, tally.2);
         }
-        self.fleet.track_convergence(self.id, Some(decided));
+        track(&self.fleet, self.id, &mut self.seen.tracked, decided);
     }
+}
+
+/// Tell the convergence timing what stream `id` decided, unless it was told so since the
+/// timing's start (`tracked`: what it was last told).
+fn track(fleet: &Fleet, id: u64, tracked: &mut Option<(u64, (u64, bool))>, decided: (u64, bool)) {
+    let epoch = fleet.converging_epoch.load(Ordering::SeqCst);
+    if *tracked == Some((epoch, decided)) {
+        return;
+    }
+    fleet.track_convergence(id, Some(decided));
+    *tracked = Some((epoch, decided));
 }
 
 impl Drop for StreamHandle {
@@ -1019,7 +1126,7 @@ mod tests {
     fn streams_are_listed_while_open_and_types_follow_the_protocol_state() {
         let fleet = Arc::new(Fleet::default());
         let before = fleet.changes();
-        let handle = fleet.open(report());
+        let mut handle = fleet.open(report());
         assert_eq!(fleet.reports().len(), 1);
         assert!(fleet.changes() > before, "an open is a change");
         let opened = fleet.changes();
@@ -1029,10 +1136,13 @@ mod tests {
             1,
             [(
                 ResourceType::Cluster,
-                status(SyncState::Sent {
-                    nonce: "1".into(),
-                    version: "v1".into(),
-                }),
+                status(
+                    SyncState::Sent {
+                        nonce: "1".into(),
+                        version: "v1".into(),
+                    },
+                    1,
+                ),
             )],
             None,
             Vec::new(),
@@ -1048,10 +1158,13 @@ mod tests {
             1,
             [(
                 ResourceType::Cluster,
-                status(SyncState::Sent {
-                    nonce: "1".into(),
-                    version: "v1".into(),
-                }),
+                status(
+                    SyncState::Sent {
+                        nonce: "1".into(),
+                        version: "v1".into(),
+                    },
+                    1,
+                ),
             )],
             None,
             Vec::new(),
@@ -1094,6 +1207,7 @@ mod tests {
                         }),
                     }),
                     acked_version: "v0".into(),
+                    revision: 2,
                     oversized: None,
                     not_found: Default::default(),
                 },
@@ -1130,10 +1244,12 @@ mod tests {
         assert!(fleet.changes() > updated, "a close is a change");
     }
 
-    fn status(state: SyncState) -> TypeStatus<'static> {
+    /// A status at `revision` of its stream's type (a new one for each change).
+    fn status(state: SyncState, revision: u32) -> TypeStatus<'static> {
         TypeStatus {
             state: std::borrow::Cow::Owned(state),
             acked_version: "".into(),
+            revision,
             oversized: None,
             not_found: Default::default(),
         }
@@ -1149,31 +1265,71 @@ mod tests {
             }
         }));
         let convergences = || observed.load(Ordering::Relaxed);
-        let (a, b) = (fleet.open(report()), fleet.open(report()));
-        let acked = || {
-            status(SyncState::Acked {
-                version: "v2".into(),
-            })
+        let (mut a, mut b) = (fleet.open(report()), fleet.open(report()));
+        let acked = |revision| {
+            status(
+                SyncState::Acked {
+                    version: "v2".into(),
+                },
+                revision,
+            )
         };
-        let sent = || {
-            status(SyncState::Sent {
-                nonce: "1".into(),
-                version: "v2".into(),
-            })
+        let sent = |revision| {
+            status(
+                SyncState::Sent {
+                    nonce: "1".into(),
+                    version: "v2".into(),
+                },
+                revision,
+            )
         };
         fleet.generation_arrived(2, Instant::now());
-        a.update(2, [(ResourceType::Cluster, acked())], None, Vec::new());
-        b.update(2, [(ResourceType::Cluster, sent())], None, Vec::new());
+        a.update(2, [(ResourceType::Cluster, acked(1))], None, Vec::new());
+        b.update(2, [(ResourceType::Cluster, sent(1))], None, Vec::new());
         assert_eq!(convergences(), 0, "b has not ACKed");
-        b.update(2, [(ResourceType::Cluster, acked())], None, Vec::new());
+        b.update(2, [(ResourceType::Cluster, acked(2))], None, Vec::new());
         assert_eq!(convergences(), 1);
         // The next generation: one stream never ACKs, then leaves.
         fleet.generation_arrived(3, Instant::now());
-        a.update(3, [(ResourceType::Cluster, acked())], None, Vec::new());
-        b.update(3, [(ResourceType::Cluster, sent())], None, Vec::new());
+        a.update(3, [(ResourceType::Cluster, acked(1))], None, Vec::new());
+        b.update(3, [(ResourceType::Cluster, sent(3))], None, Vec::new());
         assert_eq!(convergences(), 1);
         drop(b);
         assert_eq!(convergences(), 2);
+    }
+
+    /// An update whose types are at the revisions reported, with the same generation, plan
+    /// and unknown types, changes nothing (no change counted, no lock of the report); a
+    /// convergence timed since is still told what the stream decided.
+    #[test]
+    fn an_update_that_changes_nothing_is_no_change_and_still_tells_a_new_convergence() {
+        let observed = Arc::new(AtomicU64::new(0));
+        let fleet = Arc::new(Fleet::new({
+            let observed = Arc::clone(&observed);
+            move |_| {
+                observed.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+        let mut handle = fleet.open(report());
+        let acked = || {
+            status(
+                SyncState::Acked {
+                    version: "v1".into(),
+                },
+                7,
+            )
+        };
+        handle.update(1, [(ResourceType::Cluster, acked())], None, Vec::new());
+        let changes = fleet.changes();
+        handle.update(1, [(ResourceType::Cluster, acked())], None, Vec::new());
+        assert_eq!(fleet.changes(), changes, "nothing changed");
+        // A convergence begins while the stream's decision stays the same: told at its next
+        // update, which converges it.
+        fleet.generation_arrived(1, Instant::now());
+        assert_eq!(observed.load(Ordering::Relaxed), 0);
+        handle.update(1, [(ResourceType::Cluster, acked())], None, Vec::new());
+        assert_eq!(observed.load(Ordering::Relaxed), 1);
+        assert_eq!(fleet.changes(), changes, "still no change to the reports");
     }
 
     /// A node that polls is listed as a node with a stream is, its type's state following

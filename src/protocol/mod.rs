@@ -272,6 +272,9 @@ pub struct TypeStatus<'a> {
     pub state: std::borrow::Cow<'a, SyncState>,
     /// The version the client last ACKed; empty before its first ACK.
     pub acked_version: std::borrow::Cow<'a, str>,
+    /// Moved by every change to the rest of this status on its stream (never compared
+    /// across streams or types): a report of the same revision says the same.
+    pub revision: u32,
     /// The size of the latest response when it was over the response limit and could not be
     /// split (a SotW response of the whole set, or one resource alone over it).
     pub oversized: Option<usize>,

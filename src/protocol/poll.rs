@@ -90,6 +90,8 @@ impl PollState {
         TypeStatus {
             state: std::borrow::Cow::Borrowed(&self.state),
             acked_version: std::borrow::Cow::Borrowed(&self.acked),
+            // A poller's report is made anew from each poll, never told by its revision.
+            revision: 0,
             oversized: None,
             not_found,
         }

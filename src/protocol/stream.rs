@@ -190,9 +190,20 @@ struct TypeSync {
     /// it is almost always empty.
     #[allow(clippy::box_collection)]
     not_found: Option<Box<BTreeSet<String>>>,
+    /// Moved by every change to what [`Stream::status`] reports of the type (its state,
+    /// the version ACKed, the size over the limit, the names not found): a report that saw
+    /// this revision says what the status says, told without comparing it.
+    revision: u32,
 }
 
 empty!(TypeSync);
+
+impl TypeSync {
+    /// What [`Stream::status`] reports of the type is about to change.
+    fn revised(&mut self) {
+        self.revision = self.revision.wrapping_add(1);
+    }
+}
 
 impl<F: Flavor> Stream<F> {
     /// A new stream on `variant`, ordering updates make-before-break with the defaults.
@@ -254,6 +265,7 @@ impl<F: Flavor> Stream<F> {
         t.requested.then(|| TypeStatus {
             state: std::borrow::Cow::Borrowed(&t.state),
             acked_version: std::borrow::Cow::Borrowed(&t.acked_version),
+            revision: t.revision,
             oversized: t.oversized.map(|n| n.get() as usize),
             not_found: t
                 .not_found
@@ -601,6 +613,7 @@ impl Core {
         self.nonces += 1;
         let nonce = self.nonces.to_string();
         let t = &mut self.types[kind];
+        t.revised();
         t.latest_nonce = Some(nonce.clone());
         t.in_flight = true;
         t.state = SyncState::Sent {
@@ -618,6 +631,7 @@ impl Core {
             return;
         }
         let t = &mut self.types[kind];
+        t.revised();
         if all {
             t.not_found = None;
         }
@@ -667,7 +681,11 @@ impl Core {
             return;
         };
         if let Some(set) = &mut t.not_found {
+            let before = set.len();
             set.retain(|n| asked(n));
+            if set.len() != before {
+                t.revision = t.revision.wrapping_add(1);
+            }
             if set.is_empty() {
                 t.not_found = None;
             }
@@ -681,7 +699,9 @@ impl Core {
             return;
         };
         if let Some(set) = &mut t.not_found {
-            set.remove(name);
+            if set.remove(name) {
+                t.revision = t.revision.wrapping_add(1);
+            }
             if set.is_empty() {
                 t.not_found = None;
             }
@@ -709,7 +729,11 @@ impl Core {
             total = total.saturating_add(super::response_cost(r));
         }
         if total <= limit.saturating_sub(super::RESPONSE_OVERHEAD) {
-            self.types[kind].oversized = None;
+            let t = &mut self.types[kind];
+            if t.oversized.is_some() {
+                t.revised();
+                t.oversized = None;
+            }
             return all;
         }
         let count = if splittable {
@@ -725,6 +749,7 @@ impl Core {
                 left: all - count,
             });
         }
+        self.types[kind].revised();
         self.types[kind].oversized = (sent > limit)
             .then(|| std::num::NonZeroU32::new(u32::try_from(sent).unwrap_or(u32::MAX)))
             .flatten();
@@ -781,6 +806,7 @@ impl Core {
             }
         }
         t.in_flight = false;
+        t.revised();
         self.planner.answered(kind);
         t.acked_version.clone_from(&version);
         t.state = SyncState::Acked {
@@ -792,6 +818,7 @@ impl Core {
     /// The client has `version` of `kind` without a response on this stream (P13).
     pub fn assume_acked(&mut self, kind: ResourceType, version: &str) {
         let t = &mut self.types[kind];
+        t.revised();
         t.acked_version = version.to_string();
         t.state = SyncState::Acked {
             version: version.to_string(),
@@ -852,6 +879,7 @@ impl Core {
             self.refs_changes += 1;
         }
         t.in_flight = false;
+        t.revised();
         t.state = SyncState::Nacked {
             nonce,
             rejected_version: rejected.clone(),

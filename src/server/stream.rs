@@ -500,7 +500,7 @@ fn run<M: Machine>(
                     handle.publish(references);
                 }
             }
-            if let Some(listed) = &listed {
+            if let Some(listed) = &mut listed {
                 listed.update(
                     attached,
                     ResourceType::ALL
