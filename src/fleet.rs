@@ -223,9 +223,13 @@ pub struct Poll<'a> {
 /// The nodes that took one generation, and those that rejected it.
 #[derive(Debug, Default)]
 struct Tally {
-    acked: std::collections::BTreeSet<String>,
-    nacked: std::collections::BTreeSet<String>,
+    acked: NodeSet,
+    nacked: NodeSet,
 }
+
+/// Node ids, each shared with the streams of the node (a fleet's tallies hold every node
+/// once per recent generation).
+type NodeSet = std::collections::HashSet<Arc<str>, foldhash::quality::RandomState>;
 
 /// How many generations' tallies are kept (as many as `history` keeps entries).
 pub const TALLIED: usize = 50;
@@ -654,12 +658,14 @@ impl Fleet {
     /// Register a stream; it stays listed until the returned handle is dropped.
     pub fn open(self: &Arc<Self>, report: StreamReport) -> StreamHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let node = Arc::from(report.node_id.as_str());
         let report = Arc::new(Mutex::new(report));
         self.lock().insert(id, Arc::clone(&report));
         self.bump();
         StreamHandle {
             fleet: Arc::clone(self),
             id,
+            node,
             report,
             seen: Seen::default(),
         }
@@ -801,7 +807,7 @@ impl Fleet {
                 .values()
                 .any(|t| t.state == SyncStatus::Nacked),
         );
-        let node = poller.report.node_id.clone();
+        let node: Arc<str> = Arc::from(poller.report.node_id.as_str());
         let generation = poller.report.generation;
         let after = poller.report.types.get(poll.kind.short_name())?;
         let changed = (before != Some(after.state))
@@ -860,14 +866,14 @@ impl Fleet {
             .map(|t| (t.acked.len(), t.nacked.len()))
     }
 
-    fn count(&self, node: &str, generation: u64, synced: bool, nacked: bool) {
+    fn count(&self, node: &Arc<str>, generation: u64, synced: bool, nacked: bool) {
         let mut tallies = self.tallies.lock().unwrap_or_else(|p| p.into_inner());
         let tally = tallies.entry(generation).or_default();
-        if synced && !tally.acked.contains(node) {
-            tally.acked.insert(node.to_string());
+        if synced {
+            tally.acked.insert(Arc::clone(node));
         }
-        if nacked && !tally.nacked.contains(node) {
-            tally.nacked.insert(node.to_string());
+        if nacked {
+            tally.nacked.insert(Arc::clone(node));
         }
         while tallies.len() > TALLIED {
             tallies.pop_first();
@@ -922,6 +928,8 @@ impl Fleet {
 pub struct StreamHandle {
     fleet: Arc<Fleet>,
     id: u64,
+    /// The node's id, shared with the fleet's tallies.
+    node: Arc<str>,
     report: Arc<Mutex<StreamReport>>,
     /// What the report says as of the last update, told without its lock or a look at it.
     seen: Seen,
@@ -954,7 +962,8 @@ fn lock(report: &Mutex<StreamReport>) -> std::sync::MutexGuard<'_, StreamReport>
 
 impl StreamHandle {
     /// Bring the stream's types up to date, as decided on `generation`; `last_change` moves
-    /// only for types whose report changed. A type whose revision is the one reported is
+    /// only for types whose status changed (its revision moved). A type whose revision is
+    /// the one reported is
     /// not looked at; an update that changes nothing takes no lock but, when a new
     /// generation's convergence began meanwhile, the timing's.
     pub fn update<'a>(
@@ -1045,8 +1054,9 @@ impl StreamHandle {
             .zip(changed)
             .filter_map(|(kind, status)| Some((*kind, status?)))
         {
+            // A revision moves with a change (or, rarely, to what it was: then
+            // `last_change` moves too).
             match report.types.get_mut(kind.short_name()) {
-                Some(old) if old.matches(&status) => {}
                 Some(old) => old.refresh(&status, now),
                 None => {
                     report
@@ -1058,12 +1068,11 @@ impl StreamHandle {
         let decided = (report.generation, report.synced());
         let nacked = report.types.values().any(|t| t.state == SyncStatus::Nacked);
         let tally = (decided.0, decided.1, nacked);
-        let node =
-            (self.seen.tallied != tally && (tally.1 || tally.2)).then(|| report.node_id.clone());
+        let count = self.seen.tallied != tally && (tally.1 || tally.2);
         self.seen.tallied = tally;
         drop(report);
-        if let Some(node) = node {
-            self.fleet.count(&node, tally.0, tally.1, tally.2);
+        if count {
+            self.fleet.count(&self.node, tally.0, tally.1, tally.2);
         }
         track(&self.fleet, self.id, &mut self.seen.tracked, decided);
     }

@@ -631,6 +631,16 @@ impl Core {
             return;
         }
         let t = &mut self.types[kind];
+        let recorded = |n: &String| t.not_found.as_ref().is_some_and(|set| set.contains(n));
+        let unchanged = if all {
+            t.not_found.as_ref().map_or(0, |set| set.len()) == names.len()
+                && names.iter().all(recorded)
+        } else {
+            names.iter().all(recorded)
+        };
+        if unchanged {
+            return;
+        }
         t.revised();
         if all {
             t.not_found = None;
@@ -749,10 +759,14 @@ impl Core {
                 left: all - count,
             });
         }
-        self.types[kind].revised();
-        self.types[kind].oversized = (sent > limit)
+        let oversized = (sent > limit)
             .then(|| std::num::NonZeroU32::new(u32::try_from(sent).unwrap_or(u32::MAX)))
             .flatten();
+        let t = &mut self.types[kind];
+        if t.oversized != oversized {
+            t.revised();
+            t.oversized = oversized;
+        }
         if sent > limit {
             self.events.push_back(Event::Oversized {
                 kind,
