@@ -668,7 +668,7 @@ impl Delta {
         // What to send, by how it came (`Why`); one entry per name once settled
         // (`settle`): the first of these that holds. A list sorted once instead of a map
         // (every push inserts each changed name on every stream).
-        let mut send: Vec<(&Arc<Resource>, Why)> = Vec::new();
+        let mut send: Vec<(&Arc<Resource>, Why)>;
         let mut removed: BTreeSet<String> = BTreeSet::new();
         let mut unresolved: Vec<String> = Vec::new();
         // Names whose removal waits (see `HeldRef::Claimed` below), marked again for later.
@@ -681,6 +681,8 @@ impl Delta {
             .as_ref()
             .map(|basis| current.changed_since(basis))
             .unwrap_or_default();
+        // Room for every change at once (a push sends most of them), not grown step by step.
+        send = Vec::with_capacity(changes.names.len());
         {
             let covered = st.subscription.covers_changes(&changes);
             let mut covered = covered.iter().copied();
@@ -950,8 +952,10 @@ impl Delta {
             .cloned()
             .collect();
         let not_found = core.not_found(kind, named);
-        for r in &resources {
-            core.record_found(kind, &r.resource.name);
+        if core.has_not_found(kind) {
+            for r in &resources {
+                core.record_found(kind, &r.resource.name);
+            }
         }
         core.record_not_found(kind, &not_found, false);
         let nonce = core.send(kind, &current.version);

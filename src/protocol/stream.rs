@@ -675,6 +675,11 @@ impl Core {
             .is_some_and(|newest| newest.get(kind).resources.contains_key(name))
     }
 
+    /// Whether the client was told of any name of `kind` that it does not exist (P32).
+    pub fn has_not_found(&self, kind: ResourceType) -> bool {
+        self.types.get(kind).is_some_and(|t| t.not_found.is_some())
+    }
+
     /// Whether the client was told that `name` of `kind` does not exist (P32).
     pub fn told_not_found(&self, kind: ResourceType, name: &str) -> bool {
         self.types[kind]
