@@ -111,6 +111,11 @@ struct TypeState {
     dirty: BTreeMap<String, bool>,
     /// Look at every resource: the wildcard was just added.
     full: bool,
+    /// Send all the subscription selects: the first request named them, and the client
+    /// holds nothing of the type (no wildcard, no alias or glob, nothing claimed). What the
+    /// selection is, shared by the streams that name the same names, stands for a look at
+    /// each name (`dirty`) on a fleet's first responses.
+    fresh: bool,
     /// In the given form (see `Holding`): clusters sent anew whose ClusterLoadAssignments
     /// go again on the next response, if the client holds them (P28). Name by name, they
     /// are `dirty` instead.
@@ -494,10 +499,22 @@ impl Flavor for Delta {
             st.announce |= first && st.claimed == 0;
         }
         // P21: named in subscribe, so sent even if the client seems to have it; except what
-        // it has just told us it holds (P23).
-        for name in change.subscribed.iter().chain(&change.resubscribed) {
-            let forced = !claimed.contains(name);
-            *st.dirty.entry(name.clone()).or_default() |= forced;
+        // it has just told us it holds (P23). A first request naming names only, from a
+        // client that holds nothing: all the subscription selects goes (`fresh`).
+        let fresh = first
+            && claimed.is_empty()
+            && !matches!(kind, ResourceType::VirtualHost | ResourceType::LbEndpoint)
+            && !st.subscription.is_wildcard()
+            && !st.subscription.has_globs()
+            && change.resubscribed.is_empty()
+            && st.held.by_name().is_some_and(|held| held.len() == 0);
+        if fresh {
+            st.fresh = true;
+        } else {
+            for name in change.subscribed.iter().chain(&change.resubscribed) {
+                let forced = !claimed.contains(name);
+                *st.dirty.entry(name.clone()).or_default() |= forced;
+            }
         }
         let empty = TypeSnapshot::default();
         let current = current.as_deref().unwrap_or(&empty);
@@ -668,6 +685,8 @@ impl Delta {
         // What to send, by how it came (`Why`); one entry per name once settled
         // (`settle`): the first of these that holds. A list sorted once instead of a map
         // (every push inserts each changed name on every stream).
+        // What the subscription selects, kept for the response's whole making when `fresh`.
+        let selection;
         let mut send: Vec<(&Arc<Resource>, Why)>;
         let mut removed: BTreeSet<String> = BTreeSet::new();
         let mut unresolved: Vec<String> = Vec::new();
@@ -743,6 +762,25 @@ impl Delta {
                 if let Some(r) = current.resources.get(cla).filter(|_| held) {
                     send.push((r, Why::Send));
                     resent.push(Arc::clone(r));
+                }
+            }
+        }
+        // The names of a first request, the client holding nothing: what the subscription
+        // selects (in name order, each once), and what it names that does not exist (P20).
+        // As `dirty`'s forced names below, without a look at each.
+        let fresh = std::mem::take(&mut st.fresh);
+        let mut fresh_only = None;
+        if fresh {
+            selection = st.subscription.select(current);
+            if send.is_empty() {
+                fresh_only = Some(selection.resources.len());
+            }
+            send.extend(selection.resources.iter().map(|r| (r, Why::Send)));
+            for name in st.subscription.missing(current) {
+                if core.newest_has(kind, &name) {
+                    deferred.push((name, true));
+                } else {
+                    removed.insert(name);
                 }
             }
         }
@@ -870,7 +908,8 @@ impl Delta {
         }
         // From the given form with nothing sent again, `send` is the changes': in name
         // order, each name once.
-        if !given || !resent.is_empty() {
+        // So is a selection sent alone.
+        if (!given || !resent.is_empty()) && fresh_only != Some(send.len()) {
             settle(&mut send);
         }
 

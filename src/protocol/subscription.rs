@@ -172,6 +172,11 @@ impl Subscription {
         self.wildcard
     }
 
+    /// Whether a name is an xdstp glob collection (P34), which covers its members.
+    pub fn has_globs(&self) -> bool {
+        self.globs
+    }
+
     /// The explicitly named resources.
     pub fn names(&self) -> &BTreeSet<String> {
         &self.names

@@ -1540,3 +1540,33 @@ fn p30_a_client_holding_the_steps_endpoints_given_whole_holds_them_all() {
         .expect("ok");
     assert!(!s.flavor().holds_all(Endpoint, first.get(Endpoint)));
 }
+
+/// P20, P21: a first request naming names, from a client that holds nothing, is sent all
+/// its subscription selects, in name order and each once, and each name that does not exist
+/// removed (and not found, P32); the client then holds exactly that (the given form).
+/// Names subscribed again before the response go with it, once.
+#[test]
+fn p21_a_first_request_naming_names_gets_their_selection_and_p20_the_rest_removed() {
+    use crate::protocol::stream::Flavor;
+    let mut s = ads();
+    let snapshot = snap(&[
+        (Cluster, "a", "1"),
+        (Endpoint, "a", "1"),
+        (Endpoint, "b", "1"),
+        (Endpoint, "c", "1"),
+    ]);
+    s.handle_snapshot(Arc::clone(&snapshot));
+    s.handle_request(req(Endpoint, &["c", "a", "gone"], &[], ""))
+        .expect("ok");
+    // Another name before the response: the first request's selection and it, once each.
+    s.handle_request(req(Endpoint, &["b", "a"], &[], ""))
+        .expect("ok");
+    let all = drain(&mut s, Instant::now());
+    let eds: Vec<_> = all.iter().filter(|r| r.kind == Endpoint).collect();
+    assert_eq!(eds.len(), 1, "{all:#?}");
+    assert_eq!(names(eds[0]), ["a", "b", "c"]);
+    assert_eq!(eds[0].removed, ["gone"]);
+    assert_eq!(eds[0].not_found, ["gone"]);
+    ack(&mut s, eds[0]);
+    assert!(s.flavor().holds_all(Endpoint, snapshot.get(Endpoint)));
+}
