@@ -151,12 +151,14 @@ fn plain_listener(filters: Value) -> Value {
             "http_filters": filters}}]}]})
 }
 
-fn merged(mut into: Value, extra: Value) -> Value {
+fn merge_into(into: &mut Value, extra: Value) {
     if let (Some(into), Value::Object(extra)) = (into.as_object_mut(), extra) {
-        for (k, v) in extra {
-            into.insert(k, v);
-        }
+        into.extend(extra);
     }
+}
+
+fn merged(mut into: Value, extra: Value) -> Value {
+    merge_into(&mut into, extra);
     into
 }
 
@@ -1411,6 +1413,43 @@ fn uri_template_cases() -> Vec<Judged> {
         templated(None, Some("/a")),
         true,
     ));
+    // Which of two faults Envoy names: the templates before the route's rewrites are
+    // counted, the rewrite's need of the match after.
+    let with = |case: Case, extra: Value| match case {
+        Case::Route(mut route) => {
+            merge_into(&mut route["route"], extra);
+            Case::Route(route)
+        }
+        other => other,
+    };
+    for (name, case, extra) in [
+        (
+            "a prefix rewrite beside a template rewrite without a template match",
+            templated(None, Some("/a")),
+            json!({"prefix_rewrite": "/x"}),
+        ),
+        (
+            "a regex rewrite beside a rewrite of a variable the match lacks",
+            templated(Some("/a/{x}"), Some("/{y}")),
+            json!({"regex_rewrite": {"pattern": {"regex": "a"}, "substitution": "b"}}),
+        ),
+        (
+            "a prefix rewrite beside an invalid rewrite template",
+            templated(None, Some("a")),
+            json!({"prefix_rewrite": "/x"}),
+        ),
+        (
+            "an invalid match template and a prefix rewrite",
+            templated(Some("/a/{x"), Some("/a")),
+            json!({"prefix_rewrite": "/x"}),
+        ),
+    ] {
+        out.push(judged(
+            &format!("uri template: {name}"),
+            with(case, extra),
+            true,
+        ));
+    }
     out
 }
 

@@ -21,7 +21,7 @@ const DIRECT_RESPONSE_BODY_LIMIT: u64 = 4096;
 /// config only on CONNECT, weighted clusters that name one cluster each and weigh something,
 /// and mirrors that name one cluster each.
 pub(super) fn route(route: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
-    super::uri_template::route(route, at)?;
+    super::uri_template::templates(route, at)?;
     let Some(action) = field(route, "route") else {
         return Ok(());
     };
@@ -64,6 +64,7 @@ pub(super) fn route(route: &DynamicMessage, at: &[String]) -> Result<(), Refusal
             "Cannot use prefix_rewrite with matcher extension".into(),
         );
     }
+    super::uri_template::compatible(route, at)?;
     if let Some(weighted) = field(&action, "weighted_clusters") {
         weighted_clusters(
             &weighted,

@@ -13,7 +13,10 @@
 //! (with `/`, never `//`) and `{name}`s, each a variable of the route's match template.
 //!
 //! The parser's order decides which fault is named first, and is Envoy's: a segment's
-//! brackets, then the text before the variable, the text after it, then the variable.
+//! brackets, then the text before the variable, the text after it, then the variable. On a
+//! route, the match template, then the rewrite template, come before any other check of it
+//! ([`templates`]); the rewrite's need of a template match and of its variables comes after
+//! the route's rewrites are counted ([`compatible`], called so by `routing`).
 //!
 //! Owns: those verdicts, in Envoy's words. Must not: judge a runtime that turns Envoy's
 //! flags for these templates off (what Envoy then refuses more is left to it).
@@ -34,75 +37,89 @@ const REWRITE_CONFIG: &str =
 const MAX_VARIABLES: usize = 5;
 const MAX_NAME_LEN: usize = 16;
 
-/// A route's templates as `RouteEntryImplBase` builds them: the match template, then the
-/// rewrite template, then the rewrite's need of the matcher and of its variables.
-pub(super) fn route(route: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
-    let matcher = field(route, "match")
-        .and_then(|m| field(&m, "path_match_policy"))
-        .and_then(|policy| field(&policy, "typed_config"))
-        .and_then(|any| payload(&any));
-    let rewriter = field(route, "route")
-        .and_then(|action| field(&action, "path_rewrite_policy"))
-        .and_then(|policy| field(&policy, "typed_config"))
-        .and_then(|any| payload(&any))
-        .filter(|config| config.descriptor().full_name() == REWRITE_CONFIG);
-    let mut variables = None;
-    if let Some(config) = matcher
-        .as_ref()
-        .filter(|c| c.descriptor().full_name() == MATCH_CONFIG)
-    {
-        let template = string(config, "path_template");
-        match match_template(&template) {
-            Ok(names) => variables = Some(names),
-            Err(reason) => {
-                return refuse(
-                    &beyond(
-                        at,
-                        &[
-                            "match",
-                            "path_match_policy",
-                            "typed_config",
-                            "path_template",
-                        ],
-                    ),
-                    format!("path_match_policy.path_template {template} is invalid: {reason}"),
-                )
-            }
+/// A route's path matcher and path rewriter extensions, when they are the URI template
+/// ones: their configs.
+fn extensions(route: &DynamicMessage) -> (Option<DynamicMessage>, Option<DynamicMessage>) {
+    let config = |policy: Option<DynamicMessage>, name: &str| {
+        policy
+            .and_then(|policy| field(&policy, "typed_config"))
+            .and_then(|any| payload(&any))
+            .filter(|config| config.descriptor().full_name() == name)
+    };
+    (
+        config(
+            field(route, "match").and_then(|m| field(&m, "path_match_policy")),
+            MATCH_CONFIG,
+        ),
+        config(
+            field(route, "route").and_then(|a| field(&a, "path_rewrite_policy")),
+            REWRITE_CONFIG,
+        ),
+    )
+}
+
+const MATCH_AT: [&str; 4] = [
+    "match",
+    "path_match_policy",
+    "typed_config",
+    "path_template",
+];
+const REWRITE_AT: [&str; 4] = [
+    "route",
+    "path_rewrite_policy",
+    "typed_config",
+    "path_template_rewrite",
+];
+
+/// A route's templates, each alone, as `RouteEntryImplBase` makes its extensions (before
+/// any other check of the route): the match template, then the rewrite template.
+pub(super) fn templates(route: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    let (matcher, rewriter) = extensions(route);
+    if let Some(config) = matcher {
+        let template = string(&config, "path_template");
+        if let Err(reason) = match_template(&template) {
+            return refuse(
+                &beyond(at, &MATCH_AT),
+                format!("path_match_policy.path_template {template} is invalid: {reason}"),
+            );
         }
     }
-    let Some(config) = rewriter else {
+    if let Some(config) = rewriter {
+        let template = string(&config, "path_template_rewrite");
+        if rewrite_template(&template).is_none() {
+            return refuse(
+                &beyond(at, &REWRITE_AT),
+                format!("path_rewrite_policy.path_template_rewrite {template} is invalid"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The rewriter's need of the matcher, checked by Envoy after the route's rewrites are
+/// counted: a template match, whose variables are the ones the rewrite uses. Both templates
+/// are valid here ([`templates`] passed).
+pub(super) fn compatible(route: &DynamicMessage, at: &[String]) -> Result<(), Refusal> {
+    let (matcher, Some(rewriter)) = extensions(route) else {
         return Ok(());
     };
-    let template = string(&config, "path_template_rewrite");
-    let here = beyond(
-        at,
-        &[
-            "route",
-            "path_rewrite_policy",
-            "typed_config",
-            "path_template_rewrite",
-        ],
-    );
-    let Some(used) = rewrite_template(&template) else {
-        return refuse(
-            &here,
-            format!("path_rewrite_policy.path_template_rewrite {template} is invalid"),
-        );
-    };
-    let Some(captured) = variables else {
+    let rewrite = string(&rewriter, "path_template_rewrite");
+    let here = beyond(at, &REWRITE_AT);
+    let Some(matcher) = matcher else {
         return refuse(
             &here,
             format!("unable to use {REWRITER} extension without {MATCHER} extension"),
         );
     };
+    let matched = string(&matcher, "path_template");
+    let (Ok(captured), Some(used)) = (match_template(&matched), rewrite_template(&rewrite)) else {
+        return Ok(());
+    };
     if used.iter().any(|name| !captured.contains(name)) {
-        let matched = matcher
-            .map(|m| string(&m, "path_template"))
-            .unwrap_or_default();
         return refuse(
             &here,
             format!(
-                "mismatch between variables in path_match_policy {matched} and path_rewrite_policy {template}"
+                "mismatch between variables in path_match_policy {matched} and path_rewrite_policy {rewrite}"
             ),
         );
     }
