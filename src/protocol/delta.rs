@@ -749,19 +749,36 @@ impl Delta {
         // P28, from the given form: what the client holds of these goes again, as it is now
         // (one it held and that is gone now is among the changes, removed).
         let mut resent = Vec::new();
+        // Whether `send` holds only these, in name order and each once.
+        let mut resent_only = false;
         if given {
-            let held_at = st.held.given().map(Arc::clone);
-            for cluster in std::mem::take(&mut st.rewarm) {
-                let (Some(cla), Some(held_at)) = (&cluster.warms_with, &held_at) else {
-                    continue;
-                };
-                let held = held_at
-                    .resources
-                    .get(cla)
-                    .is_some_and(|r| st.subscription.covers_resource(r));
-                if let Some(r) = current.resources.get(cla).filter(|_| held) {
-                    send.push((r, Why::Send));
-                    resent.push(Arc::clone(r));
+            let rewarm = std::mem::take(&mut st.rewarm);
+            if let Some(held_at) = st.held.given().map(Arc::clone) {
+                let mut names: Vec<&str> = rewarm
+                    .iter()
+                    .filter_map(|c| c.warms_with.as_deref())
+                    .collect();
+                if !names.is_sorted() {
+                    names.sort_unstable();
+                }
+                names.dedup();
+                resent_only = send.is_empty();
+                // What the client holds is what its subscription selects of the basis (the
+                // given form; the selection shared by the streams naming the same names):
+                // walked beside the names, as the snapshot now, not looked up name by name.
+                let held = st.subscription.select(&held_at);
+                let mut held = held.resources.iter().peekable();
+                let mut now = current.resources.iter().peekable();
+                for name in names {
+                    while held.next_if(|r| r.name.as_str() < name).is_some() {}
+                    if held.peek().is_none_or(|r| r.name != name) {
+                        continue;
+                    }
+                    while now.next_if(|(n, _)| n.as_str() < name).is_some() {}
+                    if let Some((_, r)) = now.peek().filter(|(n, _)| n.as_str() == name) {
+                        send.push((r, Why::Send));
+                        resent.push(Arc::clone(r));
+                    }
                 }
             }
         }
@@ -908,8 +925,9 @@ impl Delta {
         }
         // From the given form with nothing sent again, `send` is the changes': in name
         // order, each name once.
-        // So is a selection sent alone.
-        if (!given || !resent.is_empty()) && fresh_only != Some(send.len()) {
+        // So is a selection sent alone, or the re-sends alone.
+        let sorted = fresh_only == Some(send.len()) || (resent_only && send.len() == resent.len());
+        if (!given || !resent.is_empty()) && !sorted {
             settle(&mut send);
         }
 
