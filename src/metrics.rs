@@ -155,7 +155,14 @@ pub const LIMIT_LABELS: [&str; 8] = [
 
 /// The long-running tasks the daemon supervises, by the name their metrics and `/status`
 /// give them (`supervise`).
-pub const TASK_LABELS: [&str; 5] = ["follower", "fleet_rollout", "sharing", "keeper", "rollouts"];
+pub const TASK_LABELS: [&str; 6] = [
+    "follower",
+    "fleet_rollout",
+    "sharing",
+    "keeper",
+    "rollouts",
+    "stream_lines",
+];
 
 impl Default for Metrics {
     fn default() -> Self {
