@@ -230,23 +230,27 @@ impl Telemetry {
         false
     }
 
-    /// Log the count of the period's streams without an INFO line once the period is over,
-    /// every [`STREAM_LOG_PERIOD`], until `stop`: a storm's count is logged when it ends,
+    /// Log the count of the period's streams without an INFO line within a second of the
+    /// period's end, until `stop` (then at once): a storm's count is logged when it ends,
     /// not at the next stream.
     pub async fn stream_line_counts(self, mut stop: crate::shutdown::Shutdown) {
-        let mut tick = tokio::time::interval(STREAM_LOG_PERIOD);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.wait() => return,
-            }
+            let stopping = tokio::select! {
+                _ = tick.tick() => false,
+                _ = stop.wait() => true,
+            };
             let mut lines = self.stream_lines.lock().unwrap_or_else(|p| p.into_inner());
-            if lines
-                .began
-                .is_some_and(|began| began.elapsed() >= STREAM_LOG_PERIOD)
+            if stopping
+                || lines
+                    .began
+                    .is_some_and(|began| began.elapsed() >= STREAM_LOG_PERIOD)
             {
                 lines.end_period();
+            }
+            if stopping {
+                return;
             }
         }
     }
