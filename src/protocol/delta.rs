@@ -765,19 +765,35 @@ impl Delta {
                 resent_only = send.is_empty();
                 // What the client holds is what its subscription selects of the basis (the
                 // given form; the selection shared by the streams naming the same names):
-                // walked beside the names, as the snapshot now, not looked up name by name.
+                // walked beside the names, as the snapshot now, when that is cheaper than a
+                // lookup of each (a push that changes most clusters; not one cluster among
+                // 100,000).
                 let held = st.subscription.select(&held_at);
-                let mut held = held.resources.iter().peekable();
-                let mut now = current.resources.iter().peekable();
-                for name in names {
-                    while held.next_if(|r| r.name.as_str() < name).is_some() {}
-                    if held.peek().is_none_or(|r| r.name != name) {
-                        continue;
+                let size = held.resources.len().max(current.resources.len());
+                if crate::cache::merge_is_cheaper(names.len(), size) {
+                    let mut held = held.resources.iter().peekable();
+                    let mut now = current.resources.iter().peekable();
+                    for name in names {
+                        while held.next_if(|r| r.name.as_str() < name).is_some() {}
+                        if held.peek().is_none_or(|r| r.name != name) {
+                            continue;
+                        }
+                        while now.next_if(|(n, _)| n.as_str() < name).is_some() {}
+                        if let Some((_, r)) = now.peek().filter(|(n, _)| n.as_str() == name) {
+                            send.push((r, Why::Send));
+                            resent.push(Arc::clone(r));
+                        }
                     }
-                    while now.next_if(|(n, _)| n.as_str() < name).is_some() {}
-                    if let Some((_, r)) = now.peek().filter(|(n, _)| n.as_str() == name) {
-                        send.push((r, Why::Send));
-                        resent.push(Arc::clone(r));
+                } else {
+                    for name in names {
+                        let is_held = held_at
+                            .resources
+                            .get(name)
+                            .is_some_and(|r| st.subscription.covers_resource(r));
+                        if let Some(r) = current.resources.get(name).filter(|_| is_held) {
+                            send.push((r, Why::Send));
+                            resent.push(Arc::clone(r));
+                        }
                     }
                 }
             }
@@ -793,7 +809,14 @@ impl Delta {
                 fresh_only = Some(selection.resources.len());
             }
             send.extend(selection.resources.iter().map(|r| (r, Why::Send)));
-            for name in st.subscription.missing(current) {
+            // A name missing leaves the selection short of the names (no wildcard, no glob
+            // here): only then is the snapshot walked for them.
+            let missing = if selection.resources.len() < st.subscription.names().len() {
+                st.subscription.missing(current)
+            } else {
+                Vec::new()
+            };
+            for name in missing {
                 if core.newest_has(kind, &name) {
                     deferred.push((name, true));
                 } else {
