@@ -754,14 +754,7 @@ impl Delta {
         if given {
             let rewarm = std::mem::take(&mut st.rewarm);
             if let Some(held_at) = st.held.given().map(Arc::clone) {
-                let mut names: Vec<&str> = rewarm
-                    .iter()
-                    .filter_map(|c| c.warms_with.as_deref())
-                    .collect();
-                if !names.is_sorted() {
-                    names.sort_unstable();
-                }
-                names.dedup();
+                let names = super::rewarm_names(&rewarm);
                 resent_only = send.is_empty();
                 // What the client holds is what its subscription selects of the basis (the
                 // given form; the selection shared by the streams naming the same names):

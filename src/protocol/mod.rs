@@ -100,6 +100,20 @@ impl ClientFeatures {
     }
 }
 
+/// The ClusterLoadAssignments that clusters sent anew warm with (P28), in name order, each
+/// once.
+fn rewarm_names(clusters: &[Arc<Resource>]) -> Vec<&str> {
+    let mut names: Vec<&str> = clusters
+        .iter()
+        .filter_map(|c| c.warms_with.as_deref())
+        .collect();
+    if !names.is_sorted() {
+        names.sort_unstable();
+    }
+    names.dedup();
+    names
+}
+
 /// When a heartbeat for a resource with this TTL is due after it was last sent: a third of
 /// the TTL, so two heartbeats may be late before the client drops the resource.
 pub fn heartbeat_interval(ttl: Duration) -> Duration {

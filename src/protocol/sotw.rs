@@ -620,15 +620,7 @@ impl Sotw {
         let wildcard = st.subscription.is_wildcard();
         let whole = kind.sotw_whole(wildcard);
         // The ClusterLoadAssignments to send again (P28), in name order.
-        let mut rewarm_names: Vec<&str> = st
-            .rewarm
-            .iter()
-            .filter_map(|c| c.warms_with.as_deref())
-            .collect();
-        if !rewarm_names.is_sorted() {
-            rewarm_names.sort_unstable();
-        }
-        rewarm_names.dedup();
+        let rewarm_names = super::rewarm_names(&st.rewarm);
         let rewarmed = |name: &str| rewarm_names.binary_search(&name).is_ok();
         let rewarm = !rewarm_names.is_empty() && selected.iter().any(|r| rewarmed(&r.name));
         let refresh = st.refresh_at.is_some_and(|at| at <= now);
