@@ -107,10 +107,30 @@ pub struct Changes {
     pub names: Arc<[String]>,
     /// `now[i]`: the newer snapshot's resource named `names[i]`; `None`: removed.
     pub now: Arc<[Option<Arc<Resource>>]>,
-    /// Which of `now`'s resources each shared name set covers
+    /// What each shared name set covers of `now`'s resources
     /// (`protocol::Subscription::covers_changes`): the delta streams that subscribe to the
     /// same names ask once per push.
-    pub covered: Arc<Memo<BTreeSet<String>, Arc<[bool]>, COVERED>>,
+    pub covered: Arc<Memo<BTreeSet<String>, Arc<Covered>, COVERED>>,
+    /// Whether any name was removed (some of `now` is `None`).
+    pub removes: bool,
+}
+
+/// What one name set covers of a push's changes ([`Changes::covered`]), worked out once for
+/// the delta streams that subscribe to it.
+#[derive(Debug)]
+pub struct Covered {
+    /// `flags[i]`: whether it covers the `i`th resource of `now` that exists.
+    pub flags: Box<[bool]>,
+    /// Those covered, in name order: a response of exactly these, each as the snapshot has
+    /// it, is one list shared by the streams that send it.
+    pub resources: Arc<[Arc<Resource>]>,
+    /// What they add to a response, in all (`protocol`'s measure).
+    pub cost: usize,
+    /// Whether any of them has a TTL, or aliases.
+    pub ttl: bool,
+    pub aliased: bool,
+    /// Whether any of them warms with endpoints (a cluster, P28).
+    pub warms: bool,
 }
 
 /// How many name sets a push's changes remember what they cover for (as for selections).
@@ -255,6 +275,7 @@ impl TypeSnapshot {
             now.push(None);
         }
         let changes = Changes {
+            removes: now.iter().any(Option::is_none),
             names: names.into(),
             now: now.into(),
             covered: Arc::default(),

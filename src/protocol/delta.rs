@@ -22,7 +22,7 @@
 //! Must not: do IO or read a clock, or keep what the core keeps (nonces, ACK/NACK, the plan).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -66,6 +66,127 @@ pub fn unresolved_alias(alias: &str, version: &str) -> DeltaResource {
     }
 }
 
+/// The resources of a delta response: each as this client gets it, or one list shared by
+/// the streams sent exactly the same changes, each resource as the snapshot has it (no
+/// alias, no TTL, with its body). Either reads as a slice of [`DeltaResource`]; a shared
+/// list is spelled out so on the first look, which the wire never takes (it writes the list
+/// as it is, [`DeltaResources::shared`]).
+#[derive(Clone, Debug)]
+pub enum DeltaResources {
+    Each(Vec<DeltaResource>),
+    Shared {
+        list: Arc<[Arc<Resource>]>,
+        each: OnceLock<Vec<DeltaResource>>,
+    },
+}
+
+impl DeltaResources {
+    fn shared(list: Arc<[Arc<Resource>]>) -> DeltaResources {
+        DeltaResources::Shared {
+            list,
+            each: OnceLock::new(),
+        }
+    }
+
+    /// The list shared with other streams, if these are one.
+    pub fn as_shared(&self) -> Option<&Arc<[Arc<Resource>]>> {
+        match self {
+            DeltaResources::Each(_) => None,
+            DeltaResources::Shared { list, .. } => Some(list),
+        }
+    }
+
+    /// How many, without spelling a shared list out.
+    pub fn len(&self) -> usize {
+        match self {
+            DeltaResources::Each(each) => each.len(),
+            DeltaResources::Shared { list, .. } => list.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Each as this client gets it (a shared list spelled out).
+    pub fn into_each(self) -> Vec<DeltaResource> {
+        match self {
+            DeltaResources::Each(each) => each,
+            shared => shared.to_vec(),
+        }
+    }
+}
+
+impl std::ops::Deref for DeltaResources {
+    type Target = [DeltaResource];
+
+    fn deref(&self) -> &[DeltaResource] {
+        match self {
+            DeltaResources::Each(each) => each,
+            DeltaResources::Shared { list, each } => each.get_or_init(|| {
+                list.iter()
+                    .map(|r| DeltaResource {
+                        resource: Arc::clone(r),
+                        aliases: Vec::new(),
+                        ttl: None,
+                        body: true,
+                    })
+                    .collect()
+            }),
+        }
+    }
+}
+
+impl Default for DeltaResources {
+    fn default() -> Self {
+        DeltaResources::Each(Vec::new())
+    }
+}
+
+impl From<Vec<DeltaResource>> for DeltaResources {
+    fn from(each: Vec<DeltaResource>) -> Self {
+        DeltaResources::Each(each)
+    }
+}
+
+impl FromIterator<DeltaResource> for DeltaResources {
+    fn from_iter<I: IntoIterator<Item = DeltaResource>>(iter: I) -> Self {
+        DeltaResources::Each(iter.into_iter().collect())
+    }
+}
+
+impl IntoIterator for DeltaResources {
+    type Item = DeltaResource;
+    type IntoIter = std::vec::IntoIter<DeltaResource>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.into_each().into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a DeltaResources {
+    type Item = &'a DeltaResource;
+    type IntoIter = std::slice::Iter<'a, DeltaResource>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl PartialEq for DeltaResources {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for DeltaResources {}
+
+impl PartialEq<Vec<DeltaResource>> for DeltaResources {
+    fn eq(&self, other: &Vec<DeltaResource>) -> bool {
+        **self == **other
+    }
+}
+
 /// A delta response to send.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeltaResponse {
@@ -75,7 +196,7 @@ pub struct DeltaResponse {
     /// Fresh per response (P2).
     pub nonce: String,
     /// Resources new or changed for this client, in name order, each name once (P12, P19).
-    pub resources: Vec<DeltaResource>,
+    pub resources: DeltaResources,
     /// Names deleted, or subscribed to and not existing (P19, P20, P22).
     pub removed: Vec<String>,
     /// Those of `removed` the client subscribes to by name: each also goes out as a
@@ -117,9 +238,10 @@ struct TypeState {
     /// each name (`dirty`) on a fleet's first responses.
     fresh: bool,
     /// In the given form (see `Holding`): clusters sent anew whose ClusterLoadAssignments
-    /// go again on the next response, if the client holds them (P28). Name by name, they
-    /// are `dirty` instead.
-    rewarm: Vec<Arc<Resource>>,
+    /// go again on the next response, if the client holds them (P28), as the responses
+    /// that sent them listed them (a shared list kept whole). Name by name, they are
+    /// `dirty` instead.
+    rewarm: Vec<Arc<[Arc<Resource>]>>,
     /// The first response for a wildcard goes out even when empty, so the client knows the
     /// server has nothing (rather than waiting for its initial fetch to time out).
     announce: bool,
@@ -147,7 +269,7 @@ impl TypeState {
         if let Some(undo) = undo {
             self.before = undo;
         }
-        for cluster in std::mem::take(&mut self.rewarm) {
+        for cluster in std::mem::take(&mut self.rewarm).iter().flat_map(|l| l.iter()) {
             if let Some(cla) = &cluster.warms_with {
                 if set.get(cla).is_some() {
                     self.dirty.insert(cla.clone(), true);
@@ -679,6 +801,59 @@ impl Delta {
         // From the given form, every covered change is new to the client (it holds the
         // basis's versions), and what it holds is not looked up name by name.
         let mut given = st.answers_given(core.has_rejected(kind));
+        // Changes to the snapshot since the last look (P19), with their resources, and what
+        // the subscription covers of them: looked up once per pair of snapshots (and name
+        // set), not per stream.
+        let changes = st
+            .basis
+            .as_ref()
+            .map(|basis| current.changed_since(basis))
+            .unwrap_or_default();
+        let covered = st.subscription.covers_changes(&changes);
+        // The given form, and nothing to send but every covered change as the snapshot has
+        // it (nothing removed, sent again, rejected, to refresh or to split): the response
+        // is the list the streams subscribing to the same names share, with no resource
+        // looked at one by one. What follows would send the same, built for this stream.
+        if given
+            && kind != ResourceType::VirtualHost
+            && !covered.resources.is_empty()
+            && !changes.removes
+            && st.rewarm.is_empty()
+            && !st.fresh
+            && st.again.is_none()
+            && !(ttl_ok && covered.ttl)
+            && !covered.aliased
+            && core.rejected(kind).next().is_none()
+            && core.fits(kind, covered.cost)
+        {
+            st.announce = false;
+            st.basis = Some(Arc::clone(current));
+            if core.has_not_found(kind) {
+                for r in covered.resources.iter() {
+                    core.record_found(kind, &r.name);
+                }
+            }
+            core.record_not_found(kind, &[], false);
+            let nonce = core.send(kind, &current.version);
+            let before = st.held.given().map(|was| {
+                Box::new(GivenBefore {
+                    snapshot: Arc::clone(was),
+                    resent: Vec::new(),
+                })
+            });
+            st.held.give(current, before);
+            if covered.warms {
+                self.warm_again(kind, &covered.resources);
+            }
+            return Some(DeltaResponse {
+                kind,
+                system_version: current.version.clone(),
+                nonce,
+                resources: DeltaResources::shared(Arc::clone(&covered.resources)),
+                removed: Vec::new(),
+                not_found: Vec::new(),
+            });
+        }
         if !given {
             st.names();
         }
@@ -693,18 +868,10 @@ impl Delta {
         // Names whose removal waits (see `HeldRef::Claimed` below), marked again for later.
         let mut deferred = Vec::new();
 
-        // Changes to the snapshot since the last look (P19), with their resources: looked up
-        // once per pair of snapshots, not per stream.
-        let changes = st
-            .basis
-            .as_ref()
-            .map(|basis| current.changed_since(basis))
-            .unwrap_or_default();
         // Room for every change at once (a push sends most of them), not grown step by step.
         send = Vec::with_capacity(changes.names.len());
         {
-            let covered = st.subscription.covers_changes(&changes);
-            let mut covered = covered.iter().copied();
+            let mut covered = covered.flags.iter().copied();
             for (name, found) in changes.names.iter().zip(changes.now.iter()) {
                 match found {
                     Some(r) => {
@@ -754,7 +921,7 @@ impl Delta {
         if given {
             let rewarm = std::mem::take(&mut st.rewarm);
             if let Some(held_at) = st.held.given().map(Arc::clone) {
-                let names = super::rewarm_names(&rewarm);
+                let names = super::rewarm_names(rewarm.iter().flat_map(|l| l.iter()));
                 resent_only = send.is_empty();
                 // What the client holds is what its subscription selects of the basis (the
                 // given form; the selection shared by the streams naming the same names):
@@ -1046,30 +1213,39 @@ impl Delta {
         } else {
             st.before = before;
         }
-        // P28: a cluster sent anew warms until its ClusterLoadAssignment arrives again, even
-        // unchanged; one the client does not hold yet goes out anyway once it subscribes.
-        if let (ResourceType::Cluster, Some(eds)) =
-            (kind, self.types.get_mut(ResourceType::Endpoint))
-        {
-            if eds.held.given().is_some() {
-                // Looked up on its next response, with no name copied here.
-                eds.rewarm.extend(warming);
-            } else {
-                for cla in warming.iter().filter_map(|c| c.warms_with.as_ref()) {
-                    if eds.held.contains(&eds.subscription, cla) {
-                        eds.dirty.insert(cla.clone(), true);
-                    }
-                }
-            }
+        if !warming.is_empty() {
+            self.warm_again(kind, &warming.into());
         }
         Some(DeltaResponse {
             kind,
             system_version: current.version.clone(),
             nonce,
-            resources,
+            resources: resources.into(),
             removed: removed.into_iter().collect(),
             not_found,
         })
+    }
+}
+
+impl Delta {
+    /// P28: a cluster sent anew warms until its ClusterLoadAssignment arrives again, even
+    /// unchanged; one the client does not hold yet goes out anyway once it subscribes.
+    /// `clusters`: those a response of `kind` sent (not as heartbeats).
+    fn warm_again(&mut self, kind: ResourceType, clusters: &Arc<[Arc<Resource>]>) {
+        let (ResourceType::Cluster, Some(eds)) = (kind, self.types.get_mut(ResourceType::Endpoint))
+        else {
+            return;
+        };
+        if eds.held.given().is_some() {
+            // Looked up on its next response, with no name copied here (nor the list).
+            eds.rewarm.push(Arc::clone(clusters));
+        } else {
+            for cla in clusters.iter().filter_map(|c| c.warms_with.as_ref()) {
+                if eds.held.contains(&eds.subscription, cla) {
+                    eds.dirty.insert(cla.clone(), true);
+                }
+            }
+        }
     }
 }
 

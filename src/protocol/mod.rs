@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 
-pub use delta::{Delta, DeltaResource, DeltaResponse, DeltaStream};
+pub use delta::{Delta, DeltaResource, DeltaResources, DeltaResponse, DeltaStream};
 pub use plan::{Ordering, PlanEvent, PlanStatus};
 pub use poll::PollState;
 pub use sotw::{Sotw, SotwStream};
@@ -102,9 +102,9 @@ impl ClientFeatures {
 
 /// The ClusterLoadAssignments that clusters sent anew warm with (P28), in name order, each
 /// once.
-fn rewarm_names(clusters: &[Arc<Resource>]) -> Vec<&str> {
+fn rewarm_names<'a>(clusters: impl IntoIterator<Item = &'a Arc<Resource>>) -> Vec<&'a str> {
     let mut names: Vec<&str> = clusters
-        .iter()
+        .into_iter()
         .filter_map(|c| c.warms_with.as_deref())
         .collect();
     if !names.is_sorted() {

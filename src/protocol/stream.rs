@@ -728,6 +728,20 @@ impl Core {
         self.max_response_bytes
     }
 
+    /// Whether resources that add `cost` to a response (`response_cost`, in all) go in one
+    /// response whole: then the type is no longer oversized, as [`Core::fit`] of them says.
+    pub fn fits(&mut self, kind: ResourceType, cost: usize) -> bool {
+        if cost > self.max_response_bytes.saturating_sub(super::RESPONSE_OVERHEAD) {
+            return false;
+        }
+        let t = &mut self.types[kind];
+        if t.oversized.is_some() {
+            t.revised();
+            t.oversized = None;
+        }
+        true
+    }
+
     /// How many of `resources` (in order) the next response of `kind` carries: all of them
     /// when they fit the limit or `splittable` is false; else as many as fit, at least one.
     /// Reports a split, or a response that goes over the limit whole.
@@ -743,12 +757,7 @@ impl Core {
             all += 1;
             total = total.saturating_add(super::response_cost(r));
         }
-        if total <= limit.saturating_sub(super::RESPONSE_OVERHEAD) {
-            let t = &mut self.types[kind];
-            if t.oversized.is_some() {
-                t.revised();
-                t.oversized = None;
-            }
+        if self.fits(kind, total) {
             return all;
         }
         let count = if splittable {

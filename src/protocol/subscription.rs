@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use crate::cache::{merge_is_cheaper, Changes, Selection, TypeSnapshot};
+use crate::cache::{merge_is_cheaper, Changes, Covered, Selection, TypeSnapshot};
 use crate::resource::{xdstp, Resource};
 
 /// The wildcard name (P14).
@@ -233,16 +233,33 @@ impl Subscription {
         }
     }
 
-    /// [`Subscription::covers_sorted`] of a push's changed resources that exist
-    /// (`changes.now`), computed once per shared name set: every delta stream asks on every
-    /// push, and a fleet's streams of one kind share their names.
-    pub fn covers_changes(&self, changes: &Changes) -> Arc<[bool]> {
+    /// What this subscription covers of a push's changed resources that exist
+    /// (`changes.now`): [`Subscription::covers_sorted`] of them, and those covered as one
+    /// list (with what they add to a response, and whether any has a TTL). Computed once per
+    /// shared name set: every delta stream asks on every push, and a fleet's streams of one
+    /// kind share their names.
+    pub fn covers_changes(&self, changes: &Changes) -> Arc<Covered> {
         let key = self.shared_key();
         if let Some(found) = changes.covered.get(key) {
             return found;
         }
-        let present: Vec<&Resource> = changes.now.iter().flatten().map(|r| r.as_ref()).collect();
-        let covered: Arc<[bool]> = self.covers_sorted(&present).into();
+        let present: Vec<&Arc<Resource>> = changes.now.iter().flatten().collect();
+        let borrowed: Vec<&Resource> = present.iter().map(|r| r.as_ref()).collect();
+        let flags = self.covers_sorted(&borrowed);
+        let resources: Arc<[Arc<Resource>]> = present
+            .iter()
+            .zip(&flags)
+            .filter(|(_, covered)| **covered)
+            .map(|(r, _)| Arc::clone(r))
+            .collect();
+        let covered = Arc::new(Covered {
+            flags: flags.into(),
+            cost: resources.iter().map(|r| super::response_cost(r)).sum(),
+            ttl: resources.iter().any(|r| r.ttl.is_some()),
+            aliased: resources.iter().any(|r| !r.aliases.is_empty()),
+            warms: resources.iter().any(|r| r.warms_with.is_some()),
+            resources,
+        });
         changes.covered.put(key, Arc::clone(&covered));
         covered
     }
@@ -691,10 +708,10 @@ mod tests {
             c.covers_changes(&changes),
             w.covers_changes(&changes),
         );
-        assert_eq!(&ca[..], [true, false, true, false]);
+        assert_eq!(&ca.flags[..], [true, false, true, false]);
         assert!(Arc::ptr_eq(&ca, &cb), "the same names: asked once");
-        assert_eq!(&cc[..], [false, true, false, false]);
-        assert_eq!(&cw[..], [true; 4], "a wildcard covers every one");
+        assert_eq!(&cc.flags[..], [false, true, false, false]);
+        assert_eq!(&cw.flags[..], [true; 4], "a wildcard covers every one");
         // Each is what covering each resource says.
         for (s, got) in [(&a, &ca), (&c, &cc), (&w, &cw)] {
             let want: Vec<bool> = changes
@@ -703,7 +720,17 @@ mod tests {
                 .flatten()
                 .map(|r| s.covers_resource(r))
                 .collect();
-            assert_eq!(&got[..], &want[..]);
+            assert_eq!(&got.flags[..], &want[..]);
+            // The list of those covered, as they are in the changes.
+            let listed: Vec<&str> = got.resources.iter().map(|r| r.name.as_str()).collect();
+            let covered: Vec<&str> = changes
+                .now
+                .iter()
+                .flatten()
+                .filter(|r| s.covers_resource(r))
+                .map(|r| r.name.as_str())
+                .collect();
+            assert_eq!(listed, covered);
         }
     }
 

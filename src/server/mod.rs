@@ -29,7 +29,7 @@ mod stream;
 pub mod tls;
 mod wire;
 
-pub use wire::{WireDeltaResponse, WireResponse};
+pub use wire::{DeltaWire, WireDeltaResponse, WireResponse};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,7 +17,7 @@ use super::incoming::ConnInfo;
 use super::peers::{PeerHandle, Peers};
 use super::status;
 use super::tls::IdentityPolicy;
-use super::wire::{SharedTails, WireDeltaResponse, WireResponse};
+use super::wire::{DeltaWire, SharedTails, WireResponse};
 use super::MAX_RESPONSE_BYTES;
 use crate::cache::{Cache, Generation};
 use crate::config::selector::NodeFacts;
@@ -36,7 +36,7 @@ pub type Responses = ReceiverStream<Outgoing>;
 
 /// A flavor of the protocol (SotW or delta) as the stream task writes it out: its wire type.
 pub trait Machine: Flavor<Request: prost::Message + Default> {
-    type Wire: prost::Message + Send + 'static;
+    type Wire: Send + 'static;
     /// For logs: `sotw` or `delta`.
     const PROTOCOL: &'static str;
     /// The request's `node` field number (P1), whose repeats go undecoded
@@ -117,7 +117,7 @@ impl Machine for Sotw {
 }
 
 impl Machine for Delta {
-    type Wire = WireDeltaResponse;
+    type Wire = DeltaWire;
     const PROTOCOL: &'static str = "delta";
     /// `DeltaDiscoveryRequest.node`.
     const NODE_FIELD: u32 = 1;
@@ -125,7 +125,7 @@ impl Machine for Delta {
     const NAMES_FIELDS: Option<(u32, u32)> = None;
 
     fn frame(
-        wire: &WireDeltaResponse,
+        wire: &DeltaWire,
         max_message: usize,
         shared: &SharedTails,
     ) -> Result<(Bytes, Option<Bytes>), Status> {
@@ -136,12 +136,12 @@ impl Machine for Delta {
         r: DeltaResponse,
         control_plane: &Arc<str>,
         secrets: Secrets,
-    ) -> Written<WireDeltaResponse> {
+    ) -> Written<DeltaWire> {
         let (kind, version) = (Some(r.kind), r.system_version.clone());
         let resources = r.resources.len() + r.removed.len();
         let not_found = r.not_found.len();
         Written {
-            wire: WireDeltaResponse::new(r, control_plane, secrets),
+            wire: DeltaWire::new(r, control_plane, secrets),
             kind,
             version,
             resources,
@@ -149,10 +149,10 @@ impl Machine for Delta {
         }
     }
 
-    fn wire_unknown(r: UnknownResponse, control_plane: &Arc<str>) -> Written<WireDeltaResponse> {
+    fn wire_unknown(r: UnknownResponse, control_plane: &Arc<str>) -> Written<DeltaWire> {
         let (version, not_found) = (r.version.clone(), r.not_found.len());
         Written {
-            wire: WireDeltaResponse::unknown(r, control_plane),
+            wire: DeltaWire::unknown(r, control_plane),
             kind: None,
             version,
             resources: not_found,

@@ -28,7 +28,9 @@ use prost::{DecodeError, Message};
 use tonic::Status;
 
 use super::body;
-use crate::protocol::{DeltaResource, DeltaResponse, Response, UnknownResponse, NOT_FOUND_MESSAGE};
+use crate::protocol::{
+    DeltaResource, DeltaResources, DeltaResponse, Response, UnknownResponse, NOT_FOUND_MESSAGE,
+};
 use crate::resource::{Resource, Secrets};
 
 /// The type URL of the `Resource` wrapper in SotW (P26).
@@ -298,6 +300,7 @@ impl WireDeltaResponse {
     ) -> WireDeltaResponse {
         let resources = response
             .resources
+            .into_each()
             .into_iter()
             .map(|d: DeltaResource| {
                 if d.aliases.is_empty() && d.ttl.is_none() && d.body {
@@ -346,6 +349,66 @@ impl WireDeltaResponse {
     }
 }
 
+/// A delta response as a stream writes it: the message, and, when its resources are a list
+/// shared with other streams' responses (`protocol::DeltaResources::Shared`), that list
+/// (each resource as the snapshot has it), written from a tail encoded once and found by
+/// the list alone: no stream takes each resource in hand.
+pub struct DeltaWire {
+    message: WireDeltaResponse,
+    /// The shared list, which `message` then leaves out.
+    shared: Option<(Arc<[Arc<Resource>]>, Secrets)>,
+}
+
+impl DeltaWire {
+    /// `response` on the wire; private key material goes out as `secrets` says.
+    pub fn new(mut response: DeltaResponse, control_plane_id: &str, secrets: Secrets) -> DeltaWire {
+        let shared = match std::mem::take(&mut response.resources) {
+            DeltaResources::Shared { list, .. } => Some((list, secrets)),
+            each => {
+                response.resources = each;
+                None
+            }
+        };
+        DeltaWire {
+            message: WireDeltaResponse::new(response, control_plane_id, secrets),
+            shared,
+        }
+    }
+
+    /// A response for a type the server does not serve (P33).
+    pub fn unknown(response: UnknownResponse, control_plane_id: &str) -> DeltaWire {
+        DeltaWire {
+            message: WireDeltaResponse::unknown(response, control_plane_id),
+            shared: None,
+        }
+    }
+
+    /// Framed as [`WireDeltaResponse::frame_shared`] frames the message with the list's
+    /// resources in it.
+    pub fn frame_shared(
+        &self,
+        max_message: usize,
+        tails: &SharedTails,
+    ) -> Result<(Bytes, Option<Bytes>), Status> {
+        self.frame_parts(max_message, tails)
+    }
+
+    /// The message with the shared list's resources in it.
+    fn whole(&self) -> std::borrow::Cow<'_, WireDeltaResponse> {
+        match &self.shared {
+            None => std::borrow::Cow::Borrowed(&self.message),
+            Some((list, secrets)) => {
+                let mut whole = self.message.clone();
+                whole.resources = list
+                    .iter()
+                    .map(|r| Item(Body::Delta(Arc::clone(r), *secrets)))
+                    .collect();
+                std::borrow::Cow::Owned(whole)
+            }
+        }
+    }
+}
+
 /// Responses with fewer resources are framed whole: too little to share.
 const SHARE_AT_LEAST: usize = 2;
 
@@ -372,23 +435,34 @@ struct TailKey {
     control_plane: Option<ControlPlane>,
     resource_errors: Vec<ResourceError>,
     removed: Vec<String>,
-    resources: Vec<(Weak<Resource>, Secrets)>,
+    resources: Resources,
+}
+
+/// A tail's resources, by identity: each (the items of a response), or a shared list.
+enum Resources {
+    Each(Vec<(Weak<Resource>, Secrets)>),
+    List(Weak<[Arc<Resource>]>, Secrets),
 }
 
 impl TailKey {
-    /// Whether this key's resources are `items`, each the snapshot's resource as it is.
-    fn has(&self, items: &[Item]) -> bool {
-        self.resources.len() == items.len()
-            && self
-                .resources
-                .iter()
-                .zip(items)
-                .all(|((w, s), item)| match &item.0 {
-                    Body::Any(r, t) | Body::Delta(r, t) => {
-                        std::ptr::eq(w.as_ptr(), Arc::as_ptr(r)) && s == t
-                    }
-                    _ => false,
-                })
+    /// Whether this key's resources are `items` (each the snapshot's resource as it is),
+    /// or `list`.
+    fn has(&self, items: &[Item], list: Option<&(Arc<[Arc<Resource>]>, Secrets)>) -> bool {
+        match (&self.resources, list) {
+            (Resources::List(w, s), Some((list, t))) => {
+                items.is_empty() && std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(list)) && s == t
+            }
+            (Resources::Each(each), None) => {
+                each.len() == items.len()
+                    && each.iter().zip(items).all(|((w, s), item)| match &item.0 {
+                        Body::Any(r, t) | Body::Delta(r, t) => {
+                            std::ptr::eq(w.as_ptr(), Arc::as_ptr(r)) && s == t
+                        }
+                        _ => false,
+                    })
+            }
+            _ => false,
+        }
     }
 }
 
@@ -409,6 +483,8 @@ struct Parts<'a> {
     /// The stream's own fields: (tag, value) of the version, then the nonce.
     own: [(u32, &'a str); 2],
     items: &'a [Item],
+    /// A shared list written after `items` (see [`DeltaWire`]).
+    list: Option<&'a (Arc<[Arc<Resource>]>, Secrets)>,
     type_url: &'a str,
     control_plane: &'a Option<ControlPlane>,
     resource_errors: &'a [ResourceError],
@@ -419,6 +495,9 @@ impl Parts<'_> {
     /// Whether every item is the snapshot's resource as it is (what a client alone gets
     /// is never shared).
     fn shareable(&self) -> bool {
+        if let Some((list, _)) = self.list {
+            return self.items.is_empty() && list.len() >= SHARE_AT_LEAST;
+        }
         self.items.len() >= SHARE_AT_LEAST
             && self.items.iter().all(|item| match item.0 {
                 Body::Any(..) => !self.delta,
@@ -431,7 +510,7 @@ impl Parts<'_> {
     fn are(&self, key: &TailKey) -> bool {
         key.delta == self.delta
             && key.type_url == self.type_url
-            && key.has(self.items)
+            && key.has(self.items, self.list)
             && key.removed == self.removed
             && key.control_plane == *self.control_plane
             && key.resource_errors == self.resource_errors
@@ -445,7 +524,10 @@ impl Parts<'_> {
             control_plane: self.control_plane.clone(),
             resource_errors: self.resource_errors.to_vec(),
             removed: self.removed.to_vec(),
-            resources: identities(self.items),
+            resources: match self.list {
+                Some((list, secrets)) => Resources::List(Arc::downgrade(list), *secrets),
+                None => Resources::Each(identities(self.items)),
+            },
         }
     }
 }
@@ -453,10 +535,14 @@ impl Parts<'_> {
 /// A message whose fields but two (its version and nonce, the stream's own) may be
 /// encoded once and shared: the resources as the snapshot has them, and what every stream
 /// of a push sends alike.
-trait Shareable: Message + Sized {
+trait Shareable: Sized {
+    /// The message as it goes out.
+    type Message: Message + Clone;
     fn parts(&self) -> Parts<'_>;
+    /// The message whole.
+    fn whole(&self) -> std::borrow::Cow<'_, Self::Message>;
     /// This message without its own fields.
-    fn rest(&self) -> Self;
+    fn rest(&self) -> Self::Message;
 
     /// See [`WireResponse::frame_shared`].
     fn frame_parts(
@@ -470,7 +556,7 @@ trait Shareable: Message + Sized {
             false => None,
         };
         let Some(tail) = tail else {
-            return body::frame(self, max_message).map(|framed| (framed, None));
+            return body::frame(&*self.whole(), max_message).map(|framed| (framed, None));
         };
         let own: usize = parts.own.iter().map(|(tag, v)| string_len(*tag, v)).sum();
         let prefix_len = body::prefix_len(own + tail.len(), max_message)?;
@@ -490,18 +576,23 @@ trait Shareable: Message + Sized {
 }
 
 impl Shareable for WireResponse {
+    type Message = WireResponse;
     fn parts(&self) -> Parts<'_> {
         Parts {
             delta: false,
             own: [(1, &self.version_info), (5, &self.nonce)],
             items: &self.resources,
+            list: None,
             type_url: &self.type_url,
             control_plane: &self.control_plane,
             resource_errors: &self.resource_errors,
             removed: &[],
         }
     }
-    fn rest(&self) -> Self {
+    fn whole(&self) -> std::borrow::Cow<'_, WireResponse> {
+        std::borrow::Cow::Borrowed(self)
+    }
+    fn rest(&self) -> WireResponse {
         WireResponse {
             version_info: String::new(),
             nonce: String::new(),
@@ -511,22 +602,47 @@ impl Shareable for WireResponse {
 }
 
 impl Shareable for WireDeltaResponse {
+    type Message = WireDeltaResponse;
     fn parts(&self) -> Parts<'_> {
         Parts {
             delta: true,
             own: [(1, &self.system_version_info), (5, &self.nonce)],
             items: &self.resources,
+            list: None,
             type_url: &self.type_url,
             control_plane: &self.control_plane,
             resource_errors: &self.resource_errors,
             removed: &self.removed_resources,
         }
     }
-    fn rest(&self) -> Self {
+    fn whole(&self) -> std::borrow::Cow<'_, WireDeltaResponse> {
+        std::borrow::Cow::Borrowed(self)
+    }
+    fn rest(&self) -> WireDeltaResponse {
         WireDeltaResponse {
             system_version_info: String::new(),
             nonce: String::new(),
             ..self.clone()
+        }
+    }
+}
+
+impl Shareable for DeltaWire {
+    type Message = WireDeltaResponse;
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            list: self.shared.as_ref(),
+            ..self.message.parts()
+        }
+    }
+    fn whole(&self) -> std::borrow::Cow<'_, WireDeltaResponse> {
+        DeltaWire::whole(self)
+    }
+    fn rest(&self) -> WireDeltaResponse {
+        WireDeltaResponse {
+            system_version_info: String::new(),
+            nonce: String::new(),
+            ..self.whole().into_owned()
         }
     }
 }
@@ -851,7 +967,7 @@ mod delta_tests {
                     kind: ResourceType::Cluster,
                     system_version: version.into(),
                     nonce: nonce.into(),
-                    resources: items.clone(),
+                    resources: items.clone().into(),
                     removed: removed.clone(),
                     not_found: removed.clone(),
                 },
