@@ -40,7 +40,14 @@ pub struct TypeSnapshot {
     /// What each shared name set selects of this type (`protocol::subscription`): the
     /// streams of a node group that ask for the same names select once per snapshot.
     pub selections: Memo<BTreeSet<String>, Arc<Selection>, SELECTIONS>,
+    /// What a delta client holding a selection gets again of this type when clusters it
+    /// was sent warm (P28, `protocol::delta`), by the list of those clusters: the held
+    /// selection it was worked out for, and the list.
+    pub rewarmed: Memo<[Arc<Resource>], (Weak<Selection>, Arc<Listed>), REWARMED>,
 }
+
+/// How many lists of clusters sent a snapshot remembers the endpoints to send again for.
+const REWARMED: usize = 4;
 
 /// What a SotW subscription selects of one type snapshot (`protocol::Subscription::select`),
 /// remembered by the snapshot for the streams that ask for the same names.
@@ -121,16 +128,35 @@ pub struct Changes {
 pub struct Covered {
     /// `flags[i]`: whether it covers the `i`th resource of `now` that exists.
     pub flags: Box<[bool]>,
-    /// Those covered, in name order: a response of exactly these, each as the snapshot has
-    /// it, is one list shared by the streams that send it.
+    /// Those covered, in name order.
+    pub listed: Listed,
+}
+
+/// Resources in name order, each once: a delta response of exactly these, each as the
+/// snapshot has it, is this one list, shared by the streams that send it.
+#[derive(Debug)]
+pub struct Listed {
     pub resources: Arc<[Arc<Resource>]>,
-    /// What they add to a response, in all (`protocol`'s measure).
+    /// What they add to a response, in all (`cost` of each).
     pub cost: usize,
     /// Whether any of them has a TTL, or aliases.
     pub ttl: bool,
     pub aliased: bool,
     /// Whether any of them warms with endpoints (a cluster, P28).
     pub warms: bool,
+}
+
+impl Listed {
+    /// `resources` listed, `cost` telling what each adds to a response.
+    pub fn new(resources: Arc<[Arc<Resource>]>, cost: impl Fn(&Resource) -> usize) -> Listed {
+        Listed {
+            cost: resources.iter().map(|r| cost(r)).sum(),
+            ttl: resources.iter().any(|r| r.ttl.is_some()),
+            aliased: resources.iter().any(|r| !r.aliases.is_empty()),
+            warms: resources.iter().any(|r| r.warms_with.is_some()),
+            resources,
+        }
+    }
 }
 
 /// How many name sets a push's changes remember what they cover for (as for selections).
@@ -171,6 +197,7 @@ impl TypeSnapshot {
             aliases,
             changes: Memo::default(),
             selections: Memo::default(),
+            rewarmed: Memo::default(),
         }
     }
 
@@ -289,17 +316,17 @@ impl TypeSnapshot {
 /// [`TypeSnapshot::changes_since`] and the update plans of `protocol` compute once and share
 /// between the streams of a node group. Not part of the value: clones start empty and it
 /// never affects equality. Remembers the `N` latest answers.
-pub struct Memo<K, V, const N: usize = MEMO_ENTRIES>(Mutex<Vec<(Weak<K>, V)>>);
+pub struct Memo<K: ?Sized, V, const N: usize = MEMO_ENTRIES>(Mutex<Vec<(Weak<K>, V)>>);
 
 /// How many older values a value remembers answers for, unless told otherwise.
 const MEMO_ENTRIES: usize = 4;
 
-impl<K, V: Clone, const N: usize> Memo<K, V, N> {
+impl<K: ?Sized, V: Clone, const N: usize> Memo<K, V, N> {
     /// The answer remembered for `older`, if any.
     pub fn get(&self, older: &Arc<K>) -> Option<V> {
         let memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
         memo.iter()
-            .find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(older)) && w.strong_count() > 0)
+            .find(|(w, _)| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(older)) && w.strong_count() > 0)
             .map(|(_, v)| v.clone())
     }
 
@@ -314,27 +341,27 @@ impl<K, V: Clone, const N: usize> Memo<K, V, N> {
     }
 }
 
-impl<K, V, const N: usize> Default for Memo<K, V, N> {
+impl<K: ?Sized, V, const N: usize> Default for Memo<K, V, N> {
     fn default() -> Self {
         Memo(Mutex::new(Vec::new()))
     }
 }
 
-impl<K, V, const N: usize> Clone for Memo<K, V, N> {
+impl<K: ?Sized, V, const N: usize> Clone for Memo<K, V, N> {
     fn clone(&self) -> Self {
         Memo::default()
     }
 }
 
-impl<K, V, const N: usize> PartialEq for Memo<K, V, N> {
+impl<K: ?Sized, V, const N: usize> PartialEq for Memo<K, V, N> {
     fn eq(&self, _: &Self) -> bool {
         true
     }
 }
 
-impl<K, V, const N: usize> Eq for Memo<K, V, N> {}
+impl<K: ?Sized, V, const N: usize> Eq for Memo<K, V, N> {}
 
-impl<K, V, const N: usize> std::fmt::Debug for Memo<K, V, N> {
+impl<K: ?Sized, V, const N: usize> std::fmt::Debug for Memo<K, V, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Memo")
     }

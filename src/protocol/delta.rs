@@ -32,7 +32,7 @@ use super::per_type::{empty, PerType};
 use super::plan::Previous;
 use super::stream::{Core, Flavor, Stream};
 use super::{heartbeat_interval, Event, Subscription, SyncState, UnknownNames, UnknownRequest};
-use crate::cache::{Snapshot, TypeSnapshot};
+use crate::cache::{Listed, Snapshot, TypeSnapshot};
 use crate::resource::{namespace_of, xdstp, Reference, Resource, ResourceType};
 use held::{Before, GivenBefore, Held, HeldRef, HeldSet, Holding};
 
@@ -811,48 +811,63 @@ impl Delta {
             .unwrap_or_default();
         let covered = st.subscription.covers_changes(&changes);
         // The given form, and nothing to send but every covered change as the snapshot has
-        // it (nothing removed, sent again, rejected, to refresh or to split): the response
-        // is the list the streams subscribing to the same names share, with no resource
-        // looked at one by one. What follows would send the same, built for this stream.
-        if given
-            && kind != ResourceType::VirtualHost
-            && !covered.resources.is_empty()
-            && !changes.removes
-            && st.rewarm.is_empty()
-            && !st.fresh
-            && st.again.is_none()
-            && !(ttl_ok && covered.ttl)
-            && !covered.aliased
-            && core.rejected(kind).next().is_none()
-            && core.fits(kind, covered.cost)
-        {
-            st.announce = false;
-            st.basis = Some(Arc::clone(current));
-            if core.has_not_found(kind) {
-                for r in covered.resources.iter() {
-                    core.record_found(kind, &r.name);
+        // it, or but the endpoints one list of clusters sent warms with (P28), and nothing
+        // removed, sent again for a rejection, to refresh or to split: the response is one
+        // list shared by the streams that send the same (subscribing to the same names),
+        // with no resource looked at one by one. What follows would send the same, built
+        // for this stream.
+        let rewarmed = match (&st.rewarm[..], st.held.given()) {
+            ([clusters], Some(held_at)) if given && changes.names.is_empty() => {
+                Some(rewarmed(clusters, held_at, &st.subscription, current))
+            }
+            _ => None,
+        };
+        let listed = match &rewarmed {
+            Some(listed) => Some(&**listed),
+            None if st.rewarm.is_empty() && !changes.removes => Some(&covered.listed),
+            None => None,
+        };
+        if let Some(listed) = listed.filter(|listed| {
+            given
+                && kind != ResourceType::VirtualHost
+                && !listed.resources.is_empty()
+                && !st.fresh
+                && st.again.is_none()
+                && !(ttl_ok && listed.ttl)
+                && !listed.aliased
+                && core.rejected(kind).next().is_none()
+        }) {
+            if core.fits(kind, listed.cost) {
+                st.announce = false;
+                st.rewarm.clear();
+                st.basis = Some(Arc::clone(current));
+                if core.has_not_found(kind) {
+                    for r in listed.resources.iter() {
+                        core.record_found(kind, &r.name);
+                    }
                 }
+                core.record_not_found(kind, &[], false);
+                let nonce = core.send(kind, &current.version);
+                let before = st.held.given().map(|was| {
+                    Box::new(GivenBefore {
+                        snapshot: Arc::clone(was),
+                        resent: rewarmed.is_some().then(|| Arc::clone(&listed.resources)),
+                    })
+                });
+                st.held.give(current, before);
+                let resources = DeltaResources::shared(Arc::clone(&listed.resources));
+                if listed.warms {
+                    self.warm_again(kind, &listed.resources);
+                }
+                return Some(DeltaResponse {
+                    kind,
+                    system_version: current.version.clone(),
+                    nonce,
+                    resources,
+                    removed: Vec::new(),
+                    not_found: Vec::new(),
+                });
             }
-            core.record_not_found(kind, &[], false);
-            let nonce = core.send(kind, &current.version);
-            let before = st.held.given().map(|was| {
-                Box::new(GivenBefore {
-                    snapshot: Arc::clone(was),
-                    resent: Vec::new(),
-                })
-            });
-            st.held.give(current, before);
-            if covered.warms {
-                self.warm_again(kind, &covered.resources);
-            }
-            return Some(DeltaResponse {
-                kind,
-                system_version: current.version.clone(),
-                nonce,
-                resources: DeltaResources::shared(Arc::clone(&covered.resources)),
-                removed: Vec::new(),
-                not_found: Vec::new(),
-            });
         }
         if !given {
             st.names();
@@ -923,38 +938,9 @@ impl Delta {
             if let Some(held_at) = st.held.given().map(Arc::clone) {
                 let names = super::rewarm_names(rewarm.iter().flat_map(|l| l.iter()));
                 resent_only = send.is_empty();
-                // What the client holds is what its subscription selects of the basis (the
-                // given form; the selection shared by the streams naming the same names):
-                // walked beside the names, as the snapshot now, when that is cheaper than a
-                // lookup of each (a push that changes most clusters; not one cluster among
-                // 100,000).
-                let held = st.subscription.select(&held_at);
-                let size = held.resources.len().max(current.resources.len());
-                if crate::cache::merge_is_cheaper(names.len(), size) {
-                    let mut held = held.resources.iter().peekable();
-                    let mut now = current.resources.iter().peekable();
-                    for name in names {
-                        while held.next_if(|r| r.name.as_str() < name).is_some() {}
-                        if held.peek().is_none_or(|r| r.name != name) {
-                            continue;
-                        }
-                        while now.next_if(|(n, _)| n.as_str() < name).is_some() {}
-                        if let Some((_, r)) = now.peek().filter(|(n, _)| n.as_str() == name) {
-                            send.push((r, Why::Send));
-                            resent.push(Arc::clone(r));
-                        }
-                    }
-                } else {
-                    for name in names {
-                        let is_held = held_at
-                            .resources
-                            .get(name)
-                            .is_some_and(|r| st.subscription.covers_resource(r));
-                        if let Some(r) = current.resources.get(name).filter(|_| is_held) {
-                            send.push((r, Why::Send));
-                            resent.push(Arc::clone(r));
-                        }
-                    }
+                for r in resend(&names, &held_at, &st.subscription, current) {
+                    send.push((r, Why::Send));
+                    resent.push(Arc::clone(r));
                 }
             }
         }
@@ -1200,14 +1186,15 @@ impl Delta {
         core.record_not_found(kind, &not_found, false);
         let nonce = core.send(kind, &current.version);
         if given {
-            // The client will hold what the subscription covers of `current`.
-            resent.sort_by(|a, b| a.name.cmp(&b.name));
-            resent.dedup_by(|a, b| a.name == b.name);
+            // The client will hold what the subscription covers of `current`. (`resend`
+            // lists in name order, each once.)
+            debug_assert!(resent.is_sorted_by(|a, b| a.name < b.name));
             // What it held before: nothing, for a response sent at once in the given form.
             let was = match st.held.given() {
                 Some(was) => Some(Arc::clone(was)),
                 None => at_once.then(TypeSnapshot::empty),
             };
+            let resent = (!resent.is_empty()).then(|| resent.into());
             let before = was.map(|snapshot| Box::new(GivenBefore { snapshot, resent }));
             st.held.give(current, before);
         } else {
@@ -1247,6 +1234,75 @@ impl Delta {
             }
         }
     }
+}
+
+/// What a client holding what `subscription` selects of `held_at` (the given form) gets
+/// again of `current` when `clusters` were sent anew (P28): the endpoints they warm with
+/// that it holds, as they are now, in name order. Worked out once per list of clusters
+/// and selection held, for the streams that share both (`TypeSnapshot::rewarmed`).
+fn rewarmed(
+    clusters: &Arc<[Arc<Resource>]>,
+    held_at: &Arc<TypeSnapshot>,
+    subscription: &Subscription,
+    current: &Arc<TypeSnapshot>,
+) -> Arc<Listed> {
+    let held = subscription.select(held_at);
+    if let Some((selection, listed)) = current.rewarmed.get(clusters) {
+        if std::ptr::eq(selection.as_ptr(), Arc::as_ptr(&held)) {
+            return listed;
+        }
+    }
+    let names = super::rewarm_names(clusters.iter());
+    let resources: Arc<[Arc<Resource>]> = resend(&names, held_at, subscription, current)
+        .into_iter()
+        .cloned()
+        .collect();
+    let listed = Arc::new(Listed::new(resources, super::response_cost));
+    current
+        .rewarmed
+        .put(clusters, (Arc::downgrade(&held), Arc::clone(&listed)));
+    listed
+}
+
+/// Of the endpoints `names` (sorted, each once), those a client holding what
+/// `subscription` selects of `held_at` holds, as `current` has them (P28: they go again).
+/// What the client holds (the selection shared by the streams naming the same names) is
+/// walked beside the names, as the snapshot now, when that is cheaper than a lookup of
+/// each (a push that changes most clusters; not one cluster among 100,000).
+fn resend<'a>(
+    names: &[&str],
+    held_at: &Arc<TypeSnapshot>,
+    subscription: &Subscription,
+    current: &'a TypeSnapshot,
+) -> Vec<&'a Arc<Resource>> {
+    let mut resend = Vec::new();
+    let held = subscription.select(held_at);
+    let size = held.resources.len().max(current.resources.len());
+    if crate::cache::merge_is_cheaper(names.len(), size) {
+        let mut held = held.resources.iter().peekable();
+        let mut now = current.resources.iter().peekable();
+        for &name in names {
+            while held.next_if(|r| r.name.as_str() < name).is_some() {}
+            if held.peek().is_none_or(|r| r.name != name) {
+                continue;
+            }
+            while now.next_if(|(n, _)| n.as_str() < name).is_some() {}
+            if let Some((_, r)) = now.peek().filter(|(n, _)| n.as_str() == name) {
+                resend.push(*r);
+            }
+        }
+    } else {
+        for &name in names {
+            let is_held = held_at
+                .resources
+                .get(name)
+                .is_some_and(|r| subscription.covers_resource(r));
+            if let Some(r) = current.resources.get(name).filter(|_| is_held) {
+                resend.push(r);
+            }
+        }
+    }
+    resend
 }
 
 /// How a resource came to be sent (see `respond_type`), the strongest first.

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use crate::cache::{merge_is_cheaper, Changes, Covered, Selection, TypeSnapshot};
+use crate::cache::{merge_is_cheaper, Changes, Covered, Listed, Selection, TypeSnapshot};
 use crate::resource::{xdstp, Resource};
 
 /// The wildcard name (P14).
@@ -254,11 +254,7 @@ impl Subscription {
             .collect();
         let covered = Arc::new(Covered {
             flags: flags.into(),
-            cost: resources.iter().map(|r| super::response_cost(r)).sum(),
-            ttl: resources.iter().any(|r| r.ttl.is_some()),
-            aliased: resources.iter().any(|r| !r.aliases.is_empty()),
-            warms: resources.iter().any(|r| r.warms_with.is_some()),
-            resources,
+            listed: Listed::new(resources, super::response_cost),
         });
         changes.covered.put(key, Arc::clone(&covered));
         covered
@@ -722,7 +718,7 @@ mod tests {
                 .collect();
             assert_eq!(&got.flags[..], &want[..]);
             // The list of those covered, as they are in the changes.
-            let listed: Vec<&str> = got.resources.iter().map(|r| r.name.as_str()).collect();
+            let listed: Vec<&str> = got.listed.resources.iter().map(|r| r.name.as_str()).collect();
             let covered: Vec<&str> = changes
                 .now
                 .iter()

@@ -98,7 +98,8 @@ struct Given {
 #[derive(Debug)]
 pub(super) struct GivenBefore {
     pub snapshot: Arc<TypeSnapshot>,
-    pub resent: Vec<Arc<Resource>>,
+    /// In name order (perhaps a list shared with other streams).
+    pub resent: Option<Arc<[Arc<Resource>]>>,
 }
 
 impl Holding {
@@ -208,6 +209,7 @@ fn given_before(
     let resent = before
         .resent
         .iter()
+        .flat_map(|resent| resent.iter())
         .filter(|r| changes.names.binary_search(&r.name).is_err())
         .filter_map(|r| was_held(&r.name))
         .map(|was| Before::Held(Held::Sent(Arc::clone(was))));
