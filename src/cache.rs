@@ -326,7 +326,9 @@ impl<K: ?Sized, V: Clone, const N: usize> Memo<K, V, N> {
     pub fn get(&self, older: &Arc<K>) -> Option<V> {
         let memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
         memo.iter()
-            .find(|(w, _)| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(older)) && w.strong_count() > 0)
+            .find(|(w, _)| {
+                std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(older)) && w.strong_count() > 0
+            })
             .map(|(_, v)| v.clone())
     }
 

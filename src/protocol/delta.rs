@@ -81,7 +81,8 @@ pub enum DeltaResources {
 }
 
 impl DeltaResources {
-    fn shared(list: Arc<[Arc<Resource>]>) -> DeltaResources {
+    /// `list`, shared: each resource as the snapshot has it.
+    pub fn shared(list: Arc<[Arc<Resource>]>) -> DeltaResources {
         DeltaResources::Shared {
             list,
             each: OnceLock::new(),
@@ -269,7 +270,10 @@ impl TypeState {
         if let Some(undo) = undo {
             self.before = undo;
         }
-        for cluster in std::mem::take(&mut self.rewarm).iter().flat_map(|l| l.iter()) {
+        for cluster in std::mem::take(&mut self.rewarm)
+            .iter()
+            .flat_map(|l| l.iter())
+        {
             if let Some(cla) = &cluster.warms_with {
                 if set.get(cla).is_some() {
                     self.dirty.insert(cla.clone(), true);

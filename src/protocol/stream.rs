@@ -731,7 +731,11 @@ impl Core {
     /// Whether resources that add `cost` to a response (`response_cost`, in all) go in one
     /// response whole: then the type is no longer oversized, as [`Core::fit`] of them says.
     pub fn fits(&mut self, kind: ResourceType, cost: usize) -> bool {
-        if cost > self.max_response_bytes.saturating_sub(super::RESPONSE_OVERHEAD) {
+        if cost
+            > self
+                .max_response_bytes
+                .saturating_sub(super::RESPONSE_OVERHEAD)
+        {
             return false;
         }
         let t = &mut self.types[kind];

@@ -718,7 +718,12 @@ mod tests {
                 .collect();
             assert_eq!(&got.flags[..], &want[..]);
             // The list of those covered, as they are in the changes.
-            let listed: Vec<&str> = got.listed.resources.iter().map(|r| r.name.as_str()).collect();
+            let listed: Vec<&str> = got
+                .listed
+                .resources
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect();
             let covered: Vec<&str> = changes
                 .now
                 .iter()

@@ -132,11 +132,7 @@ impl Machine for Delta {
         wire.frame_shared(max_message, shared)
     }
 
-    fn wire(
-        r: DeltaResponse,
-        control_plane: &Arc<str>,
-        secrets: Secrets,
-    ) -> Written<DeltaWire> {
+    fn wire(r: DeltaResponse, control_plane: &Arc<str>, secrets: Secrets) -> Written<DeltaWire> {
         let (kind, version) = (Some(r.kind), r.system_version.clone());
         let resources = r.resources.len() + r.removed.len();
         let not_found = r.not_found.len();

@@ -1080,4 +1080,69 @@ mod delta_tests {
             "other removals"
         );
     }
+
+    #[test]
+    fn a_shared_list_goes_out_as_its_resources_each_would_from_one_buffer_found_by_the_list() {
+        let list: Arc<[Arc<Resource>]> = super::tests::endpoints("dlist", 3, 50).into();
+        let response = |nonce: &str, resources: DeltaResources| DeltaResponse {
+            kind: ResourceType::Endpoint,
+            system_version: format!("sv-{nonce}"),
+            nonce: nonce.into(),
+            resources,
+            removed: vec![],
+            not_found: vec![],
+        };
+        let shared = |nonce: &str, list: &Arc<[Arc<Resource>]>, secrets| {
+            DeltaWire::new(
+                response(nonce, DeltaResources::shared(Arc::clone(list))),
+                "switchyard/1",
+                secrets,
+            )
+        };
+        let tails = SharedTails::default();
+        let (head, a) = shared("1", &list, Secrets::Serve)
+            .frame_shared(1 << 20, &tails)
+            .expect("framed");
+        let (_, b) = shared("2", &list, Secrets::Serve)
+            .frame_shared(1 << 20, &tails)
+            .expect("framed");
+        let (a, b) = (a.expect("shared"), b.expect("shared"));
+        assert_eq!(a.as_ptr(), b.as_ptr(), "one buffer for the one list");
+        // What the same resources each in hand frame to, byte for byte.
+        let each = WireDeltaResponse::new(
+            response("1", DeltaResources::shared(Arc::clone(&list))),
+            "switchyard/1",
+            Secrets::Serve,
+        );
+        let framed = crate::server::body::frame(&each, 1 << 20).expect("framed");
+        let whole = [&head[..], &a[..]].concat();
+        let decode = |b: &[u8]| {
+            DeltaDiscoveryResponse::decode(&b[crate::server::body::PREFIX..]).expect("decodes")
+        };
+        assert_eq!(decode(&whole), decode(&framed));
+        assert_eq!(decode(&whole).resources.len(), list.len());
+        assert_eq!(whole.len(), framed.len());
+        // An equal list that is not the same one, or other secrets: another tail.
+        let copy: Arc<[Arc<Resource>]> = list.iter().cloned().collect();
+        let (_, other) = shared("3", &copy, Secrets::Serve)
+            .frame_shared(1 << 20, &tails)
+            .expect("framed");
+        assert_ne!(other.expect("shared").as_ptr(), a.as_ptr(), "another list");
+        let (_, redacted) = shared("4", &list, Secrets::Redact)
+            .frame_shared(1 << 20, &tails)
+            .expect("framed");
+        assert_ne!(
+            redacted.expect("shared").as_ptr(),
+            a.as_ptr(),
+            "other secrets"
+        );
+        // Over the limit: framed whole, and refused as the whole would be.
+        let over = shared("5", &list, Secrets::Serve).frame_shared(100, &tails);
+        assert_eq!(
+            over.map(|_| ()).map_err(|s| s.code()),
+            crate::server::body::frame(&each, 100)
+                .map(|_| ())
+                .map_err(|s| s.code())
+        );
+    }
 }

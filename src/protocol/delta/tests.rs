@@ -1049,6 +1049,89 @@ fn p28_from_the_given_form_what_the_client_holds_goes_again_and_a_nack_of_it_is_
 }
 
 #[test]
+fn p19_p28_streams_holding_the_same_are_sent_one_shared_list_of_the_changes_and_of_the_resends() {
+    let items = |c: &'static str| {
+        snap(&[
+            (Cluster, "a", c),
+            (Cluster, "b", c),
+            (Cluster, "c", c),
+            (Endpoint, "a", "1"),
+            (Endpoint, "b", "1"),
+            (Endpoint, "c", "1"),
+        ])
+    };
+    let first = items("1");
+    let mut streams: Vec<DeltaStream> = (0..2).map(|_| ads()).collect();
+    for s in &mut streams {
+        s.handle_snapshot(Arc::clone(&first));
+        s.handle_request(req(Cluster, &[], &[], "")).expect("ok");
+        s.handle_request(req(Endpoint, &["a", "b"], &[], ""))
+            .expect("ok");
+        for r in drain(s, Instant::now()) {
+            ack(s, &r);
+        }
+        assert!(s.given(Cluster) && s.given(Endpoint));
+    }
+    // Every cluster changes (P19); the endpoints each client holds go again (P28).
+    let next = items("2");
+    let pushed: Vec<Vec<DeltaResponse>> = streams
+        .iter_mut()
+        .map(|s| {
+            s.handle_snapshot(Arc::clone(&next));
+            drain(s, Instant::now())
+        })
+        .collect();
+    for all in &pushed {
+        assert_eq!(all.len(), 2, "{all:#?}");
+        assert_eq!(
+            (all[0].kind, names(&all[0])),
+            (Cluster, vec!["a", "b", "c"])
+        );
+        assert_eq!((all[1].kind, names(&all[1])), (Endpoint, vec!["a", "b"]));
+        assert!(all.iter().all(|r| r.removed.is_empty()));
+    }
+    for (a, b) in pushed[0].iter().zip(&pushed[1]) {
+        let (a, b) = (
+            a.resources.as_shared().expect("one shared list"),
+            b.resources.as_shared().expect("one shared list"),
+        );
+        assert!(Arc::ptr_eq(a, b), "the same list, not the same names twice");
+    }
+    for (s, all) in streams.iter_mut().zip(&pushed) {
+        for r in all {
+            ack(s, r);
+        }
+        assert!(s.given(Cluster) && s.given(Endpoint));
+        assert_eq!(held(s, Endpoint), versions(&[("a", "1"), ("b", "1")]));
+    }
+    // A stream subscribing to other endpoints shares the clusters' list, and is sent the
+    // endpoints it holds.
+    let mut other = ads();
+    other.handle_snapshot(Arc::clone(&first));
+    other
+        .handle_request(req(Cluster, &[], &[], ""))
+        .expect("ok");
+    let r = one(&mut other);
+    ack(&mut other, &r);
+    other
+        .handle_request(req(Endpoint, &["a"], &[], ""))
+        .expect("ok");
+    let r = one(&mut other);
+    ack(&mut other, &r);
+    other.handle_snapshot(Arc::clone(&next));
+    let all = drain(&mut other, Instant::now());
+    assert_eq!(names(&all[0]), ["a", "b", "c"]);
+    assert!(
+        Arc::ptr_eq(
+            all[0].resources.as_shared().expect("shared"),
+            pushed[0][0].resources.as_shared().expect("shared")
+        ),
+        "the same clusters: the same list"
+    );
+    assert_eq!((all[1].kind, names(&all[1])), (Endpoint, vec!["a"]));
+}
+
+#[test]
 fn per_type_streams_serve_only_their_type() {
     let mut s = DeltaStream::new(Variant::Single(Endpoint));
     s.handle_snapshot(snap(&[(Cluster, "a", "1"), (Endpoint, "a", "1")]));
