@@ -43,8 +43,11 @@ pub struct TypeSnapshot {
     /// What a delta client holding a selection gets again of this type when clusters it
     /// was sent warm (P28, `protocol::delta`), by the list of those clusters: the held
     /// selection it was worked out for, and the list.
-    pub rewarmed: Memo<[Arc<Resource>], (Weak<Selection>, Arc<Listed>), REWARMED>,
+    pub rewarmed: Memo<[Arc<Resource>], Rewarmed, REWARMED>,
 }
+
+/// See [`TypeSnapshot::rewarmed`]: the selection held, and what goes again.
+pub type Rewarmed = (Weak<Selection>, Arc<Listed>);
 
 /// How many lists of clusters sent a snapshot remembers the endpoints to send again for.
 const REWARMED: usize = 4;
@@ -53,8 +56,8 @@ const REWARMED: usize = 4;
 /// remembered by the snapshot for the streams that ask for the same names.
 #[derive(Debug)]
 pub struct Selection {
-    /// In name order, each once.
-    pub resources: Vec<Arc<Resource>>,
+    /// In name order, each once (a list a response of exactly these shares).
+    pub resources: Arc<[Arc<Resource>]>,
     /// The version a client holding exactly these has: the type's, for a wildcard; else the
     /// selection's own (`protocol::subscription::selection_version`), so that a client back
     /// on a new stream proves with it what it holds (P13). REST polling answers with the same
@@ -63,16 +66,27 @@ pub struct Selection {
     /// What a client holding an older selection lacks of this one (see
     /// [`Selection::lacking_since`]), by the older selection.
     lacking: Memo<Selection, Arc<[usize]>, 4>,
+    /// What these add to a response, in all (`protocol`'s measure), once asked.
+    cost: OnceLock<usize>,
 }
 
 impl Selection {
     /// `resources` (in name order, each once), which a client holding them has as `version`.
     pub fn new(resources: Vec<Arc<Resource>>, version: String) -> Selection {
         Selection {
-            resources,
+            resources: resources.into(),
             version,
             lacking: Memo::default(),
+            cost: OnceLock::new(),
         }
+    }
+
+    /// What these resources add to a response, in all, `cost` telling what each does:
+    /// worked out once (the function is always the same one).
+    pub fn cost(&self, cost: impl Fn(&Resource) -> usize) -> usize {
+        *self
+            .cost
+            .get_or_init(|| self.resources.iter().map(|r| cost(r)).sum())
     }
 
     /// Those of these resources that a client holding `before` lacks or has at another

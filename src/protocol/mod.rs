@@ -63,13 +63,87 @@ pub struct Response {
     pub version: String,
     /// Fresh per response (P2).
     pub nonce: String,
-    pub resources: Vec<Arc<Resource>>,
+    pub resources: Resources,
     /// Put each resource that has a TTL in a `Resource` wrapper carrying it (P26): only for
     /// clients announcing both `xds.config.resource-in-sotw` and TTL support.
     pub wrap_ttl: bool,
     /// Names the client subscribes to that do not exist for its node: each goes out as a
     /// `ResourceError` `NOT_FOUND` (P32), so the client need not wait out its timer (P31).
     pub not_found: Vec<String>,
+}
+
+/// The resources of a SotW response: chosen for this client, or a whole selection as the
+/// streams that select the same share it (`cache::Selection::resources`), which the wire
+/// writes from one buffer found by the list. Either reads as a slice.
+#[derive(Clone, Debug)]
+pub enum Resources {
+    Each(Vec<Arc<Resource>>),
+    Shared(Arc<[Arc<Resource>]>),
+}
+
+impl std::ops::Deref for Resources {
+    type Target = [Arc<Resource>];
+
+    fn deref(&self) -> &[Arc<Resource>] {
+        match self {
+            Resources::Each(each) => each,
+            Resources::Shared(list) => list,
+        }
+    }
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources::Each(Vec::new())
+    }
+}
+
+impl From<Vec<Arc<Resource>>> for Resources {
+    fn from(each: Vec<Arc<Resource>>) -> Self {
+        Resources::Each(each)
+    }
+}
+
+impl FromIterator<Arc<Resource>> for Resources {
+    fn from_iter<I: IntoIterator<Item = Arc<Resource>>>(iter: I) -> Self {
+        Resources::Each(iter.into_iter().collect())
+    }
+}
+
+impl IntoIterator for Resources {
+    type Item = Arc<Resource>;
+    type IntoIter = std::vec::IntoIter<Arc<Resource>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        let each = match self {
+            Resources::Each(each) => each,
+            Resources::Shared(list) => list.to_vec(),
+        };
+        each.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Resources {
+    type Item = &'a Arc<Resource>;
+    type IntoIter = std::slice::Iter<'a, Arc<Resource>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl PartialEq for Resources {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Resources {}
+
+impl PartialEq<Vec<Arc<Resource>>> for Resources {
+    fn eq(&self, other: &Vec<Arc<Resource>>) -> bool {
+        **self == **other
+    }
 }
 
 /// The message of a `NOT_FOUND` resource error (P32).

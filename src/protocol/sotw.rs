@@ -66,8 +66,9 @@ struct TypeState {
     prev_given: Option<Given>,
     /// Clusters just sent anew: their ClusterLoadAssignments go on the next response even if
     /// unchanged, without which Envoy keeps them warming (P28). Those the client lacks go
-    /// anyway, so nothing is looked up here, and no name is copied.
-    rewarm: Vec<Arc<Resource>>,
+    /// anyway, so nothing is looked up here, and no name is copied (nor a shared list of
+    /// them: a whole selection sent is kept as it is).
+    rewarm: Vec<Arc<[Arc<Resource>]>>,
     /// When the TTL'd resources the client has are due to be sent again (P25, P26).
     refresh_at: Option<Instant>,
     /// Names `given` counts that the client does not have yet: the rest of a response split
@@ -168,7 +169,7 @@ impl TypeState {
         let now = given.subscription.select(&given.snapshot);
         let whole = whole && kind.sotw_whole(given.subscription.is_wildcard());
         let brought = match &self.prev_given {
-            Some(prev) if !whole => prev.lacks(&now.resources, |_| false),
+            Some(prev) if !whole => prev.lacks(now.resources.iter(), |_| false),
             _ => now.resources.iter().collect(),
         };
         let previous = |name: &str| match &self.prev_given {
@@ -199,7 +200,7 @@ impl TypeState {
         }?;
         let selected = had.subscription.select(&had.snapshot);
         (selected.version == accepted).then(|| super::Runs {
-            resources: selected.resources.clone(),
+            resources: selected.resources.to_vec(),
             subscription: had.subscription.clone(),
         })
     }
@@ -620,7 +621,7 @@ impl Sotw {
         let wildcard = st.subscription.is_wildcard();
         let whole = kind.sotw_whole(wildcard);
         // The ClusterLoadAssignments to send again (P28), in name order.
-        let rewarm_names = super::rewarm_names(&st.rewarm);
+        let rewarm_names = super::rewarm_names(st.rewarm.iter().flat_map(|l| l.iter()));
         let rewarmed = |name: &str| rewarm_names.binary_search(&name).is_ok();
         let rewarm = !rewarm_names.is_empty() && selected.iter().any(|r| rewarmed(&r.name));
         let refresh = st.refresh_at.is_some_and(|at| at <= now);
@@ -717,7 +718,7 @@ impl Sotw {
                         while rewarm_left.next_if(|r| **r < n).is_some() {}
                         rewarm_left.peek().is_some_and(|r| **r == n)
                     };
-                    given.lacks(selected, |n| {
+                    given.lacks(selected.iter(), |n| {
                         rewarmed_next(n)
                             || st.owes(n)
                             || (refresh
@@ -760,7 +761,20 @@ impl Sotw {
         // rest).
         let mut payload = payload;
         let mut version = version;
-        let count = core.fit(kind, payload.iter().map(|r| r.as_ref()), !whole);
+        // The whole selection (what is sent is always of it, in its order): its cost is
+        // worked out once for the streams that share it.
+        let all = payload.len() == selected.len();
+        debug_assert!(
+            !all || payload
+                .iter()
+                .zip(selected.iter())
+                .all(|(p, s)| Arc::ptr_eq(p, s))
+        );
+        let count = if all && core.fits(kind, selection.cost(super::response_cost)) {
+            payload.len()
+        } else {
+            core.fit(kind, payload.iter().map(|r| r.as_ref()), !whole)
+        };
         st.owed = None;
         if count < payload.len() {
             let owed: BTreeSet<String> = payload[count..].iter().map(|r| r.name.clone()).collect();
@@ -779,21 +793,29 @@ impl Sotw {
         // arrives anew; collected here, queued on EDS below. A response of the whole selection
         // (CDS's always are) to a client that had a whole selection: what it lacks is the
         // same for every stream that had the one and now has the other, so shared.
-        let warming: Vec<Arc<Resource>> = if kind == ResourceType::Cluster {
+        // The whole selection changed (or is new to the client): the selection's own list,
+        // kept as it is.
+        let all = payload.len() == selected.len();
+        let warming: Option<Arc<[Arc<Resource>]>> = if kind == ResourceType::Cluster {
             let changed = match &st.given {
-                Some(given) if payload.len() == selected.len() => {
+                Some(given) if all => {
                     selection.lacking_since(&given.subscription.select(&given.snapshot))
                 }
                 Some(given) => given.lacks(payload.iter().copied(), |_| false),
                 None => payload.clone(),
             };
-            changed
-                .into_iter()
-                .filter(|r| r.warms_with.is_some())
-                .cloned()
-                .collect()
+            if all && changed.len() == selected.len() {
+                Some(Arc::clone(&selection.resources))
+            } else {
+                let warming: Vec<Arc<Resource>> = changed
+                    .into_iter()
+                    .filter(|r| r.warms_with.is_some())
+                    .cloned()
+                    .collect();
+                (!warming.is_empty()).then(|| warming.into())
+            }
         } else {
-            Vec::new()
+            None
         };
 
         let nonce = core.send(kind, &version);
@@ -804,7 +826,10 @@ impl Sotw {
             kind,
             version,
             nonce,
-            resources: payload.into_iter().cloned().collect(),
+            resources: match all {
+                true => super::Resources::Shared(Arc::clone(&selection.resources)),
+                false => payload.into_iter().cloned().collect(),
+            },
             wrap_ttl,
             not_found,
         };
@@ -816,8 +841,8 @@ impl Sotw {
         // it); one it has must be sent again though unchanged. Before anything was sent,
         // everything goes.
         if let Some(eds) = self.types.get_mut(ResourceType::Endpoint) {
-            if eds.given.is_some() {
-                eds.rewarm.extend(warming);
+            if let (Some(_), Some(warming)) = (&eds.given, warming) {
+                eds.rewarm.push(warming);
             }
         }
         Some(response)

@@ -29,7 +29,7 @@ mod stream;
 pub mod tls;
 mod wire;
 
-pub use wire::{DeltaWire, WireDeltaResponse, WireResponse};
+pub use wire::{DeltaWire, Listing, SotwWire, WireDeltaResponse, WireResponse};
 
 use std::sync::Arc;
 use std::time::Duration;

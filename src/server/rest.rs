@@ -35,7 +35,7 @@ use crate::cache::Cache;
 use crate::config::{descriptors, json};
 use crate::fleet::Fleet;
 use crate::protocol::Subscription;
-use crate::resource::{Resource, ResourceType, Secrets};
+use crate::resource::{ResourceType, Secrets};
 use crate::telemetry::PollApi;
 use crate::telemetry::Telemetry;
 
@@ -123,7 +123,7 @@ async fn discovery(
 pub struct Polled {
     /// The version of what it selects, as a SotW stream would give it (P13).
     pub version: String,
-    pub resources: Vec<Arc<Resource>>,
+    pub resources: crate::protocol::Resources,
     /// What it names that does not exist for the node (P32).
     pub not_found: Vec<String>,
     /// The version is the one the poll named, and stayed so for [`REST_HOLD`].
@@ -228,7 +228,7 @@ impl Rest {
             if !unchanged || !first {
                 return Polled {
                     version,
-                    resources: selected.resources.clone(),
+                    resources: crate::protocol::Resources::Shared(Arc::clone(&selected.resources)),
                     not_found: subscription.missing(current),
                     unchanged,
                     generation: generation.number,

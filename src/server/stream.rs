@@ -17,7 +17,7 @@ use super::incoming::ConnInfo;
 use super::peers::{PeerHandle, Peers};
 use super::status;
 use super::tls::IdentityPolicy;
-use super::wire::{DeltaWire, SharedTails, WireResponse};
+use super::wire::{DeltaWire, SharedTails, SotwWire};
 use super::MAX_RESPONSE_BYTES;
 use crate::cache::{Cache, Generation};
 use crate::config::selector::NodeFacts;
@@ -77,7 +77,7 @@ pub struct Written<W> {
 }
 
 impl Machine for Sotw {
-    type Wire = WireResponse;
+    type Wire = SotwWire;
     const PROTOCOL: &'static str = "sotw";
     /// `DiscoveryRequest.node`.
     const NODE_FIELD: u32 = 2;
@@ -85,18 +85,18 @@ impl Machine for Sotw {
     const NAMES_FIELDS: Option<(u32, u32)> = Some((3, 4));
 
     fn frame(
-        wire: &WireResponse,
+        wire: &SotwWire,
         max_message: usize,
         shared: &SharedTails,
     ) -> Result<(Bytes, Option<Bytes>), Status> {
         wire.frame_shared(max_message, shared)
     }
 
-    fn wire(r: Response, control_plane: &Arc<str>, secrets: Secrets) -> Written<WireResponse> {
+    fn wire(r: Response, control_plane: &Arc<str>, secrets: Secrets) -> Written<SotwWire> {
         let (kind, version) = (Some(r.kind), r.version.clone());
         let (resources, not_found) = (r.resources.len(), r.not_found.len());
         Written {
-            wire: WireResponse::new(r, control_plane, secrets),
+            wire: SotwWire::new(r, control_plane, secrets),
             kind,
             version,
             resources,
@@ -104,10 +104,10 @@ impl Machine for Sotw {
         }
     }
 
-    fn wire_unknown(r: UnknownResponse, control_plane: &Arc<str>) -> Written<WireResponse> {
+    fn wire_unknown(r: UnknownResponse, control_plane: &Arc<str>) -> Written<SotwWire> {
         let (version, not_found) = (r.version.clone(), r.not_found.len());
         Written {
-            wire: WireResponse::unknown(r, control_plane),
+            wire: SotwWire::unknown(r, control_plane),
             kind: None,
             version,
             resources: 0,

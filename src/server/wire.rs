@@ -29,7 +29,8 @@ use tonic::Status;
 
 use super::body;
 use crate::protocol::{
-    DeltaResource, DeltaResources, DeltaResponse, Response, UnknownResponse, NOT_FOUND_MESSAGE,
+    DeltaResource, DeltaResources, DeltaResponse, Resources, Response, UnknownResponse,
+    NOT_FOUND_MESSAGE,
 };
 use crate::resource::{Resource, Secrets};
 
@@ -349,14 +350,75 @@ impl WireDeltaResponse {
     }
 }
 
-/// A delta response as a stream writes it: the message, and, when its resources are a list
-/// shared with other streams' responses (`protocol::DeltaResources::Shared`), that list
-/// (each resource as the snapshot has it), written from a tail encoded once and found by
-/// the list alone: no stream takes each resource in hand.
-pub struct DeltaWire {
-    message: WireDeltaResponse,
+/// A response as a stream writes it: the message, and, when its resources are a list
+/// shared with other streams' responses (`protocol::Resources::Shared`,
+/// `protocol::DeltaResources::Shared`), that list (each resource as the snapshot has it),
+/// written from a tail encoded once and found by the list alone: no stream takes each
+/// resource in hand.
+pub struct Listing<M> {
+    message: M,
     /// The shared list, which `message` then leaves out.
     shared: Option<(Arc<[Arc<Resource>]>, Secrets)>,
+}
+
+/// A SotW response as a stream writes it.
+pub type SotwWire = Listing<WireResponse>;
+/// A delta response as a stream writes it.
+pub type DeltaWire = Listing<WireDeltaResponse>;
+
+/// A message whose resources a shared list may stand for.
+trait Listed: Shareable<Message = Self> + Message + Clone {
+    /// `resource` as an item of this message.
+    fn item(resource: &Arc<Resource>, secrets: Secrets) -> Item;
+    fn items(&mut self) -> &mut Vec<Item>;
+}
+
+impl Listed for WireResponse {
+    fn item(resource: &Arc<Resource>, secrets: Secrets) -> Item {
+        Item(Body::Any(Arc::clone(resource), secrets))
+    }
+    fn items(&mut self) -> &mut Vec<Item> {
+        &mut self.resources
+    }
+}
+
+impl Listed for WireDeltaResponse {
+    fn item(resource: &Arc<Resource>, secrets: Secrets) -> Item {
+        Item(Body::Delta(Arc::clone(resource), secrets))
+    }
+    fn items(&mut self) -> &mut Vec<Item> {
+        &mut self.resources
+    }
+}
+
+impl SotwWire {
+    /// `response` on the wire; private key material goes out as `secrets` says.
+    pub fn new(mut response: Response, control_plane_id: &str, secrets: Secrets) -> SotwWire {
+        let shared = match std::mem::take(&mut response.resources) {
+            // Each wrapped with its TTL is this client's own (P26).
+            Resources::Shared(list)
+                if !response.wrap_ttl || list.iter().all(|r| r.ttl.is_none()) =>
+            {
+                Some((list, secrets))
+            }
+            each => {
+                response.resources = each;
+                None
+            }
+        };
+        Listing {
+            message: WireResponse::new(response, control_plane_id, secrets),
+            shared,
+        }
+    }
+
+    /// A response for a type the server does not serve (P33).
+    pub fn unknown(response: UnknownResponse, control_plane_id: &str) -> SotwWire {
+        Listing {
+            message: WireResponse::unknown(response, control_plane_id),
+            shared: None,
+        }
+    }
 }
 
 impl DeltaWire {
@@ -369,7 +431,7 @@ impl DeltaWire {
                 None
             }
         };
-        DeltaWire {
+        Listing {
             message: WireDeltaResponse::new(response, control_plane_id, secrets),
             shared,
         }
@@ -377,14 +439,17 @@ impl DeltaWire {
 
     /// A response for a type the server does not serve (P33).
     pub fn unknown(response: UnknownResponse, control_plane_id: &str) -> DeltaWire {
-        DeltaWire {
+        Listing {
             message: WireDeltaResponse::unknown(response, control_plane_id),
             shared: None,
         }
     }
+}
 
-    /// Framed as [`WireDeltaResponse::frame_shared`] frames the message with the list's
-    /// resources in it.
+#[allow(private_bounds)]
+impl<M: Listed> Listing<M> {
+    /// Framed as the message's own `frame_shared` frames it with the list's resources in
+    /// it.
     pub fn frame_shared(
         &self,
         max_message: usize,
@@ -392,19 +457,31 @@ impl DeltaWire {
     ) -> Result<(Bytes, Option<Bytes>), Status> {
         self.frame_parts(max_message, tails)
     }
+}
 
+impl<M: Listed> Shareable for Listing<M> {
+    type Message = M;
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            list: self.shared.as_ref(),
+            ..self.message.parts()
+        }
+    }
     /// The message with the shared list's resources in it.
-    fn whole(&self) -> std::borrow::Cow<'_, WireDeltaResponse> {
+    fn whole(&self) -> std::borrow::Cow<'_, M> {
         match &self.shared {
             None => std::borrow::Cow::Borrowed(&self.message),
             Some((list, secrets)) => {
                 let mut whole = self.message.clone();
-                whole.resources = list
-                    .iter()
-                    .map(|r| Item(Body::Delta(Arc::clone(r), *secrets)))
-                    .collect();
+                *whole.items() = list.iter().map(|r| M::item(r, *secrets)).collect();
                 std::borrow::Cow::Owned(whole)
             }
+        }
+    }
+    fn rest(&self) -> M {
+        match self.whole() {
+            std::borrow::Cow::Borrowed(message) => message.rest(),
+            std::borrow::Cow::Owned(whole) => whole.rest(),
         }
     }
 }
@@ -435,11 +512,11 @@ struct TailKey {
     control_plane: Option<ControlPlane>,
     resource_errors: Vec<ResourceError>,
     removed: Vec<String>,
-    resources: Resources,
+    resources: Identities,
 }
 
 /// A tail's resources, by identity: each (the items of a response), or a shared list.
-enum Resources {
+enum Identities {
     Each(Vec<(Weak<Resource>, Secrets)>),
     List(Weak<[Arc<Resource>]>, Secrets),
 }
@@ -449,10 +526,10 @@ impl TailKey {
     /// or `list`.
     fn has(&self, items: &[Item], list: Option<&(Arc<[Arc<Resource>]>, Secrets)>) -> bool {
         match (&self.resources, list) {
-            (Resources::List(w, s), Some((list, t))) => {
+            (Identities::List(w, s), Some((list, t))) => {
                 items.is_empty() && std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(list)) && s == t
             }
-            (Resources::Each(each), None) => {
+            (Identities::Each(each), None) => {
                 each.len() == items.len()
                     && each.iter().zip(items).all(|((w, s), item)| match &item.0 {
                         Body::Any(r, t) | Body::Delta(r, t) => {
@@ -525,8 +602,8 @@ impl Parts<'_> {
             resource_errors: self.resource_errors.to_vec(),
             removed: self.removed.to_vec(),
             resources: match self.list {
-                Some((list, secrets)) => Resources::List(Arc::downgrade(list), *secrets),
-                None => Resources::Each(identities(self.items)),
+                Some((list, secrets)) => Identities::List(Arc::downgrade(list), *secrets),
+                None => Identities::Each(identities(self.items)),
             },
         }
     }
@@ -623,26 +700,6 @@ impl Shareable for WireDeltaResponse {
             system_version_info: String::new(),
             nonce: String::new(),
             ..self.clone()
-        }
-    }
-}
-
-impl Shareable for DeltaWire {
-    type Message = WireDeltaResponse;
-    fn parts(&self) -> Parts<'_> {
-        Parts {
-            list: self.shared.as_ref(),
-            ..self.message.parts()
-        }
-    }
-    fn whole(&self) -> std::borrow::Cow<'_, WireDeltaResponse> {
-        DeltaWire::whole(self)
-    }
-    fn rest(&self) -> WireDeltaResponse {
-        WireDeltaResponse {
-            system_version_info: String::new(),
-            nonce: String::new(),
-            ..self.whole().into_owned()
         }
     }
 }
@@ -778,7 +835,7 @@ mod tests {
                     kind: ResourceType::Cluster,
                     version: version.into(),
                     nonce: nonce.into(),
-                    resources: resources.clone(),
+                    resources: resources.clone().into(),
                     wrap_ttl,
                     not_found: not_found.clone(),
                 },
@@ -851,6 +908,67 @@ mod tests {
 
     /// Streams that send the same resources share the bytes of everything but their
     /// version and nonce; other resources, or another secrets setting, are other bytes.
+    /// A selection shared by streams goes out as its resources each would, from one buffer
+    /// found by the list; wrapped with TTLs (P26), it is the client's own.
+    #[test]
+    fn a_shared_selection_goes_out_as_its_resources_each_would_from_one_buffer() {
+        let list: Arc<[Arc<Resource>]> = endpoints("slist", 3, 100).into();
+        let response = |nonce: &str, resources: Resources, wrap_ttl| Response {
+            kind: ResourceType::Endpoint,
+            version: format!("v-{nonce}"),
+            nonce: nonce.into(),
+            resources,
+            wrap_ttl,
+            not_found: vec![],
+        };
+        let tails = SharedTails::default();
+        let shared = |nonce: &str| {
+            SotwWire::new(
+                response(nonce, Resources::Shared(Arc::clone(&list)), false),
+                "switchyard/1",
+                Secrets::Serve,
+            )
+            .frame_shared(1 << 20, &tails)
+            .expect("framed")
+        };
+        let ((head, a), (_, b)) = (shared("1"), shared("2"));
+        let (a, b) = (a.expect("shared"), b.expect("shared"));
+        assert_eq!(a.as_ptr(), b.as_ptr(), "one buffer for the one list");
+        let each = WireResponse::new(
+            response("1", list.to_vec().into(), false),
+            "switchyard/1",
+            Secrets::Serve,
+        );
+        let framed = crate::server::body::frame(&each, 1 << 20).expect("framed");
+        let whole = [&head[..], &a[..]].concat();
+        let decode = |b: &[u8]| {
+            DiscoveryResponse::decode(&b[crate::server::body::PREFIX..]).expect("decodes")
+        };
+        assert_eq!(decode(&whole), decode(&framed));
+        assert_eq!(whole.len(), framed.len());
+        // With TTLs to wrap (P26), each goes wrapped, as the client's own.
+        let ttl: Arc<[Arc<Resource>]> = list
+            .iter()
+            .map(|r| Arc::new(Resource::clone(r).with_ttl(Some(Duration::from_secs(30)))))
+            .collect();
+        let wrapped = SotwWire::new(
+            response("3", Resources::Shared(Arc::clone(&ttl)), true),
+            "switchyard/1",
+            Secrets::Serve,
+        );
+        let (framed, tail) = wrapped.frame_shared(1 << 20, &tails).expect("framed");
+        assert!(tail.is_none(), "wrapped for this client: framed whole");
+        let each = WireResponse::new(
+            response("3", ttl.to_vec().into(), true),
+            "switchyard/1",
+            Secrets::Serve,
+        );
+        assert_eq!(
+            framed,
+            crate::server::body::frame(&each, 1 << 20).expect("framed")
+        );
+    }
+
     #[test]
     fn the_same_resources_are_sent_from_one_shared_buffer() {
         let resources = endpoints("shared", 3, 100);
@@ -860,7 +978,7 @@ mod tests {
                     kind: ResourceType::Endpoint,
                     version: format!("v-{nonce}"),
                     nonce: nonce.into(),
-                    resources: resources.to_vec(),
+                    resources: resources.to_vec().into(),
                     wrap_ttl: false,
                     not_found: vec![],
                 },

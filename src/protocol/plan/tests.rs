@@ -245,7 +245,7 @@ impl Client for Sotw {
         let full_state = envoy_wildcard(r.kind);
         Some(Got {
             kind: r.kind,
-            resources: r.resources,
+            resources: r.resources.to_vec(),
             removed: Vec::new(),
             full_state,
             version: r.version,

@@ -9,7 +9,7 @@ use envoy_types::pb::google::rpc::Status;
 
 use super::SotwStream;
 use crate::cache::Snapshot;
-use crate::protocol::{Event, ProtocolError, Response, SyncState, Variant};
+use crate::protocol::{Event, ProtocolError, Resources, Response, SyncState, Variant};
 use crate::resource::{Resource, ResourceType};
 
 use ResourceType::{Cluster, Endpoint, Listener, Route};
@@ -1051,6 +1051,59 @@ fn p28_a_changed_cluster_is_followed_by_its_unchanged_endpoints() {
     s.handle_request(req(Endpoint, &["c", "d"], &out[1].version, &out[1].nonce))
         .expect("ack");
     assert!(s.poll_response(Instant::now()).is_none());
+}
+
+#[test]
+fn p10_p28_streams_selecting_the_same_are_sent_the_selection_as_one_shared_list() {
+    let items = |c: &'static str| {
+        snap(&[
+            (Cluster, "c", c),
+            (Cluster, "d", c),
+            (Endpoint, "c", "e"),
+            (Endpoint, "d", "e"),
+        ])
+    };
+    let (first, next) = (items("1"), items("2"));
+    // Both alive at once: streams share what they name while one holds it.
+    let mut streams: Vec<SotwStream> = (0..2)
+        .map(|_| SotwStream::new(Variant::Aggregated))
+        .collect();
+    let pushed: Vec<Vec<Response>> = streams
+        .iter_mut()
+        .map(|s| {
+            s.handle_snapshot(Arc::clone(&first));
+            s.handle_request(req(Cluster, &[], "", "")).expect("ok");
+            s.handle_request(req(Endpoint, &["c", "d"], "", ""))
+                .expect("ok");
+            for r in drain(s) {
+                let names: &[&str] = if r.kind == Cluster { &[] } else { &["c", "d"] };
+                s.handle_request(req(r.kind, names, &r.version, &r.nonce))
+                    .expect("ack");
+            }
+            // Every cluster changes: the whole set (P10), then every endpoint again (P28).
+            s.handle_snapshot(Arc::clone(&next));
+            drain(s)
+        })
+        .collect();
+    for out in &pushed {
+        assert_eq!(out.len(), 2, "{out:#?}");
+        assert_eq!(
+            (out[0].kind, names(&out[0])),
+            (Cluster, vec!["c".into(), "d".into()])
+        );
+        assert_eq!(
+            (out[1].kind, names(&out[1])),
+            (Endpoint, vec!["c".into(), "d".into()])
+        );
+    }
+    for (a, b) in pushed[0].iter().zip(&pushed[1]) {
+        match (&a.resources, &b.resources) {
+            (Resources::Shared(a), Resources::Shared(b)) => {
+                assert!(Arc::ptr_eq(a, b), "one list, not the same names twice")
+            }
+            other => panic!("not shared: {other:#?}"),
+        }
+    }
 }
 
 #[test]

@@ -294,7 +294,7 @@ impl Wire for Sotw {
         self.narrowed.remove(&r.kind);
         Some(Got {
             kind: r.kind,
-            resources: r.resources,
+            resources: r.resources.to_vec(),
             removed: Vec::new(),
             version: r.version,
             nonce: r.nonce,
