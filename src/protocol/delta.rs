@@ -8,7 +8,9 @@
 //! the type. Subscription changes mark names `dirty`; only a newly added wildcard looks at
 //! the whole type. A client that holds exactly what its subscription covers of `basis` (a
 //! fleet's proxies, between pushes) is kept as just that (`held::Holding`'s given form): a
-//! push then sends it the covered changes without looking each up in what it holds.
+//! push then sends it the covered changes without looking each up in what it holds, as the
+//! one list the streams subscribing to the same names share ([`DeltaResources::Shared`]),
+//! and so the endpoints those clusters warm with (P28).
 //!
 //! The delta flavor of the stream core (`protocol::stream`): the core keeps nonces, ACK/NACK
 //! and the make-before-break plan; responses are built from the snapshot the plan says to

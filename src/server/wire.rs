@@ -9,8 +9,11 @@
 //! moves in from the protocol's response): what every stream shares stays out of the cache
 //! lines both cores write. Only what differs per client is encoded here (its `Any` still the
 //! snapshot's bytes): a SotW resource wrapped with its TTL (P26), and a delta resource with aliases
-//! (P24), a TTL or as a heartbeat (P25). Tests check that the generated types decode the
-//! responses to the same messages, byte for byte.
+//! (P24), a TTL or as a heartbeat (P25). A response whose resources are a list shared by the
+//! streams that send the same ([`Listing`]: a whole selection, a push's changes to the same
+//! names) is written from one buffer encoded once and found by the list, with no item made
+//! per stream. Tests check that the generated types decode the responses to the same
+//! messages, byte for byte.
 //!
 //! Owns: the field layout. Must not: decide what goes in a response (`protocol`).
 
