@@ -153,8 +153,9 @@ pub struct Listed {
     pub resources: Arc<[Arc<Resource>]>,
     /// What they add to a response, in all (`cost` of each).
     pub cost: usize,
-    /// Whether any of them has a TTL, or aliases.
+    /// Whether any of them has a TTL.
     pub ttl: bool,
+    /// Whether any of them has aliases (P24).
     pub aliased: bool,
     /// Whether any of them warms with endpoints (a cluster, P28).
     pub warms: bool,
