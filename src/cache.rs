@@ -66,6 +66,8 @@ pub struct Selection {
     /// What a client holding an older selection lacks of this one (see
     /// [`Selection::lacking_since`]), by the older selection.
     lacking: Memo<Selection, Arc<[usize]>, 4>,
+    /// Which of these lists of clusters sent warm (see [`Selection::warmed_by`]).
+    warmed: Memo<[Arc<Resource>], Arc<[usize]>, 4>,
     /// What these add to a response, in all (`protocol`'s measure), once asked.
     cost: OnceLock<usize>,
 }
@@ -77,6 +79,7 @@ impl Selection {
             resources: resources.into(),
             version,
             lacking: Memo::default(),
+            warmed: Memo::default(),
             cost: OnceLock::new(),
         }
     }
@@ -95,7 +98,15 @@ impl Selection {
     /// all to the same new one. Linear when computed (a merge; unchanged resources compare
     /// by pointer).
     pub fn lacking_since(&self, before: &Arc<Selection>) -> Vec<&Arc<Resource>> {
-        let indices = match self.lacking.get(before) {
+        self.lacking_at(before)
+            .iter()
+            .map(|&i| &self.resources[i])
+            .collect()
+    }
+
+    /// [`Selection::lacking_since`], as positions in these resources.
+    pub fn lacking_at(&self, before: &Arc<Selection>) -> Arc<[usize]> {
+        match self.lacking.get(before) {
             Some(found) => found,
             None => {
                 let mut old = before.resources.iter().peekable();
@@ -116,8 +127,23 @@ impl Selection {
                 self.lacking.put(before, Arc::clone(&indices));
                 indices
             }
-        };
-        indices.iter().map(|&i| &self.resources[i]).collect()
+        }
+    }
+
+    /// Positions in these resources that `clusters` (a list a response sent) warm with
+    /// (P28, `protocol::sotw`), as `find` finds them: worked out once per list, for the
+    /// streams that were sent it and select these.
+    pub fn warmed_by(
+        &self,
+        clusters: &Arc<[Arc<Resource>]>,
+        find: impl FnOnce(&[Arc<Resource>]) -> Vec<usize>,
+    ) -> Arc<[usize]> {
+        if let Some(found) = self.warmed.get(clusters) {
+            return found;
+        }
+        let found: Arc<[usize]> = find(clusters).into();
+        self.warmed.put(clusters, Arc::clone(&found));
+        found
     }
 }
 

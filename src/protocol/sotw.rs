@@ -620,10 +620,31 @@ impl Sotw {
         // for LDS and CDS.
         let wildcard = st.subscription.is_wildcard();
         let whole = kind.sotw_whole(wildcard);
-        // The ClusterLoadAssignments to send again (P28), in name order.
-        let rewarm_names = super::rewarm_names(st.rewarm.iter().flat_map(|l| l.iter()));
-        let rewarmed = |name: &str| rewarm_names.binary_search(&name).is_ok();
-        let rewarm = !rewarm_names.is_empty() && selected.iter().any(|r| rewarmed(&r.name));
+        // The ClusterLoadAssignments to send again (P28): from one list of clusters (a
+        // push's, shared by the streams it went to), their positions in the selection,
+        // worked out once per list and selection; else their names, in name order.
+        let warmed = match &st.rewarm[..] {
+            [clusters] => Some(selection.warmed_by(clusters, |clusters| {
+                let names = super::rewarm_names(clusters.iter());
+                (0..selected.len())
+                    .filter(|&i| names.binary_search(&selected[i].name.as_str()).is_ok())
+                    .collect()
+            })),
+            _ => None,
+        };
+        let rewarm_names = match warmed {
+            Some(_) => Vec::new(),
+            None => super::rewarm_names(st.rewarm.iter().flat_map(|l| l.iter())),
+        };
+        let rewarm = match &warmed {
+            Some(warmed) => !warmed.is_empty(),
+            None => {
+                !rewarm_names.is_empty()
+                    && selected
+                        .iter()
+                        .any(|r| rewarm_names.binary_search(&r.name.as_str()).is_ok())
+            }
+        };
         let refresh = st.refresh_at.is_some_and(|at| at <= now);
         // The next refresh: a third of the shortest TTL among what the client will have.
         let next_refresh = wrap_ttl
@@ -710,9 +731,51 @@ impl Sotw {
                     // stream that had the one and now selects the other, so shared.
                     let before = given.subscription.select(&given.snapshot);
                     selection.lacking_since(&before)
+                } else if let (Some(warmed), None, false) = (&warmed, &st.owed, refresh) {
+                    // That, and the endpoints to send again, each found once for the
+                    // streams that share them: merged by position.
+                    let before = given.subscription.select(&given.snapshot);
+                    let lacking = selection.lacking_at(&before);
+                    let (mut lacking, mut warmed) =
+                        (lacking.iter().peekable(), warmed.iter().peekable());
+                    let mut fresh = Vec::with_capacity(lacking.len().max(warmed.len()));
+                    loop {
+                        let next = match (lacking.peek(), warmed.peek()) {
+                            (Some(&&l), Some(&&w)) if l == w => {
+                                warmed.next();
+                                lacking.next();
+                                l
+                            }
+                            (Some(&&l), Some(&&w)) if l < w => {
+                                lacking.next();
+                                l
+                            }
+                            (_, Some(&&w)) => {
+                                warmed.next();
+                                w
+                            }
+                            (Some(&&l), None) => {
+                                lacking.next();
+                                l
+                            }
+                            (None, None) => break,
+                        };
+                        fresh.push(&selected[next]);
+                    }
+                    debug_assert!({
+                        let names = super::rewarm_names(st.rewarm.iter().flat_map(|l| l.iter()));
+                        let walked = given.lacks(selected.iter(), |n| names.contains(&n));
+                        walked.len() == fresh.len()
+                            && walked.iter().zip(&fresh).all(|(a, b)| Arc::ptr_eq(a, b))
+                    });
+                    fresh
                 } else {
                     // The names come in order: the ClusterLoadAssignments to send again are
                     // walked beside them, not searched for each.
+                    let rewarm_names = match warmed {
+                        Some(_) => super::rewarm_names(st.rewarm.iter().flat_map(|l| l.iter())),
+                        None => rewarm_names,
+                    };
                     let mut rewarm_left = rewarm_names.iter().peekable();
                     let mut rewarmed_next = |n: &str| {
                         while rewarm_left.next_if(|r| **r < n).is_some() {}
