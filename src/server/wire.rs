@@ -771,6 +771,21 @@ mod tests {
     use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
     use std::sync::Arc;
 
+    /// Framed as `head` then `tail` (a shared one), `whole` decodes as the generated type
+    /// `M` to what `whole` framed at once does, and is as long: returned, decoded.
+    pub(super) fn framed_as_whole<M: Message + Default + PartialEq + std::fmt::Debug>(
+        head: &[u8],
+        tail: &[u8],
+        whole: &impl Message,
+    ) -> M {
+        let framed = crate::server::body::frame(whole, 1 << 20).expect("framed");
+        let parts = [head, tail].concat();
+        let decode = |b: &[u8]| M::decode(&b[crate::server::body::PREFIX..]).expect("decodes");
+        assert_eq!(decode(&parts), decode(&framed));
+        assert_eq!(parts.len(), framed.len());
+        decode(&parts)
+    }
+
     /// `count` ClusterLoadAssignments named `{prefix}-{i}`, each of `len` bytes of `i`.
     pub(super) fn endpoints(prefix: &str, count: u8, len: usize) -> Vec<Arc<Resource>> {
         (0..count)
@@ -942,13 +957,8 @@ mod tests {
             "switchyard/1",
             Secrets::Serve,
         );
-        let framed = crate::server::body::frame(&each, 1 << 20).expect("framed");
-        let whole = [&head[..], &a[..]].concat();
-        let decode = |b: &[u8]| {
-            DiscoveryResponse::decode(&b[crate::server::body::PREFIX..]).expect("decodes")
-        };
-        assert_eq!(decode(&whole), decode(&framed));
-        assert_eq!(whole.len(), framed.len());
+        let sent: DiscoveryResponse = framed_as_whole(&head, &a, &each);
+        assert_eq!(sent.resources.len(), list.len());
         // With TTLs to wrap (P26), each goes wrapped, as the client's own.
         let ttl: Arc<[Arc<Resource>]> = list
             .iter()
@@ -1235,14 +1245,8 @@ mod delta_tests {
             "switchyard/1",
             Secrets::Serve,
         );
-        let framed = crate::server::body::frame(&each, 1 << 20).expect("framed");
-        let whole = [&head[..], &a[..]].concat();
-        let decode = |b: &[u8]| {
-            DeltaDiscoveryResponse::decode(&b[crate::server::body::PREFIX..]).expect("decodes")
-        };
-        assert_eq!(decode(&whole), decode(&framed));
-        assert_eq!(decode(&whole).resources.len(), list.len());
-        assert_eq!(whole.len(), framed.len());
+        let sent: DeltaDiscoveryResponse = super::tests::framed_as_whole(&head, &a, &each);
+        assert_eq!(sent.resources.len(), list.len());
         // An equal list that is not the same one, or other secrets: another tail.
         let copy: Arc<[Arc<Resource>]> = list.iter().cloned().collect();
         let (_, other) = shared("3", &copy, Secrets::Serve)
