@@ -13,6 +13,8 @@
 # Each run is 10,000 clients on the reference snapshot (benches/reference-snapshot.py),
 # bounded by --max-time 150s; it prints one JSON line: the server, the row, and the load
 # generator's report. `benches/own-share.py` makes the table from those lines.
+# ROWS (in the environment), rows separated by commas, each "PROTOCOL NODE_EXTENSIONS
+# TRIGGER" as below, runs those alone: ROWS="delta 0 cluster,sotw 0 cluster".
 set -euo pipefail
 rounds=$1 loadgen=$2 floor=$3
 shift 3
@@ -45,8 +47,9 @@ run() { # NAME BINARY PROTOCOL NODE_EXTENSIONS TRIGGER(cla|cluster)
     printf '{"server":"%s","protocol":"%s","node_extensions":%s,"trigger":"%s","report":%s}\n' \
         "$name" "$protocol" "$ext" "$kind" "${report:-null}"
 }
+IFS=, read -ra rows <<<"${ROWS:-sotw 0 cla,delta 0 cla,sotw 516 cla,delta 516 cla,sotw 0 cluster,delta 0 cluster}"
 for _ in $(seq "$rounds"); do
-    for row in "sotw 0 cla" "delta 0 cla" "sotw 516 cla" "delta 516 cla" "sotw 0 cluster" "delta 0 cluster"; do
+    for row in "${rows[@]}"; do
         run floor "$floor" $row
         for named in "$@"; do
             run "${named%%=*}" "${named#*=}" $row
