@@ -852,7 +852,6 @@ impl Delta {
                         core.record_found(kind, &r.name);
                     }
                 }
-                core.record_not_found(kind, &[], false);
                 let nonce = core.send(kind, &current.version);
                 let before = st.held.given().map(|was| {
                     Box::new(GivenBefore {

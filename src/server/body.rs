@@ -12,7 +12,7 @@
 //! - requests: a compressed message is refused (`INTERNAL`), one over the size limit ends
 //!   the stream with `OUT_OF_RANGE`, a cancelled request stream is the client going away;
 //! - responses: the messages as DATA (one chunk each, or two when part of one is shared
-//!   with other streams, see `wire::WireResponse::frame_shared`; tonic joins messages ready
+//!   with other streams, see `wire::Listing::frame_shared`; tonic joins messages ready
 //!   together),
 //!   then trailers with the status (`grpc-status: 0` at the end of the stream); a message
 //!   over the size limit ends the stream with `OUT_OF_RANGE` (see [`frame`]).

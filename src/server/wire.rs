@@ -266,21 +266,6 @@ impl WireResponse {
         }
     }
 
-    /// This response framed for the wire (as `server::body::frame` frames it), in
-    /// two parts: its gRPC prefix with what is this stream's own (`version_info`,
-    /// `nonce`), then the rest (resources, type, control plane, errors). The rest is
-    /// encoded once and shared by every stream that sends the same (the same resources as
-    /// the snapshot has them, nothing wrapped for one client): a push sends 10,000 streams
-    /// the same ClusterLoadAssignments, and each copied them into its own buffer. Protobuf
-    /// takes a message's fields in any order.
-    pub fn frame_shared(
-        &self,
-        max_message: usize,
-        tails: &SharedTails,
-    ) -> Result<(Bytes, Option<Bytes>), Status> {
-        self.frame_parts(max_message, tails)
-    }
-
     /// A response for a type the server does not serve (P33): nothing, each name asked for
     /// not found (P32).
     pub fn unknown(response: UnknownResponse, control_plane_id: &str) -> WireResponse {
@@ -324,18 +309,6 @@ impl WireDeltaResponse {
             control_plane: control_plane(control_plane_id),
             resource_errors: not_found(response.not_found),
         }
-    }
-
-    /// This response framed for the wire in two parts, as
-    /// [`WireResponse::frame_shared`]: its `system_version_info` and `nonce`, then the rest
-    /// (resources, removals, type, control plane, errors), shared by the streams that send
-    /// the same resources as the snapshot has them.
-    pub fn frame_shared(
-        &self,
-        max_message: usize,
-        tails: &SharedTails,
-    ) -> Result<(Bytes, Option<Bytes>), Status> {
-        self.frame_parts(max_message, tails)
     }
 
     /// A response for a type the server does not serve (P33): each name asked for removed
@@ -451,8 +424,13 @@ impl DeltaWire {
 
 #[allow(private_bounds)]
 impl<M: Listed> Listing<M> {
-    /// Framed as the message's own `frame_shared` frames it with the list's resources in
-    /// it.
+    /// This response framed for the wire (as `server::body::frame` frames it), in two
+    /// parts: its gRPC prefix with what is this stream's own (the version and the nonce),
+    /// then the rest (resources, type, control plane, removals, errors). The rest is
+    /// encoded once and shared by every stream that sends the same (the same resources as
+    /// the snapshot has them, nothing wrapped for one client; a shared list is found by the
+    /// list alone): a push sends 10,000 streams the same ClusterLoadAssignments, and each
+    /// copied them into its own buffer. Protobuf takes a message's fields in any order.
     pub fn frame_shared(
         &self,
         max_message: usize,
@@ -482,10 +460,7 @@ impl<M: Listed> Shareable for Listing<M> {
         }
     }
     fn rest(&self) -> M {
-        match self.whole() {
-            std::borrow::Cow::Borrowed(message) => message.rest(),
-            std::borrow::Cow::Owned(whole) => whole.rest(),
-        }
+        self.whole().rest()
     }
 }
 
@@ -500,7 +475,7 @@ const SHARED_TAILS: usize = 16;
 /// kept (each stream frames such a response whole, as before).
 const SHARED_TAIL_BYTES: usize = 64 << 20;
 
-/// A tail encoded once ([`WireResponse::frame_shared`]), and what it was encoded from.
+/// A tail encoded once ([`Listing::frame_shared`]), and what it was encoded from.
 struct SharedTail {
     key: TailKey,
     bytes: Bytes,
@@ -624,7 +599,7 @@ trait Shareable: Sized {
     /// This message without its own fields.
     fn rest(&self) -> Self::Message;
 
-    /// See [`WireResponse::frame_shared`].
+    /// See [`Listing::frame_shared`].
     fn frame_parts(
         &self,
         max_message: usize,
@@ -707,7 +682,7 @@ impl Shareable for WireDeltaResponse {
     }
 }
 
-/// The tails a server's streams share ([`WireResponse::frame_shared`]): the latest kept,
+/// The tails a server's streams share ([`Listing::frame_shared`]): the latest kept,
 /// at most [`SHARED_TAILS`] of them and [`SHARED_TAIL_BYTES`] together.
 #[derive(Default)]
 pub struct SharedTails(std::sync::Mutex<std::collections::VecDeque<SharedTail>>);
@@ -904,7 +879,7 @@ mod tests {
             assert_eq!(bytes, expected.encode_to_vec(), "byte for byte");
             // Framed in parts, the same message.
             let (head, shared) = wire
-                .frame_shared(1 << 20, &SharedTails::default())
+                .frame_parts(1 << 20, &SharedTails::default())
                 .expect("framed");
             assert_eq!(
                 shared.is_some(),
@@ -1000,7 +975,7 @@ mod tests {
             )
         };
         let tails = SharedTails::default();
-        let frame = |w: WireResponse| w.frame_shared(1 << 20, &tails).expect("framed");
+        let frame = |w: WireResponse| w.frame_parts(1 << 20, &tails).expect("framed");
         let (a_head, a) = frame(wire("1", &resources, Secrets::Serve));
         let (b_head, b) = frame(wire("2", &resources, Secrets::Serve));
         let (a, b) = (a.expect("shared"), b.expect("shared"));
@@ -1018,7 +993,7 @@ mod tests {
                 .expect("framed")
         );
         // Over the limit, as when framed whole.
-        let over = wire("6", &resources, Secrets::Serve).frame_shared(100, &tails);
+        let over = wire("6", &resources, Secrets::Serve).frame_parts(100, &tails);
         assert_eq!(over.expect_err("too large").code(), tonic::Code::OutOfRange);
         // A kept tail keeps no resource alive: the snapshot's going frees them.
         let held = Arc::downgrade(&resources[0]);
@@ -1027,7 +1002,7 @@ mod tests {
         // A tail too large to keep: framed whole, every time.
         let big = endpoints("big", 2, SHARED_TAIL_BYTES / SHARED_TAILS);
         let (whole, none) = wire("7", &big, Secrets::Serve)
-            .frame_shared(1 << 30, &tails)
+            .frame_parts(1 << 30, &tails)
             .expect("framed");
         assert!(none.is_none());
         assert_eq!(
@@ -1157,7 +1132,7 @@ mod delta_tests {
             assert_eq!(bytes, expected.encode_to_vec(), "byte for byte");
             // Aliases and TTLs are this client's own: framed whole.
             let (_, shared) = wire
-                .frame_shared(1 << 20, &SharedTails::default())
+                .frame_parts(1 << 20, &SharedTails::default())
                 .expect("framed");
             assert!(shared.is_none());
         }
@@ -1191,7 +1166,7 @@ mod delta_tests {
             )
         };
         let tails = SharedTails::default();
-        let parts = |w: &WireDeltaResponse| w.frame_shared(1 << 20, &tails).expect("framed");
+        let parts = |w: &WireDeltaResponse| w.frame_parts(1 << 20, &tails).expect("framed");
         let (one, two) = (wire("1", vec![]), wire("2", vec![]));
         let (head, a) = parts(&one);
         let (_, b) = parts(&two);
