@@ -278,7 +278,7 @@ fn run<M: Machine>(
         // The status a stream ends with, sent after the loop: awaiting the send inside the
         // select's arms would keep the request (and the select's output) in the task's
         // future across it, some 1.1 KB of every stream's largest allocation.
-        let mut end: Option<Box<Status>> = None;
+        let mut end: Option<Outgoing> = None;
         // A response sent since the client's last request, and when the wait for its answer
         // (an ACK, a NACK, any request) ends: past it the client is stuck
         // (`--stalled-stream-timeout`), and its connection is closed.
@@ -302,7 +302,7 @@ fn run<M: Machine>(
                                 if e.is_limit() {
                                     telemetry.limit_reached(Limit::NamesPerStream { peer: &peer, error: &e.to_string() });
                                 }
-                                end = Some(Box::new(status::from_protocol(&e)));
+                                end = Some(Outgoing::end(status::from_protocol(&e)));
                                 break format!("protocol error: {e}");
                             }
                         }
@@ -312,7 +312,7 @@ fn run<M: Machine>(
                                     Ok(()) => secrets = Secrets::Serve,
                                     Err(why) => {
                                         telemetry.identity_mismatch("stream", &node.id, &peer, &why);
-                                        end = Some(Box::new(Status::permission_denied(format!(
+                                        end = Some(Outgoing::end(Status::permission_denied(format!(
                                             "node {:?}: {why}", node.id
                                         ))));
                                         break format!("identity mismatch: {why}");
@@ -354,7 +354,7 @@ fn run<M: Machine>(
                                 status.message()
                             ),
                         };
-                        end = Some(Box::new(unread.into_status()));
+                        end = Some(Outgoing::end(unread.into_status()));
                         break reason;
                     }
                 },
@@ -388,7 +388,7 @@ fn run<M: Machine>(
                     if node_id.is_none() && tokio::time::Instant::now() >= first_request_by {
                         let waited = limits.first_request_timeout;
                         telemetry.limit_reached(Limit::FirstRequestTimeout { peer: &peer, waited });
-                        end = Some(Box::new(Status::deadline_exceeded(format!(
+                        end = Some(Outgoing::end(Status::deadline_exceeded(format!(
                             "no request with a node within {waited:?} of opening the stream (--first-request-timeout)"
                         ))));
                         break format!("no first request within {waited:?}");
@@ -511,7 +511,7 @@ fn run<M: Machine>(
             }
         };
         if let Some(status) = end {
-            let _ = tx.send(Outgoing::end(*status)).await;
+            let _ = tx.send(status).await;
         }
         drop(listed);
         telemetry.stream_closed(
@@ -548,11 +548,11 @@ fn stalled(
 /// Send a framed response, its own bytes then those shared with other streams; `false`
 /// once the client has gone.
 async fn send_parts(tx: &mpsc::Sender<Outgoing>, framed: Bytes, shared: Option<Bytes>) -> bool {
-    if tx.send(Outgoing::Message(framed)).await.is_err() {
+    if tx.send(Outgoing::message(framed)).await.is_err() {
         return false;
     }
     match shared {
-        Some(shared) => tx.send(Outgoing::Message(shared)).await.is_ok(),
+        Some(shared) => tx.send(Outgoing::message(shared)).await.is_ok(),
         None => true,
     }
 }
