@@ -9,12 +9,14 @@
 
 use std::convert::Infallible;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tower::ServiceExt;
 
 use super::incoming::{Conn, ConnInfo};
@@ -54,6 +56,48 @@ impl ConnectionAge {
     }
 }
 
+/// What a connection and its streams tell each other (each request carries it in its
+/// [`ConnInfo`]): the connection reached its age, or a stream stalled. One allocation per
+/// connection: a `watch` channel for the first and a `Notify` for the second took 432 bytes
+/// of every proxy (docs/benchmarks.md, "Memory per proxy, against the floor").
+#[derive(Debug, Default)]
+pub struct ConnSignals {
+    /// The connection reached its age: its xDS streams end, so that their clients
+    /// reconnect (perhaps to another replica).
+    closing: AtomicBool,
+    closing_told: Notify,
+    /// A stream's client read or answered nothing for `--stalled-stream-timeout`.
+    stalled: Notify,
+}
+
+impl ConnSignals {
+    /// The connection is closing: every stream waiting in [`ConnSignals::closing`] is
+    /// told, and every one that waits later too.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.closing_told.notify_waiters();
+    }
+
+    /// Resolves once the connection is closing.
+    pub async fn closing(&self) {
+        loop {
+            // Armed before the flag is read: a `close` in between still wakes it.
+            let told = self.closing_told.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            if self.closing.load(Ordering::SeqCst) {
+                return;
+            }
+            told.await;
+        }
+    }
+
+    /// A stream stalled: the connection is to be closed (no GOAWAY that would wait on it).
+    pub fn stall(&self) {
+        self.stalled.notify_one();
+    }
+}
+
 /// HTTP settings of the xDS port's connections.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -72,11 +116,9 @@ pub async fn serve(
 ) {
     crate::supervise::fail_point("xds_connection");
     let peer = conn.peer();
-    let (aged_tx, aged_rx) = watch::channel(false);
+    let signals = Arc::new(ConnSignals::default());
     let mut info: ConnInfo = conn.info().clone();
-    info.closing = Some(aged_rx);
-    let stalled = std::sync::Arc::new(tokio::sync::Notify::new());
-    info.stalled = Some(std::sync::Arc::clone(&stalled));
+    info.signals = Some(Arc::clone(&signals));
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(info.clone());
         let routes = routes.clone();
@@ -112,7 +154,7 @@ pub async fn serve(
         ended = served.as_mut() => Some(ended),
         _ = &mut aged => {
             telemetry.connection_aged(peer, age);
-            let _ = aged_tx.send(true);
+            signals.close();
             served.as_mut().graceful_shutdown();
             None
         }
@@ -122,7 +164,7 @@ pub async fn serve(
         }
         // A stream's client read nothing for --stalled-stream-timeout (the stream said so,
         // and counted it): no GOAWAY that would wait on it, the connection is closed now.
-        _ = stalled.notified() => return,
+        _ = signals.stalled.notified() => return,
     };
     let ended = match ended {
         Some(ended) => ended,
@@ -146,6 +188,30 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_connection_closing_tells_its_streams_waiting_and_to_come_and_a_stall_is_kept() {
+        let signals = Arc::new(ConnSignals::default());
+        let waiting = tokio::spawn({
+            let signals = Arc::clone(&signals);
+            async move { signals.closing().await }
+        });
+        // Bounded: the waiter is told however the task and `close` interleave.
+        tokio::task::yield_now().await;
+        signals.close();
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("a stream waiting is told")
+            .expect("the waiter did not panic");
+        tokio::time::timeout(Duration::from_secs(10), signals.closing())
+            .await
+            .expect("a stream that waits after the close is told at once");
+        // A stall told before the connection waits for one is not lost.
+        signals.stall();
+        tokio::time::timeout(Duration::from_secs(10), signals.stalled.notified())
+            .await
+            .expect("the stall is kept until the connection looks");
+    }
 
     #[test]
     fn ages_vary_by_the_jitter_either_way_and_none_is_for_ever() {

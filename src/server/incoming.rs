@@ -36,12 +36,10 @@ pub struct ConnInfo {
     pub remote: Option<SocketAddr>,
     /// With mutual TLS: what the client's verified certificate says it is.
     pub identity: Option<Arc<PeerIdentity>>,
-    /// Turns true when the connection is to close (it reached its age): its xDS streams end,
-    /// so their clients reconnect, perhaps to another replica.
-    pub closing: Option<tokio::sync::watch::Receiver<bool>>,
-    /// Told when a stream of the connection stalled past `--stalled-stream-timeout`: the
-    /// connection is closed.
-    pub stalled: Option<Arc<tokio::sync::Notify>>,
+    /// What the connection and its streams tell each other: it is closing (it reached its
+    /// age), so its xDS streams end and their clients reconnect, perhaps to another
+    /// replica; a stream stalled past `--stalled-stream-timeout`, so it is closed.
+    pub signals: Option<Arc<super::connection::ConnSignals>>,
 }
 
 /// Plain TCP, or TLS over it.
@@ -129,8 +127,7 @@ pub fn incoming(listener: TcpListener, accept: Accept, telemetry: Telemetry) -> 
                                 info: ConnInfo {
                                     remote: Some(peer),
                                     identity,
-                                    closing: None,
-                                    stalled: None,
+                                    signals: None,
                                 },
                                 _permit: permit,
                             };

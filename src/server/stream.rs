@@ -13,6 +13,7 @@ use tonic::Status;
 
 use super::admission::{Admit, Bucket};
 use super::body::{self, Outgoing, Requests, Unread};
+use super::connection::ConnSignals;
 use super::incoming::ConnInfo;
 use super::peers::{PeerHandle, Peers};
 use super::status;
@@ -74,6 +75,25 @@ pub struct Written<W> {
     pub resources: usize,
     /// `NOT_FOUND` resource errors (P32).
     pub not_found: usize,
+}
+
+/// What is logged and counted of a response once it is sent: a [`Written`] without its wire.
+struct Logged {
+    kind: Option<ResourceType>,
+    version: String,
+    resources: usize,
+    not_found: usize,
+}
+
+impl<W> Written<W> {
+    fn log(self) -> Logged {
+        Logged {
+            kind: self.kind,
+            version: self.version,
+            resources: self.resources,
+            not_found: self.not_found,
+        }
+    }
 }
 
 impl Machine for Sotw {
@@ -233,8 +253,7 @@ fn run<M: Machine>(
         .map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let ConnInfo {
         identity: conn_identity,
-        closing: mut conn_closing,
-        stalled: conn_stalled,
+        signals: conn_signals,
         remote: _,
     } = conn;
     let StreamContext {
@@ -394,14 +413,14 @@ fn run<M: Machine>(
                         break format!("no first request within {waited:?}");
                     }
                     if unanswered.is_some_and(|at| tokio::time::Instant::now() >= at) {
-                        stalled(&telemetry, &peer, node_id.as_deref(), &limits, conn_stalled.as_deref());
+                        stalled(&telemetry, &peer, node_id.as_deref(), &limits, conn_signals.as_deref());
                         break "the client answered none of its responses within --stalled-stream-timeout".into();
                     }
                 }
                 _ = stop.wait() => break "server shutting down".into(),
                 // The connection reached --max-connection-age: the client reconnects (perhaps to
                 // another replica) and presents what it holds.
-                _ = connection_closing(&mut conn_closing) => {
+                _ = connection_closing(conn_signals.as_deref()) => {
                     let _ = tx.try_send(Outgoing::end(Status::unavailable(
                         "the connection reached its maximum age (--max-connection-age); reconnect",
                     )));
@@ -423,28 +442,34 @@ fn run<M: Machine>(
                 events.protocol(&event);
             }
             let mut gone: Option<&str> = None;
-            while let Some(written) = machine
-                // Tokio's clock (the same as the system's, but for tests on a paused clock).
-                .poll_response(tokio::time::Instant::now().into_std())
-                .map(|r| M::wire(r, &control_plane, secrets))
-                .or_else(|| {
-                    machine
-                        .poll_unknown()
-                        .map(|r| M::wire_unknown(r, &control_plane))
-                })
-            {
-                // Framed here, once, into a buffer of its size (and bytes shared with other
-                // streams): the body only passes them on.
-                let (framed, shared) = match M::frame(&written.wire, MAX_RESPONSE_BYTES, &tails) {
+            loop {
+                // The response, framed here, once, into a buffer of its size (and bytes
+                // shared with other streams): the body only passes them on. What it was
+                // framed from is dropped before the sends below: held across their awaits,
+                // it (and the loop's own `Option` of it) sat in every state of the task's
+                // future, 480 bytes of every stream's largest allocation (docs/benchmarks.md,
+                // "Memory per proxy, against the floor").
+                let Some((framed, log)) = machine
+                    // Tokio's clock (the same as the system's, but for tests on a paused clock).
+                    .poll_response(tokio::time::Instant::now().into_std())
+                    .map(|r| M::wire(r, &control_plane, secrets))
+                    .or_else(|| {
+                        machine
+                            .poll_unknown()
+                            .map(|r| M::wire_unknown(r, &control_plane))
+                    })
+                    .map(|written| {
+                        let framed = M::frame(&written.wire, MAX_RESPONSE_BYTES, &tails);
+                        (framed, written.log())
+                    })
+                else {
+                    break;
+                };
+                let (framed, shared) = match framed {
                     Ok(framed) => framed,
                     Err(status) => {
-                        events.too_large(
-                            written.kind,
-                            &written.version,
-                            written.resources,
-                            status.message(),
-                        );
-                        let _ = tx.send(Outgoing::end(status)).await;
+                        events.too_large(log.kind, &log.version, log.resources, status.message());
+                        end = Some(Outgoing::end(status));
                         gone = Some("a response too large to send");
                         break;
                     }
@@ -452,21 +477,20 @@ fn run<M: Machine>(
                 let bytes = framed.len() + shared.as_ref().map_or(0, Bytes::len) - body::PREFIX;
                 // A client that does not read blocks this send; shutdown must not wait for it,
                 // nor this server hold its responses for ever (--stalled-stream-timeout).
-                let sent = if tx.capacity() >= 2 {
-                    // Room for both parts (this task alone sends): no wait, no timer.
-                    send_parts(&tx, framed, shared).await
-                } else {
-                    tokio::select! {
+                // Biased: with room for both parts (this task alone sends), the send is done
+                // at its first poll and the timer is never armed. One await for both cases:
+                // what lives across two awaits sits in every state of the task's future.
+                let sent = tokio::select! {
+                    biased;
                     sent = send_parts(&tx, framed, shared) => sent,
                     _ = stop.wait() => {
                         gone = Some("server shutting down");
                         break;
                     }
                     _ = tokio::time::sleep(limits.stalled_stream_timeout) => {
-                        stalled(&telemetry, &peer, node_id.as_deref(), &limits, conn_stalled.as_deref());
+                        stalled(&telemetry, &peer, node_id.as_deref(), &limits, conn_signals.as_deref());
                         gone = Some("the client read none of its responses within --stalled-stream-timeout");
                         break;
-                    }
                     }
                 };
                 if !sent {
@@ -477,11 +501,11 @@ fn run<M: Machine>(
                     tokio::time::Instant::now() + limits.stalled_stream_timeout
                 });
                 let sent = Sent {
-                    resources: written.resources,
-                    not_found: written.not_found,
+                    resources: log.resources,
+                    not_found: log.not_found,
                     bytes,
                 };
-                events.sent(written.kind, &written.version, sent);
+                events.sent(log.kind, &log.version, sent);
             }
             // What deciding the responses did (plan steps), counted and logged now, not at the
             // next input.
@@ -533,7 +557,7 @@ fn stalled(
     peer: &str,
     node: Option<&str>,
     limits: &super::Limits,
-    connection: Option<&tokio::sync::Notify>,
+    connection: Option<&ConnSignals>,
 ) {
     telemetry.limit_reached(Limit::StalledStream {
         peer,
@@ -541,7 +565,7 @@ fn stalled(
         waited: limits.stalled_stream_timeout,
     });
     if let Some(connection) = connection {
-        connection.notify_one();
+        connection.stall();
     }
 }
 
@@ -558,15 +582,10 @@ async fn send_parts(tx: &mpsc::Sender<Outgoing>, framed: Bytes, shared: Option<B
 }
 
 /// Resolves once the stream's connection is closing, or never.
-async fn connection_closing(closing: &mut Option<watch::Receiver<bool>>) {
-    let Some(rx) = closing else {
-        return std::future::pending().await;
-    };
-    while !*rx.borrow_and_update() {
-        if rx.changed().await.is_err() {
-            // The connection is gone; the stream ends by its own means.
-            return std::future::pending().await;
-        }
+async fn connection_closing(signals: Option<&ConnSignals>) {
+    match signals {
+        Some(signals) => signals.closing().await,
+        None => std::future::pending().await,
     }
 }
 
