@@ -32,13 +32,21 @@ pub struct Fleet {
     /// input without taking the fleet's (10,000 streams on two cores contended for one
     /// lock and a 10,000-entry tree twice per proxy per push). Locked after `streams`.
     streams: Mutex<BTreeMap<u64, Arc<Mutex<StreamReport>>>>,
-    /// The generation whose convergence is being timed. Locked after `streams`, never
-    /// before; never while a report is locked.
+    /// The generation whose convergence is being timed, and when it was published: read
+    /// when it converges. Locked after `streams`, never before; never while a report is
+    /// locked.
     converging: Mutex<Option<Converging>>,
-    /// Moved each time a generation's convergence starts being timed (written under
-    /// `converging`'s lock): a stream whose decision is unchanged since it last told the
-    /// timing, of this same start, need not tell it again.
-    converging_epoch: AtomicU64,
+    /// The timing's start and how many streams are behind it, in one word ([`Timing`]),
+    /// moved by each stream's report with a compare-and-swap: a push's 10,000 reports
+    /// took one lock and a hash insert each (docs/benchmarks.md, "Switchyard's own share,
+    /// before and after"). A new start is written under `streams`' lock.
+    timing: AtomicU64,
+    /// The generation being timed (or last timed): a stream is synced on it once it has
+    /// ACKed what it decided on this generation or a later one. Written before `timing`.
+    timed_number: AtomicU64,
+    /// The first stream id the timing's start did not count (streams open then have smaller
+    /// ids): a stream opened since counts itself once it is behind. Written before `timing`.
+    first_uncounted: AtomicU64,
     /// Where convergence is reported (the daemon gives telemetry's; the fleet does not
     /// count or log anything itself).
     on_converged: OnConverged,
@@ -320,11 +328,36 @@ impl std::fmt::Display for SyncStatus {
 /// A generation being timed until every stream has ACKed what it got from it.
 #[derive(Debug)]
 struct Converging {
-    number: u64,
     published: Instant,
-    /// Streams not yet synced on it: kept up to date on each report, so each update costs
-    /// O(1) however large the fleet.
-    unsynced: std::collections::HashSet<u64>,
+    /// Its start ([`Timing::epoch`]).
+    epoch: u32,
+}
+
+/// The convergence timing's state, in one `AtomicU64` of the [`Fleet`] (`timing`): which
+/// start it is of (an epoch, moved by each start), and while timing, how many streams are
+/// behind (not synced on the generation, as each stream last said: counted without a look
+/// at the others, O(1) per report).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Timing {
+    epoch: u32,
+    /// `None`: not timing (none started, or it converged).
+    behind: Option<u32>,
+}
+
+impl Timing {
+    /// The epoch in the high half; the low half 0 when not timing, else one more than the
+    /// streams behind (so that a fleet's zeroed default is "not timing").
+    fn pack(self) -> u64 {
+        (u64::from(self.epoch) << 32) | self.behind.map_or(0, |b| u64::from(b) + 1)
+    }
+
+    fn unpack(word: u64) -> Timing {
+        let low = word as u32;
+        Timing {
+            epoch: (word >> 32) as u32,
+            behind: low.checked_sub(1),
+        }
+    }
 }
 
 /// Who is on a stream, and how.
@@ -657,10 +690,16 @@ impl Fleet {
 
     /// Register a stream; it stays listed until the returned handle is dropped.
     pub fn open(self: &Arc<Self>, report: StreamReport) -> StreamHandle {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let node = Arc::from(report.node_id.as_str());
         let report = Arc::new(Mutex::new(report));
-        self.lock().insert(id, Arc::clone(&report));
+        // The id is taken under the lock: a timing's start counts exactly the streams whose
+        // ids are below the next one (`first_uncounted`).
+        let id = {
+            let mut streams = self.lock();
+            let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+            streams.insert(id, Arc::clone(&report));
+            id
+        };
         self.bump();
         StreamHandle {
             fleet: Arc::clone(self),
@@ -882,38 +921,102 @@ impl Fleet {
 
     /// A stream took in generation `number`, published at `published`: time how long until
     /// every stream has ACKed what it got from it (a newer generation restarts the clock).
+    /// Every stream says so for each generation; after the first, a load of an integer.
     pub fn generation_arrived(&self, number: u64, published: Instant) {
+        if self.timed_number.load(Ordering::SeqCst) >= number {
+            return;
+        }
         let streams = self.lock();
         let mut converging = self.converging.lock().unwrap_or_else(|p| p.into_inner());
-        if converging.as_ref().is_none_or(|c| c.number < number) {
-            self.converging_epoch.fetch_add(1, Ordering::SeqCst);
-            *converging = Some(Converging {
-                number,
-                published,
-                unsynced: streams.keys().copied().collect(),
-            });
+        if self.timed_number.load(Ordering::SeqCst) >= number {
+            return;
+        }
+        let epoch = Timing::unpack(self.timing.load(Ordering::SeqCst))
+            .epoch
+            .wrapping_add(1);
+        self.timed_number.store(number, Ordering::SeqCst);
+        self.first_uncounted
+            .store(self.next_id.load(Ordering::SeqCst), Ordering::SeqCst);
+        // Every stream open is behind until it says otherwise.
+        let behind = u32::try_from(streams.len()).unwrap_or(u32::MAX - 1);
+        self.timing.store(
+            Timing {
+                epoch,
+                behind: Some(behind),
+            }
+            .pack(),
+            Ordering::SeqCst,
+        );
+        *converging = Some(Converging { published, epoch });
+    }
+
+    /// Stream `id` reported what it decided (`Some`: the generation, and whether it is
+    /// synced) or left (`None`): count it behind the generation being timed or not, and
+    /// observe the convergence once no stream is. `told`: what this stream last told the
+    /// timing (its start, whether it counted as behind, what it decided); `None` once left.
+    /// Without a lock but when the timing converges.
+    fn track_convergence(
+        &self,
+        id: u64,
+        report: Option<(u64, bool)>,
+        told: &mut Option<(u32, bool, (u64, bool))>,
+    ) {
+        loop {
+            let word = self.timing.load(Ordering::SeqCst);
+            let timing = Timing::unpack(word);
+            let Some(behind) = timing.behind else {
+                // Kept, so that a stream whose decision stays the same tells a timing
+                // started later ([`StreamHandle::update`]).
+                *told = report.map(|decided| (timing.epoch, false, decided));
+                return;
+            };
+            // Read after `timing`, written before it: of this start, or the CAS below fails.
+            let number = self.timed_number.load(Ordering::SeqCst);
+            let counted = match *told {
+                Some((epoch, counted, decided)) if epoch == timing.epoch => {
+                    if report == Some(decided) {
+                        return;
+                    }
+                    counted
+                }
+                _ => id < self.first_uncounted.load(Ordering::SeqCst),
+            };
+            let now_behind =
+                report.is_some_and(|(generation, synced)| !(generation >= number && synced));
+            let behind = match (counted, now_behind) {
+                (true, false) => behind.saturating_sub(1),
+                // At most `u32::MAX - 1`, as [`Timing::pack`] takes it.
+                (false, true) => behind.saturating_add(1).min(u32::MAX - 1),
+                _ => behind,
+            };
+            let next = Timing {
+                epoch: timing.epoch,
+                // Converged: no stream behind after a report (as when a fleet of none
+                // hears from its first stream, synced).
+                behind: (behind > 0).then_some(behind),
+            };
+            if next != timing
+                && self
+                    .timing
+                    .compare_exchange(word, next.pack(), Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+            {
+                continue;
+            }
+            *told = report.map(|decided| (timing.epoch, now_behind, decided));
+            if next.behind.is_none() {
+                self.converged(timing.epoch);
+            }
+            return;
         }
     }
 
-    /// Stream `id` reported (`Some`) or left (`None`): update the generation being timed, and
-    /// observe its convergence once no stream is behind.
-    /// `report`: the generation it decided on and whether it is synced.
-    fn track_convergence(&self, id: u64, report: Option<(u64, bool)>) {
+    /// The timing's start `epoch` converged: observe how long it took, unless a newer
+    /// start replaced it meanwhile.
+    fn converged(&self, epoch: u32) {
         let mut converging = self.converging.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(c) = converging.as_mut() else {
-            return;
-        };
-        match report {
-            Some((generation, synced)) if !(generation >= c.number && synced) => {
-                c.unsynced.insert(id);
-            }
-            _ => {
-                c.unsynced.remove(&id);
-            }
-        }
-        if c.unsynced.is_empty() {
+        if let Some(c) = converging.take_if(|c| c.epoch == epoch) {
             (self.on_converged.0)(c.published.elapsed());
-            *converging = None;
         }
     }
 
@@ -949,9 +1052,9 @@ struct Seen {
     unknown: Vec<crate::protocol::UnknownStatus>,
     /// What the fleet's tallies last counted of this stream: generation, synced, NACKed.
     tallied: (u64, bool, bool),
-    /// What the convergence timing was last told: its start (`Fleet::converging_epoch`) and
-    /// the generation decided on, and whether synced.
-    tracked: Option<(u64, (u64, bool))>,
+    /// What the convergence timing was last told: its start ([`Timing::epoch`]), whether
+    /// this stream counted as behind it, and the generation decided on and whether synced.
+    tracked: Option<(u32, bool, (u64, bool))>,
 }
 
 /// A stream's report, locked (a poisoned lock only means a panic mid-update; the report is
@@ -1008,8 +1111,9 @@ impl StreamHandle {
             && !plan_changed
             && !unknown_changed
         {
-            if let Some((_, decided)) = self.seen.tracked {
-                track(&self.fleet, self.id, &mut self.seen.tracked, decided);
+            if let Some((_, _, decided)) = self.seen.tracked {
+                self.fleet
+                    .track_convergence(self.id, Some(decided), &mut self.seen.tracked);
             }
             return;
         }
@@ -1074,27 +1178,21 @@ impl StreamHandle {
         if count {
             self.fleet.count(&self.node, tally.0, tally.1, tally.2);
         }
-        track(&self.fleet, self.id, &mut self.seen.tracked, decided);
+        self.fleet
+            .track_convergence(self.id, Some(decided), &mut self.seen.tracked);
     }
-}
-
-/// Tell the convergence timing what stream `id` decided, unless it was told so since the
-/// timing's start (`tracked`: what it was last told).
-fn track(fleet: &Fleet, id: u64, tracked: &mut Option<(u64, (u64, bool))>, decided: (u64, bool)) {
-    let epoch = fleet.converging_epoch.load(Ordering::SeqCst);
-    if *tracked == Some((epoch, decided)) {
-        return;
-    }
-    fleet.track_convergence(id, Some(decided));
-    *tracked = Some((epoch, decided));
 }
 
 impl Drop for StreamHandle {
     fn drop(&mut self) {
-        self.fleet.lock().remove(&self.id);
+        let mut streams = self.fleet.lock();
+        streams.remove(&self.id);
+        // The stream that held convergence back may be the one leaving. Under the lock: no
+        // timing starts between its leaving the streams and counting itself out.
+        self.fleet
+            .track_convergence(self.id, None, &mut self.seen.tracked);
+        drop(streams);
         self.fleet.bump();
-        // The stream that held convergence back may be the one leaving.
-        self.fleet.track_convergence(self.id, None);
     }
 }
 
@@ -1305,6 +1403,183 @@ mod tests {
         assert_eq!(convergences(), 1);
         drop(b);
         assert_eq!(convergences(), 2);
+    }
+
+    /// A stream's report in these tests: synced (ACKed) or not (sent), on the revision
+    /// given (moved only when what it says changes).
+    fn said(synced: bool, revision: u32) -> TypeStatus<'static> {
+        let version = "v".to_string();
+        status(
+            if synced {
+                SyncState::Acked { version }
+            } else {
+                SyncState::Sent {
+                    nonce: "1".into(),
+                    version,
+                }
+            },
+            revision,
+        )
+    }
+
+    /// The convergence timing, counted without a lock, observes what a set of the streams
+    /// behind would (the model below): streams open at a start are behind until they say
+    /// they are synced on its generation or later; one opened since counts once it says it
+    /// is behind; a stream leaving counts out; it converges, once, when none is behind
+    /// after a report or a leave. Random schedules of opens, leaves, starts (some of a
+    /// generation timed already) and reports, some unchanged.
+    #[test]
+    fn convergence_counted_without_a_lock_is_what_a_set_of_the_streams_behind_says() {
+        crate::testing::on_tapes(300, |rand| {
+            let observed = Arc::new(AtomicU64::new(0));
+            let fleet = Arc::new(Fleet::new({
+                let observed = Arc::clone(&observed);
+                move |_| {
+                    observed.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+            // Open streams: the handle, and what it last said (generation, synced, revision).
+            let mut streams: Vec<(u64, StreamHandle, Option<(u64, bool, u32)>)> = Vec::new();
+            let mut next = 0u64;
+            // The model: the generation timed, and the streams behind while timing.
+            let (mut timed, mut behind): (u64, Option<std::collections::BTreeSet<u64>>) = (0, None);
+            let mut expected = 0u64;
+            for step in 0..60 {
+                match rand(4) {
+                    0 => {
+                        streams.push((next, fleet.open(report()), None));
+                        next += 1;
+                    }
+                    1 if !streams.is_empty() => {
+                        let (id, handle, _) = streams.remove(rand(streams.len() as u64) as usize);
+                        drop(handle);
+                        if let Some(set) = &mut behind {
+                            set.remove(&id);
+                            if set.is_empty() {
+                                behind = None;
+                                expected += 1;
+                            }
+                        }
+                    }
+                    2 => {
+                        let number = timed + rand(2); // the same one again, or the next
+                        fleet.generation_arrived(number, Instant::now());
+                        if number > timed {
+                            timed = number;
+                            behind = Some(streams.iter().map(|(id, ..)| *id).collect());
+                        }
+                    }
+                    _ if !streams.is_empty() => {
+                        let at = rand(streams.len() as u64) as usize;
+                        let (id, handle, last) = &mut streams[at];
+                        let generation = timed.saturating_sub(rand(2));
+                        let synced = rand(2) == 0;
+                        let revision = match *last {
+                            Some((g, s, r)) if (g, s) == (generation, synced) => r,
+                            Some((.., r)) => r + 1,
+                            None => 0,
+                        };
+                        *last = Some((generation, synced, revision));
+                        handle.update(
+                            generation,
+                            [(ResourceType::Cluster, said(synced, revision))],
+                            None,
+                            Vec::new(),
+                        );
+                        if let Some(set) = &mut behind {
+                            if generation >= timed && synced {
+                                set.remove(id);
+                            } else {
+                                set.insert(*id);
+                            }
+                            if set.is_empty() {
+                                behind = None;
+                                expected += 1;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                assert_eq!(
+                    observed.load(Ordering::Relaxed),
+                    expected,
+                    "convergences observed after step {step}"
+                );
+            }
+        });
+    }
+
+    /// The same count under threads racing: each generation, every stream says it is
+    /// behind, then synced, in whatever order the threads run; one stream of the last
+    /// thread leaves instead and comes back. Exactly one convergence per generation, and
+    /// only once every stream has begun its last report. Bounded: 4 threads, 200
+    /// generations.
+    #[test]
+    fn convergence_counted_by_racing_streams_is_observed_once_per_generation_after_all() {
+        const THREADS: u64 = 4;
+        const GENERATIONS: u64 = 200;
+        let begun = Arc::new(AtomicU64::new(0));
+        let early = Arc::new(AtomicU64::new(0));
+        let observed = Arc::new(AtomicU64::new(0));
+        let fleet = Arc::new(Fleet::new({
+            let (begun, early, observed) = (
+                Arc::clone(&begun),
+                Arc::clone(&early),
+                Arc::clone(&observed),
+            );
+            move |_| {
+                let generation = observed.fetch_add(1, Ordering::SeqCst) + 1;
+                // Every thread's last report of this generation has begun.
+                if begun.load(Ordering::SeqCst) < generation * THREADS {
+                    early.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }));
+        let barrier = Arc::new(std::sync::Barrier::new(THREADS as usize + 1));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (fleet, barrier, begun) =
+                    (Arc::clone(&fleet), Arc::clone(&barrier), Arc::clone(&begun));
+                std::thread::spawn(move || {
+                    let mut handle = fleet.open(report());
+                    for generation in 1..=GENERATIONS {
+                        barrier.wait(); // the generation is published
+                        fleet.generation_arrived(generation, Instant::now());
+                        let revision = generation as u32 * 2;
+                        let cds =
+                            |synced, revision| [(ResourceType::Cluster, said(synced, revision))];
+                        handle.update(generation, cds(false, revision), None, Vec::new());
+                        std::thread::yield_now();
+                        begun.fetch_add(1, Ordering::SeqCst);
+                        if t == THREADS - 1 && generation % 3 == 0 {
+                            // Leaves without ACKing, and is back (uncounted) at once.
+                            handle = fleet.open(report());
+                            handle.update(generation, cds(true, 0), None, Vec::new());
+                        } else {
+                            handle.update(generation, cds(true, revision + 1), None, Vec::new());
+                        }
+                        barrier.wait(); // every stream has reported
+                    }
+                })
+            })
+            .collect();
+        for generation in 1..=GENERATIONS {
+            barrier.wait();
+            barrier.wait();
+            assert_eq!(
+                observed.load(Ordering::SeqCst),
+                generation,
+                "one convergence per generation"
+            );
+        }
+        for thread in threads {
+            thread.join().expect("no stream thread panicked");
+        }
+        assert_eq!(
+            early.load(Ordering::SeqCst),
+            0,
+            "no convergence before every stream's last report"
+        );
     }
 
     /// An update whose types are at the revisions reported, with the same generation, plan
