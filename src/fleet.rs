@@ -1438,8 +1438,10 @@ mod tests {
                     observed.fetch_add(1, Ordering::Relaxed);
                 }
             }));
-            // Open streams: the handle, and what it last said (generation, synced, revision).
-            let mut streams: Vec<(u64, StreamHandle, Option<(u64, bool, u32)>)> = Vec::new();
+            // Open streams: the id, the handle, and what it last said (generation, synced,
+            // revision).
+            type Open = (u64, StreamHandle, Option<(u64, bool, u32)>);
+            let mut streams: Vec<Open> = Vec::new();
             let mut next = 0u64;
             // The model: the generation timed, and the streams behind while timing.
             let (mut timed, mut behind): (u64, Option<std::collections::BTreeSet<u64>>) = (0, None);
