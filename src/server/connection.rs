@@ -2,24 +2,23 @@
 //! polling), keepalive and stream limits, its age, and its end.
 //!
 //! Owns: the connection's HTTP settings, what each request learns of its connection
-//! ([`ConnInfo`], in its extensions), `--max-connection-age` (after a jittered age the
+//! ([`ConnInfo`], in its extensions) and what it and its streams tell each other
+//! ([`ConnSignals`]), `--max-connection-age` (after a jittered age the
 //! connection's xDS streams end with `UNAVAILABLE` and a GOAWAY is sent, so proxies reconnect
 //! and spread over the replicas; what is still open after the grace period is closed), and
 //! ending on shutdown. Must not: know what the services do.
 
 use std::convert::Infallible;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::sync::Notify;
 use tower::ServiceExt;
 
-use super::incoming::{Conn, ConnInfo};
+use super::incoming::{Conn, ConnInfo, ConnSignals};
 use super::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 use crate::shutdown::Shutdown;
 
@@ -53,48 +52,6 @@ impl ConnectionAge {
         let unit = random as f64 / u64::MAX as f64; // 0..=1
         let factor = 1.0 + AGE_JITTER * (2.0 * unit - 1.0);
         Some(max.mul_f64(factor))
-    }
-}
-
-/// What a connection and its streams tell each other (each request carries it in its
-/// [`ConnInfo`]): the connection reached its age, or a stream stalled. One allocation per
-/// connection: a `watch` channel for the first and a `Notify` for the second took 432 bytes
-/// of every proxy (docs/benchmarks.md, "Memory per proxy, against the floor").
-#[derive(Debug, Default)]
-pub struct ConnSignals {
-    /// The connection reached its age: its xDS streams end, so that their clients
-    /// reconnect (perhaps to another replica).
-    closing: AtomicBool,
-    closing_told: Notify,
-    /// A stream's client read or answered nothing for `--stalled-stream-timeout`.
-    stalled: Notify,
-}
-
-impl ConnSignals {
-    /// The connection is closing: every stream waiting in [`ConnSignals::closing`] is
-    /// told, and every one that waits later too.
-    pub fn close(&self) {
-        self.closing.store(true, Ordering::SeqCst);
-        self.closing_told.notify_waiters();
-    }
-
-    /// Resolves once the connection is closing.
-    pub async fn closing(&self) {
-        loop {
-            // Armed before the flag is read: a `close` in between still wakes it.
-            let told = self.closing_told.notified();
-            tokio::pin!(told);
-            told.as_mut().enable();
-            if self.closing.load(Ordering::SeqCst) {
-                return;
-            }
-            told.await;
-        }
-    }
-
-    /// A stream stalled: the connection is to be closed (no GOAWAY that would wait on it).
-    pub fn stall(&self) {
-        self.stalled.notify_one();
     }
 }
 
@@ -164,7 +121,7 @@ pub async fn serve(
         }
         // A stream's client read nothing for --stalled-stream-timeout (the stream said so,
         // and counted it): no GOAWAY that would wait on it, the connection is closed now.
-        _ = signals.stalled.notified() => return,
+        _ = signals.stalled() => return,
     };
     let ended = match ended {
         Some(ended) => ended,
@@ -188,30 +145,6 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn a_connection_closing_tells_its_streams_waiting_and_to_come_and_a_stall_is_kept() {
-        let signals = Arc::new(ConnSignals::default());
-        let waiting = tokio::spawn({
-            let signals = Arc::clone(&signals);
-            async move { signals.closing().await }
-        });
-        // Bounded: the waiter is told however the task and `close` interleave.
-        tokio::task::yield_now().await;
-        signals.close();
-        tokio::time::timeout(Duration::from_secs(10), waiting)
-            .await
-            .expect("a stream waiting is told")
-            .expect("the waiter did not panic");
-        tokio::time::timeout(Duration::from_secs(10), signals.closing())
-            .await
-            .expect("a stream that waits after the close is told at once");
-        // A stall told before the connection waits for one is not lost.
-        signals.stall();
-        tokio::time::timeout(Duration::from_secs(10), signals.stalled.notified())
-            .await
-            .expect("the stall is kept until the connection looks");
-    }
 
     #[test]
     fn ages_vary_by_the_jitter_either_way_and_none_is_for_ever() {

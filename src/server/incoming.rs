@@ -4,11 +4,12 @@
 //! Owns: the accept loop, the connection count (a permit per open connection, given back
 //! when it closes), what happens past the limit or when accepting fails, the TLS handshake
 //! (each in its own task, bounded in time, so a slow client holds up no other), and what a
-//! connection tells the services about its peer ([`ConnInfo`]). Must not: know about HTTP/2
-//! or streams.
+//! connection tells the services about its peer ([`ConnInfo`], with the [`ConnSignals`] its
+//! task and the services share). Must not: know about HTTP/2 or streams.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,7 +18,7 @@ use std::net::SocketAddr;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
@@ -39,7 +40,55 @@ pub struct ConnInfo {
     /// What the connection and its streams tell each other: it is closing (it reached its
     /// age), so its xDS streams end and their clients reconnect, perhaps to another
     /// replica; a stream stalled past `--stalled-stream-timeout`, so it is closed.
-    pub signals: Option<Arc<super::connection::ConnSignals>>,
+    pub signals: Option<Arc<ConnSignals>>,
+}
+
+/// What a connection's task and its services' streams tell each other (each request carries
+/// it in its [`ConnInfo`]; `connection` acts on it): the connection reached its age, or a
+/// stream stalled. One allocation per
+/// connection: a `watch` channel for the first and a `Notify` for the second took 432 bytes
+/// of every proxy (docs/benchmarks.md, "Memory per proxy, against the floor").
+#[derive(Debug, Default)]
+pub struct ConnSignals {
+    /// The connection reached its age: its xDS streams end, so that their clients
+    /// reconnect (perhaps to another replica).
+    closing: AtomicBool,
+    closing_told: Notify,
+    /// A stream's client read or answered nothing for `--stalled-stream-timeout`.
+    stalled: Notify,
+}
+
+impl ConnSignals {
+    /// The connection is closing: every stream waiting in [`ConnSignals::closing`] is
+    /// told, and every one that waits later too.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.closing_told.notify_waiters();
+    }
+
+    /// Resolves once the connection is closing.
+    pub async fn closing(&self) {
+        loop {
+            // Armed before the flag is read: a `close` in between still wakes it.
+            let told = self.closing_told.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            if self.closing.load(Ordering::SeqCst) {
+                return;
+            }
+            told.await;
+        }
+    }
+
+    /// A stream stalled: the connection is to be closed (no GOAWAY that would wait on it).
+    pub fn stall(&self) {
+        self.stalled.notify_one();
+    }
+
+    /// Resolves once a stream stalled (at once if one did before the wait).
+    pub async fn stalled(&self) {
+        self.stalled.notified().await;
+    }
 }
 
 /// Plain TCP, or TLS over it.
@@ -289,5 +338,34 @@ impl AsyncWrite for Conn {
             Io::Plain(s) => s.is_write_vectored(),
             Io::Tls(s) => s.is_write_vectored(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_connection_closing_tells_its_streams_waiting_and_to_come_and_a_stall_is_kept() {
+        let signals = Arc::new(ConnSignals::default());
+        let waiting = tokio::spawn({
+            let signals = Arc::clone(&signals);
+            async move { signals.closing().await }
+        });
+        // Bounded: the waiter is told however the task and `close` interleave.
+        tokio::task::yield_now().await;
+        signals.close();
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("a stream waiting is told")
+            .expect("the waiter did not panic");
+        tokio::time::timeout(Duration::from_secs(10), signals.closing())
+            .await
+            .expect("a stream that waits after the close is told at once");
+        // A stall told before the connection waits for one is not lost.
+        signals.stall();
+        tokio::time::timeout(Duration::from_secs(10), signals.stalled())
+            .await
+            .expect("the stall is kept until the connection looks");
     }
 }

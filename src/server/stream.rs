@@ -13,8 +13,7 @@ use tonic::Status;
 
 use super::admission::{Admit, Bucket};
 use super::body::{self, Outgoing, Requests, Unread};
-use super::connection::ConnSignals;
-use super::incoming::ConnInfo;
+use super::incoming::{ConnInfo, ConnSignals};
 use super::peers::{PeerHandle, Peers};
 use super::status;
 use super::tls::IdentityPolicy;
