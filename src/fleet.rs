@@ -38,8 +38,8 @@ pub struct Fleet {
     converging: Mutex<Option<Converging>>,
     /// The timing's start and how many streams are behind it, in one word ([`Timing`]),
     /// moved by each stream's report with a compare-and-swap: a push's 10,000 reports
-    /// took one lock and a hash insert each (docs/benchmarks.md, "Switchyard's own share,
-    /// before and after"). A new start is written under `streams`' lock.
+    /// took one lock and a hash insert each (docs/benchmarks.md, "The stream task's memory
+    /// and the convergence count"). A new start is written under `streams`' lock.
     timing: AtomicU64,
     /// The generation being timed (or last timed): a stream is synced on it once it has
     /// ACKed what it decided on this generation or a later one. Written before `timing`.

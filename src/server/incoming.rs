@@ -45,9 +45,9 @@ pub struct ConnInfo {
 
 /// What a connection's task and its services' streams tell each other (each request carries
 /// it in its [`ConnInfo`]; `connection` acts on it): the connection reached its age, or a
-/// stream stalled. One allocation per
-/// connection: a `watch` channel for the first and a `Notify` for the second took 432 bytes
-/// of every proxy (docs/benchmarks.md, "Memory per proxy, against the floor").
+/// stream stalled. One allocation per connection: a `watch` channel for the first and a
+/// `Notify` for the second took 432 bytes of every proxy (docs/benchmarks.md, "The stream
+/// task's memory and the convergence count").
 #[derive(Debug, Default)]
 pub struct ConnSignals {
     /// The connection reached its age: its xDS streams end, so that their clients

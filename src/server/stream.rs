@@ -447,7 +447,7 @@ fn run<M: Machine>(
                 // framed from is dropped before the sends below: held across their awaits,
                 // it (and the loop's own `Option` of it) sat in every state of the task's
                 // future, 480 bytes of every stream's largest allocation (docs/benchmarks.md,
-                // "Memory per proxy, against the floor").
+                // "The stream task's memory and the convergence count").
                 let Some((framed, log)) = machine
                     // Tokio's clock (the same as the system's, but for tests on a paused clock).
                     .poll_response(tokio::time::Instant::now().into_std())
