@@ -239,7 +239,11 @@ pub fn spawn<M: Machine>(
 /// One function on purpose: its locals are the stream task's state, held across its awaits,
 /// and the loop is the task's one event loop (requests, cache events, timers, siblings,
 /// shutdown). Each helper future it awaited would add its own state to every stream's
-/// allocation; the figures above were measured with the loop as it is.
+/// allocation; the figures above were measured with the loop as it is. In a release build
+/// the future is 2,848 bytes, 120 under what keeps its task in jemalloc's 3,072-byte class
+/// (tokio aligns a task to 128 bytes): a local that lives across two awaits has a place of
+/// its own in every state and can put every stream a class up, 512 bytes (`cargo +nightly
+/// rustc --release --lib -- -Zprint-type-sizes`).
 fn run<M: Machine>(
     variant: Variant,
     shared: StreamContext,
