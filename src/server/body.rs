@@ -41,8 +41,8 @@ pub const PREFIX: usize = 5;
 /// status that ends the stream. One pointer: tokio's channel between them allocates its
 /// slots 32 at a time and keeps a block of them for as long as the stream lives, so a slot
 /// of a `Bytes` (32 bytes) cost every stream a 1,280-byte block where one of a pointer
-/// costs a 320-byte one (docs/benchmarks.md, "The stream task's memory and the convergence count"). The box
-/// is made per message sent and freed as the body takes it.
+/// costs a 320-byte one (docs/benchmarks.md, "The stream task's memory and the convergence
+/// count"). The box is made per message sent and freed as the body takes it.
 #[derive(Debug)]
 pub struct Outgoing(Box<Part>);
 

@@ -2,7 +2,7 @@
 //! polling), keepalive and stream limits, its age, and its end.
 //!
 //! Owns: the connection's HTTP settings, what each request learns of its connection
-//! ([`ConnInfo`], in its extensions) and what it and its streams tell each other
+//! ([`ConnInfo`], in its extensions) and acting on what it and its streams tell each other
 //! ([`ConnSignals`]), `--max-connection-age` (after a jittered age the
 //! connection's xDS streams end with `UNAVAILABLE` and a GOAWAY is sent, so proxies reconnect
 //! and spread over the replicas; what is still open after the grace period is closed), and
