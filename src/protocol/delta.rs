@@ -260,10 +260,65 @@ struct TypeState {
     #[allow(clippy::box_collection)]
     again: Option<Box<Vec<String>>>,
     /// TTL'd resources the client holds: name -> when their next heartbeat is due (P25).
-    heartbeats: BTreeMap<String, Instant>,
+    heartbeats: Heartbeats,
 }
 
 empty!(TypeState);
+
+// Within jemalloc's 224-byte class (see [`Heartbeats`]): each type a client asks for boxes
+// one.
+const _: () = assert!(std::mem::size_of::<TypeState>() <= 224);
+
+/// TTL'd resources a client holds, name -> when their next heartbeat is due (P25), behind
+/// one pointer when there are any: few resources have a TTL, and every delta stream keeps
+/// this per type. 8 bytes where a `BTreeMap` takes 24 put [`TypeState`] in jemalloc's
+/// 224-byte class, from 256 (docs/benchmarks.md, "The stream task's memory and the
+/// convergence count").
+#[derive(Debug, Default)]
+#[allow(clippy::box_collection)] // 8 bytes where the map takes 24: the point of the type.
+struct Heartbeats(Option<Box<BTreeMap<String, Instant>>>);
+
+impl Heartbeats {
+    fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none_or(|m| m.is_empty())
+    }
+
+    fn contains_key(&self, name: &str) -> bool {
+        self.0.as_ref().is_some_and(|m| m.contains_key(name))
+    }
+
+    fn insert(&mut self, name: String, due: Instant) {
+        self.0.get_or_insert_default().insert(name, due);
+    }
+
+    /// None left frees the map.
+    fn remove(&mut self, name: &str) {
+        if let Some(map) = &mut self.0 {
+            map.remove(name);
+            if map.is_empty() {
+                self.0 = None;
+            }
+        }
+    }
+
+    /// Keeps those `keep` says to; none left frees the map.
+    fn retain(&mut self, keep: impl FnMut(&String, &mut Instant) -> bool) {
+        if let Some(map) = &mut self.0 {
+            map.retain(keep);
+            if map.is_empty() {
+                self.0 = None;
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&String, &Instant)> {
+        self.0.iter().flat_map(|m| m.iter())
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Instant> {
+        self.iter().map(|(_, due)| due)
+    }
+}
 
 impl TypeState {
     /// What the client holds, name by name (made so if it was given; see `Holding`).

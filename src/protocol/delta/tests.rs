@@ -1653,3 +1653,28 @@ fn p21_a_first_request_naming_names_gets_their_selection_and_p20_the_rest_remove
     ack(&mut s, eds[0]);
     assert!(s.flavor().holds_all(Endpoint, snapshot.get(Endpoint)));
 }
+
+/// P25: a type's heartbeats are kept in a map only while some TTL'd resource is held; the
+/// last one gone frees it (every delta stream keeps this per type).
+#[test]
+fn p25_heartbeats_are_kept_while_any_is_held_and_freed_with_the_last() {
+    let mut heartbeats = super::Heartbeats::default();
+    assert!(heartbeats.is_empty() && heartbeats.0.is_none());
+    let now = Instant::now();
+    heartbeats.insert("a".into(), now);
+    heartbeats.insert("b".into(), now + Duration::from_secs(1));
+    assert!(heartbeats.contains_key("a") && !heartbeats.contains_key("c"));
+    assert_eq!(heartbeats.values().min(), Some(&now));
+    heartbeats.remove("a");
+    assert!(!heartbeats.is_empty() && heartbeats.iter().map(|(n, _)| n.as_str()).eq(["b"]));
+    heartbeats.retain(|_, _| false);
+    assert!(
+        heartbeats.0.is_none(),
+        "the last one gone by retain frees the map"
+    );
+    heartbeats.insert("c".into(), now);
+    heartbeats.remove("c");
+    assert!(heartbeats.0.is_none(), "the last one removed frees the map");
+    heartbeats.remove("c");
+    assert!(heartbeats.is_empty());
+}
