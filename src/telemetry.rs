@@ -190,11 +190,9 @@ impl Telemetry {
                 Variant::Single(_) => "per_type",
             },
         };
-        self.metrics.streams.get_or_create(&labels).inc();
-        OpenStream {
-            metrics: Arc::clone(&self.metrics),
-            labels,
-        }
+        let gauge = self.metrics.streams.get_or_create(&labels).clone();
+        gauge.inc();
+        OpenStream { gauge }
     }
 
     /// A stream ended (`opened`: if it had named its node).
@@ -583,13 +581,14 @@ fn type_name(kind: Option<ResourceType>) -> String {
 /// A stream counted in `switchyard_streams`; uncounted when dropped.
 #[derive(Debug)]
 pub struct OpenStream {
-    metrics: Arc<Metrics>,
-    labels: StreamLabels,
+    /// The stream's series of `switchyard_streams` (8 bytes of every stream's task, where
+    /// the metrics and labels to find it by were 40).
+    gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        self.metrics.streams.get_or_create(&self.labels).dec();
+        self.gauge.dec();
     }
 }
 
@@ -601,16 +600,47 @@ pub struct StreamEvents {
     /// The node id, once known.
     node: String,
     /// When each type's latest response was written (for the ACK latency).
-    sent_at: [Option<Instant>; ResourceType::ALL.len()],
+    sent_at: [Stamp; ResourceType::ALL.len()],
     /// When the newest generation was published, until its first response is written (the
     /// push latency).
     push_from: Option<Instant>,
+}
+
+/// An instant, as nanoseconds since the process first took one, or none (0): 8 bytes where
+/// an `Option<Instant>` is 16, and every stream keeps one per type (docs/benchmarks.md,
+/// "The stream's channel and its task's future").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Stamp(u64);
+
+/// What every [`Stamp`] counts from.
+static STAMP_EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+impl Stamp {
+    fn now() -> Stamp {
+        let since = STAMP_EPOCH.elapsed().as_nanos();
+        Stamp(u64::try_from(since).unwrap_or(u64::MAX).max(1))
+    }
+
+    /// The time since the stamp, and none left; `None` if there was none.
+    fn take_elapsed(&mut self) -> Option<Duration> {
+        let Stamp(at) = std::mem::take(self);
+        (at != 0).then(|| {
+            STAMP_EPOCH
+                .elapsed()
+                .saturating_sub(Duration::from_nanos(at))
+        })
+    }
 }
 
 impl StreamEvents {
     /// The stream named its node.
     pub fn named(&mut self, node: &str) {
         self.node = node.to_string();
+    }
+
+    /// The node's id, once the stream named it (empty before).
+    pub fn node(&self) -> &str {
+        &self.node
     }
 
     /// The stream took in a generation published at `published`.
@@ -635,8 +665,8 @@ impl StreamEvents {
             Event::Acked { kind, version } => {
                 tracing::debug!(node, r#type = %kind, version, "ACK.");
                 m.acks.get_or_create(&type_labels(*kind)).inc();
-                if let Some(at) = self.sent_at[kind.index()].take() {
-                    observe(&m.ack_latency, at.elapsed());
+                if let Some(elapsed) = self.sent_at[kind.index()].take_elapsed() {
+                    observe(&m.ack_latency, elapsed);
                 }
             }
             Event::Nacked {
@@ -652,7 +682,7 @@ impl StreamEvents {
                     .join(", ");
                 tracing::warn!(node, r#type = %kind, rejected_version, error, changed, "NACK: the proxy rejected the configuration and keeps its previous one.");
                 m.nacks.get_or_create(&type_labels(*kind)).inc();
-                self.sent_at[kind.index()] = None;
+                self.sent_at[kind.index()] = Stamp::default();
             }
             Event::Subscribed {
                 kind,
@@ -745,7 +775,7 @@ impl StreamEvents {
         let Some(kind) = kind else {
             return;
         };
-        self.sent_at[kind.index()] = Some(Instant::now());
+        self.sent_at[kind.index()] = Stamp::now();
         if let Some(published) = self.push_from.take() {
             observe(&self.telemetry.metrics.push_latency, published.elapsed());
         }
@@ -844,6 +874,11 @@ mod tests {
         let open = t.stream_opened(&node, "127.0.0.1:1", Variant::Aggregated, "sotw");
         let gauge = r#"switchyard_streams{protocol="sotw",stream="ads"}"#;
         assert_eq!(value(&exposition(&t), gauge), Some(1.0));
+        // Each open stream holds the same series, and counts itself out of it alone.
+        let other = t.stream_opened(&node, "127.0.0.1:2", Variant::Aggregated, "sotw");
+        assert_eq!(value(&exposition(&t), gauge), Some(2.0));
+        drop(other);
+        assert_eq!(value(&exposition(&t), gauge), Some(1.0));
         let mut events = t.stream("sotw");
         events.named("n1");
         let sent = |resources, not_found| Sent {
@@ -909,6 +944,24 @@ mod tests {
             "done",
         );
         assert_eq!(value(&exposition(&t), gauge), Some(0.0));
+    }
+
+    #[test]
+    fn a_stamp_gives_the_time_since_it_once_and_an_empty_one_none() {
+        let mut empty = Stamp::default();
+        assert_eq!(empty.take_elapsed(), None);
+        let before = Instant::now();
+        let mut stamp = Stamp::now();
+        assert_ne!(
+            stamp,
+            Stamp::default(),
+            "a stamp taken is never the empty one"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        let elapsed = stamp.take_elapsed().expect("stamped");
+        assert!(elapsed >= Duration::from_millis(2), "{elapsed:?}");
+        assert!(elapsed <= before.elapsed(), "{elapsed:?}");
+        assert_eq!(stamp.take_elapsed(), None, "taken once");
     }
 
     #[test]

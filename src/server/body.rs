@@ -38,13 +38,11 @@ pub use requests::{Requests, Unread};
 pub const PREFIX: usize = 5;
 
 /// What a stream task hands its response body: a framed message (see [`frame`]), or the
-/// status that ends the stream. One pointer: tokio's channel between them allocates its
-/// slots 32 at a time and keeps a block of them for as long as the stream lives, so a slot
-/// of a `Bytes` (32 bytes) cost every stream a 1,280-byte block where one of a pointer
-/// costs a 320-byte one (docs/benchmarks.md, "The stream task's memory and the convergence
-/// count"). The box is made per message sent and freed as the body takes it.
+/// status that ends the stream. The channel between them (`server::stream`) allocates a
+/// node per message, freed as the body takes it, and keeps nothing per slot for the
+/// stream's life (docs/benchmarks.md, "The stream's channel and its task's future").
 #[derive(Debug)]
-pub struct Outgoing(Box<Part>);
+pub struct Outgoing(Part);
 
 #[derive(Debug)]
 enum Part {
@@ -52,16 +50,13 @@ enum Part {
     End(Status),
 }
 
-// The slot size the channel's blocks are made of (32 slots each).
-const _: () = assert!(std::mem::size_of::<Outgoing>() == std::mem::size_of::<usize>());
-
 impl Outgoing {
     pub fn message(framed: Bytes) -> Outgoing {
-        Outgoing(Box::new(Part::Message(framed)))
+        Outgoing(Part::Message(framed))
     }
 
     pub fn end(status: Status) -> Outgoing {
-        Outgoing(Box::new(Part::End(status)))
+        Outgoing(Part::End(status))
     }
 }
 
@@ -137,7 +132,7 @@ where
         if self.done {
             return Poll::Ready(None);
         }
-        match ready!(Pin::new(&mut self.messages).poll_next(cx)).map(|o| *o.0) {
+        match ready!(Pin::new(&mut self.messages).poll_next(cx)).map(|o| o.0) {
             Some(Part::Message(framed)) => Poll::Ready(Some(Ok(Frame::data(framed)))),
             Some(Part::End(status)) => self.trailers(&status),
             None => self.trailers(&Status::ok("")),

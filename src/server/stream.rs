@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use futures_channel::mpsc;
+use tokio::sync::watch;
 use tonic::Status;
 
 use super::admission::{Admit, Bucket};
@@ -28,11 +28,16 @@ use crate::protocol::{Stream, Variant};
 use crate::resource::{ResourceType, Secrets};
 use crate::telemetry::{Limit, Sent, Telemetry};
 
-/// Responses buffered per stream before the task waits for the client to read.
-const RESPONSE_BUFFER: usize = 16;
+/// Responses buffered per stream before the task waits for the client to read (the
+/// channel holds one more per sender, and the task is its one sender).
+const RESPONSE_BUFFER: usize = 15;
 
 /// The response stream of a stream method: what its task wrote, for `body::ResponseBody`.
-pub type Responses = ReceiverStream<Outgoing>;
+/// futures' channel, not tokio's: tokio's keeps 832 bytes a stream for as long as it lives
+/// (its state, aligned to 128 bytes, and a block of 32 slots), futures' 176 (its state,
+/// its sender's, and a node per message in flight; docs/benchmarks.md, "The stream's
+/// channel and its task's future").
+pub type Responses = mpsc::Receiver<Outgoing>;
 
 /// A flavor of the protocol (SotW or delta) as the stream task writes it out: its wire type.
 pub trait Machine: Flavor<Request: prost::Message + Default> {
@@ -55,13 +60,10 @@ pub trait Machine: Flavor<Request: prost::Message + Default> {
     ) -> Result<(Bytes, Option<Bytes>), Status>;
 
     /// A response on the wire, with what to log and count of it.
-    fn wire(
-        response: Self::Response,
-        control_plane: &Arc<str>,
-        secrets: Secrets,
-    ) -> Written<Self::Wire>;
+    fn wire(response: Self::Response, control_plane: &str, secrets: Secrets)
+        -> Written<Self::Wire>;
     /// A response for a type the server does not serve (P33) on the wire.
-    fn wire_unknown(response: UnknownResponse, control_plane: &Arc<str>) -> Written<Self::Wire>;
+    fn wire_unknown(response: UnknownResponse, control_plane: &str) -> Written<Self::Wire>;
 }
 
 /// A response on the wire, and what to log and count of it.
@@ -111,7 +113,7 @@ impl Machine for Sotw {
         wire.frame_shared(max_message, shared)
     }
 
-    fn wire(r: Response, control_plane: &Arc<str>, secrets: Secrets) -> Written<SotwWire> {
+    fn wire(r: Response, control_plane: &str, secrets: Secrets) -> Written<SotwWire> {
         let (kind, version) = (Some(r.kind), r.version.clone());
         let (resources, not_found) = (r.resources.len(), r.not_found.len());
         Written {
@@ -123,7 +125,7 @@ impl Machine for Sotw {
         }
     }
 
-    fn wire_unknown(r: UnknownResponse, control_plane: &Arc<str>) -> Written<SotwWire> {
+    fn wire_unknown(r: UnknownResponse, control_plane: &str) -> Written<SotwWire> {
         let (version, not_found) = (r.version.clone(), r.not_found.len());
         Written {
             wire: SotwWire::unknown(r, control_plane),
@@ -151,7 +153,7 @@ impl Machine for Delta {
         wire.frame_shared(max_message, shared)
     }
 
-    fn wire(r: DeltaResponse, control_plane: &Arc<str>, secrets: Secrets) -> Written<DeltaWire> {
+    fn wire(r: DeltaResponse, control_plane: &str, secrets: Secrets) -> Written<DeltaWire> {
         let (kind, version) = (Some(r.kind), r.system_version.clone());
         let resources = r.resources.len() + r.removed.len();
         let not_found = r.not_found.len();
@@ -164,7 +166,7 @@ impl Machine for Delta {
         }
     }
 
-    fn wire_unknown(r: UnknownResponse, control_plane: &Arc<str>) -> Written<DeltaWire> {
+    fn wire_unknown(r: UnknownResponse, control_plane: &str) -> Written<DeltaWire> {
         let (version, not_found) = (r.version.clone(), r.not_found.len());
         Written {
             wire: DeltaWire::unknown(r, control_plane),
@@ -205,7 +207,7 @@ pub fn spawn<M: Machine>(
     requests: Requests<M::Request>,
     conn: ConnInfo,
 ) -> Responses {
-    let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+    let (mut tx, rx) = mpsc::channel(RESPONSE_BUFFER);
     // A reconnect storm is let in at the admission rate; the excess is told at once to come
     // back, without a task.
     if let Some(bucket) = &shared.admission {
@@ -224,11 +226,11 @@ pub fn spawn<M: Machine>(
             let _ = tx.try_send(Outgoing::end(Status::resource_exhausted(
                 "too many new streams at once (--max-new-streams-per-second): retry with backoff",
             )));
-            return ReceiverStream::new(rx);
+            return rx;
         }
     }
     tokio::spawn(run::<M>(variant, shared, requests, conn, tx));
-    ReceiverStream::new(rx)
+    rx
 }
 
 /// The stream's task. What it is given is taken apart before its future is made: an
@@ -240,16 +242,18 @@ pub fn spawn<M: Machine>(
 /// and the loop is the task's one event loop (requests, cache events, timers, siblings,
 /// shutdown). Each helper future it awaited would add its own state to every stream's
 /// allocation; the figures above were measured with the loop as it is. In a release build
-/// the future is 2,848 bytes, 120 under what keeps its task in jemalloc's 3,072-byte class
-/// (tokio aligns a task to 128 bytes): a local that lives across two awaits has a place of
-/// its own in every state and can put every stream a class up, 512 bytes (`cargo +nightly
-/// rustc --release --lib -- -Zprint-type-sizes`).
+/// the future is 2,416 bytes, 40 under what keeps its task in jemalloc's 2,560-byte class
+/// (a task is its future and 104 bytes, aligned to 128): a local that lives across two
+/// awaits has a place of its own in every state and can put every stream a class up, 512
+/// bytes (`cargo +nightly rustc --release --lib -- -Zprint-type-sizes`). So does what the
+/// future captures, which it keeps in every state: what the task only reads once is read
+/// before the future is made.
 fn run<M: Machine>(
     variant: Variant,
     shared: StreamContext,
     mut requests: Requests<M::Request>,
     conn: ConnInfo,
-    tx: mpsc::Sender<Outgoing>,
+    mut tx: mpsc::Sender<Outgoing>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let peer = conn
         .remote
@@ -272,21 +276,25 @@ fn run<M: Machine>(
         mut stop,
         tails,
     } = shared;
+    // Made here, not in the future: what the future captures it keeps for its whole life,
+    // in every state (the limits are 120 bytes; these are what it reads of them).
+    let mut machine = Stream::<M>::with_ordering(variant, ordering)
+        .with_name_limit(limits.max_names_per_stream)
+        .with_response_limit(limits.max_response_bytes);
+    let (first_request_timeout, stalled_timeout) =
+        (limits.first_request_timeout, limits.stalled_stream_timeout);
+    // A per-type stream shares what its client refers to with the node's other streams.
+    let joins_siblings = variant != Variant::Aggregated && ordering.enabled;
     async move {
         // Private key material goes to a client whose certificate is bound to its node (checked
         // on its first request), or to every client with --insecure-serve-secrets.
         let mut secrets = secrets;
-        let protocol = M::PROTOCOL;
-        let mut machine = Stream::<M>::with_ordering(variant, ordering)
-            .with_name_limit(limits.max_names_per_stream)
-            .with_response_limit(limits.max_response_bytes);
-        let first_request_by = tokio::time::Instant::now() + limits.first_request_timeout;
-        // A per-type stream shares what its client refers to with the node's other streams.
-        let mut sibling: Option<(PeerHandle, watch::Receiver<u64>)> = None;
-        let mut published = u64::MAX;
-        let control_plane: Arc<str> = super::control_plane_id().into();
+        let first_request_by = tokio::time::Instant::now() + first_request_timeout;
+        // Boxed: per-type streams alone have siblings.
+        let mut sibling: Option<Box<Sibling>> = None;
         let mut generations = cache.subscribe();
-        let mut node_id: Option<String> = None;
+        // The node's id, once its first request named it, is `events.node()`.
+        let mut named = false;
         // What the node's selectors read (id, cluster, metadata, locality), from its first
         // request.
         let mut facts: Option<Arc<NodeFacts>> = None;
@@ -296,23 +304,16 @@ fn run<M: Machine>(
         let mut counted = None;
         // The generation the machine has.
         let mut attached = 0;
-        let mut events = telemetry.stream(protocol);
+        let mut events = telemetry.stream(M::PROTOCOL);
         // The status a stream ends with, sent after the loop: awaiting the send inside the
         // select's arms would keep the request (and the select's output) in the task's
         // future across it, some 1.1 KB of every stream's largest allocation.
-        let mut end: Option<Outgoing> = None;
+        let mut end: Option<Status> = None;
         // A response sent since the client's last request, and when the wait for its answer
         // (an ACK, a NACK, any request) ends: past it the client is stuck
         // (`--stalled-stream-timeout`), and its connection is closed.
         let mut unanswered: Option<tokio::time::Instant> = None;
         let reason: String = loop {
-            let timeout = machine.poll_timeout().map(tokio::time::Instant::from_std);
-            let deadline = match (node_id.is_none(), timeout) {
-                (true, Some(at)) => Some(at.min(first_request_by)),
-                (true, None) => Some(first_request_by),
-                (false, at) => at,
-            };
-            let deadline = [deadline, unanswered].into_iter().flatten().min();
             tokio::select! {
                 message = requests.message() => match message {
                     Ok(Some(request)) => {
@@ -324,27 +325,27 @@ fn run<M: Machine>(
                                 if e.is_limit() {
                                     telemetry.limit_reached(Limit::NamesPerStream { peer: &peer, error: &e.to_string() });
                                 }
-                                end = Some(Outgoing::end(status::from_protocol(&e)));
+                                end = Some(status::from_protocol(&e));
                                 break format!("protocol error: {e}");
                             }
                         }
-                        if node_id.is_none() {
+                        if !named {
                             if let (Some(policy), Some(node)) = (&identity, machine.node()) {
                                 match policy.check(conn_identity.as_deref(), &node.id, &node.cluster) {
                                     Ok(()) => secrets = Secrets::Serve,
                                     Err(why) => {
                                         telemetry.identity_mismatch("stream", &node.id, &peer, &why);
-                                        end = Some(Outgoing::end(Status::permission_denied(format!(
+                                        end = Some(Status::permission_denied(format!(
                                             "node {:?}: {why}", node.id
-                                        ))));
+                                        )));
                                         break format!("identity mismatch: {why}");
                                     }
                                 }
                             }
                             if let Some(node) = machine.node() {
-                                counted = Some(telemetry.stream_opened(node, &peer, variant, protocol));
+                                counted = Some(telemetry.stream_opened(node, &peer, variant, M::PROTOCOL));
                                 events.named(&node.id);
-                                node_id = Some(node.id.clone());
+                                named = true;
                                 let node_facts = Arc::new(NodeFacts::of(node));
                                 facts = Some(Arc::clone(&node_facts));
                                 listed = Some(fleet.open(StreamReport::new(
@@ -352,10 +353,11 @@ fn run<M: Machine>(
                                     Arc::clone(&node_facts),
                                     peer.clone(),
                                     variant.to_string(),
-                                    protocol,
+                                    M::PROTOCOL,
                                 )));
-                                if variant != Variant::Aggregated && ordering.enabled {
-                                    sibling = Some(peers.join(&node.id));
+                                if joins_siblings {
+                                    let (handle, changes) = peers.join(&node.id);
+                                    sibling = Some(Box::new(Sibling { handle, changes, published: u64::MAX }));
                                 }
                                 let generation = Arc::clone(
                                     generations.borrow_and_update().for_node(&node_facts),
@@ -376,11 +378,11 @@ fn run<M: Machine>(
                                 status.message()
                             ),
                         };
-                        end = Some(Outgoing::end(unread.into_status()));
+                        end = Some(unread.into_status());
                         break reason;
                     }
                 },
-                changed = generations.changed(), if node_id.is_some() => {
+                changed = generations.changed(), if named => {
                     if changed.is_err() {
                         break "server shutting down".into();
                     }
@@ -399,24 +401,24 @@ fn run<M: Machine>(
                 }
                 // A sibling stream's client refers to something new.
                 changed = sibling_changed(&mut sibling) => {
-                    if let (Ok(()), Some((handle, _))) = (changed, &sibling) {
-                        machine.handle_peer_references(handle.others());
+                    if let (Ok(()), Some(sibling)) = (changed, &sibling) {
+                        machine.handle_peer_references(sibling.handle.others());
                     }
                 }
                 // One timer for both (each a future in every stream's task): the first
                 // request's deadline, and a heartbeat due (P25), which falls through to poll.
-                _ = sleep_until(deadline), if deadline.is_some() => {
+                _ = sleep_until(deadline(machine.poll_timeout(), named, first_request_by, unanswered)) => {
                     // A stream that never says who it is holds resources for nothing.
-                    if node_id.is_none() && tokio::time::Instant::now() >= first_request_by {
-                        let waited = limits.first_request_timeout;
+                    if !named && tokio::time::Instant::now() >= first_request_by {
+                        let waited = first_request_timeout;
                         telemetry.limit_reached(Limit::FirstRequestTimeout { peer: &peer, waited });
-                        end = Some(Outgoing::end(Status::deadline_exceeded(format!(
+                        end = Some(Status::deadline_exceeded(format!(
                             "no request with a node within {waited:?} of opening the stream (--first-request-timeout)"
-                        ))));
+                        )));
                         break format!("no first request within {waited:?}");
                     }
                     if unanswered.is_some_and(|at| tokio::time::Instant::now() >= at) {
-                        stalled(&telemetry, &peer, node_id.as_deref(), &limits, conn_signals.as_deref());
+                        stalled(&telemetry, &peer, events.node(), stalled_timeout, conn_signals.as_deref());
                         break "the client answered none of its responses within --stalled-stream-timeout".into();
                     }
                 }
@@ -429,7 +431,6 @@ fn run<M: Machine>(
                     )));
                     break "the connection reached --max-connection-age".into();
                 }
-                _ = tx.closed() => break "closed by the client".into(),
             }
             // A proxy back from an earlier stream said what it holds: look it up among the
             // recent generations of its node, so that its update is ordered from there.
@@ -455,11 +456,11 @@ fn run<M: Machine>(
                 let Some((framed, log)) = machine
                     // Tokio's clock (the same as the system's, but for tests on a paused clock).
                     .poll_response(tokio::time::Instant::now().into_std())
-                    .map(|r| M::wire(r, &control_plane, secrets))
+                    .map(|r| M::wire(r, super::CONTROL_PLANE_ID, secrets))
                     .or_else(|| {
                         machine
                             .poll_unknown()
-                            .map(|r| M::wire_unknown(r, &control_plane))
+                            .map(|r| M::wire_unknown(r, super::CONTROL_PLANE_ID))
                     })
                     .map(|written| {
                         let framed = M::frame(&written.wire, MAX_RESPONSE_BYTES, &tails);
@@ -472,7 +473,7 @@ fn run<M: Machine>(
                     Ok(framed) => framed,
                     Err(status) => {
                         events.too_large(log.kind, &log.version, log.resources, status.message());
-                        end = Some(Outgoing::end(status));
+                        end = Some(status);
                         gone = Some("a response too large to send");
                         break;
                     }
@@ -485,13 +486,13 @@ fn run<M: Machine>(
                 // what lives across two awaits sits in every state of the task's future.
                 let sent = tokio::select! {
                     biased;
-                    sent = send_parts(&tx, framed, shared) => sent,
+                    sent = send_parts(&mut tx, framed, shared) => sent,
                     _ = stop.wait() => {
                         gone = Some("server shutting down");
                         break;
                     }
-                    _ = tokio::time::sleep(limits.stalled_stream_timeout) => {
-                        stalled(&telemetry, &peer, node_id.as_deref(), &limits, conn_signals.as_deref());
+                    _ = tokio::time::sleep(stalled_timeout) => {
+                        stalled(&telemetry, &peer, events.node(), stalled_timeout, conn_signals.as_deref());
                         gone = Some("the client read none of its responses within --stalled-stream-timeout");
                         break;
                     }
@@ -500,9 +501,7 @@ fn run<M: Machine>(
                     gone = Some("closed by the client");
                     break;
                 }
-                unanswered.get_or_insert_with(|| {
-                    tokio::time::Instant::now() + limits.stalled_stream_timeout
-                });
+                unanswered.get_or_insert_with(|| tokio::time::Instant::now() + stalled_timeout);
                 let sent = Sent {
                     resources: log.resources,
                     not_found: log.not_found,
@@ -515,12 +514,12 @@ fn run<M: Machine>(
             while let Some(event) = machine.poll_event() {
                 events.protocol(&event);
             }
-            if let (Some((handle, _)), Some((changes, references))) =
-                (&sibling, machine.references())
+            if let (Some(sibling), Some((changes, references))) =
+                (&mut sibling, machine.references())
             {
-                if changes != published {
-                    published = changes;
-                    handle.publish(references);
+                if changes != sibling.published {
+                    sibling.published = changes;
+                    sibling.handle.publish(references);
                 }
             }
             if let Some(listed) = &mut listed {
@@ -538,17 +537,10 @@ fn run<M: Machine>(
             }
         };
         if let Some(status) = end {
-            let _ = tx.send(status).await;
+            let _ = send(&mut tx, Outgoing::end(status)).await;
         }
         drop(listed);
-        telemetry.stream_closed(
-            counted,
-            node_id.as_deref().unwrap_or(""),
-            &peer,
-            variant,
-            protocol,
-            &reason,
-        );
+        telemetry.stream_closed(counted, events.node(), &peer, variant, M::PROTOCOL, &reason);
     }
 }
 
@@ -558,15 +550,11 @@ fn run<M: Machine>(
 fn stalled(
     telemetry: &crate::telemetry::Telemetry,
     peer: &str,
-    node: Option<&str>,
-    limits: &super::Limits,
+    node: &str,
+    waited: std::time::Duration,
     connection: Option<&ConnSignals>,
 ) {
-    telemetry.limit_reached(Limit::StalledStream {
-        peer,
-        node: node.unwrap_or(""),
-        waited: limits.stalled_stream_timeout,
-    });
+    telemetry.limit_reached(Limit::StalledStream { peer, node, waited });
     if let Some(connection) = connection {
         connection.stall();
     }
@@ -574,14 +562,20 @@ fn stalled(
 
 /// Send a framed response, its own bytes then those shared with other streams; `false`
 /// once the client has gone.
-async fn send_parts(tx: &mpsc::Sender<Outgoing>, framed: Bytes, shared: Option<Bytes>) -> bool {
-    if tx.send(Outgoing::message(framed)).await.is_err() {
+async fn send_parts(tx: &mut mpsc::Sender<Outgoing>, framed: Bytes, shared: Option<Bytes>) -> bool {
+    if send(tx, Outgoing::message(framed)).await.is_err() {
         return false;
     }
     match shared {
-        Some(shared) => tx.send(Outgoing::message(shared)).await.is_ok(),
+        Some(shared) => send(tx, Outgoing::message(shared)).await.is_ok(),
         None => true,
     }
+}
+
+/// Send `message` once the channel has room; an error once the body has gone.
+async fn send(tx: &mut mpsc::Sender<Outgoing>, message: Outgoing) -> Result<(), mpsc::SendError> {
+    std::future::poll_fn(|cx| tx.poll_ready(cx)).await?;
+    tx.start_send(message)
 }
 
 /// Resolves once the stream's connection is closing, or never.
@@ -592,19 +586,48 @@ async fn connection_closing(signals: Option<&ConnSignals>) {
     }
 }
 
+/// A per-type stream's link to its node's other streams (P30): what they refer to, and
+/// what this one's client refers to, published to them.
+struct Sibling {
+    handle: PeerHandle,
+    /// Moves when a sibling publishes.
+    changes: watch::Receiver<u64>,
+    /// What [`Stream::references`] last published was at this count of changes.
+    published: u64,
+}
+
 /// Wait until a sibling stream publishes, or for ever without siblings.
 async fn sibling_changed(
-    sibling: &mut Option<(PeerHandle, watch::Receiver<u64>)>,
+    sibling: &mut Option<Box<Sibling>>,
 ) -> Result<(), watch::error::RecvError> {
     match sibling {
-        Some((_, changes)) => changes.changed().await,
+        Some(sibling) => sibling.changes.changed().await,
         None => std::future::pending().await,
     }
 }
 
+/// When the stream's one timer fires: the machine's next timeout (a heartbeat due, P25),
+/// the first request's deadline until the stream is named, and the end of the wait for
+/// an answer to a response (`--stalled-stream-timeout`); `None`: no timer.
+fn deadline(
+    timeout: Option<std::time::Instant>,
+    named: bool,
+    first_request_by: tokio::time::Instant,
+    unanswered: Option<tokio::time::Instant>,
+) -> Option<tokio::time::Instant> {
+    let timeout = timeout.map(tokio::time::Instant::from_std);
+    let first_request = (!named).then_some(first_request_by);
+    [timeout, first_request, unanswered]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// Sleep until `at`, or for ever.
 async fn sleep_until(at: Option<tokio::time::Instant>) {
-    if let Some(at) = at {
-        tokio::time::sleep_until(at).await;
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
