@@ -34,7 +34,7 @@ const RESPONSE_BUFFER: usize = 15;
 
 /// The response stream of a stream method: what its task wrote, for `body::ResponseBody`.
 /// futures' channel, not tokio's: tokio's keeps 832 bytes a stream for as long as it lives
-/// (its state, aligned to 128 bytes, and a block of 32 slots), futures' 176 (its state,
+/// (its state, aligned to 128 bytes, and a block of 32 slots), futures' 208 (its state,
 /// its sender's, and a node per message in flight; docs/benchmarks.md, "The stream's
 /// channel and its task's future").
 pub type Responses = mpsc::Receiver<Outgoing>;
