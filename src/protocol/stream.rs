@@ -533,8 +533,21 @@ impl<F: Flavor> Stream<F> {
     }
 
     /// The next event (ACK, NACK, stale request, subscription or plan change), if any.
+    /// Once none is left, the queue's buffer is freed: events come a few at a time, after
+    /// an input, and are taken at once; a buffer kept for the stream's life was 288 bytes
+    /// of every stream (docs/benchmarks.md, "The stream's channel and its task's future").
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.core.events.pop_front()
+        let event = self.core.events.pop_front();
+        if event.is_none() && self.core.events.capacity() > 0 {
+            self.core.events = VecDeque::new();
+        }
+        event
+    }
+
+    /// How many events the queue has room for (its buffer's size).
+    #[cfg(test)]
+    pub(crate) fn event_room(&self) -> usize {
+        self.core.events.capacity()
     }
 }
 

@@ -191,7 +191,7 @@ where
             let mut requests = Requests::new(Body::new(request.into_body()), MAX_REQUEST_BYTES)
                 .repeated_node(M::NODE_FIELD);
             if let Some((names, type_url)) = M::NAMES_FIELDS {
-                requests = requests.repeated_names(names, type_url);
+                requests = requests.repeated_names(names, type_url, &TYPE_URLS);
             }
             let responses = spawn::<M>(variant, server.shared, requests, conn);
             let mut response = http::Response::new(Body::new(ResponseBody::new(responses)));
@@ -204,6 +204,14 @@ where
     };
     Box::pin(async move { Ok(response) })
 }
+
+/// Every served type's URL, which requests name (see `body::Requests::repeated_names`).
+static TYPE_URLS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    ResourceType::ALL
+        .into_iter()
+        .map(ResourceType::type_url)
+        .collect()
+});
 
 /// Requests must not be compressed: no compression is enabled, so a `grpc-encoding` other
 /// than `identity` is refused with `UNIMPLEMENTED`, naming the one encoding accepted, as tonic

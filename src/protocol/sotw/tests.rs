@@ -343,6 +343,31 @@ fn p4_ack_records_the_version() {
     );
 }
 
+/// P4: an ACK is an event (counted, logged); once the events are taken, the stream keeps no
+/// buffer for them: an idle stream holds none.
+#[test]
+fn p4_events_taken_leave_no_buffer_behind() {
+    let (mut s, r) = ads_with_acked_cds(snap(&[(Cluster, "c", "1")]));
+    assert!(s.event_room() > 0, "the ACK's event waits to be taken");
+    let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Acked { version, .. } if *version == r.version)),
+        "{events:?}"
+    );
+    assert_eq!(s.event_room(), 0);
+    // The next input's events come in a new buffer, and go with it.
+    s.handle_request(nack(Cluster, "", "stale", "old"))
+        .expect("ok");
+    let stale: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(
+        stale.iter().any(|e| matches!(e, Event::Stale { .. })),
+        "{stale:?}"
+    );
+    assert_eq!(s.event_room(), 0);
+}
+
 #[test]
 fn p5_nack_records_error_and_the_rejected_content_is_not_resent() {
     let (mut s, v1) = ads_with_acked_cds(snap(&[(Cluster, "c", "1")]));

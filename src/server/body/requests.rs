@@ -43,6 +43,8 @@ type Seen = (usize, u64);
 struct Names {
     names: u32,
     type_url: u32,
+    /// The type URLs requests are expected to name: one of them is kept as its index.
+    known: &'static [&'static str],
     taken: Vec<Taken>,
     /// The last message's type URL (an index into `taken`; `None` when it could not be
     /// told) and names; `repeat`: they were left undecoded.
@@ -73,12 +75,36 @@ impl Unread {
 
 /// The names taken in last by way of one type URL.
 struct Taken {
-    type_url: Box<[u8]>,
+    type_url: TypeUrl,
     /// The stream's key for the type the URL named (two URLs may name one type: a per-type
     /// stream takes an empty one as its own).
     key: Option<usize>,
     /// Names, while they are the latest the stream took in for that type.
     seen: Option<Seen>,
+}
+
+/// A type URL as a request named it: one of the known ones (see
+/// [`Requests::repeated_names`]), by its index, or any other, as its bytes. A copy of each
+/// was 64 bytes for each type of every stream.
+enum TypeUrl {
+    Known(usize),
+    Other(Box<[u8]>),
+}
+
+impl TypeUrl {
+    fn of(url: &[u8], known: &[&str]) -> TypeUrl {
+        match known.iter().position(|k| k.as_bytes() == url) {
+            Some(index) => TypeUrl::Known(index),
+            None => TypeUrl::Other(url.into()),
+        }
+    }
+
+    fn is(&self, url: &[u8], known: &[&str]) -> bool {
+        match self {
+            TypeUrl::Known(index) => known.get(*index).is_some_and(|k| k.as_bytes() == url),
+            TypeUrl::Other(bytes) => **bytes == *url,
+        }
+    }
 }
 
 /// The most types whose names one stream's requests are compared for; the protocol ends a
@@ -116,11 +142,17 @@ impl<T: prost::Message + Default> Requests<T> {
     /// `type_url`) whose names the stream took in ([`Requests::took_names`]). A SotW
     /// request lists every name it subscribes to, every ACK too (P7): an Envoy ACKing its
     /// endpoints lists all its clusters again. [`Requests::names_repeated`] tells which
-    /// requests came without them.
-    pub fn repeated_names(mut self, names: u32, type_url: u32) -> Requests<T> {
+    /// requests came without them. `known`: the type URLs requests are expected to name.
+    pub fn repeated_names(
+        mut self,
+        names: u32,
+        type_url: u32,
+        known: &'static [&'static str],
+    ) -> Requests<T> {
         self.names = Some(Box::new(Names {
             names,
             type_url,
+            known,
             taken: Vec::new(),
             last: None,
             repeat: false,
@@ -277,11 +309,18 @@ impl<T: prost::Message + Default> Requests<T> {
         if let Some(names) = &mut self.names {
             // An absent type URL is an empty one.
             let type_url = layout.type_url.map_or(&[][..], |at| &message[at]);
-            let index = match names.taken.iter().position(|t| *t.type_url == *type_url) {
+            let known = names.known;
+            let index = match names
+                .taken
+                .iter()
+                .position(|t| t.type_url.is(type_url, known))
+            {
                 Some(index) => Some(index),
                 None if names.taken.len() < MAX_NAMED_TYPES => {
+                    // Room for this one alone: a stream asks for a few types, once each.
+                    names.taken.reserve_exact(1);
                     names.taken.push(Taken {
-                        type_url: type_url.into(),
+                        type_url: TypeUrl::of(type_url, known),
                         key: None,
                         seen: None,
                     });
@@ -319,6 +358,16 @@ impl<T: prost::Message + Default> Requests<T> {
 
     /// The first `n` bytes buffered (at most `buffered`), as one buffer.
     fn split_off(&mut self, n: usize) -> Bytes {
+        let out = self.split_off_chunks(n);
+        // Nothing left to read: the queue's buffer goes too (128 bytes of every idle
+        // stream; a request's chunks come and go in one read, most often one chunk).
+        if self.chunks.is_empty() {
+            self.chunks = Default::default();
+        }
+        out
+    }
+
+    fn split_off_chunks(&mut self, n: usize) -> Bytes {
         self.buffered -= n;
         if let Some(front) = self.chunks.front_mut() {
             if front.len() >= n {
@@ -475,6 +524,7 @@ mod tests {
         assert_eq!(r.message().await.expect("ok"), Some(message("first")));
         assert_eq!(r.message().await.expect("ok"), Some(message("second")));
         assert_eq!(r.message().await.expect("ok"), Some(message("")));
+        assert_eq!(r.chunks.capacity(), 0, "no buffer kept once all is read");
         assert_eq!(r.message().await.expect("ok"), None, "the end of the body");
         assert!(r.chunks.is_empty(), "nothing kept between messages");
         assert_eq!(r.buffered, 0);
@@ -648,7 +698,8 @@ mod tests {
         let mut r: Requests<DiscoveryRequest> =
             Requests::new(tonic::body::Body::new(Chunks(chunks.into())), 4096)
                 .repeated_node(2)
-                .repeated_names(3, 4);
+                // "eds" and the empty URL kept as an index, "cds" as its bytes.
+                .repeated_names(3, 4, &["eds", ""]);
         for (i, (sent, taken, repeated)) in steps.into_iter().enumerate() {
             let got = r.message().await.expect("decodes").expect("a request");
             assert_eq!(r.names_repeated(), repeated, "step {i}: {sent:?}");
