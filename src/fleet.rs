@@ -189,12 +189,8 @@ impl Poller {
         let report = TypeReport::new(&status, now);
         match self.report.types.get_mut(kind.short_name()) {
             Some(old) if old.matches(&status) => {}
-            Some(old) => **old = report,
-            None => {
-                self.report
-                    .types
-                    .insert(kind.short_name(), Box::new(report));
-            }
+            Some(old) => *old = report,
+            None => self.report.types.insert(kind.short_name(), report),
         }
     }
 }
@@ -378,9 +374,8 @@ pub struct StreamReport {
     pub protocol: &'static str,
     #[serde(serialize_with = "rfc3339")]
     pub connected_since: SystemTime,
-    /// By type short name (`CDS`, `EDS`, ...): only the types the client asked for. Boxed:
-    /// a map's node has room for 11 entries, and a client asks for about 4 types.
-    pub types: BTreeMap<&'static str, Box<TypeReport>>,
+    /// By type short name (`CDS`, `EDS`, ...): only the types the client asked for.
+    pub types: TypeReports,
     /// The generation the stream's last response decisions were made on.
     #[serde(skip)]
     pub generation: u64,
@@ -415,7 +410,7 @@ impl StreamReport {
             stream,
             protocol,
             connected_since: SystemTime::now(),
-            types: BTreeMap::new(),
+            types: TypeReports::default(),
             generation: 0,
             plan: None,
             polls: None,
@@ -480,6 +475,108 @@ impl PlanReport {
     }
 }
 
+/// A stream's types by short name (`CDS`, `EDS`, ...), in name order: one allocation of
+/// exactly their number, as a client asks for a few types once each. A B-tree's node had
+/// room for 11 and a box for each: 280 bytes and 128 a type of every stream
+/// (docs/benchmarks.md, "The stream's channel and its task's future"). Serialized as a
+/// map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TypeReports(Vec<(&'static str, TypeReport)>);
+
+impl TypeReports {
+    fn position(&self, kind: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| (*k).cmp(kind))
+    }
+
+    pub fn get(&self, kind: &str) -> Option<&TypeReport> {
+        let at = self.position(kind).ok()?;
+        Some(&self.0[at].1)
+    }
+
+    pub fn get_mut(&mut self, kind: &str) -> Option<&mut TypeReport> {
+        let at = self.position(kind).ok()?;
+        Some(&mut self.0[at].1)
+    }
+
+    pub fn contains_key(&self, kind: &str) -> bool {
+        self.position(kind).is_ok()
+    }
+
+    /// `kind`'s report, in place of the one it had.
+    pub fn insert(&mut self, kind: &'static str, report: TypeReport) {
+        match self.position(kind) {
+            Ok(at) => self.0[at].1 = report,
+            Err(at) => {
+                self.0.reserve_exact(1);
+                self.0.insert(at, (kind, report));
+            }
+        }
+    }
+
+    pub fn remove(&mut self, kind: &str) -> Option<TypeReport> {
+        let at = self.position(kind).ok()?;
+        let (_, report) = self.0.remove(at);
+        self.0.shrink_to_fit();
+        Some(report)
+    }
+
+    /// By short name, in name order (as a map's pairs).
+    pub fn iter(&self) -> impl Iterator<Item = (&&'static str, &TypeReport)> {
+        self.0.iter().map(|(kind, report)| (kind, report))
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &TypeReport> {
+        self.0.iter().map(|(_, report)| report)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::ops::Index<&str> for TypeReports {
+    type Output = TypeReport;
+
+    fn index(&self, kind: &str) -> &TypeReport {
+        match self.get(kind) {
+            Some(report) => report,
+            None => panic!("no report of type {kind}"),
+        }
+    }
+}
+
+impl FromIterator<(&'static str, TypeReport)> for TypeReports {
+    fn from_iter<I: IntoIterator<Item = (&'static str, TypeReport)>>(pairs: I) -> TypeReports {
+        let mut reports = TypeReports::default();
+        for (kind, report) in pairs {
+            reports.insert(kind, report);
+        }
+        reports
+    }
+}
+
+impl<'a> IntoIterator for &'a TypeReports {
+    type Item = (&'a &'static str, &'a TypeReport);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (&'static str, TypeReport)>,
+        fn(&'a (&'static str, TypeReport)) -> (&'a &'static str, &'a TypeReport),
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(kind, report)| (kind, report))
+    }
+}
+
+impl Serialize for TypeReports {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
 /// One type on one stream.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TypeReport {
@@ -503,8 +600,7 @@ pub struct TypeReport {
 }
 
 /// A list almost always empty, behind one pointer when it is not: every stream keeps a
-/// report per type, in a B-tree whose leaves have room for 11 (docs/benchmarks.md, "Issue
-/// 21's changes"). Serialized as the list.
+/// report per type (docs/benchmarks.md, "Memory per idle proxy"). Serialized as the list.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[allow(clippy::box_collection)] // 8 bytes where a Vec takes 24: the point of the type.
 pub struct RareList<T>(Option<Box<Vec<T>>>);
@@ -1162,11 +1258,9 @@ impl StreamHandle {
             // `last_change` moves too).
             match report.types.get_mut(kind.short_name()) {
                 Some(old) => old.refresh(&status, now),
-                None => {
-                    report
-                        .types
-                        .insert(kind.short_name(), Box::new(TypeReport::new(&status, now)));
-                }
+                None => report
+                    .types
+                    .insert(kind.short_name(), TypeReport::new(&status, now)),
             }
         }
         let decided = (report.generation, report.synced());
@@ -1420,6 +1514,39 @@ mod tests {
             },
             revision,
         )
+    }
+
+    /// A stream's types are kept in name order whatever the order they come in, one
+    /// allocation of exactly their number, and are written out as a map by short name.
+    #[test]
+    fn a_streams_types_are_in_name_order_in_exactly_their_room_and_written_as_a_map() {
+        let report = |synced| TypeReport::new(&said(synced, 1), SystemTime::UNIX_EPOCH);
+        let mut types = TypeReports::default();
+        for kind in ["RDS", "CDS", "LDS", "EDS"] {
+            types.insert(kind, report(false));
+            assert_eq!(types.0.capacity(), types.len(), "room for those there only");
+        }
+        let order: Vec<&str> = types.iter().map(|(kind, _)| *kind).collect();
+        assert_eq!(order, ["CDS", "EDS", "LDS", "RDS"]);
+        types.insert("EDS", report(true));
+        assert_eq!(types.len(), 4, "a type's report replaced, not added");
+        assert_eq!(types["EDS"].state, SyncStatus::Synced);
+        assert_eq!(types.get("CDS").map(|t| t.state), Some(SyncStatus::Stale));
+        assert!(types.get("SDS").is_none() && !types.contains_key("SDS"));
+        assert!(types.remove("LDS").is_some());
+        assert!(types.remove("LDS").is_none());
+        assert_eq!(types.0.capacity(), 3, "what a type left is freed");
+        let json = serde_json::to_value(&types).expect("serializes");
+        let keys: Vec<&String> = json.as_object().expect("a map").keys().collect();
+        assert_eq!(keys, ["CDS", "EDS", "RDS"]);
+        assert_eq!(json["EDS"]["state"], "SYNCED");
+        let collected: TypeReports = [("RDS", report(true)), ("CDS", report(false))]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            collected.iter().map(|(kind, _)| *kind).collect::<Vec<_>>(),
+            ["CDS", "RDS"]
+        );
     }
 
     /// The convergence timing, counted without a lock, observes what a set of the streams

@@ -603,7 +603,7 @@ impl Status {
             // configuration, per secret, ...): a type's state is the most pressing of its
             // streams' (a NACK on any shows), and its names not found are all of theirs.
             for (kind, t) in &r.types {
-                let this: TypeStatusJson = t.as_ref().into();
+                let this: TypeStatusJson = t.into();
                 match node.types.get_mut(*kind) {
                     None => {
                         node.types.insert(kind.to_string(), this);
@@ -913,7 +913,7 @@ mod tests {
             let mut r = report("edge-1", "127.0.0.1:1000", "RDS");
             r.types.insert(
                 "RDS",
-                Box::new(TypeReport {
+                TypeReport {
                     state,
                     version_sent: "v".into(),
                     version_acked: "v".into(),
@@ -929,7 +929,7 @@ mod tests {
                     oversized_bytes: None,
                     not_found: RareList::new(not_found.iter().map(|n| n.to_string()).collect()),
                     last_change: std::time::SystemTime::UNIX_EPOCH,
-                }),
+                },
             );
             r
         };

@@ -141,7 +141,7 @@ mod tests {
             connected_since: SystemTime::now(),
             types: [(
                 "CDS",
-                Box::new(TypeReport {
+                TypeReport {
                     state: SyncStatus::from_name(cds).expect("a state"),
                     version_sent: "v".into(),
                     version_acked: "v".into(),
@@ -157,9 +157,10 @@ mod tests {
                     oversized_bytes: None,
                     not_found: Default::default(),
                     last_change: SystemTime::now(),
-                }),
+                },
             )]
-            .into(),
+            .into_iter()
+            .collect(),
             generation,
             plan: None,
             polls: None,

@@ -273,7 +273,7 @@ mod tests {
         let mut report = crate::testing::stream_report("n1", "127.0.0.1:1", "ADS");
         report.types.insert(
             "CDS",
-            Box::new(crate::fleet::TypeReport {
+            crate::fleet::TypeReport {
                 state: crate::fleet::SyncStatus::Synced,
                 version_sent: "v".into(),
                 version_acked: "v".into(),
@@ -282,7 +282,7 @@ mod tests {
                 oversized_bytes: None,
                 not_found: Default::default(),
                 last_change: std::time::SystemTime::UNIX_EPOCH,
-            }),
+            },
         );
         let _listed = fleet.open(report);
         let csds = |max_answer| super::Csds {
