@@ -396,7 +396,7 @@ fn config_dump_now(admin: &Admin, query: DumpQuery) -> Response {
                 .filter(|(_, t)| !t.version_acked.is_empty())
                 .map(|(kind, t)| {
                     let runs = t.nack.as_ref().and_then(|n| n.runs.clone());
-                    (*kind, (t.version_acked.clone(), runs))
+                    (*kind, (t.version_acked.to_string(), runs))
                 })
                 .collect()
         })

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use compact_str::CompactString;
 use envoy_types::pb::envoy::config::core::v3::Node;
 
 use crate::config::selector::NodeFacts;
@@ -581,9 +582,12 @@ impl Serialize for TypeReports {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TypeReport {
     pub state: SyncStatus,
-    pub version_sent: String,
-    pub version_acked: String,
-    pub nonce: String,
+    /// The versions and nonce inline (24 bytes or less, as this server's are), no
+    /// allocation each: three a type of every stream (docs/benchmarks.md, "The stream's
+    /// channel and its task's future").
+    pub version_sent: CompactString,
+    pub version_acked: CompactString,
+    pub nonce: CompactString,
     /// For `NACKED`: what the proxy said (boxed: every stream keeps a report per type, and
     /// almost none is NACKed).
     #[serde(flatten)]
@@ -706,9 +710,9 @@ impl TypeReport {
     fn new(status: &TypeStatus<'_>, now: SystemTime) -> TypeReport {
         let mut report = TypeReport {
             state: SyncStatus::NotSent,
-            version_sent: String::new(),
-            version_acked: String::new(),
-            nonce: String::new(),
+            version_sent: CompactString::default(),
+            version_acked: CompactString::default(),
+            nonce: CompactString::default(),
             nack: None,
             oversized_bytes: None,
             not_found: RareList::default(),
@@ -721,7 +725,7 @@ impl TypeReport {
     /// Say what `status` says, changed at `now`: in place, the strings' room kept (a stream
     /// changes a type's report twice a push, its version and nonce each time).
     fn refresh(&mut self, status: &TypeStatus<'_>, now: SystemTime) {
-        let set = |into: &mut String, from: &str| {
+        let set = |into: &mut CompactString, from: &str| {
             into.clear();
             into.push_str(from);
         };

@@ -538,9 +538,9 @@ impl From<&TypeReport> for TypeStatusJson {
     fn from(t: &TypeReport) -> Self {
         TypeStatusJson {
             state: t.state,
-            version_sent: t.version_sent.clone(),
-            version_acked: t.version_acked.clone(),
-            nonce: t.nonce.clone(),
+            version_sent: t.version_sent.to_string(),
+            version_acked: t.version_acked.to_string(),
+            nonce: t.nonce.to_string(),
             error: t.nack.as_ref().map(|n| n.error.clone()),
             rejected_version: t.nack.as_ref().map(|n| n.rejected_version.clone()),
             rejected_changes: t
