@@ -539,6 +539,8 @@ impl TypeReports {
     }
 }
 
+/// For tests, as a map's: a type not there panics.
+#[cfg(test)]
 impl std::ops::Index<&str> for TypeReports {
     type Output = TypeReport;
 
