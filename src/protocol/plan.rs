@@ -430,7 +430,7 @@ pub struct Planner {
     /// target at once; and of what clients ask for by name, a resource no one names is never
     /// sent, so those targets stand (a cluster's ClusterLoadAssignment with it). Only on
     /// ordered streams; in [`ResourceType::ALL`] order.
-    held: Held,
+    held: [Option<Arc<TypeSnapshot>>; ResourceType::ALL.len()],
     /// The client came back from an earlier stream saying what it holds
     /// ([`Planner::handle_held`]): listeners and routes wait for its CDS request.
     reconnected: bool,
@@ -461,50 +461,12 @@ pub struct Planner {
     /// Whether anything was sent on this stream: until then the client holds only what it
     /// claimed (`confirmed`), if anything, and nothing of a target is pending.
     sent_any: bool,
-    /// Boxed: a stream has a plan in progress only while a cut-over is (80 bytes of every
-    /// stream's task otherwise; docs/benchmarks.md, "The stream's channel and its task's
-    /// future").
-    plan: Option<Box<Plan>>,
+    plan: Option<Plan>,
     /// The cache's newest snapshot.
     newest: Option<Arc<Snapshot>>,
     /// Per-type streams: what the node's other streams still refer to (removals of those
     /// wait).
     peer_references: Arc<BTreeSet<Reference>>,
-}
-
-/// Per type whose whole set is in flight, what that response brings the client to
-/// ([`Planner`]'s `held`): behind one pointer, there only while one is (80 bytes of every
-/// stream's task otherwise; docs/benchmarks.md, "The stream's channel and its task's
-/// future").
-#[derive(Debug, Default)]
-struct Held(Option<Box<[Option<Arc<TypeSnapshot>>; ResourceType::ALL.len()]>>);
-
-impl Held {
-    fn set(&mut self, kind: ResourceType, held: Option<Arc<TypeSnapshot>>) {
-        match (&mut self.0, held) {
-            (None, None) => {}
-            (Some(types), held) => {
-                types[kind.index()] = held;
-                if types.iter().all(Option::is_none) {
-                    self.0 = None;
-                }
-            }
-            (None, Some(held)) => {
-                let mut types: [Option<Arc<TypeSnapshot>>; ResourceType::ALL.len()] =
-                    Default::default();
-                types[kind.index()] = Some(held);
-                self.0 = Some(Box::new(types));
-            }
-        }
-    }
-
-    fn get(&self, kind: ResourceType) -> Option<&Arc<TypeSnapshot>> {
-        self.0.as_ref()?[kind.index()].as_ref()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
 }
 
 /// What the planner needs to know of the client to tell a step is done.
@@ -611,19 +573,19 @@ impl Planner {
         let (Some(target), true, true) = (&self.target, whole, self.ordered) else {
             return;
         };
-        self.held.set(kind, Some(Arc::clone(target.get(kind))));
+        self.held[kind.index()] = Some(Arc::clone(target.get(kind)));
     }
 
     /// The client answered the response of `kind` in flight (after the planner took in what
     /// the answer means).
     pub fn answered(&mut self, kind: ResourceType) {
-        self.held.set(kind, None);
+        self.held[kind.index()] = None;
     }
 
     /// What the client may hold: per type, what the response in flight brings it to, or
     /// (none in flight) `target`'s.
     fn holding(&self, target: &Arc<Snapshot>) -> Arc<Snapshot> {
-        if self.held.is_empty() && self.withheld == 0 {
+        if self.held.iter().all(Option::is_none) && self.withheld == 0 {
             return Arc::clone(target);
         }
         let differs = |kind: ResourceType| {
@@ -631,7 +593,7 @@ impl Planner {
             let held = if self.withholds(kind) {
                 Some(self.completed().get(kind))
             } else {
-                self.held.get(kind)
+                self.held[kind.index()].as_ref()
             };
             held.filter(|h| {
                 let t = target.get(kind);
@@ -809,7 +771,7 @@ impl Planner {
             }
         };
         self.target = Some(Arc::clone(steps.first().unwrap_or(&end)));
-        self.plan = Some(Box::new(Plan {
+        self.plan = Some(Plan {
             steps,
             new: end,
             step: 0,
@@ -817,7 +779,7 @@ impl Planner {
             step_began,
             held_back,
             nacked,
-        }));
+        });
     }
 
     /// Per-type streams: what the node's other streams still refer to.

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_channel::mpsc;
-use tokio_stream::wrappers::WatchStream;
-use tokio_stream::StreamExt;
+use tokio::sync::watch;
 use tonic::Status;
 
 use super::admission::{Admit, Bucket};
@@ -243,7 +242,7 @@ pub fn spawn<M: Machine>(
 /// and the loop is the task's one event loop (requests, cache events, timers, siblings,
 /// shutdown). Each helper future it awaited would add its own state to every stream's
 /// allocation; the figures above were measured with the loop as it is. In a release build
-/// the future is 2,240 bytes, 216 under what keeps its task in jemalloc's 2,560-byte class
+/// the future is 2,416 bytes, 40 under what keeps its task in jemalloc's 2,560-byte class
 /// (a task is its future and 104 bytes, aligned to 128): a local that lives across two
 /// awaits has a place of its own in every state and can put every stream a class up, 512
 /// bytes (`cargo +nightly rustc --release --lib -- -Zprint-type-sizes`). So does what the
@@ -358,7 +357,6 @@ fn run<M: Machine>(
                                 )));
                                 if joins_siblings {
                                     let (handle, changes) = peers.join(&node.id);
-                                    let changes = WatchStream::from_changes(changes);
                                     sibling = Some(Box::new(Sibling { handle, changes, published: u64::MAX }));
                                 }
                                 let generation = Arc::clone(
@@ -403,7 +401,7 @@ fn run<M: Machine>(
                 }
                 // A sibling stream's client refers to something new.
                 changed = sibling_changed(&mut sibling) => {
-                    if let (true, Some(sibling)) = (changed, &sibling) {
+                    if let (Ok(()), Some(sibling)) = (changed, &sibling) {
                         machine.handle_peer_references(sibling.handle.others());
                     }
                 }
@@ -592,18 +590,18 @@ async fn connection_closing(signals: Option<&ConnSignals>) {
 /// what this one's client refers to, published to them.
 struct Sibling {
     handle: PeerHandle,
-    /// Moves when a sibling publishes. A stream of them, whose wait is boxed in it: the
-    /// watch's own wait would sit in every stream's task, ADS streams' too (112 bytes).
-    changes: WatchStream<u64>,
+    /// Moves when a sibling publishes.
+    changes: watch::Receiver<u64>,
     /// What [`Stream::references`] last published was at this count of changes.
     published: u64,
 }
 
-/// Wait until a sibling stream publishes (`false`: the node's siblings are gone), or for
-/// ever without siblings.
-async fn sibling_changed(sibling: &mut Option<Box<Sibling>>) -> bool {
+/// Wait until a sibling stream publishes, or for ever without siblings.
+async fn sibling_changed(
+    sibling: &mut Option<Box<Sibling>>,
+) -> Result<(), watch::error::RecvError> {
     match sibling {
-        Some(sibling) => sibling.changes.next().await.is_some(),
+        Some(sibling) => sibling.changes.changed().await,
         None => std::future::pending().await,
     }
 }

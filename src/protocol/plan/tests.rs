@@ -1511,29 +1511,3 @@ fn p34_p30_a_new_cluster_s_leds_members_go_first_and_the_step_waits_for_them() {
         .insert((LbEndpoint, member.name.clone(), member.version.clone()));
     assert!(super::step_done(&base, first, &client));
 }
-
-/// P10, P30: what a whole set in flight brings the client to is held per type until the
-/// client answers, and with the last answer nothing is held, nor any room for it.
-#[test]
-fn p10_p30_what_is_held_in_flight_is_kept_per_type_and_freed_with_the_last_answer() {
-    let snapshot = crate::testing::snapshot(&[(Cluster, "c", "1"), (Listener, "l", "1")]);
-    let mut held = super::Held::default();
-    assert!(held.is_empty());
-    held.set(Cluster, None);
-    assert!(held.is_empty(), "clearing nothing holds nothing");
-    held.set(Cluster, Some(Arc::clone(snapshot.get(Cluster))));
-    held.set(Listener, Some(Arc::clone(snapshot.get(Listener))));
-    assert!(!held.is_empty());
-    assert!(held
-        .get(Cluster)
-        .is_some_and(|h| Arc::ptr_eq(h, snapshot.get(Cluster))));
-    assert!(held.get(Route).is_none());
-    held.set(Cluster, None);
-    assert!(held.get(Cluster).is_none() && held.get(Listener).is_some());
-    assert!(!held.is_empty(), "the listeners are still in flight");
-    held.set(Listener, None);
-    assert!(
-        held.is_empty() && held.0.is_none(),
-        "the last answer frees the room"
-    );
-}
