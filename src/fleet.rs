@@ -523,7 +523,7 @@ impl TypeReports {
 
     /// By short name, in name order (as a map's pairs).
     pub fn iter(&self) -> impl Iterator<Item = (&&'static str, &TypeReport)> {
-        self.0.iter().map(|(kind, report)| (kind, report))
+        self.into_iter()
     }
 
     pub fn values(&self) -> impl Iterator<Item = &TypeReport> {

@@ -93,7 +93,7 @@ impl tonic::server::UnaryService<DiscoveryRequest> for Fetch {
                 wrap_ttl: false,
                 not_found: polled.not_found,
             };
-            let wire = WireResponse::new(response, &super::control_plane_id(), rest.secrets);
+            let wire = WireResponse::new(response, super::CONTROL_PLANE_ID, rest.secrets);
             let bytes = prost::Message::encoded_len(&wire);
             rest.telemetry.poll_answered(
                 PollApi::Fetch,

@@ -59,11 +59,6 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Identifies this server in every response's `control_plane`.
 pub const CONTROL_PLANE_ID: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
 
-/// [`CONTROL_PLANE_ID`], owned.
-pub fn control_plane_id() -> String {
-    CONTROL_PLANE_ID.to_string()
-}
-
 /// The server failed to run (not a client's fault: those end only their stream).
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

@@ -287,7 +287,7 @@ fn answer(rest: &Rest, kind: ResourceType, polled: Polled) -> Response {
     body.push_str("],\"type_url\":");
     body.push_str(&serde_json::Value::from(kind.type_url()).to_string());
     body.push_str(",\"control_plane\":{\"identifier\":");
-    body.push_str(&serde_json::Value::from(super::control_plane_id()).to_string());
+    body.push_str(&serde_json::Value::from(super::CONTROL_PLANE_ID).to_string());
     body.push('}');
     // P32: NOT_FOUND for each name that does not exist for the node.
     if !polled.not_found.is_empty() {

@@ -293,10 +293,8 @@ fn run<M: Machine>(
         // Boxed: per-type streams alone have siblings.
         let mut sibling: Option<Box<Sibling>> = None;
         let mut generations = cache.subscribe();
-        // The node's id, once its first request named it, is `events.node()`.
-        let mut named = false;
         // What the node's selectors read (id, cluster, metadata, locality), from its first
-        // request.
+        // request: `Some` once the stream is named (its id is then `events.node()`).
         let mut facts: Option<Arc<NodeFacts>> = None;
         // Listed in the fleet, and counted, from the first request (which names the node) until
         // the end.
@@ -329,7 +327,7 @@ fn run<M: Machine>(
                                 break format!("protocol error: {e}");
                             }
                         }
-                        if !named {
+                        if facts.is_none() {
                             if let (Some(policy), Some(node)) = (&identity, machine.node()) {
                                 match policy.check(conn_identity.as_deref(), &node.id, &node.cluster) {
                                     Ok(()) => secrets = Secrets::Serve,
@@ -345,7 +343,6 @@ fn run<M: Machine>(
                             if let Some(node) = machine.node() {
                                 counted = Some(telemetry.stream_opened(node, &peer, variant, M::PROTOCOL));
                                 events.named(&node.id);
-                                named = true;
                                 let node_facts = Arc::new(NodeFacts::of(node));
                                 facts = Some(Arc::clone(&node_facts));
                                 listed = Some(fleet.open(StreamReport::new(
@@ -382,7 +379,7 @@ fn run<M: Machine>(
                         break reason;
                     }
                 },
-                changed = generations.changed(), if named => {
+                changed = generations.changed(), if facts.is_some() => {
                     if changed.is_err() {
                         break "server shutting down".into();
                     }
@@ -407,9 +404,9 @@ fn run<M: Machine>(
                 }
                 // One timer for both (each a future in every stream's task): the first
                 // request's deadline, and a heartbeat due (P25), which falls through to poll.
-                _ = sleep_until(deadline(machine.poll_timeout(), named, first_request_by, unanswered)) => {
+                _ = sleep_until(deadline(machine.poll_timeout(), facts.is_some(), first_request_by, unanswered)) => {
                     // A stream that never says who it is holds resources for nothing.
-                    if !named && tokio::time::Instant::now() >= first_request_by {
+                    if facts.is_none() && tokio::time::Instant::now() >= first_request_by {
                         let waited = first_request_timeout;
                         telemetry.limit_reached(Limit::FirstRequestTimeout { peer: &peer, waited });
                         end = Some(Status::deadline_exceeded(format!(
